@@ -1,0 +1,1 @@
+"""jobttl: deletes finished Kubernetes training jobs a time-to-live after they finish."""

@@ -1,0 +1,82 @@
+"""The ``jobttl`` command: one entry point for every process jobttl runs."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from jobttl import logs
+from jobttl.config import ConfigError, Settings
+
+log = logging.getLogger("jobttl")
+
+
+def _sink(args: argparse.Namespace, settings: Settings) -> None:
+    from sink.server import serve
+
+    serve(settings, host=args.host, port=args.port, threads=args.threads)
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> None:
+    from worker.runner import run
+
+    run(settings, burst=args.burst)
+
+
+def _emulator(args: argparse.Namespace, settings: Settings) -> None:
+    from emulator.server import run
+
+    run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobttl",
+        description="Delete finished Kubernetes training jobs a time-to-live after they finish.",
+        epilog="Settings come from JOBTTL_* environment variables; see the README.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    sink = commands.add_parser("sink", help="serve the CloudEvents sink (gunicorn)")
+    sink.add_argument("--host", default="0.0.0.0")
+    sink.add_argument("--port", type=int, default=8080)
+    sink.add_argument("--threads", type=int, default=8, help="request threads (default: 8)")
+    sink.set_defaults(run=_sink)
+
+    worker = commands.add_parser("worker", help="run the deleting RQ worker with its scheduler")
+    worker.add_argument("--burst", action="store_true", help="run the jobs due now, then exit")
+    worker.set_defaults(run=_worker)
+
+    emulator = commands.add_parser("emulator", help="serve the Kubernetes API emulator (for tests and demos)")
+    emulator.add_argument("--host", default="127.0.0.1")
+    emulator.add_argument("--port", type=int, default=6443)
+    emulator.add_argument("--seed", action="append", default=[], metavar="YAML",
+                          help="create the objects in this file at start (repeatable)")
+    emulator.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the emulator")
+    emulator.add_argument("--gc-delay", type=float, default=0.5,
+                          help="seconds before the emulated garbage collector removes a Foreground-deleted object")
+    emulator.set_defaults(run=_emulator)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"jobttl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level)
+    try:
+        args.run(args, settings)
+    except ConfigError as exc:
+        print(f"jobttl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

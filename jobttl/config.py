@@ -1,0 +1,81 @@
+"""Settings, read once from the environment at start and passed in from there.
+
+Every setting is validated up front so that a typo stops the process at start with a
+message naming the variable, instead of surfacing hours later as a failed deletion.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
+
+
+class ConfigError(ValueError):
+    """A setting is missing or invalid; the message names it."""
+
+
+def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name}: must be at least {minimum}, got {value}")
+    return value
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    queue_name: str = "jobttl"
+    propagation_policy: str = "Foreground"
+    # Largest CloudEvent body the sink accepts. etcd caps an object at 1.5 MiB; the
+    # event wraps one object, so 3 MiB leaves room without inviting abuse.
+    max_event_bytes: int = 3 * 1024 * 1024
+    # Transient API failures are retried retry_max times, waiting backoff * 2**n seconds.
+    retry_max: int = 5
+    retry_backoff: int = 10
+    api_timeout: int = 30
+    log_level: str = "INFO"
+    # Kubernetes access; None means the standard loaders decide (in-cluster, then KUBECONFIG).
+    kubeconfig: str | None = None
+
+    @property
+    def retry_intervals(self) -> list[int]:
+        return [self.retry_backoff * 2**n for n in range(self.retry_max)]
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        redis_url = env.get("JOBTTL_REDIS_URL") or cls.redis_url
+        if urlparse(redis_url).scheme not in ("redis", "rediss", "unix"):
+            raise ConfigError(f"JOBTTL_REDIS_URL: expected redis://, rediss:// or unix://, got {redis_url!r}")
+        queue_name = env.get("JOBTTL_QUEUE") or cls.queue_name
+        if not queue_name.replace("-", "").replace("_", "").isalnum():
+            raise ConfigError(f"JOBTTL_QUEUE: use letters, digits, '-' and '_', got {queue_name!r}")
+        policy = env.get("JOBTTL_PROPAGATION_POLICY") or cls.propagation_policy
+        if policy not in PROPAGATION_POLICIES:
+            raise ConfigError(
+                f"JOBTTL_PROPAGATION_POLICY: must be one of {', '.join(PROPAGATION_POLICIES)}, got {policy!r}"
+            )
+        log_level = (env.get("JOBTTL_LOG_LEVEL") or cls.log_level).upper()
+        if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+            raise ConfigError(f"JOBTTL_LOG_LEVEL: must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+        return cls(
+            redis_url=redis_url,
+            queue_name=queue_name,
+            propagation_policy=policy,
+            max_event_bytes=_int(env, "JOBTTL_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
+            retry_max=_int(env, "JOBTTL_RETRY_MAX", cls.retry_max, 0),
+            retry_backoff=_int(env, "JOBTTL_RETRY_BACKOFF", cls.retry_backoff, 0),
+            api_timeout=_int(env, "JOBTTL_API_TIMEOUT", cls.api_timeout, 1),
+            log_level=log_level,
+            kubeconfig=env.get("KUBECONFIG") or None,
+        )

@@ -1,0 +1,1 @@
+"""The HTTP side of jobttl: receives Kubernetes API events as CloudEvents."""

@@ -1,0 +1,172 @@
+"""The sink: a Flask app that turns ApiServerSource CloudEvents into pending deletions.
+
+Response codes follow Knative's delivery rules. ApiServerSource retries only 404, 413,
+425, 429, 502, 503, 504 and transport errors (about 6 tries in 3 s), then drops the
+event; a Broker also retries other 5xx, 408 and 409. So:
+
+- accepted or deliberately ignored → 202 with an empty body (behind a Broker, a 2xx
+  body that is not a CloudEvent is turned into a 502). The header ``X-Jobttl-Outcome``
+  says what happened, for humans and tests.
+- unreadable input → 400 / 413 / 415 with a JSON error naming the problem: retrying the
+  same bytes cannot help.
+- Redis (or, in Reference mode, the API server) unreachable → 503, so the event is retried.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from flask import Flask, Response, jsonify, request
+from prometheus_client import CollectorRegistry, Counter, generate_latest, CONTENT_TYPE_LATEST
+from redis import Redis
+from redis.exceptions import LockError, RedisError
+from werkzeug.exceptions import HTTPException
+
+from jobttl.config import Settings
+from sink.events import ApiServerEvent, BadEvent, OtherEvent, parse
+from worker.decision import JobRef, Verdict, decide
+from worker.kinds import JobKind, KindRegistry
+from worker.kube import KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
+from worker.schedule import Schedule
+
+log = logging.getLogger("jobttl.sink")
+
+
+class Unavailable(Exception):
+    """A dependency (Redis, the API server) is down: answer 503 so the sender retries."""
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.events = Counter(
+            "jobttl_sink_events", "CloudEvents received, by type and outcome", ["type", "outcome"],
+            registry=self.registry,
+        )
+        self.invalid_ttls = Counter(
+            "jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer", ["kind"],
+            registry=self.registry,
+        )
+
+
+class Sink:
+    """What the routes need: the schedule, the enabled kinds, and API access for Reference mode."""
+
+    def __init__(self, settings: Settings, redis: Redis, kinds: KindRegistry, kube: KubeClient | None):
+        self.settings = settings
+        self.schedule = Schedule(redis, settings.queue_name, settings.retry_intervals)
+        self.kinds = kinds
+        self._kube = kube
+        self.metrics = Metrics()
+
+    @property
+    def kube(self) -> KubeClient:
+        # Resource mode never needs the API, so the client is only loaded once needed.
+        if self._kube is None:
+            try:
+                self._kube = KubeClient(load_api_client(self.settings.kubeconfig), self.settings.api_timeout)
+            except Exception as exc:  # any loader failure: no kubeconfig, no service account
+                raise Unavailable(f"cannot load Kubernetes credentials for a Reference-mode event: {exc}") from exc
+        return self._kube
+
+    def handle(self, event: ApiServerEvent) -> str:
+        kind = self.kinds.get(event.api_version, event.kind)
+        if kind is None:
+            return "ignored:kind-not-enabled"
+        obj = event.object
+        if event.mode == "reference":
+            obj = self._read(kind, event)
+        if event.action == "delete" or obj is None:
+            return self._forget(kind, event, keep_uid=obj["metadata"]["uid"] if obj else None)
+        return self._plan(kind, obj)
+
+    def _read(self, kind: JobKind, event: ApiServerEvent) -> dict[str, Any] | None:
+        try:
+            return self.kube.get(kind, event.namespace, event.name)
+        except ObjectGone:
+            return None
+        except (TransientApiError, PermanentApiError) as exc:
+            raise Unavailable(str(exc)) from exc
+
+    def _forget(self, kind: JobKind, event: ApiServerEvent, keep_uid: str | None) -> str:
+        """The object is gone: drop its pending deletion (and that of any earlier object
+        with the same name, unless it is the one that exists now)."""
+        if event.object is not None:
+            uids = {event.object["metadata"]["uid"]}
+        else:
+            uids = self.schedule.uids_named(kind.api_version, kind.kind, event.namespace, event.name)
+        cancelled = [uid for uid in uids if uid != keep_uid and self.schedule.cancel(uid) is not None]
+        for uid in cancelled:
+            log.info("cancelled", extra={"event": "cancelled", "kind": kind.kind, "namespace": event.namespace,
+                                         "name": event.name, "uid": uid, "reason": "deleted"})
+        return "cancelled" if cancelled else "ignored:not-pending"
+
+    def _plan(self, kind: JobKind, obj: dict[str, Any]) -> str:
+        ref = JobRef.of(obj)
+        decision = decide(obj, kind)
+        if decision.verdict is Verdict.EXPIRES:
+            change = self.schedule.plan(ref, decision)
+            log.info(change.value, extra={"event": change.value, **ref.as_dict(), "due": decision.expires_at,
+                                          "ttl": decision.ttl, "ttlSource": decision.ttl_source})
+            return change.value
+        if decision.verdict is Verdict.INVALID_TTL:
+            self.metrics.invalid_ttls.labels(kind.kind).inc()
+            log.warning("invalid TTL", extra={"event": "invalid-ttl", **ref.as_dict(), "detail": decision.reason})
+        # The object as it is now should not be deleted (its TTL was removed, say): an
+        # earlier pending deletion no longer applies. The worker would skip it anyway.
+        if self.schedule.cancel(ref.uid) is not None:
+            log.info("cancelled", extra={"event": "cancelled", **ref.as_dict(), "reason": decision.verdict.value})
+        return f"ignored:{decision.verdict.value}"
+
+
+def _error(status: int, message: str) -> Response:
+    response = jsonify({"error": message, "code": status})
+    response.status_code = status
+    return response
+
+
+def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
+               kinds: KindRegistry | None = None, kube: KubeClient | None = None) -> Flask:
+    """Application factory. Dependencies may be passed in; otherwise they come from `settings`."""
+    settings = settings or Settings.from_env()
+    if redis is None:
+        # Short timeouts: a sink stuck on a dead Redis should say 503 fast, not hang Knative.
+        redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
+    sink = Sink(settings, redis, kinds or KindRegistry(), kube)
+
+    app = Flask("jobttl.sink")
+    app.config["MAX_CONTENT_LENGTH"] = settings.max_event_bytes
+    app.extensions["jobttl"] = sink
+
+    @app.post("/")
+    def receive() -> Response:
+        try:
+            event = parse(request.headers, request.get_data())
+            outcome = "ignored:other-event-type" if isinstance(event, OtherEvent) else sink.handle(event)
+        except BadEvent as exc:
+            sink.metrics.events.labels("invalid", "rejected").inc()
+            log.warning("rejected event", extra={"event": "rejected", "status": exc.status, "detail": exc.message})
+            return _error(exc.status, exc.message)
+        except (RedisError, LockError) as exc:
+            sink.metrics.events.labels(event.action, "unavailable").inc()
+            log.error("redis unavailable", extra={"event": "unavailable", "detail": str(exc)})
+            return _error(503, f"Redis is unavailable, retry later: {exc}")
+        except Unavailable as exc:
+            sink.metrics.events.labels(event.action, "unavailable").inc()
+            log.error("api unavailable", extra={"event": "unavailable", "detail": str(exc)})
+            return _error(503, str(exc))
+        label = event.type if isinstance(event, OtherEvent) else event.action
+        sink.metrics.events.labels(label, outcome.split(":", 1)[0]).inc()
+        return Response(status=202, headers={"X-Jobttl-Outcome": outcome})
+
+    @app.get("/metrics")
+    def metrics() -> Response:
+        return Response(generate_latest(sink.metrics.registry), content_type=CONTENT_TYPE_LATEST)
+
+    @app.errorhandler(HTTPException)
+    def http_error(exc: HTTPException) -> Response:
+        # 413 for oversized bodies, 404/405 for wrong paths: JSON like every other error.
+        return _error(exc.code or 500, exc.description or exc.name)
+
+    return app

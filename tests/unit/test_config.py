@@ -1,0 +1,36 @@
+"""Misconfiguration stops the process at start with the setting named (jobttl/config.py)."""
+
+import pytest
+
+from jobttl.cli import main
+from jobttl.config import ConfigError, Settings
+
+
+def test_defaults_need_no_environment():
+    settings = Settings.from_env({})
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.propagation_policy == "Foreground"
+    assert settings.retry_intervals == [10, 20, 40, 80, 160]
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("JOBTTL_REDIS_URL", "http://localhost:6379"),
+        ("JOBTTL_PROPAGATION_POLICY", "foreground"),
+        ("JOBTTL_QUEUE", "jobs:ttl"),
+        ("JOBTTL_RETRY_MAX", "five"),
+        ("JOBTTL_RETRY_BACKOFF", "-1"),
+        ("JOBTTL_MAX_EVENT_BYTES", "10"),
+        ("JOBTTL_LOG_LEVEL", "LOUD"),
+    ],
+)
+def test_each_invalid_setting_is_named(name, value):
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_the_cli_exits_2_naming_the_setting(monkeypatch, capsys):
+    monkeypatch.setenv("JOBTTL_PROPAGATION_POLICY", "Sideways")
+    assert main(["worker"]) == 2
+    assert "JOBTTL_PROPAGATION_POLICY" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""The deleting side of jobttl: deciding, scheduling and performing deletions."""

@@ -1,0 +1,107 @@
+"""Talking to the Kubernetes API server: read a job, delete a job, classify failures.
+
+One `KubeClient` (and so one connection pool) per process. Failures are sorted into the
+three ways the caller must react: the object is gone, retry later, or stop and tell a human.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from worker.kinds import JobKind
+
+
+class ObjectGone(Exception):
+    """404: the object does not exist (any more)."""
+
+
+class Conflict(Exception):
+    """409: a precondition (UID or resourceVersion) no longer matches; re-read and decide again."""
+
+
+class TransientApiError(Exception):
+    """The API server is unreachable, overloaded or failing; worth retrying with backoff."""
+
+
+class PermanentApiError(Exception):
+    """Retrying will not help (no permission, invalid request); a human must act."""
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        except config.ConfigException:
+            pass  # not in a pod: fall through to ~/.kube/config
+    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    return client.ApiClient(configuration)
+
+
+def _status_message(exc: ApiException) -> str:
+    try:
+        return json.loads(exc.body).get("message") or exc.reason
+    except (TypeError, ValueError, AttributeError):
+        return str(exc.reason)
+
+
+def _translate(exc: ApiException, verb: str, kind: JobKind, namespace: str) -> Exception:
+    status = exc.status or 0
+    message = _status_message(exc)
+    if status == 404:
+        return ObjectGone(message)
+    if status == 409:
+        return Conflict(message)
+    if status in (401, 403):
+        return PermanentApiError(
+            f"{status} from the API server: jobttl needs '{verb}' on {kind.resource} "
+            f"in namespace {namespace!r}; grant it to jobttl's service account ({message})"
+        )
+    if status == 429 or status >= 500:
+        return TransientApiError(f"{status} from the API server on {verb} {kind.resource}: {message}")
+    return PermanentApiError(f"{status} from the API server on {verb} {kind.resource}: {message}")
+
+
+class KubeClient:
+    def __init__(self, api_client: client.ApiClient, timeout: int = 30):
+        self.api = client.CustomObjectsApi(api_client)
+        self.timeout = timeout
+
+    def get(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
+        try:
+            return self.api.get_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            raise _translate(exc, "get", kind, namespace) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"cannot reach the API server to get {kind.resource}: {exc}") from exc
+
+    def delete(
+        self, kind: JobKind, namespace: str, name: str, uid: str, resource_version: str, propagation_policy: str
+    ) -> dict[str, Any]:
+        """DELETE guarded by the UID and resourceVersion we decided on.
+
+        The UID precondition makes the API server refuse if the name now belongs to a
+        re-created object; the resourceVersion one refuses if the object changed (say, its
+        TTL was extended) between our read and this delete.
+        """
+        body = client.V1DeleteOptions(
+            preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
+            propagation_policy=propagation_policy,
+        )
+        try:
+            return self.api.delete_namespaced_custom_object(
+                kind.group, kind.version, namespace, kind.plural, name, body=body, _request_timeout=self.timeout
+            )
+        except ApiException as exc:
+            raise _translate(exc, "delete", kind, namespace) from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"cannot reach the API server to delete {kind.resource}: {exc}") from exc

@@ -1,0 +1,28 @@
+"""Run the RQ worker that performs due deletions, with RQ's scheduler.
+
+`SimpleWorker` runs each job in this process instead of forking one per job: a fork costs
+~12 ms and throws away the Kubernetes client's connection pool, while a deletion is one GET
+and one DELETE. The scheduler (which moves due deletions from the schedule onto the queue)
+runs alongside in its own process; only one scheduler per queue holds the lock at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rq import SimpleWorker
+from rq.serializers import JSONSerializer
+
+from jobttl.config import Settings
+from worker import tasks
+
+log = logging.getLogger("jobttl.worker")
+
+
+def run(settings: Settings, burst: bool = False) -> None:
+    ctx = tasks.configure(settings)  # fail fast: the Kubernetes config is loaded now
+    redis = ctx.schedule.redis
+    redis.ping()
+    worker = SimpleWorker([ctx.schedule.queue.name], connection=redis, serializer=JSONSerializer)
+    log.info("worker starting", extra={"event": "worker-start", "queue": settings.queue_name, "burst": burst})
+    worker.work(burst=burst, with_scheduler=True, logging_level=settings.log_level)

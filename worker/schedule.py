@@ -1,0 +1,219 @@
+"""The schedule of pending deletions: one per job UID, held in Redis, run by RQ.
+
+Why keyed by UID: update events for a finished job arrive many times, and a job deleted
+and re-created under the same name is a different object with a different UID. Keying by
+UID gives each object exactly one pending deletion and keeps an old schedule from ever
+being applied to a new object (the worker also checks the UID before deleting).
+
+Layout in Redis (all keys under ``jobttl:``):
+
+- ``jobttl:pending:<uid>``: hash describing the pending deletion (identity, due time,
+  finish time, TTL and where it came from, the RQ job id). This is the inspectable record.
+- ``jobttl:pending``: sorted set of UIDs by due time, for listing in due order.
+- ``jobttl:names:<apiVersion>:<kind>:<namespace>:<name>``: set of UIDs scheduled under a
+  name, so that a Reference-mode delete event (which carries no UID) can find them.
+
+The RQ job id is derived from (UID, due time). A duplicate event therefore maps onto the
+existing job and changes nothing, while a changed TTL maps onto a new job id and the old
+job is deleted. Reads and writes for one UID happen under a short Redis lock, so concurrent
+sink processes and workers cannot leave two pending deletions for one object.
+
+Jobs already due are enqueued for immediate execution instead of scheduled: RQ's scheduler
+moves at most 1000 due jobs per queue per second, which would turn a backlog into a queue
+behind the scheduler rather than behind the workers.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from redis import Redis
+from rq import Queue, Retry
+from rq.exceptions import NoSuchJobError
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from worker.decision import Decision, JobRef
+
+PENDING_INDEX = "jobttl:pending"
+LOCK_TIMEOUT = 10
+
+# The task the worker runs, named by its import path so no code object is stored in Redis.
+DELETE_TASK = "worker.tasks.delete_if_expired"
+
+# Job states in which the RQ job will still run (or is running) without our help.
+LIVE_STATES = {JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED}
+
+
+class Change(enum.Enum):
+    SCHEDULED = "scheduled"  # no pending deletion existed
+    MOVED = "moved"  # a pending deletion existed with another due time
+    UNCHANGED = "unchanged"  # the same deletion was already pending
+
+
+@dataclass(frozen=True)
+class PendingDeletion:
+    ref: JobRef
+    due: int
+    job_id: str
+    finished_at: int | None
+    ttl: int | None
+    ttl_source: str | None
+    scheduled_at: int
+
+    def as_hash(self) -> dict[str, str]:
+        data = {
+            **self.ref.as_dict(),
+            "due": str(self.due),
+            "jobId": self.job_id,
+            "scheduledAt": str(self.scheduled_at),
+        }
+        if self.finished_at is not None:
+            data["finishedAt"] = str(self.finished_at)
+        if self.ttl is not None:
+            data["ttl"] = str(self.ttl)
+        if self.ttl_source:
+            data["ttlSource"] = self.ttl_source
+        return data
+
+    @classmethod
+    def from_hash(cls, data: dict[str, str]) -> PendingDeletion:
+        return cls(
+            ref=JobRef.from_dict(data),
+            due=int(data["due"]),
+            job_id=data["jobId"],
+            finished_at=int(data["finishedAt"]) if "finishedAt" in data else None,
+            ttl=int(data["ttl"]) if "ttl" in data else None,
+            ttl_source=data.get("ttlSource"),
+            scheduled_at=int(data["scheduledAt"]),
+        )
+
+
+def job_id_for(uid: str, due: int) -> str:
+    # UIDs are UUIDs (hex and '-'), which RQ accepts in job ids; anything else is refused
+    # here rather than by RQ deep inside an enqueue.
+    if not uid or not all(c.isalnum() or c == "-" for c in uid):
+        raise ValueError(f"metadata.uid {uid!r} is not a valid Kubernetes UID")
+    return f"delete-{uid}-{due}"
+
+
+def _pending_key(uid: str) -> str:
+    return f"jobttl:pending:{uid}"
+
+
+def _names_key(ref: JobRef) -> str:
+    return f"jobttl:names:{ref.api_version}:{ref.kind}:{ref.namespace}:{ref.name}"
+
+
+class Schedule:
+    """Pending deletions, scheduled as delayed RQ jobs on one queue."""
+
+    def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 300):
+        # decode_responses must be off for RQ; we decode our own hashes.
+        self.redis = redis
+        self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
+        self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
+        self.job_timeout = job_timeout
+
+    def _lock(self, uid: str):
+        return self.redis.lock(f"jobttl:lock:{uid}", timeout=LOCK_TIMEOUT, blocking_timeout=LOCK_TIMEOUT)
+
+    def _fetch_job(self, job_id: str) -> Job | None:
+        try:
+            return Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
+        except NoSuchJobError:
+            return None
+
+    def get(self, uid: str) -> PendingDeletion | None:
+        raw = self.redis.hgetall(_pending_key(uid))
+        if not raw:
+            return None
+        return PendingDeletion.from_hash({k.decode(): v.decode() for k, v in raw.items()})
+
+    def uids_named(self, api_version: str, kind: str, namespace: str, name: str) -> set[str]:
+        ref = JobRef(api_version, kind, namespace, name, uid="")
+        return {uid.decode() for uid in self.redis.smembers(_names_key(ref))}
+
+    def plan(self, ref: JobRef, decision: Decision, now: float | None = None) -> Change:
+        """Make sure exactly one deletion of `ref` is pending, due at decision.expires_at."""
+        assert decision.expires_at is not None, "only an expiring decision can be scheduled"
+        due = decision.expires_at
+        job_id = job_id_for(ref.uid, due)
+        now = time.time() if now is None else now
+        with self._lock(ref.uid):
+            current = self.get(ref.uid)
+            if current is not None:
+                job = self._fetch_job(current.job_id)
+                if current.job_id == job_id and job is not None and job.get_status() in LIVE_STATES:
+                    return Change.UNCHANGED
+                # A job that is running right now re-reads the object and decides for
+                # itself; deleting its hash under it would only lose its result.
+                if job is not None and job.get_status() != JobStatus.STARTED:
+                    job.delete()
+            self._enqueue(ref, job_id, due, now)
+            pending = PendingDeletion(
+                ref=ref,
+                due=due,
+                job_id=job_id,
+                finished_at=decision.finished_at,
+                ttl=decision.ttl,
+                ttl_source=decision.ttl_source,
+                scheduled_at=int(now),
+            )
+            with self.redis.pipeline() as pipe:
+                pipe.delete(_pending_key(ref.uid))
+                pipe.hset(_pending_key(ref.uid), mapping=pending.as_hash())
+                pipe.zadd(PENDING_INDEX, {ref.uid: due})
+                pipe.sadd(_names_key(ref), ref.uid)
+                pipe.execute()
+        return Change.SCHEDULED if current is None else Change.MOVED
+
+    def _enqueue(self, ref: JobRef, job_id: str, due: int, now: float) -> None:
+        options = dict(
+            job_id=job_id,
+            retry=self.retry,
+            job_timeout=self.job_timeout,
+            description=f"delete {ref} when due at {due}",
+            # Finished RQ jobs are kept briefly for debugging; history is the audit's job.
+            result_ttl=3600,
+            failure_ttl=7 * 24 * 3600,
+        )
+        args = (ref.as_dict(), due)
+        if due <= now:
+            self.queue.enqueue(DELETE_TASK, *args, **options)
+        else:
+            when = datetime.fromtimestamp(due, tz=timezone.utc)
+            self.queue.enqueue_at(when, DELETE_TASK, *args, **options)
+
+    def cancel(self, uid: str) -> PendingDeletion | None:
+        """Remove the pending deletion of `uid` (its object is gone). Returns what was removed."""
+        with self._lock(uid):
+            current = self.get(uid)
+            if current is None:
+                return None
+            job = self._fetch_job(current.job_id)
+            if job is not None and job.get_status() != JobStatus.STARTED:
+                job.delete()
+            self._forget(current)
+            return current
+
+    def complete(self, ref: JobRef, job_id: str) -> None:
+        """The RQ job `job_id` reached a final outcome: drop the record if it is still its own.
+
+        If the record now names another job, the deletion was rescheduled meanwhile and that
+        newer schedule must stay.
+        """
+        with self._lock(ref.uid):
+            current = self.get(ref.uid)
+            if current is not None and current.job_id == job_id:
+                self._forget(current)
+
+    def _forget(self, pending: PendingDeletion) -> None:
+        with self.redis.pipeline() as pipe:
+            pipe.delete(_pending_key(pending.ref.uid))
+            pipe.zrem(PENDING_INDEX, pending.ref.uid)
+            pipe.srem(_names_key(pending.ref), pending.ref.uid)
+            pipe.execute()

@@ -1,0 +1,128 @@
+"""The RQ task that deletes one job when its TTL is up, if and only if it still should.
+
+The task gets only the job's identity and the due time it was scheduled for. It re-reads
+the object and decides again from what the API server says now, as the upstream
+TTL-after-finished controller does: the event that scheduled it may have been stale or
+forged, the job may have been re-created under the same name, or its TTL extended.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from redis import Redis
+from rq import get_current_job
+
+from jobttl.config import Settings
+from worker.decision import JobRef, Verdict, decide
+from worker.kinds import KindRegistry
+from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, load_api_client
+from worker.schedule import Schedule
+
+log = logging.getLogger("jobttl.worker")
+
+# A 409 means the object changed between our read and our delete; we re-read and decide
+# again. More than a few in a row means something keeps rewriting it: let RQ retry later.
+MAX_CONFLICTS = 3
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    kube: KubeClient
+    schedule: Schedule
+    kinds: KindRegistry
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerContext:
+        return cls(
+            settings=settings,
+            kube=KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout),
+            schedule=Schedule(Redis.from_url(settings.redis_url), settings.queue_name, settings.retry_intervals),
+            kinds=KindRegistry(),
+        )
+
+
+_context: WorkerContext | None = None
+
+
+def configure(settings: Settings) -> WorkerContext:
+    """Build the process's one context (and so its one API connection pool)."""
+    global _context
+    _context = WorkerContext.from_settings(settings)
+    return _context
+
+
+def context() -> WorkerContext:
+    """The process's context; a worker started without `jobttl worker` reads the environment."""
+    return _context if _context is not None else configure(Settings.from_env())
+
+
+def _outcome(event: str, ref: JobRef, level: int = logging.INFO, **fields) -> str:
+    log.log(level, event, extra={"event": event, **ref.as_dict(), **fields})
+    return event
+
+
+def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
+    """Entry point for RQ. Returns the outcome, which RQ stores as the job's result."""
+    ctx = context()
+    ref = JobRef.from_dict(ref_data)
+    job = get_current_job()
+    try:
+        outcome = _delete_if_expired(ctx, ref, due)
+    except PermanentApiError as exc:
+        # Retrying a 403 only hides it: fail now, with the message saying what to grant.
+        if job is not None:
+            job.retries_left = 0
+        _outcome("failed", ref, logging.ERROR, due=due, error=str(exc))
+        raise
+    except Exception as exc:
+        retries_left = job.retries_left if job is not None else None
+        event, level = ("retrying", logging.WARNING) if retries_left else ("failed", logging.ERROR)
+        _outcome(event, ref, level, due=due, error=str(exc), retriesLeft=retries_left or 0)
+        raise
+    if outcome != "rescheduled" and job is not None:
+        ctx.schedule.complete(ref, job.id)
+    return outcome
+
+
+def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
+    kind = ctx.kinds.get(ref.api_version, ref.kind)
+    if kind is None:
+        return _outcome("skipped", ref, reason="kind-not-enabled", due=due)
+    for _ in range(MAX_CONFLICTS):
+        try:
+            obj = ctx.kube.get(kind, ref.namespace, ref.name)
+        except ObjectGone:
+            return _outcome("skipped", ref, reason="gone", due=due)
+        meta = obj.get("metadata", {})
+        if meta.get("uid") != ref.uid:
+            return _outcome("skipped", ref, reason="recreated", due=due, currentUid=meta.get("uid"))
+
+        decision = decide(obj, kind)
+        if decision.verdict is not Verdict.EXPIRES:
+            return _outcome("skipped", ref, reason=decision.verdict.value, due=due, detail=decision.reason)
+        assert decision.expires_at is not None
+        now = time.time()
+        if decision.expires_at > now:
+            # The TTL was extended (or our clock is behind the operator's): try again then.
+            ctx.schedule.plan(ref, decision, now=now)
+            return _outcome("rescheduled", ref, due=due, newDue=decision.expires_at)
+
+        try:
+            ctx.kube.delete(
+                kind, ref.namespace, ref.name, ref.uid, meta["resourceVersion"], ctx.settings.propagation_policy
+            )
+        except ObjectGone:
+            return _outcome("skipped", ref, reason="gone", due=due)
+        except Conflict as exc:
+            _outcome("conflict", ref, due=due, detail=str(exc))
+            continue
+        return _outcome(
+            "deleted", ref, due=due, finishedAt=decision.finished_at, ttl=decision.ttl,
+            ttlSource=decision.ttl_source, lateness=round(now - decision.expires_at, 3),
+            propagationPolicy=ctx.settings.propagation_policy,
+        )
+    raise Conflict(f"{ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
