@@ -1,0 +1,60 @@
+"""Resource registrations: which kinds the emulated API server serves.
+
+A kind is served by registering one :class:`Resource`; routing, discovery,
+storage and error messages are all derived from it, the way kube-apiserver
+derives them from a CustomResourceDefinition (group, version, names, scope and
+the ``status`` subresource). Everything served is namespaced, like the
+Kubeflow, Argo and batch kinds jobttl cleans up.
+
+The core group (``group=""``) is served under ``/api/v1``, every other group
+under ``/apis/<group>/<version>``, so e.g. core ``events`` later is
+``Resource("", "v1", "Event", "events", status_subresource=False)``.
+
+Every kind gets custom-resource semantics (see ``store.py``). Built-in kinds
+such as batch/v1 Job differ from that in ways not emulated: their decoder
+defaults a missing ``kind``, they accept strategic merge patches, and Jobs
+default to orphaning their pods on delete.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    singular: str = ""
+    list_kind: str = ""
+    # The Kubeflow CRDs declare `subresources: {status: {}}`; Argo's Workflow
+    # CRD does not (status is then written through the main resource).
+    status_subresource: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.singular:
+            object.__setattr__(self, "singular", self.kind.lower())
+        if not self.list_kind:
+            object.__setattr__(self, "list_kind", self.kind + "List")
+
+    @property
+    def api_version(self) -> str:
+        """The objects' ``apiVersion``: ``group/version``, or just ``v1`` for core."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def qualified(self) -> str:
+        """GroupResource.String(): ``tfjobs.kubeflow.org``, or just ``events`` for core."""
+        return qualify(self.plural, self.group)
+
+
+def qualify(name: str, group: str) -> str:
+    """``name.group`` as kube-apiserver prints GroupResource/GroupKind in messages."""
+    return f"{name}.{group}" if group else name
+
+
+TFJOB = Resource("kubeflow.org", "v1", "TFJob", "tfjobs")
+
+DEFAULT_RESOURCES: tuple[Resource, ...] = (TFJOB,)

@@ -1,0 +1,52 @@
+"""Fixtures for the emulator tests: a live EmulatorServer and real kubernetes clients."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from emulator import EmulatorServer
+
+from .emulator_testlib import Cluster, WatchCollector
+
+
+@pytest.fixture
+def server() -> Iterator[EmulatorServer]:
+    with EmulatorServer(gc_delay=0.5, history_size=200, bookmark_interval=0.3) as srv:
+        yield srv
+
+
+@pytest.fixture
+def api_client(server: EmulatorServer, tmp_path: Any) -> Iterator[client.ApiClient]:
+    configuration = client.Configuration()
+    config.load_kube_config(config_file=server.write_kubeconfig(str(tmp_path / "kubeconfig")), client_configuration=configuration)
+    with client.ApiClient(configuration) as api_client:
+        yield api_client
+
+
+@pytest.fixture
+def api(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+@pytest.fixture
+def cluster(server: EmulatorServer, api: client.CustomObjectsApi) -> Cluster:
+    return Cluster(server, api)
+
+
+@pytest.fixture
+def watches() -> Iterator[Callable[..., WatchCollector]]:
+    """Factory for WatchCollectors that are stopped after the test."""
+    started: list[WatchCollector] = []
+
+    def start(func: Callable, *args: Any, **kwargs: Any) -> WatchCollector:
+        collector = WatchCollector(func, *args, **kwargs)
+        started.append(collector)
+        return collector
+
+    yield start
+    for collector in started:
+        collector.stop()
