@@ -30,6 +30,14 @@ def _emulator(args: argparse.Namespace, settings: Settings) -> None:
     run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay)
 
 
+def _watch(args: argparse.Namespace, settings: Settings) -> None:
+    from watcher.watch import run
+    from worker.kinds import KindRegistry
+    from worker.kube import load_api_client
+
+    run(load_api_client(settings.kubeconfig), KindRegistry().kinds, args.sink)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="jobttl",
@@ -47,6 +55,10 @@ def build_parser() -> argparse.ArgumentParser:
     worker = commands.add_parser("worker", help="run the deleting RQ worker with its scheduler")
     worker.add_argument("--burst", action="store_true", help="run the jobs due now, then exit")
     worker.set_defaults(run=_worker)
+
+    watch = commands.add_parser("watch", help="watch job kinds and post ApiServerSource-style CloudEvents to a sink")
+    watch.add_argument("--sink", required=True, metavar="URL", help="where to POST events, e.g. http://jobttl-sink")
+    watch.set_defaults(run=_watch)
 
     emulator = commands.add_parser("emulator", help="serve the Kubernetes API emulator (for tests and demos)")
     emulator.add_argument("--host", default="127.0.0.1")

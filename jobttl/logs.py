@@ -23,3 +23,16 @@ def configure(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
+
+
+def record(logger: logging.Logger, event: str, obj: dict[str, str] | None = None, level: int = logging.INFO,
+           **fields) -> None:
+    """Log one thing that happened, as ``{"event": ..., "object": {kind, namespace, name, uid}, ...}``.
+
+    The object's identity is nested under "object" (like a Kubernetes Event's
+    involvedObject) because "name" is reserved on a LogRecord.
+    """
+    extra = {"event": event, **fields}
+    if obj is not None:
+        extra["object"] = obj
+    logger.log(level, event, extra=extra)

@@ -23,6 +23,7 @@ from redis import Redis
 from redis.exceptions import LockError, RedisError
 from werkzeug.exceptions import HTTPException
 
+from jobttl import logs
 from jobttl.config import Settings
 from sink.events import ApiServerEvent, BadEvent, OtherEvent, parse
 from worker.decision import JobRef, Verdict, decide
@@ -74,11 +75,18 @@ class Sink:
         kind = self.kinds.get(event.api_version, event.kind)
         if kind is None:
             return "ignored:kind-not-enabled"
-        obj = event.object
-        if event.mode == "reference":
-            obj = self._read(kind, event)
-        if event.action == "delete" or obj is None:
-            return self._forget(kind, event, keep_uid=obj["metadata"]["uid"] if obj else None)
+        if event.mode == "resource":
+            if event.action == "delete":
+                return self._cancel(kind, event, {event.object["metadata"]["uid"]})
+            return self._plan(kind, event.object)
+        # Reference mode names the object but not its UID: the API server says what exists
+        # now. Anything else scheduled under that name belonged to an object that is gone.
+        obj = self._read(kind, event)
+        named = self.schedule.uids_named(kind.api_version, kind.kind, event.namespace, event.name)
+        current_uid = obj["metadata"]["uid"] if obj is not None else None
+        outcome = self._cancel(kind, event, named - {current_uid})
+        if obj is None or event.action == "delete":
+            return outcome
         return self._plan(kind, obj)
 
     def _read(self, kind: JobKind, event: ApiServerEvent) -> dict[str, Any] | None:
@@ -89,17 +97,12 @@ class Sink:
         except (TransientApiError, PermanentApiError) as exc:
             raise Unavailable(str(exc)) from exc
 
-    def _forget(self, kind: JobKind, event: ApiServerEvent, keep_uid: str | None) -> str:
-        """The object is gone: drop its pending deletion (and that of any earlier object
-        with the same name, unless it is the one that exists now)."""
-        if event.object is not None:
-            uids = {event.object["metadata"]["uid"]}
-        else:
-            uids = self.schedule.uids_named(kind.api_version, kind.kind, event.namespace, event.name)
-        cancelled = [uid for uid in uids if uid != keep_uid and self.schedule.cancel(uid) is not None]
+    def _cancel(self, kind: JobKind, event: ApiServerEvent, uids: set[str]) -> str:
+        """Drop the pending deletions of objects that no longer exist."""
+        cancelled = [uid for uid in uids if self.schedule.cancel(uid) is not None]
         for uid in cancelled:
-            log.info("cancelled", extra={"event": "cancelled", "kind": kind.kind, "namespace": event.namespace,
-                                         "name": event.name, "uid": uid, "reason": "deleted"})
+            ref = JobRef(kind.api_version, kind.kind, event.namespace, event.name, uid)
+            logs.record(log, "cancelled", ref.as_dict(), reason="deleted")
         return "cancelled" if cancelled else "ignored:not-pending"
 
     def _plan(self, kind: JobKind, obj: dict[str, Any]) -> str:
@@ -107,16 +110,16 @@ class Sink:
         decision = decide(obj, kind)
         if decision.verdict is Verdict.EXPIRES:
             change = self.schedule.plan(ref, decision)
-            log.info(change.value, extra={"event": change.value, **ref.as_dict(), "due": decision.expires_at,
-                                          "ttl": decision.ttl, "ttlSource": decision.ttl_source})
+            logs.record(log, change.value, ref.as_dict(), due=decision.expires_at, ttl=decision.ttl,
+                        ttlSource=decision.ttl_source)
             return change.value
         if decision.verdict is Verdict.INVALID_TTL:
             self.metrics.invalid_ttls.labels(kind.kind).inc()
-            log.warning("invalid TTL", extra={"event": "invalid-ttl", **ref.as_dict(), "detail": decision.reason})
+            logs.record(log, "invalid-ttl", ref.as_dict(), logging.WARNING, detail=decision.reason)
         # The object as it is now should not be deleted (its TTL was removed, say): an
         # earlier pending deletion no longer applies. The worker would skip it anyway.
         if self.schedule.cancel(ref.uid) is not None:
-            log.info("cancelled", extra={"event": "cancelled", **ref.as_dict(), "reason": decision.verdict.value})
+            logs.record(log, "cancelled", ref.as_dict(), reason=decision.verdict.value)
         return f"ignored:{decision.verdict.value}"
 
 
@@ -146,15 +149,15 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
             outcome = "ignored:other-event-type" if isinstance(event, OtherEvent) else sink.handle(event)
         except BadEvent as exc:
             sink.metrics.events.labels("invalid", "rejected").inc()
-            log.warning("rejected event", extra={"event": "rejected", "status": exc.status, "detail": exc.message})
+            logs.record(log, "rejected", level=logging.WARNING, status=exc.status, detail=exc.message)
             return _error(exc.status, exc.message)
         except (RedisError, LockError) as exc:
             sink.metrics.events.labels(event.action, "unavailable").inc()
-            log.error("redis unavailable", extra={"event": "unavailable", "detail": str(exc)})
+            logs.record(log, "unavailable", level=logging.ERROR, dependency="redis", detail=str(exc))
             return _error(503, f"Redis is unavailable, retry later: {exc}")
         except Unavailable as exc:
             sink.metrics.events.labels(event.action, "unavailable").inc()
-            log.error("api unavailable", extra={"event": "unavailable", "detail": str(exc)})
+            logs.record(log, "unavailable", level=logging.ERROR, dependency="kubernetes", detail=str(exc))
             return _error(503, str(exc))
         label = event.type if isinstance(event, OtherEvent) else event.action
         sink.metrics.events.labels(label, outcome.split(":", 1)[0]).inc()

@@ -13,6 +13,7 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
+from jobttl.config import ConfigError
 from worker.kinds import JobKind
 
 
@@ -41,7 +42,12 @@ def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
             return client.ApiClient(configuration)
         except config.ConfigException:
             pass  # not in a pod: fall through to ~/.kube/config
-    config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    try:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        where = kubeconfig or "~/.kube/config"
+        raise ConfigError(f"KUBECONFIG: cannot load Kubernetes credentials from {where} "
+                          f"(and not running in a pod): {exc}") from exc
     return client.ApiClient(configuration)
 
 

@@ -13,6 +13,7 @@ import logging
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
+from jobttl import logs
 from jobttl.config import Settings
 from worker import tasks
 
@@ -24,5 +25,5 @@ def run(settings: Settings, burst: bool = False) -> None:
     redis = ctx.schedule.redis
     redis.ping()
     worker = SimpleWorker([ctx.schedule.queue.name], connection=redis, serializer=JSONSerializer)
-    log.info("worker starting", extra={"event": "worker-start", "queue": settings.queue_name, "burst": burst})
+    logs.record(log, "worker-start", queue=settings.queue_name, burst=burst)
     worker.work(burst=burst, with_scheduler=True, logging_level=settings.log_level)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from redis import Redis
 from rq import get_current_job
 
+from jobttl import logs
 from jobttl.config import Settings
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import KindRegistry
@@ -61,8 +62,9 @@ def context() -> WorkerContext:
 
 
 def _outcome(event: str, ref: JobRef, level: int = logging.INFO, **fields) -> str:
-    log.log(level, event, extra={"event": event, **ref.as_dict(), **fields})
-    return event
+    """Log one outcome as structured JSON; return it as "event" or "event:reason"."""
+    logs.record(log, event, ref.as_dict(), level, **fields)
+    return f"{event}:{fields['reason']}" if "reason" in fields else event
 
 
 def delete_if_expired(ref_data: dict[str, str], due: int) -> str:

@@ -34,3 +34,9 @@ def test_the_cli_exits_2_naming_the_setting(monkeypatch, capsys):
     monkeypatch.setenv("JOBTTL_PROPAGATION_POLICY", "Sideways")
     assert main(["worker"]) == 2
     assert "JOBTTL_PROPAGATION_POLICY" in capsys.readouterr().err
+
+
+def test_an_unreadable_kubeconfig_stops_the_worker_naming_kubeconfig(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["worker"]) == 2
+    assert "KUBECONFIG" in capsys.readouterr().err

@@ -1,0 +1,29 @@
+# Two commands for a fresh machine:
+#   make run    the whole service locally (Redis, emulator, sink, worker, watcher)
+#   make test   the full test suite
+# Both create .venv and install what they need, including redis-server if it is missing.
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+INSTALLED := $(VENV)/.installed
+
+.PHONY: run test redis-server
+
+$(INSTALLED): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[test]'
+	touch $@
+
+redis-server:
+	@command -v redis-server >/dev/null 2>&1 || { \
+	  echo "redis-server not found; installing it"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
+
+test: $(INSTALLED) redis-server
+	$(PY) -m pytest
+
+run: $(INSTALLED) redis-server
+	$(PY) -m jobttl.local

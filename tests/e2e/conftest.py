@@ -1,0 +1,152 @@
+"""The whole pipeline over HTTP: emulator ← worker ← Redis ← sink ← CloudEvents.
+
+The emulator runs in this process (its own HTTP server thread); Redis, the sink and the
+worker are real separate processes started with the `jobttl` command, exactly as
+deployed. Tests isolate themselves by namespace rather than by restarting anything.
+"""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+import requests
+from cloudevents.core.bindings.http import to_binary_event, to_structured_event
+from cloudevents.core.v1.event import CloudEvent
+from kubernetes import client, config
+
+from emulator import EmulatorServer
+from tests.fixtures import finished_status, running_status, tfjob
+from tests.services import JobttlProcess, start_sink, wait_for
+from worker.schedule import Schedule
+
+QUEUE = "e2e"
+
+
+@pytest.fixture(scope="session")
+def log_dir(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("logs")
+
+
+@pytest.fixture(scope="session")
+def emulator(tmp_path_factory):
+    server = EmulatorServer(gc_delay=0.2)
+    server.start()
+    kubeconfig = tmp_path_factory.mktemp("kube") / "config"
+    server.write_kubeconfig(str(kubeconfig))
+    server.kubeconfig = kubeconfig
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_env(redis_server, emulator) -> dict[str, str]:
+    return {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_RETRY_MAX": "3",
+        "JOBTTL_RETRY_BACKOFF": "1",
+        "JOBTTL_API_TIMEOUT": "5",
+    }
+
+
+@pytest.fixture(scope="session")
+def worker(stack_env, log_dir):
+    process = JobttlProcess(["worker"], stack_env, log_dir, "worker").start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(scope="session")
+def sink_url(stack_env, log_dir):
+    process, url = start_sink(stack_env, log_dir)
+    yield url
+    process.stop()
+
+
+class Cluster:
+    """A test's view of the stack: its own namespace in the emulator, events to the sink."""
+
+    def __init__(self, emulator: EmulatorServer, sink_url: str, redis):
+        self.emulator = emulator
+        self.sink_url = sink_url
+        self.namespace = f"t-{uuid.uuid4().hex[:10]}"
+        api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
+        self.api = client.CustomObjectsApi(api_client)
+        self.schedule = Schedule(redis, QUEUE, retry_intervals=[])
+
+    # --- the cluster side --------------------------------------------------------------
+    def create(self, name: str, ttl: int | None = None, status: dict | None = None, **kw) -> dict:
+        obj = self.api.create_namespaced_custom_object(
+            "kubeflow.org", "v1", self.namespace, "tfjobs", tfjob(name, self.namespace, ttl=ttl, **kw))
+        if status is not None:
+            obj = self.set_status(name, status)
+        return obj
+
+    def create_finished(self, name: str, ttl: int | None, finished_at: float, outcome="Succeeded") -> dict:
+        return self.create(name, ttl=ttl, status=finished_status(finished_at, outcome))
+
+    def create_running(self, name: str, ttl: int | None, started: float) -> dict:
+        return self.create(name, ttl=ttl, status=running_status(started))
+
+    def set_status(self, name: str, status: dict) -> dict:
+        return self.api.patch_namespaced_custom_object_status(
+            "kubeflow.org", "v1", self.namespace, "tfjobs", name, {"status": status})
+
+    def patch(self, name: str, patch: dict) -> dict:
+        return self.api.patch_namespaced_custom_object("kubeflow.org", "v1", self.namespace, "tfjobs", name, patch)
+
+    def get(self, name: str) -> dict | None:
+        try:
+            return self.api.get_namespaced_custom_object("kubeflow.org", "v1", self.namespace, "tfjobs", name)
+        except client.ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def delete_now(self, name: str) -> None:
+        self.api.delete_namespaced_custom_object("kubeflow.org", "v1", self.namespace, "tfjobs", name,
+                                                 body=client.V1DeleteOptions(propagation_policy="Background"))
+
+    def requests(self, method: str | None = None) -> list[dict]:
+        """API requests jobttl (or this test) made for objects in this test's namespace."""
+        params = {"method": method} if method else {}
+        log = requests.get(f"{self.emulator.url}/_emulator/requests", params=params, timeout=5).json()
+        return [r for r in log if f"/namespaces/{self.namespace}/" in r["path"]]
+
+    def deletes(self) -> list[dict]:
+        return self.requests("DELETE")
+
+    def fail_next(self, verb: str, status: int, count: int) -> None:
+        response = requests.post(f"{self.emulator.url}/_emulator/faults", timeout=5, json={
+            "verb": verb, "status": status, "count": count, "path_contains": f"/namespaces/{self.namespace}/"})
+        response.raise_for_status()
+
+    # --- the event side ----------------------------------------------------------------
+    def event(self, action: str, obj: dict, mode: str = "resource", structured: bool = False):
+        meta = obj["metadata"]
+        data = obj if mode == "resource" else {
+            "apiVersion": obj["apiVersion"], "kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"]}
+        event = CloudEvent(
+            attributes={
+                "specversion": "1.0", "id": str(uuid.uuid4()), "source": self.emulator.url,
+                "type": f"dev.knative.apiserver.{mode}.{action}",
+                "subject": f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/tfjobs/{meta['name']}",
+                "kind": obj["kind"], "apiversion": obj["apiVersion"], "name": meta["name"],
+                "namespace": meta["namespace"],
+            },
+            data=data,
+        )
+        message = (to_structured_event if structured else to_binary_event)(event)
+        return requests.post(self.sink_url, headers=message.headers, data=message.body, timeout=10)
+
+    def wait_gone(self, name: str, timeout: float = 10.0) -> None:
+        wait_for(lambda: self.get(name) is None, timeout=timeout, what=f"{self.namespace}/{name} to be deleted")
+
+
+@pytest.fixture
+def cluster(emulator, sink_url, worker, redis):
+    yield Cluster(emulator, sink_url, redis)
+    requests.delete(f"{emulator.url}/_emulator/faults", timeout=5).raise_for_status()

@@ -1,0 +1,189 @@
+"""Finished TFJobs are deleted after their TTL, and nothing else ever is.
+
+Each test drives the real stack: CloudEvents over HTTP to the sink (a gunicorn process),
+Redis and RQ, the worker process, and the real `kubernetes` client against the emulator.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import requests
+from rq.job import Job, JobStatus
+from rq.serializers import JSONSerializer
+
+from tests.fixtures import finished_status
+from tests.services import wait_for
+from worker.decision import decide
+from worker.kinds import TFJOB
+from worker.schedule import job_id_for
+
+
+def due_of(obj: dict) -> int:
+    return decide(obj, TFJOB).expires_at
+
+
+def rq_job(cluster, uid: str, due: int) -> Job:
+    return Job.fetch(job_id_for(uid, due), connection=cluster.schedule.redis, serializer=JSONSerializer)
+
+
+def wait_until_not_pending(cluster, uid: str, timeout: float = 10.0) -> None:
+    """The worker has reached a final outcome for this object."""
+    wait_for(lambda: cluster.schedule.get(uid) is None, timeout=timeout, what=f"the pending deletion of {uid} to end")
+
+
+def assert_accepted(response, outcome: str | None = None):
+    assert response.status_code == 202, response.text
+    assert response.content == b"", "a 2xx body that is not a CloudEvent becomes a 502 behind a Broker"
+    if outcome is not None:
+        assert response.headers["X-Jobttl-Outcome"] == outcome
+
+
+@pytest.mark.parametrize("mode", ["resource", "ref"])
+@pytest.mark.parametrize("structured", [False, True], ids=["binary", "structured"])
+def test_a_finished_job_is_deleted_when_its_ttl_is_up(cluster, worker, mode, structured):
+    finished_at = int(time.time())
+    obj = cluster.create_finished("mnist", ttl=2, finished_at=finished_at)
+
+    assert_accepted(cluster.event("update", obj, mode=mode, structured=structured), "scheduled")
+    cluster.wait_gone("mnist", timeout=10)
+
+    [delete] = cluster.deletes()
+    assert finished_at + 2 <= delete["time"] < finished_at + 4.5, "deleted at finish + TTL, give or take the scheduler tick"
+    assert delete["body"]["preconditions"] == {"uid": obj["metadata"]["uid"],
+                                               "resourceVersion": obj["metadata"]["resourceVersion"]}
+    assert delete["body"]["propagationPolicy"] == "Foreground"
+    wait_until_not_pending(cluster, obj["metadata"]["uid"])
+    logged = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+    assert {"event": "deleted", "object": {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "namespace": cluster.namespace,
+            "name": "mnist", "uid": obj["metadata"]["uid"]}}.items() <= next(
+        e for e in logged if e.get("event") == "deleted" and e["object"]["uid"] == obj["metadata"]["uid"]).items()
+
+
+def test_jobs_that_must_stay_are_answered_2xx_and_never_scheduled(cluster):
+    now = int(time.time())
+    running = cluster.create_running("running", ttl=0, started=now)
+    no_ttl = cluster.create_finished("no-ttl", ttl=None, finished_at=now - 3600)
+    other_kind = {**no_ttl, "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+
+    assert_accepted(cluster.event("update", running), "ignored:not-finished")
+    assert_accepted(cluster.event("update", no_ttl), "ignored:no-ttl")
+    assert_accepted(cluster.event("update", other_kind), "ignored:kind-not-enabled")
+    for obj in (running, no_ttl):
+        assert cluster.schedule.get(obj["metadata"]["uid"]) is None
+    assert cluster.deletes() == []
+
+
+def test_an_invalid_ttl_is_ignored_and_counted(cluster):
+    obj = cluster.create_finished("bad-ttl", ttl=None, finished_at=time.time())
+    obj = cluster.patch("bad-ttl", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": -5}}})
+    assert_accepted(cluster.event("update", obj), "ignored:invalid-ttl")
+    metrics = requests.get(f"{cluster.sink_url}/metrics", timeout=5).text
+    assert 'jobttl_invalid_ttl_total{kind="TFJob"}' in metrics
+
+
+def test_a_forged_finished_event_for_a_running_job_deletes_nothing(cluster):
+    running = cluster.create_running("training", ttl=0, started=time.time())
+    forged = {**running, "status": finished_status(time.time() - 60)}
+
+    assert_accepted(cluster.event("update", forged), "scheduled")  # the event alone looks expired
+    wait_until_not_pending(cluster, running["metadata"]["uid"])
+    assert cluster.get("training") is not None
+    assert [d for d in cluster.deletes() if d["path"].endswith("/training")] == []
+
+
+def test_twenty_duplicate_events_cause_exactly_one_delete(cluster):
+    obj = cluster.create_finished("dup", ttl=1, finished_at=time.time())
+    responses = []
+
+    def send():
+        responses.append(cluster.event("update", obj))
+
+    threads = [threading.Thread(target=send) for _ in range(20)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(r.status_code == 202 for r in responses)
+    assert sorted(r.headers["X-Jobttl-Outcome"] for r in responses) == ["scheduled"] + ["unchanged"] * 19
+    cluster.wait_gone("dup")
+    wait_until_not_pending(cluster, obj["metadata"]["uid"])
+    assert len(cluster.deletes()) == 1
+
+
+def test_a_recreated_job_survives_the_old_jobs_schedule(cluster):
+    old = cluster.create_finished("again", ttl=2, finished_at=time.time())
+    assert_accepted(cluster.event("update", old), "scheduled")
+    # Deleted and re-created under the same name, with no event for either change.
+    cluster.delete_now("again")
+    cluster.wait_gone("again")
+    new = cluster.create_finished("again", ttl=3600, finished_at=time.time())
+
+    wait_until_not_pending(cluster, old["metadata"]["uid"])
+    assert rq_job(cluster, old["metadata"]["uid"], due_of(old)).return_value() == "skipped:recreated"
+    assert cluster.get("again")["metadata"]["uid"] == new["metadata"]["uid"]
+    assert len(cluster.deletes()) == 1, "only the test's own delete"
+
+
+def test_a_ttl_extended_after_scheduling_moves_the_deletion(cluster):
+    finished_at = int(time.time())
+    obj = cluster.create_finished("extended", ttl=2, finished_at=finished_at)
+    assert_accepted(cluster.event("update", obj), "scheduled")
+    # The user extends the TTL; the event for that change never reaches us.
+    cluster.patch("extended", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 5}}})
+
+    wait_for(lambda: cluster.schedule.get(obj["metadata"]["uid"]).due == finished_at + 5, timeout=6,
+             what="the worker to reschedule at the new expiry")
+    assert cluster.get("extended") is not None
+    cluster.wait_gone("extended", timeout=10)
+    [delete] = cluster.deletes()
+    assert delete["time"] >= finished_at + 5
+
+
+@pytest.mark.parametrize("mode", ["resource", "ref"])
+def test_a_delete_event_removes_the_pending_deletion(cluster, mode):
+    obj = cluster.create_finished("removed", ttl=3600, finished_at=time.time())
+    assert_accepted(cluster.event("update", obj, mode=mode), "scheduled")
+    uid = obj["metadata"]["uid"]
+    assert cluster.schedule.get(uid) is not None
+
+    cluster.delete_now("removed")
+    cluster.wait_gone("removed")
+    assert_accepted(cluster.event("delete", obj, mode=mode), "cancelled")
+    assert cluster.schedule.get(uid) is None
+    assert cluster.schedule.redis.zscore("jobttl:pending", uid) is None
+
+
+def test_transient_api_errors_are_retried_until_the_job_is_deleted(cluster):
+    obj = cluster.create_finished("flaky", ttl=0, finished_at=time.time() - 10)
+    cluster.fail_next("get", 500, count=2)
+    assert_accepted(cluster.event("update", obj), "scheduled")
+    cluster.wait_gone("flaky", timeout=15)
+    gets = [r for r in cluster.requests("GET") if r["path"].endswith("/flaky")]
+    assert [g["status"] for g in gets[:3]] == [500, 500, 200]
+
+
+def test_a_conflict_on_delete_is_resolved_by_reading_and_deciding_again(cluster):
+    obj = cluster.create_finished("busy", ttl=0, finished_at=time.time() - 10)
+    cluster.fail_next("delete", 409, count=1)
+    assert_accepted(cluster.event("update", obj), "scheduled")
+    cluster.wait_gone("busy")
+    assert [d["status"] for d in cluster.deletes()] == [409, 200]
+    gets = [r for r in cluster.requests("GET") if r["path"].endswith("/busy")]
+    assert len(gets) >= 2, "the object was read again after the conflict"
+
+
+def test_a_forbidden_delete_fails_at_once_with_the_missing_permission_named(cluster):
+    obj = cluster.create_finished("locked", ttl=0, finished_at=time.time() - 10)
+    cluster.fail_next("delete", 403, count=10)
+    assert_accepted(cluster.event("update", obj), "scheduled")
+    due = due_of(obj)
+
+    job = wait_for(lambda: (j := rq_job(cluster, obj["metadata"]["uid"], due)).get_status() == JobStatus.FAILED and j,
+                   timeout=10, what="the deletion to fail")
+    assert "needs 'delete' on tfjobs.kubeflow.org" in job.latest_result().exc_string
+    assert len(cluster.deletes()) == 1, "a 403 is not retried"
+    assert cluster.get("locked") is not None

@@ -1,0 +1,1 @@
+"""An event source for clusters without Knative: watches job kinds, posts CloudEvents."""
