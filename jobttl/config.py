@@ -8,14 +8,30 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlparse
+
+from worker.policy import Policy, PolicyError, load_policy
 
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 
 
 class ConfigError(ValueError):
     """A setting is missing or invalid; the message names it."""
+
+
+def _float(env: Mapping[str, str], name: str, default: float, minimum: float, maximum: float | None = None) -> float:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(f"{name}: must be {bounds}, got {raw}")
+    return value
 
 
 def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
@@ -46,6 +62,15 @@ class Settings:
     log_level: str = "INFO"
     # Kubernetes access; None means the standard loaders decide (in-cluster, then KUBECONFIG).
     kubeconfig: str | None = None
+    policy_path: str | None = None
+    policy: Policy = field(default_factory=Policy)
+    # Deletions per second across all workers (shared through Redis); 0 means no limit.
+    delete_rate: float = 5.0
+    # Seconds between periodic resyncs run by the workers; 0 turns them off.
+    resync_interval: int = 900
+    # A resync holds its deletions for confirmation when they exceed either bound.
+    resync_max_deletions: int = 500
+    resync_max_share: float = 0.5
 
     @property
     def retry_intervals(self) -> list[int]:
@@ -68,6 +93,11 @@ class Settings:
         log_level = (env.get("JOBTTL_LOG_LEVEL") or cls.log_level).upper()
         if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"JOBTTL_LOG_LEVEL: must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+        policy_path = env.get("JOBTTL_POLICY") or None
+        try:
+            cluster_policy = load_policy(policy_path)
+        except PolicyError as exc:
+            raise ConfigError(f"JOBTTL_POLICY: {exc}") from None
         return cls(
             redis_url=redis_url,
             queue_name=queue_name,
@@ -78,4 +108,10 @@ class Settings:
             api_timeout=_int(env, "JOBTTL_API_TIMEOUT", cls.api_timeout, 1),
             log_level=log_level,
             kubeconfig=env.get("KUBECONFIG") or None,
+            policy_path=policy_path,
+            policy=cluster_policy,
+            delete_rate=_float(env, "JOBTTL_DELETE_RATE", cls.delete_rate, 0),
+            resync_interval=_int(env, "JOBTTL_RESYNC_INTERVAL", cls.resync_interval, 0),
+            resync_max_deletions=_int(env, "JOBTTL_RESYNC_MAX_DELETIONS", cls.resync_max_deletions, 0),
+            resync_max_share=_float(env, "JOBTTL_RESYNC_MAX_SHARE", cls.resync_max_share, 0, 1),
         )

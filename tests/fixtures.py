@@ -82,3 +82,76 @@ def with_server_fields(manifest: dict, uid: str | None = None) -> dict:
     obj["metadata"].update(uid=uid or str(uuid.uuid4()), resourceVersion="1",
                            creationTimestamp="2021-09-06T11:48:09Z", generation=1)
     return obj
+
+
+# --- every kind ---------------------------------------------------------------------------
+# Shaped after each project's own examples and status types: training-operator v1
+# (replica specs + runPolicy, Succeeded/Failed conditions), mpi-operator v2beta1, Kubeflow
+# Trainer v1alpha1 TrainJob (Complete/Failed, no completionTime), batch/v1 Job, and Argo
+# Workflow (status.phase, status.finishedAt, spec.ttlStrategy).
+
+REPLICA_FIELD = {"TFJob": "tfReplicaSpecs", "PyTorchJob": "pytorchReplicaSpecs", "MPIJob": "mpiReplicaSpecs",
+                 "XGBoostJob": "xgbReplicaSpecs", "PaddleJob": "paddleReplicaSpecs", "JAXJob": "jaxReplicaSpecs"}
+
+
+def _container(name: str = "trainer") -> dict:
+    return {"spec": {"containers": [{"name": name, "image": "docker.io/kubeflow/example:latest",
+                                     "command": ["python", "/opt/train.py"]}]}}
+
+
+def job_object(kind, name: str, namespace: str = "default", state: str = "succeeded", at: float = 1_700_000_000,
+               ttl=None) -> dict:
+    """A realistic object of `kind` (a worker.kinds.JobKind) that is running, succeeded or failed at `at`.
+
+    `ttl` goes where the kind keeps its own TTL (a dict {field: value} for Argo's ttlStrategy).
+    """
+    t = rfc3339(at)
+    obj = {"apiVersion": kind.api_version, "kind": kind.kind, "metadata": {"name": name, "namespace": namespace}}
+    if kind.group == "kubeflow.org":
+        obj["spec"] = {REPLICA_FIELD[kind.kind]: {"Worker": {"replicas": 2, "restartPolicy": "OnFailure",
+                                                             "template": _container()}}}
+        if ttl is not None:
+            obj["spec"]["runPolicy"] = {"ttlSecondsAfterFinished": ttl}
+        conditions = [{"type": "Created", "status": "True", "reason": f"{kind.kind}Created",
+                       "lastTransitionTime": t, "lastUpdateTime": t},
+                      {"type": "Running", "status": "True" if state == "running" else "False",
+                       "reason": f"{kind.kind}Running", "lastTransitionTime": t, "lastUpdateTime": t}]
+        status = {"conditions": conditions, "startTime": t, "replicaStatuses": {"Worker": {"active": 2}}}
+        if state != "running":
+            outcome = "Succeeded" if state == "succeeded" else "Failed"
+            conditions.append({"type": outcome, "status": "True", "reason": f"{kind.kind}{outcome}",
+                               "lastTransitionTime": t, "lastUpdateTime": t})
+            status.update(completionTime=t, replicaStatuses={"Worker": {outcome.lower(): 2}})
+    elif kind.kind == "TrainJob":
+        obj["spec"] = {"runtimeRef": {"name": "torch-distributed"}, "trainer": {"numNodes": 2}}
+        status = {"conditions": []}
+        if state != "running":
+            kind_type = "Complete" if state == "succeeded" else "Failed"
+            status["conditions"].append({"type": kind_type, "status": "True", "reason": "JobsCompleted"
+                                         if state == "succeeded" else "TrainingRuntimeFailed",
+                                         "message": "", "lastTransitionTime": t})
+    elif kind.kind == "Job":
+        obj["spec"] = {"backoffLimit": 1, "template": {**_container("job"), "restartPolicy": "Never"}}
+        obj["spec"]["template"]["spec"]["restartPolicy"] = "Never"
+        if ttl is not None:
+            obj["spec"]["ttlSecondsAfterFinished"] = ttl
+        status = {"startTime": t, "active": 1} if state == "running" else {"startTime": t}
+        if state == "succeeded":
+            status.update(succeeded=1, completionTime=t, conditions=[
+                {"type": "SuccessCriteriaMet", "status": "True", "lastProbeTime": t, "lastTransitionTime": t},
+                {"type": "Complete", "status": "True", "lastProbeTime": t, "lastTransitionTime": t}])
+        elif state == "failed":
+            status.update(failed=2, conditions=[
+                {"type": "FailureTarget", "status": "True", "reason": "BackoffLimitExceeded", "lastTransitionTime": t},
+                {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded", "lastProbeTime": t,
+                 "lastTransitionTime": t}])
+    else:  # Argo Workflow
+        obj["spec"] = {"entrypoint": "main", "templates": [{"name": "main", "container": _container()["spec"]
+                                                              ["containers"][0]}]}
+        if ttl is not None:
+            obj["spec"]["ttlStrategy"] = ttl
+        phase = {"running": "Running", "succeeded": "Succeeded", "failed": "Failed", "error": "Error"}[state]
+        status = {"phase": phase, "startedAt": t, "finishedAt": None if state == "running" else t,
+                  "progress": "1/1" if state == "succeeded" else "0/1"}
+    obj["status"] = status
+    return obj

@@ -40,3 +40,19 @@ def test_an_unreadable_kubeconfig_stops_the_worker_naming_kubeconfig(monkeypatch
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
     assert main(["worker"]) == 2
     assert "KUBECONFIG" in capsys.readouterr().err
+
+
+def test_an_invalid_policy_file_stops_the_process_naming_file_and_field(monkeypatch, capsys, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("maxTTL: 1d\nttlAfterFailure: 2d\n")
+    monkeypatch.setenv("JOBTTL_POLICY", str(policy))
+    assert main(["sink"]) == 2
+    err = capsys.readouterr().err
+    assert f"JOBTTL_POLICY: {policy}: ttlAfterFailure: is longer than maxTTL" in err
+
+
+@pytest.mark.parametrize("name, value", [("JOBTTL_DELETE_RATE", "fast"), ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),
+                                         ("JOBTTL_RESYNC_INTERVAL", "-1")])
+def test_resync_and_rate_settings_are_validated(name, value):
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
