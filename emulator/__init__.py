@@ -7,6 +7,6 @@ test hooks for request inspection and fault injection.
 """
 
 from .resources import DEFAULT_RESOURCES, TFJOB, Resource
-from .server import EmulatorServer, create_app, run
+from .server import EmulatorServer, create_app, run, seed_object
 
-__all__ = ["DEFAULT_RESOURCES", "TFJOB", "EmulatorServer", "Resource", "create_app", "run"]
+__all__ = ["DEFAULT_RESOURCES", "TFJOB", "EmulatorServer", "Resource", "create_app", "run", "seed_object"]

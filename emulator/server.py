@@ -914,14 +914,15 @@ def load_seeds(store: Store, paths: Iterable[str]) -> list[dict]:
         for doc in documents:
             for obj in doc.get("items", []) if doc.get("kind") == "List" else [doc]:
                 try:
-                    created.append(_seed_one(store, obj))
+                    created.append(seed_object(store, obj))
                 except ApiError as exc:
                     raise ValueError(f"{path}: {exc.status['message']}") from None
         log.info("seeded %d object(s) from %s", len(created) - before, path)
     return created
 
 
-def _seed_one(store: Store, obj: dict) -> dict:
+def seed_object(store: Store, obj: dict) -> dict:
+    """Create one object as a controller would leave it: status written through `/status`."""
     res = store.resource_for(obj.get("apiVersion", ""), obj.get("kind", ""))
     if res is None:
         raise ValueError(f"no registered resource serves {obj.get('apiVersion')} {obj.get('kind')}")
@@ -946,9 +947,10 @@ def run(
     seed_paths: Iterable[str] = (),
     kubeconfig_path: str | None = None,
     gc_delay: float = 0.5,
+    resources: Iterable[Resource] = DEFAULT_RESOURCES,
 ) -> None:
     """Serve in the foreground until SIGTERM or SIGINT (call from the main thread)."""
-    server = EmulatorServer(host, port, gc_delay=gc_delay)
+    server = EmulatorServer(host, port, resources=tuple(resources), gc_delay=gc_delay)
     server.seed(*seed_paths)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -25,9 +25,40 @@ def _worker(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def _emulator(args: argparse.Namespace, settings: Settings) -> None:
+    from emulator import Resource
     from emulator.server import run
 
-    run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay)
+    # The emulator serves every enabled kind, as a cluster with their CRDs installed would.
+    resources = [Resource(k.group, k.version, k.kind, k.plural) for k in settings.policy.kinds]
+    run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay,
+        resources=resources)
+
+
+def _resync(args: argparse.Namespace, settings: Settings) -> int:
+    import json
+
+    from worker import resync, tasks
+
+    ctx = tasks.configure(settings)
+    report = tasks.run_resync(ctx, confirm=args.confirm)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        print(f"resync {report.status} in {report.duration}s: saw {report.seen} jobs; "
+              f"{report.scheduled} scheduled, {report.moved} moved, {report.unchanged} unchanged, "
+              f"{report.cancelled} cancelled, {report.queued_now} queued for deletion now, {report.held} held")
+        for kind in report.missing_kinds:
+            print(f"  not served by this cluster (skipped): {kind}")
+        for error in report.errors:
+            print(f"  error: {error}")
+        if report.held:
+            print(f"  {report.held} deletions held by the blast-radius guard "
+                  f"(JOBTTL_RESYNC_MAX_DELETIONS={settings.resync_max_deletions}, "
+                  f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share}); for example:")
+            for ref, decision in resync.held(ctx.schedule.redis)[:10]:
+                print(f"    {ref}  expired at {decision.expires_at} ({decision.ttl_source})")
+            print("  run `jobttl resync --confirm` to delete them")
+    return {"done": 0, "held": 3, "already-running": 4}.get(report.status, 1)
 
 
 def _watch(args: argparse.Namespace, settings: Settings) -> None:
@@ -60,6 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     watch.add_argument("--sink", required=True, metavar="URL", help="where to POST events, e.g. http://jobttl-sink")
     watch.set_defaults(run=_watch)
 
+    resync = commands.add_parser("resync", help="make the schedule in Redis match the cluster, now")
+    resync.add_argument("--confirm", action="store_true",
+                        help="delete what the blast-radius guard would otherwise hold for confirmation")
+    resync.add_argument("--json", action="store_true", help="print the report as JSON")
+    resync.set_defaults(run=_resync)
+
     emulator = commands.add_parser("emulator", help="serve the Kubernetes API emulator (for tests and demos)")
     emulator.add_argument("--host", default="127.0.0.1")
     emulator.add_argument("--port", type=int, default=6443)
@@ -81,13 +118,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     logs.configure(settings.log_level)
     try:
-        args.run(args, settings)
+        return args.run(args, settings) or 0
     except ConfigError as exc:
         print(f"jobttl: configuration error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    return 0
 
 
 if __name__ == "__main__":

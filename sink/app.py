@@ -29,9 +29,14 @@ from sink.events import ApiServerEvent, BadEvent, OtherEvent, parse
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import JobKind, KindRegistry
 from worker.kube import KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
+from worker import resync
 from worker.schedule import Schedule
 
 log = logging.getLogger("jobttl.sink")
+
+
+# What a Knative PingSource sends; the sink treats it as "resync now".
+PING_EVENT_TYPE = "dev.knative.sources.ping"
 
 
 class Unavailable(Exception):
@@ -66,10 +71,18 @@ class Sink:
         # Resource mode never needs the API, so the client is only loaded once needed.
         if self._kube is None:
             try:
-                self._kube = KubeClient(load_api_client(self.settings.kubeconfig), self.settings.api_timeout)
+                self._kube = KubeClient(load_api_client(self.settings.kubeconfig), self.settings.api_timeout,
+                                        component="sink")
             except Exception as exc:  # any loader failure: no kubeconfig, no service account
                 raise Unavailable(f"cannot load Kubernetes credentials for a Reference-mode event: {exc}") from exc
         return self._kube
+
+    def handle_other(self, event: OtherEvent) -> str:
+        if event.type == PING_EVENT_TYPE:
+            # A Knative PingSource on a schedule: time for a resync (the workers run it).
+            resync.request(self.schedule.queue)
+            return "resync-requested"
+        return "ignored:other-event-type"
 
     def handle(self, event: ApiServerEvent) -> str:
         kind = self.kinds.get(event.api_version, event.kind)
@@ -107,7 +120,7 @@ class Sink:
 
     def _plan(self, kind: JobKind, obj: dict[str, Any]) -> str:
         ref = JobRef.of(obj)
-        decision = decide(obj, kind)
+        decision = decide(obj, kind, self.settings.policy)
         if decision.verdict is Verdict.EXPIRES:
             change = self.schedule.plan(ref, decision)
             logs.record(log, change.value, ref.as_dict(), due=decision.expires_at, ttl=decision.ttl,
@@ -136,7 +149,7 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
     if redis is None:
         # Short timeouts: a sink stuck on a dead Redis should say 503 fast, not hang Knative.
         redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
-    sink = Sink(settings, redis, kinds or KindRegistry(), kube)
+    sink = Sink(settings, redis, kinds or KindRegistry(settings.policy.kinds), kube)
 
     app = Flask("jobttl.sink")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_event_bytes
@@ -144,22 +157,28 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
 
     @app.post("/")
     def receive() -> Response:
+        label = "invalid"
         try:
             event = parse(request.headers, request.get_data())
-            outcome = "ignored:other-event-type" if isinstance(event, OtherEvent) else sink.handle(event)
+            if isinstance(event, OtherEvent):
+                # Arbitrary senders choose `type`: keep it out of metric labels.
+                label = "ping" if event.type == PING_EVENT_TYPE else "other"
+                outcome = sink.handle_other(event)
+            else:
+                label = event.action
+                outcome = sink.handle(event)
         except BadEvent as exc:
-            sink.metrics.events.labels("invalid", "rejected").inc()
+            sink.metrics.events.labels(label, "rejected").inc()
             logs.record(log, "rejected", level=logging.WARNING, status=exc.status, detail=exc.message)
             return _error(exc.status, exc.message)
         except (RedisError, LockError) as exc:
-            sink.metrics.events.labels(event.action, "unavailable").inc()
+            sink.metrics.events.labels(label, "unavailable").inc()
             logs.record(log, "unavailable", level=logging.ERROR, dependency="redis", detail=str(exc))
             return _error(503, f"Redis is unavailable, retry later: {exc}")
         except Unavailable as exc:
-            sink.metrics.events.labels(event.action, "unavailable").inc()
+            sink.metrics.events.labels(label, "unavailable").inc()
             logs.record(log, "unavailable", level=logging.ERROR, dependency="kubernetes", detail=str(exc))
             return _error(503, str(exc))
-        label = event.type if isinstance(event, OtherEvent) else event.action
         sink.metrics.events.labels(label, outcome.split(":", 1)[0]).inc()
         return Response(status=202, headers={"X-Jobttl-Outcome": outcome})
 

@@ -25,6 +25,10 @@ class Conflict(Exception):
     """409: a precondition (UID or resourceVersion) no longer matches; re-read and decide again."""
 
 
+class ListExpired(Exception):
+    """410 on a paginated LIST: the continue token is too old; restart the list."""
+
+
 class TransientApiError(Exception):
     """The API server is unreachable, overloaded or failing; worth retrying with backoff."""
 
@@ -75,12 +79,30 @@ def _translate(exc: ApiException, verb: str, kind: JobKind, namespace: str) -> E
     return PermanentApiError(f"{status} from the API server on {verb} {kind.resource}: {message}")
 
 
+# The API verbs each jobttl component uses on every enabled job kind. KubeClient refuses
+# any other verb, so this table is the truth the RBAC manifests in knative/ are tested against.
+PERMISSIONS: dict[str, frozenset[str]] = {
+    "sink": frozenset({"get"}),  # Reference-mode events: read the object named
+    "worker": frozenset({"get", "list", "delete"}),  # re-read, resync, delete
+    "watch": frozenset({"get", "list", "watch"}),  # the event source
+}
+
+
 class KubeClient:
-    def __init__(self, api_client: client.ApiClient, timeout: int = 30):
+    """Reads and deletes job objects for one component, within its declared permissions."""
+
+    def __init__(self, api_client: client.ApiClient, timeout: int = 30, component: str = "worker"):
         self.api = client.CustomObjectsApi(api_client)
         self.timeout = timeout
+        self.verbs = PERMISSIONS[component]
+        self.component = component
+
+    def _check(self, verb: str) -> None:
+        if verb not in self.verbs:
+            raise AssertionError(f"the {self.component} does not declare '{verb}' in worker.kube.PERMISSIONS")
 
     def get(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
+        self._check("get")
         try:
             return self.api.get_namespaced_custom_object(
                 kind.group, kind.version, namespace, kind.plural, name, _request_timeout=self.timeout
@@ -89,6 +111,24 @@ class KubeClient:
             raise _translate(exc, "get", kind, namespace) from exc
         except urllib3.exceptions.HTTPError as exc:
             raise TransientApiError(f"cannot reach the API server to get {kind.resource}: {exc}") from exc
+
+    def list_page(self, kind: JobKind, limit: int, token: str | None = None,
+                  namespace: str | None = None) -> dict[str, Any]:
+        """One page of a paginated LIST, across all namespaces unless one is given."""
+        self._check("list")
+        kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": self.timeout}
+        if token:
+            kwargs["_continue"] = token
+        try:
+            if namespace is None:
+                return self.api.list_cluster_custom_object(kind.group, kind.version, kind.plural, **kwargs)
+            return self.api.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, **kwargs)
+        except ApiException as exc:
+            if exc.status == 410:
+                raise ListExpired(_status_message(exc)) from exc
+            raise _translate(exc, "list", kind, namespace or "(all)") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"cannot reach the API server to list {kind.resource}: {exc}") from exc
 
     def delete(
         self, kind: JobKind, namespace: str, name: str, uid: str, resource_version: str, propagation_policy: str
@@ -99,6 +139,7 @@ class KubeClient:
         re-created object; the resourceVersion one refuses if the object changed (say, its
         TTL was extended) between our read and this delete.
         """
+        self._check("delete")
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
             propagation_policy=propagation_policy,

@@ -15,7 +15,7 @@ from rq.serializers import JSONSerializer
 
 from jobttl import logs
 from jobttl.config import Settings
-from worker import tasks
+from worker import resync, tasks
 
 log = logging.getLogger("jobttl.worker")
 
@@ -26,4 +26,7 @@ def run(settings: Settings, burst: bool = False) -> None:
     redis.ping()
     worker = SimpleWorker([ctx.schedule.queue.name], connection=redis, serializer=JSONSerializer)
     logs.record(log, "worker-start", queue=settings.queue_name, burst=burst)
+    if settings.resync_interval:
+        # Events may have been missed while no worker ran: start from the cluster's truth.
+        resync.request(ctx.schedule.queue)
     worker.work(burst=burst, with_scheduler=True, logging_level=settings.log_level)

@@ -63,6 +63,8 @@ class PendingDeletion:
     ttl: int | None
     ttl_source: str | None
     scheduled_at: int
+    rules: tuple[str, ...] = ()
+    dry_run: bool = False
 
     def as_hash(self) -> dict[str, str]:
         data = {
@@ -70,6 +72,8 @@ class PendingDeletion:
             "due": str(self.due),
             "jobId": self.job_id,
             "scheduledAt": str(self.scheduled_at),
+            "rules": ",".join(self.rules),
+            "dryRun": "true" if self.dry_run else "false",
         }
         if self.finished_at is not None:
             data["finishedAt"] = str(self.finished_at)
@@ -89,6 +93,8 @@ class PendingDeletion:
             ttl=int(data["ttl"]) if "ttl" in data else None,
             ttl_source=data.get("ttlSource"),
             scheduled_at=int(data["scheduledAt"]),
+            rules=tuple(r for r in data.get("rules", "").split(",") if r),
+            dry_run=data.get("dryRun") == "true",
         )
 
 
@@ -162,6 +168,8 @@ class Schedule:
                 ttl=decision.ttl,
                 ttl_source=decision.ttl_source,
                 scheduled_at=int(now),
+                rules=decision.rules,
+                dry_run=decision.dry_run,
             )
             with self.redis.pipeline() as pipe:
                 pipe.delete(_pending_key(ref.uid))

@@ -1,7 +1,7 @@
-"""The RQ task that deletes one job when its TTL is up, if and only if it still should.
+"""The RQ tasks: delete one job when its TTL is up (if and only if it still should), and resync.
 
-The task gets only the job's identity and the due time it was scheduled for. It re-reads
-the object and decides again from what the API server says now, as the upstream
+The deletion task gets only the job's identity and the due time it was scheduled for. It
+re-reads the object and decides again from what the API server says now, as the upstream
 TTL-after-finished controller does: the event that scheduled it may have been stale or
 forged, the job may have been re-created under the same name, or its TTL extended.
 """
@@ -20,6 +20,8 @@ from jobttl.config import Settings
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import KindRegistry
 from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, load_api_client
+from worker import resync as resync_module
+from worker.ratelimit import RateLimit
 from worker.schedule import Schedule
 
 log = logging.getLogger("jobttl.worker")
@@ -35,14 +37,17 @@ class WorkerContext:
     kube: KubeClient
     schedule: Schedule
     kinds: KindRegistry
+    rate_limit: RateLimit
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
+        redis = Redis.from_url(settings.redis_url)
         return cls(
             settings=settings,
             kube=KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout),
-            schedule=Schedule(Redis.from_url(settings.redis_url), settings.queue_name, settings.retry_intervals),
-            kinds=KindRegistry(),
+            schedule=Schedule(redis, settings.queue_name, settings.retry_intervals),
+            kinds=KindRegistry(settings.policy.kinds),
+            rate_limit=RateLimit(redis, settings.delete_rate),
         )
 
 
@@ -103,7 +108,7 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
         if meta.get("uid") != ref.uid:
             return _outcome("skipped", ref, reason="recreated", due=due, currentUid=meta.get("uid"))
 
-        decision = decide(obj, kind)
+        decision = decide(obj, kind, ctx.settings.policy)
         if decision.verdict is not Verdict.EXPIRES:
             return _outcome("skipped", ref, reason=decision.verdict.value, due=due, detail=decision.reason)
         assert decision.expires_at is not None
@@ -111,8 +116,13 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
         if decision.expires_at > now:
             # The TTL was extended (or our clock is behind the operator's): try again then.
             ctx.schedule.plan(ref, decision, now=now)
-            return _outcome("rescheduled", ref, due=due, newDue=decision.expires_at)
+            return _outcome("rescheduled", ref, due=due, newDue=decision.expires_at, ttlSource=decision.ttl_source)
+        details = dict(due=due, finishedAt=decision.finished_at, ttl=decision.ttl, ttlSource=decision.ttl_source,
+                       rules=list(decision.rules), lateness=round(now - decision.expires_at, 3))
+        if decision.dry_run:
+            return _outcome("would-delete", ref, **details)
 
+        ctx.rate_limit.wait()
         try:
             ctx.kube.delete(
                 kind, ref.namespace, ref.name, ref.uid, meta["resourceVersion"], ctx.settings.propagation_policy
@@ -122,9 +132,23 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
         except Conflict as exc:
             _outcome("conflict", ref, due=due, detail=str(exc))
             continue
-        return _outcome(
-            "deleted", ref, due=due, finishedAt=decision.finished_at, ttl=decision.ttl,
-            ttlSource=decision.ttl_source, lateness=round(now - decision.expires_at, 3),
-            propagationPolicy=ctx.settings.propagation_policy,
-        )
+        return _outcome("deleted", ref, propagationPolicy=ctx.settings.propagation_policy, **details)
     raise Conflict(f"{ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
+
+
+def run_resync(ctx: WorkerContext, confirm: bool = False) -> resync_module.ResyncReport:
+    guard = resync_module.Guard(ctx.settings.resync_max_deletions, ctx.settings.resync_max_share)
+    return resync_module.resync(ctx.schedule.redis, ctx.kube, ctx.schedule, ctx.settings.policy, guard,
+                                confirm=confirm)
+
+
+def resync() -> dict:
+    """Entry point for RQ: one resync, then the next one booked (if periodic resyncs are on)."""
+    ctx = context()
+    try:
+        return run_resync(ctx).as_dict()
+    finally:
+        interval = ctx.settings.resync_interval
+        if interval:
+            # Aligned to the interval, so every worker books the same slot, and it runs once.
+            resync_module.request(ctx.schedule.queue, at=(int(time.time()) // interval + 1) * interval)

@@ -49,6 +49,9 @@ def stack_env(redis_server, emulator) -> dict[str, str]:
         "JOBTTL_RETRY_MAX": "3",
         "JOBTTL_RETRY_BACKOFF": "1",
         "JOBTTL_API_TIMEOUT": "5",
+        # Resyncs are tested on their own; here they would race the tests' own events.
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
     }
 
 

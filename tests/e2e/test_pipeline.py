@@ -67,7 +67,7 @@ def test_jobs_that_must_stay_are_answered_2xx_and_never_scheduled(cluster):
     now = int(time.time())
     running = cluster.create_running("running", ttl=0, started=now)
     no_ttl = cluster.create_finished("no-ttl", ttl=None, finished_at=now - 3600)
-    other_kind = {**no_ttl, "apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob"}
+    other_kind = {**no_ttl, "apiVersion": "apps/v1", "kind": "Deployment"}
 
     assert_accepted(cluster.event("update", running), "ignored:not-finished")
     assert_accepted(cluster.event("update", no_ttl), "ignored:no-ttl")

@@ -1,0 +1,182 @@
+"""Resync end to end: the emulator holds thousands of jobs, Redis is made to match.
+
+This module runs its own emulator (serving every kind), Redis and worker, so a resync's
+view of "the whole cluster" is exactly what these tests put there.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from kubernetes import config
+
+from emulator import EmulatorServer, Resource, seed_object
+from jobttl.config import Settings
+from tests.fixtures import job_object
+from tests.services import ROOT, JobttlProcess, RedisServer, wait_for
+from worker import tasks
+from worker.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
+from worker.resync import HELD_KEY
+from worker.schedule import PENDING_INDEX
+
+QUEUE = "resync"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    server = EmulatorServer(resources=tuple(Resource(k.group, k.version, k.kind, k.plural) for k in ALL_KINDS),
+                            gc_delay=0.1, history_size=20000)
+    server.start()
+    kubeconfig = tmp_path_factory.mktemp("resync") / "kubeconfig"
+    server.write_kubeconfig(str(kubeconfig))
+    server.kubeconfig = kubeconfig
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+def env(cluster, redis_server, **overrides) -> dict[str, str]:
+    values = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
+              "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_POLICY": str(ROOT / "tests" / "e2e" / "resync-policy.yaml"),
+              "JOBTTL_RESYNC_MAX_DELETIONS": "100000", "JOBTTL_RESYNC_MAX_SHARE": "1"}
+    return {**values, **{k: str(v) for k, v in overrides.items()}}
+
+
+def context(cluster, redis_server, **overrides) -> tasks.WorkerContext:
+    return tasks.WorkerContext.from_settings(Settings.from_env(env(cluster, redis_server, **overrides)))
+
+
+def seed(cluster, kind, namespace, count, at, state="succeeded", ttl=None, prefix="job"):
+    return [seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, state=state, at=at, ttl=ttl))
+            for i in range(count)]
+
+
+def pending(redis) -> dict[str, int]:
+    return {uid.decode(): int(due) for uid, due in redis.zrange(PENDING_INDEX, 0, -1, withscores=True)}
+
+
+@pytest.fixture(scope="module")
+def big_cluster(cluster):
+    """About 3,000 jobs in 12 namespaces, of four kinds, in every state that matters."""
+    at = int(time.time()) - 60
+    expected: dict[str, int] = {}
+    for n in range(10):
+        ns = f"team-{n}"
+        for obj in seed(cluster, TFJOB, ns, 120, at, ttl=3600):
+            expected[obj["metadata"]["uid"]] = at + 3600
+        for obj in seed(cluster, PYTORCHJOB, ns, 60, at, state="failed", ttl=7200):
+            expected[obj["metadata"]["uid"]] = at + 7200
+        # No TTL of their own: the policy's ttlAfterSuccess (2h) applies.
+        for obj in seed(cluster, WORKFLOW, ns, 50, at):
+            expected[obj["metadata"]["uid"]] = at + 7200
+        for obj in seed(cluster, TRAINJOB, ns, 40, at, state="failed"):  # ttlAfterFailure: 1d
+            expected[obj["metadata"]["uid"]] = at + 86400
+        seed(cluster, TFJOB, ns, 30, at, state="running", ttl=0, prefix="running")
+    seed(cluster, TFJOB, "kube-system", 20, at, ttl=0, prefix="system")  # excluded by the policy
+    seed(cluster, TFJOB, "pinned", 20, at, ttl=0, prefix="kept")  # a keep rule
+    return expected
+
+
+def test_a_resync_schedules_every_finished_job_with_the_right_time(cluster, redis_server, big_cluster):
+    cluster.clear_requests()
+    report = tasks.run_resync(context(cluster, redis_server))
+    assert (report.status, report.seen, report.scheduled, report.queued_now) == ("done", 3040, len(big_cluster), 0)
+    assert pending(redis_server.client()) == big_cluster
+    lists = [r for r in cluster.requests(method="GET") if r["path"].endswith("/tfjobs")]
+    assert all(r["query"].get("limit") == "500" for r in lists)
+    assert sum(1 for r in lists if "continue" in r["query"]) >= 3, "the listing was paginated"
+
+
+def test_after_redis_is_flushed_a_resync_restores_every_pending_deletion(cluster, redis_server, big_cluster):
+    redis = redis_server.client()
+    redis.flushdb()
+    assert pending(redis) == {}
+    report = tasks.run_resync(context(cluster, redis_server))
+    assert report.scheduled == len(big_cluster)
+    assert pending(redis) == big_cluster
+
+
+def test_a_second_resync_changes_nothing(cluster, redis_server, big_cluster):
+    report = tasks.run_resync(context(cluster, redis_server))
+    assert (report.scheduled, report.moved, report.cancelled, report.unchanged) == (0, 0, 0, len(big_cluster))
+
+
+def test_vanished_and_recreated_jobs_lose_their_old_pending_deletion(cluster, redis_server, big_cluster):
+    tfjobs = cluster.store.find("kubeflow.org", "v1", "tfjobs")
+    gone = cluster.store.get(tfjobs, "team-3", "job-1")
+    cluster.store.delete(tfjobs, "team-3", "job-1", {"propagationPolicy": "Background"})
+    old = cluster.store.get(tfjobs, "team-4", "job-2")
+    cluster.store.delete(tfjobs, "team-4", "job-2", {"propagationPolicy": "Background"})
+    now = int(time.time())
+    new = seed_object(cluster.store, job_object(TFJOB, "job-2", "team-4", at=now, ttl=600))
+
+    report = tasks.run_resync(context(cluster, redis_server))
+    now_pending = pending(redis_server.client())
+    assert gone["metadata"]["uid"] not in now_pending
+    assert old["metadata"]["uid"] not in now_pending
+    assert now_pending[new["metadata"]["uid"]] == now + 600
+    assert report.cancelled == 2 and report.scheduled == 1
+
+
+def test_a_list_whose_continue_token_expires_is_restarted(cluster, redis_server, big_cluster):
+    everything = tasks.run_resync(context(cluster, redis_server)).seen
+    cluster.clear_requests()
+    cluster.add_fault(verb="list", status=410, count=1, path_contains="/tfjobs")
+    report = tasks.run_resync(context(cluster, redis_server))
+    assert report.status == "done" and report.seen == everything
+    statuses = [r["status"] for r in cluster.requests(method="GET") if r["path"].endswith("/tfjobs")]
+    assert statuses[0] == 410 and statuses.count(410) == 1
+
+
+def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, tmp_path):
+    with EmulatorServer(resources=(Resource("kubeflow.org", "v1", "TFJob", "tfjobs"),)) as small:
+        small.write_kubeconfig(str(tmp_path / "kubeconfig"))
+        small.kubeconfig = tmp_path / "kubeconfig"
+        report = tasks.run_resync(context(small, redis_server, JOBTTL_QUEUE="small"))
+    assert report.status == "done"
+    assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
+
+
+@pytest.fixture
+def worker(cluster, redis_server, tmp_path):
+    process = JobttlProcess(["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20), tmp_path,
+                            "resync-worker").start()
+    yield process
+    process.stop()
+
+
+def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_server, big_cluster, worker):
+    expired = seed(cluster, TFJOB, "backlog", 40, time.time() - 3600, ttl=60, prefix="old")
+    run = [sys.executable, "-m", "jobttl.cli", "resync", "--json"]
+    guarded = env(cluster, redis_server, JOBTTL_RESYNC_MAX_DELETIONS=10)
+    cluster.clear_requests()
+
+    held = subprocess.run(run, env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT, capture_output=True, text=True)
+    assert held.returncode == 3, held.stderr
+    assert json.loads(held.stdout)["held"] == 40
+    assert redis_server.client().hlen(HELD_KEY) == 40
+    assert cluster.requests(method="DELETE") == [], "nothing is deleted while held"
+
+    confirmed = subprocess.run(run + ["--confirm"], env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
+                               capture_output=True, text=True)
+    assert confirmed.returncode == 0, confirmed.stderr
+    assert json.loads(confirmed.stdout)["queued_now"] == 40
+    assert redis_server.client().hlen(HELD_KEY) == 0
+
+    wait_for(lambda: len(cluster.requests(method="DELETE")) >= 40, timeout=30, what="40 deletions")
+    deletes = sorted(r["time"] for r in cluster.requests(method="DELETE"))
+    assert {r["path"].rsplit("/", 1)[1] for r in cluster.requests(method="DELETE")} == {
+        o["metadata"]["name"] for o in expired}
+    # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms.
+    assert deletes[-1] - deletes[0] >= 39 * 0.05 * 0.9
+    assert min(b - a for a, b in zip(deletes, deletes[1:])) >= 0.03

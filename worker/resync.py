@@ -1,0 +1,231 @@
+"""Resync: the API server is the truth, Redis is a cache of intentions.
+
+Events can be missed: Knative's ApiServerSource sends none for objects that exist when it
+starts, and drops an event after ~6 failed deliveries; a cluster also holds thousands of
+finished jobs on the day jobttl is installed. A resync lists every enabled kind (paginated,
+so memory stays bounded whatever the cluster size) and makes Redis match:
+
+- finished jobs get their pending deletion, at the right time (plan() is idempotent);
+- pending deletions of objects that should no longer be deleted, are gone, or were
+  re-created under the same name are removed;
+- jobs already past expiry are queued for deletion, paced by the workers' shared rate limit.
+
+The blast-radius guard: if a resync would newly delete more than a configured number or
+share of the objects it saw, those deletions are held and reported instead, until an
+operator confirms (``jobttl resync --confirm``). A mis-set policy or a wrong clock should
+cost a confirmation prompt, not a cluster's worth of jobs.
+
+Only one resync runs at a time (a Redis lock); UIDs seen and deletions found due are kept in
+Redis during the run rather than in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+from redis import Redis
+from rq import Queue
+
+from jobttl import logs
+from worker.decision import Decision, JobRef, Verdict, decide
+from worker.kinds import JobKind
+from worker.kube import KubeClient, ListExpired, ObjectGone, PermanentApiError, TransientApiError
+from worker.policy import Policy
+from worker.schedule import PENDING_INDEX, Change, Schedule
+
+log = logging.getLogger("jobttl.resync")
+
+LOCK_KEY = "jobttl:resync:lock"
+HELD_KEY = "jobttl:held"  # uid → JSON of a deletion held by the blast-radius guard
+LAST_REPORT_KEY = "jobttl:resync:last"
+RESYNC_TASK = "worker.tasks.resync"
+PAGE_SIZE = 500
+MAX_LIST_RESTARTS = 5
+
+
+@dataclass
+class ResyncReport:
+    status: str = "done"  # done | held | already-running | incomplete
+    started_at: float = field(default_factory=time.time)
+    duration: float = 0.0
+    seen: int = 0
+    scheduled: int = 0
+    moved: int = 0
+    unchanged: int = 0
+    cancelled: int = 0
+    queued_now: int = 0  # already expired, queued for (paced) deletion
+    held: int = 0  # expired, but held by the blast-radius guard
+    missing_kinds: list[str] = field(default_factory=list)  # not served by this cluster
+    errors: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Guard:
+    max_deletions: int
+    max_share: float
+
+    def exceeded(self, due: int, seen: int) -> bool:
+        return due > self.max_deletions or (seen > 0 and due / seen > self.max_share)
+
+
+def _objects(kube: KubeClient, kind: JobKind) -> Iterator[list[dict]]:
+    """Every object of `kind`, a page at a time; the list restarts if its token expires (410)."""
+    for _ in range(MAX_LIST_RESTARTS):
+        token = None
+        try:
+            while True:
+                page = kube.list_page(kind, PAGE_SIZE, token)
+                yield page.get("items", [])
+                token = (page.get("metadata") or {}).get("continue")
+                if not token:
+                    return
+        except ListExpired:
+            logs.record(log, "list-restart", kind=kind.kind, detail="continue token expired (410)")
+    raise TransientApiError(f"listing {kind.resource} kept expiring ({MAX_LIST_RESTARTS} restarts)")
+
+
+def _decision_json(ref: JobRef, decision: Decision) -> str:
+    return json.dumps({"ref": ref.as_dict(), "expiresAt": decision.expires_at, "finishedAt": decision.finished_at,
+                       "ttl": decision.ttl, "ttlSource": decision.ttl_source, "rules": list(decision.rules),
+                       "dryRun": decision.dry_run, "outcome": decision.outcome})
+
+
+def _from_json(raw: bytes) -> tuple[JobRef, Decision]:
+    data = json.loads(raw)
+    decision = Decision(Verdict.EXPIRES, "found expired by resync", finished_at=data["finishedAt"],
+                        outcome=data["outcome"], ttl=data["ttl"], ttl_source=data["ttlSource"],
+                        expires_at=data["expiresAt"], dry_run=data["dryRun"], rules=tuple(data["rules"]))
+    return JobRef.from_dict(data["ref"]), decision
+
+
+def resync(redis: Redis, kube: KubeClient, schedule: Schedule, policy: Policy, guard: Guard,
+           confirm: bool = False, now: float | None = None) -> ResyncReport:
+    report = ResyncReport(started_at=time.time() if now is None else now)
+    lock = redis.lock(LOCK_KEY, timeout=3600)
+    if not lock.acquire(blocking=False):
+        report.status = "already-running"
+        return report
+    run = uuid.uuid4().hex
+    seen_key, due_key = f"jobttl:resync:{run}:seen", f"jobttl:resync:{run}:due"
+    try:
+        listed = set()
+        for kind in policy.kinds:
+            try:
+                for items in _objects(kube, kind):
+                    _process_page(redis, schedule, policy, kind, items, report, seen_key, due_key)
+                    lock.extend(3600, replace_ttl=True)
+                listed.add((kind.api_version, kind.kind))
+            except ObjectGone:
+                report.missing_kinds.append(f"{kind.api_version}/{kind.kind}")
+            except (TransientApiError, PermanentApiError) as exc:
+                report.errors.append(f"{kind.api_version}/{kind.kind}: {exc}")
+        _forget_vanished(redis, schedule, listed, seen_key, report)
+        _release_or_hold(redis, schedule, guard, due_key, confirm, report)
+        if report.errors:
+            report.status = "incomplete"
+    finally:
+        redis.delete(seen_key, due_key)
+        lock.release()
+    report.duration = round(time.time() - report.started_at, 3)
+    redis.set(LAST_REPORT_KEY, json.dumps(report.as_dict()))
+    logs.record(log, "resync", level=logging.WARNING if report.status != "done" else logging.INFO, **report.as_dict())
+    return report
+
+
+def _process_page(redis: Redis, schedule: Schedule, policy: Policy, kind: JobKind, items: list[dict],
+                  report: ResyncReport, seen_key: str, due_key: str) -> None:
+    now = time.time()
+    uids = []
+    for obj in items:
+        obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+        ref = JobRef.of(obj)
+        uids.append(ref.uid)
+        decision = decide(obj, kind, policy)
+        if decision.verdict is not Verdict.EXPIRES:
+            if schedule.cancel(ref.uid) is not None:
+                report.cancelled += 1
+            continue
+        pending = schedule.get(ref.uid)
+        if decision.expires_at <= now and pending is None:
+            # A deletion nobody knew about: it goes through the blast-radius guard.
+            redis.hset(due_key, ref.uid, _decision_json(ref, decision))
+            continue
+        change = schedule.plan(ref, decision, now=now)
+        if change is Change.SCHEDULED:
+            report.scheduled += 1
+        elif change is Change.MOVED:
+            report.moved += 1
+        else:
+            report.unchanged += 1
+    if uids:
+        redis.sadd(seen_key, *uids)
+    report.seen += len(items)
+
+
+def _forget_vanished(redis: Redis, schedule: Schedule, listed: set, seen_key: str, report: ResyncReport) -> None:
+    """Drop pending deletions whose object was not in the listing: deleted, or re-created
+    with a new UID. Entries scheduled after the resync began may be for objects created
+    after the listing, so they stay; kinds that could not be listed are left alone."""
+    for uid, _ in redis.zscan_iter(PENDING_INDEX, count=500):
+        uid = uid.decode()
+        if redis.sismember(seen_key, uid):
+            continue
+        pending = schedule.get(uid)
+        if pending is None or (pending.ref.api_version, pending.ref.kind) not in listed:
+            continue
+        if pending.scheduled_at < report.started_at and schedule.cancel(uid) is not None:
+            report.cancelled += 1
+            logs.record(log, "cancelled", pending.ref.as_dict(), reason="not-in-cluster")
+
+
+def _release_or_hold(redis: Redis, schedule: Schedule, guard: Guard, due_key: str, confirm: bool,
+                     report: ResyncReport) -> None:
+    due = redis.hlen(due_key)
+    if due and guard.exceeded(due, report.seen) and not confirm:
+        redis.delete(HELD_KEY)
+        for uid, raw in redis.hscan_iter(due_key, count=500):
+            redis.hset(HELD_KEY, uid, raw)
+        report.held = due
+        report.status = "held"
+        logs.record(log, "deletions-held", level=logging.WARNING, count=due, seen=report.seen,
+                    maxDeletions=guard.max_deletions, maxShare=guard.max_share,
+                    detail="run `jobttl resync --confirm` to delete them")
+        return
+    for _, raw in redis.hscan_iter(due_key, count=500):
+        ref, decision = _from_json(raw)
+        schedule.plan(ref, decision)  # due: queued for immediate, rate-limited deletion
+        report.queued_now += 1
+    redis.delete(HELD_KEY)
+
+
+def held(redis: Redis) -> list[tuple[JobRef, Decision]]:
+    """The deletions the last resync held for confirmation."""
+    return [_from_json(raw) for _, raw in sorted(redis.hscan_iter(HELD_KEY, count=500))]
+
+
+def request(queue: Queue, at: float | None = None) -> None:
+    """Ask the workers for a resync now, or at `at` (epoch seconds).
+
+    The job id names the second it is due, so workers (and PingSource retries) asking for
+    the same slot ask once.
+    """
+    from rq.exceptions import DuplicateJobError
+
+    slot = int(time.time() if at is None else at)
+    try:
+        if at is None:
+            queue.enqueue(RESYNC_TASK, job_id=f"resync-{slot}", job_timeout=3600, result_ttl=86400, unique=True)
+        else:
+            queue.enqueue_at(datetime.fromtimestamp(slot, tz=timezone.utc), RESYNC_TASK, job_id=f"resync-{slot}",
+                             job_timeout=3600, result_ttl=86400, unique=True)
+    except DuplicateJobError:
+        pass
