@@ -196,3 +196,12 @@ def test_an_empty_file_is_the_default_policy(tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text("# nothing yet\n")
     assert load_policy(path) == parse_policy(None)
+
+
+def test_the_example_policy_in_the_readme_is_valid_and_means_what_it_says():
+    from tests.services import ROOT
+
+    policy = load_policy(ROOT / "examples" / "policy.yaml")
+    assert decide(job(outcome="Failed"), TFJOB, policy).ttl == 14 * DAY
+    assert decide(job(namespace="sandbox"), TFJOB, policy).ttl == HOUR
+    assert decide(job(labels={"accelerator": "h100"}), TFJOB, policy).dry_run
