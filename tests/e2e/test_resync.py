@@ -180,3 +180,20 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms.
     assert deletes[-1] - deletes[0] >= 39 * 0.05 * 0.9
     assert min(b - a for a, b in zip(deletes, deletes[1:])) >= 0.03
+
+
+def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, redis_server, big_cluster):
+    from rq import Queue
+    from rq.registry import ScheduledJobRegistry
+
+    tasks.configure(Settings.from_env(env(cluster, redis_server, JOBTTL_RESYNC_INTERVAL=600,
+                                          JOBTTL_QUEUE="periodic")))
+    try:
+        first, second = tasks.resync(), tasks.resync()
+    finally:
+        tasks._context = None
+    assert first["status"] == second["status"] == "done"
+    queue = Queue("periodic", connection=redis_server.client())
+    [booked] = [i for i in ScheduledJobRegistry(queue=queue).get_job_ids() if i.startswith("resync-")]
+    slot = int(booked.removeprefix("resync-"))
+    assert slot % 600 == 0 and 0 < slot - time.time() <= 600
