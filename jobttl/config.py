@@ -71,6 +71,11 @@ class Settings:
     # A resync holds its deletions for confirmation when they exceed either bound.
     resync_max_deletions: int = 500
     resync_max_share: float = 0.5
+    # The audit trail keeps about this many entries; tombstones of deleted jobs this many days.
+    audit_max_entries: int = 100_000
+    tombstone_days: int = 7
+    # Where a worker serves its Prometheus metrics; 0 turns it off.
+    worker_metrics_port: int = 9090
 
     @property
     def retry_intervals(self) -> list[int]:
@@ -114,4 +119,7 @@ class Settings:
             resync_interval=_int(env, "JOBTTL_RESYNC_INTERVAL", cls.resync_interval, 0),
             resync_max_deletions=_int(env, "JOBTTL_RESYNC_MAX_DELETIONS", cls.resync_max_deletions, 0),
             resync_max_share=_float(env, "JOBTTL_RESYNC_MAX_SHARE", cls.resync_max_share, 0, 1),
+            audit_max_entries=_int(env, "JOBTTL_AUDIT_MAX_ENTRIES", cls.audit_max_entries, 100),
+            tombstone_days=_int(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 0),
+            worker_metrics_port=_int(env, "JOBTTL_WORKER_METRICS_PORT", cls.worker_metrics_port, 0),
         )

@@ -86,10 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     workdir = ROOT / ".run"
     stack = Stack(workdir)
-    ports = {name: free_port() for name in ("redis", "emulator", "sink")}
+    ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics")}
     kubeconfig = workdir / "kubeconfig"
     kubeconfig.unlink(missing_ok=True)
-    env = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "KUBECONFIG": str(kubeconfig)}
+    env = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "KUBECONFIG": str(kubeconfig),
+           "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
     sink_url = f"http://127.0.0.1:{ports['sink']}"
     try:
         stack.spawn("redis", [redis_server, "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "",
@@ -105,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
 
         start = time.monotonic()
         print(f"jobttl is running: sink {sink_url}, API emulator http://127.0.0.1:{ports['emulator']}, "
-              f"Redis {env['JOBTTL_REDIS_URL']}, logs in {stack.logs}")
+              f"Redis {env['JOBTTL_REDIS_URL']}, worker metrics http://127.0.0.1:{ports['metrics']}/metrics, "
+              f"logs in {stack.logs}")
         print(f"  export KUBECONFIG={kubeconfig}   # to look with kubectl; Ctrl-C stops everything")
         remaining = None
         while True:

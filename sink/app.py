@@ -18,19 +18,21 @@ import logging
 from typing import Any
 
 from flask import Flask, Response, jsonify, request
-from prometheus_client import CollectorRegistry, Counter, generate_latest, CONTENT_TYPE_LATEST
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis import Redis
 from redis.exceptions import LockError, RedisError
 from werkzeug.exceptions import HTTPException
 
 from jobttl import logs
 from jobttl.config import Settings
+from jobttl.metrics import Metrics
 from sink.events import ApiServerEvent, BadEvent, OtherEvent, parse
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import JobKind, KindRegistry
 from worker.kube import KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
 from worker import resync
-from worker.schedule import Schedule
+from worker.audit import Audit
+from worker.schedule import Change, Schedule
 
 log = logging.getLogger("jobttl.sink")
 
@@ -43,19 +45,6 @@ class Unavailable(Exception):
     """A dependency (Redis, the API server) is down: answer 503 so the sender retries."""
 
 
-class Metrics:
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.events = Counter(
-            "jobttl_sink_events", "CloudEvents received, by type and outcome", ["type", "outcome"],
-            registry=self.registry,
-        )
-        self.invalid_ttls = Counter(
-            "jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer", ["kind"],
-            registry=self.registry,
-        )
-
-
 class Sink:
     """What the routes need: the schedule, the enabled kinds, and API access for Reference mode."""
 
@@ -64,7 +53,8 @@ class Sink:
         self.schedule = Schedule(redis, settings.queue_name, settings.retry_intervals)
         self.kinds = kinds
         self._kube = kube
-        self.metrics = Metrics()
+        self.metrics = Metrics(redis)
+        self.audit = Audit(redis, settings.audit_max_entries, settings.tombstone_days, self.metrics)
 
     @property
     def kube(self) -> KubeClient:
@@ -72,7 +62,7 @@ class Sink:
         if self._kube is None:
             try:
                 self._kube = KubeClient(load_api_client(self.settings.kubeconfig), self.settings.api_timeout,
-                                        component="sink")
+                                        component="sink", metrics=self.metrics)
             except Exception as exc:  # any loader failure: no kubeconfig, no service account
                 raise Unavailable(f"cannot load Kubernetes credentials for a Reference-mode event: {exc}") from exc
         return self._kube
@@ -115,7 +105,7 @@ class Sink:
         cancelled = [uid for uid in uids if self.schedule.cancel(uid) is not None]
         for uid in cancelled:
             ref = JobRef(kind.api_version, kind.kind, event.namespace, event.name, uid)
-            logs.record(log, "cancelled", ref.as_dict(), reason="deleted")
+            self.audit.record("cancelled", ref, logger=log, reason="deleted", by="event")
         return "cancelled" if cancelled else "ignored:not-pending"
 
     def _plan(self, kind: JobKind, obj: dict[str, Any]) -> str:
@@ -123,16 +113,19 @@ class Sink:
         decision = decide(obj, kind, self.settings.policy)
         if decision.verdict is Verdict.EXPIRES:
             change = self.schedule.plan(ref, decision)
-            logs.record(log, change.value, ref.as_dict(), due=decision.expires_at, ttl=decision.ttl,
-                        ttlSource=decision.ttl_source)
+            if change is not Change.UNCHANGED:  # duplicates are the norm, not news
+                self.audit.record(change.value, ref, logger=log, due=decision.expires_at, ttl=decision.ttl,
+                                  ttlSource=decision.ttl_source, finishedAt=decision.finished_at,
+                                  rules=list(decision.rules), dryRun=decision.dry_run, by="event")
             return change.value
         if decision.verdict is Verdict.INVALID_TTL:
             self.metrics.invalid_ttls.labels(kind.kind).inc()
-            logs.record(log, "invalid-ttl", ref.as_dict(), logging.WARNING, detail=decision.reason)
+            self.audit.record("skipped", ref, logging.WARNING, logger=log, reason="invalid-ttl", detail=decision.reason)
         # The object as it is now should not be deleted (its TTL was removed, say): an
         # earlier pending deletion no longer applies. The worker would skip it anyway.
         if self.schedule.cancel(ref.uid) is not None:
-            logs.record(log, "cancelled", ref.as_dict(), reason=decision.verdict.value)
+            self.audit.record("cancelled", ref, logger=log, reason=decision.verdict.value, detail=decision.reason,
+                              by="event")
         return f"ignored:{decision.verdict.value}"
 
 

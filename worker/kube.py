@@ -6,6 +6,7 @@ three ways the caller must react: the object is gone, retry later, or stop and t
 
 from __future__ import annotations
 
+import contextlib
 import json
 from typing import Any
 
@@ -14,6 +15,7 @@ from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
 from jobttl.config import ConfigError
+from jobttl.metrics import Metrics
 from worker.kinds import JobKind
 
 
@@ -91,22 +93,28 @@ PERMISSIONS: dict[str, frozenset[str]] = {
 class KubeClient:
     """Reads and deletes job objects for one component, within its declared permissions."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: int = 30, component: str = "worker"):
+    def __init__(self, api_client: client.ApiClient, timeout: int = 30, component: str = "worker",
+                 metrics: Metrics | None = None):
         self.api = client.CustomObjectsApi(api_client)
         self.timeout = timeout
         self.verbs = PERMISSIONS[component]
         self.component = component
+        self.metrics = metrics
 
-    def _check(self, verb: str) -> None:
+    def _check(self, verb: str) -> contextlib.AbstractContextManager:
+        """Refuse undeclared verbs; time the request that follows."""
         if verb not in self.verbs:
             raise AssertionError(f"the {self.component} does not declare '{verb}' in worker.kube.PERMISSIONS")
+        if self.metrics is None:
+            return contextlib.nullcontext()
+        return self.metrics.api_latency.labels(verb).time()
 
     def get(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
-        self._check("get")
         try:
-            return self.api.get_namespaced_custom_object(
-                kind.group, kind.version, namespace, kind.plural, name, _request_timeout=self.timeout
-            )
+            with self._check("get"):
+                return self.api.get_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, _request_timeout=self.timeout
+                )
         except ApiException as exc:
             raise _translate(exc, "get", kind, namespace) from exc
         except urllib3.exceptions.HTTPError as exc:
@@ -115,14 +123,15 @@ class KubeClient:
     def list_page(self, kind: JobKind, limit: int, token: str | None = None,
                   namespace: str | None = None) -> dict[str, Any]:
         """One page of a paginated LIST, across all namespaces unless one is given."""
-        self._check("list")
         kwargs: dict[str, Any] = {"limit": limit, "_request_timeout": self.timeout}
         if token:
             kwargs["_continue"] = token
         try:
-            if namespace is None:
-                return self.api.list_cluster_custom_object(kind.group, kind.version, kind.plural, **kwargs)
-            return self.api.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural, **kwargs)
+            with self._check("list"):
+                if namespace is None:
+                    return self.api.list_cluster_custom_object(kind.group, kind.version, kind.plural, **kwargs)
+                return self.api.list_namespaced_custom_object(kind.group, kind.version, namespace, kind.plural,
+                                                              **kwargs)
         except ApiException as exc:
             if exc.status == 410:
                 raise ListExpired(_status_message(exc)) from exc
@@ -139,15 +148,15 @@ class KubeClient:
         re-created object; the resourceVersion one refuses if the object changed (say, its
         TTL was extended) between our read and this delete.
         """
-        self._check("delete")
         body = client.V1DeleteOptions(
             preconditions=client.V1Preconditions(uid=uid, resource_version=resource_version),
             propagation_policy=propagation_policy,
         )
         try:
-            return self.api.delete_namespaced_custom_object(
-                kind.group, kind.version, namespace, kind.plural, name, body=body, _request_timeout=self.timeout
-            )
+            with self._check("delete"):
+                return self.api.delete_namespaced_custom_object(
+                    kind.group, kind.version, namespace, kind.plural, name, body=body, _request_timeout=self.timeout
+                )
         except ApiException as exc:
             raise _translate(exc, "delete", kind, namespace) from exc
         except urllib3.exceptions.HTTPError as exc:

@@ -33,6 +33,7 @@ from redis import Redis
 from rq import Queue
 
 from jobttl import logs
+from worker.audit import Audit
 from worker.decision import Decision, JobRef, Verdict, decide
 from worker.kinds import JobKind
 from worker.kube import KubeClient, ListExpired, ObjectGone, PermanentApiError, TransientApiError
@@ -107,7 +108,7 @@ def _from_json(raw: bytes) -> tuple[JobRef, Decision]:
     return JobRef.from_dict(data["ref"]), decision
 
 
-def resync(redis: Redis, kube: KubeClient, schedule: Schedule, policy: Policy, guard: Guard,
+def resync(redis: Redis, kube: KubeClient, schedule: Schedule, audit: Audit, policy: Policy, guard: Guard,
            confirm: bool = False, now: float | None = None) -> ResyncReport:
     report = ResyncReport(started_at=time.time() if now is None else now)
     lock = redis.lock(LOCK_KEY, timeout=3600)
@@ -121,15 +122,15 @@ def resync(redis: Redis, kube: KubeClient, schedule: Schedule, policy: Policy, g
         for kind in policy.kinds:
             try:
                 for items in _objects(kube, kind):
-                    _process_page(redis, schedule, policy, kind, items, report, seen_key, due_key)
+                    _process_page(redis, schedule, audit, policy, kind, items, report, seen_key, due_key)
                     lock.extend(3600, replace_ttl=True)
                 listed.add((kind.api_version, kind.kind))
             except ObjectGone:
                 report.missing_kinds.append(f"{kind.api_version}/{kind.kind}")
             except (TransientApiError, PermanentApiError) as exc:
                 report.errors.append(f"{kind.api_version}/{kind.kind}: {exc}")
-        _forget_vanished(redis, schedule, listed, seen_key, report)
-        _release_or_hold(redis, schedule, guard, due_key, confirm, report)
+        _forget_vanished(redis, schedule, audit, listed, seen_key, report)
+        _release_or_hold(redis, schedule, audit, guard, due_key, confirm, report)
         if report.errors:
             report.status = "incomplete"
     finally:
@@ -137,11 +138,12 @@ def resync(redis: Redis, kube: KubeClient, schedule: Schedule, policy: Policy, g
         lock.release()
     report.duration = round(time.time() - report.started_at, 3)
     redis.set(LAST_REPORT_KEY, json.dumps(report.as_dict()))
-    logs.record(log, "resync", level=logging.WARNING if report.status != "done" else logging.INFO, **report.as_dict())
+    audit.record("resync", None, logging.WARNING if report.status != "done" else logging.INFO, logger=log,
+                 **report.as_dict())
     return report
 
 
-def _process_page(redis: Redis, schedule: Schedule, policy: Policy, kind: JobKind, items: list[dict],
+def _process_page(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy, kind: JobKind, items: list[dict],
                   report: ResyncReport, seen_key: str, due_key: str) -> None:
     now = time.time()
     uids = []
@@ -153,6 +155,8 @@ def _process_page(redis: Redis, schedule: Schedule, policy: Policy, kind: JobKin
         if decision.verdict is not Verdict.EXPIRES:
             if schedule.cancel(ref.uid) is not None:
                 report.cancelled += 1
+                audit.record("cancelled", ref, logger=log, reason=decision.verdict.value, detail=decision.reason,
+                             by="resync")
             continue
         pending = schedule.get(ref.uid)
         if decision.expires_at <= now and pending is None:
@@ -166,12 +170,16 @@ def _process_page(redis: Redis, schedule: Schedule, policy: Policy, kind: JobKin
             report.moved += 1
         else:
             report.unchanged += 1
+        if change in (Change.SCHEDULED, Change.MOVED):
+            audit.record(change.value, ref, logger=log, due=decision.expires_at, finishedAt=decision.finished_at,
+                         ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync")
     if uids:
         redis.sadd(seen_key, *uids)
     report.seen += len(items)
 
 
-def _forget_vanished(redis: Redis, schedule: Schedule, listed: set, seen_key: str, report: ResyncReport) -> None:
+def _forget_vanished(redis: Redis, schedule: Schedule, audit: Audit, listed: set, seen_key: str,
+                     report: ResyncReport) -> None:
     """Drop pending deletions whose object was not in the listing: deleted, or re-created
     with a new UID. Entries scheduled after the resync began may be for objects created
     after the listing, so they stay; kinds that could not be listed are left alone."""
@@ -184,10 +192,10 @@ def _forget_vanished(redis: Redis, schedule: Schedule, listed: set, seen_key: st
             continue
         if pending.scheduled_at < report.started_at and schedule.cancel(uid) is not None:
             report.cancelled += 1
-            logs.record(log, "cancelled", pending.ref.as_dict(), reason="not-in-cluster")
+            audit.record("cancelled", pending.ref, logger=log, reason="not-in-cluster", by="resync")
 
 
-def _release_or_hold(redis: Redis, schedule: Schedule, guard: Guard, due_key: str, confirm: bool,
+def _release_or_hold(redis: Redis, schedule: Schedule, audit: Audit, guard: Guard, due_key: str, confirm: bool,
                      report: ResyncReport) -> None:
     due = redis.hlen(due_key)
     if due and guard.exceeded(due, report.seen) and not confirm:
@@ -196,14 +204,16 @@ def _release_or_hold(redis: Redis, schedule: Schedule, guard: Guard, due_key: st
             redis.hset(HELD_KEY, uid, raw)
         report.held = due
         report.status = "held"
-        logs.record(log, "deletions-held", level=logging.WARNING, count=due, seen=report.seen,
-                    maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                    detail="run `jobttl resync --confirm` to delete them")
+        audit.record("deletions-held", None, logging.WARNING, logger=log, count=due, seen=report.seen,
+                     maxDeletions=guard.max_deletions, maxShare=guard.max_share,
+                     detail="run `jobttl resync --confirm` to delete them")
         return
     for _, raw in redis.hscan_iter(due_key, count=500):
         ref, decision = _from_json(raw)
-        schedule.plan(ref, decision)  # due: queued for immediate, rate-limited deletion
-        report.queued_now += 1
+        if schedule.plan(ref, decision) is not Change.KEPT:  # due: queued for immediate, rate-limited deletion
+            report.queued_now += 1
+            audit.record("scheduled", ref, logger=log, due=decision.expires_at, finishedAt=decision.finished_at,
+                         ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync")
     redis.delete(HELD_KEY)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 
+from prometheus_client import start_http_server
 from rq import SimpleWorker
 from rq.serializers import JSONSerializer
 
@@ -24,6 +25,8 @@ def run(settings: Settings, burst: bool = False) -> None:
     ctx = tasks.configure(settings)  # fail fast: the Kubernetes config is loaded now
     redis = ctx.schedule.redis
     redis.ping()
+    if settings.worker_metrics_port:
+        start_http_server(settings.worker_metrics_port, registry=ctx.metrics.registry)
     worker = SimpleWorker([ctx.schedule.queue.name], connection=redis, serializer=JSONSerializer)
     logs.record(log, "worker-start", queue=settings.queue_name, burst=burst)
     if settings.resync_interval:

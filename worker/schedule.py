@@ -52,6 +52,12 @@ class Change(enum.Enum):
     SCHEDULED = "scheduled"  # no pending deletion existed
     MOVED = "moved"  # a pending deletion existed with another due time
     UNCHANGED = "unchanged"  # the same deletion was already pending
+    KEPT = "kept"  # an operator cancelled this job's deletion: nothing is scheduled
+
+
+OVERRIDE_PREFIX = "jobttl:override:"
+# Operator overrides outlive any sensible TTL but not forever: UIDs are never reused.
+OVERRIDE_SECONDS = 400 * 86400
 
 
 @dataclass(frozen=True)
@@ -143,10 +149,38 @@ class Schedule:
         ref = JobRef(api_version, kind, namespace, name, uid="")
         return {uid.decode() for uid in self.redis.smembers(_names_key(ref))}
 
+    # --- operator overrides: keyed by UID, consulted by every plan and by the worker --------
+    def override(self, uid: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.redis.hgetall(OVERRIDE_PREFIX + uid).items()}
+
+    def effective_due(self, uid: str, expires_at: int) -> int | None:
+        """When the deletion is due once operators had their say; None if they said keep."""
+        override = self.override(uid)
+        if override.get("keep") == "true":
+            return None
+        return max(expires_at, int(override.get("until", 0)))
+
+    def keep(self, uid: str, by: str) -> PendingDeletion | None:
+        """An operator cancels this job's deletion for good; returns what was pending."""
+        key = OVERRIDE_PREFIX + uid
+        self.redis.hset(key, mapping={"keep": "true", "by": by, "at": str(int(time.time()))})
+        self.redis.expire(key, OVERRIDE_SECONDS)
+        return self.cancel(uid)
+
+    def postpone(self, uid: str, until: int, by: str) -> None:
+        """An operator moves this job's deletion to no earlier than `until`."""
+        key = OVERRIDE_PREFIX + uid
+        self.redis.hset(key, mapping={"until": str(until), "by": by, "at": str(int(time.time()))})
+        self.redis.expire(key, OVERRIDE_SECONDS)
+
     def plan(self, ref: JobRef, decision: Decision, now: float | None = None) -> Change:
-        """Make sure exactly one deletion of `ref` is pending, due at decision.expires_at."""
+        """Make sure exactly one deletion of `ref` is pending, due at decision.expires_at
+        (or later, if an operator postponed it); none if an operator said keep."""
         assert decision.expires_at is not None, "only an expiring decision can be scheduled"
-        due = decision.expires_at
+        due = self.effective_due(ref.uid, decision.expires_at)
+        if due is None:
+            self.cancel(ref.uid)
+            return Change.KEPT
         job_id = job_id_for(ref.uid, due)
         now = time.time() if now is None else now
         with self._lock(ref.uid):

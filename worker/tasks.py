@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from redis import Redis
 from rq import get_current_job
 
-from jobttl import logs
 from jobttl.config import Settings
+from jobttl.metrics import Metrics
+from worker.audit import Audit
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import KindRegistry
-from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, load_api_client
+from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
 from worker import resync as resync_module
 from worker.ratelimit import RateLimit
 from worker.schedule import Schedule
@@ -38,16 +39,21 @@ class WorkerContext:
     schedule: Schedule
     kinds: KindRegistry
     rate_limit: RateLimit
+    audit: Audit
+    metrics: Metrics
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
         redis = Redis.from_url(settings.redis_url)
+        metrics = Metrics(redis)
         return cls(
             settings=settings,
-            kube=KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout),
+            kube=KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics),
             schedule=Schedule(redis, settings.queue_name, settings.retry_intervals),
             kinds=KindRegistry(settings.policy.kinds),
             rate_limit=RateLimit(redis, settings.delete_rate),
+            audit=Audit(redis, settings.audit_max_entries, settings.tombstone_days, metrics),
+            metrics=metrics,
         )
 
 
@@ -66,9 +72,9 @@ def context() -> WorkerContext:
     return _context if _context is not None else configure(Settings.from_env())
 
 
-def _outcome(event: str, ref: JobRef, level: int = logging.INFO, **fields) -> str:
-    """Log one outcome as structured JSON; return it as "event" or "event:reason"."""
-    logs.record(log, event, ref.as_dict(), level, **fields)
+def _outcome(ctx: WorkerContext, event: str, ref: JobRef, level: int = logging.INFO, **fields) -> str:
+    """Log and audit one outcome; return it as "event" or "event:reason" (the RQ result)."""
+    ctx.audit.record(event, ref, level, logger=log, **fields)
     return f"{event}:{fields['reason']}" if "reason" in fields else event
 
 
@@ -83,12 +89,15 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
         # Retrying a 403 only hides it: fail now, with the message saying what to grant.
         if job is not None:
             job.retries_left = 0
-        _outcome("failed", ref, logging.ERROR, due=due, error=str(exc))
+        _outcome(ctx, "failed", ref, logging.ERROR, due=due, error=str(exc), failure="permanent",
+                 jobId=job.id if job else None)
         raise
     except Exception as exc:
         retries_left = job.retries_left if job is not None else None
         event, level = ("retrying", logging.WARNING) if retries_left else ("failed", logging.ERROR)
-        _outcome(event, ref, level, due=due, error=str(exc), retriesLeft=retries_left or 0)
+        failure = {TransientApiError: "transient", Conflict: "conflict"}.get(type(exc), "error")
+        _outcome(ctx, event, ref, level, due=due, error=str(exc), failure=failure, retriesLeft=retries_left or 0,
+                 jobId=job.id if job else None)
         raise
     if outcome != "rescheduled" and job is not None:
         ctx.schedule.complete(ref, job.id)
@@ -98,29 +107,34 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
 def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
     kind = ctx.kinds.get(ref.api_version, ref.kind)
     if kind is None:
-        return _outcome("skipped", ref, reason="kind-not-enabled", due=due)
+        return _outcome(ctx, "skipped", ref, reason="kind-not-enabled", due=due)
     for _ in range(MAX_CONFLICTS):
         try:
             obj = ctx.kube.get(kind, ref.namespace, ref.name)
         except ObjectGone:
-            return _outcome("skipped", ref, reason="gone", due=due)
+            return _outcome(ctx, "skipped", ref, reason="gone", due=due)
         meta = obj.get("metadata", {})
         if meta.get("uid") != ref.uid:
-            return _outcome("skipped", ref, reason="recreated", due=due, currentUid=meta.get("uid"))
+            return _outcome(ctx, "skipped", ref, reason="recreated", due=due, currentUid=meta.get("uid"))
 
         decision = decide(obj, kind, ctx.settings.policy)
         if decision.verdict is not Verdict.EXPIRES:
-            return _outcome("skipped", ref, reason=decision.verdict.value, due=due, detail=decision.reason)
+            return _outcome(ctx, "skipped", ref, reason=decision.verdict.value, due=due, detail=decision.reason)
         assert decision.expires_at is not None
+        effective_due = ctx.schedule.effective_due(ref.uid, decision.expires_at)
+        if effective_due is None:
+            return _outcome(ctx, "skipped", ref, reason="kept-by-operator", due=due)
         now = time.time()
-        if decision.expires_at > now:
-            # The TTL was extended (or our clock is behind the operator's): try again then.
+        if effective_due > now:
+            # The TTL was extended, an operator postponed it, or our clock is behind the
+            # job operator's: try again then.
             ctx.schedule.plan(ref, decision, now=now)
-            return _outcome("rescheduled", ref, due=due, newDue=decision.expires_at, ttlSource=decision.ttl_source)
-        details = dict(due=due, finishedAt=decision.finished_at, ttl=decision.ttl, ttlSource=decision.ttl_source,
-                       rules=list(decision.rules), lateness=round(now - decision.expires_at, 3))
+            return _outcome(ctx, "rescheduled", ref, due=due, newDue=effective_due, ttlSource=decision.ttl_source)
+        details = dict(due=effective_due, finishedAt=decision.finished_at, ttl=decision.ttl,
+                       ttlSource=decision.ttl_source, rules=list(decision.rules),
+                       lateness=round(now - effective_due, 3))
         if decision.dry_run:
-            return _outcome("would-delete", ref, **details)
+            return _outcome(ctx, "would-delete", ref, **details)
 
         ctx.rate_limit.wait()
         try:
@@ -128,18 +142,24 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
                 kind, ref.namespace, ref.name, ref.uid, meta["resourceVersion"], ctx.settings.propagation_policy
             )
         except ObjectGone:
-            return _outcome("skipped", ref, reason="gone", due=due)
+            return _outcome(ctx, "skipped", ref, reason="gone", due=due)
         except Conflict as exc:
-            _outcome("conflict", ref, due=due, detail=str(exc))
+            _outcome(ctx, "conflict", ref, due=due, detail=str(exc))
             continue
-        return _outcome("deleted", ref, propagationPolicy=ctx.settings.propagation_policy, **details)
+        ctx.audit.bury(ref, obj, time.time())
+        return _outcome(ctx, "deleted", ref, propagationPolicy=ctx.settings.propagation_policy, **details)
     raise Conflict(f"{ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
 
 
 def run_resync(ctx: WorkerContext, confirm: bool = False) -> resync_module.ResyncReport:
     guard = resync_module.Guard(ctx.settings.resync_max_deletions, ctx.settings.resync_max_share)
-    return resync_module.resync(ctx.schedule.redis, ctx.kube, ctx.schedule, ctx.settings.policy, guard,
-                                confirm=confirm)
+    report = resync_module.resync(ctx.schedule.redis, ctx.kube, ctx.schedule, ctx.audit, ctx.settings.policy, guard,
+                                  confirm=confirm)
+    if report.status != "already-running":
+        ctx.metrics.resync_duration.observe(report.duration)
+        for result in ("seen", "scheduled", "moved", "unchanged", "cancelled", "queued_now", "held"):
+            ctx.metrics.resync_objects.labels(result).inc(getattr(report, result))
+    return report
 
 
 def resync() -> dict:

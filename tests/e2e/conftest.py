@@ -18,10 +18,11 @@ from kubernetes import client, config
 
 from emulator import EmulatorServer
 from tests.fixtures import finished_status, running_status, tfjob
-from tests.services import JobttlProcess, start_sink, wait_for
+from tests.services import JobttlProcess, free_port, start_sink, wait_for
 from worker.schedule import Schedule
 
 QUEUE = "e2e"
+WORKER_METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +53,7 @@ def stack_env(redis_server, emulator) -> dict[str, str]:
         # Resyncs are tested on their own; here they would race the tests' own events.
         "JOBTTL_RESYNC_INTERVAL": "0",
         "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": str(WORKER_METRICS_PORT),
     }
 
 
