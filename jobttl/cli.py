@@ -30,6 +30,7 @@ def _emulator(args: argparse.Namespace, settings: Settings) -> None:
 
     # The emulator serves every enabled kind, as a cluster with their CRDs installed would.
     resources = [Resource(k.group, k.version, k.kind, k.plural) for k in settings.policy.kinds]
+    resources.append(Resource("", "v1", "Event", "events", status_subresource=False))  # jobttl records Events
     run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay,
         resources=resources)
 

@@ -20,6 +20,7 @@ from jobttl.metrics import Metrics
 from worker.audit import Audit
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import KindRegistry
+from worker.notify import EventRecorder
 from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
 from worker import resync as resync_module
 from worker.ratelimit import RateLimit
@@ -41,19 +42,22 @@ class WorkerContext:
     rate_limit: RateLimit
     audit: Audit
     metrics: Metrics
+    events: EventRecorder
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WorkerContext:
         redis = Redis.from_url(settings.redis_url)
         metrics = Metrics(redis)
+        api_client = load_api_client(settings.kubeconfig)
         return cls(
             settings=settings,
-            kube=KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics),
+            kube=KubeClient(api_client, timeout=settings.api_timeout, metrics=metrics),
             schedule=Schedule(redis, settings.queue_name, settings.retry_intervals),
             kinds=KindRegistry(settings.policy.kinds),
             rate_limit=RateLimit(redis, settings.delete_rate),
             audit=Audit(redis, settings.audit_max_entries, settings.tombstone_days, metrics),
             metrics=metrics,
+            events=EventRecorder(api_client, timeout=settings.api_timeout),
         )
 
 
@@ -91,6 +95,8 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
             job.retries_left = 0
         _outcome(ctx, "failed", ref, logging.ERROR, due=due, error=str(exc), failure="permanent",
                  jobId=job.id if job else None)
+        ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {exc}",
+                          warning=True)
         raise
     except Exception as exc:
         retries_left = job.retries_left if job is not None else None
@@ -98,6 +104,9 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
         failure = {TransientApiError: "transient", Conflict: "conflict"}.get(type(exc), "error")
         _outcome(ctx, event, ref, level, due=due, error=str(exc), failure=failure, retriesLeft=retries_left or 0,
                  jobId=job.id if job else None)
+        if not retries_left:
+            ctx.events.record(ref, "FailedDeleteJob", f"jobttl gave up deleting {ref.kind} {ref.name} after "
+                                                      f"retries: {exc}", warning=True)
         raise
     if outcome != "rescheduled" and job is not None:
         ctx.schedule.complete(ref, job.id)
@@ -147,6 +156,9 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
             _outcome(ctx, "conflict", ref, due=due, detail=str(exc))
             continue
         ctx.audit.bury(ref, obj, time.time())
+        ctx.events.record(ref, "SuccessfulDeleteJob",
+                          f"Deleted {decision.outcome} {ref.kind} {ref.name}: TTL {decision.ttl}s after it finished "
+                          f"(from {decision.ttl_source})")
         return _outcome(ctx, "deleted", ref, propagationPolicy=ctx.settings.propagation_policy, **details)
     raise Conflict(f"{ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
 

@@ -16,12 +16,13 @@ from cloudevents.core.bindings.http import to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 from kubernetes import client, config
 
-from emulator import EmulatorServer
+from emulator import TFJOB, EmulatorServer, Resource
 from tests.fixtures import finished_status, running_status, tfjob
 from tests.services import JobttlProcess, free_port, start_sink, wait_for
 from worker.schedule import Schedule
 
 QUEUE = "e2e"
+CORE_EVENTS = Resource("", "v1", "Event", "events", status_subresource=False)
 WORKER_METRICS_PORT = free_port()
 
 
@@ -32,7 +33,7 @@ def log_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory):
-    server = EmulatorServer(gc_delay=0.2)
+    server = EmulatorServer(resources=(TFJOB, CORE_EVENTS), gc_delay=0.2)
     server.start()
     kubeconfig = tmp_path_factory.mktemp("kube") / "config"
     server.write_kubeconfig(str(kubeconfig))

@@ -187,3 +187,29 @@ def test_a_forbidden_delete_fails_at_once_with_the_missing_permission_named(clus
     assert "needs 'delete' on tfjobs.kubeflow.org" in job.latest_result().exc_string
     assert len(cluster.deletes()) == 1, "a 403 is not retried"
     assert cluster.get("locked") is not None
+
+
+def test_each_deletion_and_each_failure_leaves_a_kubernetes_event(cluster):
+    from kubernetes import client
+
+    events_api = client.CoreV1Api(cluster.api.api_client)
+    deleted = cluster.create_finished("noted", ttl=0, finished_at=time.time() - 10)
+    failing = cluster.create_finished("refused", ttl=0, finished_at=time.time() - 10)
+    cluster.fail_next("delete", 403, count=5)  # the first DELETE in this namespace is refused...
+    assert_accepted(cluster.event("update", failing), "scheduled")
+    wait_for(lambda: rq_job(cluster, failing["metadata"]["uid"], due_of(failing)).get_status() == JobStatus.FAILED,
+             what="the refused deletion to fail")
+    requests.delete(f"{cluster.emulator.url}/_emulator/faults", timeout=5)
+    assert_accepted(cluster.event("update", deleted), "scheduled")  # ...this one goes through
+    cluster.wait_gone("noted")
+
+    def events():
+        items = events_api.list_namespaced_event(cluster.namespace).items
+        return {(e.involved_object.name, e.reason, e.type): e for e in items}
+
+    found = wait_for(lambda: len(events()) == 2 and events(), what="two Events")
+    ok = found[("noted", "SuccessfulDeleteJob", "Normal")]
+    assert ok.involved_object.uid == deleted["metadata"]["uid"] and ok.source.component == "jobttl"
+    assert "TTL 0s" in ok.message and "spec.runPolicy.ttlSecondsAfterFinished" in ok.message
+    warning = found[("refused", "FailedDeleteJob", "Warning")]
+    assert "needs 'delete' on tfjobs.kubeflow.org" in warning.message
