@@ -1,0 +1,72 @@
+# syntax=docker/dockerfile:1
+# One image for every jobttl process: the sink, the worker, `jobttl watch`, the emulator.
+#   docker build -t ghcr.io/jobttl/jobttl:0.1.0 .
+#   docker run --rm ghcr.io/jobttl/jobttl:0.1.0 worker
+# `--target dashboard` builds rq-dashboard against the same RQ version (docker-compose.yml).
+# Needs BuildKit (the default builder since Docker 23) for RUN --mount.
+
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm
+
+# --- deps: wheels of the dependencies, from pyproject.toml alone ---------------------------
+# This stage sees nothing but pyproject.toml, so it (and the layer installing its wheels in
+# the final image) is rebuilt only when pyproject.toml changes, not on every code change.
+FROM ${PYTHON_IMAGE} AS deps
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml ./
+RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write(chr(10).join(deps) + chr(10))" \
+ && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+
+# --- build: the jobttl wheel -----------------------------------------------------------------
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY jobttl ./jobttl
+COPY sink ./sink
+COPY worker ./worker
+COPY watcher ./watcher
+COPY emulator ./emulator
+RUN pip wheel --no-deps --wheel-dir /wheels .
+
+# --- dashboard: rq-dashboard for docker-compose.yml, with jobttl's own RQ wheel --------------
+FROM ${PYTHON_IMAGE} AS dashboard
+ARG RQ_DASHBOARD_VERSION=0.9.0
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+# six: rq-dashboard 0.9.0 imports it without declaring it.
+RUN --mount=type=bind,from=deps,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --find-links /wheels "rq-dashboard==${RQ_DASHBOARD_VERSION}" six /wheels/rq-[0-9]*.whl \
+ && groupadd --system --gid 10001 dashboard \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin dashboard
+USER 10001:10001
+EXPOSE 9181
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9181/', timeout=4)"]
+ENTRYPOINT ["rq-dashboard"]
+CMD ["--json"]
+
+# --- runtime: the jobttl image (the default target) ------------------------------------------
+FROM ${PYTHON_IMAGE} AS runtime
+LABEL org.opencontainers.image.title="jobttl" \
+      org.opencontainers.image.description="Deletes finished Kubernetes training jobs a time-to-live after they finish." \
+      org.opencontainers.image.licenses="Apache-2.0"
+ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
+RUN groupadd --system --gid 10001 jobttl \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin jobttl
+# Dependencies, then jobttl: two layers, so a code change rebuilds only the small second one.
+# The wheels are bind-mounted from the build stages, never copied into a layer.
+RUN --mount=type=bind,from=deps,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index /wheels/*.whl
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --no-deps /wheels/*.whl
+# A numeric user, so that Kubernetes' runAsNonRoot can verify it.
+USER 10001:10001
+WORKDIR /tmp
+EXPOSE 8080
+# The sink's health endpoint. For other commands point JOBTTL_HEALTHCHECK_URL elsewhere or
+# override the healthcheck (docker-compose.yml does). Kubernetes ignores HEALTHCHECK and uses
+# the probes in knative/.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen(os.environ.get('JOBTTL_HEALTHCHECK_URL', 'http://127.0.0.1:8080/healthz'), timeout=4)"]
+ENTRYPOINT ["jobttl"]
+CMD ["--help"]

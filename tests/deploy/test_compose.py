@@ -1,0 +1,289 @@
+"""docker-compose.yml: valid Compose, coherent services, commands that exist.
+
+No Docker engine runs here, so `docker compose config` cannot either: the file is checked
+against the Compose Specification's JSON schema (../shared/reference/compose/, Draft 7, as
+its README advises), and every service's command against the program it runs: jobttl's
+commands through `jobttl.cli.build_parser()` itself, rq-dashboard's options against its CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import types
+from types import SimpleNamespace
+from urllib.parse import urlparse
+
+import jsonschema
+import kubernetes
+import pytest
+import yaml
+from kubernetes.client.rest import ApiException
+
+from jobttl.cli import build_parser
+from tests.deploy.manifests import COMPOSE_SCHEMA, REPO, validate_core
+from tests.deploy.test_dockerfile import DOCKERFILE, exec_form, parse
+from worker.kinds import ALL_KINDS
+
+COMPOSE = REPO / "docker-compose.yml"
+
+# rq-dashboard 0.9.0's options (rq_dashboard/cli.py), but the hidden deprecated ones.
+RQ_DASHBOARD_VERSION = "0.9.0"
+RQ_DASHBOARD_OPTIONS = {"-b", "--bind", "-p", "--port", "--url-prefix", "--username", "--password", "-c",
+                        "--config", "-u", "--redis-url", "--poll-interval", "--interval", "--extra-path",
+                        "--disable-delete", "--debug", "--normal", "-v", "--verbose", "-j", "--json",
+                        "--show-full-args"}
+
+
+@pytest.fixture
+def compose():
+    return yaml.safe_load(COMPOSE.read_text())
+
+
+def _leaves(error):
+    """The innermost errors: a oneOf/anyOf failure says why each alternative failed."""
+    if not error.context:
+        yield error
+    for sub in error.context:
+        yield from _leaves(sub)
+
+
+def schema_errors(document) -> list[str]:
+    validator = jsonschema.Draft7Validator(json.loads(COMPOSE_SCHEMA.read_text()))
+    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+            for error in validator.iter_errors(document) for e in _leaves(error)]
+
+
+@pytest.mark.skipif(not COMPOSE_SCHEMA.is_file(), reason=f"{COMPOSE_SCHEMA} not found")
+def test_the_file_is_valid_compose(compose):
+    assert schema_errors(compose) == []
+
+
+@pytest.mark.skipif(not COMPOSE_SCHEMA.is_file(), reason=f"{COMPOSE_SCHEMA} not found")
+def test_schema_validation_rejects_a_broken_file(compose):
+    compose["services"]["worker"]["depends_on"]["redis"]["condition"] = "service_ready"
+    compose["services"]["sink"]["helthcheck"] = compose["services"]["sink"].pop("healthcheck")
+    errors = schema_errors(compose)
+    assert any("'service_ready' is not one of" in e for e in errors)
+    assert any("'helthcheck'" in e for e in errors)
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+
+def entry_point_problems(compose) -> list[str]:
+    """Services whose command is not something their image can run."""
+    global_args, stages = parse(DOCKERFILE.read_text())
+    stages = {s.name: s for s in stages}
+    problems = []
+    for name, service in compose["services"].items():
+        command = service.get("command")
+        if "build" in service:
+            stage = stages[service["build"]["target"]]
+            entrypoint = service.get("entrypoint") or exec_form(stage.all("ENTRYPOINT")[-1])
+            if command is None and "entrypoint" not in service:
+                command = exec_form(stage.all("CMD")[-1])
+            command = command or []
+            if entrypoint == ["jobttl"]:
+                try:
+                    build_parser().parse_args(command)
+                except SystemExit:
+                    problems.append(f"{name}: `jobttl {' '.join(command)}` is not a jobttl command")
+            elif entrypoint == ["rq-dashboard"]:
+                pinned = [a for a in stage.all("ARG") if a.startswith("RQ_DASHBOARD_VERSION=")]
+                if pinned != [f"RQ_DASHBOARD_VERSION={RQ_DASHBOARD_VERSION}"]:
+                    problems.append(f"{name}: the Dockerfile does not pin rq-dashboard {RQ_DASHBOARD_VERSION}")
+                unknown = [a.split("=")[0] for a in command if a.startswith("-")
+                           and a.split("=")[0] not in RQ_DASHBOARD_OPTIONS]
+                if unknown:
+                    problems.append(f"{name}: rq-dashboard has no option {unknown}")
+                if "--json" not in command:
+                    problems.append(f"{name}: rq-dashboard needs --json for jobttl's JSON-serialized jobs")
+            elif entrypoint[0] == "python" and len(entrypoint) == 2:
+                configs = {c["target"]: c["source"] for c in service.get("configs", [])}
+                if entrypoint[1] not in configs:
+                    problems.append(f"{name}: {entrypoint[1]} is not mounted into the container")
+                else:
+                    compile(compose["configs"][configs[entrypoint[1]]]["content"], entrypoint[1], "exec")
+            else:
+                problems.append(f"{name}: unexpected entry point {entrypoint}")
+        elif service["image"].startswith("redis:"):
+            if not command or command[0] != "redis-server":
+                problems.append(f"{name}: not redis-server")
+        elif service["image"].startswith("registry.k8s.io/kwok/cluster:"):
+            if command or "entrypoint" in service:
+                problems.append(f"{name}: kwok's cluster image runs its own entry point")
+        else:
+            problems.append(f"{name}: unknown image {service['image']}")
+    return problems
+
+
+def test_every_command_is_one_the_image_can_run(compose):
+    assert entry_point_problems(compose) == []
+
+
+def test_jobttl_services_run_the_expected_commands(compose):
+    commands = {name: s["command"][0] for name, s in compose["services"].items()
+                if s.get("build", {}).get("target") == "runtime" and "command" in s}
+    assert commands == {"sink": "sink", "worker": "worker", "watcher": "watch"}
+
+
+@pytest.mark.parametrize("service, command, complaint", [
+    ("watcher", ["watcher", "--sink", "http://sink:8080"], "not a jobttl command"),
+    ("sink", ["sink", "--prot", "8080"], "not a jobttl command"),
+    ("rq-dashboard", ["--redis-url", "redis://redis:6379/0"], "needs --json"),
+    ("rq-dashboard", ["--json", "--redis-host", "redis"], "has no option"),
+    ("redis", ["redis-cli"], "not redis-server"),
+])
+def test_a_wrong_command_is_caught(compose, service, command, complaint):
+    compose["services"][service]["command"] = command
+    assert any(complaint in p for p in entry_point_problems(compose))
+
+
+# --- health and start order ---------------------------------------------------------------------
+
+
+def test_healthchecks_and_start_order(compose):
+    services = compose["services"]
+    disabled = {name for name, s in services.items() if s.get("healthcheck", {}).get("disable")}
+    assert disabled == {"crds", "watcher"}  # a one-shot job, and a process with nothing to probe
+    for name, service in services.items():
+        if name not in disabled:
+            assert service["healthcheck"]["test"][0] == "CMD", name
+        for dependency, how in (service.get("depends_on") or {}).items():
+            condition = how["condition"]
+            if condition == "service_healthy":
+                assert dependency not in disabled, f"{name} waits for {dependency} to be healthy"
+            elif condition == "service_completed_successfully":
+                assert services[dependency]["restart"] == "no", f"{name} waits for {dependency} to finish"
+            else:
+                raise AssertionError(f"{name} -> {dependency}: {condition}")
+    expect = {
+        "crds": {"kwok": "service_healthy"},
+        "sink": {"redis": "service_healthy", "crds": "service_completed_successfully"},
+        "worker": {"redis": "service_healthy", "crds": "service_completed_successfully"},
+        "watcher": {"sink": "service_healthy", "crds": "service_completed_successfully"},
+        "rq-dashboard": {"redis": "service_healthy"},
+    }
+    for name, dependencies in expect.items():
+        assert {d: h["condition"] for d, h in services[name]["depends_on"].items()} == dependencies
+
+
+def test_redis_persists_with_aof(compose):
+    redis = compose["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert any(volume.endswith(":/data") for volume in redis["volumes"])
+    assert redis["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+
+
+def test_services_find_each_other(compose):
+    services = compose["services"]
+    redis_url = urlparse(services["sink"]["environment"]["JOBTTL_REDIS_URL"])
+    assert redis_url.hostname in services and redis_url.port == 6379
+    assert services["worker"]["environment"]["JOBTTL_REDIS_URL"] == redis_url.geturl()
+    sink_port = build_parser().parse_args(services["sink"]["command"]).port
+    watch_url = urlparse(build_parser().parse_args(services["watcher"]["command"]).sink)
+    assert (watch_url.hostname, watch_url.port) == ("sink", sink_port)
+    assert f"http://127.0.0.1:{sink_port}/healthz" in services["sink"]["healthcheck"]["test"][-1]
+    dashboard = services["rq-dashboard"]["command"]
+    assert dashboard[dashboard.index("--redis-url") + 1].startswith(f"redis://{redis_url.hostname}:6379")
+    for service in services.values():
+        for port in service.get("ports", []):
+            assert port.startswith("127.0.0.1:"), "published on loopback only"
+
+
+def test_the_kubeconfig_points_the_client_at_kwok(compose, tmp_path):
+    path = tmp_path / "kubeconfig"
+    path.write_text(compose["configs"]["kubeconfig"]["content"])
+    configuration = kubernetes.client.Configuration()
+    kubernetes.config.load_kube_config(config_file=str(path), client_configuration=configuration)
+    url = urlparse(configuration.host)
+    assert url.hostname == "kwok" and "kwok" in compose["services"]
+    assert f"http://127.0.0.1:{url.port}/readyz" in compose["services"]["kwok"]["healthcheck"]["test"]
+    for name in ("crds", "sink", "worker", "watcher"):
+        service = compose["services"][name]
+        mounted = {c["target"]: c["source"] for c in service["configs"]}
+        assert mounted[service["environment"]["KUBECONFIG"]] == "kubeconfig", name
+
+
+def test_inline_configs_have_nothing_compose_would_interpolate(compose):
+    for name, config in compose["configs"].items():
+        assert "$" not in config["content"], name
+
+
+def test_the_policy_is_accepted_by_the_code(compose):
+    from worker.policy import parse_policy
+
+    parse_policy(yaml.safe_load(compose["configs"]["policy"]["content"]), "docker-compose.yml")
+
+
+# --- the CRD installer ----------------------------------------------------------------------------
+
+
+@pytest.fixture
+def apply_crds(compose):
+    module = types.ModuleType("apply_crds")
+    exec(compile(compose["configs"]["apply-crds"]["content"], "apply-crds.py", "exec"), module.__dict__)
+    return module
+
+
+def test_crds_cover_every_kind_kube_apiserver_does_not_serve_itself(apply_crds):
+    served = {(crd["spec"]["group"], version["name"], crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"])
+              for crd in apply_crds.build_crds() for version in crd["spec"]["versions"] if version["served"]}
+    assert served == {(k.group, k.version, k.plural, k.kind) for k in ALL_KINDS if k.group != "batch"}
+
+
+def test_crds_are_valid_custom_resource_definitions(apply_crds):
+    for crd in apply_crds.build_crds():
+        assert validate_core(crd) == []
+        assert sum(v["storage"] for v in crd["spec"]["versions"]) == 1
+        assert crd["metadata"]["name"] == f"{crd['spec']['names']['plural']}.{crd['spec']['group']}"
+
+
+class FakeApiextensions:
+    """Enough of ApiextensionsV1Api: one CRD exists already, each becomes Established on its second read."""
+
+    def __init__(self, existing: str, fail_with: int | None = None):
+        self.existing, self.fail_with = existing, fail_with
+        self.created, self.reads = [], {}
+
+    def create_custom_resource_definition(self, body):
+        name = body["metadata"]["name"]
+        if self.fail_with:
+            raise ApiException(status=self.fail_with)
+        if name == self.existing:
+            raise ApiException(status=409)
+        self.created.append(name)
+
+    def read_custom_resource_definition(self, name):
+        self.reads[name] = self.reads.get(name, 0) + 1
+        status = "True" if self.reads[name] > 1 else "False"
+        return SimpleNamespace(status=SimpleNamespace(conditions=[SimpleNamespace(type="Established", status=status)]))
+
+
+@pytest.fixture
+def fake_cluster(apply_crds, monkeypatch):
+    def install(api):
+        monkeypatch.setattr(apply_crds.config, "load_kube_config", lambda: None)
+        monkeypatch.setattr(apply_crds.client, "ApiextensionsV1Api", lambda: api)
+        monkeypatch.setattr(time, "sleep", lambda seconds: None)
+        return api
+    return install
+
+
+def test_the_installer_is_idempotent_and_waits_until_established(apply_crds, fake_cluster):
+    names = [crd["metadata"]["name"] for crd in apply_crds.build_crds()]
+    api = fake_cluster(FakeApiextensions(existing=names[0]))
+    apply_crds.main()
+    assert api.created == names[1:]
+    assert all(api.reads[name] == 2 for name in names)
+
+
+def test_the_installer_fails_on_errors_and_timeouts(apply_crds, fake_cluster):
+    fake_cluster(FakeApiextensions(existing="", fail_with=403))
+    with pytest.raises(ApiException):
+        apply_crds.main()
+    fake_cluster(FakeApiextensions(existing=""))
+    with pytest.raises(SystemExit, match="not established"):
+        apply_crds.main(timeout=-1)

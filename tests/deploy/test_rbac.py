@@ -1,0 +1,153 @@
+"""The RBAC in knative/ grants each component exactly the verbs its code uses, nothing more.
+
+The truth is `worker.kube.PERMISSIONS` (KubeClient refuses any verb not declared there) and
+`worker.kinds.ALL_KINDS`. Service accounts are found from the workloads themselves (the
+sink's Knative Service, the worker's Deployment, the ApiServerSource), so a workload moved
+to another account is checked too.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.deploy.manifests import KNATIVE, find, pod_spec, rendered
+from worker.kinds import ALL_KINDS
+from worker.kube import PERMISSIONS
+from worker.notify import EVENT_VERBS
+
+VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
+NAMESPACE = "jobttl"
+RBAC = "rbac.authorization.k8s.io/v1"
+
+# The one grant beyond PERMISSIONS: the worker records a Kubernetes Event on each job it
+# deletes or fails to delete, in the job's namespace. Events are not a job kind, so their
+# verbs are declared next to the code that uses them (worker.notify.EVENT_VERBS).
+WORKER_EVENTS = {("", "events", verb) for verb in EVENT_VERBS}
+
+# What an ApiServerSource adapter does with each resource it is given: list, then watch
+# (and get). Knative documents exactly these three for the source's service account.
+SOURCE_VERBS = {"get", "list", "watch"}
+
+
+def on_job_kinds(verbs):
+    return {(kind.group, kind.plural, verb) for kind in ALL_KINDS for verb in verbs}
+
+
+class Violation(AssertionError):
+    pass
+
+
+def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, str, str]]:
+    """Every (apiGroup, resource, verb) bound to a service account, refusing anything wider."""
+    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+             for o in objects if o["apiVersion"] == RBAC and o["kind"] in ("ClusterRole", "Role")}
+    granted = set()
+    for binding in objects:
+        if binding["apiVersion"] != RBAC or binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        subjects = binding.get("subjects") or []
+        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
+                   and s.get("namespace", binding["metadata"].get("namespace")) == namespace for s in subjects):
+            continue
+        ref = binding["roleRef"]
+        role_namespace = None if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
+        role = roles.get((ref["kind"], role_namespace, ref["name"]))
+        if role is None:
+            raise Violation(f"{binding['metadata']['name']} binds a role not in the manifests: {ref}")
+        if "aggregationRule" in role:
+            raise Violation(f"{ref['name']}: aggregated roles grant whatever matches their selector")
+        for rule in role.get("rules") or []:
+            name = f"{ref['name']}: {rule}"
+            if "nonResourceURLs" in rule or "resourceNames" in rule:
+                raise Violation(f"{name}: only resource rules on whole resources are expected")
+            fields = (rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [])
+            if any("*" in value for field in fields for value in field):
+                raise Violation(f"{name}: wildcard")
+            if any("/" in resource for resource in fields[1]):
+                raise Violation(f"{name}: subresources are not used by jobttl")
+            granted |= set(itertools.product(*fields))
+    return granted
+
+
+def accounts(objects) -> dict[str, str]:
+    """component -> the service account it runs as, read from the workloads."""
+    return {
+        "sink": pod_spec(find(objects, "Service", "jobttl-sink", "serving.knative.dev/v1"))["serviceAccountName"],
+        "worker": pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"],
+        "source": find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["serviceAccountName"],
+    }
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def objects(request):
+    return rendered(VARIANTS[request.param])
+
+
+def test_the_sink_gets_exactly_its_declared_verbs(objects):
+    assert grants(objects, accounts(objects)["sink"]) == on_job_kinds(PERMISSIONS["sink"])
+
+
+def test_the_worker_gets_exactly_its_declared_verbs_and_events(objects):
+    assert grants(objects, accounts(objects)["worker"]) == on_job_kinds(PERMISSIONS["worker"]) | WORKER_EVENTS
+
+
+def test_the_apiserversource_gets_exactly_get_list_watch(objects):
+    assert grants(objects, accounts(objects)["source"]) == on_job_kinds(SOURCE_VERBS)
+
+
+def test_components_have_accounts_of_their_own(objects):
+    names = accounts(objects)
+    assert len(set(names.values())) == len(names), names
+    existing = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"
+                and o["metadata"]["namespace"] == NAMESPACE}
+    assert set(names.values()) <= existing
+
+
+def test_nothing_else_is_bound_and_pods_without_grants_get_no_token(objects):
+    names = set(accounts(objects).values())
+    for binding in (o for o in objects if o["kind"] in ("ClusterRoleBinding", "RoleBinding")):
+        for subject in binding["subjects"]:
+            assert subject["kind"] == "ServiceAccount" and subject["name"] in names, binding["metadata"]["name"]
+            assert subject["namespace"] == NAMESPACE
+    for workload in (o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Service")
+                     and "template" in o.get("spec", {})):
+        spec = pod_spec(workload)
+        account = spec.get("serviceAccountName", "default")
+        if not grants(objects, account):
+            assert spec.get("automountServiceAccountToken") is False, workload["metadata"]["name"]
+
+
+# --- the check itself can fail -------------------------------------------------------------
+
+
+def test_an_extra_verb_or_resource_is_caught():
+    objects = rendered(KNATIVE)
+    role = find(objects, "ClusterRole", "jobttl-sink")
+    role["rules"][0]["verbs"].append("list")
+    role["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]})
+    granted = grants(objects, accounts(objects)["sink"])
+    assert granted != on_job_kinds(PERMISSIONS["sink"])
+    assert ("kubeflow.org", "tfjobs", "list") in granted and ("", "pods", "get") in granted
+
+
+def test_a_missing_kind_is_caught():
+    objects = rendered(KNATIVE)
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["resources"].remove("jaxjobs")
+    assert grants(objects, accounts(objects)["worker"]) != on_job_kinds(PERMISSIONS["worker"]) | WORKER_EVENTS
+
+
+@pytest.mark.parametrize("field", ["apiGroups", "resources", "verbs"])
+def test_a_wildcard_is_refused(field):
+    objects = rendered(KNATIVE)
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0][field] = ["*"]
+    with pytest.raises(Violation, match="wildcard"):
+        grants(objects, accounts(objects)["worker"])
+
+
+def test_a_binding_to_an_unknown_role_is_refused():
+    objects = rendered(KNATIVE)
+    find(objects, "ClusterRoleBinding", "jobttl-sink")["roleRef"]["name"] = "cluster-admin"
+    with pytest.raises(Violation, match="not in the manifests"):
+        grants(objects, accounts(objects)["sink"])
