@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
+from worker.durations import parse_duration
 from worker.policy import Policy, PolicyError, load_policy
 
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
@@ -76,6 +77,14 @@ class Settings:
     tombstone_days: int = 7
     # Where a worker serves its Prometheus metrics; 0 turns it off.
     worker_metrics_port: int = 9090
+    # Announce each deletion this long before it, as a CloudEvent POSTed to warn_url.
+    warn_url: str | None = None
+    warn_before: int = 3600
+
+    @property
+    def announce_before(self) -> int | None:
+        """Seconds before a deletion to announce it, or None when announcements are off."""
+        return self.warn_before if self.warn_url else None
 
     @property
     def retry_intervals(self) -> list[int]:
@@ -98,6 +107,13 @@ class Settings:
         log_level = (env.get("JOBTTL_LOG_LEVEL") or cls.log_level).upper()
         if log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
             raise ConfigError(f"JOBTTL_LOG_LEVEL: must be DEBUG, INFO, WARNING or ERROR, got {log_level!r}")
+        warn_url = env.get("JOBTTL_WARN_URL") or None
+        if warn_url and urlparse(warn_url).scheme not in ("http", "https"):
+            raise ConfigError(f"JOBTTL_WARN_URL: expected an http:// or https:// URL, got {warn_url!r}")
+        try:
+            warn_before = parse_duration(env.get("JOBTTL_WARN_BEFORE") or "1h")
+        except ValueError as exc:
+            raise ConfigError(f"JOBTTL_WARN_BEFORE: {exc}") from None
         policy_path = env.get("JOBTTL_POLICY") or None
         try:
             cluster_policy = load_policy(policy_path)
@@ -122,4 +138,6 @@ class Settings:
             audit_max_entries=_int(env, "JOBTTL_AUDIT_MAX_ENTRIES", cls.audit_max_entries, 100),
             tombstone_days=_int(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 0),
             worker_metrics_port=_int(env, "JOBTTL_WORKER_METRICS_PORT", cls.worker_metrics_port, 0),
+            warn_url=warn_url,
+            warn_before=warn_before,
         )

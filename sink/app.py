@@ -50,7 +50,8 @@ class Sink:
 
     def __init__(self, settings: Settings, redis: Redis, kinds: KindRegistry, kube: KubeClient | None):
         self.settings = settings
-        self.schedule = Schedule(redis, settings.queue_name, settings.retry_intervals)
+        self.schedule = Schedule(redis, settings.queue_name, settings.retry_intervals,
+                                 warn_before=settings.announce_before)
         self.kinds = kinds
         self._kube = kube
         self.metrics = Metrics(redis)

@@ -7,6 +7,7 @@ restart it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -14,12 +15,15 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import redis as redis_lib
 import requests
+from flask import Flask, request
+from werkzeug.serving import make_server
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -116,3 +120,26 @@ def start_sink(env: dict[str, str], log_dir: Path) -> tuple[JobttlProcess, str]:
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: requests.get(f"{url}/metrics", timeout=1).ok, timeout=20, what="the sink")
     return sink, url
+
+
+class RecordingSink:
+    """An HTTP endpoint that keeps every CloudEvent it receives (binary mode)."""
+
+    def __init__(self):
+        self.events: list[dict] = []
+        app = Flask("recording-sink")
+
+        @app.post("/")
+        def receive():
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            self.events.append({"type": headers["ce-type"], "headers": headers, "data": json.loads(request.data),
+                                "received": time.time()})
+            return "", 202
+
+        self.server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def of(self, namespace: str) -> list[tuple[str, str, str]]:
+        return [(e["type"].rsplit(".", 1)[1], e["data"]["metadata"]["name"], e["data"]["metadata"]["resourceVersion"])
+                for e in self.events if e["data"]["metadata"]["namespace"] == namespace]

@@ -1,4 +1,5 @@
-"""Telling people in the cluster: a Kubernetes Event for each deletion and each failure.
+"""Telling people: a Kubernetes Event for each deletion and each failure, and an optional
+CloudEvent announcing each deletion ahead of time.
 
 Users look for their job with ``kubectl get events``; once jobttl has deleted it, the
 Event (reason ``SuccessfulDeleteJob``, like the training operator's own) says who deleted
@@ -9,8 +10,10 @@ Events are best effort: failing to record one never fails or repeats a deletion.
 from __future__ import annotations
 
 import logging
+import uuid
 from datetime import datetime, timezone
 
+import requests
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -53,3 +56,28 @@ class EventRecorder:
         except (ApiException, urllib3.exceptions.HTTPError) as exc:
             logs.record(log, "event-not-recorded", ref.as_dict(), logging.WARNING, reason=reason,
                         detail=str(getattr(exc, "reason", exc)))
+
+
+# The CloudEvent type announcing a deletion; under a prefix jobttl owns.
+UPCOMING_TYPE = "io.jobttl.deletion.upcoming"
+
+
+def announce(url: str, ref: JobRef, subject: str, due: int, details: dict, timeout: float = 10) -> None:
+    """POST a binary-mode CloudEvent saying `ref` will be deleted at `due`.
+
+    Teams point this at a Knative Broker (or any HTTP endpoint) to archive logs or to
+    postpone the deletion in time. A failure raises, so RQ retries it.
+    """
+    due_time = datetime.fromtimestamp(due, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": str(uuid.uuid4()),
+        "ce-source": f"/jobttl/{ref.namespace}",
+        "ce-type": UPCOMING_TYPE,
+        "ce-subject": subject,
+        "ce-time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "content-type": "application/json",
+    }
+    response = requests.post(url, headers=headers, json={**ref.as_dict(), "deletionTime": due_time, **details},
+                             timeout=timeout)
+    response.raise_for_status()

@@ -41,8 +41,9 @@ from worker.decision import Decision, JobRef
 PENDING_INDEX = "jobttl:pending"
 LOCK_TIMEOUT = 10
 
-# The task the worker runs, named by its import path so no code object is stored in Redis.
+# The tasks the worker runs, named by import path so no code object is stored in Redis.
 DELETE_TASK = "worker.tasks.delete_if_expired"
+WARN_TASK = "worker.tasks.warn_upcoming"
 
 # Job states in which the RQ job will still run (or is running) without our help.
 LIVE_STATES = {JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED}
@@ -112,6 +113,10 @@ def job_id_for(uid: str, due: int) -> str:
     return f"delete-{uid}-{due}"
 
 
+def warning_id_for(uid: str, due: int) -> str:
+    return f"warn-{uid}-{due}"
+
+
 def _pending_key(uid: str) -> str:
     return f"jobttl:pending:{uid}"
 
@@ -123,12 +128,15 @@ def _names_key(ref: JobRef) -> str:
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
-    def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 300):
+    def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 300,
+                 warn_before: int | None = None):
         # decode_responses must be off for RQ; we decode our own hashes.
         self.redis = redis
         self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
         self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
         self.job_timeout = job_timeout
+        # Seconds before each deletion to announce it (None: no announcements).
+        self.warn_before = warn_before
 
     def _lock(self, uid: str):
         return self.redis.lock(f"jobttl:lock:{uid}", timeout=LOCK_TIMEOUT, blocking_timeout=LOCK_TIMEOUT)
@@ -193,7 +201,13 @@ class Schedule:
                 # itself; deleting its hash under it would only lose its result.
                 if job is not None and job.get_status() != JobStatus.STARTED:
                     job.delete()
+                self._drop_warning(current)
             self._enqueue(ref, job_id, due, now)
+            if self.warn_before is not None and due - self.warn_before > now:
+                self.queue.enqueue_at(datetime.fromtimestamp(due - self.warn_before, tz=timezone.utc), WARN_TASK,
+                                      ref.as_dict(), due, job_id=warning_id_for(ref.uid, due), retry=self.retry,
+                                      description=f"announce the deletion of {ref} due at {due}",
+                                      result_ttl=3600, failure_ttl=7 * 24 * 3600)
             pending = PendingDeletion(
                 ref=ref,
                 due=due,
@@ -239,8 +253,14 @@ class Schedule:
             job = self._fetch_job(current.job_id)
             if job is not None and job.get_status() != JobStatus.STARTED:
                 job.delete()
+            self._drop_warning(current)
             self._forget(current)
             return current
+
+    def _drop_warning(self, pending: PendingDeletion) -> None:
+        warning = self._fetch_job(warning_id_for(pending.ref.uid, pending.due))
+        if warning is not None and warning.get_status() != JobStatus.STARTED:
+            warning.delete()
 
     def complete(self, ref: JobRef, job_id: str) -> None:
         """The RQ job `job_id` reached a final outcome: drop the record if it is still its own.

@@ -20,7 +20,7 @@ from jobttl.metrics import Metrics
 from worker.audit import Audit
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import KindRegistry
-from worker.notify import EventRecorder
+from worker.notify import EventRecorder, announce
 from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
 from worker import resync as resync_module
 from worker.ratelimit import RateLimit
@@ -52,7 +52,8 @@ class WorkerContext:
         return cls(
             settings=settings,
             kube=KubeClient(api_client, timeout=settings.api_timeout, metrics=metrics),
-            schedule=Schedule(redis, settings.queue_name, settings.retry_intervals),
+            schedule=Schedule(redis, settings.queue_name, settings.retry_intervals,
+                              warn_before=settings.announce_before),
             kinds=KindRegistry(settings.policy.kinds),
             rate_limit=RateLimit(redis, settings.delete_rate),
             audit=Audit(redis, settings.audit_max_entries, settings.tombstone_days, metrics),
@@ -184,3 +185,18 @@ def resync() -> dict:
         if interval:
             # Aligned to the interval, so every worker books the same slot, and it runs once.
             resync_module.request(ctx.schedule.queue, at=(int(time.time()) // interval + 1) * interval)
+
+
+def warn_upcoming(ref_data: dict[str, str], due: int) -> str:
+    """Entry point for RQ: announce a deletion still pending at `due` (moved or cancelled ones stay quiet)."""
+    ctx = context()
+    ref = JobRef.from_dict(ref_data)
+    pending = ctx.schedule.get(ref.uid)
+    if pending is None or pending.due != due or ctx.settings.warn_url is None:
+        return "skipped:not-pending"
+    kind = ctx.kinds.get(ref.api_version, ref.kind)
+    subject = kind.path(ref.namespace, ref.name) if kind else f"{ref.namespace}/{ref.name}"
+    announce(ctx.settings.warn_url, ref, subject, due,
+             {"ttl": pending.ttl, "ttlSource": pending.ttl_source, "rules": list(pending.rules),
+              "dryRun": pending.dry_run})
+    return _outcome(ctx, "announced", ref, due=due, url=ctx.settings.warn_url)

@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from emulator import TFJOB, EmulatorServer, Resource
 from tests.fixtures import finished_status, running_status, tfjob
-from tests.services import JobttlProcess, free_port, start_sink, wait_for
+from tests.services import JobttlProcess, RecordingSink, free_port, start_sink, wait_for
 from worker.schedule import Schedule
 
 QUEUE = "e2e"
@@ -43,7 +43,15 @@ def emulator(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def stack_env(redis_server, emulator) -> dict[str, str]:
+def announcements():
+    """Where the stack announces upcoming deletions (JOBTTL_WARN_URL)."""
+    sink = RecordingSink()
+    yield sink
+    sink.server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def stack_env(redis_server, emulator, announcements) -> dict[str, str]:
     return {
         "JOBTTL_REDIS_URL": redis_server.url,
         "KUBECONFIG": str(emulator.kubeconfig),
@@ -55,6 +63,8 @@ def stack_env(redis_server, emulator) -> dict[str, str]:
         "JOBTTL_RESYNC_INTERVAL": "0",
         "JOBTTL_DELETE_RATE": "0",
         "JOBTTL_WORKER_METRICS_PORT": str(WORKER_METRICS_PORT),
+        "JOBTTL_WARN_URL": announcements.url,
+        "JOBTTL_WARN_BEFORE": "2s",
     }
 
 

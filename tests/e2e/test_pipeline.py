@@ -213,3 +213,24 @@ def test_each_deletion_and_each_failure_leaves_a_kubernetes_event(cluster):
     assert "TTL 0s" in ok.message and "spec.runPolicy.ttlSecondsAfterFinished" in ok.message
     warning = found[("refused", "FailedDeleteJob", "Warning")]
     assert "needs 'delete' on tfjobs.kubeflow.org" in warning.message
+
+
+def test_a_deletion_is_announced_ahead_of_time_and_a_cancelled_one_is_not(cluster, announcements):
+    finished_at = int(time.time())
+    doomed = cluster.create_finished("announced", ttl=4, finished_at=finished_at)
+    spared = cluster.create_finished("spared", ttl=4, finished_at=finished_at)
+    assert_accepted(cluster.event("update", doomed), "scheduled")
+    assert_accepted(cluster.event("update", spared), "scheduled")
+    cluster.delete_now("spared")
+    assert_accepted(cluster.event("delete", spared), "cancelled")
+
+    cluster.wait_gone("announced", timeout=10)
+    [delete] = [d for d in cluster.deletes() if d["path"].endswith("/announced")]
+    mine = [e for e in announcements.events if e["data"]["namespace"] == cluster.namespace]
+    assert [e["data"]["name"] for e in mine] == ["announced"], "the cancelled deletion stays quiet"
+    [warning] = mine
+    assert warning["type"] == "io.jobttl.deletion.upcoming"
+    assert warning["headers"]["ce-subject"] == f"/apis/kubeflow.org/v1/namespaces/{cluster.namespace}/tfjobs/announced"
+    assert warning["data"]["uid"] == doomed["metadata"]["uid"]
+    assert warning["data"]["ttlSource"] == "spec.runPolicy.ttlSecondsAfterFinished"
+    assert warning["received"] < delete["time"], "announced before the deletion"

@@ -2,42 +2,17 @@
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 
 import pytest
-from flask import Flask, request
 from kubernetes import config
-from werkzeug.serving import make_server
 
 from tests.e2e.conftest import Cluster
 from tests.fixtures import finished_status
-from tests.services import JobttlProcess, wait_for
+from tests.services import JobttlProcess, RecordingSink, wait_for
 from watcher import watch
 from worker.kinds import TFJOB
-
-
-class RecordingSink:
-    """An HTTP endpoint that keeps every CloudEvent it receives (binary mode)."""
-
-    def __init__(self):
-        self.events: list[dict] = []
-        app = Flask("recording-sink")
-
-        @app.post("/")
-        def receive():
-            headers = {k.lower(): v for k, v in request.headers.items()}
-            self.events.append({"type": headers["ce-type"], "headers": headers, "data": json.loads(request.data)})
-            return "", 202
-
-        self.server = make_server("127.0.0.1", 0, app, threaded=True)
-        self.url = f"http://127.0.0.1:{self.server.server_port}/"
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def of(self, namespace: str) -> list[tuple[str, str, str]]:
-        return [(e["type"].rsplit(".", 1)[1], e["data"]["metadata"]["name"], e["data"]["metadata"]["resourceVersion"])
-                for e in self.events if e["data"]["metadata"]["namespace"] == namespace]
 
 
 @pytest.fixture
