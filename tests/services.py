@@ -143,3 +143,13 @@ class RecordingSink:
     def of(self, namespace: str) -> list[tuple[str, str, str]]:
         return [(e["type"].rsplit(".", 1)[1], e["data"]["metadata"]["name"], e["data"]["metadata"]["resourceVersion"])
                 for e in self.events if e["data"]["metadata"]["namespace"] == namespace]
+
+
+def start_emulator(directory: Path, resources, **options):
+    """The API emulator in this process, with a kubeconfig for it at `server.kubeconfig`."""
+    from emulator import EmulatorServer
+
+    server = EmulatorServer(resources=tuple(resources), **options).start()
+    server.kubeconfig = directory / "kubeconfig"
+    server.write_kubeconfig(str(server.kubeconfig))
+    return server

@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from emulator import TFJOB, EmulatorServer, Resource
 from tests.fixtures import finished_status, running_status, tfjob
-from tests.services import JobttlProcess, RecordingSink, free_port, start_sink, wait_for
+from tests.services import JobttlProcess, RecordingSink, free_port, start_emulator, start_sink, wait_for
 from worker.schedule import Schedule
 
 QUEUE = "e2e"
@@ -33,11 +33,7 @@ def log_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def emulator(tmp_path_factory):
-    server = EmulatorServer(resources=(TFJOB, CORE_EVENTS), gc_delay=0.2)
-    server.start()
-    kubeconfig = tmp_path_factory.mktemp("kube") / "config"
-    server.write_kubeconfig(str(kubeconfig))
-    server.kubeconfig = kubeconfig
+    server = start_emulator(tmp_path_factory.mktemp("kube"), (TFJOB, CORE_EVENTS), gc_delay=0.2)
     yield server
     server.stop()
 

@@ -14,10 +14,10 @@ import time
 import pytest
 from kubernetes import config
 
-from emulator import EmulatorServer, Resource, seed_object
+from emulator import Resource, seed_object
 from jobttl.config import Settings
 from tests.fixtures import job_object
-from tests.services import ROOT, JobttlProcess, RedisServer, wait_for
+from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for
 from worker import tasks
 from worker.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
 from worker.resync import HELD_KEY
@@ -28,12 +28,9 @@ QUEUE = "resync"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    server = EmulatorServer(resources=tuple(Resource(k.group, k.version, k.kind, k.plural) for k in ALL_KINDS),
+    server = start_emulator(tmp_path_factory.mktemp("resync"),
+                            (Resource(k.group, k.version, k.kind, k.plural) for k in ALL_KINDS),
                             gc_delay=0.1, history_size=20000)
-    server.start()
-    kubeconfig = tmp_path_factory.mktemp("resync") / "kubeconfig"
-    server.write_kubeconfig(str(kubeconfig))
-    server.kubeconfig = kubeconfig
     yield server
     server.stop()
 
@@ -140,10 +137,11 @@ def test_a_list_whose_continue_token_expires_is_restarted(cluster, redis_server,
 
 
 def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, tmp_path):
-    with EmulatorServer(resources=(Resource("kubeflow.org", "v1", "TFJob", "tfjobs"),)) as small:
-        small.write_kubeconfig(str(tmp_path / "kubeconfig"))
-        small.kubeconfig = tmp_path / "kubeconfig"
+    small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
+    try:
         report = tasks.run_resync(context(small, redis_server, JOBTTL_QUEUE="small"))
+    finally:
+        small.stop()
     assert report.status == "done"
     assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
 
