@@ -26,6 +26,7 @@ from werkzeug.exceptions import HTTPException
 from jobttl import logs
 from jobttl.config import Settings
 from jobttl.metrics import Metrics
+from sink import api
 from sink.events import ApiServerEvent, BadEvent, OtherEvent, parse
 from worker.decision import JobRef, Verdict, decide
 from worker.kinds import JobKind, KindRegistry
@@ -140,14 +141,18 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
                kinds: KindRegistry | None = None, kube: KubeClient | None = None) -> Flask:
     """Application factory. Dependencies may be passed in; otherwise they come from `settings`."""
     settings = settings or Settings.from_env()
+    probe = redis  # an injected client is probed as it is
     if redis is None:
         # Short timeouts: a sink stuck on a dead Redis should say 503 fast, not hang Knative.
         redis = Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=5)
+        # Shorter still for /readyz, which must answer within the kubelet's probe timeout.
+        probe = Redis.from_url(settings.redis_url, socket_connect_timeout=1, socket_timeout=1)
     sink = Sink(settings, redis, kinds or KindRegistry(settings.policy.kinds), kube)
 
     app = Flask("jobttl.sink")
     app.config["MAX_CONTENT_LENGTH"] = settings.max_event_bytes
     app.extensions["jobttl"] = sink
+    app.register_blueprint(api.blueprint)
 
     @app.post("/")
     def receive() -> Response:
@@ -176,13 +181,30 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
         sink.metrics.events.labels(label, outcome.split(":", 1)[0]).inc()
         return Response(status=202, headers={"X-Jobttl-Outcome": outcome})
 
+    @app.get("/healthz")
+    def healthz() -> Response:
+        """Alive: checks nothing else, so a Redis outage never gets the sink restarted."""
+        return jsonify(status="ok")
+
+    @app.get("/readyz")
+    def readyz() -> Response:
+        """Ready when Redis answers: without it every event would be answered 503."""
+        try:
+            probe.ping()
+        except RedisError as exc:
+            return _error(503, f"Redis is unavailable: {exc}")
+        return jsonify(status="ready")
+
     @app.get("/metrics")
     def metrics() -> Response:
         return Response(generate_latest(sink.metrics.registry), content_type=CONTENT_TYPE_LATEST)
 
     @app.errorhandler(HTTPException)
     def http_error(exc: HTTPException) -> Response:
-        # 413 for oversized bodies, 404/405 for wrong paths: JSON like every other error.
-        return _error(exc.code or 500, exc.description or exc.name)
+        # 413 for oversized bodies, 404/405 for wrong paths: JSON like every other error,
+        # with the exception's own headers (a 405's Allow, which RFC 9110 requires).
+        response = _error(exc.code or 500, exc.description or exc.name)
+        response.headers.extend((k, v) for k, v in exc.get_headers() if k.lower() != "content-type")
+        return response
 
     return app

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis import Redis
 from rq import Queue, Worker
-from rq.exceptions import NoSuchJobError
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
 from rq.job import Job
 from rq.registry import FailedJobRegistry
 from rq.scheduler import RQScheduler
@@ -27,7 +27,7 @@ from rq.serializers import JSONSerializer
 
 from worker.audit import Audit
 from worker.decision import Decision, JobRef, Verdict
-from worker.schedule import PENDING_INDEX, PendingDeletion, Schedule
+from worker.schedule import DELETE_TASK, PENDING_INDEX, PendingDeletion, Schedule
 
 log = logging.getLogger("jobttl.operations")
 
@@ -70,17 +70,26 @@ class Operations:
     # --- questions ---------------------------------------------------------------------
     def pending(self, namespace: str | None = None, kind: str | None = None, offset: int = 0,
                 limit: int | None = None) -> tuple[list[PendingDeletion], int]:
-        """Pending deletions in due order, filtered; and how many match in all."""
-        matching = []
-        for uid, _ in self.redis.zscan_iter(PENDING_INDEX, count=1000):
-            pending = self.schedule.get(uid.decode())
-            if pending is None:
-                continue
-            if (namespace and pending.ref.namespace != namespace) or (kind and pending.ref.kind != kind):
-                continue
-            matching.append(pending)
-        matching.sort(key=lambda p: (p.due, p.ref.namespace, p.ref.name))
+        """Pending deletions in due order, filtered; and how many match in all.
+
+        Unfiltered pages come straight from the due-ordered index; filters read the records
+        in pipelined batches (one round trip per thousand).
+        """
         end = None if limit is None else offset + limit
+        if not namespace and not kind:
+            uids = self.redis.zrange(PENDING_INDEX, offset, -1 if end is None else end - 1)
+            return self.schedule.get_many([u.decode() for u in uids]), self.redis.zcard(PENDING_INDEX)
+        matching = []
+        batch: list[str] = []
+        for uid, _ in self.redis.zscan_iter(PENDING_INDEX, count=1000):
+            batch.append(uid.decode())
+            if len(batch) == 1000:
+                matching += self.schedule.get_many(batch)
+                batch = []
+        matching += self.schedule.get_many(batch)
+        matching = [p for p in matching if (not namespace or p.ref.namespace == namespace)
+                    and (not kind or p.ref.kind == kind)]
+        matching.sort(key=lambda p: (p.due, p.ref.uid))  # the index's own order
         return matching[offset:end], len(matching)
 
     def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
@@ -112,7 +121,7 @@ class Operations:
         registry = FailedJobRegistry(queue=self.queue)
         failures = []
         for job in Job.fetch_many(registry.get_job_ids(), connection=self.redis, serializer=JSONSerializer):
-            if job is None or job.func_name != "worker.tasks.delete_if_expired":
+            if job is None or job.func_name != DELETE_TASK:
                 continue
             result = job.latest_result()
             failures.append(Failure(job.id, JobRef.from_dict(job.args[0]), job.args[1],
@@ -121,7 +130,9 @@ class Operations:
         return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
 
     def status(self) -> dict[str, Any]:
+        """Counts and health; raises RedisError when Redis is down (nothing else can be known)."""
         now = time.time()
+        self.redis.ping()
         workers = Worker.all(queue=self.queue)
         scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
         deleted = sum(1 for e in self.audit.entries(since=now - 86400) if e.fields["event"] == "deleted")
@@ -131,7 +142,7 @@ class Operations:
             "failed": FailedJobRegistry(queue=self.queue).count,
             "deletedLast24h": deleted,
             "queued": self.queue.count,
-            "redis": "ok" if self.redis.ping() else "down",
+            "redis": "ok",  # reached: ping() above raises otherwise
             "workers": [{"name": w.name, "state": w.get_state(),
                          "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None}
                         for w in workers],
@@ -140,17 +151,23 @@ class Operations:
 
     # --- actions -------------------------------------------------------------------------
     def retry(self, job_id: str | None = None) -> list[str]:
-        """Requeue one failed deletion (or all of them, with no id); returns the ids requeued."""
+        """Requeue one failed deletion (or all of them, with no id); returns the ids requeued.
+
+        Only deletions: the failed registry also holds other jobs (a failed resync, say),
+        which have no object to name and are not this command's business.
+        """
         registry = FailedJobRegistry(queue=self.queue)
-        ids = [job_id] if job_id else registry.get_job_ids()
+        ids = [job_id] if job_id else [f.job_id for f in self.failed()]
         requeued = []
         for jid in ids:
             try:
-                job = registry.requeue(jid)
-            except (NoSuchJobError, ValueError):  # rq raises ValueError-like errors for unknown ids
+                job = Job.fetch(jid, connection=self.redis, serializer=JSONSerializer)
+                if job.func_name != DELETE_TASK:
+                    raise InvalidJobOperation
+                registry.requeue(job)
+            except (NoSuchJobError, InvalidJobOperation):  # unknown, not a deletion, or not failed
                 raise NotFound(f"no failed deletion with job id {jid!r}") from None
-            ref = JobRef.from_dict(job.args[0])
-            self.audit.record("retry", ref, logger=log, jobId=jid, by="operator")
+            self.audit.record("retry", JobRef.from_dict(job.args[0]), logger=log, jobId=jid, by="operator")
             requeued.append(jid)
         return requeued
 

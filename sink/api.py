@@ -1,0 +1,70 @@
+"""The sink's read-only JSON API: what is scheduled to be deleted, and what is known about one job.
+
+The answers are those of `jobttl pending` and `jobttl show`, from the same code
+(``worker/operations.py``), for dashboards and scripts that cannot reach Redis. Errors
+are raised as HTTP exceptions so that the app's one error handler renders them as the
+sink's usual JSON error (``{"error": ..., "code": ...}``). Described by ``sink/openapi.py``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from flask import Blueprint, Response, current_app, jsonify, request
+from redis.exceptions import RedisError
+from werkzeug.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
+
+from sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT
+from worker import operations
+
+blueprint = Blueprint("api", __name__)
+
+
+def _operations() -> operations.Operations:
+    sink = current_app.extensions["jobttl"]
+    return operations.Operations(sink.schedule.redis, sink.schedule, sink.audit)
+
+
+def _whole_number(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
+    """Query parameter `name` as an integer, or a 400 naming it (never a 500 for bad input)."""
+    raw = request.args.get(name)
+    if raw is None:
+        return default
+    # str.isdigit alone would accept other scripts' digits; int() would accept "1_000" and " 1".
+    try:
+        value = int(raw) if raw.isascii() and raw.isdigit() else None
+    except ValueError:  # more digits than int() converts
+        value = None
+    if value is None or value < minimum or (maximum is not None and value > maximum):
+        bounds = f"from {minimum} to {maximum}" if maximum is not None else f"of at least {minimum}"
+        raise BadRequest(f"query parameter {name}: expected a whole number {bounds}, got {raw!r}")
+    return value
+
+
+@blueprint.get("/api/v1/deletions")
+def list_deletions() -> Response:
+    limit = _whole_number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
+    offset = _whole_number("offset", 0, 0)
+    items, total = _operations().pending(request.args.get("namespace"), request.args.get("kind"), offset, limit)
+    now = time.time()
+    return jsonify(items=[operations.pending_as_dict(p, now) for p in items], total=total, offset=offset, limit=limit)
+
+
+@blueprint.get("/api/v1/deletions/<namespace>/<name>")
+def get_deletion(namespace: str, name: str) -> Response:
+    try:
+        return jsonify(_operations().find(namespace, name, request.args.get("kind") or None))
+    except operations.NotFound as exc:
+        raise NotFound(str(exc)) from None
+    except operations.Ambiguous as exc:
+        raise Conflict(str(exc)) from None
+
+
+@blueprint.get("/openapi.json")
+def openapi() -> Response:
+    return jsonify(DOCUMENT)
+
+
+@blueprint.errorhandler(RedisError)
+def redis_unavailable(exc: RedisError) -> Response:
+    return current_app.handle_http_exception(ServiceUnavailable(f"Redis is unavailable, retry later: {exc}"))

@@ -1,0 +1,155 @@
+"""The OpenAPI 3 document of the sink's read-only HTTP API, served at ``/openapi.json``.
+
+Written by hand, next to the routes in ``sink/api.py``: the tests check that it is a valid
+OpenAPI document and that every answer the sink gives matches it. The CloudEvents endpoint
+(``POST /``) and ``/metrics`` follow other specifications and are not described here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _json(schema: dict[str, Any], description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+
+_IDENTITY = {
+    "apiVersion": {"type": "string", "example": "kubeflow.org/v1"},
+    "kind": {"type": "string", "example": "TFJob"},
+    "namespace": {"type": "string"},
+    "name": {"type": "string"},
+    "uid": {"type": "string"},
+}
+
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+
+# Kubernetes object names: DNS subdomains (RFC 1123), at most 253 characters.
+_NAME = {"type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"}
+
+DOCUMENT: dict[str, Any] = {
+    "openapi": "3.0.3",
+    "info": {
+        "title": "jobttl",
+        "version": "1",
+        "description": "What jobttl will delete, when and why: the pending deletions of finished Kubernetes "
+                       "training jobs, and everything known about one job. Read-only; times are Unix seconds.",
+    },
+    "paths": {
+        "/healthz": {"get": {
+            "summary": "The process is alive (checks nothing else)",
+            "operationId": "healthz",
+            "responses": {"200": _json(_ref("Health"), "alive")},
+        }},
+        "/readyz": {"get": {
+            "summary": "Redis answers a PING within a second",
+            "operationId": "readyz",
+            "responses": {"200": _json(_ref("Health"), "ready"), "503": _json(_ref("Error"), "Redis is unreachable")},
+        }},
+        "/api/v1/deletions": {"get": {
+            "summary": "Pending deletions, in due order",
+            "operationId": "listDeletions",
+            "parameters": [
+                {"name": "namespace", "in": "query", "schema": {"type": "string"}, "description": "only this namespace"},
+                {"name": "kind", "in": "query", "schema": {"type": "string"}, "description": "only this kind, e.g. TFJob"},
+                {"name": "limit", "in": "query", "description": "page size",
+                 "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
+                {"name": "offset", "in": "query", "description": "items to skip",
+                 "schema": {"type": "integer", "minimum": 0, "default": 0}},
+            ],
+            "responses": {
+                "200": _json(_ref("DeletionList"), "one page of pending deletions"),
+                "400": _json(_ref("Error"), "a query parameter is invalid; the message names it"),
+                "503": _json(_ref("Error"), "Redis is unreachable"),
+            },
+        }},
+        "/api/v1/deletions/{namespace}/{name}": {"get": {
+            "summary": "Everything known about one job: pending deletion, history, tombstone",
+            "operationId": "getDeletion",
+            "parameters": [
+                {"name": "namespace", "in": "path", "required": True, "schema": {**_NAME, "maxLength": 63},
+                 "example": "team-a"},
+                {"name": "name", "in": "path", "required": True, "schema": _NAME, "example": "mnist"},
+                {"name": "kind", "in": "query", "schema": {"type": "string"},
+                 "description": "needed only when jobs of several kinds share the name"},
+            ],
+            "responses": {
+                "200": _json(_ref("Job"), "what jobttl knows"),
+                "404": _json(_ref("Error"), "jobttl knows nothing about this job"),
+                "409": _json(_ref("Error"), "jobs of several kinds share the name; pass kind"),
+                "503": _json(_ref("Error"), "Redis is unreachable"),
+            },
+        }},
+    },
+    "components": {"schemas": {
+        "Health": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+        "Error": {
+            "type": "object", "required": ["error", "code"],
+            "properties": {"error": {"type": "string"}, "code": {"type": "integer"}},
+        },
+        "PendingDeletion": {
+            "type": "object",
+            "required": [*_IDENTITY, "due", "dueIn", "jobId", "finishedAt", "ttl", "ttlSource", "rules", "dryRun",
+                         "scheduledAt"],
+            "properties": {
+                **_IDENTITY,
+                "due": {"type": "integer", "description": "when the deletion is due"},
+                "dueIn": {"type": "number", "description": "seconds from now; negative when overdue"},
+                "jobId": {"type": "string", "description": "the RQ job that will delete it"},
+                "finishedAt": {"type": "integer", "nullable": True},
+                "ttl": {"type": "integer", "nullable": True},
+                "ttlSource": {"type": "string", "nullable": True, "description": "where the TTL came from"},
+                "rules": {"type": "array", "items": {"type": "string"}, "description": "policy rules that matched"},
+                "dryRun": {"type": "boolean"},
+                "scheduledAt": {"type": "integer"},
+            },
+        },
+        "DeletionList": {
+            "type": "object", "required": ["items", "total", "offset", "limit"],
+            "properties": {
+                "items": {"type": "array", "items": _ref("PendingDeletion")},
+                "total": {"type": "integer", "description": "how many match in all"},
+                "offset": {"type": "integer"},
+                "limit": {"type": "integer"},
+            },
+        },
+        "AuditEntry": {
+            "type": "object", "required": ["id", "at", "event"],
+            "description": "One decision from the audit trail; other fields (reason, due, lateness, error, ...) "
+                           "are strings as recorded.",
+            "properties": {"id": {"type": "string"}, "at": {"type": "number"}, "event": {"type": "string"}},
+            "additionalProperties": {"type": "string"},
+        },
+        "Tombstone": {
+            "type": "object",
+            "required": [*_IDENTITY, "deletedAt", "labels", "annotations", "creationTimestamp", "status"],
+            "properties": {
+                **_IDENTITY,
+                "deletedAt": {"type": "number"},
+                "labels": _STRING_MAP,
+                "annotations": _STRING_MAP,
+                "creationTimestamp": {"type": "string", "nullable": True},
+                "status": {"type": "object", "description": "the job's final status: conditions, replicaStatuses, "
+                                                            "start and completion time"},
+            },
+        },
+        "Job": {
+            "type": "object", "required": ["namespace", "name", "kind", "pending", "history", "tombstones"],
+            "properties": {
+                "namespace": {"type": "string"},
+                "name": {"type": "string"},
+                "kind": {"type": "string"},
+                "pending": {"type": "array", "items": _ref("PendingDeletion")},
+                "history": {"type": "array", "items": _ref("AuditEntry"), "description": "newest first"},
+                "tombstones": {"type": "array", "items": _ref("Tombstone"), "description": "newest first"},
+            },
+        },
+    }},
+}

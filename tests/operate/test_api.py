@@ -1,0 +1,82 @@
+"""The sink's read-only HTTP API, in process: its OpenAPI document is valid and tells the truth.
+
+Schemathesis calls every operation with the document's examples, boundary values and
+generated input (positive and negative), and checks each answer against the document:
+status codes, content types, bodies; and that no input ever causes a 500. Hypothesis is
+derandomized and its example database off, so every run makes the same calls.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import schemathesis
+from hypothesis import HealthCheck, settings
+from openapi_spec_validator import validate
+
+from jobttl.config import Settings
+from sink.app import create_app
+from sink.openapi import DOCUMENT
+from tests.services import free_port
+from worker.decision import Decision, JobRef, Verdict
+
+EXAMPLE = ("team-a", "mnist")  # the path parameters' examples in the document
+
+
+@pytest.fixture
+def app(redis, redis_server, queue_name):
+    return create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name}))
+
+
+@pytest.fixture
+def example_app(app):
+    """The app, with Redis knowing the job the document's examples name."""
+    sink = app.extensions["jobttl"]
+    now = int(time.time())
+    ref = JobRef("kubeflow.org/v1", "TFJob", *EXAMPLE, uid=f"uid-{now}")
+    sink.schedule.plan(ref, Decision(Verdict.EXPIRES, "", finished_at=now, ttl=3600, expires_at=now + 3600,
+                                     ttl_source="spec.runPolicy.ttlSecondsAfterFinished", rules=("research",)))
+    sink.audit.record("scheduled", ref, due=now + 3600, rules=["research"])
+    sink.audit.bury(ref, {"metadata": {"labels": {"team": "a"}}, "status": {"conditions": []}}, now)
+    return app
+
+
+# The document as written; the test below checks that the app serves exactly that.
+schema = schemathesis.openapi.from_dict(DOCUMENT)
+
+
+@schema.parametrize()
+@settings(max_examples=20, derandomize=True, database=None, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
+                                 HealthCheck.function_scoped_fixture])  # example_app is only read
+def test_every_answer_matches_the_openapi_document(case, example_app):
+    case.call_and_validate(app=example_app)
+
+
+def test_the_openapi_document_is_valid_and_served_as_written(app):
+    validate(DOCUMENT)
+    assert app.test_client().get("/openapi.json").json == DOCUMENT
+
+
+@pytest.mark.parametrize("query", ["limit=abc", "limit=-1", "limit=0", "limit=1001", "limit=", "limit=1.5",
+                                   "offset=-3", "offset=x", "offset=%EF%BC%91", "offset=" + "9" * 5000])
+def test_a_bad_query_parameter_is_a_400_naming_it(app, query):
+    response = app.test_client().get(f"/api/v1/deletions?{query}")
+    assert response.status_code == 400
+    assert response.json["code"] == 400 and query.split("=")[0] in response.json["error"]
+
+
+def test_health_needs_nothing_and_readiness_needs_redis(app):
+    client = app.test_client()
+    assert client.get("/healthz").json == {"status": "ok"}
+    assert client.get("/readyz").json == {"status": "ready"}
+
+    down = create_app(Settings.from_env({"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})).test_client()
+    assert down.get("/healthz").status_code == 200
+    started = time.monotonic()
+    response = down.get("/readyz")
+    assert response.status_code == 503 and "Redis" in response.json["error"]
+    assert time.monotonic() - started < 2
+    listing = down.get("/api/v1/deletions")
+    assert listing.status_code == 503 and listing.json["code"] == 503
