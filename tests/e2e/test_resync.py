@@ -196,3 +196,15 @@ def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, red
     [booked] = [i for i in ScheduledJobRegistry(queue=queue).get_job_ids() if i.startswith("resync-")]
     slot = int(booked.removeprefix("resync-"))
     assert slot % 600 == 0 and 0 < slot - time.time() <= 600
+
+
+def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
+    from worker.resync import LOCK_KEY
+
+    lock = redis_server.client().lock(LOCK_KEY, timeout=60)
+    assert lock.acquire(blocking=False)
+    try:
+        assert tasks.run_resync(context(cluster, redis_server)).status == "already-running"
+    finally:
+        lock.release()
+    assert tasks.run_resync(context(cluster, redis_server)).status == "done"
