@@ -6,6 +6,7 @@ message naming the variable, instead of surfacing hours later as a failed deleti
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,7 +30,7 @@ def _float(env: Mapping[str, str], name: str, default: float, minimum: float, ma
         value = float(raw)
     except ValueError:
         raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
-    if value < minimum or (maximum is not None and value > maximum):
+    if math.isnan(value) or math.isinf(value) or value < minimum or (maximum is not None and value > maximum):
         bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
         raise ConfigError(f"{name}: must be {bounds}, got {raw}")
     return value
@@ -136,7 +137,7 @@ class Settings:
             resync_max_deletions=_int(env, "JOBTTL_RESYNC_MAX_DELETIONS", cls.resync_max_deletions, 0),
             resync_max_share=_float(env, "JOBTTL_RESYNC_MAX_SHARE", cls.resync_max_share, 0, 1),
             audit_max_entries=_int(env, "JOBTTL_AUDIT_MAX_ENTRIES", cls.audit_max_entries, 100),
-            tombstone_days=_int(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 0),
+            tombstone_days=_int(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 1),
             worker_metrics_port=_int(env, "JOBTTL_WORKER_METRICS_PORT", cls.worker_metrics_port, 0),
             warn_url=warn_url,
             warn_before=warn_before,

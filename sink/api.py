@@ -14,7 +14,7 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
 
-from sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT
+from sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
 from worker import operations
 
 blueprint = Blueprint("api", __name__)
@@ -44,7 +44,7 @@ def _whole_number(name: str, default: int, minimum: int, maximum: int | None = N
 @blueprint.get("/api/v1/deletions")
 def list_deletions() -> Response:
     limit = _whole_number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
-    offset = _whole_number("offset", 0, 0)
+    offset = _whole_number("offset", 0, 0, MAX_OFFSET)
     items, total = _operations().pending(request.args.get("namespace"), request.args.get("kind"), offset, limit)
     now = time.time()
     return jsonify(items=[operations.pending_as_dict(p, now) for p in items], total=total, offset=offset, limit=limit)

@@ -16,6 +16,7 @@ Redis or the API server.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ TYPE_PREFIX = "dev.knative.apiserver."
 MODES = {"resource": "resource", "ref": "reference"}
 ACTIONS = ("add", "update", "delete")
 REQUIRED_ATTRIBUTES = ("specversion", "id", "source", "type")
+# API servers assign RFC 4122 UUIDs; anything else cannot name a real object.
+UID = re.compile(r"[0-9a-fA-F-]{1,64}")
 
 
 class BadEvent(Exception):
@@ -132,7 +135,12 @@ def _resource_event(action: str, obj: dict[str, Any]) -> ApiServerEvent:
         raise BadEvent(400, f"{where}: required field 'metadata' is missing or not an object")
     name = _require_str(meta, "metadata.name", where)
     namespace = _require_str(meta, "metadata.namespace", where)
-    _require_str(meta, "metadata.uid", where)
+    uid = _require_str(meta, "metadata.uid", where)
+    if not UID.fullmatch(uid):
+        raise BadEvent(400, f"{where}: metadata.uid {uid[:64]!r} is not a Kubernetes UID")
+    for field in ("labels", "annotations"):
+        if not isinstance(meta.get(field) or {}, dict):
+            raise BadEvent(400, f"{where}: metadata.{field} must be an object")
     return ApiServerEvent(action, "resource", api_version, kind, namespace, name, obj)
 
 

@@ -11,6 +11,7 @@ from typing import Any
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
+MAX_OFFSET = 10_000_000  # far past any real backlog; keeps Redis from being asked absurd ranges
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -62,7 +63,7 @@ DOCUMENT: dict[str, Any] = {
                 {"name": "limit", "in": "query", "description": "page size",
                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
                 {"name": "offset", "in": "query", "description": "items to skip",
-                 "schema": {"type": "integer", "minimum": 0, "default": 0}},
+                 "schema": {"type": "integer", "minimum": 0, "maximum": MAX_OFFSET, "default": 0}},
             ],
             "responses": {
                 "200": _json(_ref("DeletionList"), "one page of pending deletions"),

@@ -93,13 +93,15 @@ def test_complete_keeps_a_newer_schedule(schedule):
     assert schedule.get(job.uid) is None
 
 
-def test_a_failed_job_is_replaced_by_a_new_plan(schedule):
+def test_a_failed_deletion_stays_failed_until_retried_but_a_new_due_replaces_it(schedule):
     job, due = ref(), int(time.time()) - 1
     schedule.plan(job, expiring(due))
     rq_job = schedule.queue.fetch_job(job_id_for(job.uid, due))
     rq_job.set_status(JobStatus.FAILED)
-    assert schedule.plan(job, expiring(due)) is Change.MOVED
-    assert schedule.queue.fetch_job(job_id_for(job.uid, due)).get_status() == JobStatus.QUEUED
+    assert schedule.plan(job, expiring(due)) is Change.UNCHANGED
+    assert schedule.queue.fetch_job(job_id_for(job.uid, due)).get_status() == JobStatus.FAILED
+    assert schedule.plan(job, expiring(due + 3600)) is Change.MOVED
+    assert schedule.queue.fetch_job(job_id_for(job.uid, due)) is None
 
 
 def test_jobs_are_stored_as_json_never_pickle(schedule, redis):

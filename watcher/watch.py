@@ -6,9 +6,11 @@ types, the same extensions and data), so one sink serves both setups.
 
 It behaves like a client-go informer: list, then watch from the list's resourceVersion,
 resume from the last seen resourceVersion (bookmarks keep it fresh), relist on 410 Gone.
-Unlike ApiServerSource it also reports what it finds on each (re)list: existing objects
-as ``add`` (the sink treats repeats as no-ops) and objects that vanished while it was not
-watching as ``delete``. So nothing is missed across restarts or dropped connections.
+Like ApiServerSource, it sends nothing for the objects it finds at start: the backlog of a
+newly watched cluster is the resync's job, which holds a mass deletion for confirmation
+(the blast-radius guard), whereas events are acted on at once. On a relist after 410 it
+reports what changed while it was not watching: objects with a new resourceVersion as
+``update``, new ones as ``add``, vanished ones as ``delete``.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class KindWatcher:
         self.watch_timeout = watch_timeout
         self.known: dict[str, dict[str, Any]] = {}  # uid → last seen object, to report deletions on relist
         self.resource_version: str | None = None
+        self.listed = False  # the first list only takes stock
 
     def run(self) -> None:
         backoff = Backoff()
@@ -147,19 +150,23 @@ class KindWatcher:
                 return
 
     def relist(self) -> None:
-        """Report every existing object as added and every vanished one as deleted."""
+        """Remember what exists; after the first list, report what changed since the last one."""
         seen: dict[str, dict[str, Any]] = {}
         list_rv = None
+        first = not self.listed
         for page in self._pages():  # a 410 on an expired continue token restarts the whole list
             list_rv = page["metadata"]["resourceVersion"]
             for obj in page.get("items", []):
                 uid = obj["metadata"]["uid"]
                 seen[uid] = obj
+                if first:
+                    continue
                 if self.known.get(uid, {}).get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
                     self.poster.post(self.kind, "add" if uid not in self.known else "update", obj)
         for uid, obj in self.known.items():
             if uid not in seen:
                 self.poster.post(self.kind, "delete", obj)
+        self.listed = True
         self.known = seen
         self.resource_version = list_rv
         logs.record(log, "listed", kind=self.kind.kind, count=len(seen), resourceVersion=list_rv)

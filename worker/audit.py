@@ -98,9 +98,12 @@ class Audit:
         }
         self.redis.set(self._tombstone_key(ref), json.dumps(tombstone), ex=self.tombstone_seconds)
 
-    def tombstones(self, namespace: str = "*", name: str = "*") -> list[dict[str, Any]]:
+    def tombstones(self, namespace: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+        """Tombstones, newest first: all, or of one namespace, or of one namespace/name."""
+        pattern = f"{TOMBSTONE_PREFIX}{_glob_literal(namespace) if namespace else '*'}:" \
+                  f"{_glob_literal(name) if name else '*'}:*"
         found = []
-        for key in self.redis.scan_iter(f"{TOMBSTONE_PREFIX}{namespace}:{name}:*", count=1000):
+        for key in self.redis.scan_iter(pattern, count=1000):
             raw = self.redis.get(key)
             if raw is not None:  # it may expire between SCAN and GET
                 found.append(json.loads(raw))
@@ -109,3 +112,8 @@ class Audit:
     @staticmethod
     def _tombstone_key(ref: JobRef) -> str:
         return f"{TOMBSTONE_PREFIX}{ref.namespace}:{ref.name}:{ref.uid}"
+
+
+def _glob_literal(text: str) -> str:
+    """`text` matched literally in a Redis SCAN pattern (names come from users and URLs)."""
+    return "".join(f"\\{c}" if c in "*?[]\\" else c for c in text)

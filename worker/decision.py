@@ -33,6 +33,9 @@ KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
 KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
 
 DEFAULT_POLICY = Policy()
+# Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
+MAX_TTL = 100 * 365 * 86400
+LATEST_DUE = 221845392000  # 9000-01-01: datetimes (and so RQ's scheduler) end at year 9999
 
 
 class Verdict(enum.Enum):
@@ -118,8 +121,9 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
         return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: Kubernetes' TTL-after-finished controller "
                                              "deletes it", **done)
 
-    annotations = meta.get("annotations") or {}
-    effective = policy.effective(meta.get("namespace", ""), meta.get("labels") or {})
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    effective = policy.effective(meta.get("namespace", ""), labels)
     done["rules"] = effective.rules
     dry_run = effective.get("dry_run")
     done["dry_run"] = bool(dry_run and dry_run.value)
@@ -133,6 +137,9 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if isinstance(chosen, Decision):
         return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
     ttl, source = chosen
+    if ttl > MAX_TTL:
+        return Decision(Verdict.INVALID_TTL, f"{source}: a TTL of {ttl}s is beyond any sensible time "
+                                             f"(at most {MAX_TTL}s, about 100 years)", ttl_source=source, **done)
     if finish.time is None:
         return Decision(Verdict.NO_FINISH_TIME, f"{kind.kind} finished ({finish.reason}) but has no readable "
                                                 "finish time", ttl=ttl, ttl_source=source, **done)
@@ -141,9 +148,12 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if cap is not None and ttl > cap.value:
         ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     expires_at = finish.time + ttl
+    if expires_at > LATEST_DUE:
+        return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
+                        ttl_source=source, **done)
     if KEEP_UNTIL_ANNOTATION in annotations:
         keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
-        if keep_until is None:
+        if keep_until is None or keep_until > finish.time + MAX_TTL:
             return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
                                                  f"as 2030-01-31T00:00:00Z, got {annotations[KEEP_UNTIL_ANNOTATION]!r}",
                             ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)

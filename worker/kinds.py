@@ -64,7 +64,8 @@ def finished_by_conditions(succeeded: tuple[str, ...], failed: tuple[str, ...],
     (completionTime can be missing, e.g. when a training job is evicted or fails early).
     """
     def finish(obj: dict) -> Finish | None:
-        for condition in get_path(obj, ("status", "conditions")) or ():
+        conditions = get_path(obj, ("status", "conditions"))
+        for condition in conditions if isinstance(conditions, list) else ():
             if not isinstance(condition, dict) or condition.get("status") != "True":
                 continue
             kind = condition.get("type")

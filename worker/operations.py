@@ -171,34 +171,44 @@ class Operations:
             requeued.append(jid)
         return requeued
 
-    def _the_pending(self, namespace: str, name: str, kind: str | None) -> PendingDeletion:
+    def _pending_named(self, namespace: str, name: str, kind: str | None) -> list[PendingDeletion]:
+        """Every pending deletion under that name, newest schedule first.
+
+        More than one of a kind means the job was deleted and re-created and the older
+        record is stale: operator actions apply to all of them, so the one that matters
+        (whichever it is) is never left out.
+        """
         found = [p for p in self.pending(namespace=namespace, kind=kind)[0] if p.ref.name == name]
         if not found:
             raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
         if len({p.ref.kind for p in found}) > 1:
             raise Ambiguous(f"{namespace}/{name} has pending deletions of several kinds "
                             f"({', '.join(sorted({p.ref.kind for p in found}))}); say which with --kind")
-        return found[0]
+        return sorted(found, key=lambda p: p.scheduled_at, reverse=True)
 
     def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> PendingDeletion:
         """Keep the job: its pending deletion is removed and no event or resync brings it back."""
-        pending = self._the_pending(namespace, name, kind)
-        self.schedule.keep(pending.ref.uid, by)
-        self.audit.record("cancelled", pending.ref, logger=log, reason="kept-by-operator", by=by, due=pending.due)
-        return pending
+        found = self._pending_named(namespace, name, kind)
+        for pending in found:
+            self.schedule.keep(pending.ref.uid, by)
+            self.audit.record("cancelled", pending.ref, logger=log, reason="kept-by-operator", by=by,
+                              due=pending.due)
+        return found[0]
 
     def postpone(self, namespace: str, name: str, seconds: int, kind: str | None = None,
                  by: str = "operator") -> PendingDeletion:
-        """Move the pending deletion `seconds` later; events and resyncs keep the new time."""
-        pending = self._the_pending(namespace, name, kind)
-        until = pending.due + seconds
-        self.schedule.postpone(pending.ref.uid, until, by)
-        self.schedule.plan(pending.ref, Decision(Verdict.EXPIRES, "postponed", finished_at=pending.finished_at,
-                                                 ttl=pending.ttl, ttl_source=pending.ttl_source,
-                                                 expires_at=pending.due, rules=pending.rules,
-                                                 dry_run=pending.dry_run))
-        self.audit.record("postponed", pending.ref, logger=log, due=pending.due, newDue=until, by=by)
-        return self.schedule.get(pending.ref.uid)
+        """Move the pending deletion `seconds` later (from now, if it is already overdue);
+        events and resyncs keep the new time."""
+        found = self._pending_named(namespace, name, kind)
+        for pending in found:
+            until = max(pending.due, int(time.time())) + seconds
+            self.schedule.postpone(pending.ref.uid, until, by)
+            self.schedule.plan(pending.ref, Decision(Verdict.EXPIRES, "postponed", finished_at=pending.finished_at,
+                                                     ttl=pending.ttl, ttl_source=pending.ttl_source,
+                                                     expires_at=pending.due, rules=pending.rules,
+                                                     dry_run=pending.dry_run))
+            self.audit.record("postponed", pending.ref, logger=log, due=pending.due, newDue=until, by=by)
+        return self.schedule.get(found[0].ref.uid)
 
 
 def _last_line(text: str) -> str:

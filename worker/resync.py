@@ -47,6 +47,9 @@ HELD_KEY = "jobttl:held"  # uid → JSON of a deletion held by the blast-radius 
 LAST_REPORT_KEY = "jobttl:resync:last"
 RESYNC_TASK = "worker.tasks.resync"
 PAGE_SIZE = 500
+# Pending deletions scheduled less than this before a resync began may belong to objects
+# created after its listing: they are left for the next resync rather than cancelled.
+SCHEDULED_MARGIN = 60
 MAX_LIST_RESTARTS = 5
 
 
@@ -149,33 +152,45 @@ def _process_page(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy
     uids = []
     for obj in items:
         obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
-        ref = JobRef.of(obj)
-        uids.append(ref.uid)
-        decision = decide(obj, kind, policy)
-        if decision.verdict is not Verdict.EXPIRES:
-            if schedule.cancel(ref.uid) is not None:
-                report.cancelled += 1
-                audit.record("cancelled", ref, logger=log, reason=decision.verdict.value, detail=decision.reason,
-                             by="resync")
-            continue
-        pending = schedule.get(ref.uid)
-        if decision.expires_at <= now and pending is None:
-            # A deletion nobody knew about: it goes through the blast-radius guard.
-            redis.hset(due_key, ref.uid, _decision_json(ref, decision))
-            continue
-        change = schedule.plan(ref, decision, now=now)
-        if change is Change.SCHEDULED:
-            report.scheduled += 1
-        elif change is Change.MOVED:
-            report.moved += 1
-        else:
-            report.unchanged += 1
-        if change in (Change.SCHEDULED, Change.MOVED):
-            audit.record(change.value, ref, logger=log, due=decision.expires_at, finishedAt=decision.finished_at,
-                         ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync")
+        try:
+            ref = JobRef.of(obj)
+            uids.append(ref.uid)
+            _reconcile(redis, schedule, audit, policy, kind, obj, ref, report, due_key, now)
+        except Exception as exc:  # one odd object must not stop the resync of all the others
+            report.errors.append(f"{kind.kind} {(obj.get('metadata') or {}).get('namespace')}/"
+                                 f"{(obj.get('metadata') or {}).get('name')}: {exc}")
     if uids:
         redis.sadd(seen_key, *uids)
     report.seen += len(items)
+
+
+def _reconcile(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy, kind: JobKind, obj: dict,
+               ref: JobRef, report: ResyncReport, due_key: str, now: float) -> None:
+    decision = decide(obj, kind, policy)
+    if decision.verdict is not Verdict.EXPIRES:
+        if schedule.cancel(ref.uid) is not None:
+            report.cancelled += 1
+            audit.record("cancelled", ref, logger=log, reason=decision.verdict.value, detail=decision.reason,
+                         by="resync")
+        return
+    pending = schedule.get(ref.uid)
+    due = schedule.effective_due(ref.uid, decision.expires_at)
+    already_due = pending is not None and pending.due <= now
+    if due is not None and due <= now and not already_due and not decision.dry_run:
+        # A deletion that would happen now and was not already due in Redis (unknown until
+        # now, or pulled in by a changed policy or clock): it goes through the guard.
+        redis.hset(due_key, ref.uid, _decision_json(ref, decision))
+        return
+    change = schedule.plan(ref, decision, now=now)
+    if change is Change.SCHEDULED:
+        report.scheduled += 1
+    elif change is Change.MOVED:
+        report.moved += 1
+    else:
+        report.unchanged += 1
+    if change in (Change.SCHEDULED, Change.MOVED):
+        audit.record(change.value, ref, logger=log, due=decision.expires_at, finishedAt=decision.finished_at,
+                     ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync")
 
 
 def _forget_vanished(redis: Redis, schedule: Schedule, audit: Audit, listed: set, seen_key: str,
@@ -190,7 +205,8 @@ def _forget_vanished(redis: Redis, schedule: Schedule, audit: Audit, listed: set
         pending = schedule.get(uid)
         if pending is None or (pending.ref.api_version, pending.ref.kind) not in listed:
             continue
-        if pending.scheduled_at < report.started_at and schedule.cancel(uid) is not None:
+        # A margin for clock skew between this process and whoever scheduled it.
+        if pending.scheduled_at < report.started_at - SCHEDULED_MARGIN and schedule.cancel(uid) is not None:
             report.cancelled += 1
             audit.record("cancelled", pending.ref, logger=log, reason="not-in-cluster", by="resync")
 

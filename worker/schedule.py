@@ -203,7 +203,10 @@ class Schedule:
             current = self.get(ref.uid)
             if current is not None:
                 job = self._fetch_job(current.job_id)
-                if current.job_id == job_id and job is not None and job.get_status() in LIVE_STATES:
+                # A failed deletion stays failed, with its error, until an operator retries it:
+                # re-running it on every event or resync would bury the error and repeat a 403.
+                if current.job_id == job_id and job is not None and job.get_status() in LIVE_STATES | {
+                        JobStatus.FAILED}:
                     return Change.UNCHANGED
                 # A job that is running right now re-reads the object and decides for
                 # itself; deleting its hash under it would only lose its result.

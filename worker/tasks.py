@@ -31,6 +31,9 @@ log = logging.getLogger("jobttl.worker")
 # A 409 means the object changed between our read and our delete; we re-read and decide
 # again. More than a few in a row means something keeps rewriting it: let RQ retry later.
 MAX_CONFLICTS = 3
+# How early (clock skew between the scheduler and this worker) a job may be and still be
+# waited for in place rather than retried later.
+MAX_EARLY = 30
 
 
 @dataclass
@@ -136,8 +139,16 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
             return _outcome(ctx, "skipped", ref, reason="kept-by-operator", due=due)
         now = time.time()
         if effective_due > now:
-            # The TTL was extended, an operator postponed it, or our clock is behind the
-            # job operator's: try again then.
+            if effective_due == due:
+                # Due at the very time this job was booked for, yet early by our clock: the
+                # scheduler's clock runs ahead of ours. Rebooking the same job id from inside
+                # that job would be a no-op, so wait briefly, or let RQ retry it later.
+                if effective_due - now > MAX_EARLY:
+                    raise TransientApiError(f"{ref} is due at {due} but this worker's clock says "
+                                            f"{now:.0f}: check the clocks")
+                time.sleep(effective_due - now)
+                continue
+            # The TTL was extended or an operator postponed it: try again then.
             ctx.schedule.plan(ref, decision, now=now)
             return _outcome(ctx, "rescheduled", ref, due=due, newDue=effective_due, ttlSource=decision.ttl_source)
         details = dict(due=effective_due, finishedAt=decision.finished_at, ttl=decision.ttl,
@@ -147,6 +158,8 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
             return _outcome(ctx, "would-delete", ref, **details)
 
         ctx.rate_limit.wait()
+        if ctx.schedule.effective_due(ref.uid, decision.expires_at) != effective_due:
+            continue  # an operator cancelled or postponed it while we waited: decide again
         try:
             ctx.kube.delete(
                 kind, ref.namespace, ref.name, ref.uid, meta["resourceVersion"], ctx.settings.propagation_policy
@@ -156,7 +169,10 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
         except Conflict as exc:
             _outcome(ctx, "conflict", ref, due=due, detail=str(exc))
             continue
-        ctx.audit.bury(ref, obj, time.time())
+        try:
+            ctx.audit.bury(ref, obj, time.time())
+        except Exception as exc:  # the deletion happened; losing its tombstone must not undo that
+            log.warning("tombstone not kept", extra={"event": "tombstone-failed", "detail": str(exc)})
         ctx.events.record(ref, "SuccessfulDeleteJob",
                           f"Deleted {decision.outcome} {ref.kind} {ref.name}: TTL {decision.ttl}s after it finished "
                           f"(from {decision.ttl_source})")

@@ -117,6 +117,10 @@ def test_vanished_and_recreated_jobs_lose_their_old_pending_deletion(cluster, re
     cluster.store.delete(tfjobs, "team-4", "job-2", {"propagationPolicy": "Background"})
     now = int(time.time())
     new = seed_object(cluster.store, job_object(TFJOB, "job-2", "team-4", at=now, ttl=600))
+    # As in real life, those deletions were scheduled well before this resync (entries from
+    # its last minute are left alone: they may be for objects created after its listing).
+    for obj in (gone, old):
+        redis_server.client().hset(f"jobttl:pending:{obj['metadata']['uid']}", "scheduledAt", now - 3600)
 
     report = tasks.run_resync(context(cluster, redis_server))
     now_pending = pending(redis_server.client())
@@ -208,3 +212,24 @@ def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
     finally:
         lock.release()
     assert tasks.run_resync(context(cluster, redis_server)).status == "done"
+
+
+def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluster, redis_server, big_cluster,
+                                                                          tmp_path):
+    """Every job already has a pending deletion hours away; a typo (maxTTL 1m, not 1d) would
+    pull them all to now. The guard must count moved deletions, not only unknown ones."""
+    before = pending(redis_server.client())
+    typo = tmp_path / "policy.yaml"
+    teams = ", ".join(f"team-{n}" for n in range(10))
+    typo.write_text(f"ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n"
+                    f"rules:\n  - {{name: typo, namespaces: [{teams}], maxTTL: 1m}}\n")
+    cluster.clear_requests()
+    report = tasks.run_resync(context(cluster, redis_server, JOBTTL_POLICY=typo, JOBTTL_RESYNC_MAX_DELETIONS=100))
+    assert report.status == "held" and report.held >= len(big_cluster) - 5
+    assert report.queued_now == 0
+    after = pending(redis_server.client())
+    assert {u: after.get(u) for u in big_cluster if u in before} == {u: before[u] for u in big_cluster if u in before}, \
+        "held deletions keep their old due times"
+    assert cluster.requests(method="DELETE") == []
+    tasks.run_resync(context(cluster, redis_server))  # the typo fixed: nothing held any more
+    assert redis_server.client().hlen(HELD_KEY) == 0

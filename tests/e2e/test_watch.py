@@ -21,7 +21,9 @@ def watched(emulator):
     stop = threading.Event()
     api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
     thread = threading.Thread(target=watch.run, args=(api_client, (TFJOB,), sink.url, stop), daemon=True)
+    opened = emulator.store.open_watches
     thread.start()
+    wait_for(lambda: emulator.store.open_watches > opened, what="the watcher to watch")
     yield sink
     stop.set()
     emulator.close_watches()
@@ -49,6 +51,27 @@ def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, wa
     assert len({e["headers"]["ce-id"] for e in (add, update, delete)}) == 3
 
 
+def test_objects_that_exist_at_start_are_not_announced_only_their_changes(cluster: Cluster, emulator):
+    # Like ApiServerSource: the backlog is the resync's (guarded) job, not a flood of events.
+    cluster.create("existing", ttl=0)
+    sink = RecordingSink()
+    stop = threading.Event()
+    api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
+    thread = threading.Thread(target=watch.run, args=(api_client, (TFJOB,), sink.url, stop), daemon=True)
+    opened = emulator.store.open_watches
+    thread.start()
+    try:
+        wait_for(lambda: emulator.store.open_watches > opened, what="the watch to be open")
+        cluster.patch("existing", {"metadata": {"labels": {"touched": "yes"}}})
+        wait_for(lambda: sink.of(cluster.namespace), what="the update")
+        assert [(t, n) for t, n, _ in sink.of(cluster.namespace)] == [("update", "existing")]
+    finally:
+        stop.set()
+        emulator.close_watches()
+        sink.server.shutdown()
+        thread.join(timeout=10)
+
+
 def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: Cluster, watched):
     cluster.create("before", ttl=60)
     wait_for(lambda: len(watched.of(cluster.namespace)) == 1, what="the first event")
@@ -67,8 +90,11 @@ def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: C
 
 
 def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink_url, log_dir, worker):
+    opened = cluster.emulator.store.open_watches
     process = JobttlProcess(["watch", "--sink", sink_url], stack_env, log_dir, "watch").start()
     try:
+        # What exists when it starts is the resync's business; changes after that are its own.
+        wait_for(lambda: cluster.emulator.store.open_watches > opened, timeout=20, what="the watcher to watch")
         cluster.create_running("watched", ttl=1, started=time.time())
         finished_at = int(time.time())
         cluster.set_status("watched", finished_status(finished_at))
