@@ -110,6 +110,8 @@ DOCUMENT: dict[str, Any] = {
                 "rules": {"type": "array", "items": {"type": "string"}, "description": "policy rules that matched"},
                 "dryRun": {"type": "boolean"},
                 "scheduledAt": {"type": "integer"},
+                "wouldDeleteAt": {"type": "integer", "nullable": True,
+                                  "description": "dry-run: when a real run would have deleted it"},
             },
         },
         "DeletionList": {

@@ -57,7 +57,7 @@ def pending_as_dict(pending: PendingDeletion, now: float) -> dict[str, Any]:
     return {**pending.ref.as_dict(), "due": pending.due, "dueIn": round(pending.due - now, 1),
             "jobId": pending.job_id, "finishedAt": pending.finished_at, "ttl": pending.ttl,
             "ttlSource": pending.ttl_source, "rules": list(pending.rules), "dryRun": pending.dry_run,
-            "scheduledAt": pending.scheduled_at}
+            "scheduledAt": pending.scheduled_at, "wouldDeleteAt": pending.would_delete_at}
 
 
 class Operations:

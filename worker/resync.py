@@ -50,6 +50,8 @@ PAGE_SIZE = 500
 # Pending deletions scheduled less than this before a resync began may belong to objects
 # created after its listing: they are left for the next resync rather than cancelled.
 SCHEDULED_MARGIN = 60
+# The per-run keys outlive a resync killed midway by no more than this.
+RUN_KEYS_TTL = 6 * 3600
 MAX_LIST_RESTARTS = 5
 
 
@@ -161,6 +163,7 @@ def _process_page(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy
                                  f"{(obj.get('metadata') or {}).get('name')}: {exc}")
     if uids:
         redis.sadd(seen_key, *uids)
+        redis.expire(seen_key, RUN_KEYS_TTL)
     report.seen += len(items)
 
 
@@ -180,6 +183,7 @@ def _reconcile(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy, k
         # A deletion that would happen now and was not already due in Redis (unknown until
         # now, or pulled in by a changed policy or clock): it goes through the guard.
         redis.hset(due_key, ref.uid, _decision_json(ref, decision))
+        redis.expire(due_key, RUN_KEYS_TTL)
         return
     change = schedule.plan(ref, decision, now=now)
     if change is Change.SCHEDULED:

@@ -72,6 +72,7 @@ class PendingDeletion:
     scheduled_at: int
     rules: tuple[str, ...] = ()
     dry_run: bool = False
+    would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
 
     def as_hash(self) -> dict[str, str]:
         data = {
@@ -82,6 +83,8 @@ class PendingDeletion:
             "rules": ",".join(self.rules),
             "dryRun": "true" if self.dry_run else "false",
         }
+        if self.would_delete_at is not None:
+            data["wouldDeleteAt"] = str(self.would_delete_at)
         if self.finished_at is not None:
             data["finishedAt"] = str(self.finished_at)
         if self.ttl is not None:
@@ -102,6 +105,7 @@ class PendingDeletion:
             scheduled_at=int(data["scheduledAt"]),
             rules=tuple(r for r in data.get("rules", "").split(",") if r),
             dry_run=data.get("dryRun") == "true",
+            would_delete_at=int(data["wouldDeleteAt"]) if "wouldDeleteAt" in data else None,
         )
 
 
@@ -201,6 +205,8 @@ class Schedule:
         now = time.time() if now is None else now
         with self._lock(ref.uid):
             current = self.get(ref.uid)
+            if current is not None and current.job_id == job_id and current.would_delete_at and decision.dry_run:
+                return Change.UNCHANGED  # dry-run: said once what it would delete; no need to repeat it
             if current is not None:
                 job = self._fetch_job(current.job_id)
                 # A failed deletion stays failed, with its error, until an operator retries it:
@@ -283,6 +289,14 @@ class Schedule:
             current = self.get(ref.uid)
             if current is not None and current.job_id == job_id:
                 self._forget(current)
+
+    def mark_would_delete(self, ref: JobRef, job_id: str, at: int) -> None:
+        """Dry-run: the worker would have deleted it now. The record stays, so listings show
+        what a real run would delete and later events and resyncs do not queue it again."""
+        with self._lock(ref.uid):
+            current = self.get(ref.uid)
+            if current is not None and current.job_id == job_id:
+                self.redis.hset(_pending_key(ref.uid), "wouldDeleteAt", str(at))
 
     def _forget(self, pending: PendingDeletion) -> None:
         with self.redis.pipeline() as pipe:

@@ -112,7 +112,9 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
             ctx.events.record(ref, "FailedDeleteJob", f"jobttl gave up deleting {ref.kind} {ref.name} after "
                                                       f"retries: {exc}", warning=True)
         raise
-    if outcome != "rescheduled" and job is not None:
+    if job is not None and outcome == "would-delete":
+        ctx.schedule.mark_would_delete(ref, job.id, int(time.time()))
+    elif job is not None and outcome != "rescheduled":
         ctx.schedule.complete(ref, job.id)
     return outcome
 

@@ -234,3 +234,4 @@ def test_a_deletion_is_announced_ahead_of_time_and_a_cancelled_one_is_not(cluste
     assert warning["data"]["uid"] == doomed["metadata"]["uid"]
     assert warning["data"]["ttlSource"] == "spec.runPolicy.ttlSecondsAfterFinished"
     assert warning["received"] < delete["time"], "announced before the deletion"
+

@@ -233,3 +233,18 @@ def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluste
     assert cluster.requests(method="DELETE") == []
     tasks.run_resync(context(cluster, redis_server))  # the typo fixed: nothing held any more
     assert redis_server.client().hlen(HELD_KEY) == 0
+
+
+def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server, big_cluster, worker):
+    [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="dry")
+    uid = obj["metadata"]["uid"]
+    cluster.clear_requests()
+    tasks.run_resync(context(cluster, redis_server))
+    ctx = context(cluster, redis_server)
+    wait_for(lambda: (p := ctx.schedule.get(uid)) is not None and p.would_delete_at, timeout=20,
+             what="the worker to find it would delete it")
+    tasks.run_resync(ctx)  # a later resync (or event) does not queue it again
+    would = [e for e in ctx.audit.entries() if e.fields.get("uid") == uid and e.fields["event"] == "would-delete"]
+    assert len(would) == 1
+    assert cluster.requests(method="DELETE") == []
+    assert ctx.schedule.get(uid).dry_run
