@@ -245,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     resync = commands.add_parser("resync", help="make the schedule in Redis match the cluster, now")
     resync.add_argument("--confirm", action="store_true",
-                        help="delete what the blast-radius guard would otherwise hold for confirmation")
+                        help="delete the deletions the last resync held for confirmation (those still due)")
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
     resync.set_defaults(run=_resync)
 

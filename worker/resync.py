@@ -217,24 +217,34 @@ def _forget_vanished(redis: Redis, schedule: Schedule, audit: Audit, listed: set
 
 def _release_or_hold(redis: Redis, schedule: Schedule, audit: Audit, guard: Guard, due_key: str, confirm: bool,
                      report: ResyncReport) -> None:
-    due = redis.hlen(due_key)
-    if due and guard.exceeded(due, report.seen) and not confirm:
-        redis.delete(HELD_KEY)
-        for uid, raw in redis.hscan_iter(due_key, count=500):
-            redis.hset(HELD_KEY, uid, raw)
-        report.held = due
+    """Queue the deletions found due, or hold them all if there are too many.
+
+    `confirm` releases exactly what the previous resync held (and the operator reviewed),
+    where still due; anything newly due goes through the guard like any other resync.
+    """
+    confirmed = {uid for uid in redis.hkeys(HELD_KEY)} if confirm else set()
+    fresh = [uid for uid in redis.hkeys(due_key) if uid not in confirmed]
+    if fresh and guard.exceeded(len(fresh), report.seen):
+        with redis.pipeline() as pipe:
+            pipe.delete(HELD_KEY)
+            for uid in fresh:
+                pipe.hset(HELD_KEY, uid, redis.hget(due_key, uid))
+            pipe.execute()
+        report.held = len(fresh)
         report.status = "held"
-        audit.record("deletions-held", None, logging.WARNING, logger=log, count=due, seen=report.seen,
+        audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(fresh), seen=report.seen,
                      maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                     detail="run `jobttl resync --confirm` to delete them")
-        return
-    for _, raw in redis.hscan_iter(due_key, count=500):
-        ref, decision = _from_json(raw)
+                     detail="review them with `jobttl resync`, then run `jobttl resync --confirm` to delete them")
+        release = [uid for uid in redis.hkeys(due_key) if uid in confirmed]
+    else:
+        release = redis.hkeys(due_key)
+        redis.delete(HELD_KEY)
+    for uid in release:
+        ref, decision = _from_json(redis.hget(due_key, uid))
         if schedule.plan(ref, decision) is not Change.KEPT:  # due: queued for immediate, rate-limited deletion
             report.queued_now += 1
             audit.record("scheduled", ref, logger=log, due=decision.expires_at, finishedAt=decision.finished_at,
-                         ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync")
-    redis.delete(HELD_KEY)
+                         ttl=decision.ttl, ttlSource=decision.ttl_source, by="resync-confirmed" if confirm else "resync")
 
 
 def held(redis: Redis) -> list[tuple[JobRef, Decision]]:

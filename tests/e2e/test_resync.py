@@ -170,11 +170,16 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     assert redis_server.client().hlen(HELD_KEY) == 40
     assert cluster.requests(method="DELETE") == [], "nothing is deleted while held"
 
+    # More expire after the operator reviewed the held ones: --confirm releases what was
+    # reviewed, and the newcomers face the guard on their own.
+    newcomers = seed(cluster, TFJOB, "backlog-2", 15, time.time() - 3600, ttl=60, prefix="new")
     confirmed = subprocess.run(run + ["--confirm"], env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
                                capture_output=True, text=True)
-    assert confirmed.returncode == 0, confirmed.stderr
-    assert json.loads(confirmed.stdout)["queued_now"] == 40
-    assert redis_server.client().hlen(HELD_KEY) == 0
+    assert confirmed.returncode == 3, confirmed.stderr
+    report = json.loads(confirmed.stdout)
+    assert (report["queued_now"], report["held"]) == (40, 15)
+    assert {uid.decode() for uid in redis_server.client().hkeys(HELD_KEY)} == {
+        o["metadata"]["uid"] for o in newcomers}
 
     wait_for(lambda: len(cluster.requests(method="DELETE")) >= 40, timeout=30, what="40 deletions")
     deletes = sorted(r["time"] for r in cluster.requests(method="DELETE"))
