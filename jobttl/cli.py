@@ -60,8 +60,11 @@ def _resync(args: argparse.Namespace, settings: Settings) -> int:
                   f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share}); for example:")
             for ref, decision in resync.held(ctx.schedule.redis)[:10]:
                 print(f"    {ref}  expired at {decision.expires_at} ({decision.ttl_source})")
-            print("  run `jobttl resync --confirm` to delete them")
-    return {"done": 0, "held": 3, "already-running": 4}.get(report.status, 1)
+            print(f"  run `jobttl resync --confirm {report.held_id}` to delete them")
+        if report.status == "stale-confirmation":
+            print(f"  not confirmed: the held deletions are not the set you named (now: {report.held_id or 'none'}); "
+                  "run `jobttl resync` to see them", file=sys.stderr)
+    return {"done": 0, "held": 3, "already-running": 4, "stale-confirmation": 5}.get(report.status, 1)
 
 
 def _watch(args: argparse.Namespace, settings: Settings) -> None:
@@ -244,8 +247,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch.set_defaults(run=_watch)
 
     resync = commands.add_parser("resync", help="make the schedule in Redis match the cluster, now")
-    resync.add_argument("--confirm", action="store_true",
-                        help="delete the deletions the last resync held for confirmation (those still due)")
+    resync.add_argument("--confirm", metavar="HELD_ID",
+                        help="delete the deletions the last resync held (those still due); HELD_ID, from its "
+                             "report, makes sure they are the ones you reviewed")
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
     resync.set_defaults(run=_resync)
 

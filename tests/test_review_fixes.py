@@ -105,3 +105,12 @@ def test_tombstone_lookups_take_names_literally(redis):
 def test_settings_that_would_silently_break_safety_are_refused(name, value):
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})
+
+
+def test_the_admins_cap_applies_before_absurd_values_are_judged():
+    from worker.policy import parse_policy
+
+    capped = parse_policy({"maxTTL": "7d"})
+    assert decide(finished(ttl=9_999_999_999), TFJOB, capped).ttl == 7 * 86400
+    keep_until = decide(finished(ttl=60, annotations={"jobttl.io/keep-until": "2200-01-01T00:00:00Z"}), TFJOB, capped)
+    assert keep_until.verdict is Verdict.EXPIRES and keep_until.ttl == 7 * 86400

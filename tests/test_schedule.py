@@ -10,7 +10,7 @@ from rq.job import JobStatus
 from rq.registry import ScheduledJobRegistry
 
 from worker.decision import Decision, JobRef, Verdict
-from worker.schedule import PENDING_INDEX, Change, Schedule, job_id_for
+from worker.schedule import PENDING_INDEX, PERMANENT_FAILURE, Change, Schedule, job_id_for
 
 
 @pytest.fixture
@@ -93,11 +93,16 @@ def test_complete_keeps_a_newer_schedule(schedule):
     assert schedule.get(job.uid) is None
 
 
-def test_a_failed_deletion_stays_failed_until_retried_but_a_new_due_replaces_it(schedule):
+def test_a_permanently_failed_deletion_stays_failed_until_retried_but_a_new_due_replaces_it(schedule):
     job, due = ref(), int(time.time()) - 1
     schedule.plan(job, expiring(due))
     rq_job = schedule.queue.fetch_job(job_id_for(job.uid, due))
     rq_job.set_status(JobStatus.FAILED)
+    assert schedule.plan(job, expiring(due)) is Change.MOVED, "out of retries on a passing outage: try again"
+    rq_job = schedule.queue.fetch_job(job_id_for(job.uid, due))
+    rq_job.set_status(JobStatus.FAILED)
+    rq_job.meta[PERMANENT_FAILURE] = True
+    rq_job.save_meta()
     assert schedule.plan(job, expiring(due)) is Change.UNCHANGED
     assert schedule.queue.fetch_job(job_id_for(job.uid, due)).get_status() == JobStatus.FAILED
     assert schedule.plan(job, expiring(due + 3600)) is Change.MOVED

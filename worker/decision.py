@@ -137,28 +137,29 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if isinstance(chosen, Decision):
         return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
     ttl, source = chosen
+    # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
+    cap = effective.get("max_ttl")
+    if cap is not None and ttl > cap.value:
+        ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     if ttl > MAX_TTL:
         return Decision(Verdict.INVALID_TTL, f"{source}: a TTL of {ttl}s is beyond any sensible time "
                                              f"(at most {MAX_TTL}s, about 100 years)", ttl_source=source, **done)
     if finish.time is None:
         return Decision(Verdict.NO_FINISH_TIME, f"{kind.kind} finished ({finish.reason}) but has no readable "
                                                 "finish time", ttl=ttl, ttl_source=source, **done)
-
-    cap = effective.get("max_ttl")
-    if cap is not None and ttl > cap.value:
-        ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     expires_at = finish.time + ttl
     if expires_at > LATEST_DUE:
         return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
                         ttl_source=source, **done)
     if KEEP_UNTIL_ANNOTATION in annotations:
         keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
+        if keep_until is not None and cap is not None:
+            keep_until = min(keep_until, finish.time + cap.value)
         if keep_until is None or keep_until > finish.time + MAX_TTL:
             return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
-                                                 f"as 2030-01-31T00:00:00Z, got {annotations[KEEP_UNTIL_ANNOTATION]!r}",
+                                                 f"as 2030-01-31T00:00:00Z within 100 years, got "
+                                                 f"{annotations[KEEP_UNTIL_ANNOTATION]!r}",
                             ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
-        if cap is not None:
-            keep_until = min(keep_until, finish.time + cap.value)
         if keep_until > expires_at:
             capped = cap is not None and keep_until == finish.time + cap.value
             expires_at, ttl = keep_until, keep_until - finish.time

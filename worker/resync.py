@@ -12,8 +12,9 @@ so memory stays bounded whatever the cluster size) and makes Redis match:
 
 The blast-radius guard: if a resync would newly delete more than a configured number or
 share of the objects it saw, those deletions are held and reported instead, until an
-operator confirms (``jobttl resync --confirm``). A mis-set policy or a wrong clock should
-cost a confirmation prompt, not a cluster's worth of jobs.
+operator confirms that very set (``jobttl resync --confirm HELD_ID``; the id is a digest of
+the held UIDs, so a confirmation never releases a set the operator did not review). A mis-set
+policy or a wrong clock should cost a confirmation prompt, not a cluster's worth of jobs.
 
 Only one resync runs at a time (a Redis lock); UIDs seen and deletions found due are kept in
 Redis during the run rather than in memory.
@@ -21,6 +22,7 @@ Redis during the run rather than in memory.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -44,6 +46,7 @@ log = logging.getLogger("jobttl.resync")
 
 LOCK_KEY = "jobttl:resync:lock"
 HELD_KEY = "jobttl:held"  # uid → JSON of a deletion held by the blast-radius guard
+HELD_ID_KEY = "jobttl:held:id"  # digest of the held UIDs, which a confirmation must name
 LAST_REPORT_KEY = "jobttl:resync:last"
 RESYNC_TASK = "worker.tasks.resync"
 PAGE_SIZE = 500
@@ -67,6 +70,7 @@ class ResyncReport:
     cancelled: int = 0
     queued_now: int = 0  # already expired, queued for (paced) deletion
     held: int = 0  # expired, but held by the blast-radius guard
+    held_id: str | None = None  # what `jobttl resync --confirm` must name to release them
     missing_kinds: list[str] = field(default_factory=list)  # not served by this cluster
     errors: list[str] = field(default_factory=list)
 
@@ -114,11 +118,17 @@ def _from_json(raw: bytes) -> tuple[JobRef, Decision]:
 
 
 def resync(redis: Redis, kube: KubeClient, schedule: Schedule, audit: Audit, policy: Policy, guard: Guard,
-           confirm: bool = False, now: float | None = None) -> ResyncReport:
+           confirm: str | None = None, now: float | None = None) -> ResyncReport:
     report = ResyncReport(started_at=time.time() if now is None else now)
     lock = redis.lock(LOCK_KEY, timeout=3600)
     if not lock.acquire(blocking=False):
         report.status = "already-running"
+        return report
+    if confirm is not None and confirm != (redis.get(HELD_ID_KEY) or b"").decode():
+        # The held set changed since the operator looked (or was released): nothing is confirmed.
+        lock.release()
+        report.status = "stale-confirmation"
+        report.held_id = (redis.get(HELD_ID_KEY) or b"").decode() or None
         return report
     run = uuid.uuid4().hex
     seen_key, due_key = f"jobttl:resync:{run}:seen", f"jobttl:resync:{run}:due"
@@ -178,7 +188,8 @@ def _reconcile(redis: Redis, schedule: Schedule, audit: Audit, policy: Policy, k
         return
     pending = schedule.get(ref.uid)
     due = schedule.effective_due(ref.uid, decision.expires_at)
-    already_due = pending is not None and pending.due <= now
+    # A dry-run record is not a deletion on its way: once dry-run is off, it faces the guard.
+    already_due = pending is not None and pending.due <= now and not pending.dry_run
     if due is not None and due <= now and not already_due and not decision.dry_run:
         # A deletion that would happen now and was not already due in Redis (unknown until
         # now, or pulled in by a changed policy or clock): it goes through the guard.
@@ -215,30 +226,31 @@ def _forget_vanished(redis: Redis, schedule: Schedule, audit: Audit, listed: set
             audit.record("cancelled", pending.ref, logger=log, reason="not-in-cluster", by="resync")
 
 
-def _release_or_hold(redis: Redis, schedule: Schedule, audit: Audit, guard: Guard, due_key: str, confirm: bool,
-                     report: ResyncReport) -> None:
+def _release_or_hold(redis: Redis, schedule: Schedule, audit: Audit, guard: Guard, due_key: str,
+                     confirm: str | None, report: ResyncReport) -> None:
     """Queue the deletions found due, or hold them all if there are too many.
 
-    `confirm` releases exactly what the previous resync held (and the operator reviewed),
-    where still due; anything newly due goes through the guard like any other resync.
+    A confirmation releases exactly what the previous resync held (and the operator
+    reviewed), where still due; anything newly due goes through the guard like any other.
     """
-    confirmed = {uid for uid in redis.hkeys(HELD_KEY)} if confirm else set()
-    fresh = [uid for uid in redis.hkeys(due_key) if uid not in confirmed]
+    confirmed = set(redis.hkeys(HELD_KEY)) if confirm else set()
+    fresh = sorted(uid for uid in redis.hkeys(due_key) if uid not in confirmed)
     if fresh and guard.exceeded(len(fresh), report.seen):
+        held_id = hashlib.sha256(b"\n".join(fresh)).hexdigest()[:12]
         with redis.pipeline() as pipe:
             pipe.delete(HELD_KEY)
             for uid in fresh:
                 pipe.hset(HELD_KEY, uid, redis.hget(due_key, uid))
+            pipe.set(HELD_ID_KEY, held_id)
             pipe.execute()
-        report.held = len(fresh)
-        report.status = "held"
+        report.held, report.held_id, report.status = len(fresh), held_id, "held"
         audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(fresh), seen=report.seen,
-                     maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                     detail="review them with `jobttl resync`, then run `jobttl resync --confirm` to delete them")
+                     heldId=held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
+                     detail=f"review them with `jobttl resync`, then run `jobttl resync --confirm {held_id}`")
         release = [uid for uid in redis.hkeys(due_key) if uid in confirmed]
     else:
         release = redis.hkeys(due_key)
-        redis.delete(HELD_KEY)
+        redis.delete(HELD_KEY, HELD_ID_KEY)
     for uid in release:
         ref, decision = _from_json(redis.hget(due_key, uid))
         if schedule.plan(ref, decision) is not Change.KEPT:  # due: queued for immediate, rate-limited deletion

@@ -46,6 +46,9 @@ DELETE_TASK = "worker.tasks.delete_if_expired"
 WARN_TASK = "worker.tasks.warn_upcoming"
 
 # Job states in which the RQ job will still run (or is running) without our help.
+# Set in a failed job's meta when retrying cannot help (see worker.tasks).
+PERMANENT_FAILURE = "permanentFailure"
+
 LIVE_STATES = {JobStatus.SCHEDULED, JobStatus.QUEUED, JobStatus.STARTED, JobStatus.DEFERRED}
 
 
@@ -209,10 +212,13 @@ class Schedule:
                 return Change.UNCHANGED  # dry-run: said once what it would delete; no need to repeat it
             if current is not None:
                 job = self._fetch_job(current.job_id)
-                # A failed deletion stays failed, with its error, until an operator retries it:
-                # re-running it on every event or resync would bury the error and repeat a 403.
-                if current.job_id == job_id and job is not None and job.get_status() in LIVE_STATES | {
-                        JobStatus.FAILED}:
+                # A deletion that failed for good (a 403, say) stays failed, with its error,
+                # until an operator retries it: re-running it on every event or resync would
+                # bury the error and repeat the 403. One that ran out of retries on a passing
+                # outage is planned again.
+                if current.job_id == job_id and job is not None and (
+                        job.get_status() in LIVE_STATES
+                        or (job.get_status() == JobStatus.FAILED and job.meta.get(PERMANENT_FAILURE))):
                     return Change.UNCHANGED
                 # A job that is running right now re-reads the object and decides for
                 # itself; deleting its hash under it would only lose its result.

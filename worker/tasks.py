@@ -24,7 +24,7 @@ from worker.notify import EventRecorder, announce
 from worker.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError, load_api_client
 from worker import resync as resync_module
 from worker.ratelimit import RateLimit
-from worker.schedule import Schedule
+from worker.schedule import PERMANENT_FAILURE, Schedule
 
 log = logging.getLogger("jobttl.worker")
 
@@ -97,6 +97,8 @@ def delete_if_expired(ref_data: dict[str, str], due: int) -> str:
         # Retrying a 403 only hides it: fail now, with the message saying what to grant.
         if job is not None:
             job.retries_left = 0
+            job.meta[PERMANENT_FAILURE] = True  # plans leave it failed until an operator retries
+            job.save_meta()
         _outcome(ctx, "failed", ref, logging.ERROR, due=due, error=str(exc), failure="permanent",
                  jobId=job.id if job else None)
         ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {exc}",
@@ -182,11 +184,11 @@ def _delete_if_expired(ctx: WorkerContext, ref: JobRef, due: int) -> str:
     raise Conflict(f"{ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
 
 
-def run_resync(ctx: WorkerContext, confirm: bool = False) -> resync_module.ResyncReport:
+def run_resync(ctx: WorkerContext, confirm: str | None = None) -> resync_module.ResyncReport:
     guard = resync_module.Guard(ctx.settings.resync_max_deletions, ctx.settings.resync_max_share)
     report = resync_module.resync(ctx.schedule.redis, ctx.kube, ctx.schedule, ctx.audit, ctx.settings.policy, guard,
                                   confirm=confirm)
-    if report.status != "already-running":
+    if report.status not in ("already-running", "stale-confirmation"):
         ctx.metrics.resync_duration.observe(report.duration)
         for result in ("seen", "scheduled", "moved", "unchanged", "cancelled", "queued_now", "held"):
             ctx.metrics.resync_objects.labels(result).inc(getattr(report, result))

@@ -166,15 +166,19 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
 
     held = subprocess.run(run, env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT, capture_output=True, text=True)
     assert held.returncode == 3, held.stderr
-    assert json.loads(held.stdout)["held"] == 40
+    held_report = json.loads(held.stdout)
+    assert held_report["held"] == 40 and held_report["held_id"]
     assert redis_server.client().hlen(HELD_KEY) == 40
     assert cluster.requests(method="DELETE") == [], "nothing is deleted while held"
 
     # More expire after the operator reviewed the held ones: --confirm releases what was
     # reviewed, and the newcomers face the guard on their own.
     newcomers = seed(cluster, TFJOB, "backlog-2", 15, time.time() - 3600, ttl=60, prefix="new")
-    confirmed = subprocess.run(run + ["--confirm"], env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
-                               capture_output=True, text=True)
+    wrong = subprocess.run(run + ["--confirm", "not-the-one"], env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
+                           capture_output=True, text=True)
+    assert wrong.returncode == 5 and json.loads(wrong.stdout)["queued_now"] == 0, "a stale id confirms nothing"
+    confirmed = subprocess.run(run + ["--confirm", held_report["held_id"]], env={**guarded, "PATH": "/usr/bin:/bin"},
+                               cwd=ROOT, capture_output=True, text=True)
     assert confirmed.returncode == 3, confirmed.stderr
     report = json.loads(confirmed.stdout)
     assert (report["queued_now"], report["held"]) == (40, 15)
@@ -240,7 +244,7 @@ def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluste
     assert redis_server.client().hlen(HELD_KEY) == 0
 
 
-def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server, big_cluster, worker):
+def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server, big_cluster, worker, tmp_path):
     [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="dry")
     uid = obj["metadata"]["uid"]
     cluster.clear_requests()
@@ -253,3 +257,10 @@ def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server,
     assert len(would) == 1
     assert cluster.requests(method="DELETE") == []
     assert ctx.schedule.get(uid).dry_run
+
+    # Dry-run switched off: what it would have deleted now faces the blast-radius guard.
+    real = tmp_path / "policy.yaml"
+    real.write_text("ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n")
+    report = tasks.run_resync(context(cluster, redis_server, JOBTTL_POLICY=real, JOBTTL_RESYNC_MAX_DELETIONS=0))
+    assert report.status == "held" and uid.encode() in redis_server.client().hkeys(HELD_KEY)
+    assert cluster.requests(method="DELETE") == []
