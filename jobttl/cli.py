@@ -86,8 +86,7 @@ def _connect(settings: Settings) -> operations.Operations:
     from worker.schedule import Schedule
 
     redis = Redis.from_url(settings.redis_url, socket_connect_timeout=5, socket_timeout=30)
-    schedule = Schedule(redis, settings.queue_name, settings.retry_intervals, warn_before=settings.announce_before)
-    return operations.Operations(redis, schedule, Audit(redis, settings.audit_max_entries, settings.tombstone_days))
+    return operations.Operations(redis, Schedule.from_settings(redis, settings), Audit.from_settings(redis, settings))
 
 
 def _status(args, ops) -> dict:

@@ -22,30 +22,21 @@ class ConfigError(ValueError):
     """A setting is missing or invalid; the message names it."""
 
 
-def _float(env: Mapping[str, str], name: str, default: float, minimum: float, maximum: float | None = None) -> float:
+def _number(env: Mapping[str, str], name: str, default: float, minimum: float, maximum: float | None = None,
+            parse: type = int):
+    """Setting `name` parsed as `parse` (int or float) within bounds, or `default` when unset."""
     raw = env.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = float(raw)
+        value = parse(raw)
     except ValueError:
-        raise ConfigError(f"{name}: expected a number, got {raw!r}") from None
+        expected = "an integer" if parse is int else "a number"
+        raise ConfigError(f"{name}: expected {expected}, got {raw!r}") from None
+    # NaN compares false with everything, so it is refused explicitly, like infinity.
     if math.isnan(value) or math.isinf(value) or value < minimum or (maximum is not None and value > maximum):
         bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
         raise ConfigError(f"{name}: must be {bounds}, got {raw}")
-    return value
-
-
-def _int(env: Mapping[str, str], name: str, default: int, minimum: int) -> int:
-    raw = env.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ConfigError(f"{name}: expected an integer, got {raw!r}") from None
-    if value < minimum:
-        raise ConfigError(f"{name}: must be at least {minimum}, got {value}")
     return value
 
 
@@ -124,21 +115,21 @@ class Settings:
             redis_url=redis_url,
             queue_name=queue_name,
             propagation_policy=policy,
-            max_event_bytes=_int(env, "JOBTTL_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
-            retry_max=_int(env, "JOBTTL_RETRY_MAX", cls.retry_max, 0),
-            retry_backoff=_int(env, "JOBTTL_RETRY_BACKOFF", cls.retry_backoff, 0),
-            api_timeout=_int(env, "JOBTTL_API_TIMEOUT", cls.api_timeout, 1),
+            max_event_bytes=_number(env, "JOBTTL_MAX_EVENT_BYTES", cls.max_event_bytes, 1024),
+            retry_max=_number(env, "JOBTTL_RETRY_MAX", cls.retry_max, 0),
+            retry_backoff=_number(env, "JOBTTL_RETRY_BACKOFF", cls.retry_backoff, 0),
+            api_timeout=_number(env, "JOBTTL_API_TIMEOUT", cls.api_timeout, 1),
             log_level=log_level,
             kubeconfig=env.get("KUBECONFIG") or None,
             policy_path=policy_path,
             policy=cluster_policy,
-            delete_rate=_float(env, "JOBTTL_DELETE_RATE", cls.delete_rate, 0),
-            resync_interval=_int(env, "JOBTTL_RESYNC_INTERVAL", cls.resync_interval, 0),
-            resync_max_deletions=_int(env, "JOBTTL_RESYNC_MAX_DELETIONS", cls.resync_max_deletions, 0),
-            resync_max_share=_float(env, "JOBTTL_RESYNC_MAX_SHARE", cls.resync_max_share, 0, 1),
-            audit_max_entries=_int(env, "JOBTTL_AUDIT_MAX_ENTRIES", cls.audit_max_entries, 100),
-            tombstone_days=_int(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 1),
-            worker_metrics_port=_int(env, "JOBTTL_WORKER_METRICS_PORT", cls.worker_metrics_port, 0),
+            delete_rate=_number(env, "JOBTTL_DELETE_RATE", cls.delete_rate, 0, parse=float),
+            resync_interval=_number(env, "JOBTTL_RESYNC_INTERVAL", cls.resync_interval, 0),
+            resync_max_deletions=_number(env, "JOBTTL_RESYNC_MAX_DELETIONS", cls.resync_max_deletions, 0),
+            resync_max_share=_number(env, "JOBTTL_RESYNC_MAX_SHARE", cls.resync_max_share, 0, 1, parse=float),
+            audit_max_entries=_number(env, "JOBTTL_AUDIT_MAX_ENTRIES", cls.audit_max_entries, 100),
+            tombstone_days=_number(env, "JOBTTL_TOMBSTONE_DAYS", cls.tombstone_days, 1),
+            worker_metrics_port=_number(env, "JOBTTL_WORKER_METRICS_PORT", cls.worker_metrics_port, 0),
             warn_url=warn_url,
             warn_before=warn_before,
         )

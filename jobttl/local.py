@@ -33,6 +33,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def redis_command(binary: str, port: int, directory: str) -> list[str]:
+    """A throwaway redis-server on loopback that keeps nothing on disk."""
+    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+            "--dir", directory]
+
+
 def _until(check, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -93,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
            "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
     sink_url = f"http://127.0.0.1:{ports['sink']}"
     try:
-        stack.spawn("redis", [redis_server, "--port", str(ports["redis"]), "--bind", "127.0.0.1", "--save", "",
-                              "--appendonly", "no", "--dir", tempfile.mkdtemp(prefix="jobttl-redis-")])
+        stack.spawn("redis", redis_command(redis_server, ports["redis"], tempfile.mkdtemp(prefix="jobttl-redis-")))
         stack.jobttl("emulator", "emulator", "--port", str(ports["emulator"]), "--seed", str(EXAMPLES),
                      "--write-kubeconfig", str(kubeconfig), env=env)
         _until(kubeconfig.exists, 20, "the API emulator")

@@ -51,12 +51,11 @@ class Sink:
 
     def __init__(self, settings: Settings, redis: Redis, kinds: KindRegistry, kube: KubeClient | None):
         self.settings = settings
-        self.schedule = Schedule(redis, settings.queue_name, settings.retry_intervals,
-                                 warn_before=settings.announce_before)
+        self.schedule = Schedule.from_settings(redis, settings)
         self.kinds = kinds
         self._kube = kube
         self.metrics = Metrics(redis)
-        self.audit = Audit(redis, settings.audit_max_entries, settings.tombstone_days, self.metrics)
+        self.audit = Audit.from_settings(redis, settings, self.metrics)
 
     @property
     def kube(self) -> KubeClient:

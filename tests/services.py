@@ -11,7 +11,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -25,13 +24,9 @@ import requests
 from flask import Flask, request
 from werkzeug.serving import make_server
 
+from jobttl.local import free_port, redis_command  # noqa: F401  (free_port: re-exported for tests)
+
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):
@@ -67,11 +62,7 @@ class RedisServer:
         return redis_lib.Redis.from_url(self.url)
 
     def start(self) -> RedisServer:
-        self.process = subprocess.Popen(
-            [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.dir],
-            stdout=subprocess.DEVNULL,
-        )
+        self.process = subprocess.Popen(redis_command(self.binary, self.port, self.dir), stdout=subprocess.DEVNULL)
         wait_for(lambda: self.client().ping(), what=f"redis-server on port {self.port}")
         return self
 

@@ -21,6 +21,7 @@ from typing import Any
 from redis import Redis
 
 from jobttl import logs
+from jobttl.config import Settings
 from jobttl.metrics import Metrics
 from worker.decision import JobRef
 
@@ -53,6 +54,10 @@ class Audit:
         self.metrics = metrics
         self.max_entries = max_entries
         self.tombstone_seconds = tombstone_days * 86400
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings, metrics: Metrics | None = None) -> Audit:
+        return cls(redis, settings.audit_max_entries, settings.tombstone_days, metrics)
 
     def record(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,
                **fields: Any) -> None:

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 
 from redis import Redis
 from rq import Queue
+from rq.exceptions import DuplicateJobError
 
 from jobttl import logs
 from worker.audit import Audit
@@ -60,7 +61,7 @@ MAX_LIST_RESTARTS = 5
 
 @dataclass
 class ResyncReport:
-    status: str = "done"  # done | held | already-running | incomplete
+    status: str = "done"  # done | held | incomplete | already-running | stale-confirmation
     started_at: float = field(default_factory=time.time)
     duration: float = 0.0
     seen: int = 0
@@ -270,8 +271,6 @@ def request(queue: Queue, at: float | None = None) -> None:
     The job id names the second it is due, so workers (and PingSource retries) asking for
     the same slot ask once.
     """
-    from rq.exceptions import DuplicateJobError
-
     slot = int(time.time() if at is None else at)
     try:
         if at is None:

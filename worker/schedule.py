@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from datetime import datetime, timezone
 
 from redis import Redis
@@ -38,8 +39,15 @@ from rq.serializers import JSONSerializer
 
 from worker.decision import Decision, JobRef
 
+if TYPE_CHECKING:
+    from jobttl.config import Settings
+
 PENDING_INDEX = "jobttl:pending"
 LOCK_TIMEOUT = 10
+# Finished RQ jobs are kept briefly for debugging (history is the audit trail's job);
+# failed ones long enough for an operator to see them.
+RESULT_TTL = 3600
+FAILURE_TTL = 7 * 24 * 3600
 
 # The tasks the worker runs, named by import path so no code object is stored in Redis.
 DELETE_TASK = "worker.tasks.delete_if_expired"
@@ -124,6 +132,10 @@ def warning_id_for(uid: str, due: int) -> str:
     return f"warn-{uid}-{due}"
 
 
+def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
+    return {k.decode(): v.decode() for k, v in raw.items()}
+
+
 def _pending_key(uid: str) -> str:
     return f"jobttl:pending:{uid}"
 
@@ -145,6 +157,11 @@ class Schedule:
         # Seconds before each deletion to announce it (None: no announcements).
         self.warn_before = warn_before
 
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
+        """The schedule every jobttl process uses: same queue, retries and announcements."""
+        return cls(redis, settings.queue_name, settings.retry_intervals, warn_before=settings.announce_before)
+
     def _lock(self, uid: str):
         return self.redis.lock(f"jobttl:lock:{uid}", timeout=LOCK_TIMEOUT, blocking_timeout=LOCK_TIMEOUT)
 
@@ -156,9 +173,7 @@ class Schedule:
 
     def get(self, uid: str) -> PendingDeletion | None:
         raw = self.redis.hgetall(_pending_key(uid))
-        if not raw:
-            return None
-        return PendingDeletion.from_hash({k.decode(): v.decode() for k, v in raw.items()})
+        return PendingDeletion.from_hash(_decoded(raw)) if raw else None
 
     def get_many(self, uids: list[str]) -> list[PendingDeletion]:
         """The records of `uids` in one round trip, in order, skipping those gone meanwhile."""
@@ -166,7 +181,7 @@ class Schedule:
             for uid in uids:
                 pipe.hgetall(_pending_key(uid))
             raws = pipe.execute()
-        return [PendingDeletion.from_hash({k.decode(): v.decode() for k, v in raw.items()}) for raw in raws if raw]
+        return [PendingDeletion.from_hash(_decoded(raw)) for raw in raws if raw]
 
     def uids_named(self, api_version: str, kind: str, namespace: str, name: str) -> set[str]:
         ref = JobRef(api_version, kind, namespace, name, uid="")
@@ -174,7 +189,7 @@ class Schedule:
 
     # --- operator overrides: keyed by UID, consulted by every plan and by the worker --------
     def override(self, uid: str) -> dict[str, str]:
-        return {k.decode(): v.decode() for k, v in self.redis.hgetall(OVERRIDE_PREFIX + uid).items()}
+        return _decoded(self.redis.hgetall(OVERRIDE_PREFIX + uid))
 
     def effective_due(self, uid: str, expires_at: int) -> int | None:
         """When the deletion is due once operators had their say; None if they said keep."""
@@ -185,16 +200,19 @@ class Schedule:
 
     def keep(self, uid: str, by: str) -> PendingDeletion | None:
         """An operator cancels this job's deletion for good; returns what was pending."""
-        key = OVERRIDE_PREFIX + uid
-        self.redis.hset(key, mapping={"keep": "true", "by": by, "at": str(int(time.time()))})
-        self.redis.expire(key, OVERRIDE_SECONDS)
+        self._override(uid, {"keep": "true"}, by)
         return self.cancel(uid)
 
     def postpone(self, uid: str, until: int, by: str) -> None:
         """An operator moves this job's deletion to no earlier than `until`."""
+        self._override(uid, {"until": str(until)}, by)
+
+    def _override(self, uid: str, fields: dict[str, str], by: str) -> None:
         key = OVERRIDE_PREFIX + uid
-        self.redis.hset(key, mapping={"until": str(until), "by": by, "at": str(int(time.time()))})
-        self.redis.expire(key, OVERRIDE_SECONDS)
+        with self.redis.pipeline() as pipe:
+            pipe.hset(key, mapping={**fields, "by": by, "at": str(int(time.time()))})
+            pipe.expire(key, OVERRIDE_SECONDS)
+            pipe.execute()
 
     def plan(self, ref: JobRef, decision: Decision, now: float | None = None) -> Change:
         """Make sure exactly one deletion of `ref` is pending, due at decision.expires_at
@@ -212,25 +230,21 @@ class Schedule:
                 return Change.UNCHANGED  # dry-run: said once what it would delete; no need to repeat it
             if current is not None:
                 job = self._fetch_job(current.job_id)
+                status = job.get_status() if job is not None else None
                 # A deletion that failed for good (a 403, say) stays failed, with its error,
                 # until an operator retries it: re-running it on every event or resync would
                 # bury the error and repeat the 403. One that ran out of retries on a passing
                 # outage is planned again.
-                if current.job_id == job_id and job is not None and (
-                        job.get_status() in LIVE_STATES
-                        or (job.get_status() == JobStatus.FAILED and job.meta.get(PERMANENT_FAILURE))):
+                if current.job_id == job_id and (
+                        status in LIVE_STATES or (status == JobStatus.FAILED and job.meta.get(PERMANENT_FAILURE))):
                     return Change.UNCHANGED
-                # A job that is running right now re-reads the object and decides for
-                # itself; deleting its hash under it would only lose its result.
-                if job is not None and job.get_status() != JobStatus.STARTED:
-                    job.delete()
-                self._drop_warning(current)
+                self._retire(current, job)
             self._enqueue(ref, job_id, due, now)
             if self.warn_before is not None and due - self.warn_before > now:
                 self.queue.enqueue_at(datetime.fromtimestamp(due - self.warn_before, tz=timezone.utc), WARN_TASK,
                                       ref.as_dict(), due, job_id=warning_id_for(ref.uid, due), retry=self.retry,
                                       description=f"announce the deletion of {ref} due at {due}",
-                                      result_ttl=3600, failure_ttl=7 * 24 * 3600)
+                                      result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL)
             pending = PendingDeletion(
                 ref=ref,
                 due=due,
@@ -256,9 +270,8 @@ class Schedule:
             retry=self.retry,
             job_timeout=self.job_timeout,
             description=f"delete {ref} when due at {due}",
-            # Finished RQ jobs are kept briefly for debugging; history is the audit's job.
-            result_ttl=3600,
-            failure_ttl=7 * 24 * 3600,
+            result_ttl=RESULT_TTL,
+            failure_ttl=FAILURE_TTL,
         )
         args = (ref.as_dict(), due)
         if due <= now:
@@ -273,17 +286,19 @@ class Schedule:
             current = self.get(uid)
             if current is None:
                 return None
-            job = self._fetch_job(current.job_id)
-            if job is not None and job.get_status() != JobStatus.STARTED:
-                job.delete()
-            self._drop_warning(current)
+            self._retire(current, self._fetch_job(current.job_id))
             self._forget(current)
             return current
 
-    def _drop_warning(self, pending: PendingDeletion) -> None:
-        warning = self._fetch_job(warning_id_for(pending.ref.uid, pending.due))
-        if warning is not None and warning.get_status() != JobStatus.STARTED:
-            warning.delete()
+    def _retire(self, pending: PendingDeletion, job: Job | None) -> None:
+        """Delete the RQ jobs (deletion and announcement) of a record being replaced or dropped.
+
+        A job that is running right now re-reads the object and decides for itself;
+        deleting its hash under it would only lose its result.
+        """
+        for rq_job in (job, self._fetch_job(warning_id_for(pending.ref.uid, pending.due))):
+            if rq_job is not None and rq_job.get_status() != JobStatus.STARTED:
+                rq_job.delete()
 
     def complete(self, ref: JobRef, job_id: str) -> None:
         """The RQ job `job_id` reached a final outcome: drop the record if it is still its own.

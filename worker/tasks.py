@@ -55,11 +55,10 @@ class WorkerContext:
         return cls(
             settings=settings,
             kube=KubeClient(api_client, timeout=settings.api_timeout, metrics=metrics),
-            schedule=Schedule(redis, settings.queue_name, settings.retry_intervals,
-                              warn_before=settings.announce_before),
+            schedule=Schedule.from_settings(redis, settings),
             kinds=KindRegistry(settings.policy.kinds),
             rate_limit=RateLimit(redis, settings.delete_rate),
-            audit=Audit(redis, settings.audit_max_entries, settings.tombstone_days, metrics),
+            audit=Audit.from_settings(redis, settings, metrics),
             metrics=metrics,
             events=EventRecorder(api_client, timeout=settings.api_timeout),
         )

@@ -46,22 +46,27 @@ def announcements():
     sink.server.shutdown()
 
 
-@pytest.fixture(scope="session")
-def stack_env(redis_server, emulator, announcements) -> dict[str, str]:
+def stack_environment(redis_server, emulator, queue: str, metrics_port: int, **extra: str) -> dict[str, str]:
+    """The settings of a test stack: fast retries, no resyncs or rate limit unless asked."""
     return {
         "JOBTTL_REDIS_URL": redis_server.url,
         "KUBECONFIG": str(emulator.kubeconfig),
-        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_QUEUE": queue,
         "JOBTTL_RETRY_MAX": "3",
         "JOBTTL_RETRY_BACKOFF": "1",
         "JOBTTL_API_TIMEOUT": "5",
         # Resyncs are tested on their own; here they would race the tests' own events.
         "JOBTTL_RESYNC_INTERVAL": "0",
         "JOBTTL_DELETE_RATE": "0",
-        "JOBTTL_WORKER_METRICS_PORT": str(WORKER_METRICS_PORT),
-        "JOBTTL_WARN_URL": announcements.url,
-        "JOBTTL_WARN_BEFORE": "2s",
+        "JOBTTL_WORKER_METRICS_PORT": str(metrics_port),
+        **extra,
     }
+
+
+@pytest.fixture(scope="session")
+def stack_env(redis_server, emulator, announcements) -> dict[str, str]:
+    return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT,
+                             JOBTTL_WARN_URL=announcements.url, JOBTTL_WARN_BEFORE="2s")
 
 
 @pytest.fixture(scope="session")

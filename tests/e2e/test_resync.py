@@ -12,7 +12,6 @@ import sys
 import time
 
 import pytest
-from kubernetes import config
 
 from emulator import Resource, seed_object
 from jobttl.config import Settings

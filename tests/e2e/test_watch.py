@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -15,20 +16,29 @@ from watcher import watch
 from worker.kinds import TFJOB
 
 
-@pytest.fixture
-def watched(emulator):
+@contextlib.contextmanager
+def watching(emulator):
+    """`jobttl watch`'s loop in a thread, posting to a recording sink, once its watch is open."""
     sink = RecordingSink()
     stop = threading.Event()
     api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
     thread = threading.Thread(target=watch.run, args=(api_client, (TFJOB,), sink.url, stop), daemon=True)
     opened = emulator.store.open_watches
     thread.start()
-    wait_for(lambda: emulator.store.open_watches > opened, what="the watcher to watch")
-    yield sink
-    stop.set()
-    emulator.close_watches()
-    sink.server.shutdown()
-    thread.join(timeout=10)
+    try:
+        wait_for(lambda: emulator.store.open_watches > opened, what="the watcher to watch")
+        yield sink
+    finally:
+        stop.set()
+        emulator.close_watches()
+        sink.server.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def watched(emulator):
+    with watching(emulator) as sink:
+        yield sink
 
 
 def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, watched):
@@ -54,22 +64,10 @@ def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, wa
 def test_objects_that_exist_at_start_are_not_announced_only_their_changes(cluster: Cluster, emulator):
     # Like ApiServerSource: the backlog is the resync's (guarded) job, not a flood of events.
     cluster.create("existing", ttl=0)
-    sink = RecordingSink()
-    stop = threading.Event()
-    api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
-    thread = threading.Thread(target=watch.run, args=(api_client, (TFJOB,), sink.url, stop), daemon=True)
-    opened = emulator.store.open_watches
-    thread.start()
-    try:
-        wait_for(lambda: emulator.store.open_watches > opened, what="the watch to be open")
+    with watching(emulator) as sink:
         cluster.patch("existing", {"metadata": {"labels": {"touched": "yes"}}})
         wait_for(lambda: sink.of(cluster.namespace), what="the update")
         assert [(t, n) for t, n, _ in sink.of(cluster.namespace)] == [("update", "existing")]
-    finally:
-        stop.set()
-        emulator.close_watches()
-        sink.server.shutdown()
-        thread.join(timeout=10)
 
 
 def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: Cluster, watched):

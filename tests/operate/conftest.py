@@ -16,7 +16,7 @@ import pytest
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, worker  # noqa: F401  (fixtures)
+from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, stack_environment, worker  # noqa: F401
 from tests.services import ROOT, free_port, wait_for
 from worker.audit import Audit
 from worker.operations import Operations
@@ -29,18 +29,8 @@ TOMBSTONE_DAYS = 2
 
 @pytest.fixture(scope="session")
 def stack_env(redis_server, emulator) -> dict[str, str]:  # noqa: F811  (overrides the e2e stack's)
-    return {
-        "JOBTTL_REDIS_URL": redis_server.url,
-        "KUBECONFIG": str(emulator.kubeconfig),
-        "JOBTTL_QUEUE": QUEUE,
-        "JOBTTL_RETRY_MAX": "3",
-        "JOBTTL_RETRY_BACKOFF": "1",
-        "JOBTTL_API_TIMEOUT": "5",
-        "JOBTTL_RESYNC_INTERVAL": "0",
-        "JOBTTL_DELETE_RATE": "0",
-        "JOBTTL_WORKER_METRICS_PORT": str(WORKER_METRICS_PORT),
-        "JOBTTL_TOMBSTONE_DAYS": str(TOMBSTONE_DAYS),
-    }
+    return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT,
+                             JOBTTL_TOMBSTONE_DAYS=str(TOMBSTONE_DAYS))
 
 
 class Cli:
