@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for every jobttl process: the sink, the worker, `jobttl watch`, the emulator.
+# One image for every jobttl process: the sink, the worker, `jobttl watch`, the operator commands.
 #   docker build -t ghcr.io/jobttl/jobttl:0.1.0 .
 #   docker run --rm ghcr.io/jobttl/jobttl:0.1.0 worker
 # `--target dashboard` builds rq-dashboard against the same RQ version (docker-compose.yml).
@@ -26,7 +26,6 @@ COPY jobttl ./jobttl
 COPY sink ./sink
 COPY worker ./worker
 COPY watcher ./watcher
-COPY emulator ./emulator
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # --- dashboard: rq-dashboard for docker-compose.yml, with jobttl's own RQ wheel --------------

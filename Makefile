@@ -10,10 +10,10 @@ INSTALLED := $(VENV)/.installed
 
 .PHONY: run test redis-server
 
-$(INSTALLED): pyproject.toml
+$(INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[test]' -e ./emulator
 	touch $@
 
 redis-server:
@@ -26,4 +26,4 @@ test: $(INSTALLED) redis-server
 	$(PY) -m pytest
 
 run: $(INSTALLED) redis-server
-	$(PY) -m jobttl.local
+	$(PY) -m jobttl_emulator.localstack

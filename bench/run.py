@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from cloudevents.core.bindings.http import to_binary_event  # noqa: E402
 from cloudevents.core.v1.event import CloudEvent  # noqa: E402
 
-from emulator import EmulatorServer, Resource, seed_object  # noqa: E402
+from jobttl_emulator import EmulatorServer, Resource, seed_object  # noqa: E402
 from jobttl.config import Settings  # noqa: E402
 from sink.app import create_app  # noqa: E402
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields  # noqa: E402

@@ -28,17 +28,6 @@ def _worker(args: argparse.Namespace, settings: Settings) -> None:
     run(settings, burst=args.burst)
 
 
-def _emulator(args: argparse.Namespace, settings: Settings) -> None:
-    from emulator import Resource
-    from emulator.server import run
-
-    # The emulator serves every enabled kind, as a cluster with their CRDs installed would.
-    resources = [Resource(k.group, k.version, k.kind, k.plural) for k in settings.policy.kinds]
-    resources.append(Resource("", "v1", "Event", "events", status_subresource=False))  # jobttl records Events
-    run(args.host, args.port, seed_paths=args.seed, kubeconfig_path=args.write_kubeconfig, gc_delay=args.gc_delay,
-        resources=resources)
-
-
 def _resync(args: argparse.Namespace, settings: Settings) -> int:
     from worker import resync, tasks
 
@@ -251,16 +240,6 @@ def build_parser() -> argparse.ArgumentParser:
                              "report, makes sure they are the ones you reviewed")
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
     resync.set_defaults(run=_resync)
-
-    emulator = commands.add_parser("emulator", help="serve the Kubernetes API emulator (for tests and demos)")
-    emulator.add_argument("--host", default="127.0.0.1")
-    emulator.add_argument("--port", type=int, default=6443)
-    emulator.add_argument("--seed", action="append", default=[], metavar="YAML",
-                          help="create the objects in this file at start (repeatable)")
-    emulator.add_argument("--write-kubeconfig", metavar="PATH", help="write a kubeconfig pointing at the emulator")
-    emulator.add_argument("--gc-delay", type=float, default=0.5,
-                          help="seconds before the emulated garbage collector removes a Foreground-deleted object")
-    emulator.set_defaults(run=_emulator)
 
     _add_operator_commands(commands)
     return parser

@@ -24,7 +24,7 @@ import requests
 from flask import Flask, request
 from werkzeug.serving import make_server
 
-from jobttl.local import free_port, redis_command  # noqa: F401  (free_port: re-exported for tests)
+from jobttl_emulator.localstack import free_port, redis_command  # noqa: F401  (free_port: re-exported for tests)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,7 +138,7 @@ class RecordingSink:
 
 def start_emulator(directory: Path, resources, **options):
     """The API emulator in this process, with a kubeconfig for it at `server.kubeconfig`."""
-    from emulator import EmulatorServer
+    from jobttl_emulator import EmulatorServer
 
     server = EmulatorServer(resources=tuple(resources), **options).start()
     server.kubeconfig = directory / "kubeconfig"

@@ -16,7 +16,7 @@ from cloudevents.core.bindings.http import to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 from kubernetes import client, config
 
-from emulator import TFJOB, EmulatorServer, Resource
+from jobttl_emulator import TFJOB, EmulatorServer, Resource
 from tests.fixtures import finished_status, running_status, tfjob
 from tests.services import JobttlProcess, RecordingSink, free_port, start_emulator, start_sink, wait_for
 from worker.schedule import Schedule

@@ -7,7 +7,7 @@ from tests.services import ROOT
 
 
 def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others():
-    result = subprocess.run([sys.executable, "-m", "jobttl.local", "--exit-when-done", "--timeout", "60"],
+    result = subprocess.run([sys.executable, "-m", "jobttl_emulator.localstack", "--exit-when-done", "--timeout", "60"],
                             cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "deleted mnist-succeeded-ttl-10s" in result.stdout

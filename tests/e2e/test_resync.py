@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from emulator import Resource, seed_object
+from jobttl_emulator import Resource, seed_object
 from jobttl.config import Settings
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for

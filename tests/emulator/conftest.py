@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from emulator import EmulatorServer
+from jobttl_emulator import EmulatorServer
 
 from .emulator_testlib import Cluster, WatchCollector
 

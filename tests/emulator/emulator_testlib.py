@@ -15,7 +15,7 @@ import pytest
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
-from emulator import EmulatorServer
+from jobttl_emulator import EmulatorServer
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 NS = "ns"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from kubernetes import client
 
-from emulator import EmulatorServer
+from jobttl_emulator import EmulatorServer
 
 from .emulator_testlib import GROUP, PLURAL, VERSION, Cluster, api_error
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -14,12 +13,11 @@ import yaml
 from kubernetes import client, config
 from kubernetes.dynamic import DynamicClient
 
-from emulator import TFJOB, EmulatorServer, Resource
+from jobttl_emulator import TFJOB, EmulatorServer, Resource
 
 from .emulator_testlib import Cluster, api_error, tfjob, wait_until
 
 SAMPLE = Path("/work/shared/reference/kubeflow/tfjob-succeeded-status-sample.yaml")
-REPO = Path(__file__).resolve().parents[2]
 
 
 def test_kubeconfig_is_loadable(server, tmp_path):
@@ -143,10 +141,10 @@ def test_run_serves_seeds_and_stops_on_sigterm(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     seed = tmp_path / "seed.yaml"
     seed.write_text(SAMPLE.read_text())
-    code = "import logging, sys; logging.basicConfig(level=logging.INFO); from emulator.server import run; run('127.0.0.1', 0, [sys.argv[1]], sys.argv[2], gc_delay=0.1)"
     proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(seed), str(kubeconfig)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [sys.executable, "-m", "jobttl_emulator", "--port", "0", "--seed", str(seed), "--write-kubeconfig",
+         str(kubeconfig), "--gc-delay", "0.1"],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     try:
         wait_until(lambda: kubeconfig.exists() or proc.poll() is not None, timeout=20)

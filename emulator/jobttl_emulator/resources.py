@@ -58,3 +58,20 @@ def qualify(name: str, group: str) -> str:
 TFJOB = Resource("kubeflow.org", "v1", "TFJob", "tfjobs")
 
 DEFAULT_RESOURCES: tuple[Resource, ...] = (TFJOB,)
+
+
+def _kubeflow(kind: str, version: str = "v1") -> Resource:
+    return Resource("kubeflow.org", version, kind, kind.lower() + "s")
+
+
+# What a cluster running jobttl typically serves: the job kinds' CRDs installed (Kubeflow's
+# training operator and mpi-operator, Trainer, Argo), batch Jobs, and core Events. The
+# emulator's command serves these unless told otherwise.
+WELL_KNOWN: tuple[Resource, ...] = (
+    *(_kubeflow(k) for k in ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")),
+    _kubeflow("MPIJob", "v2beta1"),
+    Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
+    Resource("batch", "v1", "Job", "jobs"),
+    Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False),
+    Resource("", "v1", "Event", "events", status_subresource=False),
+)

@@ -1,11 +1,11 @@
 """HTTP face of the Kubernetes API emulator.
 
-Maps kube-apiserver's REST paths onto :class:`~emulator.store.Store`, streams
+Maps kube-apiserver's REST paths onto :class:`~jobttl_emulator.store.Store`, streams
 watches, serves discovery, and adds test hooks under ``/_emulator/`` (request
 log, fault injection, reset, closing watches) that are not part of the
 Kubernetes API.
 
-Paths served for every registered :class:`~emulator.resources.Resource`
+Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
 (prefix ``/apis/<group>/<version>``, or ``/api/v1`` for the core group)::
 
     GET     <prefix>/<plural>                               list / watch, all namespaces

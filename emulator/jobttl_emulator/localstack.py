@@ -1,7 +1,7 @@
-"""Run the whole jobttl stack on one machine: ``make run`` (or ``python -m jobttl.local``).
+"""Run the whole jobttl stack on one machine: ``make run`` (or ``python -m jobttl_emulator.localstack``).
 
 Starts its own redis-server, the Kubernetes API emulator seeded with example TFJobs
-(examples/tfjobs.yaml), the sink, the worker and the watcher that feeds the sink
+(``seeds/tfjobs.yaml`` beside this module), the sink, the worker and the watcher that feeds the sink
 CloudEvents, then shows the finished jobs disappearing as their TTLs run out. Everything
 runs with its built-in defaults; process logs (JSON) go to .run/logs/.
 """
@@ -21,8 +21,7 @@ from pathlib import Path
 
 from kubernetes import client, config
 
-ROOT = Path(__file__).resolve().parents[1]
-EXAMPLES = ROOT / "examples" / "tfjobs.yaml"
+EXAMPLES = Path(__file__).resolve().parent / "seeds" / "tfjobs.yaml"
 EXPECTED_GONE = {"mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s"}
 EXPECTED_KEPT = {"mnist-running", "mnist-no-ttl"}
 
@@ -66,7 +65,7 @@ class Stack:
         return process
 
     def jobttl(self, name: str, *args: str, env: dict[str, str]) -> subprocess.Popen:
-        return self.spawn(name, [sys.executable, "-m", "jobttl.cli", *args], env)
+        return self.spawn(name, [sys.executable, "-m", "jobttl", *args], env)
 
     def stop(self) -> None:
         for process in reversed(self.processes):
@@ -80,7 +79,7 @@ class Stack:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobttl.local", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m jobttl_emulator.localstack", description=__doc__.splitlines()[0])
     parser.add_argument("--exit-when-done", action="store_true",
                         help="exit once the expected jobs are deleted (0) or the timeout passes (1)")
     parser.add_argument("--timeout", type=float, default=90)
@@ -90,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     if redis_server is None:
         print("redis-server is not installed: apt-get install -y redis-server", file=sys.stderr)
         return 2
-    workdir = ROOT / ".run"
+    workdir = Path.cwd() / ".run"
     stack = Stack(workdir)
     ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics")}
     kubeconfig = workdir / "kubeconfig"
@@ -100,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     sink_url = f"http://127.0.0.1:{ports['sink']}"
     try:
         stack.spawn("redis", redis_command(redis_server, ports["redis"], tempfile.mkdtemp(prefix="jobttl-redis-")))
-        stack.jobttl("emulator", "emulator", "--port", str(ports["emulator"]), "--seed", str(EXAMPLES),
-                     "--write-kubeconfig", str(kubeconfig), env=env)
+        stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
+                                 "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
         _until(kubeconfig.exists, 20, "the API emulator")
         api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
         stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
