@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every jobttl process: the sink, the worker, `jobttl watch`, the operator commands.
-#   docker build -t ghcr.io/jobttl/jobttl:0.1.0 .
-#   docker run --rm ghcr.io/jobttl/jobttl:0.1.0 worker
+#   docker build -t ghcr.io/jobttl/jobttl:0.2.0 .
+#   docker run --rm ghcr.io/jobttl/jobttl:0.2.0 worker
 # `--target dashboard` builds rq-dashboard against the same RQ version (docker-compose.yml).
 # Needs BuildKit (the default builder since Docker 23) for RUN --mount.
 
@@ -23,6 +23,7 @@ ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY jobttl ./jobttl
+COPY core ./core
 COPY sink ./sink
 COPY worker ./worker
 COPY watcher ./watcher

@@ -30,12 +30,12 @@ from cloudevents.core.bindings.http import to_binary_event  # noqa: E402
 from cloudevents.core.v1.event import CloudEvent  # noqa: E402
 
 from jobttl_emulator import EmulatorServer, Resource, seed_object  # noqa: E402
-from jobttl.config import Settings  # noqa: E402
+from jobttl.core.config import Settings  # noqa: E402
 from sink.app import create_app  # noqa: E402
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields  # noqa: E402
 from tests.services import RedisServer  # noqa: E402
 from worker import tasks  # noqa: E402
-from worker.kinds import TFJOB  # noqa: E402
+from jobttl.core.kinds import TFJOB  # noqa: E402
 
 TARGETS = {"sink new jobs/s": 300, "sink duplicates/s": 500, "worker deletions/s": 50, "resync 10k jobs (s)": 60}
 

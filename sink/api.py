@@ -1,9 +1,9 @@
 """The sink's read-only JSON API: what is scheduled to be deleted, and what is known about one job.
 
 The answers are those of `jobttl pending` and `jobttl show`, from the same code
-(``worker/operations.py``), for dashboards and scripts that cannot reach Redis. Errors
+(`jobttl.core.operations`), for dashboards and scripts that cannot reach Redis. Errors
 are raised as HTTP exceptions so that the app's one error handler renders them as the
-sink's usual JSON error (``{"error": ..., "code": ...}``). Described by ``sink/openapi.py``.
+sink's usual JSON error (``{"error": ..., "code": ...}``). Described by `jobttl.sink.openapi`. Off with ``JOBTTL_READ_API=off``.
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
 
-from sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
-from worker import operations
+from jobttl.core import operations
+from jobttl.core.identity import InvalidIdentity
+from jobttl.sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
 
 blueprint = Blueprint("api", __name__)
 
 
 def _operations() -> operations.Operations:
-    sink = current_app.extensions["jobttl"]
-    return operations.Operations(sink.schedule.redis, sink.schedule, sink.audit)
+    return current_app.extensions["jobttl"].operations()
 
 
 def _whole_number(name: str, default: int, minimum: int, maximum: int | None = None) -> int:
@@ -47,7 +47,7 @@ def list_deletions() -> Response:
     offset = _whole_number("offset", 0, 0, MAX_OFFSET)
     items, total = _operations().pending(request.args.get("namespace"), request.args.get("kind"), offset, limit)
     now = time.time()
-    return jsonify(items=[operations.pending_as_dict(p, now) for p in items], total=total, offset=offset, limit=limit)
+    return jsonify(items=[p.as_dict(now) for p in items], total=total, offset=offset, limit=limit)
 
 
 @blueprint.get("/api/v1/deletions/<namespace>/<name>")
@@ -58,6 +58,8 @@ def get_deletion(namespace: str, name: str) -> Response:
         raise NotFound(str(exc)) from None
     except operations.Ambiguous as exc:
         raise Conflict(str(exc)) from None
+    except InvalidIdentity as exc:
+        raise BadRequest(str(exc)) from None
 
 
 @blueprint.get("/openapi.json")

@@ -1,6 +1,6 @@
 """The OpenAPI 3 document of the sink's read-only HTTP API, served at ``/openapi.json``.
 
-Written by hand, next to the routes in ``sink/api.py``: the tests check that it is a valid
+Written by hand, next to the routes in `jobttl.sink.api`: the tests check that it is a valid
 OpenAPI document and that every answer the sink gives matches it. The CloudEvents endpoint
 (``POST /``) and ``/metrics`` follow other specifications and are not described here.
 """
@@ -32,8 +32,11 @@ _IDENTITY = {
 
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
-# Kubernetes object names: DNS subdomains (RFC 1123), at most 253 characters.
-_NAME = {"type": "string", "minLength": 1, "maxLength": 253, "pattern": "^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"}
+# Kubernetes object names are DNS-1123 subdomains of at most 253 characters; namespaces
+# DNS-1123 labels of at most 63 (jobttl.core.identity checks the same).
+_NAME = {"type": "string", "minLength": 1, "maxLength": 253,
+         "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"}
+_NAMESPACE = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
 
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.0.3",
@@ -75,7 +78,7 @@ DOCUMENT: dict[str, Any] = {
             "summary": "Everything known about one job: pending deletion, history, tombstone",
             "operationId": "getDeletion",
             "parameters": [
-                {"name": "namespace", "in": "path", "required": True, "schema": {**_NAME, "maxLength": 63},
+                {"name": "namespace", "in": "path", "required": True, "schema": _NAMESPACE,
                  "example": "team-a"},
                 {"name": "name", "in": "path", "required": True, "schema": _NAME, "example": "mnist"},
                 {"name": "kind", "in": "query", "schema": {"type": "string"},
@@ -83,6 +86,7 @@ DOCUMENT: dict[str, Any] = {
             ],
             "responses": {
                 "200": _json(_ref("Job"), "what jobttl knows"),
+                "400": _json(_ref("Error"), "the namespace or name is not a valid Kubernetes name"),
                 "404": _json(_ref("Error"), "jobttl knows nothing about this job"),
                 "409": _json(_ref("Error"), "jobs of several kinds share the name; pass kind"),
                 "503": _json(_ref("Error"), "Redis is unreachable"),
@@ -90,26 +94,33 @@ DOCUMENT: dict[str, Any] = {
         }},
     },
     "components": {"schemas": {
-        "Health": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string"}}},
+        "Health": {"type": "object", "required": ["status"],
+                   "properties": {"status": {"type": "string"},
+                                  "redisClockOffset": {"type": "number",
+                                                       "description": "Redis's clock minus this host's, seconds"}}},
         "Error": {
             "type": "object", "required": ["error", "code"],
             "properties": {"error": {"type": "string"}, "code": {"type": "integer"}},
         },
         "PendingDeletion": {
             "type": "object",
-            "required": [*_IDENTITY, "due", "dueIn", "jobId", "finishedAt", "ttl", "ttlSource", "rules", "dryRun",
-                         "scheduledAt"],
+            "required": [*_IDENTITY, "stage", "due", "dueIn", "jobId", "state", "finishedAt", "ttl", "ttlSource",
+                         "rules", "dryRun", "scheduledAt"],
             "properties": {
                 **_IDENTITY,
+                "stage": {"type": "string", "enum": ["job", "pods"],
+                          "description": "what is deleted: the job, or first its pods"},
                 "due": {"type": "integer", "description": "when the deletion is due"},
                 "dueIn": {"type": "number", "description": "seconds from now; negative when overdue"},
                 "jobId": {"type": "string", "description": "the RQ job that will delete it"},
+                "state": {"type": "string", "nullable": True,
+                          "description": "the RQ job's status (scheduled, queued, started, failed, ...)"},
                 "finishedAt": {"type": "integer", "nullable": True},
                 "ttl": {"type": "integer", "nullable": True},
                 "ttlSource": {"type": "string", "nullable": True, "description": "where the TTL came from"},
                 "rules": {"type": "array", "items": {"type": "string"}, "description": "policy rules that matched"},
                 "dryRun": {"type": "boolean"},
-                "scheduledAt": {"type": "integer"},
+                "scheduledAt": {"type": "integer", "nullable": True},
                 "wouldDeleteAt": {"type": "integer", "nullable": True,
                                   "description": "dry-run: when a real run would have deleted it"},
             },
@@ -143,13 +154,22 @@ DOCUMENT: dict[str, Any] = {
                                                             "start and completion time"},
             },
         },
+        "Decision": {
+            "type": "object", "required": ["uid", "event", "at"],
+            "description": "The latest decision about one UID that had the name: why it is kept, or what happened.",
+            "properties": {"uid": {"type": "string"}, "event": {"type": "string"},
+                           "reason": {"type": "string"}, "detail": {"type": "string"},
+                           "at": {"type": "number", "nullable": True}},
+            "additionalProperties": {"type": "string"},
+        },
         "Job": {
-            "type": "object", "required": ["namespace", "name", "kind", "pending", "history", "tombstones"],
+            "type": "object", "required": ["namespace", "name", "kind", "pending", "decisions", "history", "tombstones"],
             "properties": {
                 "namespace": {"type": "string"},
                 "name": {"type": "string"},
-                "kind": {"type": "string"},
+                "kind": {"type": "string", "nullable": True},
                 "pending": {"type": "array", "items": _ref("PendingDeletion")},
+                "decisions": {"type": "array", "items": _ref("Decision"), "description": "newest first"},
                 "history": {"type": "array", "items": _ref("AuditEntry"), "description": "newest first"},
                 "tombstones": {"type": "array", "items": _ref("Tombstone"), "description": "newest first"},
             },

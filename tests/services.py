@@ -85,7 +85,7 @@ class JobttlProcess:
     def start(self) -> JobttlProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jobttl.cli", *self.args], env=self.env, cwd=ROOT, stdout=log, stderr=log,
+            [sys.executable, "-m", "jobttl", *self.args], env=self.env, cwd=ROOT, stdout=log, stderr=log,
             start_new_session=True,
         )
         return self

@@ -2,7 +2,9 @@
 
 Many Kubeflow clusters do not run Knative. This watcher sends the sink the exact events an
 ApiServerSource in Resource mode would (binary mode, ``dev.knative.apiserver.resource.*``
-types, the same extensions and data), so one sink serves both setups.
+types, the same extensions and data, built by `jobttl.core.apiserversource`), so one sink
+serves both setups. It talks to the API server only through the core's client, within the
+``watch`` component's permissions.
 
 It behaves like a client-go informer: list, then watch from the list's resourceVersion,
 resume from the last seen resourceVersion (bookmarks keep it fresh), relist on 410 Gone.
@@ -17,20 +19,17 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import requests
-from kubernetes import client, watch
-from kubernetes.client.rest import ApiException
 
-from jobttl import logs
-from worker.kinds import JobKind
+from jobttl.core import logs
+from jobttl.core.apiserversource import resource_event
+from jobttl.core.kinds import JobKind
+from jobttl.core.kube import KubeClient, ListExpired
 
 log = logging.getLogger("jobttl.watch")
 
-EVENT_TYPE = "dev.knative.apiserver.resource.{}"
 ACTIONS = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
 
 
@@ -65,23 +64,18 @@ class EventPoster:
 
     def post(self, kind: JobKind, action: str, obj: dict[str, Any]) -> bool:
         meta = obj.get("metadata", {})
-        obj = {"apiVersion": kind.api_version, "kind": kind.kind, **obj}
-        headers = {
-            "ce-specversion": "1.0",
-            "ce-id": str(uuid.uuid4()),
-            "ce-source": self.source,
-            "ce-type": EVENT_TYPE.format(action),
-            "ce-subject": kind.path(meta.get("namespace", ""), meta.get("name", "")),
-            "ce-kind": kind.kind,
-            "ce-apiversion": kind.api_version,
-            "ce-name": meta.get("name", ""),
-            "ce-namespace": meta.get("namespace", ""),
-            "content-type": "application/json",
-        }
+        obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
+        try:
+            message = resource_event(action, obj, self.source, kind.path(meta.get("namespace", ""),
+                                                                          meta.get("name", "")))
+        except (TypeError, ValueError) as exc:  # nested beyond what JSON encoders write
+            logs.record(log, "unsendable", _who(kind, meta), logging.ERROR, detail=f"{exc}; the resync will see it")
+            return False
         backoff = Backoff()
         while not self.stop.is_set():
             try:
-                response = self.session.post(self.sink_url, json=obj, headers=headers, timeout=self.timeout)
+                response = self.session.post(self.sink_url, data=message.body, headers=message.headers,
+                                             timeout=self.timeout)
                 if response.ok:
                     return True
                 if response.status_code < 500 and response.status_code not in (408, 409, 425, 429):
@@ -105,15 +99,16 @@ def _who(kind: JobKind, meta: dict[str, Any]) -> dict[str, Any]:
 class KindWatcher:
     """List-then-watch one kind across all namespaces, forwarding changes to the sink."""
 
-    def __init__(self, api: client.CustomObjectsApi, kind: JobKind, poster: EventPoster, stop: threading.Event,
+    def __init__(self, kube: KubeClient, kind: JobKind, poster: EventPoster, stop: threading.Event,
                  page_size: int = 500, watch_timeout: int = 300):
-        self.api = api
+        self.kube = kube
         self.kind = kind
         self.poster = poster
         self.stop = stop
         self.page_size = page_size
         self.watch_timeout = watch_timeout
-        self.known: dict[str, dict[str, Any]] = {}  # uid → last seen object, to report deletions on relist
+        self.known: dict[str, str] = {}  # uid → last seen resourceVersion, to report changes on relist
+        self.last: dict[str, dict[str, Any]] = {}  # uid → last seen object, to report deletions on relist
         self.resource_version: str | None = None
         self.listed = False  # the first list only takes stock
 
@@ -125,86 +120,66 @@ class KindWatcher:
                     self.relist()
                 self.watch_once()
                 backoff.reset()
-            except ApiException as exc:
-                if exc.status == 410:
-                    logs.record(log, "relist", kind=self.kind.kind, detail="watch expired (410)")
-                    self.resource_version = None
-                    continue
-                logs.record(log, "api-error", level=logging.WARNING, kind=self.kind.kind, status=exc.status,
-                            detail=str(exc.reason))
-                backoff.wait(self.stop)
-            except Exception as exc:  # connection reset, timeouts: keep the resourceVersion, retry
+            except ListExpired:
+                logs.record(log, "relist", kind=self.kind.kind, detail="watch expired (410)")
+                self.resource_version = None
+            except Exception as exc:  # connection reset, timeouts, 5xx: keep the resourceVersion, retry
                 logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind, detail=str(exc))
                 backoff.wait(self.stop)
-
-    def _pages(self) -> Iterator[dict[str, Any]]:
-        token = None
-        while True:
-            kwargs = {"limit": self.page_size}
-            if token:
-                kwargs["_continue"] = token
-            page = self.api.list_cluster_custom_object(self.kind.group, self.kind.version, self.kind.plural, **kwargs)
-            yield page
-            token = page.get("metadata", {}).get("continue")
-            if not token:
-                return
 
     def relist(self) -> None:
         """Remember what exists; after the first list, report what changed since the last one."""
         seen: dict[str, dict[str, Any]] = {}
         list_rv = None
         first = not self.listed
-        for page in self._pages():  # a 410 on an expired continue token restarts the whole list
-            list_rv = page["metadata"]["resourceVersion"]
-            for obj in page.get("items", []):
+        for page in self.kube.pages(self.kind, self.page_size):  # a 410 restarts the whole list
+            list_rv = page.resource_version
+            for obj in page.items:
                 uid = obj["metadata"]["uid"]
                 seen[uid] = obj
-                if first:
-                    continue
-                if self.known.get(uid, {}).get("metadata", {}).get("resourceVersion") != obj["metadata"]["resourceVersion"]:
+                if not first and self.known.get(uid) != obj["metadata"].get("resourceVersion"):
                     self.poster.post(self.kind, "add" if uid not in self.known else "update", obj)
-        for uid, obj in self.known.items():
+        for uid, obj in self.last.items():
             if uid not in seen:
                 self.poster.post(self.kind, "delete", obj)
         self.listed = True
-        self.known = seen
+        self.last = seen
+        self.known = {uid: obj["metadata"].get("resourceVersion") for uid, obj in seen.items()}
         self.resource_version = list_rv
         logs.record(log, "listed", kind=self.kind.kind, count=len(seen), resourceVersion=list_rv)
 
     def watch_once(self) -> None:
-        stream = watch.Watch().stream(
-            self.api.list_cluster_custom_object, self.kind.group, self.kind.version, self.kind.plural,
-            resource_version=self.resource_version, allow_watch_bookmarks=True,
-            timeout_seconds=self.watch_timeout,
-        )
-        for event in stream:
+        for event_type, obj in self.kube.watch(self.kind, self.resource_version, self.watch_timeout):
             if self.stop.is_set():
                 return
-            obj = event["raw_object"]
-            rv = obj.get("metadata", {}).get("resourceVersion")
-            if event["type"] == "BOOKMARK":
+            if obj is None:
+                logs.record(log, "undecodable", level=logging.ERROR, kind=self.kind.kind,
+                            detail="a watch event could not be decoded; the resync will see the object")
+                continue
+            rv = (obj.get("metadata") or {}).get("resourceVersion")
+            if event_type == "BOOKMARK":
                 self.resource_version = rv
                 continue
-            action = ACTIONS.get(event["type"])
+            action = ACTIONS.get(event_type)
             if action is None:
                 continue
             uid = obj["metadata"]["uid"]
             self.poster.post(self.kind, action, obj)
             if action == "delete":
                 self.known.pop(uid, None)
+                self.last.pop(uid, None)
             else:
-                self.known[uid] = obj
+                self.known[uid] = rv
+                self.last[uid] = obj
             # Only advance once the sink has the event, so a crash replays rather than skips it.
             self.resource_version = rv
 
 
-def run(api_client: client.ApiClient, kinds: tuple[JobKind, ...], sink_url: str,
-        stop: threading.Event | None = None) -> None:
+def run(kube: KubeClient, kinds: tuple[JobKind, ...], sink_url: str, stop: threading.Event | None = None) -> None:
     stop = stop or threading.Event()
-    api = client.CustomObjectsApi(api_client)
-    source = api_client.configuration.host  # ApiServerSource puts the API server URL in `source`
+    source = kube.host  # ApiServerSource puts the API server URL in `source`
     threads = [
-        threading.Thread(target=KindWatcher(api, kind, EventPoster(sink_url, source, stop), stop).run,
+        threading.Thread(target=KindWatcher(kube, kind, EventPoster(sink_url, source, stop), stop).run,
                          name=f"watch-{kind.kind}", daemon=True)
         for kind in kinds
     ]

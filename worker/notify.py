@@ -4,62 +4,85 @@ CloudEvent announcing each deletion ahead of time.
 Users look for their job with ``kubectl get events``; once jobttl has deleted it, the
 Event (reason ``SuccessfulDeleteJob``, like the training operator's own) says who deleted
 it and why, and a ``FailedDeleteJob`` warning says why a job that should be gone is not.
-Events are best effort: failing to record one never fails or repeats a deletion.
+
+Events are best effort and off the deletion's critical path: they are handed to a bounded
+queue that one background thread posts from, so a slow API server costs the deletion
+nothing, and a full queue drops (and counts) an Event rather than delaying deletions.
+Failing to record one never fails or repeats a deletion.
 """
 
 from __future__ import annotations
 
 import logging
-import uuid
-from datetime import datetime, timezone
+import queue
+import threading
+import time
+from dataclasses import dataclass
 
 import requests
-import urllib3
-from kubernetes import client
-from kubernetes.client.rest import ApiException
 
-from jobttl import logs
-from worker.decision import JobRef
+from jobttl.core import logs
+from jobttl.core.apiserversource import UPCOMING_TYPE, cloudevent
+from jobttl.core.identity import JobRef
+from jobttl.core.kube import KubeClient
+from jobttl.core.metrics import Metrics
 
 log = logging.getLogger("jobttl.notify")
 
-COMPONENT = "jobttl"
-# Beyond worker.kube.PERMISSIONS (verbs on job kinds), the worker creates core Events.
-EVENT_VERBS = frozenset({"create"})
+QUEUE_SIZE = 1000
+
+
+@dataclass(frozen=True)
+class _Event:
+    ref: JobRef
+    reason: str
+    message: str
+    warning: bool
 
 
 class EventRecorder:
-    def __init__(self, api_client: client.ApiClient, timeout: int = 10):
-        self.api = client.CoreV1Api(api_client)
-        self.timeout = timeout
+    def __init__(self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE):
+        self.kube = kube
+        self.metrics = metrics
+        self._queue: queue.Queue[_Event | None] = queue.Queue(maxsize=size)
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def record(self, ref: JobRef, reason: str, message: str, warning: bool = False) -> None:
-        now = datetime.now(timezone.utc)
-        event = client.CoreV1Event(
-            api_version="v1",
-            kind="Event",
-            metadata=client.V1ObjectMeta(generate_name=f"{ref.name}.", namespace=ref.namespace),
-            involved_object=client.V1ObjectReference(api_version=ref.api_version, kind=ref.kind, name=ref.name,
-                                                     namespace=ref.namespace, uid=ref.uid),
-            reason=reason,
-            message=message[:1024],  # the API server rejects very long messages
-            type="Warning" if warning else "Normal",
-            source=client.V1EventSource(component=COMPONENT),
-            reporting_component=COMPONENT,
-            reporting_instance=COMPONENT,
-            first_timestamp=now,
-            last_timestamp=now,
-            count=1,
-        )
+        """Queue an Event for `ref`; never blocks."""
+        self._start()
         try:
-            self.api.create_namespaced_event(ref.namespace, event, _request_timeout=self.timeout)
-        except (ApiException, urllib3.exceptions.HTTPError) as exc:
-            logs.record(log, "event-not-recorded", ref.as_dict(), logging.WARNING, reason=reason,
-                        detail=str(getattr(exc, "reason", exc)))
+            self._queue.put_nowait(_Event(ref, reason, message, warning))
+        except queue.Full:
+            self._dropped(ref, reason, "the Event queue is full")
 
+    def flush(self, timeout: float = 5.0) -> None:
+        """Post what is queued (at shutdown), waiting at most `timeout` seconds."""
+        if self._thread is None:
+            return
+        self._queue.put(None)
+        self._thread.join(timeout)
 
-# The CloudEvent type announcing a deletion; under a prefix jobttl owns.
-UPCOMING_TYPE = "io.jobttl.deletion.upcoming"
+    def _start(self) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._post_forever, name="kubernetes-events", daemon=True)
+                self._thread.start()
+
+    def _post_forever(self) -> None:
+        while True:
+            event = self._queue.get()
+            if event is None:
+                return
+            try:
+                self.kube.create_event(event.ref, event.reason, event.message, event.warning)
+            except Exception as exc:  # noqa: BLE001 - best effort: an Event must never fail a deletion
+                self._dropped(event.ref, event.reason, str(exc))
+
+    def _dropped(self, ref: JobRef, reason: str, detail: str) -> None:
+        if self.metrics is not None:
+            self.metrics.events_dropped.inc()
+        logs.record(log, "event-not-recorded", ref.as_dict(), logging.WARNING, reason=reason, detail=detail)
 
 
 def announce(url: str, ref: JobRef, subject: str, due: int, details: dict, timeout: float = 10) -> None:
@@ -68,16 +91,8 @@ def announce(url: str, ref: JobRef, subject: str, due: int, details: dict, timeo
     Teams point this at a Knative Broker (or any HTTP endpoint) to archive logs or to
     postpone the deletion in time. A failure raises, so RQ retries it.
     """
-    due_time = datetime.fromtimestamp(due, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    headers = {
-        "ce-specversion": "1.0",
-        "ce-id": str(uuid.uuid4()),
-        "ce-source": f"/jobttl/{ref.namespace}",
-        "ce-type": UPCOMING_TYPE,
-        "ce-subject": subject,
-        "ce-time": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "content-type": "application/json",
-    }
-    response = requests.post(url, headers=headers, json={**ref.as_dict(), "deletionTime": due_time, **details},
-                             timeout=timeout)
+    due_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
+    message = cloudevent(UPCOMING_TYPE, f"/jobttl/{ref.namespace}", subject,
+                         {**ref.as_dict(), "deletionTime": due_time, **details})
+    response = requests.post(url, headers=message.headers, data=message.body, timeout=timeout)
     response.raise_for_status()

@@ -23,7 +23,7 @@ from kubernetes.client.rest import ApiException
 from jobttl.cli import build_parser
 from tests.deploy.manifests import COMPOSE_SCHEMA, REPO, validate_core
 from tests.deploy.test_dockerfile import DOCKERFILE, exec_form, parse
-from worker.kinds import ALL_KINDS
+from jobttl.core.kinds import ALL_KINDS
 
 COMPOSE = REPO / "docker-compose.yml"
 
@@ -213,7 +213,7 @@ def test_inline_configs_have_nothing_compose_would_interpolate(compose):
 
 
 def test_the_policy_is_accepted_by_the_code(compose):
-    from worker.policy import parse_policy
+    from jobttl.core.policy import parse_policy
 
     parse_policy(yaml.safe_load(compose["configs"]["policy"]["content"]), "docker-compose.yml")
 

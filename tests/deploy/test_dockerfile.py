@@ -107,9 +107,9 @@ def problems(text: str) -> list[str]:
     # Every package pyproject.toml ships is copied into the build stage.
     build = by_name.get("build")
     copied = {src.rstrip("/") for rest in (build.all("COPY") if build else []) for src in copy_sources(rest)}
-    for pattern in PYPROJECT["tool"]["setuptools"]["packages"]["find"]["include"]:
-        if pattern.rstrip("*") not in copied:
-            found.append(f"the build stage does not copy package {pattern.rstrip('*')}")
+    for folder in sorted(set(PYPROJECT["tool"]["setuptools"]["package-dir"].values())):
+        if folder not in copied:
+            found.append(f"the build stage does not copy package {folder}")
     if PYPROJECT["project"]["readme"] not in copied:
         found.append("the build stage does not copy the readme pyproject.toml names")
     # The final stage (and the dashboard): nothing compiled, nothing copied from the context.
@@ -155,7 +155,7 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
      "not a slim Python image"),
     (("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.10-slim"), "Python older than"),
     (("WORKDIR /tmp", "RUN apt-get update && apt-get install -y gcc\nWORKDIR /tmp"), "build tools"),
-    (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl.cli"]'), "ENTRYPOINT"),
+    (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
     (("COPY pyproject.toml ./\nRUN python", "COPY . ./\nRUN python"), "`deps` stage"),
     (("COPY watcher ./watcher\n", ""), "package watcher"),
     (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),

@@ -1,7 +1,7 @@
 """The RBAC in knative/ grants each component exactly the verbs its code uses, nothing more.
 
-The truth is `worker.kube.PERMISSIONS` (KubeClient refuses any verb not declared there) and
-`worker.kinds.ALL_KINDS`. Service accounts are found from the workloads themselves (the
+The truth is `jobttl.core.kube.PERMISSIONS` (KubeClient refuses any verb not declared there) and
+`jobttl.core.kinds.ALL_KINDS`. Service accounts are found from the workloads themselves (the
 sink's Knative Service, the worker's Deployment, the ApiServerSource), so a workload moved
 to another account is checked too.
 """
@@ -13,18 +13,12 @@ import itertools
 import pytest
 
 from tests.deploy.manifests import KNATIVE, find, pod_spec, rendered
-from worker.kinds import ALL_KINDS
-from worker.kube import PERMISSIONS
-from worker.notify import EVENT_VERBS
+from jobttl.core.kinds import ALL_KINDS
+from jobttl.core.kube import JOBS, VERSION, permissions
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
 NAMESPACE = "jobttl"
 RBAC = "rbac.authorization.k8s.io/v1"
-
-# The one grant beyond PERMISSIONS: the worker records a Kubernetes Event on each job it
-# deletes or fails to delete, in the job's namespace. Events are not a job kind, so their
-# verbs are declared next to the code that uses them (worker.notify.EVENT_VERBS).
-WORKER_EVENTS = {("", "events", verb) for verb in EVENT_VERBS}
 
 # What an ApiServerSource adapter does with each resource it is given: list, then watch
 # (and get). Knative documents exactly these three for the source's service account.
@@ -33,6 +27,17 @@ SOURCE_VERBS = {"get", "list", "watch"}
 
 def on_job_kinds(verbs):
     return {(kind.group, kind.plural, verb) for kind in ALL_KINDS for verb in verbs}
+
+
+def declared(component: str, **features) -> set[tuple[str, str, str]]:
+    """What `jobttl.core.kube.permissions` lets the component do, as RBAC (apiGroup, resource, verb)."""
+    granted = set()
+    for resource, verbs in permissions(component, **features).items():
+        if resource == JOBS:
+            granted |= on_job_kinds(verbs)
+        elif resource != VERSION:  # a non-resource URL every authenticated client may read
+            granted |= {("", resource, verb) for verb in verbs}  # core: events, pods, pods/log
+    return granted
 
 
 class Violation(AssertionError):
@@ -65,8 +70,6 @@ def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, 
             fields = (rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [])
             if any("*" in value for field in fields for value in field):
                 raise Violation(f"{name}: wildcard")
-            if any("/" in resource for resource in fields[1]):
-                raise Violation(f"{name}: subresources are not used by jobttl")
             granted |= set(itertools.product(*fields))
     return granted
 
@@ -85,12 +88,13 @@ def objects(request):
     return rendered(VARIANTS[request.param])
 
 
-def test_the_sink_gets_exactly_its_declared_verbs(objects):
-    assert grants(objects, accounts(objects)["sink"]) == on_job_kinds(PERMISSIONS["sink"])
+def test_the_sink_gets_exactly_its_declared_verbs_none_in_resource_mode(objects):
+    assert grants(objects, accounts(objects)["sink"]) == declared("sink") == set()
 
 
 def test_the_worker_gets_exactly_its_declared_verbs_and_events(objects):
-    assert grants(objects, accounts(objects)["worker"]) == on_job_kinds(PERMISSIONS["worker"]) | WORKER_EVENTS
+    assert grants(objects, accounts(objects)["worker"]) == declared("worker")
+    assert ("", "events", "create") in declared("worker")
 
 
 def test_the_apiserversource_gets_exactly_get_list_watch(objects):
@@ -124,18 +128,18 @@ def test_nothing_else_is_bound_and_pods_without_grants_get_no_token(objects):
 
 def test_an_extra_verb_or_resource_is_caught():
     objects = rendered(KNATIVE)
-    role = find(objects, "ClusterRole", "jobttl-sink")
-    role["rules"][0]["verbs"].append("list")
+    role = find(objects, "ClusterRole", "jobttl-worker")
+    role["rules"][0]["verbs"].append("watch")
     role["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["get"]})
-    granted = grants(objects, accounts(objects)["sink"])
-    assert granted != on_job_kinds(PERMISSIONS["sink"])
-    assert ("kubeflow.org", "tfjobs", "list") in granted and ("", "pods", "get") in granted
+    granted = grants(objects, accounts(objects)["worker"])
+    assert granted != declared("worker")
+    assert ("kubeflow.org", "tfjobs", "watch") in granted and ("", "pods", "get") in granted
 
 
 def test_a_missing_kind_is_caught():
     objects = rendered(KNATIVE)
     find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["resources"].remove("jaxjobs")
-    assert grants(objects, accounts(objects)["worker"]) != on_job_kinds(PERMISSIONS["worker"]) | WORKER_EVENTS
+    assert grants(objects, accounts(objects)["worker"]) != declared("worker")
 
 
 @pytest.mark.parametrize("field", ["apiGroups", "resources", "verbs"])
@@ -148,6 +152,6 @@ def test_a_wildcard_is_refused(field):
 
 def test_a_binding_to_an_unknown_role_is_refused():
     objects = rendered(KNATIVE)
-    find(objects, "ClusterRoleBinding", "jobttl-sink")["roleRef"]["name"] = "cluster-admin"
+    find(objects, "ClusterRoleBinding", "jobttl-worker")["roleRef"]["name"] = "cluster-admin"
     with pytest.raises(Violation, match="not in the manifests"):
-        grants(objects, accounts(objects)["sink"])
+        grants(objects, accounts(objects)["worker"])

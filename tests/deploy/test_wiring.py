@@ -15,9 +15,9 @@ import pytest
 import yaml
 
 from jobttl.cli import build_parser
-from jobttl.config import Settings
+from jobttl.core.config import Settings
 from tests.deploy.manifests import ENV_REFERENCE, KNATIVE, REPO, find, pod_spec, rendered, split_image
-from worker.kinds import ALL_KINDS
+from jobttl.core.kinds import ALL_KINDS
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
 NAMESPACE = "jobttl"
@@ -236,12 +236,9 @@ def test_sink_arguments_parse_and_it_serves_the_declared_port_with_probes(object
 
 
 def _max_conflicts() -> int:
-    """worker.tasks.MAX_CONFLICTS, read from the source (importing tasks needs Redis bits)."""
-    tree = ast.parse((REPO / "worker" / "tasks.py").read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "MAX_CONFLICTS" for t in node.targets):
-            return ast.literal_eval(node.value)
-    raise AssertionError("worker/tasks.py defines no MAX_CONFLICTS")
+    from jobttl.worker.deletion import MAX_CONFLICTS
+
+    return MAX_CONFLICTS
 
 
 def _env(container) -> dict[str, str]:
@@ -323,7 +320,7 @@ def test_sink_and_worker_settings_are_accepted_by_the_code(objects, tmp_path):
 
 
 def test_the_policy_is_the_documented_example(objects):
-    from worker.policy import parse_policy
+    from jobttl.core.policy import parse_policy
 
     text = find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
     data = yaml.safe_load(text)

@@ -19,7 +19,10 @@ from kubernetes import client, config
 from jobttl_emulator import TFJOB, EmulatorServer, Resource
 from tests.fixtures import finished_status, running_status, tfjob
 from tests.services import JobttlProcess, RecordingSink, free_port, start_emulator, start_sink, wait_for
-from worker.schedule import Schedule
+from jobttl.core.schedule import Schedule
+from jobttl.core.audit import Audit
+from jobttl.core.policy import Policy
+from jobttl.core.reconcile import Reconciler
 
 QUEUE = "e2e"
 CORE_EVENTS = Resource("", "v1", "Event", "events", status_subresource=False)
@@ -93,6 +96,8 @@ class Cluster:
         api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
         self.api = client.CustomObjectsApi(api_client)
         self.schedule = Schedule(redis, QUEUE, retry_intervals=[])
+        self.audit = Audit(redis)
+        self.reconciler = Reconciler(self.schedule, self.audit, Policy())
 
     # --- the cluster side --------------------------------------------------------------
     def create(self, name: str, ttl: int | None = None, status: dict | None = None, **kw) -> dict:

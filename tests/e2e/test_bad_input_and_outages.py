@@ -12,7 +12,7 @@ import requests
 from tests.e2e.conftest import QUEUE
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_sink, wait_for
-from worker.schedule import PENDING_INDEX
+from jobttl.core.keys import PENDING_INDEX
 
 
 def finished_object() -> dict:
@@ -51,7 +51,7 @@ def test_a_huge_body_is_a_413_and_schedules_nothing(sink_url, redis):
     response = requests.post(sink_url, headers=BINARY, data=json.dumps(obj).encode(), timeout=10)
     assert response.status_code == 413
     assert "error" in response.json()
-    assert redis.hgetall(f"jobttl:pending:{obj['metadata']['uid']}") == {}
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
 
 
 def test_wrong_paths_and_methods_get_json_errors(sink_url):
@@ -76,7 +76,7 @@ def test_with_redis_down_the_sink_answers_503_and_the_resent_event_is_scheduled(
         # ApiServerSource re-sends; once Redis is back, the event is scheduled.
         wait_for(lambda: requests.post(url, headers=BINARY, data=body, timeout=10).status_code == 202,
                  timeout=15, what="the sink to accept the event again")
-        assert redis_server.client().hget(f"jobttl:pending:{obj['metadata']['uid']}", "due") is not None
+        assert redis_server.client().zscore(PENDING_INDEX, obj["metadata"]["uid"]) is not None
     finally:
         sink.stop()
         redis_server.stop()

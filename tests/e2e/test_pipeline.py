@@ -17,9 +17,9 @@ from rq.serializers import JSONSerializer
 
 from tests.fixtures import finished_status
 from tests.services import wait_for
-from worker.decision import decide
-from worker.kinds import TFJOB
-from worker.schedule import job_id_for
+from jobttl.core.decision import decide
+from jobttl.core.kinds import TFJOB
+from jobttl.core.schedule import job_id_for
 
 
 def due_of(obj: dict) -> int:
@@ -57,10 +57,17 @@ def test_a_finished_job_is_deleted_when_its_ttl_is_up(cluster, worker, mode, str
                                                "resourceVersion": obj["metadata"]["resourceVersion"]}
     assert delete["body"]["propagationPolicy"] == "Foreground"
     wait_until_not_pending(cluster, obj["metadata"]["uid"])
-    logged = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
-    assert {"event": "deleted", "object": {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "namespace": cluster.namespace,
-            "name": "mnist", "uid": obj["metadata"]["uid"]}}.items() <= next(
-        e for e in logged if e.get("event") == "deleted" and e["object"]["uid"] == obj["metadata"]["uid"]).items()
+    identity = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "namespace": cluster.namespace, "name": "mnist",
+                "uid": obj["metadata"]["uid"]}
+
+    def logged(event: str) -> list[dict]:
+        lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+        return [e for e in lines if e.get("event") == event and e.get("object") == identity]
+
+    # The DELETE is accepted (Foreground: the object waits for the garbage collector), then it is gone.
+    [requested] = wait_for(lambda: logged("delete-requested"), what="the worker to log its DELETE")
+    assert requested["propagationPolicy"] == "Foreground" and 2 <= requested["ttl"] and requested["lateness"] < 2.5
+    wait_for(lambda: logged("deleted"), what="the worker to log that the job is gone")
 
 
 def test_jobs_that_must_stay_are_answered_2xx_and_never_scheduled(cluster):

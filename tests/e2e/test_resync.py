@@ -14,13 +14,14 @@ import time
 import pytest
 
 from jobttl_emulator import Resource, seed_object
-from jobttl.config import Settings
+from jobttl.core.config import Settings
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for
-from worker import tasks
-from worker.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
-from worker.resync import HELD_KEY
-from worker.schedule import PENDING_INDEX
+from jobttl.worker import resync as resync_run
+from jobttl.worker.context import WorkerContext
+from jobttl.core.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
+from jobttl.core.keys import HELD as HELD_KEY
+from jobttl.core.keys import PENDING_INDEX
 
 QUEUE = "resync"
 
@@ -49,13 +50,34 @@ def env(cluster, redis_server, **overrides) -> dict[str, str]:
     return {**values, **{k: str(v) for k, v in overrides.items()}}
 
 
-def context(cluster, redis_server, **overrides) -> tasks.WorkerContext:
-    return tasks.WorkerContext.from_settings(Settings.from_env(env(cluster, redis_server, **overrides)))
+def context(cluster, redis_server, **overrides) -> WorkerContext:
+    return WorkerContext.from_settings(Settings.from_env(env(cluster, redis_server, **overrides)))
 
 
 def seed(cluster, kind, namespace, count, at, state="succeeded", ttl=None, prefix="job"):
     return [seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, state=state, at=at, ttl=ttl))
             for i in range(count)]
+
+
+def canary(cluster, redis_server, name: str) -> None:
+    """Queue one deletion past the guard and wait for the worker to make it.
+
+    The worker takes deletions in the order they were queued, so once the canary's DELETE
+    is seen, any deletion queued before it (say, by a resync that should have held it)
+    would have been made too: "nothing else was deleted" then means something.
+    """
+    from jobttl.core.decision import decide
+    from jobttl.core.identity import JobRef
+
+    [obj] = seed(cluster, TFJOB, f"canary-{name}", 1, time.time() - 3600, ttl=60, prefix="canary")
+    ctx = context(cluster, redis_server)
+    ctx.reconciler.release([(JobRef.of(obj), decide(obj, TFJOB, ctx.settings.policy))], "test")
+    wait_for(lambda: any(r["path"].endswith(f"/canary-{name}/tfjobs/canary-0") for r in cluster.requests("DELETE")),
+             timeout=20, what="the worker to delete the canary")
+
+
+def deletes_but_canaries(cluster) -> list[dict]:
+    return [r for r in cluster.requests(method="DELETE") if "/canary-" not in r["path"]]
 
 
 def pending(redis) -> dict[str, int]:
@@ -86,7 +108,7 @@ def big_cluster(cluster):
 
 def test_a_resync_schedules_every_finished_job_with_the_right_time(cluster, redis_server, big_cluster):
     cluster.clear_requests()
-    report = tasks.run_resync(context(cluster, redis_server))
+    report = resync_run.run(context(cluster, redis_server))
     assert (report.status, report.seen, report.scheduled, report.queued_now) == ("done", 3040, len(big_cluster), 0)
     assert pending(redis_server.client()) == big_cluster
     lists = [r for r in cluster.requests(method="GET") if r["path"].endswith("/tfjobs")]
@@ -98,13 +120,13 @@ def test_after_redis_is_flushed_a_resync_restores_every_pending_deletion(cluster
     redis = redis_server.client()
     redis.flushdb()
     assert pending(redis) == {}
-    report = tasks.run_resync(context(cluster, redis_server))
+    report = resync_run.run(context(cluster, redis_server))
     assert report.scheduled == len(big_cluster)
     assert pending(redis) == big_cluster
 
 
 def test_a_second_resync_changes_nothing(cluster, redis_server, big_cluster):
-    report = tasks.run_resync(context(cluster, redis_server))
+    report = resync_run.run(context(cluster, redis_server))
     assert (report.scheduled, report.moved, report.cancelled, report.unchanged) == (0, 0, 0, len(big_cluster))
 
 
@@ -118,10 +140,13 @@ def test_vanished_and_recreated_jobs_lose_their_old_pending_deletion(cluster, re
     new = seed_object(cluster.store, job_object(TFJOB, "job-2", "team-4", at=now, ttl=600))
     # As in real life, those deletions were scheduled well before this resync (entries from
     # its last minute are left alone: they may be for objects created after its listing).
+    ctx = context(cluster, redis_server)
     for obj in (gone, old):
-        redis_server.client().hset(f"jobttl:pending:{obj['metadata']['uid']}", "scheduledAt", now - 3600)
+        job = ctx.schedule.queue.fetch_job(ctx.schedule.get(obj["metadata"]["uid"]).job_id)
+        job.meta["scheduledAt"] = now - 3600
+        job.save_meta()
 
-    report = tasks.run_resync(context(cluster, redis_server))
+    report = resync_run.run(context(cluster, redis_server))
     now_pending = pending(redis_server.client())
     assert gone["metadata"]["uid"] not in now_pending
     assert old["metadata"]["uid"] not in now_pending
@@ -130,10 +155,10 @@ def test_vanished_and_recreated_jobs_lose_their_old_pending_deletion(cluster, re
 
 
 def test_a_list_whose_continue_token_expires_is_restarted(cluster, redis_server, big_cluster):
-    everything = tasks.run_resync(context(cluster, redis_server)).seen
+    everything = resync_run.run(context(cluster, redis_server)).seen
     cluster.clear_requests()
     cluster.add_fault(verb="list", status=410, count=1, path_contains="/tfjobs")
-    report = tasks.run_resync(context(cluster, redis_server))
+    report = resync_run.run(context(cluster, redis_server))
     assert report.status == "done" and report.seen == everything
     statuses = [r["status"] for r in cluster.requests(method="GET") if r["path"].endswith("/tfjobs")]
     assert statuses[0] == 410 and statuses.count(410) == 1
@@ -142,7 +167,7 @@ def test_a_list_whose_continue_token_expires_is_restarted(cluster, redis_server,
 def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, tmp_path):
     small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
     try:
-        report = tasks.run_resync(context(small, redis_server, JOBTTL_QUEUE="small"))
+        report = resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small"))
     finally:
         small.stop()
     assert report.status == "done"
@@ -159,7 +184,7 @@ def worker(cluster, redis_server, tmp_path):
 
 def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_server, big_cluster, worker):
     expired = seed(cluster, TFJOB, "backlog", 40, time.time() - 3600, ttl=60, prefix="old")
-    run = [sys.executable, "-m", "jobttl.cli", "resync", "--json"]
+    run = [sys.executable, "-m", "jobttl", "resync", "--json"]
     guarded = env(cluster, redis_server, JOBTTL_RESYNC_MAX_DELETIONS=10)
     cluster.clear_requests()
 
@@ -168,7 +193,8 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     held_report = json.loads(held.stdout)
     assert held_report["held"] == 40 and held_report["held_id"]
     assert redis_server.client().hlen(HELD_KEY) == 40
-    assert cluster.requests(method="DELETE") == [], "nothing is deleted while held"
+    canary(cluster, redis_server, "held")
+    assert deletes_but_canaries(cluster) == [], "nothing is deleted while held"
 
     # More expire after the operator reviewed the held ones: --confirm releases what was
     # reviewed, and the newcomers face the guard on their own.
@@ -184,9 +210,9 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     assert {uid.decode() for uid in redis_server.client().hkeys(HELD_KEY)} == {
         o["metadata"]["uid"] for o in newcomers}
 
-    wait_for(lambda: len(cluster.requests(method="DELETE")) >= 40, timeout=30, what="40 deletions")
-    deletes = sorted(r["time"] for r in cluster.requests(method="DELETE"))
-    assert {r["path"].rsplit("/", 1)[1] for r in cluster.requests(method="DELETE")} == {
+    wait_for(lambda: len(deletes_but_canaries(cluster)) >= 40, timeout=30, what="40 deletions")
+    deletes = sorted(r["time"] for r in deletes_but_canaries(cluster))
+    assert {r["path"].rsplit("/", 1)[1] for r in deletes_but_canaries(cluster)} == {
         o["metadata"]["name"] for o in expired}
     # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms.
     assert deletes[-1] - deletes[0] >= 39 * 0.05 * 0.9
@@ -196,6 +222,8 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
 def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, redis_server, big_cluster):
     from rq import Queue
     from rq.registry import ScheduledJobRegistry
+
+    from jobttl.worker import tasks
 
     tasks.configure(Settings.from_env(env(cluster, redis_server, JOBTTL_RESYNC_INTERVAL=600,
                                           JOBTTL_QUEUE="periodic")))
@@ -211,19 +239,19 @@ def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, red
 
 
 def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
-    from worker.resync import LOCK_KEY
+    from jobttl.core.keys import RESYNC_LOCK as LOCK_KEY
 
     lock = redis_server.client().lock(LOCK_KEY, timeout=60)
     assert lock.acquire(blocking=False)
     try:
-        assert tasks.run_resync(context(cluster, redis_server)).status == "already-running"
+        assert resync_run.run(context(cluster, redis_server)).status == "already-running"
     finally:
         lock.release()
-    assert tasks.run_resync(context(cluster, redis_server)).status == "done"
+    assert resync_run.run(context(cluster, redis_server)).status == "done"
 
 
 def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluster, redis_server, big_cluster,
-                                                                          tmp_path):
+                                                                          tmp_path, worker):
     """Every job already has a pending deletion hours away; a typo (maxTTL 1m, not 1d) would
     pull them all to now. The guard must count moved deletions, not only unknown ones."""
     before = pending(redis_server.client())
@@ -232,14 +260,15 @@ def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluste
     typo.write_text(f"ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n"
                     f"rules:\n  - {{name: typo, namespaces: [{teams}], maxTTL: 1m}}\n")
     cluster.clear_requests()
-    report = tasks.run_resync(context(cluster, redis_server, JOBTTL_POLICY=typo, JOBTTL_RESYNC_MAX_DELETIONS=100))
+    report = resync_run.run(context(cluster, redis_server, JOBTTL_POLICY=typo, JOBTTL_RESYNC_MAX_DELETIONS=100))
     assert report.status == "held" and report.held >= len(big_cluster) - 5
     assert report.queued_now == 0
     after = pending(redis_server.client())
     assert {u: after.get(u) for u in big_cluster if u in before} == {u: before[u] for u in big_cluster if u in before}, \
         "held deletions keep their old due times"
-    assert cluster.requests(method="DELETE") == []
-    tasks.run_resync(context(cluster, redis_server))  # the typo fixed: nothing held any more
+    canary(cluster, redis_server, "typo")
+    assert deletes_but_canaries(cluster) == [], "a worker is running, and deletes nothing of what was held"
+    resync_run.run(context(cluster, redis_server))  # the typo fixed: nothing held any more
     assert redis_server.client().hlen(HELD_KEY) == 0
 
 
@@ -247,19 +276,21 @@ def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server,
     [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="dry")
     uid = obj["metadata"]["uid"]
     cluster.clear_requests()
-    tasks.run_resync(context(cluster, redis_server))
+    resync_run.run(context(cluster, redis_server))
     ctx = context(cluster, redis_server)
     wait_for(lambda: (p := ctx.schedule.get(uid)) is not None and p.would_delete_at, timeout=20,
              what="the worker to find it would delete it")
-    tasks.run_resync(ctx)  # a later resync (or event) does not queue it again
+    resync_run.run(ctx)  # a later resync (or event) does not queue it again
     would = [e for e in ctx.audit.entries() if e.fields.get("uid") == uid and e.fields["event"] == "would-delete"]
     assert len(would) == 1
-    assert cluster.requests(method="DELETE") == []
+    canary(cluster, redis_server, "dry")
+    assert deletes_but_canaries(cluster) == []
     assert ctx.schedule.get(uid).dry_run
 
     # Dry-run switched off: what it would have deleted now faces the blast-radius guard.
     real = tmp_path / "policy.yaml"
     real.write_text("ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n")
-    report = tasks.run_resync(context(cluster, redis_server, JOBTTL_POLICY=real, JOBTTL_RESYNC_MAX_DELETIONS=0))
+    report = resync_run.run(context(cluster, redis_server, JOBTTL_POLICY=real, JOBTTL_RESYNC_MAX_DELETIONS=0))
     assert report.status == "held" and uid.encode() in redis_server.client().hkeys(HELD_KEY)
-    assert cluster.requests(method="DELETE") == []
+    canary(cluster, redis_server, "dry-off")
+    assert deletes_but_canaries(cluster) == []

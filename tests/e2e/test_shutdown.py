@@ -8,9 +8,13 @@ from rq.job import JobStatus
 
 from tests.e2e.conftest import Cluster
 from tests.services import JobttlProcess, wait_for
-from worker.decision import JobRef, decide
-from worker.kinds import TFJOB
-from worker.schedule import Schedule, job_id_for
+from jobttl.core.audit import Audit
+from jobttl.core.decision import decide
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import TFJOB
+from jobttl.core.policy import Policy
+from jobttl.core.reconcile import Reconciler
+from jobttl.core.schedule import Schedule, job_id_for
 
 
 def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, log_dir, redis):
@@ -18,7 +22,7 @@ def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, l
     obj = cluster.create_finished("slow", ttl=0, finished_at=time.time() - 10)
     ref, decision = JobRef.of(obj), decide(obj, TFJOB)
     schedule = Schedule(redis, queue, retry_intervals=[])
-    schedule.plan(ref, decision)
+    Reconciler(schedule, Audit(redis), Policy()).reconcile(obj, TFJOB, "test")
     # The DELETE takes 2 s: long enough to be in the middle of it when the SIGTERM comes.
     cluster.emulator.add_fault(verb="delete", delay=2.0, count=1, path_contains=f"/namespaces/{cluster.namespace}/")
 
@@ -31,6 +35,10 @@ def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, l
         assert worker.process.wait(timeout=30) == 0
     finally:
         worker.stop()
+    # The worker itself saw its DELETE through: a worker killed mid-call would leave the RQ job
+    # started, with no result and no record of its own, whatever the API server then did.
     assert job.get_status(refresh=True) == JobStatus.FINISHED
+    assert job.return_value(refresh=True) in ("deleted", "delete-requested")
     assert [d["status"] for d in cluster.deletes()] == [200]
-    assert cluster.get("slow") is None or cluster.get("slow")["metadata"].get("deletionTimestamp")
+    recorded = [e.fields for e in Audit(redis).history(cluster.namespace, "slow")]
+    assert [e["event"] for e in recorded if e["uid"] == ref.uid][:1] == [job.return_value()]

@@ -18,9 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, stack_environment, worker  # noqa: F401
 from tests.services import ROOT, free_port, wait_for
-from worker.audit import Audit
-from worker.operations import Operations
-from worker.schedule import Schedule
+from jobttl.core.audit import Audit
+from jobttl.core.operations import Operations
+from jobttl.core.reconcile import Reconciler
+from jobttl.core.policy import Policy
+from jobttl.core.schedule import Schedule
 
 QUEUE = "operate"
 WORKER_METRICS_PORT = free_port()
@@ -40,7 +42,7 @@ class Cli:
         self.env = env
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "jobttl.cli", *args], env=self.env, cwd=ROOT,
+        return subprocess.run([sys.executable, "-m", "jobttl", *args], env=self.env, cwd=ROOT,
                               capture_output=True, text=True, timeout=30)
 
     def json(self, *args: str):
@@ -74,4 +76,5 @@ def worker_metrics(worker) -> str:
 @pytest.fixture
 def ops(redis) -> Operations:
     """What the CLI uses, in this process: for waiting on the stack without a process per poll."""
-    return Operations(redis, Schedule(redis, QUEUE, retry_intervals=[]), Audit(redis))
+    schedule, audit = Schedule(redis, QUEUE, retry_intervals=[]), Audit(redis)
+    return Operations(redis, schedule, audit, Reconciler(schedule, audit, Policy()))

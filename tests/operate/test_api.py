@@ -15,11 +15,14 @@ import schemathesis
 from hypothesis import HealthCheck, settings
 from openapi_spec_validator import validate
 
-from jobttl.config import Settings
-from sink.app import create_app
-from sink.openapi import DOCUMENT
+from jobttl.core.config import Settings
+from jobttl.sink.app import create_app
+from jobttl.sink.openapi import DOCUMENT
+from jobttl.core import keys
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import TFJOB
+from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import free_port
-from worker.decision import Decision, JobRef, Verdict
 
 EXAMPLE = ("team-a", "mnist")  # the path parameters' examples in the document
 
@@ -34,11 +37,13 @@ def example_app(app):
     """The app, with Redis knowing the job the document's examples name."""
     sink = app.extensions["jobttl"]
     now = int(time.time())
-    ref = JobRef("kubeflow.org/v1", "TFJob", *EXAMPLE, uid=f"uid-{now}")
-    sink.schedule.plan(ref, Decision(Verdict.EXPIRES, "", finished_at=now, ttl=3600, expires_at=now + 3600,
-                                     ttl_source="spec.runPolicy.ttlSecondsAfterFinished", rules=("research",)))
-    sink.audit.record("scheduled", ref, due=now + 3600, rules=["research"])
-    sink.audit.bury(ref, {"metadata": {"labels": {"team": "a"}}, "status": {"conditions": []}}, now)
+    obj = with_server_fields(tfjob(EXAMPLE[1], EXAMPLE[0], ttl=3600))
+    obj["status"] = finished_status(now)
+    sink.reconciler.reconcile(obj, TFJOB, "event")
+    gone = JobRef.of({**obj, "metadata": {**obj["metadata"], "uid": "0d8e3c31-5b7a-4c9e-8f2e-6a1b2c3d4e5f"}})
+    sink.audit.record("deleted", gone, by="worker")
+    sink.redis.set(keys.tombstone(gone.namespace, gone.name, gone.uid),
+                   sink.audit.tombstone(gone, {"metadata": {"labels": {"team": "a"}}, "status": {"conditions": []}}, now))
     return app
 
 
@@ -70,7 +75,7 @@ def test_a_bad_query_parameter_is_a_400_naming_it(app, query):
 def test_health_needs_nothing_and_readiness_needs_redis(app):
     client = app.test_client()
     assert client.get("/healthz").json == {"status": "ok"}
-    assert client.get("/readyz").json == {"status": "ready"}
+    assert client.get("/readyz").json["status"] == "ready"
 
     down = create_app(Settings.from_env({"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0"})).test_client()
     assert down.get("/healthz").status_code == 200

@@ -13,9 +13,8 @@ import requests
 from tests.fixtures import finished_status
 from tests.operate.conftest import TOMBSTONE_DAYS, metric
 from tests.services import wait_for
-from worker.audit import TOMBSTONE_PREFIX
-from worker.decision import JobRef
-from worker.schedule import PENDING_INDEX
+from jobttl.core import keys
+from jobttl.core.identity import JobRef
 
 TTL_FIELD = "spec.runPolicy.ttlSecondsAfterFinished"
 
@@ -43,7 +42,7 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
     cluster.wait_gone("done")
     running = cluster.create_running("running", ttl=0, started=now)
     cluster.event("update", {**running, "status": finished_status(now)})  # forged: it is still running
-    wait_for(lambda: ops.history(event="skipped", namespace=ns), what="the forged event's deletion to be skipped")
+    wait_for(lambda: ops.history(event="cancelled", namespace=ns), what="the forged event's deletion to be cancelled")
     cluster.fail_next("delete", 403, 1)
     broken = schedule(cluster, "broken", 0, now - 30)
     wait_for(lambda: failures_in(ops, ns), what="the deletion of 'broken' to fail")
@@ -68,13 +67,16 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
     assert [p["name"] for p in first["items"] + second["items"]] == ["broken", "later-b", "later-c", "later-a"]
     assert api(cluster, "/api/v1/deletions", namespace=ns, kind="PyTorchJob").json()["total"] == 0
 
-    # History: newest first; the deletion says how late it was, the skip why, the failure the API's error.
+    # History: newest first; the deletion says how late it was, the cancellation why, the failure the API's error.
+    wait_for(lambda: ops.history(event="deleted", namespace=ns), what="'done' to be gone for good")
     history = cli.json("history", "--namespace", ns)["items"]
     assert [e["at"] for e in history] == sorted((e["at"] for e in history), reverse=True)
+    [requested] = [e for e in history if e["event"] == "delete-requested"]
+    assert requested["name"] == "done" and 59 <= float(requested["lateness"]) < 90
     [deleted] = [e for e in history if e["event"] == "deleted"]
-    assert deleted["name"] == "done" and 59 <= float(deleted["lateness"]) < 90
-    [skipped] = [e for e in history if e["event"] == "skipped"]
-    assert (skipped["name"], skipped["reason"]) == ("running", "not-finished")
+    assert deleted["name"] == "done" and float(deleted["goneAfter"]) >= 0
+    [cancelled] = [e for e in history if e["event"] == "cancelled"]
+    assert (cancelled["name"], cancelled["reason"], cancelled["by"]) == ("running", "not-finished", "worker")
     [failed] = [e for e in history if e["event"] == "failed"]
     assert failed["name"] == "broken" and "403" in failed["error"]
     assert [e["name"] for e in cli.json("history", "--namespace", ns, "--event", "deleted")["items"]] == ["done"]
@@ -110,7 +112,8 @@ def test_unknown_and_ambiguous_names_are_exit_1_and_404_or_409(cluster, cli, ops
     assert cli.run("retry", "delete-no-such-job").returncode == 1
     # The same name for two kinds: the audit trail knows a TFJob and a PyTorchJob called "twin".
     schedule(cluster, "twin", 3600, time.time())
-    ops.audit.record("scheduled", JobRef("kubeflow.org/v1", "PyTorchJob", ns, "twin", "uid-of-the-pytorchjob"))
+    ops.audit.record("scheduled", JobRef("kubeflow.org/v1", "PyTorchJob", ns, "twin",
+                                         "7c1e5c8e-0f1b-4c35-9d1a-5f0d1c1e2a3b"))
     ambiguous = cli.run("show", f"{ns}/twin")
     assert ambiguous.returncode == 1 and "--kind" in ambiguous.stderr
     assert api(cluster, f"/api/v1/deletions/{ns}/twin").status_code == 409
@@ -155,7 +158,7 @@ def test_a_cancelled_deletion_stays_cancelled(cluster, cli, redis):
     ns = cluster.namespace
     obj = schedule(cluster, "keep-me", 3600, time.time())
     kept = metric(f"{cluster.sink_url}/metrics", "jobttl_sink_events_total", type="update", outcome="kept")
-    pending = redis.zcard(PENDING_INDEX)
+    pending = redis.zcard(keys.PENDING_INDEX)
 
     cancelled = cli.json("cancel", f"{ns}/keep-me")
     assert cancelled["uid"] == obj["metadata"]["uid"]
@@ -195,11 +198,12 @@ def test_tombstones_expire(cluster, cli, ops, redis, worker_metrics):
     ns = cluster.namespace
     obj = schedule(cluster, "short-lived", 0, time.time())
     cluster.wait_gone("short-lived")
-    key = f"{TOMBSTONE_PREFIX}{ns}:short-lived:{obj['metadata']['uid']}"
+    key = keys.tombstone(ns, "short-lived", obj["metadata"]["uid"])
     wait_for(lambda: redis.exists(key), what="the tombstone")
     assert TOMBSTONE_DAYS * 86400 - 60 < redis.ttl(key) <= TOMBSTONE_DAYS * 86400
     assert len(cli.json("show", f"{ns}/short-lived")["tombstones"]) == 1
-    assert metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", namespace=ns) == 1
+    wait_for(lambda: metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", namespace=ns) == 1,
+             what="the deletion to be counted once the object is gone")
 
     redis.expire(key, 1)  # as if the days had passed
     wait_for(lambda: ops.audit.tombstones(ns, "short-lived") == [], what="the tombstone to expire")

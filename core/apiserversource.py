@@ -1,0 +1,223 @@
+"""The ApiServerSource CloudEvent format, said once: read by the sink, written by `jobttl watch`.
+
+Knative's ApiServerSource (knative/eventing pkg/adapter/apiserver) sends, per watched object
+change:
+
+- Resource mode: type ``dev.knative.apiserver.resource.{add,update,delete}``, data = the
+  whole object (its new state for updates, its last state for deletes);
+- Reference mode: type ``dev.knative.apiserver.ref.{add,update,delete}``, data =
+  ``{"apiVersion", "kind", "namespace", "name"}`` only.
+
+Both binary mode (``ce-*`` headers, JSON body) and structured mode
+(``application/cloudevents+json``) are read. Anything we cannot read raises `BadEvent`
+with the HTTP status to answer and a message that names the problem; reading never reaches
+Redis or the API server, and identity fields are checked as the API server checks them
+(`jobttl.core.identity`) before anything downstream sees them.
+
+JSON goes through orjson (`jobttl.core.jsoncodec`) rather than the SDK's standard-library
+format: it is faster on 10 KB objects and refuses nesting deeper than 1024 levels with a
+ValueError instead of a RecursionError.
+"""
+
+from __future__ import annotations
+
+import base64
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from cloudevents.core.base import BaseCloudEvent, EventFactory
+from cloudevents.core.bindings.http import HTTPMessage, from_http, to_binary
+from cloudevents.core.exceptions import BaseCloudEventException
+from cloudevents.core.formats.json import JSONFormat
+from cloudevents.core.v1.event import CloudEvent
+
+from jobttl.core import jsoncodec
+from jobttl.core.identity import InvalidIdentity, check_name, check_namespace, check_uid
+
+TYPE_PREFIX = "dev.knative.apiserver."
+MODES = {"resource": "resource", "ref": "reference"}
+ACTIONS = ("add", "update", "delete")
+REQUIRED_ATTRIBUTES = ("specversion", "id", "source", "type")
+# What a Knative PingSource sends; the sink treats it as "resync now".
+PING_TYPE = "dev.knative.sources.ping"
+# The CloudEvent jobttl sends ahead of a deletion, under a prefix jobttl owns.
+UPCOMING_TYPE = "io.jobttl.deletion.upcoming"
+
+
+class BadEvent(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ApiServerEvent:
+    """One change to one Kubernetes object, as ApiServerSource reported it."""
+
+    action: str  # add | update | delete
+    mode: str  # resource | reference
+    api_version: str
+    kind: str
+    namespace: str
+    name: str
+    object: dict[str, Any] | None  # the object itself, in Resource mode
+    source: str = ""
+
+    @property
+    def uid(self) -> str | None:
+        return self.object["metadata"]["uid"] if self.object is not None else None
+
+
+@dataclass(frozen=True)
+class OtherEvent:
+    """A well-formed CloudEvent that is not an ApiServerSource event; we ignore it."""
+
+    type: str
+    source: str = ""
+
+
+class FastJSONFormat(JSONFormat):
+    """The SDK's JSON event format with orjson for the data: fast, and clean failures."""
+
+    def read(self, event_factory: EventFactory | None, data: str | bytes) -> BaseCloudEvent:
+        envelope = jsoncodec.loads(data)
+        if not isinstance(envelope, dict):
+            raise ValueError("structured-mode body must be a JSON object")
+        if envelope.get("specversion") != "1.0":
+            raise ValueError(f"unsupported specversion {envelope.get('specversion')!r}; expected '1.0'")
+        if "time" in envelope:
+            envelope["time"] = datetime.fromisoformat(str(envelope["time"]).replace("Z", "+00:00"))
+        event_data = envelope.pop("data", None)
+        if event_data is None and envelope.get("data_base64") is not None:
+            event_data = base64.b64decode(envelope.pop("data_base64"))
+        return (event_factory or CloudEvent)(envelope, event_data)
+
+    def read_data(self, body: bytes, datacontenttype: str | None) -> Any:
+        return jsoncodec.loads(body) if body else None
+
+    def write_data(self, data: Any, datacontenttype: str | None) -> bytes:
+        return jsoncodec.dumps(data) if isinstance(data, dict) else super().write_data(data, datacontenttype)
+
+
+FORMAT = FastJSONFormat()
+
+
+def _media_type(content_type: str | None) -> str:
+    return (content_type or "").split(";", 1)[0].strip().lower()
+
+
+def _is_json(media_type: str) -> bool:
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
+def parse(headers: Mapping[str, str], body: bytes) -> ApiServerEvent | OtherEvent:
+    """Read one HTTP request as an ApiServerSource event (or another CloudEvent)."""
+    headers = {k.lower(): v for k, v in headers.items()}
+    media_type = _media_type(headers.get("content-type"))
+    if "ce-specversion" in headers:
+        if media_type and not _is_json(media_type):
+            raise BadEvent(415, f"binary-mode event data must be JSON, got Content-Type {media_type!r}")
+        missing = [a for a in REQUIRED_ATTRIBUTES if not headers.get(f"ce-{a}")]
+        if not missing and headers["ce-specversion"] != "1.0":
+            raise BadEvent(400, f"unsupported specversion {headers['ce-specversion'][:20]!r}; expected '1.0'")
+    elif media_type == "application/cloudevents+json":
+        missing = []  # checked once the envelope is read
+    elif media_type == "application/cloudevents-batch+json":
+        raise BadEvent(415, "batched CloudEvents are not supported; send one event per request")
+    else:
+        raise BadEvent(415, "expected a CloudEvent: ce-* headers with a JSON body, or Content-Type "
+                            f"application/cloudevents+json; got Content-Type {media_type[:100] or '(none)'!r}")
+    if missing:
+        raise BadEvent(400, f"missing required CloudEvents attribute(s): {', '.join(missing)}")
+    try:
+        event = from_http(HTTPMessage(headers=headers, body=body), FORMAT)
+    except ValueError as exc:  # orjson's DecodeError included: invalid JSON, nesting too deep
+        raise BadEvent(400, f"event is not valid JSON: {exc}") from None
+    except (BaseCloudEventException, TypeError, KeyError) as exc:
+        raise BadEvent(400, f"invalid CloudEvent: {exc}") from None
+    attributes = event.get_attributes()
+    missing = [a for a in REQUIRED_ATTRIBUTES if not attributes.get(a)]
+    if missing:
+        raise BadEvent(400, f"missing required CloudEvents attribute(s): {', '.join(missing)}")
+
+    event_type, source = str(event.get_type()), str(event.get_source())
+    if not event_type.startswith(TYPE_PREFIX):
+        return OtherEvent(event_type, source)
+    mode_word, _, action = event_type[len(TYPE_PREFIX):].partition(".")
+    if mode_word not in MODES or action not in ACTIONS:
+        return OtherEvent(event_type, source)
+    data = event.get_data()
+    if not isinstance(data, dict):
+        raise BadEvent(400, f"event data must be a JSON object, got {type(data).__name__}")
+    try:
+        if MODES[mode_word] == "resource":
+            return _resource_event(action, data, source)
+        return _reference_event(action, data, source)
+    except InvalidIdentity as exc:
+        raise BadEvent(400, str(exc)) from None
+
+
+def _require_str(data: Mapping[str, Any], field: str, where: str) -> str:
+    value = data.get(field.rsplit(".", 1)[-1])
+    if not isinstance(value, str) or not value:
+        raise BadEvent(400, f"{where}: required field {field!r} is missing or not a non-empty string")
+    return value
+
+
+def _resource_event(action: str, obj: dict[str, Any], source: str) -> ApiServerEvent:
+    where = "Resource-mode event data (a Kubernetes object)"
+    api_version = _require_str(obj, "apiVersion", where)
+    kind = _require_str(obj, "kind", where)
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        raise BadEvent(400, f"{where}: required field 'metadata' is missing or not an object")
+    name = check_name(_require_str(meta, "metadata.name", where))
+    namespace = check_namespace(_require_str(meta, "metadata.namespace", where))
+    check_uid(_require_str(meta, "metadata.uid", where))
+    for field in ("labels", "annotations"):
+        values = meta.get(field) or {}
+        if not isinstance(values, dict) or not all(isinstance(v, str) for v in values.values()):
+            raise BadEvent(400, f"{where}: metadata.{field} must be an object of strings")
+    return ApiServerEvent(action, "resource", api_version, kind, namespace, name, obj, source)
+
+
+def _reference_event(action: str, ref: dict[str, Any], source: str) -> ApiServerEvent:
+    where = "Reference-mode event data"
+    return ApiServerEvent(
+        action, "reference", _require_str(ref, "apiVersion", where), _require_str(ref, "kind", where),
+        check_namespace(_require_str(ref, "namespace", where)), check_name(_require_str(ref, "name", where)), None,
+        source,
+    )
+
+
+# --- writing: what `jobttl watch` and the announcements send --------------------------------
+
+def event_type(action: str, mode: str = "resource") -> str:
+    word = next(w for w, m in MODES.items() if m == mode)
+    return f"{TYPE_PREFIX}{word}.{action}"
+
+
+def resource_event(action: str, obj: dict[str, Any], source: str, subject: str) -> HTTPMessage:
+    """The binary-mode HTTP message an ApiServerSource in Resource mode sends for `obj`.
+
+    The extensions (kind, apiversion, name, namespace) are the ones the adapter sets, so
+    Triggers filtering on them work the same for both event sources.
+    """
+    meta = obj.get("metadata", {})
+    attributes = {"specversion": "1.0", "id": str(uuid.uuid4()), "source": source, "type": event_type(action),
+                  "subject": subject, "datacontenttype": "application/json", "kind": obj.get("kind", ""),
+                  "apiversion": obj.get("apiVersion", ""), "name": meta.get("name", ""),
+                  "namespace": meta.get("namespace", "")}
+    return to_binary(CloudEvent(attributes=attributes, data=obj), FORMAT)
+
+
+def cloudevent(event_type_: str, source: str, subject: str, data: dict[str, Any]) -> HTTPMessage:
+    """A binary-mode CloudEvent of jobttl's own (the deletion announcement)."""
+    attributes = {"specversion": "1.0", "id": str(uuid.uuid4()), "source": source, "type": event_type_,
+                  "subject": subject, "datacontenttype": "application/json"}
+    return to_binary(CloudEvent(attributes=attributes, data=data), FORMAT)
+

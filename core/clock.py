@@ -1,0 +1,91 @@
+"""One clock to judge expiry by: the API server's, as its answers tell it.
+
+A job expires at its finish time plus its TTL, and the finish time is written by a
+controller whose clock is the cluster's. A worker whose own clock runs 30 days ahead must
+not see every job as 30 days older than it is, so "is it expired now?" is asked of the API
+server's clock: every API response carries a ``Date`` header, and the offset between it and
+the local clock is measured on every answer. Redis's clock (``TIME``) is measured the same
+way, because the schedule's scripts and RQ's due times run on it.
+
+When the local clock is off the API server's by more than the bound (default 30 s), or
+Redis's is, a worker refuses to delete (and to schedule) until they agree again: it cannot
+tell whose clock is wrong, and a deletion judged by a wrong clock is the worst kind.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from email.utils import parsedate_to_datetime
+
+DEFAULT_BOUND = 30.0
+
+
+@dataclass(frozen=True)
+class Offset:
+    """reference − local, in seconds, and when (local time) it was measured."""
+
+    seconds: float
+    measured_at: float
+
+
+class ReferenceClock:
+    """Offsets of the local clock from the API server's and from Redis's."""
+
+    def __init__(self, bound: float = DEFAULT_BOUND, local=time.time):
+        self.bound = bound
+        self.local = local
+        self._lock = threading.Lock()
+        self.api: Offset | None = None
+        self.redis: Offset | None = None
+
+    # --- measuring -----------------------------------------------------------------------------
+    def observe_api(self, date_header: str | None, sent: float, received: float) -> None:
+        """An API response's Date header (whole seconds) against the local time of the exchange."""
+        if not date_header:
+            return
+        try:
+            server = parsedate_to_datetime(date_header).timestamp()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return
+        # The header truncates to the second: the server's time was in [server, server + 1).
+        offset = server + 0.5 - (sent + received) / 2
+        with self._lock:
+            self.api = Offset(offset, received)
+
+    def observe_redis(self, seconds: int | str | bytes, micros: int | str | bytes, sent: float,
+                      received: float) -> None:
+        offset = int(seconds) + int(micros) / 1e6 - (sent + received) / 2
+        with self._lock:
+            self.redis = Offset(offset, received)
+
+    # --- judging ---------------------------------------------------------------------------------
+    def now(self) -> float:
+        """The API server's time now (the local time until it has answered once)."""
+        api = self.api
+        return self.local() + (api.seconds if api is not None else 0.0)
+
+    def problem(self) -> str | None:
+        """Why deletions must wait, or None when the clocks agree within the bound."""
+        api, redis = self.api, self.redis
+        if api is not None and abs(api.seconds) > self.bound:
+            return (f"this host's clock is {_signed(-api.seconds)} off the API server's (bound {self.bound:g}s): "
+                    "deletions wait until the clocks agree")
+        if api is not None and redis is not None and abs(redis.seconds - api.seconds) > self.bound:
+            return (f"Redis's clock is {_signed(redis.seconds - api.seconds)} off the API server's "
+                    f"(bound {self.bound:g}s): deletions wait until the clocks agree")
+        if api is None and redis is not None and abs(redis.seconds) > self.bound:
+            return (f"this host's clock is {_signed(-redis.seconds)} off Redis's (bound {self.bound:g}s): "
+                    "deletions wait until the clocks agree")
+        return None
+
+    def as_dict(self) -> dict:
+        api, redis = self.api, self.redis
+        return {"apiServerOffset": None if api is None else round(api.seconds, 3),
+                "redisOffset": None if redis is None else round(redis.seconds, 3),
+                "bound": self.bound, "problem": self.problem()}
+
+
+def _signed(seconds: float) -> str:
+    return f"{'+' if seconds >= 0 else '-'}{abs(seconds):.1f}s"

@@ -1,0 +1,179 @@
+"""Is a job finished, and when does it expire? Pure functions: object in, decision out.
+
+This is the one place that reads a job object and decides its fate. The sink uses it to
+schedule from an event; the worker uses it again on a fresh read from the API server just
+before deleting, because an event is only a hint: it may be stale, duplicated or forged.
+
+Like the Kubernetes TTL-after-finished controller, expiry is finish time + TTL, where the
+finish time comes from the object's status (written by the job's operator), never from
+when we happened to see an event. Where the TTL comes from, in order:
+
+1. the object opts out (annotation ``jobttl.io/keep: "true"``) or a policy rule says keep;
+2. the object's annotation ``jobttl.io/ttl`` (``90s``, ``36h``, ``7d``);
+3. the object's own TTL field (``spec.runPolicy.ttlSecondsAfterFinished`` and the like);
+4. the policy's TTL for the outcome (``ttlAfterSuccess``/``ttlAfterFailure``), then ``ttl``;
+
+and whatever it is, the policy's ``maxTTL`` caps it: users may only ask for less. An
+annotation ``jobttl.io/keep-until`` (RFC 3339) postpones expiry up to that cap.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from jobttl.core.durations import parse_duration
+from jobttl.core.kinds import JobKind, parse_time
+from jobttl.core.policy import Effective, Policy
+
+ANNOTATION_PREFIX = "jobttl.io/"
+TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
+KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
+KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
+
+DEFAULT_POLICY = Policy()
+# Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
+MAX_TTL = 100 * 365 * 86400
+LATEST_DUE = 221845392000  # 9000-01-01: datetimes (and so RQ's scheduler) end at year 9999
+
+
+class Verdict(enum.Enum):
+    EXPIRES = "expires"  # finished with a TTL: delete at `expires_at`
+    NOT_FINISHED = "not-finished"
+    NO_TTL = "no-ttl"
+    INVALID_TTL = "invalid-ttl"
+    BEING_DELETED = "being-deleted"  # has a deletionTimestamp: already going away
+    NO_FINISH_TIME = "no-finish-time"  # finished, but no timestamp to count the TTL from
+    EXCLUDED = "excluded"  # its namespace is out of the policy's scope
+    KEPT = "kept"  # opted out by annotation or policy rule
+    BUILTIN_TTL = "builtin-ttl"  # Kubernetes' own TTL controller handles it
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    finished_at: int | None = None
+    outcome: str | None = None  # "succeeded" or "failed"
+    ttl: int | None = None
+    ttl_source: str | None = None  # which field, annotation or rule the TTL came from
+    expires_at: int | None = None
+    dry_run: bool = False  # decide and record, but do not delete
+    rules: tuple[str, ...] = ()  # the policy rules that matched
+
+    def as_dict(self) -> dict[str, Any]:
+        """The decision as JSON-ready data (held deletions are kept in this shape)."""
+        return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
+                "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
+                "dryRun": self.dry_run, "rules": list(self.rules)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
+                   data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
+                   tuple(data.get("rules") or ()))
+
+
+def _own_ttl_value(value: Any, source: str) -> int | str:
+    """The TTL as an int, or a message saying why it is not one."""
+    # bool is an int in Python; JSON true is not a TTL.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"{source} must be a non-negative integer, got {value!r}"
+    return value
+
+
+def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) -> Decision:
+    """What should happen to this job object, independent of the current time."""
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return Decision(Verdict.BEING_DELETED, "the object already has a deletionTimestamp")
+    excluded = policy.namespace_excluded(meta.get("namespace", ""))
+    if excluded:
+        return Decision(Verdict.EXCLUDED, excluded)
+
+    finish = kind.finish(obj)
+    if finish is None:
+        return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished")
+    done = dict(outcome=finish.outcome)
+    own = kind.own_ttl(obj, finish)
+    if kind.builtin_ttl_controller and own is not None:
+        return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: Kubernetes' TTL-after-finished controller "
+                                             "deletes it", **done)
+
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    effective = policy.effective(meta.get("namespace", ""), labels)
+    done["rules"] = effective.rules
+    dry_run = effective.get("dry_run")
+    done["dry_run"] = bool(dry_run and dry_run.value)
+    if str(annotations.get(KEEP_ANNOTATION, "")).lower() == "true":
+        return Decision(Verdict.KEPT, f"annotation {KEEP_ANNOTATION} is true", **done)
+    keep = effective.get("keep")
+    if keep and keep.value:
+        return Decision(Verdict.KEPT, f"{keep.source} says keep", **done)
+
+    chosen = _choose_ttl(obj, annotations, own, finish.outcome, effective)
+    if isinstance(chosen, Decision):
+        return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
+    ttl, source = chosen
+    # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
+    cap = effective.get("max_ttl")
+    if cap is not None and ttl > cap.value:
+        ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
+    if ttl > MAX_TTL:
+        return Decision(Verdict.INVALID_TTL, f"{source}: a TTL of {ttl}s is beyond any sensible time "
+                                             f"(at most {MAX_TTL}s, about 100 years)", ttl_source=source, **done)
+    if finish.time is None:
+        return Decision(Verdict.NO_FINISH_TIME, f"{kind.kind} finished ({finish.reason}) but has no readable "
+                                                "finish time", ttl=ttl, ttl_source=source, **done)
+    expires_at = finish.time + ttl
+    if expires_at > LATEST_DUE:
+        return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
+                        ttl_source=source, **done)
+    if KEEP_UNTIL_ANNOTATION in annotations:
+        keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
+        if keep_until is not None and cap is not None:
+            keep_until = min(keep_until, finish.time + cap.value)
+        if keep_until is None or keep_until > finish.time + MAX_TTL:
+            return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
+                                                 f"as 2030-01-31T00:00:00Z within 100 years, got "
+                                                 f"{annotations[KEEP_UNTIL_ANNOTATION]!r}",
+                            ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
+        if keep_until > expires_at:
+            capped = cap is not None and keep_until == finish.time + cap.value
+            expires_at, ttl = keep_until, keep_until - finish.time
+            source = f"annotation {KEEP_UNTIL_ANNOTATION}" + (f", capped by maxTTL of {cap.source}" if capped else "")
+    return Decision(
+        Verdict.EXPIRES,
+        f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}",
+        finished_at=finish.time,
+        ttl=ttl,
+        ttl_source=source,
+        expires_at=expires_at,
+        **done,
+    )
+
+
+def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own, outcome: str,
+                effective: Effective) -> tuple[int, str] | Decision:
+    """The TTL before capping, and where it came from; or a Decision if there is none."""
+    if TTL_ANNOTATION in annotations:
+        source = f"annotation {TTL_ANNOTATION}"
+        try:
+            return parse_duration(annotations[TTL_ANNOTATION]), source
+        except ValueError as exc:
+            return Decision(Verdict.INVALID_TTL, f"{source}: {exc}", ttl_source=source)
+    if own is not None:
+        value = _own_ttl_value(own.value, own.field)
+        if isinstance(value, str):
+            return Decision(Verdict.INVALID_TTL, value, ttl_source=own.field)
+        return value, own.field
+    specific = effective.get("ttl_after_success" if outcome == "succeeded" else "ttl_after_failure")
+    if specific is not None:
+        name = "ttlAfterSuccess" if outcome == "succeeded" else "ttlAfterFailure"
+        return specific.value, f"{name} of {specific.source}"
+    default = effective.get("ttl")
+    if default is not None:
+        return default.value, f"ttl of {default.source}"
+    return Decision(Verdict.NO_TTL, "neither the job, its annotations nor the policy set a TTL")

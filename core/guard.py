@@ -1,0 +1,100 @@
+"""The blast-radius guard: deletions that would happen at once, in numbers, wait for a human.
+
+A mis-set policy (``maxTTL: 1h`` instead of ``1d``), a wrong clock or a restored old Redis
+can make thousands of finished jobs due at the same moment. Deleting them all would be
+correct only if the cause were intended, so instead they are held, listed, and released
+only when an operator confirms that very set:
+
+- a resync holds the deletions it would newly make now when they exceed
+  `max_deletions`, or `max_share` of the jobs it saw;
+- events hold a newly due deletion once more than `max_deletions` came due within a
+  minute (the reconcile script counts them on Redis's clock).
+
+Both add to one held set (``jobttl:held``). Its id is a digest of the held members, so a
+confirmation (``jobttl resync --confirm ID``) never releases a set the operator did not
+review: if anything was added since, the id no longer matches.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from redis import Redis
+from redis.client import Pipeline
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.decision import Decision
+from jobttl.core.identity import JobRef
+
+
+@dataclass(frozen=True)
+class Guard:
+    max_deletions: int
+    max_share: float
+
+    @classmethod
+    def from_settings(cls, settings) -> Guard:
+        return cls(settings.resync_max_deletions, settings.resync_max_share)
+
+    def exceeded(self, due: int, seen: int) -> bool:
+        return due > self.max_deletions or (seen > 0 and due / seen > self.max_share)
+
+
+@dataclass(frozen=True)
+class HeldDeletion:
+    member: str
+    ref: JobRef
+    decision: Decision
+    by: str
+
+    def as_json(self) -> str:
+        return jsoncodec.dumps_str({"ref": self.ref.as_dict(), "decision": self.decision.as_dict(), "by": self.by})
+
+    @classmethod
+    def from_json(cls, member: str, raw: bytes | str) -> HeldDeletion:
+        data = jsoncodec.loads(raw)
+        return cls(member, JobRef.from_dict(data["ref"]), Decision.from_dict(data["decision"]), data.get("by", ""))
+
+
+def held_id(members: list[str]) -> str | None:
+    """The digest an operator confirms: it changes whenever the held set does."""
+    if not members:
+        return None
+    return hashlib.sha256("\n".join(sorted(members)).encode()).hexdigest()[:12]
+
+
+class HeldDeletions:
+    """The held set in Redis."""
+
+    def __init__(self, redis: Redis):
+        self.redis = redis
+
+    def all(self) -> list[HeldDeletion]:
+        return sorted((HeldDeletion.from_json(m.decode(), raw) for m, raw in self.redis.hscan_iter(keys.HELD, count=500)),
+                      key=lambda h: h.member)
+
+    def members(self) -> list[str]:
+        return [m.decode() for m in self.redis.hkeys(keys.HELD)]
+
+    def current_id(self) -> str | None:
+        return held_id(self.members())
+
+    def count(self) -> int:
+        return self.redis.hlen(keys.HELD)
+
+    def replace(self, held: list[HeldDeletion], pipeline: Pipeline | None = None) -> str | None:
+        """Hold exactly these (what a resync found); returns the id to confirm them with."""
+        pipe = pipeline if pipeline is not None else self.redis.pipeline()
+        pipe.delete(keys.HELD)
+        for h in held:
+            pipe.hset(keys.HELD, h.member, h.as_json())
+        if pipeline is None:
+            pipe.execute()
+        return held_id([h.member for h in held])
+
+    def clear(self, members: list[str] | None = None) -> None:
+        if members is None:
+            self.redis.delete(keys.HELD)
+        elif members:
+            self.redis.hdel(keys.HELD, *members)

@@ -1,0 +1,51 @@
+"""Every Redis key jobttl writes, named once (RQ's own keys are RQ's business).
+
+All live under ``jobttl:``; the README's "The schedule in Redis" lists what each holds.
+"""
+
+SCHEMA = "jobttl:schema"  # the layout version of everything below ("2"); see jobttl.core.upgrade
+
+# The schedule (jobttl.core.schedule)
+PENDING_INDEX = "jobttl:pending"  # zset: member (uid, or pods:<uid>) → due time
+OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
+
+# The audit trail and each job's history (jobttl.core.audit)
+AUDIT_STREAM = "jobttl:audit"
+CARD_PREFIX = "jobttl:job:"  # hash per namespace/name: latest decision per uid; ...:log its audit ids
+TOMBSTONE_PREFIX = "jobttl:tombstone:"  # string per namespace:name:uid
+
+# The blast-radius guard (jobttl.core.guard)
+HELD = "jobttl:held"  # hash: member → the decision held for confirmation
+HELD_ID = "jobttl:held:id"  # digest of the held members, which a confirmation must name
+RECENT_DUE = "jobttl:guard:recent"  # zset: members newly due in the last minute (events' burst guard)
+
+# Deletions on their way (jobttl.worker)
+TERMINATING = "jobttl:terminating"  # zset: member → when to look again (DELETE sent, object still there)
+TERMINATING_INFO = "jobttl:terminating:info"  # hash: member → what was deleted, and when
+STUCK = "jobttl:stuck"  # hash: member → what blocks it
+
+# Resync (jobttl.worker.resync)
+RESYNC_LOCK = "jobttl:resync:lock"
+RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
+RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
+RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
+
+# Clocks and the rate limit
+CLOCKS = "jobttl:clocks"  # hash: worker name → its measured offsets (JSON)
+RATE_LIMIT = "jobttl:ratelimit:delete"
+
+
+def override(uid: str) -> str:
+    return OVERRIDE_PREFIX + uid
+
+
+def card(namespace: str, name: str) -> str:
+    return f"{CARD_PREFIX}{namespace}/{name}"
+
+
+def card_log(namespace: str, name: str) -> str:
+    return card(namespace, name) + ":log"
+
+
+def tombstone(namespace: str, name: str, uid: str) -> str:
+    return f"{TOMBSTONE_PREFIX}{namespace}:{name}:{uid}"

@@ -1,0 +1,198 @@
+"""The job kinds jobttl knows, each declared once.
+
+A kind says where its objects live in the API (group, version, plural) and how to read
+them: how to tell it is finished and how it ended (succeeded or failed), when it finished,
+and where the object carries its own time-to-live, if anywhere. Everything else in jobttl
+works from these declarations, so supporting a new kind is one new `JobKind`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How and when a job ended. `time` is None when the object gives no readable time."""
+
+    outcome: str  # SUCCEEDED or FAILED
+    reason: str  # what said so: the condition type or phase, e.g. "Complete", "Error"
+    time: int | None
+
+
+@dataclass(frozen=True)
+class OwnTTL:
+    """A TTL the object itself asks for, and the field it was read from."""
+
+    value: Any  # unvalidated: users write all sorts of things
+    field: str
+
+
+def get_path(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def parse_time(value: Any) -> int | None:
+    """RFC 3339 (as the API server writes it) to whole epoch seconds; None if unreadable.
+
+    Whole seconds because Kubernetes timestamps have second precision and RQ's scheduler
+    keys on whole seconds: a fractional due time would fire up to a second early.
+    """
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+def finished_by_conditions(succeeded: tuple[str, ...], failed: tuple[str, ...],
+                           completion_time: tuple[str, ...] | None = None) -> Callable[[dict], Finish | None]:
+    """Finished when one of the given condition types is "True".
+
+    The finish time is `completion_time` when set, else that condition's lastTransitionTime
+    (completionTime can be missing, e.g. when a training job is evicted or fails early).
+    """
+    def finish(obj: dict) -> Finish | None:
+        conditions = get_path(obj, ("status", "conditions"))
+        for condition in conditions if isinstance(conditions, list) else ():
+            if not isinstance(condition, dict) or condition.get("status") != "True":
+                continue
+            kind = condition.get("type")
+            if kind in succeeded or kind in failed:
+                time = parse_time(get_path(obj, completion_time)) if completion_time else None
+                if time is None:
+                    time = parse_time(condition.get("lastTransitionTime"))
+                return Finish(SUCCEEDED if kind in succeeded else FAILED, kind, time)
+        return None
+    return finish
+
+
+def finished_by_phase(succeeded: tuple[str, ...], failed: tuple[str, ...],
+                      finished_at: tuple[str, ...]) -> Callable[[dict], Finish | None]:
+    """Finished when status.phase is one of the given phases (Argo Workflows)."""
+    def finish(obj: dict) -> Finish | None:
+        phase = get_path(obj, ("status", "phase"))
+        if phase in succeeded or phase in failed:
+            return Finish(SUCCEEDED if phase in succeeded else FAILED, phase, parse_time(get_path(obj, finished_at)))
+        return None
+    return finish
+
+
+def ttl_at(*paths: tuple[str, ...]) -> Callable[[dict, Finish], OwnTTL | None]:
+    """The object's TTL is at the first of `paths` that is set."""
+    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+        for path in paths:
+            value = get_path(obj, path)
+            if value is not None:
+                return OwnTTL(value, ".".join(path))
+        return None
+    return own_ttl
+
+
+def no_ttl_field(obj: dict, finish: Finish) -> None:
+    return None
+
+
+def argo_ttl_strategy(obj: dict, finish: Finish) -> OwnTTL | None:
+    """Argo's precedence (workflow/controller/ttlcontroller): the outcome-specific TTL if
+    set (Failed and Error count as failure), else secondsAfterCompletion."""
+    strategy = get_path(obj, ("spec", "ttlStrategy"))
+    if not isinstance(strategy, dict):
+        return None
+    specific = "secondsAfterSuccess" if finish.outcome == SUCCEEDED else "secondsAfterFailure"
+    for key in (specific, "secondsAfterCompletion"):
+        if strategy.get(key) is not None:
+            return OwnTTL(strategy[key], f"spec.ttlStrategy.{key}")
+    return None
+
+
+@dataclass(frozen=True)
+class JobKind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    finish: Callable[[dict], Finish | None]
+    own_ttl: Callable[[dict, Finish], OwnTTL | None]
+    # The object's own TTL is enforced by a controller built into Kubernetes (batch/v1 Job):
+    # jobttl leaves such objects alone rather than race it.
+    builtin_ttl_controller: bool = False
+    # The label its controller puts on the job's pods, valued with the job's name.
+    pod_label: str | None = None
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def resource(self) -> str:
+        """The name RBAC and API errors use, e.g. ``tfjobs.kubeflow.org``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    def path(self, namespace: str, name: str) -> str:
+        """The object's API path, as Knative puts it in an event's ``subject``."""
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{prefix}/namespaces/{namespace}/{self.plural}/{name}"
+
+
+# Kubeflow training-operator v1 (pkg/util/status.go: finished = Succeeded or Failed true).
+# The TTL moved into runPolicy in v1.2; older objects still carry it at spec level.
+_training_operator_finish = finished_by_conditions(("Succeeded",), ("Failed",), ("status", "completionTime"))
+_run_policy_ttl = ttl_at(("spec", "runPolicy", "ttlSecondsAfterFinished"), ("spec", "ttlSecondsAfterFinished"))
+
+
+def _training_operator(kind: str, plural: str, version: str = "v1") -> JobKind:
+    return JobKind("kubeflow.org", version, kind, plural, _training_operator_finish, _run_policy_ttl,
+                   pod_label="training.kubeflow.org/job-name")
+
+
+TFJOB = _training_operator("TFJob", "tfjobs")
+PYTORCHJOB = _training_operator("PyTorchJob", "pytorchjobs")
+MPIJOB = _training_operator("MPIJob", "mpijobs")
+XGBOOSTJOB = _training_operator("XGBoostJob", "xgboostjobs")
+PADDLEJOB = _training_operator("PaddleJob", "paddlejobs")
+JAXJOB = _training_operator("JAXJob", "jaxjobs")
+# mpi-operator's v2beta1 MPIJob: same runPolicy and conditions as the training operator's.
+MPIJOB_V2BETA1 = _training_operator("MPIJob", "mpijobs", version="v2beta1")
+
+# Kubeflow Trainer v2: Complete/Failed conditions, no completionTime, and no TTL field at
+# all (kubeflow/trainer #2899, #4052): only the policy and annotations can expire it.
+TRAINJOB = JobKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs",
+                   finished_by_conditions(("Complete",), ("Failed",)), no_ttl_field,
+                   pod_label="jobset.sigs.k8s.io/jobset-name")
+
+# batch/v1 Job: a Job that sets spec.ttlSecondsAfterFinished is cleaned up by Kubernetes'
+# own TTL-after-finished controller; jobttl only applies policy to the others.
+BATCH_JOB = JobKind("batch", "v1", "Job", "jobs", finished_by_conditions(("Complete",), ("Failed",)),
+                    ttl_at(("spec", "ttlSecondsAfterFinished")), builtin_ttl_controller=True,
+                    pod_label="batch.kubernetes.io/job-name")
+
+# Argo Workflows: finished by phase (Error is a failure), finish time in status.finishedAt.
+WORKFLOW = JobKind("argoproj.io", "v1alpha1", "Workflow", "workflows",
+                   finished_by_phase(("Succeeded",), ("Failed", "Error"), ("status", "finishedAt")),
+                   argo_ttl_strategy, pod_label="workflows.argoproj.io/workflow")
+
+ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB_V2BETA1,
+                                  TRAINJOB, BATCH_JOB, WORKFLOW)
+
+
+class KindRegistry:
+    """The enabled kinds, looked up the ways events and tasks name them."""
+
+    def __init__(self, kinds: tuple[JobKind, ...] = ALL_KINDS):
+        self.kinds = kinds
+        self._by_api_kind = {(k.api_version, k.kind): k for k in kinds}
+
+    def get(self, api_version: str, kind: str) -> JobKind | None:
+        return self._by_api_kind.get((api_version, kind))

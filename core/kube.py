@@ -1,0 +1,405 @@
+"""The one Kubernetes client: every request jobttl makes to the API server goes through here.
+
+Only this module imports ``kubernetes.client`` (an import-linter contract checks it, as kopf
+checks "only the clients are allowed to talk to the Kubernetes API"). It uses the official
+client's configuration, authentication and HTTP machinery, and:
+
+- refuses any verb on any resource its component does not declare in `PERMISSIONS`, the
+  table the RBAC manifests in ``knative/`` are tested against;
+- decodes answers with orjson, and list pages that nest deeper than orjson reads with ijson
+  (iterative), so one hostile object never disables a whole resync;
+- feeds each answer's ``Date`` header to the reference clock (`jobttl.core.clock`);
+- sorts failures into the ways a caller must react: the object is gone, it changed
+  (conflict), the list expired (restart it), retry later, or stop and tell a human.
+"""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import ijson
+import urllib3
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from jobttl.core import jsoncodec
+from jobttl.core.clock import ReferenceClock
+from jobttl.core.config import ConfigError
+from jobttl.core.identity import JobRef, check_name, check_namespace
+from jobttl.core.kinds import JobKind
+from jobttl.core.metrics import Metrics
+
+
+class ObjectGone(Exception):
+    """404: the object does not exist (any more)."""
+
+
+class Conflict(Exception):
+    """409: a precondition (UID or resourceVersion) no longer matches; re-read and decide again."""
+
+
+class ListExpired(Exception):
+    """410 on a paginated LIST or a watch: the token or resourceVersion is too old; list again."""
+
+
+class TransientApiError(Exception):
+    """The API server is unreachable, overloaded or failing; worth retrying with backoff."""
+
+
+class PermanentApiError(Exception):
+    """Retrying will not help (no permission, invalid request); a human must act."""
+
+
+class Undecodable(Exception):
+    """The API server's answer is not JSON jobttl can read (nesting beyond any parser's reach, ...)."""
+
+
+JOBS = "jobs"  # the enabled job kinds' resources (tfjobs.kubeflow.org, jobs.batch, ...)
+EVENTS = "events"
+PODS = "pods"
+POD_LOGS = "pods/log"
+VERSION = "/version"  # a non-resource URL every authenticated client may read (system:public-info-viewer)
+
+# The verbs each jobttl component uses, by resource. KubeClient refuses anything else, so this
+# table is the truth the RBAC manifests in knative/ are tested against. The sink reads an
+# object only for Reference-mode events; archiving (pods, logs, events) is granted only
+# when the policy enables it (see `permissions`).
+PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
+    "sink": {},
+    "sink-reference": {JOBS: frozenset({"get"})},
+    "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"})},
+    "watch": {JOBS: frozenset({"get", "list", "watch"})},
+}
+ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
+                                                  EVENTS: frozenset({"create", "list"})}
+POD_CLEANUP_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"list", "delete"})}
+
+
+def permissions(component: str, archive: bool = False, pod_cleanup: bool = False) -> dict[str, frozenset[str]]:
+    """What `component` may do, given the features its policy enables."""
+    granted = {resource: set(verbs) for resource, verbs in PERMISSIONS[component].items()}
+    for enabled, extra in ((archive, ARCHIVE_PERMISSIONS), (pod_cleanup, POD_CLEANUP_PERMISSIONS)):
+        if enabled and component == "worker":
+            for resource, verbs in extra.items():
+                granted.setdefault(resource, set()).update(verbs)
+    return {resource: frozenset(verbs) for resource, verbs in granted.items()}
+
+
+def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
+    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config."""
+    configuration = client.Configuration()
+    if kubeconfig is None:
+        try:
+            config.load_incluster_config(client_configuration=configuration)
+            return client.ApiClient(configuration)
+        except config.ConfigException:
+            pass  # not in a pod: fall through to ~/.kube/config
+    try:
+        config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
+    except (config.ConfigException, OSError, ValueError) as exc:
+        where = kubeconfig or "~/.kube/config"
+        raise ConfigError(f"KUBECONFIG: cannot load Kubernetes credentials from {where} "
+                          f"(and not running in a pod): {exc}") from exc
+    return client.ApiClient(configuration)
+
+
+@dataclass(frozen=True)
+class Page:
+    items: list[dict[str, Any]]
+    continue_token: str | None
+    resource_version: str | None
+    undecodable: int = 0  # items that could not be read at all
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def _status_message(body: bytes, fallback: str) -> str:
+    try:
+        return str(jsoncodec.loads(body).get("message") or fallback)
+    except (ValueError, AttributeError):
+        return fallback
+
+
+class KubeClient:
+    """The API requests of one component, within its declared permissions."""
+
+    def __init__(self, api_client: client.ApiClient, timeout: float = 30, component: str = "worker",
+                 metrics: Metrics | None = None, clock: ReferenceClock | None = None,
+                 granted: dict[str, frozenset[str]] | None = None):
+        self.api_client = api_client
+        self.timeout = timeout
+        self.component = component
+        self.granted = granted if granted is not None else permissions(component)
+        self.metrics = metrics
+        self.clock = clock or ReferenceClock()
+
+    @property
+    def host(self) -> str:
+        return self.api_client.configuration.host
+
+    # --- the one door ----------------------------------------------------------------------------
+    def _request(self, verb: str, resource: str, method: str, path: str, what: str,
+                 query: list[tuple[str, Any]] | None = None, body: Any = None,
+                 content_type: str = "application/json", stream: bool = False,
+                 timeout: float | None = None) -> Answer | Any:
+        if verb not in self.granted.get(resource, ()):
+            raise AssertionError(f"the {self.component} does not declare '{verb}' on {resource} in "
+                                 "jobttl.core.kube.PERMISSIONS")
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
+                                                  body=body, auth_settings=["BearerToken"])
+        sent = time.time()
+        started = time.perf_counter()
+        try:
+            response = self.api_client.call_api(*request, _request_timeout=timeout or self.timeout)
+            if stream:
+                self._observe(response.getheaders(), sent)
+                if not 200 <= response.status <= 299:
+                    response.read()
+                    raise self._error(response.status, response.data or b"", verb, what)
+                return response.response
+            response.read()
+        except ApiException as exc:  # the client's own transport failures (SSL, ...)
+            raise TransientApiError(f"cannot reach the API server to {verb} {what}: {exc.reason}") from exc
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"cannot reach the API server to {verb} {what}: {exc}") from exc
+        finally:
+            if self.metrics is not None:
+                self.metrics.api_latency.labels(verb).observe(time.perf_counter() - started)
+        headers = dict(response.getheaders())
+        self._observe(headers, sent)
+        data = response.data or b""
+        if not 200 <= response.status <= 299:
+            raise self._error(response.status, data, verb, what)
+        return Answer(response.status, headers, data)
+
+    def _observe(self, headers: Any, sent: float) -> None:
+        self.clock.observe_api(dict(headers).get("Date") or dict(headers).get("date"), sent, time.time())
+
+    def _error(self, status: int, body: bytes, verb: str, what: str) -> Exception:
+        message = _status_message(body, f"HTTP {status}")
+        if status == 404:
+            return ObjectGone(message)
+        if status == 409:
+            return Conflict(message)
+        if status == 410:
+            return ListExpired(message)
+        if status in (401, 403):
+            return PermanentApiError(f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
+                                     f"{what}: grant it to its service account ({message})")
+        if status == 429 or status >= 500:
+            return TransientApiError(f"{status} from the API server on {verb} {what}: {message}")
+        return PermanentApiError(f"{status} from the API server on {verb} {what}: {message}")
+
+    def _json(self, answer: Answer, what: str) -> dict[str, Any]:
+        try:
+            value = jsoncodec.loads(answer.body)
+        except jsoncodec.DecodeError as exc:
+            raise Undecodable(f"{what}: {exc}") from None
+        if not isinstance(value, dict):
+            raise Undecodable(f"{what}: expected a JSON object, got {type(value).__name__}")
+        return value
+
+    # --- job objects -------------------------------------------------------------------------------
+    @staticmethod
+    def _collection(kind: JobKind, namespace: str | None) -> str:
+        prefix = f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}"
+        if namespace is None:
+            return f"{prefix}/{kind.plural}"
+        return f"{prefix}/namespaces/{quote(check_namespace(namespace), safe='')}/{kind.plural}"
+
+    def _object_path(self, kind: JobKind, namespace: str, name: str) -> str:
+        return f"{self._collection(kind, namespace)}/{quote(check_name(name), safe='')}"
+
+    @staticmethod
+    def _in(kind: JobKind, namespace: str | None) -> str:
+        return f"{kind.resource} in namespace {namespace!r}" if namespace else f"{kind.resource} in all namespaces"
+
+    def get(self, kind: JobKind, namespace: str, name: str) -> dict[str, Any]:
+        answer = self._request("get", JOBS, "GET", self._object_path(kind, namespace, name), self._in(kind, namespace))
+        obj = self._json(answer, f"{kind.kind} {namespace}/{name}")
+        if obj.get("kind") not in (kind.kind, None) or not isinstance(obj.get("metadata"), dict):
+            raise Undecodable(f"{kind.kind} {namespace}/{name}: the API server answered a {obj.get('kind')!r}, "
+                              "not the object")
+        return obj
+
+    def list_page(self, kind: JobKind, limit: int, token: str | None = None, namespace: str | None = None,
+                  label_selector: str | None = None) -> Page:
+        """One page of a paginated LIST, across all namespaces unless one is given."""
+        query: list[tuple[str, Any]] = [("limit", limit)]
+        if token:
+            query.append(("continue", token))
+        if label_selector:
+            query.append(("labelSelector", label_selector))
+        answer = self._request("list", JOBS, "GET", self._collection(kind, namespace), self._in(kind, namespace), query)
+        return _page(answer.body)
+
+    def pages(self, kind: JobKind, page_size: int = 500, restarts: int = 5, **options: Any) -> Iterator[Page]:
+        """Every object of `kind`, a page at a time; the list restarts if its token expires (410).
+
+        A restart yields the first page again: callers must treat items idempotently.
+        """
+        for _ in range(restarts):
+            token = None
+            try:
+                while True:
+                    page = self.list_page(kind, page_size, token, **options)
+                    yield page
+                    token = page.continue_token
+                    if not token:
+                        return
+            except ListExpired:
+                continue
+        raise TransientApiError(f"listing {kind.resource} kept expiring ({restarts} restarts)")
+
+    def watch(self, kind: JobKind, resource_version: str | None, timeout_seconds: int = 300
+              ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+        """Watch events (type, object) from `resource_version`; object None if undecodable.
+
+        A 410 (as an HTTP status or an ERROR event) raises ListExpired: list again.
+        """
+        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
+                                        ("timeoutSeconds", timeout_seconds)]
+        if resource_version:
+            query.append(("resourceVersion", resource_version))
+        response = self._request("watch", JOBS, "GET", self._collection(kind, None), self._in(kind, None), query,
+                                 stream=True, timeout=timeout_seconds + 30)
+        try:
+            for line in _lines(response):
+                event = _decode_line(line)
+                if event is None:
+                    yield "UNDECODABLE", None
+                    continue
+                kind_of_event, obj = event.get("type"), event.get("object")
+                if kind_of_event == "ERROR":
+                    code = (obj or {}).get("code")
+                    message = (obj or {}).get("message", "watch error")
+                    if code == 410:
+                        raise ListExpired(message)
+                    raise TransientApiError(f"watch of {kind.resource} ended with an error: {message}")
+                yield kind_of_event, obj
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"the watch of {kind.resource} broke: {exc}") from exc
+        finally:
+            response.release_conn()
+
+    def delete(self, kind: JobKind, namespace: str, name: str, uid: str, resource_version: str,
+               propagation_policy: str) -> dict[str, Any]:
+        """DELETE guarded by the UID and resourceVersion we decided on; returns the API's answer.
+
+        The UID precondition makes the API server refuse if the name now belongs to a
+        re-created object; the resourceVersion one refuses if the object changed (say, its
+        TTL was extended) between our read and this delete. The answer is a `Status` when
+        the object is gone at once, or the object itself (with a deletionTimestamp) while
+        finalizers (Foreground's, or others') hold it.
+        """
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation_policy,
+                "preconditions": {"uid": uid, "resourceVersion": resource_version}}
+        answer = self._request("delete", JOBS, "DELETE", self._object_path(kind, namespace, name),
+                               self._in(kind, namespace), body=body)
+        try:
+            return jsoncodec.loads(answer.body) if answer.body else {}
+        except jsoncodec.DecodeError:
+            return {}
+
+    def version(self) -> dict[str, Any]:
+        """GET /version: cheap, always allowed; its Date header measures the API server's clock."""
+        return self._json(self._request("get", VERSION, "GET", "/version", "/version"), "/version")
+
+    # --- core: Events, pods, logs ---------------------------------------------------------------------
+    def create_event(self, ref: JobRef, reason: str, message: str, warning: bool = False,
+                     action: str = "Delete") -> None:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock.now()))
+        event = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{ref.name[:200]}.", "namespace": ref.namespace},
+            "involvedObject": {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
+                               "namespace": ref.namespace, "uid": ref.uid},
+            "reason": reason, "message": message[:1024],  # the API server rejects very long messages
+            "type": "Warning" if warning else "Normal", "action": action,
+            "source": {"component": "jobttl"}, "reportingComponent": "jobttl", "reportingInstance": "jobttl",
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+        }
+        path = f"/api/v1/namespaces/{quote(check_namespace(ref.namespace), safe='')}/events"
+        self._request("create", EVENTS, "POST", path, "events", body=event)
+
+    def list_events(self, ref: JobRef) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{quote(check_namespace(ref.namespace), safe='')}/events"
+        selector = f"involvedObject.uid={ref.uid}"
+        answer = self._request("list", EVENTS, "GET", path, "events", [("fieldSelector", selector)])
+        return _page(answer.body).items
+
+    def list_pods(self, namespace: str, label_selector: str) -> list[dict[str, Any]]:
+        path = f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods"
+        answer = self._request("list", PODS, "GET", path, "pods", [("labelSelector", label_selector)])
+        return _page(answer.body).items
+
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int, previous: bool = False) -> bytes:
+        path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
+                f"{quote(check_name(pod), safe='')}/log")
+        query: list[tuple[str, Any]] = [("container", container), ("tailLines", tail_lines)]
+        if previous:
+            query.append(("previous", "true"))
+        return self._request("get", POD_LOGS, "GET", path, "pods/log", query).body
+
+    def delete_pod(self, namespace: str, pod: str, uid: str) -> None:
+        path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
+                f"{quote(check_name(pod), safe='')}")
+        body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
+        self._request("delete", PODS, "DELETE", path, "pods", body=body)
+
+
+def _page(body: bytes) -> Page:
+    """A list page; one that nests deeper than orjson reads is read item by item with ijson."""
+    try:
+        data = jsoncodec.loads(body)
+    except jsoncodec.DecodeError:
+        return _page_iteratively(body)
+    if not isinstance(data, dict):
+        raise Undecodable(f"a list page must be a JSON object, got {type(data).__name__}")
+    meta = data.get("metadata") or {}
+    items = data.get("items") or []
+    return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
+                meta.get("resourceVersion"))
+
+
+def _page_iteratively(body: bytes) -> Page:
+    try:
+        meta = next(ijson.items(io.BytesIO(body), "metadata", use_float=True), {}) or {}
+        items = list(ijson.items(io.BytesIO(body), "items.item", use_float=True))
+    except ijson.JSONError as exc:
+        raise Undecodable(f"a list page is not valid JSON: {exc}") from None
+    return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
+                meta.get("resourceVersion"))
+
+
+def _decode_line(line: bytes) -> dict[str, Any] | None:
+    try:
+        event = jsoncodec.loads(line)
+    except jsoncodec.DecodeError:
+        try:
+            event = next(ijson.items(io.BytesIO(line), "", use_float=True))
+        except (ijson.JSONError, StopIteration):
+            return None
+    return event if isinstance(event, dict) else None
+
+
+def _lines(response: Any) -> Iterator[bytes]:
+    """Newline-delimited watch events from a streaming HTTP response."""
+    pending = b""
+    for chunk in response.stream(64 * 1024, decode_content=True):
+        pending += chunk
+        *complete, pending = pending.split(b"\n")
+        yield from (line for line in complete if line.strip())
+    if pending.strip():
+        yield pending

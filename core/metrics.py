@@ -1,0 +1,109 @@
+"""Prometheus metrics, one registry per process (the sink's, or a worker's).
+
+Each process exposes its own: the sink at ``/metrics``, a worker on its metrics port.
+Counters are incremented where things happen (the audit trail counts decisions, the API
+client times requests). The schedule's gauges (pending, overdue, held, stuck, workers, the
+scheduler lock, the last resync) are read from Redis at scrape time in one round trip, so
+every process reports the same, true numbers; alerts can use any one of them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from redis import Redis
+from redis.exceptions import RedisError
+
+from jobttl.core import keys
+
+LATENESS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
+# An overdue deletion: due more than this long ago and still pending.
+OVERDUE_AFTER = 60
+
+
+
+class _ScheduleCollector:
+    """The schedule's gauges, read from Redis at scrape time."""
+
+    def __init__(self, redis: Redis, queue_name: str):
+        self.redis = redis
+        self.queue_name = queue_name
+
+    def collect(self):
+        now = time.time()
+        try:
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.zcard(keys.PENDING_INDEX)
+                pipe.zcount(keys.PENDING_INDEX, "-inf", now - OVERDUE_AFTER)
+                pipe.hlen(keys.HELD)
+                pipe.zcard(keys.TERMINATING)
+                pipe.hlen(keys.STUCK)
+                pipe.scard(f"rq:workers:{self.queue_name}")
+                pipe.exists(f"rq:scheduler-lock:{self.queue_name}")
+                pipe.get(keys.RESYNC_LAST_SUCCESS)
+                pending, overdue, held, terminating, stuck, workers, scheduler, last = pipe.execute()
+        except RedisError:
+            return  # no sample is better than a wrong one; alerts on absent() catch it
+        for name, help_, value in (
+                ("jobttl_pending_deletions", "Deletions scheduled and not yet done", pending),
+                ("jobttl_overdue_deletions", f"Pending deletions due more than {OVERDUE_AFTER}s ago", overdue),
+                ("jobttl_held_deletions", "Deletions held by the blast-radius guard until confirmed", held),
+                ("jobttl_terminating_deletions", "Deleted jobs still present (finalizers running)", terminating),
+                ("jobttl_stuck_deletions", "Deleted jobs still present after JOBTTL_STUCK_AFTER", stuck),
+                ("jobttl_workers", "RQ workers registered on the queue", workers),
+                ("jobttl_scheduler_active", "1 when a worker holds RQ's scheduler lock", scheduler),
+                ("jobttl_resync_last_success_timestamp_seconds", "When the last complete resync finished",
+                 float(last) if last else 0.0)):
+            gauge = GaugeMetricFamily(name, help_)
+            gauge.add_metric([], value)
+            yield gauge
+
+
+class Metrics:
+    def __init__(self, redis: Redis | None = None, queue_name: str = "jobttl"):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events = Counter("jobttl_sink_events", "CloudEvents received, by type and outcome",
+                              ["type", "outcome"], registry=r)
+        self.decisions = Counter("jobttl_decisions", "Decisions recorded in the audit trail, by event and reason",
+                                 ["event", "reason"], registry=r)
+        self.deletions = Counter("jobttl_deletions", "Jobs deleted, by kind and namespace", ["kind", "namespace"],
+                                 registry=r)
+        self.failures = Counter("jobttl_failures", "Failed or refused deletion attempts, by reason", ["reason"],
+                                registry=r)
+        self.invalid_ttls = Counter("jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer",
+                                    ["kind"], registry=r)
+        self.lateness = Histogram("jobttl_deletion_lateness_seconds", "Actual deletion time minus due time",
+                                  buckets=LATENESS_BUCKETS, registry=r)
+        self.api_latency = Histogram("jobttl_api_request_duration_seconds", "Kubernetes API request latency",
+                                     ["verb"], registry=r)
+        self.resync_duration = Histogram("jobttl_resync_duration_seconds", "How long resyncs take",
+                                         buckets=(1, 5, 15, 60, 300, 900, 3600), registry=r)
+        self.resync_objects = Counter("jobttl_resync_objects", "What resyncs did, by result", ["result"], registry=r)
+        self.resync_runs = Counter("jobttl_resync_runs", "Resyncs run, by status (done, held, incomplete)",
+                                   ["status"], registry=r)
+        self.clock_offset = Gauge("jobttl_clock_offset_seconds",
+                                  "Reference clock minus this host's clock, by reference (apiserver, redis)",
+                                  ["reference"], registry=r)
+        self.clock_ok = Gauge("jobttl_clock_ok", "1 when the clocks agree within JOBTTL_CLOCK_SKEW_BOUND, else 0",
+                              registry=r)
+        self.archive_bytes = Counter("jobttl_archive_bytes", "Bytes written to the archive", registry=r)
+        self.archive_failures = Counter("jobttl_archive_failures", "Archives that could not be written", registry=r)
+        self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
+                                      "Kubernetes Events not recorded (queue full or API error)", registry=r)
+        if redis is not None:
+            self.registry.register(_ScheduleCollector(redis, queue_name))
+
+    def watch_clock(self, clock) -> None:
+        """Export a ReferenceClock's offsets at scrape time."""
+        def offset(pick: Callable) -> Callable[[], float]:
+            def read() -> float:
+                value = pick(clock)
+                return value.seconds if value is not None else float("nan")
+            return read
+        self.clock_offset.labels("apiserver").set_function(offset(lambda c: c.api))
+        self.clock_offset.labels("redis").set_function(offset(lambda c: c.redis))
+        self.clock_ok.set_function(lambda: 0.0 if clock.problem() else 1.0)

@@ -1,0 +1,260 @@
+"""What operators ask and do: the one implementation behind the CLI and the HTTP API.
+
+Questions: what is scheduled to be deleted, when, and because of which rule (`pending`)?
+What happened to one job, and why is it still here (`find`)? What was deleted, when and
+how late (`history`)? What failed and why (`failed`)? Is everything running (`status`)?
+Actions: `retry` a failed deletion, `cancel` a job's deletion for good (the job is kept),
+`postpone` it. Actions are recorded in the audit trail like every other decision.
+
+Everything is read with RQ's JSON serializer: never `rq info`, which rewrites JSON jobs'
+metadata as pickle.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from rq import Queue, Worker
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
+from rq.registry import FailedJobRegistry
+from rq.scheduler import RQScheduler
+from rq.serializers import JSONSerializer
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.audit import Audit
+from jobttl.core.guard import HeldDeletions
+from jobttl.core.identity import JobRef, check_name, check_namespace
+from jobttl.core.reconcile import Reconciler
+from jobttl.core.schedule import DELETE_TASK, JOB_STAGE, Pending, Schedule, split_member
+
+LEGACY_DELETE_TASK = "worker.tasks.delete_if_expired"
+
+
+class NotFound(LookupError):
+    """Nothing is known under that name (the message says what was looked for)."""
+
+
+class Ambiguous(LookupError):
+    """Several jobs of different kinds share that name; the message lists the kinds."""
+
+
+class UnknownRedis(LookupError):
+    """This Redis holds no jobttl schedule: probably not the one meant (JOBTTL_REDIS_URL)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    job_id: str
+    ref: JobRef
+    due: int
+    failed_at: float | None
+    error: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"jobId": self.job_id, **self.ref.as_dict(), "due": self.due, "failedAt": self.failed_at,
+                "error": self.error}
+
+
+class Operations:
+    def __init__(self, redis: Redis, schedule: Schedule, audit: Audit, reconciler: Reconciler | None = None):
+        self.redis = redis
+        self.schedule = schedule
+        self.audit = audit
+        self.reconciler = reconciler
+        self.queue: Queue = schedule.queue
+
+    # --- is this jobttl's Redis? --------------------------------------------------------------
+    def check_redis(self) -> None:
+        """Raise UnknownRedis unless this Redis has ever held a jobttl schedule."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.SCHEMA, keys.PENDING_INDEX, keys.AUDIT_STREAM)
+            pipe.scard(f"rq:workers:{self.queue.name}")
+            ours, workers = pipe.execute()
+        if not ours and not workers:
+            raise UnknownRedis("this Redis holds no jobttl schedule (no jobttl keys, and no worker has ever "
+                               f"registered on queue {self.queue.name!r}): check JOBTTL_REDIS_URL and JOBTTL_QUEUE")
+
+    # --- questions ---------------------------------------------------------------------
+    def pending(self, namespace: str | None = None, kind: str | None = None, offset: int = 0,
+                limit: int | None = None) -> tuple[list[Pending], int]:
+        """Pending deletions in due order, filtered; and how many match in all.
+
+        Unfiltered pages come straight from the due-ordered index; filters read the records
+        in batches (two round trips per thousand).
+        """
+        if not namespace and not kind:
+            return self.schedule.records(self.schedule.members(offset, limit)), self.schedule.count()
+        matching = [p for batch in self.schedule.scan() for p in batch
+                    if (not namespace or p.ref.namespace == namespace) and (not kind or p.ref.kind == kind)]
+        end = None if limit is None else offset + limit
+        return matching[offset:end], len(matching)
+
+    def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
+        """Everything known about one job name: pending deletions, the latest decision per UID,
+        its history and tombstones. Reads only that job's keys."""
+        check_namespace(namespace, "namespace")
+        check_name(name, "name")
+        decisions = self.audit.decisions(namespace, name)
+        uids = list(decisions)
+        history = [e.as_dict() for e in self.audit.history(namespace, name)]
+        pending = self._pending_of(uids)
+        tombstones = self.audit.tombstones(namespace, name, uids)
+        if kind is not None:
+            history = [e for e in history if e.get("kind") == kind]
+            pending = [p for p in pending if p.ref.kind == kind]
+            tombstones = [t for t in tombstones if t.get("kind") == kind]
+            decisions = {u: d for u, d in decisions.items() if d.get("kind", kind) == kind}
+        kinds_of = {e["kind"] for e in history if "kind" in e} | {p.ref.kind for p in pending} | \
+                   {t["kind"] for t in tombstones} | {d["kind"] for d in decisions.values() if "kind" in d}
+        if not (history or pending or tombstones or decisions):
+            raise NotFound(f"jobttl knows nothing about {kind + ' ' if kind else ''}{namespace}/{name}")
+        if len(kinds_of) > 1:
+            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds_of))}); "
+                            "say which with --kind")
+        now = time.time()
+        return {"namespace": namespace, "name": name, "kind": kind or (kinds_of.pop() if kinds_of else None),
+                "pending": [p.as_dict(now) for p in pending],
+                "decisions": [{"uid": uid, **d} for uid, d in sorted(decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
+                "history": history, "tombstones": tombstones}
+
+    def _pending_of(self, uids: list[str]) -> list[Pending]:
+        members = [m for uid in uids for m in (uid, f"pods:{uid}")]
+        with self.redis.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.zscore(keys.PENDING_INDEX, member)
+            dues = pipe.execute()
+        return self.schedule.records([(m, int(d)) for m, d in zip(members, dues) if d is not None])
+
+    def history(self, since: float | None = None, limit: int | None = None, event: str | None = None,
+                namespace: str | None = None) -> list[dict[str, Any]]:
+        entries = (e.as_dict() for e in self.audit.entries(since=since))
+        selected = []
+        for entry in entries:
+            if (event is None or entry["event"] == event) and (namespace is None or entry.get("namespace") == namespace):
+                selected.append(entry)
+                if limit is not None and len(selected) >= limit:
+                    break
+        return selected
+
+    def failed(self) -> list[Failure]:
+        registry = FailedJobRegistry(queue=self.queue)
+        failures = []
+        for job in Job.fetch_many(registry.get_job_ids(), connection=self.redis, serializer=JSONSerializer):
+            if job is None or job.func_name not in (DELETE_TASK, LEGACY_DELETE_TASK):
+                continue
+            result = job.latest_result()
+            failures.append(Failure(job.id, _ref_of(job), job.args[1],
+                                    job.ended_at.timestamp() if job.ended_at else None,
+                                    _last_line(result.exc_string) if result and result.exc_string else ""))
+        return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
+
+    def status(self) -> dict[str, Any]:
+        """Counts and health; raises RedisError when Redis is down (nothing else can be known)."""
+        now = time.time()
+        workers = Worker.all(queue=self.queue)
+        scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
+        last_resync = self.redis.get(keys.RESYNC_LAST)
+        clocks = {k.decode(): jsoncodec.loads(v) for k, v in self.redis.hgetall(keys.CLOCKS).items()}
+        live = {w.name for w in workers}
+        return {
+            "pending": self.schedule.count(),
+            "dueWithinHour": self.schedule.count_due_by(now + 3600),
+            "overdue": self.schedule.count_due_by(now - 60),
+            "failed": FailedJobRegistry(queue=self.queue).count,
+            "held": HeldDeletions(self.redis).count(),
+            "stuck": self.redis.hlen(keys.STUCK),
+            "deletedLast24h": self.audit.deleted_since(now - 86400),
+            "queued": self.queue.count,
+            "redis": "ok",  # reached, or RedisError would have been raised
+            "workers": [{"name": w.name, "state": w.get_state(),
+                         "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                         "clock": clocks.get(w.name)}
+                        for w in workers],
+            "clockProblems": {name: c["problem"] for name, c in clocks.items() if name in live and c.get("problem")},
+            "scheduler": scheduler_lock.decode() if scheduler_lock else None,
+            "lastResync": jsoncodec.loads(last_resync) if last_resync else None,
+        }
+
+    def stuck(self) -> list[dict[str, Any]]:
+        return [{"member": m.decode(), **jsoncodec.loads(v)} for m, v in self.redis.hgetall(keys.STUCK).items()]
+
+    # --- actions -------------------------------------------------------------------------
+    def retry(self, job_id: str | None = None) -> list[str]:
+        """Requeue one failed deletion (or all of them, with no id); returns the ids requeued.
+
+        Only deletions: the failed registry also holds other jobs (a failed resync, say),
+        which have no object to name and are not this command's business.
+        """
+        registry = FailedJobRegistry(queue=self.queue)
+        ids = [job_id] if job_id else [f.job_id for f in self.failed()]
+        requeued = []
+        for jid in ids:
+            try:
+                job = Job.fetch(jid, connection=self.redis, serializer=JSONSerializer)
+                if job.func_name not in (DELETE_TASK, LEGACY_DELETE_TASK):
+                    raise InvalidJobOperation
+                registry.requeue(job)
+            except (NoSuchJobError, InvalidJobOperation):  # unknown, not a deletion, or not failed
+                raise NotFound(f"no failed deletion with job id {jid!r}") from None
+            self.audit.record("retry", _ref_of(job), jobId=jid, by="operator")
+            requeued.append(jid)
+        return requeued
+
+    def _pending_named(self, namespace: str, name: str, kind: str | None) -> list[Pending]:
+        """Every pending deletion under that name, newest schedule first.
+
+        More than one of a kind means the job was deleted and re-created and the older
+        record is stale: operator actions apply to all of them, so the one that matters
+        (whichever it is) is never left out.
+        """
+        found = [p for p in self._pending_of(list(self.audit.decisions(namespace, name)))
+                 if (kind is None or p.ref.kind == kind) and p.stage == JOB_STAGE]
+        if not found:
+            raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
+        if len({p.ref.kind for p in found}) > 1:
+            raise Ambiguous(f"{namespace}/{name} has pending deletions of several kinds "
+                            f"({', '.join(sorted({p.ref.kind for p in found}))}); say which with --kind")
+        return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
+
+    def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Pending:
+        """Keep the job: its pending deletion is removed and no event or resync brings it back."""
+        found = self._pending_named(namespace, name, kind)
+        for pending in found:
+            self.schedule.set_override(pending.ref.uid, {"keep": "true"}, by)
+            self._reconciler().forget(pending.ref, "kept-by-operator", by)
+        return found[0]
+
+    def postpone(self, namespace: str, name: str, seconds: int, kind: str | None = None,
+                 by: str = "operator") -> Pending:
+        """Move the pending deletion `seconds` later (from now, if it is already overdue);
+        events and resyncs keep the new time."""
+        found = self._pending_named(namespace, name, kind)
+        for pending in found:
+            until = max(pending.due, int(time.time())) + seconds
+            self.schedule.set_override(pending.ref.uid, {"until": str(until)}, by)
+            self.audit.record("postponed", pending.ref, due=pending.due, newDue=until, by=by)
+            self._reconciler().release([(pending.ref, pending.as_decision())], by)
+        return self.schedule.get(found[0].ref.uid) or found[0]
+
+    def _reconciler(self) -> Reconciler:
+        if self.reconciler is None:
+            raise RuntimeError("this Operations was built without a Reconciler; actions need one")
+        return self.reconciler
+
+
+def _ref_of(job: Job) -> JobRef:
+    """The job a deletion's RQ job is about: its meta (jobttl 0.2) or its arguments (0.1)."""
+    ref = job.meta.get("ref")
+    if isinstance(ref, list) and len(ref) == 4:
+        uid, _ = split_member(str(job.args[0]))
+        return JobRef(*ref, uid)
+    return JobRef.from_dict(job.args[0])
+
+
+def _last_line(text: str) -> str:
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else ""

@@ -1,0 +1,255 @@
+"""The one reconcile path: an object (or a vanished identity) in; the schedule made to match.
+
+The sink (for each event), the resync (for each listed page) and the worker (when its fresh
+read says a deletion no longer applies, or applies later) all come here, so a decision is
+applied, and recorded, the same way wherever it was made:
+
+1. `decide()` says what should happen to the object (pure, no I/O);
+2. one Lua script compares that with what is pending and writes the index, the audit entry
+   and the job's history card atomically (one round trip: all a duplicate event or a
+   running job costs);
+3. if something changed, RQ's own code enqueues the new RQ job and retires the old one.
+
+Every change yields exactly one audit entry with the same fields, whoever asked (``by``:
+event, resync, worker, operator): the decision's TTL, where it came from, the finish time,
+the rules that matched, dry-run, and why. A decision that changes nothing is kept once on
+the job's history card (so "why is my job still here?" has an answer) and not appended to
+the trail. Newly due deletions go through the blast-radius guard: the resync collects them
+to judge as a set; events are held once more than the guard's limit come due in a minute.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.client import Pipeline
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.audit import Audit, entry_fields
+from jobttl.core.decision import Decision, Verdict, decide
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import JobKind
+from jobttl.core.metrics import Metrics
+from jobttl.core.policy import Policy
+from jobttl.core.schedule import JOB_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
+from jobttl.core.scripts import Scripts
+
+log = logging.getLogger("jobttl.reconcile")
+
+GUARDED = "guarded"  # newly due deletions count towards the per-minute burst limit
+COLLECT = "collect"  # newly due deletions are returned, not written (a resync judges them together)
+RELEASE = "release"  # the guard has passed them (or an operator confirmed them)
+
+# Decisions that mean "this object will not be deleted", and should say so loudly.
+_WARN = (Verdict.INVALID_TTL,)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one reconcile did."""
+
+    change: Change
+    ref: JobRef
+    decision: Decision | None = None
+    due: int | None = None
+    previous_due: int | None = None
+    stage: str = JOB_STAGE
+    reason: str | None = None  # why nothing is pending (a verdict or "gone", "recreated", ...)
+
+    @property
+    def label(self) -> str:
+        """Short form for the sink's X-Jobttl-Outcome header, metrics and RQ results."""
+        if self.change is Change.IGNORED and self.reason:
+            return f"{self.change.value}:{self.reason}"
+        return self.change.value
+
+
+@dataclass(frozen=True)
+class Rejected:
+    """An object a batch could not reconcile: it is reported, and the batch goes on."""
+
+    kind: str
+    namespace: Any
+    name: Any
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.namespace}/{self.name}: {self.reason}"
+
+
+@dataclass(frozen=True)
+class _Request:
+    """One reconcile to send: who, what was decided, and how to treat it if newly due."""
+
+    ref: JobRef
+    decision: Decision | None  # None: the object is gone
+    reason: str  # the verdict, or why the object no longer counts
+    by: str
+    mode: str
+    stage: str = JOB_STAGE
+
+    @property
+    def member(self) -> str:
+        return member_for(self.ref.uid, self.stage)
+
+
+class Reconciler:
+    def __init__(self, schedule: Schedule, audit: Audit, policy: Policy, metrics: Metrics | None = None,
+                 burst_limit: int = 0):
+        self.schedule = schedule
+        self.audit = audit
+        self.policy = policy
+        self.metrics = metrics
+        self.burst_limit = burst_limit
+        self.scripts = Scripts(schedule.redis)
+
+    @classmethod
+    def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None
+                      ) -> Reconciler:
+        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions)
+
+    # --- the entry points ---------------------------------------------------------------------
+    def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED) -> Outcome:
+        """Make the schedule match what `decide()` says of this object now (its identity is valid)."""
+        outcomes, rejected = self.reconcile_many([(obj, kind)], by, mode)
+        if rejected:
+            raise ValueError(str(rejected[0]))
+        return outcomes[0]
+
+    def forget(self, ref: JobRef, reason: str, by: str) -> Outcome:
+        """The object is gone (deleted, or re-created under another UID): nothing stays pending for it."""
+        return self._run([_Request(ref, None, reason, by, GUARDED)])[0]
+
+    def release(self, held: Iterable[tuple[JobRef, Decision]], by: str) -> list[Outcome]:
+        """Schedule decisions the guard passed (or an operator confirmed), without the guard."""
+        return self._run([_Request(ref, decision, decision.verdict.value, by, RELEASE) for ref, decision in held])
+
+    def reconcile_many(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
+                       mode: str = GUARDED) -> tuple[list[Outcome], list[Rejected]]:
+        """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes.
+
+        An object that cannot be read or decided is rejected, with why; the others go on.
+        """
+        requests, rejected = [], []
+        for obj, kind in objects:
+            try:
+                ref = JobRef.of(obj)
+                decision = decide(obj, kind, self.policy)
+            except Exception as exc:  # one odd object must not stop the others
+                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+                rejected.append(Rejected(kind.kind, meta.get("namespace"), meta.get("name"),
+                                         f"{type(exc).__name__}: {exc}"))
+                continue
+            requests.append(_Request(ref, decision, decision.verdict.value, by, mode))
+            if decision.verdict is Verdict.INVALID_TTL and self.metrics is not None:
+                self.metrics.invalid_ttls.labels(kind.kind).inc()
+        return self._run(requests), rejected
+
+    # --- the steps ------------------------------------------------------------------------------
+    def _run(self, requests: list[_Request]) -> list[Outcome]:
+        if not requests:
+            return []
+        with self.schedule.redis.pipeline(transaction=False) as pipe:
+            for request in requests:
+                self._send(request, pipe)
+            replies = pipe.execute()
+        planned = [self._planned(request, reply) for request, reply in zip(requests, replies)]
+        planned = self._apply(requests, planned)
+        return [self._report(request, p) for request, p in zip(requests, planned)]
+
+    def _send(self, request: _Request, pipe: Pipeline) -> None:
+        ref, decision = request.ref, request.decision
+        expiring = decision is not None and decision.verdict is Verdict.EXPIRES
+        held = jsoncodec.dumps_str({"ref": ref.as_dict(), "decision": decision.as_dict(), "by": request.by}) \
+            if expiring else ""
+        card_decision = "" if expiring else jsoncodec.dumps_str(
+            {"event": "skipped", "kind": ref.kind, "reason": request.reason,
+             **({"detail": decision.reason} if decision is not None else {})})
+        args = [request.member, ref.uid, "expires" if expiring else request.reason,
+                decision.expires_at if expiring else "", request.mode, self.burst_limit if request.mode == GUARDED else 0,
+                self.schedule.job_key_prefix + job_id_prefix(request.stage),
+                "1" if decision is not None and decision.dry_run else "0", card_decision, held,
+                self.audit.max_entries, self.audit.tombstone_seconds, *self._fields(request)]
+        self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
+                                     keys.card(ref.namespace, ref.name), keys.card_log(ref.namespace, ref.name),
+                                     keys.HELD, keys.RECENT_DUE], args=args, client=pipe)
+
+    @staticmethod
+    def _fields(request: _Request) -> list[str]:
+        """The audit entry's fields, flat (the script adds the event, due times and reason)."""
+        fields = entry_fields("", request.ref, by=request.by, **_details(request.decision))
+        fields.pop("event")
+        return [part for item in fields.items() for part in item]
+
+    @staticmethod
+    def _planned(request: _Request, reply: list[bytes]) -> Planned:
+        change, due, previous, state = (part.decode() for part in reply)
+        return Planned(Change(change), request.member, int(due) if due else None,
+                       int(previous) if previous else None, state or None)
+
+    def _apply(self, requests: list[_Request], planned: list[Planned]) -> list[Planned]:
+        """RQ's writes for every change, in one MULTI: the new RQ jobs with their COMMITs, the retired jobs."""
+        todo = [i for i, p in enumerate(planned) if p.change in (Change.SCHEDULE, Change.CANCELLED)]
+        if not todo:
+            return planned
+        now = time.time()
+        with self.schedule.redis.pipeline() as pipe:
+            pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
+            commits = {}  # request index → where its COMMIT's reply will be
+            for i in todo:
+                request, p = requests[i], planned[i]
+                self.schedule.apply(p, self._record(request, p, now), now, pipeline=pipe)
+                if p.change is Change.SCHEDULE:
+                    commits[i] = len(pipe)
+                    self._commit(request, p, pipe)
+            replies = pipe.execute()
+        result = list(planned)
+        for i, position in commits.items():
+            change, due, previous = (part.decode() for part in replies[position])
+            result[i] = Planned(Change(change), planned[i].member, int(due), int(previous) if previous else None,
+                                planned[i].previous_state)
+        return result
+
+    def _commit(self, request: _Request, planned: Planned, pipe: Pipeline) -> None:
+        ref = request.ref
+        seen = "" if planned.previous_due is None else str(planned.previous_due)
+        self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
+                                  keys.card_log(ref.namespace, ref.name)],
+                            args=[request.member, ref.uid, planned.due, seen, self.audit.max_entries,
+                                  self.audit.tombstone_seconds, *self._fields(request)], client=pipe)
+
+    @staticmethod
+    def _record(request: _Request, planned: Planned, now: float) -> Pending | None:
+        decision = request.decision
+        if decision is None or planned.due is None or planned.change is not Change.SCHEDULE:
+            return None
+        return Pending(request.ref, planned.due, request.stage, decision.finished_at, decision.ttl,
+                       decision.ttl_source, decision.rules, decision.dry_run, scheduled_at=int(now))
+
+    def _report(self, request: _Request, planned: Planned) -> Outcome:
+        outcome = Outcome(planned.change, request.ref, request.decision, planned.due, planned.previous_due,
+                          request.stage, None if planned.change in (Change.SCHEDULED, Change.MOVED) else request.reason)
+        if planned.change in (Change.SCHEDULED, Change.MOVED, Change.CANCELLED, Change.HELD):
+            reason = "burst" if planned.change is Change.HELD else outcome.reason
+            self.audit.observed(planned.change.value, request.ref, logging.WARNING if planned.change is Change.HELD
+                                else logging.INFO, logger=log, by=request.by, due=planned.due,
+                                previousDue=planned.previous_due, reason=reason, **_details(request.decision))
+        elif request.decision is not None and request.decision.verdict in _WARN:
+            log.warning("%s will not be deleted: %s", request.ref, request.decision.reason,
+                        extra={"event": "skipped", "object": request.ref.as_dict(), "reason": request.reason,
+                               "detail": request.decision.reason})
+        return outcome
+
+
+def _details(decision: Decision | None) -> dict[str, Any]:
+    """What every audit entry says about the decision behind it."""
+    if decision is None:
+        return {}
+    if decision.verdict is not Verdict.EXPIRES:
+        return {"detail": decision.reason, "ttlSource": decision.ttl_source}
+    return {"finishedAt": decision.finished_at, "ttl": decision.ttl, "ttlSource": decision.ttl_source,
+            "rules": list(decision.rules), "dryRun": decision.dry_run}

@@ -1,0 +1,357 @@
+"""The schedule of pending deletions: one per job UID (and stage), held in Redis, run by RQ.
+
+Why keyed by UID: update events for a finished job arrive many times, and a job deleted and
+re-created under the same name is a different object with a different UID. Keying by UID
+gives each object exactly one pending deletion and keeps an old schedule from ever being
+applied to a new object (the worker also checks the UID before deleting).
+
+Layout in Redis:
+
+- ``jobttl:pending``: sorted set, member → due time. The member is the job's UID, or
+  ``pods:<uid>`` for the stage that deletes its pods first. This is the schedule's one
+  index: what is pending, in due order, and how many.
+- one delayed RQ job per member, id ``delete-<uid>-<due>`` (``pods-<uid>-<due>``), whose
+  ``meta`` is the inspectable record: the job's identity, finish time, TTL and where it came
+  from, the policy rules that matched. Nothing else is stored per pending deletion; the job
+  id and the due time are derived from the member and its score.
+- ``jobttl:override:<uid>``: what an operator said (keep, or not before a time).
+
+Every change is one atomic Lua script (`jobttl.core.scripts`) that compares the decision
+with what is pending and writes the index, the audit entry and the job's history together,
+on Redis's clock; RQ's own code then writes the RQ job (in one pipeline). A duplicate or a
+running job is one round trip; a new deletion two; a moved one three. Should a process die
+between the script and RQ's write, the index names a job that does not exist, and the next
+event or resync for that object enqueues it (the compare checks the RQ job is live).
+
+The RQ job id is derived from (member, due): a changed TTL maps onto a new job id and the
+old job is deleted, so an RQ job is never rewritten while a worker runs it. Jobs already due
+are enqueued for immediate execution rather than scheduled: RQ's scheduler moves at most
+1000 due jobs per queue per second, which would turn a backlog into a queue behind the
+scheduler rather than behind the workers.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+from redis import Redis
+from redis.client import Pipeline
+from rq import Queue, Retry
+from rq.exceptions import DuplicateJobError
+from rq.job import Job, JobStatus
+from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
+from rq.results import Result
+from rq.serializers import JSONSerializer
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.decision import Decision, Verdict
+from jobttl.core.identity import JobRef
+
+if TYPE_CHECKING:
+    from jobttl.core.config import Settings
+
+# Operator overrides outlive any sensible TTL but not forever: UIDs are never reused.
+OVERRIDE_SECONDS = 400 * 86400
+# Finished RQ jobs are kept briefly for debugging (history is the audit trail's job);
+# failed ones long enough for an operator to see them.
+RESULT_TTL = 3600
+FAILURE_TTL = 7 * 24 * 3600
+
+# The tasks the worker runs, named by import path so that no code object is stored in Redis.
+DELETE_TASK = "jobttl.worker.tasks.delete_if_expired"
+WARN_TASK = "jobttl.worker.tasks.warn_upcoming"
+RESYNC_TASK = "jobttl.worker.tasks.resync"
+# Set in a failed job's meta when retrying cannot help (a 403): plans leave it failed.
+PERMANENT_FAILURE = "permanentFailure"
+
+# Where RQ keeps a job in each state (a queued job is on the queue itself).
+_REGISTRIES = {JobStatus.SCHEDULED.value: ScheduledJobRegistry, JobStatus.FAILED.value: FailedJobRegistry,
+               JobStatus.FINISHED.value: FinishedJobRegistry, JobStatus.DEFERRED.value: DeferredJobRegistry}
+
+JOB_STAGE = "job"
+PODS_STAGE = "pods"
+_STAGE_PREFIX = {JOB_STAGE: "delete", PODS_STAGE: "pods"}
+
+
+class Change(enum.Enum):
+    SCHEDULED = "scheduled"  # nothing was pending
+    MOVED = "moved"  # something was pending, due at another time
+    UNCHANGED = "unchanged"  # the same deletion is already pending
+    RUNNING = "running"  # a worker is deleting it right now and decides for itself
+    CANCELLED = "cancelled"  # a pending deletion no longer applies
+    IGNORED = "ignored"  # nothing is, or should be, pending
+    KEPT = "kept"  # an operator said keep
+    HELD = "held"  # newly due, but held by the blast-radius guard
+    DUE_NOW = "due-now"  # newly due: reported to the caller (a resync), nothing written
+    SCHEDULE = "schedule"  # the reconcile script's answer: write the RQ job and commit it
+
+
+def member_for(uid: str, stage: str = JOB_STAGE) -> str:
+    return uid if stage == JOB_STAGE else f"{stage}:{uid}"
+
+
+def split_member(member: str) -> tuple[str, str]:
+    """(uid, stage) of an index member."""
+    stage, _, uid = member.rpartition(":")
+    return uid, stage or JOB_STAGE
+
+
+def job_id_prefix(stage: str = JOB_STAGE) -> str:
+    return f"{_STAGE_PREFIX[stage]}-"
+
+
+def job_id_for(uid: str, due: int, stage: str = JOB_STAGE) -> str:
+    return f"{job_id_prefix(stage)}{uid}-{due}"
+
+
+def warning_id_for(uid: str, due: int) -> str:
+    return f"warn-{uid}-{due}"
+
+
+@dataclass(frozen=True)
+class Pending:
+    """One pending deletion: the record kept in its RQ job's meta, plus the index's due time."""
+
+    ref: JobRef
+    due: int
+    stage: str = JOB_STAGE
+    finished_at: int | None = None
+    ttl: int | None = None
+    ttl_source: str | None = None
+    rules: tuple[str, ...] = ()
+    dry_run: bool = False
+    scheduled_at: int | None = None
+    would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
+    state: str | None = None  # the RQ job's status; None when the RQ job is missing
+    extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
+
+    @property
+    def member(self) -> str:
+        return member_for(self.ref.uid, self.stage)
+
+    @property
+    def job_id(self) -> str:
+        return job_id_for(self.ref.uid, self.due, self.stage)
+
+    def meta(self) -> dict[str, Any]:
+        """What the RQ job's meta holds (everything but what the index gives)."""
+        meta = {"ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
+                "finishedAt": self.finished_at, "ttl": self.ttl, "ttlSource": self.ttl_source,
+                "rules": list(self.rules), "dryRun": self.dry_run, "scheduledAt": self.scheduled_at}
+        if self.stage != JOB_STAGE:
+            meta["stage"] = self.stage
+        if self.would_delete_at is not None:
+            meta["wouldDeleteAt"] = self.would_delete_at
+        return {**meta, **self.extra} if self.extra else meta
+
+    @classmethod
+    def from_meta(cls, member: str, due: int, meta: dict[str, Any], state: str | None) -> Pending:
+        uid, stage = split_member(member)
+        api_version, kind, namespace, name = meta["ref"]
+        known = {"ref", "finishedAt", "ttl", "ttlSource", "rules", "dryRun", "scheduledAt", "stage", "wouldDeleteAt",
+                 PERMANENT_FAILURE}
+        return cls(JobRef(api_version, kind, namespace, name, uid), due, stage, meta.get("finishedAt"),
+                   meta.get("ttl"), meta.get("ttlSource"), tuple(meta.get("rules") or ()), bool(meta.get("dryRun")),
+                   meta.get("scheduledAt"), meta.get("wouldDeleteAt"), state,
+                   {k: v for k, v in meta.items() if k not in known})
+
+    def as_decision(self) -> Decision:
+        """The expiring decision this record stands for, its due time as the expiry: what an
+        operator's postpone plans again, so the override alone decides the new time."""
+        return Decision(Verdict.EXPIRES, "as pending", finished_at=self.finished_at, ttl=self.ttl,
+                        ttl_source=self.ttl_source, expires_at=self.due, dry_run=self.dry_run, rules=self.rules)
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        """The one public shape of a pending deletion: `jobttl pending --json` and the read API."""
+        return {**self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
+                "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
+                "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
+                "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra}
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What a reconcile script decided for one member, for the caller to finish with RQ."""
+
+    change: Change
+    member: str
+    due: int | None = None  # the due time now pending
+    previous_due: int | None = None  # what was pending before, if anything
+    previous_state: str | None = None  # the RQ job status of what was pending before
+
+
+class Schedule:
+    """Pending deletions, scheduled as delayed RQ jobs on one queue."""
+
+    def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 120,
+                 warn_before: int | None = None):
+        # decode_responses must be off for RQ; we decode our own values.
+        self.redis = redis
+        self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
+        self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
+        self.job_timeout = job_timeout
+        # Seconds before each deletion to announce it (None: no announcements).
+        self.warn_before = warn_before
+
+    @classmethod
+    def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
+        """The schedule every jobttl process uses: same queue, retries, timeouts and announcements."""
+        return cls(redis, settings.queue_name, settings.retry_intervals, job_timeout=settings.job_timeout,
+                   warn_before=settings.announce_before)
+
+    @property
+    def job_key_prefix(self) -> str:
+        return Job.redis_job_namespace_prefix
+
+    # --- reading -------------------------------------------------------------------------------
+    def due_of(self, member: str) -> int | None:
+        score = self.redis.zscore(keys.PENDING_INDEX, member)
+        return int(score) if score is not None else None
+
+    def get(self, uid: str, stage: str = JOB_STAGE) -> Pending | None:
+        member = member_for(uid, stage)
+        due = self.due_of(member)
+        if due is None:
+            return None
+        found = self.records([(member, due)])
+        return found[0] if found else None
+
+    def records(self, members: Iterable[tuple[str, int]]) -> list[Pending]:
+        """The records of (member, due) pairs in one round trip, in order.
+
+        A member whose RQ job is gone (a deletion that failed long ago, or whose enqueue was
+        interrupted) is still pending: it is returned with what the index knows and state None.
+        """
+        members = list(members)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for member, due in members:
+                uid, stage = split_member(member)
+                pipe.hmget(self.job_key_prefix + job_id_for(uid, due, stage), "meta", "status")
+            rows = pipe.execute()
+        found = []
+        for (member, due), (meta, status) in zip(members, rows):
+            state = status.decode() if status else None
+            try:
+                record = Pending.from_meta(member, due, jsoncodec.loads(meta), state) if meta else None
+            except (ValueError, KeyError, TypeError):
+                record = None  # not a record jobttl wrote; shown with what the index knows
+            if record is None:
+                uid, stage = split_member(member)
+                record = Pending(JobRef("", "", "", "", uid), due, stage, state=state)
+            found.append(record)
+        return found
+
+    def members(self, offset: int = 0, limit: int | None = None) -> list[tuple[str, int]]:
+        end = -1 if limit is None else offset + limit - 1
+        return [(m.decode(), int(s)) for m, s in self.redis.zrange(keys.PENDING_INDEX, offset, end, withscores=True)]
+
+    def scan(self, batch: int = 1000) -> Iterator[list[Pending]]:
+        """Every pending deletion, a batch at a time (one round trip for the index page, one for records)."""
+        offset = 0
+        while True:
+            page = self.members(offset, batch)
+            if not page:
+                return
+            yield self.records(page)
+            offset += len(page)
+
+    def count(self) -> int:
+        return self.redis.zcard(keys.PENDING_INDEX)
+
+    def count_due_by(self, when: float) -> int:
+        return self.redis.zcount(keys.PENDING_INDEX, "-inf", when)
+
+    # --- operator overrides: keyed by UID, consulted by every reconcile and by the worker -------
+    def override(self, uid: str) -> dict[str, str]:
+        return {k.decode(): v.decode() for k, v in self.redis.hgetall(keys.override(uid)).items()}
+
+    def set_override(self, uid: str, fields: dict[str, str], by: str, pipeline: Pipeline | None = None) -> None:
+        pipe = pipeline if pipeline is not None else self.redis.pipeline()
+        key = keys.override(uid)
+        pipe.hset(key, mapping={**fields, "by": by, "at": str(int(time.time()))})
+        pipe.expire(key, OVERRIDE_SECONDS)
+        if pipeline is None:
+            pipe.execute()
+
+    # --- writing RQ jobs: what a reconcile script decided --------------------------------------
+    def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None) -> None:
+        """Make RQ match what the script wrote to the index: enqueue the new job, retire the old."""
+        pipe = pipeline if pipeline is not None else self.redis.pipeline()
+        if pipeline is None:
+            pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
+        uid, stage = split_member(planned.member)
+        if planned.previous_due is not None and planned.previous_state not in (None, JobStatus.STARTED.value):
+            # A job that is running right now re-reads the object and decides for itself;
+            # deleting its hash under it would only lose its result.
+            self._retire(job_id_for(uid, planned.previous_due, stage), planned.previous_state, pipe)
+            if stage == JOB_STAGE and self.warn_before is not None:
+                self._retire(warning_id_for(uid, planned.previous_due), JobStatus.SCHEDULED.value, pipe)
+        if planned.change in (Change.SCHEDULE, Change.SCHEDULED, Change.MOVED) and record is not None:
+            self._enqueue(record, now, pipe)
+        if pipeline is None:
+            pipe.execute()
+
+    def _retire(self, job_id: str, state: str, pipe: Pipeline) -> None:
+        """Delete an RQ job whose status the reconcile script already read, with RQ's own
+        registry and queue APIs, in `pipe` (RQ's `Job.delete` would read the status again)."""
+        registry = _REGISTRIES.get(state)
+        if registry is not None:
+            registry(queue=self.queue).remove(job_id, pipeline=pipe)
+        self.queue.remove(job_id, pipeline=pipe)
+        job = Job(job_id, connection=self.redis, serializer=JSONSerializer)
+        pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job_id))
+
+    def _enqueue(self, record: Pending, now: float, pipe: Pipeline) -> None:
+        options = dict(job_id=record.job_id, retry=self.retry, job_timeout=self.job_timeout, meta=record.meta(),
+                       description=f"{record.stage} of {record.ref.kind} {record.ref.namespace}/{record.ref.name}",
+                       result_ttl=-1 if record.dry_run else RESULT_TTL, failure_ttl=FAILURE_TTL, pipeline=pipe)
+        if record.due <= now:
+            self.queue.enqueue(DELETE_TASK, record.member, record.due, **options)
+        else:
+            self.queue.enqueue_at(_utc(record.due), DELETE_TASK, record.member, record.due, **options)
+        if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
+            self.queue.enqueue_at(_utc(record.due - self.warn_before), WARN_TASK, record.ref.uid, record.due,
+                                  job_id=warning_id_for(record.ref.uid, record.due), retry=self.retry,
+                                  description=f"announce the deletion of {record.ref.kind} {record.ref.namespace}/"
+                                              f"{record.ref.name}",
+                                  result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, pipeline=pipe)
+
+    # --- resync requests ---------------------------------------------------------------------------
+    def request_resync(self, at: float | None = None, coalesce: int = 0) -> bool:
+        """Ask the workers for a resync now, or at `at` (epoch seconds); True if this asked.
+
+        The job id names the second it is due, so workers booking the same periodic slot
+        book it once. With `coalesce`, requests for "now" (PingSource events) ask at most once
+        per that many seconds: however many pings arrive, one resync runs and at most one waits.
+        """
+        if at is None and coalesce and not self.redis.set(keys.RESYNC_WANTED, "1", nx=True, ex=coalesce):
+            return False
+        slot = int(time.time() if at is None else at)
+        options = dict(job_id=f"resync-{slot}", job_timeout=3600, result_ttl=86400, unique=True)
+        try:
+            if at is None:
+                self.queue.enqueue(RESYNC_TASK, **options)
+            else:
+                self.queue.enqueue_at(_utc(slot), RESYNC_TASK, **options)
+        except DuplicateJobError:
+            return False
+        return True
+
+    def mark_would_delete(self, job: Job, at: int) -> None:
+        """Dry-run: the worker would have deleted it now. The record stays, so listings show
+        what a real run would delete and later events and resyncs do not queue it again."""
+        job.meta["wouldDeleteAt"] = at
+        job.save_meta()
+
+    def mark_permanent_failure(self, job: Job) -> None:
+        job.meta[PERMANENT_FAILURE] = True
+        job.save_meta()
+
+
+def _utc(epoch: int) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)

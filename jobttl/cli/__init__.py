@@ -1,0 +1,308 @@
+"""The ``jobttl`` command: one entry point for every process jobttl runs, and the operator's tools.
+
+Layers: this command imports the processes (`jobttl.sink`, `jobttl.worker`,
+`jobttl.watcher`) and the core; nothing imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from datetime import datetime
+
+from jobttl.core import config, logs, operations
+from jobttl.core.config import ConfigError, Settings
+
+log = logging.getLogger("jobttl")
+
+ENVIRONMENT_EPILOG = ("environment (the ones that matter most; `jobttl --help` lists all):\n"
+                      "  JOBTTL_REDIS_URL   Redis holding the schedule (default redis://127.0.0.1:6379/0)\n"
+                      "  JOBTTL_QUEUE       RQ queue name (default jobttl)\n"
+                      "  JOBTTL_POLICY      the policy file\n"
+                      "  KUBECONFIG         Kubernetes credentials (default: in-cluster, else ~/.kube/config)")
+
+
+def _sink(args: argparse.Namespace, settings: Settings) -> None:
+    from jobttl.sink.server import serve
+
+    serve(settings, host=args.host, port=args.port, threads=args.threads)
+
+
+def _worker(args: argparse.Namespace, settings: Settings) -> None:
+    from jobttl.worker.runner import run
+
+    run(settings, burst=args.burst)
+
+
+def _resync(args: argparse.Namespace, settings: Settings) -> int:
+    from jobttl.core.guard import HeldDeletions
+    from jobttl.worker import resync, tasks
+
+    ctx = tasks.configure(settings)
+    report = resync.run(ctx, confirm=args.confirm)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        from jobttl.cli import tables
+
+        tables.resync(report.as_dict(), [h.ref for h in HeldDeletions(ctx.redis).all()[:10]], settings)
+    return {"done": 0, "held": 3, "already-running": 4, "stale-confirmation": 5}.get(report.status, 1)
+
+
+def _watch(args: argparse.Namespace, settings: Settings) -> None:
+    from jobttl.core.kube import KubeClient, load_api_client
+    from jobttl.watcher.watch import run
+
+    kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, component="watch")
+    run(kube, settings.policy.kinds, args.sink)
+
+
+def _explain(args: argparse.Namespace, settings: Settings) -> int:
+    from jobttl.cli import explain
+
+    return explain.main(args, settings)
+
+
+# --- operator commands: Redis only, never the cluster -----------------------------------------
+# Each returns what it prints with --json; jobttl/cli/tables.py has the same-named function
+# that prints it for humans.
+
+def _connect(settings: Settings, force: bool = False) -> operations.Operations:
+    from jobttl.core import redisconn, upgrade
+    from jobttl.core.audit import Audit
+    from jobttl.core.reconcile import Reconciler
+    from jobttl.core.schedule import Schedule
+
+    redis = redisconn.connect(settings.redis_url, redisconn.CLI, settings.redis_ca_file)
+    schedule = Schedule.from_settings(redis, settings)
+    audit = Audit.from_settings(redis, settings)
+    ops = operations.Operations(redis, schedule, audit, Reconciler.from_settings(schedule, audit, settings))
+    if not force:
+        ops.check_redis()  # a Redis with no jobttl schedule is probably not the one meant
+    upgrade.ensure(redis, audit.tombstone_seconds, mark=False)
+    return ops
+
+
+def _status(args, ops) -> dict:
+    return ops.status()
+
+
+def _pending(args, ops) -> dict:
+    items, total = ops.pending(args.namespace, args.kind, limit=args.limit)
+    now = time.time()
+    return {"items": [p.as_dict(now) for p in items], "total": total}
+
+
+def _show(args, ops) -> dict:
+    return ops.find(*args.job, args.kind)
+
+
+def _history(args, ops) -> dict:
+    return {"items": ops.history(args.since, args.limit, args.event, args.namespace)}
+
+
+def _failed(args, ops) -> dict:
+    return {"items": [f.as_dict() for f in ops.failed()], "stuck": ops.stuck()}
+
+
+def _retry(args, ops) -> dict:
+    return {"requeued": ops.retry(args.job_id)}
+
+
+def _cancel(args, ops) -> dict:
+    return ops.cancel(*args.job, args.kind).as_dict(time.time())
+
+
+def _postpone(args, ops) -> dict:
+    return ops.postpone(*args.job, args.duration, args.kind).as_dict(time.time())
+
+
+def _operate(args: argparse.Namespace, settings: Settings) -> int:
+    """Run an operator command: 0 done, 1 nothing (or several things) by that name or no Redis."""
+    from redis.exceptions import RedisError
+
+    from jobttl.cli import tables
+    from jobttl.core.identity import InvalidIdentity
+
+    try:
+        data = args.operation(args, _connect(settings, args.force))
+    except operations.UnknownRedis as exc:
+        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={settings.redis_url}); --force to use it anyway", file=sys.stderr)
+        return 1
+    except (operations.NotFound, operations.Ambiguous, InvalidIdentity) as exc:
+        print(f"jobttl: {exc}", file=sys.stderr)
+        return 1
+    except RedisError as exc:
+        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={settings.redis_url}): {exc}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        getattr(tables, args.command)(data)
+    return 0
+
+
+def _job(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise argparse.ArgumentTypeError(f"expected NAMESPACE/NAME, got {text!r}")
+    return namespace, name
+
+
+def _duration(text: str) -> int:
+    from jobttl.core.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _count(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of at least 1, got {text!r}")
+    return int(text)
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected a port number from 0 to 65535, got {text!r}")
+    return int(text)
+
+
+def _since(text: str) -> float:
+    """A duration back from now (`2h`) or a point in time (RFC 3339), as Unix seconds."""
+    try:
+        return time.time() - _duration(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 2h or an RFC 3339 time, got {text!r}") from None
+    if when.tzinfo is None:
+        raise argparse.ArgumentTypeError(f"give the time zone (e.g. Z), got {text!r}")
+    return when.timestamp()
+
+
+class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Every flag's default shown; epilogs kept as written."""
+
+
+def _add_operator_commands(commands) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    common.add_argument("--force", action="store_true",
+                        help="use this Redis even if it holds no jobttl schedule")
+
+    def command(name: str, operation, help: str) -> argparse.ArgumentParser:
+        parser = commands.add_parser(name, help=help, description=help, parents=[common], formatter_class=_Formatter,
+                                     epilog=ENVIRONMENT_EPILOG)
+        parser.set_defaults(run=_operate, operation=operation)
+        return parser
+
+    def job_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
+        parser.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name")
+
+    command("status", _status, "counts of pending, due, failed, held and deleted jobs; health of Redis, workers, "
+                               "the scheduler and the clocks")
+
+    pending = command("pending", _pending, "pending deletions in due order, with their TTL and where it came from")
+    pending.add_argument("--namespace", help="only this namespace")
+    pending.add_argument("--kind", help="only this kind, e.g. TFJob")
+    pending.add_argument("--limit", type=_count, default=100, help="at most this many")
+
+    job_arguments(command("show", _show, "everything known about one job: pending deletion, the latest decision "
+                                         "about every UID it had (why it is kept, too), history, tombstone"))
+
+    history = command("history", _history, "the audit trail, newest first")
+    history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME", help="e.g. 2h, or 2030-01-31T00:00:00Z")
+    history.add_argument("--event", help="e.g. deleted, skipped, failed, cancelled, stuck")
+    history.add_argument("--namespace", help="only this namespace")
+    history.add_argument("--limit", type=_count, default=50, help="at most this many")
+
+    command("failed", _failed, "failed deletions, with their RQ job id and the error, and stuck ones")
+
+    retry = command("retry", _retry, "run a failed deletion again")
+    which = retry.add_mutually_exclusive_group(required=True)
+    which.add_argument("job_id", nargs="?", metavar="JOB_ID", help="from `jobttl failed`")
+    which.add_argument("--all-failed", action="store_true", help="every failed deletion")
+
+    job_arguments(command("cancel", _cancel, "never delete this job (recorded in history)"))
+
+    postpone = command("postpone", _postpone, "delete this job later than planned")
+    job_arguments(postpone)
+    postpone.add_argument("duration", type=_duration, metavar="DURATION", help="how much later, e.g. 2h or 3d")
+
+
+def _settings_epilog() -> str:
+    lines = ["settings (environment variables, checked at start):"]
+    lines += [f"  {env:<30} {default:<26} {meaning}" for env, default, meaning in config.describe()]
+    return "\n".join(lines)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="jobttl", formatter_class=_Formatter,
+        description="Delete finished Kubernetes training jobs a time-to-live after they finish.",
+        epilog=_settings_epilog(),
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def process(name: str, run, help: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help, description=help, formatter_class=_Formatter,
+                                  epilog=ENVIRONMENT_EPILOG)
+        sub.set_defaults(run=run)
+        return sub
+
+    sink = process("sink", _sink, "serve the CloudEvents sink (and the read API, /metrics, /readyz)")
+    sink.add_argument("--host", default="0.0.0.0", help="address to listen on")
+    sink.add_argument("--port", type=_port, default=8080, help="port to listen on")
+    sink.add_argument("--threads", type=_count, default=8, help="request threads")
+
+    worker = process("worker", _worker, "run the deleting RQ worker with its scheduler")
+    worker.add_argument("--burst", action="store_true", help="run the jobs due now, then exit")
+
+    watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
+    watch.add_argument("--sink", required=True, metavar="URL", help="where to POST events, e.g. http://jobttl-sink")
+
+    resync = process("resync", _resync, "make the schedule in Redis match the cluster, now")
+    resync.add_argument("--confirm", metavar="HELD_ID",
+                        help="delete the deletions held by the blast-radius guard (those still due); HELD_ID, from "
+                             "the report, makes sure they are the ones you reviewed")
+    resync.add_argument("--json", action="store_true", help="print the report as JSON")
+
+    explain = process("explain", _explain, "what jobttl would decide for objects in a file, and why (offline: no "
+                                           "cluster, no Redis)")
+    explain.add_argument("-f", "--filename", required=True, metavar="FILE",
+                         help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin")
+    explain.add_argument("--policy", metavar="FILE", help="the policy to decide with (default: JOBTTL_POLICY)")
+    explain.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
+    explain.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
+
+    _add_operator_commands(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = Settings.from_env()
+    except ConfigError as exc:
+        print(f"jobttl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    # An operator command's output is its table; its audit records are kept in Redis, and
+    # logging them here too would only interleave JSON lines with it.
+    quiet = args.run in (_operate, _explain)
+    logs.configure("WARNING" if quiet else settings.log_level)
+    try:
+        return args.run(args, settings) or 0
+    except ConfigError as exc:
+        print(f"jobttl: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

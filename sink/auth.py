@@ -1,0 +1,90 @@
+"""Who may send the sink events: Knative's OIDC sender tokens, and an allowlist of sources.
+
+Any pod in the cluster can reach the sink; a forged "delete" or "not finished" event would
+cancel a pending deletion until the next resync (nothing is ever deleted on an event's
+word: the worker re-reads the object). Three layers close that:
+
+- a NetworkPolicy (``knative/``) admits only Knative's data plane, the watcher and the
+  monitoring scraper;
+- with Knative Eventing's OIDC sender authentication on, every delivery carries a bearer
+  token (a Kubernetes service-account JWT) whose audience is the sink's; the sink verifies
+  its signature against the issuer's published keys (OIDC discovery → JWKS), its issuer,
+  audience and expiry, and answers 401 otherwise;
+- ``JOBTTL_SINK_SOURCES`` lists the CloudEvent ``source`` values accepted (the API server
+  URL an ApiServerSource reports, the watcher's), refusing others with 403.
+"""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass
+
+import jwt
+import requests
+
+from jobttl.core.config import Settings
+
+DISCOVERY = "/.well-known/openid-configuration"
+
+
+class Unauthenticated(Exception):
+    """No valid sender token: answer 401."""
+
+
+class Forbidden(Exception):
+    """A valid sender, but not one this sink accepts events from: answer 403."""
+
+
+class VerifierUnavailable(Exception):
+    """The issuer's keys cannot be fetched: answer 503, so the sender retries."""
+
+
+@dataclass
+class SenderCheck:
+    sources: tuple[str, ...] = ()
+    audience: str | None = None
+    issuer: str | None = None
+    ca_file: str | None = None
+    _keys: jwt.PyJWKClient | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SenderCheck:
+        return cls(settings.sink_sources, settings.sink_oidc_audience, settings.sink_oidc_issuer,
+                   settings.sink_oidc_ca_file)
+
+    @property
+    def authenticates(self) -> bool:
+        return self.audience is not None
+
+    def token(self, authorization: str | None) -> dict:
+        """The verified claims of the request's bearer token (when OIDC is on)."""
+        if not self.authenticates:
+            return {}
+        scheme, _, token = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("a Knative OIDC bearer token is required (Authorization: Bearer ...)")
+        try:
+            key = self._jwks().get_signing_key_from_jwt(token)
+            return jwt.decode(token, key.key, algorithms=["RS256", "ES256", "RS384", "ES384", "RS512"],
+                              audience=self.audience, issuer=self.issuer, options={"require": ["exp", "iss", "aud"]})
+        except jwt.PyJWKClientConnectionError as exc:
+            raise VerifierUnavailable(f"cannot fetch the token issuer's keys: {exc}") from None
+        except jwt.PyJWKClientError as exc:
+            raise Unauthenticated(f"cannot verify the sender token: {exc}") from None
+        except jwt.InvalidTokenError as exc:
+            raise Unauthenticated(f"invalid sender token: {exc}") from None
+
+    def source(self, source: str) -> None:
+        if self.sources and source not in self.sources:
+            raise Forbidden(f"events from source {source[:200]!r} are not accepted (JOBTTL_SINK_SOURCES)")
+
+    def _jwks(self) -> jwt.PyJWKClient:
+        if self._keys is None:
+            verify = self.ca_file or True
+            try:
+                discovery = requests.get(self.issuer.rstrip("/") + DISCOVERY, timeout=5, verify=verify).json()
+            except (requests.RequestException, ValueError) as exc:
+                raise VerifierUnavailable(f"OIDC discovery at {self.issuer} failed: {exc}") from None
+            context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
+            self._keys = jwt.PyJWKClient(discovery["jwks_uri"], cache_keys=True, lifespan=300, ssl_context=context)
+        return self._keys

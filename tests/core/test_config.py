@@ -1,0 +1,78 @@
+"""Misconfiguration stops the process at start with the setting named (jobttl.core.config)."""
+
+import pytest
+
+from jobttl.cli import main
+from jobttl.core.config import ConfigError, Settings
+
+
+def test_defaults_need_no_environment():
+    settings = Settings.from_env({})
+    assert settings.redis_url == "redis://127.0.0.1:6379/0"
+    assert settings.propagation_policy == "Foreground"
+    assert settings.retry_intervals == [10, 20, 40, 80, 160]
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("JOBTTL_REDIS_URL", "http://localhost:6379"),
+        ("JOBTTL_PROPAGATION_POLICY", "foreground"),
+        ("JOBTTL_QUEUE", "jobs:ttl"),
+        ("JOBTTL_RETRY_MAX", "five"),
+        ("JOBTTL_RETRY_BACKOFF", "-1"),
+        ("JOBTTL_MAX_EVENT_BYTES", "10"),
+        ("JOBTTL_LOG_LEVEL", "LOUD"),
+    ],
+)
+def test_each_invalid_setting_is_named(name, value):
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_the_cli_exits_2_naming_the_setting(monkeypatch, capsys):
+    monkeypatch.setenv("JOBTTL_PROPAGATION_POLICY", "Sideways")
+    assert main(["worker"]) == 2
+    assert "JOBTTL_PROPAGATION_POLICY" in capsys.readouterr().err
+
+
+def test_an_unreadable_kubeconfig_stops_the_worker_naming_kubeconfig(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    assert main(["worker"]) == 2
+    assert "KUBECONFIG" in capsys.readouterr().err
+
+
+def test_an_invalid_policy_file_stops_the_process_naming_file_and_field(monkeypatch, capsys, tmp_path):
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("maxTTL: 1d\nttlAfterFailure: 2d\n")
+    monkeypatch.setenv("JOBTTL_POLICY", str(policy))
+    assert main(["sink"]) == 2
+    err = capsys.readouterr().err
+    assert f"JOBTTL_POLICY: {policy}: ttlAfterFailure: is longer than maxTTL" in err
+
+
+@pytest.mark.parametrize("name, value", [("JOBTTL_DELETE_RATE", "fast"), ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),
+                                         ("JOBTTL_RESYNC_INTERVAL", "-1")])
+def test_resync_and_rate_settings_are_validated(name, value):
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
+
+
+@pytest.mark.parametrize("name, value", [("JOBTTL_RESYNC_MAX_SHARE", "nan"), ("JOBTTL_DELETE_RATE", "inf"),
+                                         ("JOBTTL_TOMBSTONE_DAYS", "0"), ("JOBTTL_CLOCK_SKEW_BOUND", "0"),
+                                         ("JOBTTL_REDIS_URL", "redis+cluster://x"), ("JOBTTL_STUCK_AFTER", "soon")])
+def test_settings_that_would_silently_break_safety_are_refused(name, value):
+    with pytest.raises(ConfigError, match=name):
+        Settings.from_env({name: value})
+
+
+def test_oidc_needs_both_its_audience_and_its_issuer():
+    with pytest.raises(ConfigError, match="JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER"):
+        Settings.from_env({"JOBTTL_SINK_OIDC_AUDIENCE": "jobttl-sink"})
+
+
+def test_every_setting_is_described_once_for_help_and_readme():
+    from jobttl.core.config import SETTINGS, describe
+
+    assert len({s.env for s in SETTINGS}) == len(SETTINGS)
+    assert [row[0] for row in describe()] == [s.env for s in SETTINGS]

@@ -1,0 +1,207 @@
+"""The cluster policy and per-object annotations (worker/policy.py, worker/decision.py)."""
+
+import textwrap
+
+import pytest
+
+from tests.fixtures import finished_status, tfjob, with_server_fields
+from jobttl.core.decision import Verdict, decide
+from jobttl.core.durations import format_duration, parse_duration
+from jobttl.core.kinds import TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.policy import PolicyError, load_policy, parse_policy
+
+AT = 1_700_000_000
+HOUR, DAY = 3600, 86400
+
+
+def job(namespace="team", ttl=None, outcome="Succeeded", labels=None, annotations=None):
+    obj = with_server_fields(tfjob("train", namespace, ttl=ttl))
+    obj["status"] = finished_status(AT, outcome)
+    if labels:
+        obj["metadata"]["labels"] = labels
+    if annotations:
+        obj["metadata"]["annotations"] = annotations
+    return obj
+
+
+CLUSTER = parse_policy({
+    "ttl": "1d",
+    "maxTTL": "7d",
+    "ttlAfterFailure": "3d",
+    "rules": [
+        {"name": "pinned", "selector": {"matchLabels": {"pin": "true"}}, "keep": True},
+        {"name": "research", "namespaces": ["research"], "ttl": "2d", "maxTTL": "14d"},
+        {"name": "research-again", "namespaces": ["research"], "ttl": "9d"},
+        {"name": "gpu", "namespaces": ["research"], "selector": {"matchExpressions": [
+            {"key": "accelerator", "operator": "In", "values": ["a100", "h100"]}]}, "ttl": "4h"},
+        {"name": "quick", "selector": {"matchExpressions": [{"key": "quick", "operator": "Exists"}]}, "dryRun": True,
+         "ttl": "1m"},
+    ],
+})
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("36h", 36 * HOUR), ("7d", 7 * DAY), ("1h30m", 5400),
+                                           ("2w", 14 * DAY), ("120", 120), (0, 0)])
+def test_durations_in_human_units(text, seconds):
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "7 days", "1.5h", "-5s", "h", "5x", -1, True, None])
+def test_bad_durations_say_what_is_expected(text):
+    with pytest.raises(ValueError, match="duration|negative"):
+        parse_duration(text)
+
+
+def test_format_duration_is_the_inverse():
+    assert format_duration(DAY + 2 * HOUR + 3 * 60 + 4) == "1d2h3m4s"
+    assert parse_duration(format_duration(93784)) == 93784
+
+
+def test_the_default_ttl_applies_to_jobs_that_set_none():
+    decision = decide(job(), TFJOB, CLUSTER)
+    assert (decision.expires_at, decision.ttl_source) == (AT + DAY, "ttl of policy")
+
+
+def test_failed_jobs_get_the_failure_ttl():
+    decision = decide(job(outcome="Failed"), TFJOB, CLUSTER)
+    assert (decision.ttl, decision.ttl_source) == (3 * DAY, "ttlAfterFailure of policy")
+
+
+def test_a_jobs_own_ttl_wins_over_the_default_but_is_capped():
+    assert decide(job(ttl=HOUR), TFJOB, CLUSTER).ttl == HOUR
+    capped = decide(job(ttl=30 * DAY), TFJOB, CLUSTER)
+    assert capped.ttl == 7 * DAY
+    assert capped.ttl_source == "spec.runPolicy.ttlSecondsAfterFinished, capped by maxTTL of policy"
+
+
+def test_namespace_rules_override_global_values_and_the_first_match_wins():
+    decision = decide(job(namespace="research"), TFJOB, CLUSTER)
+    assert (decision.ttl, decision.ttl_source, decision.rules) == (2 * DAY, "ttl of rule research", ("research",))
+    assert decide(job(namespace="research", ttl=10 * DAY), TFJOB, CLUSTER).ttl == 10 * DAY, "research's cap is 14d"
+
+
+def test_selector_rules_override_namespace_rules():
+    decision = decide(job(namespace="research", labels={"accelerator": "h100"}), TFJOB, CLUSTER)
+    assert (decision.ttl, decision.ttl_source) == (4 * HOUR, "ttl of rule gpu")
+    assert decision.rules == ("research", "gpu")
+    # The gpu rule does not set ttlAfterFailure: the global one still applies to failures.
+    assert decide(job(namespace="research", labels={"accelerator": "h100"}, outcome="Failed"), TFJOB,
+                  CLUSTER).ttl_source == "ttlAfterFailure of policy"
+
+
+def test_a_rule_can_keep_jobs():
+    decision = decide(job(labels={"pin": "true"}), TFJOB, CLUSTER)
+    assert (decision.verdict, decision.reason) == (Verdict.KEPT, "rule pinned says keep")
+
+
+def test_dry_run_rules_mark_the_decision():
+    decision = decide(job(labels={"quick": ""}), TFJOB, CLUSTER)
+    assert decision.verdict is Verdict.EXPIRES and decision.dry_run and decision.ttl == 60
+
+
+def test_excluded_namespaces():
+    assert decide(job(namespace="kube-system"), TFJOB, CLUSTER).verdict is Verdict.EXCLUDED
+    only = parse_policy({"ttl": "1h", "namespaces": {"include": ["ml"], "exclude": []}})
+    assert decide(job(namespace="team"), TFJOB, only).verdict is Verdict.EXCLUDED
+    assert decide(job(namespace="ml"), TFJOB, only).verdict is Verdict.EXPIRES
+
+
+def test_the_ttl_annotation_overrides_the_field_and_is_capped():
+    decision = decide(job(ttl=HOUR, annotations={"jobttl.io/ttl": "36h"}), TFJOB, CLUSTER)
+    assert (decision.ttl, decision.ttl_source) == (36 * HOUR, "annotation jobttl.io/ttl")
+    assert decide(job(annotations={"jobttl.io/ttl": "90d"}), TFJOB, CLUSTER).ttl == 7 * DAY
+
+
+def test_the_keep_annotation_opts_out():
+    decision = decide(job(ttl=0, annotations={"jobttl.io/keep": "true"}), TFJOB, CLUSTER)
+    assert decision.verdict is Verdict.KEPT and "jobttl.io/keep" in decision.reason
+
+
+def test_keep_until_postpones_expiry_within_the_cap():
+    until = "2023-11-16T22:13:20Z"  # AT + 2 days
+    decision = decide(job(ttl=HOUR, annotations={"jobttl.io/keep-until": until}), TFJOB, CLUSTER)
+    assert (decision.expires_at, decision.ttl_source) == (AT + 2 * DAY, "annotation jobttl.io/keep-until")
+    far = decide(job(annotations={"jobttl.io/keep-until": "2099-01-01T00:00:00Z"}), TFJOB, CLUSTER)
+    assert far.expires_at == AT + 7 * DAY and "capped by maxTTL" in far.ttl_source
+    earlier = decide(job(ttl=3 * DAY, annotations={"jobttl.io/keep-until": until}), TFJOB, CLUSTER)
+    assert earlier.expires_at == AT + 3 * DAY, "keep-until never shortens"
+
+
+@pytest.mark.parametrize("annotations, words", [({"jobttl.io/ttl": "soon"}, "jobttl.io/ttl"),
+                                                ({"jobttl.io/keep-until": "tomorrow"}, "RFC 3339")])
+def test_bad_annotations_are_invalid_not_errors(annotations, words):
+    decision = decide(job(annotations=annotations), TFJOB, CLUSTER)
+    assert decision.verdict is Verdict.INVALID_TTL and words in decision.reason
+
+
+def test_trainjobs_get_policy_ttls_by_outcome():
+    from tests.fixtures import job_object
+
+    policy = parse_policy({"ttlAfterSuccess": "1h", "ttlAfterFailure": "1d"})
+    ok = with_server_fields(job_object(TRAINJOB, "t", state="succeeded", at=AT))
+    failed = with_server_fields(job_object(TRAINJOB, "t", state="failed", at=AT))
+    assert decide(ok, TRAINJOB, policy).ttl == HOUR
+    assert decide(failed, TRAINJOB, policy).ttl == DAY
+
+
+def test_kinds_are_chosen_by_kind_or_api_version_and_kind():
+    assert [k.api_version for k in parse_policy({"kinds": ["MPIJob"]}).kinds] == ["kubeflow.org/v1",
+                                                                                  "kubeflow.org/v2beta1"]
+    assert parse_policy({"kinds": ["argoproj.io/v1alpha1/Workflow"]}).kinds == (WORKFLOW,)
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"ttl": "forever"}, "ttl: expected a duration"),
+    ({"maxTTL": "1d", "ttl": "2d"}, "ttl: is longer than maxTTL"),
+    ({"dryrun": True}, "dryrun: unknown field"),
+    ({"dryRun": "yes"}, "dryRun: expected true or false"),
+    ({"kinds": ["TFJobs"]}, "kinds[0]: unknown kind 'TFJobs'"),
+    ({"namespaces": {"exclude": "kube-system"}}, "namespaces.exclude: expected a list"),
+    ({"rules": [{"namespaces": ["a"], "ttl": "1h"}]}, "rules[0].name: required"),
+    ({"rules": [{"name": "x", "ttl": "1h"}]}, "rules[0]: a rule needs namespaces, a selector or both"),
+    ({"rules": [{"name": "x", "selector": {"matchLabels": {"gpu": True}}}]}, "rules[0].selector.matchLabels"),
+    ({"rules": [{"name": "x", "selector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}]},
+     "rules[0].selector.matchExpressions[0].operator: must be one of"),
+    ({"rules": [{"name": "x", "namespaces": ["a"], "keep": "true"}]}, "rules[0].keep: expected true or false"),
+    ({"rules": [{"name": "x", "namespaces": ["a"]}, {"name": "x", "namespaces": ["b"]}]}, "duplicate rule name"),
+    (["ttl"], "expected a mapping"),
+])
+def test_invalid_policies_are_rejected_naming_the_field(data, words):
+    with pytest.raises(PolicyError) as info:
+        parse_policy(data, "policy.yaml")
+    assert str(info.value).startswith("policy.yaml: ")
+    assert words in str(info.value)
+
+
+def test_policy_files_name_themselves_in_errors(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text(textwrap.dedent("""\
+        ttl: 7d
+        rules:
+          - name: a
+            namespaces: [x]
+            maxTTL: 1d
+            ttl: 2d
+    """))
+    with pytest.raises(PolicyError, match=rf"^{path}: rules\[0\]\.ttl: is longer than maxTTL"):
+        load_policy(path)
+    path.write_text("ttl: [unclosed")
+    with pytest.raises(PolicyError, match="not valid YAML"):
+        load_policy(path)
+    with pytest.raises(PolicyError, match="cannot read"):
+        load_policy(tmp_path / "missing.yaml")
+
+
+def test_an_empty_file_is_the_default_policy(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("# nothing yet\n")
+    assert load_policy(path) == parse_policy(None)
+
+
+def test_the_example_policy_in_the_readme_is_valid_and_means_what_it_says():
+    from tests.services import ROOT
+
+    policy = load_policy(ROOT / "examples" / "policy.yaml")
+    assert decide(job(outcome="Failed"), TFJOB, policy).ttl == 14 * DAY
+    assert decide(job(namespace="sandbox"), TFJOB, policy).ttl == HOUR
+    assert decide(job(labels={"accelerator": "h100"}), TFJOB, policy).dry_run

@@ -1,0 +1,219 @@
+"""The one reconcile path against real Redis and the real RQ (jobttl.core.reconcile, .schedule, .scripts)."""
+
+import json
+import time
+import uuid
+import zlib
+
+import pytest
+from rq.job import Job, JobStatus
+from rq.registry import ScheduledJobRegistry
+from rq.serializers import JSONSerializer
+
+from jobttl.core import keys
+from jobttl.core.audit import Audit
+from jobttl.core.decision import decide
+from jobttl.core.kinds import TFJOB
+from jobttl.core.policy import parse_policy
+from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
+from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for
+from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
+
+
+@pytest.fixture
+def schedule(redis, queue_name):
+    return Schedule(redis, queue_name, retry_intervals=[1, 2])
+
+
+@pytest.fixture
+def audit(redis):
+    return Audit(redis)
+
+
+@pytest.fixture
+def reconciler(schedule, audit):
+    return Reconciler(schedule, audit, parse_policy(None), burst_limit=3)
+
+
+def finished(ttl=3600, at=None, name=None, **meta):
+    # Names are unique per test: tests share one Redis, and each name has a history card.
+    obj = with_server_fields(tfjob(name or f"train-{uuid.uuid4().hex[:8]}", f"team-{uuid.uuid4().hex[:6]}", ttl=ttl))
+    obj["status"] = finished_status(time.time() if at is None else at)
+    obj["metadata"].update(meta)
+    return obj
+
+
+def running(obj):
+    return {**obj, "status": running_status(time.time())}
+
+
+def uid(obj):
+    return obj["metadata"]["uid"]
+
+
+def due(obj):
+    return decide(obj, TFJOB).expires_at
+
+
+def scheduled_ids(schedule):
+    return ScheduledJobRegistry(queue=schedule.queue).get_job_ids()
+
+
+def trail(audit, obj):
+    return [e.fields for e in audit.history(obj["metadata"]["namespace"], obj["metadata"]["name"])]
+
+
+def test_a_future_deletion_is_one_scheduled_rq_job_with_an_inspectable_record(reconciler, schedule):
+    obj = finished()
+    outcome = reconciler.reconcile(obj, TFJOB, "event")
+    assert outcome.change is Change.SCHEDULED and outcome.due == due(obj)
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]
+    pending = schedule.get(uid(obj))
+    assert (pending.ref.name, pending.due, pending.ttl, pending.ttl_source, pending.state) == (
+        obj["metadata"]["name"], due(obj), 3600, "spec.runPolicy.ttlSecondsAfterFinished", "scheduled")
+    assert schedule.redis.zscore(keys.PENDING_INDEX, uid(obj)) == due(obj)
+
+
+def test_duplicates_change_nothing_and_add_nothing_to_the_trail(reconciler, schedule, audit):
+    obj = finished()
+    changes = [reconciler.reconcile(obj, TFJOB, "event").change for _ in range(20)]
+    assert changes == [Change.SCHEDULED] + [Change.UNCHANGED] * 19
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]
+    assert [e["event"] for e in trail(audit, obj)] == ["scheduled"]
+
+
+def test_a_new_expiry_moves_the_deletion_and_retires_the_old_rq_job(reconciler, schedule, redis):
+    obj = finished(ttl=3600)
+    reconciler.reconcile(obj, TFJOB, "event")
+    longer = {**obj, "spec": {**obj["spec"], "runPolicy": {"ttlSecondsAfterFinished": 7200}}}
+    outcome = reconciler.reconcile(longer, TFJOB, "event")
+    assert outcome.change is Change.MOVED and outcome.previous_due == due(obj)
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(longer))]
+    assert not redis.exists(f"rq:job:{job_id_for(uid(obj), due(obj))}"), "the old RQ job hash must not leak"
+
+
+def test_an_object_that_no_longer_expires_is_cancelled_once(reconciler, schedule, audit):
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    assert reconciler.reconcile(running(obj), TFJOB, "event").change is Change.CANCELLED
+    assert reconciler.reconcile(running(obj), TFJOB, "event").label == "ignored:not-finished"
+    assert schedule.get(uid(obj)) is None and scheduled_ids(schedule) == []
+    assert [e["event"] for e in trail(audit, obj)] == ["cancelled", "scheduled"]
+    assert trail(audit, obj)[0]["reason"] == "not-finished"
+
+
+def test_why_a_job_is_kept_is_on_its_history_card(reconciler, audit):
+    obj = running(finished())
+    reconciler.reconcile(obj, TFJOB, "event")
+    [decision] = audit.decisions(obj["metadata"]["namespace"], obj["metadata"]["name"]).values()
+    assert decision["reason"] == "not-finished" and decision["detail"] == "TFJob has not finished"
+    assert trail(audit, obj) == [], "a decision that changes nothing is not news for the trail"
+
+
+def test_a_recreated_job_has_its_own_schedule(reconciler, schedule):
+    old = finished()
+    new = {**old, "metadata": {**old["metadata"], "uid": str(uuid.uuid4())}}
+    reconciler.reconcile(old, TFJOB, "event")
+    reconciler.reconcile(new, TFJOB, "event")
+    assert sorted(scheduled_ids(schedule)) == sorted([job_id_for(uid(old), due(old)), job_id_for(uid(new), due(new))])
+
+
+def test_an_already_expired_deletion_is_queued_for_now_not_scheduled(reconciler, schedule):
+    obj = finished(ttl=60, at=time.time() - 3600)
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
+    assert scheduled_ids(schedule) == []
+    assert schedule.queue.job_ids == [job_id_for(uid(obj), due(obj))]
+
+
+def test_forget_removes_the_rq_job_and_the_index_entry(reconciler, schedule, redis):
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    from jobttl.core.identity import JobRef
+
+    assert reconciler.forget(JobRef.of(obj), "deleted", "event").change is Change.CANCELLED
+    assert scheduled_ids(schedule) == [] and schedule.get(uid(obj)) is None
+    assert not redis.exists(f"rq:job:{job_id_for(uid(obj), due(obj))}")
+    assert reconciler.forget(JobRef.of(obj), "deleted", "event").label == "ignored:deleted"
+
+
+def test_a_deletion_whose_rq_job_was_lost_is_enqueued_again(reconciler, schedule, redis):
+    """A process that died between the script and RQ's write left the index naming no RQ job."""
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    Job.fetch(job_id_for(uid(obj), due(obj)), connection=redis, serializer=JSONSerializer).delete()
+    assert reconciler.reconcile(obj, TFJOB, "resync").change is Change.SCHEDULED
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]
+
+
+def test_a_permanently_failed_deletion_stays_failed_until_retried_but_a_new_due_replaces_it(reconciler, schedule):
+    obj = finished(ttl=60, at=time.time() - 3600)
+    reconciler.reconcile(obj, TFJOB, "event")
+    job = schedule.queue.fetch_job(job_id_for(uid(obj), due(obj)))
+    job.set_status(JobStatus.FAILED)
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED, "out of retries on an outage: again"
+    job = schedule.queue.fetch_job(job_id_for(uid(obj), due(obj)))
+    job.set_status(JobStatus.FAILED)
+    schedule.mark_permanent_failure(job)
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.UNCHANGED
+    longer = {**obj, "spec": {**obj["spec"], "runPolicy": {"ttlSecondsAfterFinished": 7200}}}
+    assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
+
+
+def test_rq_jobs_are_json_never_pickle_and_carry_only_the_member_and_due(reconciler, redis):
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    raw = redis.hgetall(f"rq:job:{job_id_for(uid(obj), due(obj))}")
+    func, _instance, args, _kwargs = json.loads(zlib.decompress(raw[b"data"]))
+    assert func == DELETE_TASK and args == [uid(obj), due(obj)]
+    assert json.loads(raw[b"meta"])["ref"] == ["kubeflow.org/v1", "TFJob", obj["metadata"]["namespace"],
+                                               obj["metadata"]["name"]]
+
+
+def test_events_that_make_too_many_deletions_due_at_once_are_held(reconciler, schedule, redis):
+    redis.delete(keys.RECENT_DUE)  # what other tests made due in the last minute
+    outcomes = [reconciler.reconcile(finished(ttl=0, at=time.time() - 60), TFJOB, "event").change for _ in range(5)]
+    assert outcomes == [Change.SCHEDULED] * 3 + [Change.HELD] * 2, "the limit is 3 per minute"
+    assert redis.hlen(keys.HELD) >= 2
+
+
+def test_a_resync_collects_newly_due_deletions_instead_of_queueing_them(reconciler, schedule):
+    obj = finished(ttl=0, at=time.time() - 60)
+    outcome = reconciler.reconcile(obj, TFJOB, "resync", mode=COLLECT)
+    assert outcome.change is Change.DUE_NOW and schedule.get(uid(obj)) is None
+    [released] = reconciler.release([(outcome.ref, outcome.decision)], "resync")
+    assert released.change is Change.SCHEDULED and schedule.get(uid(obj)).due == due(obj)
+
+
+def test_every_path_records_the_same_fields(reconciler, audit):
+    fields = []
+    for by, mode in (("event", "guarded"), ("resync", COLLECT), ("worker", RELEASE)):
+        obj = finished()
+        reconciler.reconcile(obj, TFJOB, by, mode=mode)
+        [entry] = trail(audit, obj)
+        fields.append(set(entry) - {"by"})
+    assert fields[0] == fields[1] == fields[2]
+    assert {"ttl", "ttlSource", "finishedAt", "rules", "dryRun", "due"} <= fields[0]
+
+
+def test_an_operator_keep_cancels_and_holds_against_later_events(reconciler, schedule):
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    schedule.set_override(uid(obj), {"keep": "true"}, "operator")
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.CANCELLED
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.KEPT
+
+
+def test_an_operator_postpone_moves_the_deletion_no_earlier_than_asked(reconciler, schedule):
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    schedule.set_override(uid(obj), {"until": str(due(obj) + 86400)}, "operator")
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
+    assert schedule.get(uid(obj)).due == due(obj) + 86400
+
+
+def test_a_batch_rejects_one_odd_object_and_reconciles_the_rest(reconciler):
+    good, odd = finished(), finished()
+    odd["metadata"]["name"] = "Not_A_Name"
+    outcomes, rejected = reconciler.reconcile_many([(good, TFJOB), (odd, TFJOB)], "resync")
+    assert [o.change for o in outcomes] == [Change.SCHEDULED]
+    assert len(rejected) == 1 and "metadata.name" in rejected[0].reason

@@ -1,0 +1,83 @@
+"""What the wheel ships: one `jobttl.*` namespace, no test tooling, and imports that go one way.
+
+The wheel is built as `pip wheel` builds it, unpacked, and checked there: that is the tree
+the import-linter contracts in pyproject.toml are about (the repository's folders become
+`jobttl.core`, `jobttl.sink`, ... only once installed).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from tests.deploy.manifests import REPO
+
+LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    [built] = out.glob("jobttl-*.whl")
+    return built
+
+
+@pytest.fixture(scope="module")
+def unpacked(wheel, tmp_path_factory) -> Path:
+    target = tmp_path_factory.mktemp("site")
+    with zipfile.ZipFile(wheel) as archive:
+        archive.extractall(target)
+    return target
+
+
+def lint_imports(site: Path) -> subprocess.CompletedProcess:
+    # From a directory of its own: import-linter puts the working directory first on the path,
+    # and the repository root has a `jobttl/` folder that is only the command.
+    return subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml")], cwd=site,
+                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_everything_installs_under_one_namespace(unpacked):
+    top = {p.name for p in unpacked.iterdir() if not p.name.endswith(".dist-info")}
+    assert top == {"jobttl"}, "no top-level sink, worker, watcher or emulator packages to collide with"
+    assert {p.name for p in (unpacked / "jobttl").iterdir() if p.is_dir() and p.name != "__pycache__"} == {
+        "cli", "core", "sink", "worker", "watcher"}
+
+
+def test_the_wheel_carries_no_test_tooling(unpacked):
+    shipped = [p.relative_to(unpacked).as_posix() for p in unpacked.rglob("*") if p.is_file()]
+    assert not [p for p in shipped if "emulator" in p or p.startswith("tests/") or "conftest" in p]
+
+
+def test_the_import_contracts_hold_in_what_ships(unpacked):
+    result = lint_imports(unpacked)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "3 kept, 0 broken" in result.stdout
+
+
+@pytest.mark.parametrize("module, line", [
+    ("core/schedule.py", "import jobttl.worker.tasks\n"),  # the core climbing up to a process
+    ("sink/api.py", "import jobttl.worker.resync\n"),  # one process importing another
+    ("worker/tasks.py", "import kubernetes.client\n"),  # the API reached around the core's client
+])
+def test_a_broken_layer_is_caught(unpacked, tmp_path, module, line):
+    broken = tmp_path / "site"
+    shutil.copytree(unpacked, broken)
+    path = broken / "jobttl" / module
+    path.write_text(line + path.read_text())
+    result = lint_imports(broken)
+    assert result.returncode != 0 and "BROKEN" in result.stdout
+
+
+def test_a_folder_cannot_be_imported_under_its_bare_name():
+    """Run from the repository root, `worker.x` and `jobttl.worker.x` would be two modules."""
+    result = subprocess.run([sys.executable, "-c", "import worker"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and "import jobttl.worker, not worker" in result.stderr

@@ -1,0 +1,104 @@
+"""`jobttl watch` sends the sink what ApiServerSource would, and misses nothing on reconnect."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+
+import pytest
+from kubernetes import config
+
+from tests.e2e.conftest import Cluster
+from tests.fixtures import finished_status
+from tests.services import JobttlProcess, RecordingSink, wait_for
+from jobttl.watcher import watch
+from jobttl.core.kinds import TFJOB
+from jobttl.core.kube import KubeClient
+
+
+@contextlib.contextmanager
+def watching(emulator):
+    """`jobttl watch`'s loop in a thread, posting to a recording sink, once its watch is open."""
+    sink = RecordingSink()
+    stop = threading.Event()
+    kube = KubeClient(config.new_client_from_config(config_file=str(emulator.kubeconfig)), component="watch")
+    thread = threading.Thread(target=watch.run, args=(kube, (TFJOB,), sink.url, stop), daemon=True)
+    opened = emulator.store.open_watches
+    thread.start()
+    try:
+        wait_for(lambda: emulator.store.open_watches > opened, what="the watcher to watch")
+        yield sink
+    finally:
+        stop.set()
+        emulator.close_watches()
+        sink.server.shutdown()
+        thread.join(timeout=10)
+
+
+@pytest.fixture
+def watched(emulator):
+    with watching(emulator) as sink:
+        yield sink
+
+
+def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, watched):
+    obj = cluster.create("w1", ttl=60)
+    finished = cluster.set_status("w1", finished_status(time.time()))
+    cluster.delete_now("w1")
+    wait_for(lambda: [t for t, *_ in watched.of(cluster.namespace)] == ["add", "update", "delete"],
+             what="add, update and delete events")
+
+    add, update, delete = [e for e in watched.events if e["data"]["metadata"]["namespace"] == cluster.namespace]
+    assert update["data"]["status"] == finished["status"]
+    headers = add["headers"]
+    assert headers["ce-type"] == "dev.knative.apiserver.resource.add"
+    assert headers["ce-source"] == cluster.emulator.url
+    assert headers["ce-subject"] == f"/apis/kubeflow.org/v1/namespaces/{cluster.namespace}/tfjobs/w1"
+    assert (headers["ce-kind"], headers["ce-apiversion"], headers["ce-name"], headers["ce-namespace"]) == (
+        "TFJob", "kubeflow.org/v1", "w1", cluster.namespace)
+    assert headers["content-type"] == "application/json"
+    assert add["data"]["metadata"]["uid"] == obj["metadata"]["uid"] == delete["data"]["metadata"]["uid"]
+    assert len({e["headers"]["ce-id"] for e in (add, update, delete)}) == 3
+
+
+def test_objects_that_exist_at_start_are_not_announced_only_their_changes(cluster: Cluster, emulator):
+    # Like ApiServerSource: the backlog is the resync's (guarded) job, not a flood of events.
+    cluster.create("existing", ttl=0)
+    with watching(emulator) as sink:
+        cluster.patch("existing", {"metadata": {"labels": {"touched": "yes"}}})
+        wait_for(lambda: sink.of(cluster.namespace), what="the update")
+        assert [(t, n) for t, n, _ in sink.of(cluster.namespace)] == [("update", "existing")]
+
+
+def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: Cluster, watched):
+    cluster.create("before", ttl=60)
+    wait_for(lambda: len(watched.of(cluster.namespace)) == 1, what="the first event")
+    wait_for(lambda: cluster.emulator.store.open_watches >= 1, what="the watch to be open")
+
+    cluster.emulator.close_watches(abort=True)  # the connection drops mid-stream
+    cluster.create("during", ttl=60)  # changes while the watcher reconnects
+    cluster.patch("before", {"metadata": {"labels": {"changed": "yes"}}})
+    cluster.create("after", ttl=60)
+
+    wait_for(lambda: len(watched.of(cluster.namespace)) >= 4, what="the changes made across the reconnect")
+    seen = watched.of(cluster.namespace)
+    assert [(t, n) for t, n, _ in seen] == [("add", "before"), ("add", "during"), ("update", "before"),
+                                            ("add", "after")]
+    assert len(set(seen)) == len(seen), "no change was delivered twice"
+
+
+def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink_url, log_dir, worker):
+    opened = cluster.emulator.store.open_watches
+    process = JobttlProcess(["watch", "--sink", sink_url], stack_env, log_dir, "watch").start()
+    try:
+        # What exists when it starts is the resync's business; changes after that are its own.
+        wait_for(lambda: cluster.emulator.store.open_watches > opened, timeout=20, what="the watcher to watch")
+        cluster.create_running("watched", ttl=1, started=time.time())
+        finished_at = int(time.time())
+        cluster.set_status("watched", finished_status(finished_at))
+        cluster.wait_gone("watched", timeout=15)
+        [delete] = cluster.deletes()
+        assert delete["time"] >= finished_at + 1
+    finally:
+        process.stop()

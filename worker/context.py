@@ -1,0 +1,72 @@
+"""What a worker process shares between its tasks: one object graph, one API connection pool."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from redis import Redis
+
+from jobttl.core import jsoncodec, keys, redisconn
+from jobttl.core.audit import Audit
+from jobttl.core.clock import ReferenceClock
+from jobttl.core.config import Settings
+from jobttl.core.kinds import KindRegistry
+from jobttl.core.kube import KubeClient, load_api_client
+from jobttl.core.metrics import Metrics
+from jobttl.core.ratelimit import RateLimit
+from jobttl.core.reconcile import Reconciler
+from jobttl.core.schedule import Schedule
+from jobttl.core.scripts import Scripts
+from jobttl.worker.notify import EventRecorder
+
+# How long a worker's published clock reading stays in `jobttl status`.
+CLOCK_READING_TTL = 600
+
+
+@dataclass
+class WorkerContext:
+    settings: Settings
+    redis: Redis
+    clock: ReferenceClock
+    kube: KubeClient
+    schedule: Schedule
+    audit: Audit
+    reconciler: Reconciler
+    kinds: KindRegistry
+    rate_limit: RateLimit
+    metrics: Metrics
+    events: EventRecorder
+    scripts: Scripts
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WorkerContext:
+        redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
+        metrics = Metrics(redis, settings.queue_name)
+        clock = ReferenceClock(settings.clock_skew_bound)
+        metrics.watch_clock(clock)
+        kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics,
+                          clock=clock)
+        schedule = Schedule.from_settings(redis, settings)
+        audit = Audit.from_settings(redis, settings, metrics)
+        return cls(settings=settings, redis=redis, clock=clock, kube=kube, schedule=schedule, audit=audit,
+                   reconciler=Reconciler.from_settings(schedule, audit, settings, metrics),
+                   kinds=KindRegistry(settings.policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
+                   metrics=metrics, events=EventRecorder(kube, metrics), scripts=Scripts(redis))
+
+    def measure_clocks(self, name: str | None = None) -> str | None:
+        """Read Redis's and the API server's clocks now; publish the reading; return any problem."""
+        sent = time.time()
+        seconds, micros = self.redis.time()
+        self.clock.observe_redis(seconds, micros, sent, time.time())
+        try:
+            self.kube.version()
+        except Exception:  # noqa: BLE001 - an API outage is not a clock problem; the last reading stands
+            pass
+        if name is not None:
+            reading = {**self.clock.as_dict(), "at": time.time()}
+            with self.redis.pipeline(transaction=False) as pipe:
+                pipe.hset(keys.CLOCKS, name, jsoncodec.dumps_str(reading))
+                pipe.expire(keys.CLOCKS, CLOCK_READING_TTL)
+                pipe.execute()
+        return self.clock.problem()

@@ -1,0 +1,231 @@
+"""Deleting one job whose TTL is up, if and only if it still should be: the worker's algorithm.
+
+In named steps, as the upstream TTL-after-finished controller's processJob → processTTL →
+needsCleanup → timeLeft:
+
+1. `current`: is this RQ job still the pending deletion? The schedule may have moved it
+   (a later TTL) or dropped it (the object went) since it was booked.
+2. `reread`: the object as the API server has it now. The event that scheduled the
+   deletion was only a hint: stale, duplicated or forged; the job may have been re-created
+   under the same name, or its TTL extended.
+3. `decide` again; a decision that no longer expires, or expires later, goes back through
+   the one reconcile path, which cancels or moves the deletion.
+4. `time_left`, by the API server's clock (measured on the read just made). When the
+   clocks disagree beyond the bound nothing is deleted: it waits until they agree.
+5. `delete` with UID and resourceVersion preconditions and the configured propagation; a
+   409 means the object changed between read and delete, so back to step 2.
+6. `finish`: gone at once (``deleted``) or still held by finalizers (``delete-requested``,
+   followed until it is gone, or reported ``stuck``); one audit entry, a tombstone, an Event.
+
+Errors are not handled here: they propagate to the task's one handler (`jobttl.worker.tasks`).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rq.job import Job
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.audit import entry_fields
+from jobttl.core.decision import Decision, Verdict, decide
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import JobKind
+from jobttl.core.kube import Conflict, ObjectGone
+from jobttl.core.schedule import JOB_STAGE, Change, split_member
+from jobttl.worker.context import WorkerContext
+
+log = logging.getLogger("jobttl.worker")
+
+# A 409 means the object changed between our read and our delete; we re-read and decide
+# again. More than a few in a row means something keeps rewriting it: let RQ retry later.
+MAX_CONFLICTS = 3
+# How early (by the API server's clock) a deletion may arrive and still be waited for in place.
+MAX_EARLY = 30
+# When a deletion whose DELETE was accepted is first looked at again.
+FIRST_FOLLOW_UP = 2
+
+
+@dataclass(frozen=True)
+class Target:
+    """The deletion this RQ job was booked for."""
+
+    ref: JobRef
+    member: str
+    due: int
+    stage: str
+
+
+@dataclass(frozen=True)
+class Current:
+    """What the BEGIN script said: is it still pending at this due time, and what did operators say."""
+
+    pending_due: int | None
+    redis_time: tuple[int, int]
+    keep: bool
+    until: int | None
+
+    def superseded(self, target: Target) -> bool:
+        return self.pending_due != target.due
+
+
+class Deletion:
+    def __init__(self, ctx: WorkerContext, job: Job | None):
+        self.ctx = ctx
+        self.job = job
+
+    # --- the algorithm ---------------------------------------------------------------------------
+    def run(self, target: Target) -> str:
+        ctx = self.ctx
+        current = self.current(target)
+        if current.superseded(target):
+            # Moved (another RQ job has the new time) or done: nothing of ours to do here.
+            return "skipped:superseded"
+        kind = ctx.kinds.get(target.ref.api_version, target.ref.kind)
+        if kind is None:
+            return self._forget(target, "kind-not-enabled")
+        for _ in range(MAX_CONFLICTS):
+            obj = self.reread(kind, target.ref)
+            if obj is None:
+                return self._forget(target, "gone")
+            uid = obj["metadata"].get("uid")
+            if uid != target.ref.uid:
+                ctx.reconciler.forget(target.ref, "recreated", "worker")
+                ctx.reconciler.reconcile(obj, kind, "worker")  # the new object gets its own decision
+                return "skipped:recreated"
+            decision = decide(obj, kind, ctx.settings.policy)
+            if decision.verdict is not Verdict.EXPIRES or current.keep or _expires(decision, current) > target.due:
+                # No longer, or later: the one reconcile path cancels or moves the deletion.
+                outcome = ctx.reconciler.reconcile(obj, kind, "worker")
+                if outcome.change is Change.MOVED:
+                    return "rescheduled"
+                return f"skipped:{outcome.reason or decision.verdict.value}"
+            problem = ctx.clock.problem()
+            if problem:
+                return self.refuse(target, "clock-skew", problem)
+            left = self.time_left(target.due)
+            if left > 0:
+                # Due at the very time this job was booked for, yet early by the API server's clock:
+                # the scheduler's clock runs ahead. Wait briefly, or leave it to come due.
+                if left > MAX_EARLY:
+                    return self.refuse(target, "early", f"{left:.0f}s before its due time by the API server's clock")
+                time.sleep(left)
+                continue
+            if decision.dry_run:
+                return self.would_delete(target, decision)
+            if ctx.rate_limit.wait() > 0:
+                # An operator may have acted while we waited for our slot.
+                before, current = current, self.current(target)
+                if current.superseded(target):
+                    return "skipped:superseded"
+                if (current.keep, current.until) != (before.keep, before.until):
+                    continue  # decide again, with what they said
+            try:
+                answer = ctx.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
+                                         obj["metadata"]["resourceVersion"], ctx.settings.propagation_policy)
+            except ObjectGone:
+                return self._forget(target, "gone")
+            except Conflict as exc:
+                ctx.audit.record("conflict", target.ref, by="worker", due=target.due, detail=str(exc))
+                continue
+            return self.finish(target, kind, obj, decision, answer)
+        raise Conflict(f"{target.ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
+
+    # --- the steps -------------------------------------------------------------------------------
+    def current(self, target: Target) -> Current:
+        sent = time.time()
+        due, seconds, micros, keep, until = self.ctx.scripts.begin(
+            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid)], args=[target.member])
+        self.ctx.clock.observe_redis(seconds, micros, sent, time.time())
+        return Current(int(float(due)) if due else None, (int(seconds), int(micros)), keep == b"true",
+                       int(until) if until else None)
+
+    def reread(self, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:
+        try:
+            return self.ctx.kube.get(kind, ref.namespace, ref.name)
+        except ObjectGone:
+            return None
+
+    def time_left(self, due: int) -> float:
+        return due - self.ctx.clock.now()
+
+    def refuse(self, target: Target, reason: str, detail: str) -> str:
+        """Not now: the pending deletion stays; the worker's sweep books it again once it can run."""
+        self.ctx.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
+                              reason=reason, failure=reason, detail=detail)
+        return f"refused:{reason}"
+
+    def would_delete(self, target: Target, decision: Decision) -> str:
+        now = self.ctx.clock.now()
+        if self.job is not None:
+            self.ctx.schedule.mark_would_delete(self.job, int(now))
+        self._finish("would-delete", target, forget=False, **_details(target, decision, now))
+        return "would-delete"
+
+    def finish(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision,
+               answer: dict[str, Any]) -> str:
+        ctx = self.ctx
+        now = ctx.clock.now()
+        details = _details(target, decision, now)
+        # A Status means gone at once; the object itself (with a deletionTimestamp) means
+        # finalizers still run (Foreground's, or others'): follow it until it is gone.
+        gone = answer.get("kind") in ("Status", None)
+        event = "deleted" if gone else "delete-requested"
+        tombstone = ctx.audit.tombstone(target.ref, obj, now)
+        follow = None if gone else now + FIRST_FOLLOW_UP
+        self._finish(event, target, forget=True, tombstone=tombstone, follow=follow,
+                     propagationPolicy=ctx.settings.propagation_policy, **details)
+        if follow is not None:
+            ctx.redis.hset(keys.TERMINATING_INFO, target.member,
+                           jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0}))
+        ctx.events.record(target.ref, "SuccessfulDeleteJob",
+                          f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s after "
+                          f"it finished (from {decision.ttl_source})")
+        return event
+
+    def _finish(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
+                follow: float | None = None, **fields: Any) -> None:
+        """The one write of an outcome: the index, the audit entry, the history card, the tombstone."""
+        ctx = self.ctx
+        entry = entry_fields(event, target.ref, by="worker", **fields)
+        args: list[Any] = [target.member, target.ref.uid, target.due, "1" if forget else "0", ctx.audit.max_entries,
+                           ctx.audit.tombstone_seconds, tombstone or "", ctx.audit.tombstone_seconds,
+                           "" if follow is None else follow]
+        for key, value in entry.items():
+            args += [key, value]
+        ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(target.ref.namespace, target.ref.name),
+                                 keys.card_log(target.ref.namespace, target.ref.name),
+                                 keys.tombstone(target.ref.namespace, target.ref.name, target.ref.uid),
+                                 keys.TERMINATING], args=args)
+        ctx.audit.observed(event, target.ref, logger=log, by="worker", **fields)
+
+    def _forget(self, target: Target, reason: str) -> str:
+        self.ctx.reconciler.forget(target.ref, reason, "worker")
+        return f"skipped:{reason}"
+
+
+def target_of(job: Job | None, member: Any, due: int) -> Target | None:
+    """The deletion an RQ job was booked for: its meta (0.2), or its arguments (0.1's ref dict)."""
+    if isinstance(member, dict):  # a 0.1 job: (ref dict, due)
+        ref = JobRef.from_dict(member)
+        return Target(ref, ref.uid, int(due), JOB_STAGE)
+    uid, stage = split_member(str(member))
+    meta = job.meta if job is not None else {}
+    identity = meta.get("ref")
+    if not (isinstance(identity, list) and len(identity) == 4):
+        return None
+    return Target(JobRef(*identity, uid), str(member), int(due), stage)
+
+
+def _expires(decision: Decision, current: Current) -> int:
+    assert decision.expires_at is not None
+    return max(decision.expires_at, current.until or 0)
+
+
+def _details(target: Target, decision: Decision, now: float) -> dict[str, Any]:
+    return {"due": target.due, "finishedAt": decision.finished_at, "ttl": decision.ttl,
+            "ttlSource": decision.ttl_source, "rules": list(decision.rules), "dryRun": decision.dry_run,
+            "lateness": round(now - target.due, 3)}

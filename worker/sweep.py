@@ -1,0 +1,47 @@
+"""Booking again what should be running but is not: the worker's sweep, every maintenance.
+
+A pending deletion whose RQ job ended without finishing it (refused while the clocks
+disagreed, or arrived early) stays in the index. One worker at a time (a short Redis lock)
+looks at deletions overdue by more than `GRACE` whose RQ job is no longer live, and books
+them again at once. Failed deletions are left to RQ's retries and to operators, dry-run
+records to dry-run, and records without an RQ job to the next event or resync (which has
+the object to decide from).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+from rq.job import JobStatus
+
+from jobttl.core import keys, logs
+from jobttl.core.schedule import Change, Planned
+from jobttl.worker.context import WorkerContext
+
+log = logging.getLogger("jobttl.sweep")
+
+GRACE = 30  # seconds overdue before a deletion counts as stalled
+BATCH = 200
+LOCK = "jobttl:sweep:lock"
+
+
+def sweep(ctx: WorkerContext, interval: int = 5) -> int:
+    """Book again the stalled deletions; returns how many. Cheap when there are none."""
+    if not ctx.redis.set(LOCK, "1", nx=True, ex=interval):
+        return 0
+    now = time.time()
+    overdue = [(m.decode(), int(s)) for m, s in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", now - GRACE,
+                                                                          start=0, num=BATCH, withscores=True)]
+    stalled = [p for p in ctx.schedule.records(overdue)
+               if p.state == JobStatus.FINISHED.value and p.ref.kind and p.would_delete_at is None]
+    if not stalled:
+        return 0
+    with ctx.redis.pipeline() as pipe:
+        pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
+        for pending in stalled:
+            planned = Planned(Change.SCHEDULED, pending.member, pending.due, pending.due, pending.state)
+            ctx.schedule.apply(planned, pending, now, pipeline=pipe)
+        pipe.execute()
+    logs.record(log, "rebooked", count=len(stalled), detail="deletions whose RQ job ended without finishing them")
+    return len(stalled)
