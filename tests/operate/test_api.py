@@ -85,3 +85,29 @@ def test_health_needs_nothing_and_readiness_needs_redis(app):
     assert time.monotonic() - started < 2
     listing = down.get("/api/v1/deletions")
     assert listing.status_code == 503 and listing.json["code"] == 503
+
+
+def test_the_read_api_can_be_switched_off(redis_server, queue_name):
+    off = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
+                                        "JOBTTL_READ_API": "off"})).test_client()
+    for path in ("/api/v1/deletions", "/api/v1/deletions/team-a/mnist", "/openapi.json"):
+        response = off.get(path)
+        assert response.status_code == 404 and response.json["code"] == 404
+    assert off.get("/readyz").status_code == 200, "the sink itself still serves"
+
+
+def test_a_job_lookup_costs_its_own_entries_not_the_whole_trail(example_app):
+    """16 concurrent lookups once delayed an event by 31 s, each scanning 100k audit entries."""
+    sink = example_app.extensions["jobttl"]
+    with sink.redis.pipeline(transaction=False) as pipe:
+        for i in range(100_000):
+            pipe.xadd("jobttl:audit", {"event": "scheduled", "namespace": "noise", "name": f"n{i}"})
+        noise = pipe.execute()
+    try:
+        before = sink.redis.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0)
+        response = example_app.test_client().get("/api/v1/deletions/team-a/mnist")
+        assert response.status_code == 200 and response.json["history"]
+        assert sink.redis.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0) == before, \
+            "no scan of the trail"
+    finally:
+        sink.redis.xdel("jobttl:audit", *noise)  # the session's other tests read the trail
