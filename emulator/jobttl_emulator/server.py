@@ -44,7 +44,7 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from . import authz, logs
+from . import authz, logs, protobuf
 from .crds import load_crds, merge_resources
 from .discovery import AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
 from .openapi import OpenAPI
@@ -275,6 +275,12 @@ def _dry_run(args: Any, options_kind: str) -> bool:
 
 
 def _json_body(raw: bytes, content_type: str) -> Any:
+    """The request body as JSON; protobuf only for the kinds ``protobuf.py`` decodes (kubectl's typed clients)."""
+    if content_type == protobuf.CONTENT_TYPE:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.ProtobufError as exc:
+            log.warning("refusing a protobuf body: %s", exc)
     if content_type not in ("", "application/json"):
         raise ApiError(failure(
             415,

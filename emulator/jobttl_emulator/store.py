@@ -485,10 +485,7 @@ class Store:
         """Create the Namespace ``name`` if namespaces are served and it does not exist; lock held."""
         if self._namespaces is None or self.namespace_object(name) is not None:
             return
-        namespace = {
-            "apiVersion": "v1", "kind": "Namespace",
-            "metadata": {"name": name, "labels": {"kubernetes.io/metadata.name": name}},
-        }
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
         self._create(self._namespaces, "", namespace, dry_run=False)
 
     def _admit_namespace(self, res: Resource, namespace: str, name: str) -> None:
@@ -619,6 +616,7 @@ class Store:
         if res.status_subresource:
             obj.pop("status", None)
         if res is self._namespaces:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
             obj["status"] = {"phase": "Active"}
         if dry_run:
