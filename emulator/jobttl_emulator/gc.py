@@ -104,6 +104,11 @@ class GarbageCollector:
             self._thread.start()
         self._cond.notify()
 
+    def pending(self) -> int:
+        """Work items not processed yet (0: the collector has done all it can for now)."""
+        with self._cond:
+            return len(self._queue)
+
     def reset(self) -> None:
         self._queue.clear()
         self._by_uid.clear()
