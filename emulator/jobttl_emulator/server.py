@@ -555,6 +555,7 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
             "path": request.path,
             "query": _query_dict(request.args),
             "body": body,
+            "userAgent": request.headers.get("User-Agent", ""),
         }
         try:
             response = _serve(store, hooks, documents, raw)
