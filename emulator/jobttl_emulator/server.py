@@ -1,9 +1,9 @@
 """HTTP face of the Kubernetes API emulator.
 
 Maps kube-apiserver's REST paths onto :class:`~jobttl_emulator.store.Store`, streams
-watches, serves discovery, and adds test hooks under ``/_emulator/`` (request
-log, fault injection, reset, closing watches) that are not part of the
-Kubernetes API.
+watches, serves discovery and OpenAPI, and adds test hooks under ``/_emulator/``
+(request log, fault injection, reset, closing watches, pod logs, access rules)
+that are not part of the Kubernetes API.
 
 Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
 (prefix ``/apis/<group>/<version>``, or ``/api/v1`` for the core group)::
@@ -14,11 +14,18 @@ Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
     DELETE  <prefix>/namespaces/<ns>/<plural>               deletecollection
     GET|PUT|PATCH|DELETE <prefix>/namespaces/<ns>/<plural>/<name>
     GET|PUT|PATCH        <prefix>/namespaces/<ns>/<plural>/<name>/status
+    GET                  <prefix>/namespaces/<ns>/pods/<name>/log
+
+Cluster-scoped kinds (namespaces) drop the ``namespaces/<ns>`` part. Also:
+``/version``, discovery, ``/openapi/v2``, ``/openapi/v3[/<group-version>]`` and
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``.
 
 Responses follow the wire format of a real server closely enough for the
-``kubernetes`` Python client (typed and dynamic) not to notice: ``Status``
-bodies for every error, unstructured objects with sorted keys, chunked
-newline-delimited watch events, and ``Retry-After`` on 429.
+``kubernetes`` Python client (typed and dynamic) and kubectl not to notice:
+``Status`` bodies for every error, unstructured objects with sorted keys,
+``Table`` bodies when asked for, chunked newline-delimited watch events, a
+``Date`` header (from ``http.server``, in the IMF-fixdate form Go writes), and
+``Retry-After`` on 429.
 """
 
 from __future__ import annotations

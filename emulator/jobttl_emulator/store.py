@@ -478,8 +478,9 @@ class Store:
     # -- namespaces --------------------------------------------------------
 
     def _create_system_namespaces(self) -> None:
-        for name in SYSTEM_NAMESPACES:
-            self._provision_namespace(name)
+        with self._lock:
+            for name in SYSTEM_NAMESPACES:
+                self._provision_namespace(name)
 
     def _provision_namespace(self, name: str) -> None:
         """Create the Namespace ``name`` if namespaces are served and it does not exist; lock held."""

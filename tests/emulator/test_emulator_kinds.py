@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 import time
 from email.utils import parsedate_to_datetime
+from types import SimpleNamespace
 
 import pytest
+import yaml
 from kubernetes import client
 
 from jobttl_emulator import EmulatorServer, Resource
@@ -144,3 +149,27 @@ def test_cluster_fixture_still_serves_only_tfjobs(cluster: Cluster):
     assert cluster.raw("GET", "/api/v1/namespaces")[0] == 404
     cluster.create("a", ns="anywhere")
     assert cluster.exists("a", ns="anywhere")
+
+
+def test_the_command_serves_the_well_known_kinds_and_crd_files(tmp_path):
+    kubeconfig = tmp_path / "kubeconfig"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jobttl_emulator", "--port", "0", "--crd", str(TFJOB_CRD), "--write-kubeconfig", str(kubeconfig)],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        wait_until(lambda: kubeconfig.exists() or proc.poll() is not None, timeout=20)
+        server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+        with client.ApiClient(client.Configuration(host=server)) as api_client:
+            cluster = Cluster(SimpleNamespace(url=server), client.CustomObjectsApi(api_client))  # type: ignore[arg-type]
+            core = {r["name"] for r in cluster.raw("GET", "/api/v1")[2]["resources"]}
+            assert {"pods", "pods/log", "events", "namespaces"} <= core
+            assert "jobs" in {r["name"] for r in cluster.raw("GET", "/apis/batch/v1")[2]["resources"]}
+            cluster.create("a")
+            table = cluster.raw("GET", TFJOBS.format(ns="ns"), accept="application/json;as=Table;v=v1;g=meta.k8s.io")[2]
+            assert [c["name"] for c in table["columnDefinitions"]] == ["Name", "State", "Age"]
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=10)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
