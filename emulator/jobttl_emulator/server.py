@@ -281,6 +281,11 @@ def _dry_run(args: Any, options_kind: str) -> bool:
     return bool(values)
 
 
+def _strict(args: Any) -> bool:
+    """``fieldValidation=Strict``: unknown fields fail the request (the other directives drop them)."""
+    return args.get("fieldValidation") == "Strict"
+
+
 def _json_body(raw: bytes, content_type: str) -> Any:
     """The request body as JSON; protobuf only for the kinds ``protobuf.py`` decodes (kubectl's typed clients)."""
     if content_type == protobuf.CONTENT_TYPE:
@@ -616,7 +621,7 @@ def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: by
                 return _serve_watch(store, route, args, options)
             return _read_response(res, store.list(res, namespace, **options), args)
         if namespace is not None and method == "POST":
-            obj = store.create(res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"))
+            obj = store.create(res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"), _strict(args))
             return _object(obj, 201)
         if namespace is not None and method == "DELETE":
             listed = store.delete_collection(res, namespace, _delete_options(raw, args), **_list_options(args))
@@ -631,7 +636,7 @@ def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: by
         return _read_response(res, store.get(res, namespace, name), args)
     if method == "PUT":
         body = _json_body(raw, content_type)
-        return _object(store.replace(res, namespace, name, body, sub, _dry_run(args, "UpdateOptions")))
+        return _object(store.replace(res, namespace, name, body, sub, _dry_run(args, "UpdateOptions"), _strict(args)))
     if method == "PATCH":
         return _serve_patch(store, route, args, raw, content_type)
     if method == "DELETE" and sub is None:
@@ -658,7 +663,7 @@ def _serve_patch(store: Store, route: _Route, args: Any, raw: bytes, content_typ
     dry_run = _dry_run(args, "PatchOptions")
     force = _parse_bool(args, "force")
     if content_type == "application/apply-patch+yaml":
-        code, obj = store.apply(res, namespace, name, _yaml_body(raw), args.get("fieldManager", ""), force, sub, dry_run)
+        code, obj = store.apply(res, namespace, name, _yaml_body(raw), args.get("fieldManager", ""), force, sub, dry_run, _strict(args))
         return _object(obj, code)
     if "force" in args:
         raise invalid("PatchOptions", "meta.k8s.io", "", [FieldError("Forbidden", "force", "may not be specified for non-apply patch")])
@@ -667,7 +672,7 @@ def _serve_patch(store: Store, route: _Route, args: Any, raw: bytes, content_typ
     except ValueError as exc:
         raise bad_request(f"error decoding patch: {exc}") from None
     kind = {"application/json-patch+json": "json", "application/merge-patch+json": "merge"}.get(content_type, "strategic")
-    return _object(store.patch(res, namespace, name, kind, patch, sub, dry_run))
+    return _object(store.patch(res, namespace, name, kind, patch, sub, dry_run, _strict(args)))
 
 
 def _yaml_body(raw: bytes) -> Any:

@@ -61,6 +61,7 @@ from .logs import PodLogs
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import DEFAULT_RESOURCES, Resource, qualify
 from .selectors import FieldSelector, LabelSelector, SelectorError, label_key_error, label_value_error
+from .validation import prune, strict_message
 
 __all__ = ["FOREGROUND", "GC_FINALIZERS", "ORPHAN", "ApiError", "Store", "merge_patch", "json_patch"]
 # The namespaces a new cluster has.
@@ -597,9 +598,10 @@ class Store:
 
     # -- writes ------------------------------------------------------------
 
-    def create(self, res: Resource, namespace: str, body: Any, dry_run: bool = False) -> dict:
+    def create(self, res: Resource, namespace: str, body: Any, dry_run: bool = False, strict: bool = False) -> dict:
+        """POST; ``strict``: unknown fields are an error rather than dropped (``fieldValidation=Strict``)."""
         with self._lock:
-            return self._create(res, namespace, body, dry_run)
+            return self._create(res, namespace, self._typed_body(res, body, namespace, strict), dry_run)
 
     def _create(self, res: Resource, namespace: str, body: Any, dry_run: bool, managed_fields: list | None = None) -> dict:
         """``Store.Create`` with the resource's create strategy; lock held."""
@@ -639,9 +641,12 @@ class Store:
                 message = "object is being deleted: " + message
             raise ApiError(failure(409, "AlreadyExists", message, status_details(name, res.group, res.plural)))
 
-    def replace(self, res: Resource, namespace: str, name: str, body: Any, subresource: str | None = None, dry_run: bool = False) -> dict:
+    def replace(
+        self, res: Resource, namespace: str, name: str, body: Any, subresource: str | None = None, dry_run: bool = False,
+        strict: bool = False,
+    ) -> dict:
         """PUT on the object or on its ``status`` subresource."""
-        obj = self._typed_body(res, body, namespace)
+        obj = self._typed_body(res, body, namespace, strict)
         with self._lock:
             return copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run))
 
@@ -654,6 +659,7 @@ class Store:
         patch: Any,
         subresource: str | None = None,
         dry_run: bool = False,
+        strict: bool = False,
     ) -> dict:
         """PATCH with ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic`` semantics."""
         with self._lock:
@@ -670,7 +676,7 @@ class Store:
                     "the server rejected our request due to an error in our request",
                     {"causes": [{"reason": "UnexpectedServerResponse", "message": str(exc)}]},
                 )) from None
-            obj = self._typed_body(res, patched, namespace)
+            obj = self._typed_body(res, patched, namespace, strict)
             return copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run))
 
     def apply(
@@ -683,6 +689,7 @@ class Store:
         force: bool = False,
         subresource: str | None = None,
         dry_run: bool = False,
+        strict: bool = False,
     ) -> tuple[int, dict]:
         """Server-side apply (see ``apply.py``); returns 201 and the object when it had to create it."""
         if not manager:
@@ -690,7 +697,7 @@ class Store:
         if not isinstance(body, dict):
             raise bad_request("error decoding YAML: the apply patch must be an object")
         with self._lock:
-            applied = self._typed_body(res, body, namespace)
+            applied = self._typed_body(res, body, namespace, strict)
             if applied["metadata"].get("name") != name:
                 raise bad_request(f"the name of the object ({applied['metadata'].get('name', '')}) does not match the name on the URL ({name})")
             current = self._objects[res].get(_key(namespace, name))
@@ -896,8 +903,8 @@ class Store:
             raise not_found(res, name)
         return obj
 
-    def _typed_body(self, res: Resource, body: Any, namespace: str) -> dict:
-        """Decode checks of the create/update handlers and ``ValidateTypeMeta`` of custom resources."""
+    def _typed_body(self, res: Resource, body: Any, namespace: str, strict: bool = False) -> dict:
+        """Decode checks of the create/update handlers, ``ValidateTypeMeta`` and pruning of custom resources."""
         if not isinstance(body, dict) or not body.get("kind"):
             raise bad_request(f"Object 'Kind' is missing in '{json.dumps(body, separators=(',', ':'))}'")
         obj = copy.deepcopy(body)
@@ -911,6 +918,11 @@ class Store:
             raise bad_request("metadata must be an object")
         if obj["kind"] != res.kind:
             raise invalid(res.kind, res.group, meta.get("name", ""), [FieldError("Invalid", "kind", f"must be {res.kind}", obj["kind"])])
+        if res.schema is not None and not res.builtin:
+            obj, unknown = prune(obj, res.schema)
+            if unknown and strict:
+                raise bad_request(strict_message(res.kind, res.version, unknown))
+            meta = obj["metadata"]
         if not res.namespaced:
             meta.pop("namespace", None)  # cluster-scoped objects have none, whatever the body says
             return obj

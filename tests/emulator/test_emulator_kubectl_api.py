@@ -125,10 +125,10 @@ def test_server_side_apply_creates_merges_and_prunes(full):
     assert entry["manager"] == "ci" and entry["operation"] == "Apply"
     assert entry["fieldsV1"] == {"f:metadata": {"f:labels": {"f:team": {}}}, "f:spec": {"f:runPolicy": {"f:ttlSecondsAfterFinished": {}}}}
 
-    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", "a", {"spec": {"extra": 1}})
+    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", "a", {"spec": {"enableDynamicWorker": True}})
     smaller = config.replace("  runPolicy: {ttlSecondsAfterFinished: 60}\n", "  runPolicy: {backoffLimit: 3}\n")
     code, _, applied = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", smaller.encode(), apply)
-    assert code == 200 and applied["spec"] == {"runPolicy": {"backoffLimit": 3}, "extra": 1}  # its old field went, others stay
+    assert code == 200 and applied["spec"] == {"runPolicy": {"backoffLimit": 3}, "enableDynamicWorker": True}  # its old field went, others stay
 
     rival = smaller.replace("team: x", "team: y").replace("backoffLimit: 3", "backoffLimit: 5")
     code, _, body = full.raw("PATCH", TFJOBS + "/a?fieldManager=other", rival.encode(), apply)
@@ -188,3 +188,25 @@ def _proto_field(number: int, payload: bytes) -> bytes:
     """A length-delimited protobuf field (short payloads only)."""
     assert len(payload) < 128
     return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def test_unknown_fields_are_pruned_or_refused(full):
+    body = tfjob("a")
+    body["spec"]["tfReplicaSpecs"]["Worker"]["template"] = {"spec": {"containers": [{"name": "c", "imag": "typo"}]}}
+    body["spec"]["colour"] = "blue"
+    body["metadata"]["bogus"] = 1
+    code, _, refused = full.raw("POST", TFJOBS + "?fieldValidation=Strict", body)
+    assert code == 400 and refused["reason"] == "BadRequest"
+    assert refused["message"] == (
+        'TFJob in version "v1" cannot be handled as a TFJob: strict decoding error: unknown field "metadata.bogus", '
+        'unknown field "spec.colour", unknown field "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imag"')
+    code, _, created = full.raw("POST", TFJOBS, body)  # Warn (the default) and Ignore drop them
+    assert code == 201 and "colour" not in created["spec"] and "bogus" not in created["metadata"]
+    assert created["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] == [{"name": "c"}]
+    code, _, body = full.raw("PATCH", TFJOBS + "/a?fieldValidation=Strict", {"spec": {"colour": "red"}}, "application/merge-patch+json")
+    assert code == 400 and 'unknown field "spec.colour"' in body["message"]
+
+
+def test_kinds_without_a_crd_schema_keep_unknown_fields(cluster):
+    created = cluster.api.create_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", {**tfjob("a"), "extra": {"x": 1}})
+    assert created["extra"] == {"x": 1}

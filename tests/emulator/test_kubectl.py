@@ -80,6 +80,9 @@ def test_the_dispatcher_runs_kubectl_1_32(kubectl, emulator):
 def test_a_tfjob_session(kubectl, emulator, api, tmp_path):
     # Client-side apply creates, then patches (a JSON merge patch for a custom resource).
     assert kubectl.out("apply", "-f", str(EXAMPLES / "simple.yaml")).strip() == "tfjob.kubeflow.org/tfjob-simple created"
+    typo = (EXAMPLES / "simple.yaml").read_text().replace("restartPolicy:", "restartPolicyy:")
+    refused = kubectl("apply", "-f", "-", stdin=typo, ok=False)  # kubectl asks for fieldValidation=Strict
+    assert 'strict decoding error: unknown field "spec.tfReplicaSpecs.Worker.restartPolicyy"' in refused.stderr
     three = (EXAMPLES / "simple.yaml").read_text().replace("replicas: 2", "replicas: 3")
     assert kubectl.out("apply", "-f", "-", stdin=three).strip() == "tfjob.kubeflow.org/tfjob-simple configured"
     assert kubectl.out("get", "tfjob", "tfjob-simple", "-n", NS, "-o", "jsonpath={.spec.tfReplicaSpecs.Worker.replicas}") == "3"
