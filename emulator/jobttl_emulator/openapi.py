@@ -126,7 +126,11 @@ def _param(name: str, where: str = "query") -> dict:
     return param
 
 
-def _operation(res: Resource, action: str, op_id: str, response: str, query: tuple[str, ...] = (), body: list[str] | None = None) -> dict:
+def _operation(
+    res: Resource, action: str, op_id: str, response: str, query: tuple[str, ...] = (), body: list[str] | None = None,
+    body_schema: str = "",
+) -> dict:
+    """One operation; ``body``: the request content types (JSON bodies are ``body_schema``, else ``response``)."""
     op: dict[str, Any] = {
         "operationId": op_id,
         "description": f"{action} {res.kind}",
@@ -136,13 +140,16 @@ def _operation(res: Resource, action: str, op_id: str, response: str, query: tup
         "x-kubernetes-group-version-kind": gvk(res),
     }
     if body is not None:
-        op["requestBody"] = {"required": True, "content": {t: {"schema": _ref(response if t == "application/json" else f"{META}.Patch")} for t in body}}
+        json_schema = body_schema or response
+        op["requestBody"] = {"required": True, "content": {
+            t: {"schema": _ref(json_schema if t == "application/json" else f"{META}.Patch")} for t in body
+        }}
     return op
 
 
 def _paths_for(res: Resource) -> dict[str, dict]:
     name, list_name = definition_name(res), definition_name(res) + "List"
-    op_kind = "".join(p.capitalize() for p in res.group.replace("-", ".").split(".")) + res.version.capitalize()
+    op_kind = "".join(p.capitalize() for p in (res.group or "core").replace("-", ".").split(".")) + res.version.capitalize()
     scope = "Namespaced" if res.namespaced else ""
     collection = f"{res.path_prefix}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{res.path_prefix}/{res.plural}"
     item = collection + "/{name}"
@@ -161,7 +168,7 @@ def _paths_for(res: Resource) -> dict[str, dict]:
             "put": _operation(res, "put", f"replace{op_kind}{scope}{res.kind}", name, _WRITE_QUERY, ["application/json"]),
             "patch": _operation(res, "patch", f"patch{op_kind}{scope}{res.kind}", name, (*_WRITE_QUERY, "force"), patch_types),
             "delete": _operation(res, "delete", f"delete{op_kind}{scope}{res.kind}", f"{META}.Status",
-                                 ("dryRun", "gracePeriodSeconds", "propagationPolicy"), ["application/json"]),
+                                 ("dryRun", "gracePeriodSeconds", "propagationPolicy"), ["application/json"], f"{META}.DeleteOptions"),
         },
     }
     if res.namespaced:
@@ -192,14 +199,23 @@ def v3_document(resources: list[Resource], version: str) -> dict:
     return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": version}, "paths": paths, "components": {"schemas": schemas}}
 
 
-def _to_v2(value: Any) -> Any:
-    """Swagger 2.0 spelling of a v3 fragment: ``#/definitions`` refs, plain ``$ref`` instead of ``allOf``."""
+# What Swagger 2.0 cannot say; the apiserver drops them from CRD schemas in v2 too (ToStructuralOpenAPIV2).
+_V3_ONLY = ("anyOf", "oneOf", "not", "nullable", "allOf")
+
+
+def _to_v2(value: Any, names: bool = False) -> Any:
+    """Swagger 2.0 spelling of a v3 schema: ``#/definitions`` refs, plain ``$ref`` instead of ``allOf``.
+
+    ``names``: ``value`` maps names to schemas (properties, definitions), whose keys are kept as they are.
+    """
+    if isinstance(value, dict) and names:
+        return {k: _to_v2(v) for k, v in value.items()}
     if isinstance(value, dict):
         if "allOf" in value and len(value["allOf"]) == 1 and "$ref" in value["allOf"][0]:
             return _to_v2(value["allOf"][0])
         if set(value) == {"$ref"}:
             return {"$ref": value["$ref"].replace("#/components/schemas/", "#/definitions/")}
-        return {k: _to_v2(v) for k, v in value.items()}
+        return {k: _to_v2(v, k in ("properties", "patternProperties")) for k, v in value.items() if k not in _V3_ONLY}
     if isinstance(value, list):
         return [_to_v2(v) for v in value]
     return value
@@ -224,7 +240,7 @@ def v2_document(groups: dict[str, dict], version: str) -> dict:
     definitions: dict[str, Any] = {}
     paths: dict[str, Any] = {}
     for document in groups.values():
-        definitions.update(_to_v2(document["components"]["schemas"]))
+        definitions.update(_to_v2(document["components"]["schemas"], names=True))
         for path, item in document["paths"].items():
             paths[path] = {method: _v2_operation(op) if method != "parameters" else [
                 {"name": p["name"], "in": p["in"], "type": "string", "uniqueItems": True, "required": True} for p in op

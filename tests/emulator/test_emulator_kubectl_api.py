@@ -7,6 +7,7 @@ import urllib.request
 
 import requests
 from kubernetes import client
+from openapi_spec_validator import validate
 
 from jobttl_emulator import protobuf
 
@@ -34,6 +35,12 @@ def test_openapi_v3_index_and_documents(full):
     assert "application/strategic-merge-patch+json" in pod_patch
     assert "/api/v1/namespaces/{namespace}/pods/{name}/log" in core["paths"]
     assert "io.k8s.api.core.v1.Pod" in core["components"]["schemas"]
+
+
+def test_openapi_documents_are_valid_openapi(full):
+    for entry in full.raw("GET", "/openapi/v3")[2]["paths"].values():
+        validate(full.raw("GET", entry["serverRelativeURL"])[2])
+    validate(full.raw("GET", "/openapi/v2")[2])  # Swagger 2.0: the CRD schemas without anyOf and the like
 
 
 def test_openapi_v3_stale_hash_redirects(full):
