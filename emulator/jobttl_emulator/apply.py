@@ -63,7 +63,8 @@ def leaf_paths(obj: dict, skip_status: bool) -> set[Path]:
         if key in ("apiVersion", "kind") or (key == "status" and skip_status):
             continue
         if key == "metadata" and isinstance(value, dict):
-            paths |= {("metadata", *p) for p in _leaves({k: v for k, v in value.items() if k in _OWNED_METADATA})}
+            owned = {k: v for k, v in value.items() if k in _OWNED_METADATA}
+            paths |= {("metadata", *p) for p in _leaves(owned)} if owned else set()  # never metadata itself
         else:
             paths |= {(key, *p) for p in _leaves(value)}
     return paths

@@ -71,12 +71,15 @@ def time_(description: str) -> dict:
     return string(description, "date-time")
 
 
+def strings(**descriptions: str) -> dict[str, dict]:
+    """String properties from their descriptions."""
+    return {name: string(text) for name, text in descriptions.items()}
+
+
 OWNER_REFERENCE = obj(
     "Identifies an owning object; dependents are garbage-collected when all their owners are gone.",
-    apiVersion=string("API version of the referent."),
-    kind=string("Kind of the referent."),
-    name=string("Name of the referent."),
-    uid=string("UID of the referent."),
+    **strings(apiVersion="API version of the referent.", kind="Kind of the referent.", name="Name of the referent.",
+              uid="UID of the referent."),
     controller=boolean("If true, this reference points to the managing controller."),
     blockOwnerDeletion=boolean("If true, the owner cannot be deleted in the foreground until this dependent is gone."),
 )
@@ -84,11 +87,13 @@ OWNER_REFERENCE["required"] = ["apiVersion", "kind", "name", "uid"]
 
 OBJECT_META = obj(
     "Standard object's metadata.",
-    name=string("Name must be unique within a namespace."),
-    generateName=string("Prefix the server uses to generate a unique name if name is not provided."),
-    namespace=string("The namespace the object belongs to; empty for cluster-scoped objects."),
-    uid=string("Unique in time and space for this object; set by the server."),
-    resourceVersion=string("Opaque version of this object, for optimistic concurrency and watches."),
+    **strings(
+        name="Name must be unique within a namespace.",
+        generateName="Prefix the server uses to generate a unique name if name is not provided.",
+        namespace="The namespace the object belongs to; empty for cluster-scoped objects.",
+        uid="Unique in time and space for this object; set by the server.",
+        resourceVersion="Opaque version of this object, for optimistic concurrency and watches.",
+    ),
     generation=integer("A sequence number of the desired state; set by the server."),
     creationTimestamp=time_("When this object was created; set by the server."),
     deletionTimestamp=time_("When this object will be deleted; set by the server when deletion is requested."),

@@ -217,3 +217,15 @@ def test_unknown_fields_are_pruned_or_refused(full):
 def test_kinds_without_a_crd_schema_keep_unknown_fields(cluster):
     created = cluster.api.create_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", {**tfjob("a"), "extra": {"x": 1}})
     assert created["extra"] == {"x": 1}
+
+
+def test_apply_without_owned_metadata_keeps_others_metadata(full):
+    apply = "application/apply-patch+yaml"
+    bare = "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {enableDynamicWorker: true}\n"
+    code, _, created = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", bare.encode(), apply)
+    assert code == 201 and created["metadata"]["managedFields"][0]["fieldsV1"] == {"f:spec": {"f:enableDynamicWorker": {}}}
+    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", "a", {"metadata": {"annotations": {"k": "v"}}})
+    labelled = bare.replace("{name: a}", "{name: a, labels: {team: x}}")
+    code, _, applied = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", labelled.encode(), apply)
+    assert code == 200 and applied["metadata"]["annotations"] == {"k": "v"} and applied["metadata"]["labels"] == {"team": "x"}
+    assert applied["metadata"]["uid"] == created["metadata"]["uid"]
