@@ -194,3 +194,13 @@ def test_jobs_pods_logs_namespaces_and_can_i(kubectl, emulator, api, tmp_path):
     denied = kubectl("auth", "can-i", "delete", "tfjobs", "-n", NS, ok=False)
     assert denied.returncode == 1 and denied.stdout.strip() == "no"
     assert kubectl.out("auth", "can-i", "list", "pods").strip() == "yes"
+
+
+def test_a_kind_registered_without_a_crd(kubectl):
+    """PyTorchJob is served without its CRD: a schema that takes anything, and the default columns."""
+    job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt", "namespace": "default"},
+           "spec": {"anything": {"goes": True}}}
+    assert kubectl.out("apply", "-f", "-", stdin=json.dumps(job)).strip() == "pytorchjob.kubeflow.org/pt created"
+    assert _rows(kubectl.out("get", "pytorchjobs"))[0] == ["NAME", "AGE"]
+    assert "KIND:       PyTorchJob" in kubectl.out("explain", "pytorchjobs")
+    assert "serverside-applied" in kubectl.out("apply", "--server-side", "-f", "-", stdin=json.dumps(job))
