@@ -1,24 +1,29 @@
 """Resource registrations: which kinds the emulated API server serves.
 
 A kind is served by registering one :class:`Resource`; routing, discovery,
-storage and error messages are all derived from it, the way kube-apiserver
-derives them from a CustomResourceDefinition (group, version, names, scope and
-the ``status`` subresource). Everything served is namespaced, like the
-Kubeflow, Argo and batch kinds jobttl cleans up.
+storage, OpenAPI documents, Table columns and error messages are all derived
+from it, the way kube-apiserver derives them from a CustomResourceDefinition
+(group, version, names, scope, the ``status`` subresource, printer columns and
+the OpenAPI v3 schema). :func:`jobttl_emulator.crds.load_crds` builds them from
+real CRD YAML files.
 
 The core group (``group=""``) is served under ``/api/v1``, every other group
-under ``/apis/<group>/<version>``, so e.g. core ``events`` later is
-``Resource("", "v1", "Event", "events", status_subresource=False)``.
+under ``/apis/<group>/<version>``.
 
-Every kind gets custom-resource semantics (see ``store.py``). Built-in kinds
-such as batch/v1 Job differ from that in ways not emulated: their decoder
-defaults a missing ``kind``, they accept strategic merge patches, and Jobs
-default to orphaning their pods on delete.
+A plain ``Resource(...)`` gets custom-resource semantics (see ``store.py``).
+The constants :data:`JOB`, :data:`POD`, :data:`EVENT` and :data:`NAMESPACE`
+are *built-in* kinds instead (``builtin=True``): they accept strategic merge
+patches, print the columns kube-apiserver's built-in printers print, carry
+hand-written minimal schemas (``builtin_schemas.py``), and batch/v1 Jobs
+orphan their pods when deleted without a propagation policy, as the real
+``DefaultGarbageCollectionPolicy`` of batch/v1 does.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from . import builtin_schemas
 
 
 @dataclass(frozen=True)
@@ -32,6 +37,23 @@ class Resource:
     # The Kubeflow CRDs declare `subresources: {status: {}}`; Argo's Workflow
     # CRD does not (status is then written through the main resource).
     status_subresource: bool = True
+    namespaced: bool = True
+    short_names: tuple[str, ...] = ()
+    categories: tuple[str, ...] = ()
+    # Built-in kind: strategic merge patch accepted, built-in printer columns.
+    builtin: bool = False
+    # The propagation a DELETE without one gets (rest.GarbageCollectionPolicy).
+    default_propagation: str = "Background"
+    # Field selectors beyond metadata.name and metadata.namespace (JSON paths without the leading dot).
+    selectable_fields: tuple[str, ...] = ()
+    # Serve <name>/log (pods).
+    log_subresource: bool = False
+    # DELETE answers with the deleted object rather than a Success Status (pods).
+    return_deleted: bool = False
+    # The OpenAPI v3 schema of the objects (a CRD's openAPIV3Schema); None: accept anything.
+    schema: dict | None = field(default=None, compare=False, hash=False, repr=False)
+    # A CRD version's additionalPrinterColumns.
+    printer_columns: tuple[dict, ...] = field(default=(), compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.singular:
@@ -49,6 +71,11 @@ class Resource:
         """GroupResource.String(): ``tfjobs.kubeflow.org``, or just ``events`` for core."""
         return qualify(self.plural, self.group)
 
+    @property
+    def path_prefix(self) -> str:
+        """``/apis/<group>/<version>``, or ``/api/v1`` for core."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
 
 def qualify(name: str, group: str) -> str:
     """``name.group`` as kube-apiserver prints GroupResource/GroupKind in messages."""
@@ -59,19 +86,45 @@ TFJOB = Resource("kubeflow.org", "v1", "TFJob", "tfjobs")
 
 DEFAULT_RESOURCES: tuple[Resource, ...] = (TFJOB,)
 
+JOB = Resource(
+    "batch", "v1", "Job", "jobs", categories=("all",), builtin=True, default_propagation="Orphan",
+    selectable_fields=("status.successful",), schema=builtin_schemas.JOB,
+)
+POD = Resource(
+    "", "v1", "Pod", "pods", short_names=("po",), categories=("all",), builtin=True, log_subresource=True,
+    return_deleted=True,
+    selectable_fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
+                       "status.phase", "status.podIP", "status.nominatedNodeName"),
+    schema=builtin_schemas.POD,
+)
+EVENT = Resource(
+    "", "v1", "Event", "events", status_subresource=False, short_names=("ev",), builtin=True,
+    selectable_fields=("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
+                       "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
+                       "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    schema=builtin_schemas.EVENT,
+)
+NAMESPACE = Resource(
+    "", "v1", "Namespace", "namespaces", namespaced=False, short_names=("ns",), builtin=True,
+    selectable_fields=("status.phase",), schema=builtin_schemas.NAMESPACE,
+)
+
 
 def _kubeflow(kind: str, version: str = "v1") -> Resource:
     return Resource("kubeflow.org", version, kind, kind.lower() + "s")
 
 
 # What a cluster running jobttl typically serves: the job kinds' CRDs installed (Kubeflow's
-# training operator and mpi-operator, Trainer, Argo), batch Jobs, and core Events. The
-# emulator's command serves these unless told otherwise.
+# training operator and mpi-operator, Trainer, Argo), batch Jobs, their pods, core Events and
+# Namespaces. The emulator's command serves these unless told otherwise; `--crd` files replace
+# the registration of the kind they define.
 WELL_KNOWN: tuple[Resource, ...] = (
     *(_kubeflow(k) for k in ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")),
     _kubeflow("MPIJob", "v2beta1"),
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
-    Resource("batch", "v1", "Job", "jobs"),
+    JOB,
     Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False),
-    Resource("", "v1", "Event", "events", status_subresource=False),
+    EVENT,
+    POD,
+    NAMESPACE,
 )

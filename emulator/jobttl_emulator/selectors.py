@@ -275,13 +275,16 @@ def _unescape(value: str) -> str:
 class FieldSelector:
     """A parsed field selector over a fixed set of supported fields."""
 
-    def __init__(self, text: str = "", supported: Collection[str] = ("metadata.name", "metadata.namespace")) -> None:
+    def __init__(
+        self, text: str = "", supported: Collection[str] = ("metadata.name", "metadata.namespace"), builtin: bool = False
+    ) -> None:
+        """``builtin``: word unknown fields as built-in kinds' field label conversion does."""
         self._terms: list[tuple[str, str, str]] = []
         for term in _split_unescaped(text, ",") if text.strip() else []:
-            self._terms.append(self._parse_term(term, supported))
+            self._terms.append(self._parse_term(term, supported, builtin))
 
     @staticmethod
-    def _parse_term(term: str, supported: Collection[str]) -> tuple[str, str, str]:
+    def _parse_term(term: str, supported: Collection[str], builtin: bool) -> tuple[str, str, str]:
         i = 0
         while i < len(term):
             if term[i] == "\\":
@@ -290,6 +293,8 @@ class FieldSelector:
             for op in ("!=", "==", "="):
                 if term.startswith(op, i):
                     field, value = term[:i].strip(), _unescape(term[i + len(op) :])
+                    if field not in supported and builtin:
+                        raise SelectorError(f"field label not supported: {field}")
                     if field not in supported:
                         quoted = ", ".join(f'"{f}"' for f in supported)
                         raise SelectorError(f'"{field}" is not a known field selector: only {quoted}')

@@ -1,9 +1,9 @@
 """HTTP face of the Kubernetes API emulator.
 
 Maps kube-apiserver's REST paths onto :class:`~jobttl_emulator.store.Store`, streams
-watches, serves discovery, and adds test hooks under ``/_emulator/`` (request
-log, fault injection, reset, closing watches) that are not part of the
-Kubernetes API.
+watches, serves discovery and OpenAPI, and adds test hooks under ``/_emulator/``
+(request log, fault injection, reset, closing watches, pod logs, access rules)
+that are not part of the Kubernetes API.
 
 Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
 (prefix ``/apis/<group>/<version>``, or ``/api/v1`` for the core group)::
@@ -14,16 +14,22 @@ Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
     DELETE  <prefix>/namespaces/<ns>/<plural>               deletecollection
     GET|PUT|PATCH|DELETE <prefix>/namespaces/<ns>/<plural>/<name>
     GET|PUT|PATCH        <prefix>/namespaces/<ns>/<plural>/<name>/status
+    GET                  <prefix>/namespaces/<ns>/pods/<name>/log
+
+Cluster-scoped kinds (namespaces) drop the ``namespaces/<ns>`` part. Also:
+``/version``, discovery, ``/openapi/v2``, ``/openapi/v3[/<group-version>]`` and
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``.
 
 Responses follow the wire format of a real server closely enough for the
-``kubernetes`` Python client (typed and dynamic) not to notice: ``Status``
-bodies for every error, unstructured objects with sorted keys, chunked
-newline-delimited watch events, and ``Retry-After`` on 429.
+``kubernetes`` Python client (typed and dynamic) and kubectl not to notice:
+``Status`` bodies for every error, unstructured objects with sorted keys,
+``Table`` bodies when asked for, chunked newline-delimited watch events, a
+``Date`` header (from ``http.server``, in the IMF-fixdate form Go writes), and
+``Retry-After`` on 429.
 """
 
 from __future__ import annotations
 
-import base64
 import copy
 import hashlib
 import http
@@ -39,11 +45,16 @@ import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.serving import WSGIRequestHandler, make_server
 
+from . import authz, logs, protobuf
+from .crds import load_crds, merge_resources
+from .discovery import AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
+from .openapi import OpenAPI
 from .resources import DEFAULT_RESOURCES, Resource
 from .store import (
     OPTIMISTIC_LOCK_MSG,
@@ -61,22 +72,10 @@ from .store import (
     now_rfc3339,
     status_details,
 )
+from .tables import INCLUDE_OBJECT, to_table
 
 log = logging.getLogger(__name__)
 
-SERVER_VERSION = {
-    "major": "1",
-    "minor": "31",
-    "gitVersion": "v1.31.0",
-    "gitCommit": "0000000000000000000000000000000000000000",  # an emulator has no commit
-    "gitTreeState": "clean",
-    "buildDate": "2024-08-13T07:28:49Z",
-    "goVersion": "go1.22.5",
-    "compiler": "gc",
-    "platform": "linux/amd64",
-}
-# The verbs kube-apiserver advertises for a custom resource, in its order.
-_VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 _PATCH_TYPES = {"application/merge-patch+json": "merge", "application/json-patch+json": "json"}
 _METHODS = ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"]
 _TRUE = ("1", "t", "T", "true", "TRUE", "True")  # strconv.ParseBool
@@ -118,6 +117,8 @@ class Hooks:
         self._requests: deque[dict] = deque(maxlen=_REQUEST_LOG_SIZE)
         self._faults: list[Fault] = []
         self._next_id = 1
+        # SelfSubjectAccessReview rules (see authz.py); None: everything is allowed.
+        self.access_rules: list[dict] | None = None
 
     def record(self, entry: dict) -> None:
         with self._lock:
@@ -148,8 +149,8 @@ class Hooks:
         user: str = DEFAULT_USER,
         message: str | None = None,
     ) -> Fault:
-        if verb is not None and verb not in _VERBS:
-            raise ValueError(f"verb must be one of {_VERBS}, not {verb!r}")
+        if verb is not None and verb not in VERBS:
+            raise ValueError(f"verb must be one of {VERBS}, not {verb!r}")
         if status is None and not delay:
             raise ValueError("a fault needs a status, a delay, or both")
         if status is not None and not 400 <= int(status) <= 599:
@@ -196,25 +197,34 @@ class _Route:
     subresource: str | None = None
 
 
+def _subresource_ok(res: Resource, subresource: str | None) -> bool:
+    return subresource is None or (subresource == "status" and res.status_subresource) or (
+        subresource == "log" and res.log_subresource
+    )
+
+
 def _resource_route(store: Store, segments: list[str]) -> _Route | None:
+    """The resource a path names. Cluster-scoped objects have namespace ``""``; None: all namespaces."""
     if segments[:1] == ["apis"] and len(segments) >= 4:
         group, version, rest = segments[1], segments[2], segments[3:]
     elif segments[:1] == ["api"] and len(segments) >= 3:
         group, version, rest = "", segments[1], segments[2:]
     else:
         return None
-    if len(rest) == 1:
-        res = store.find(group, version, rest[0])
-        return _Route(res, None) if res else None
-    if rest[0] != "namespaces" or not 3 <= len(rest) <= 5:
+    if rest[0] == "namespaces" and 3 <= len(rest) <= 5:
+        res = store.find(group, version, rest[2])
+        if res is not None and res.namespaced:
+            subresource = rest[4] if len(rest) == 5 else None
+            if not _subresource_ok(res, subresource):
+                return None
+            return _Route(res, rest[1], rest[3] if len(rest) >= 4 else None, subresource)
+    res = store.find(group, version, rest[0])
+    if res is None or len(rest) > 3 or (res.namespaced and len(rest) > 1):
         return None
-    res = store.find(group, version, rest[2])
-    if res is None:
+    subresource = rest[2] if len(rest) == 3 else None
+    if not _subresource_ok(res, subresource):
         return None
-    subresource = rest[4] if len(rest) == 5 else None
-    if subresource is not None and (subresource != "status" or not res.status_subresource):
-        return None
-    return _Route(res, rest[1], rest[3] if len(rest) >= 4 else None, subresource)
+    return _Route(res, None if res.namespaced else "", rest[1] if len(rest) >= 2 else None, subresource)
 
 
 def _verb(method: str, route: _Route | None, watch: bool) -> str:
@@ -225,70 +235,6 @@ def _verb(method: str, route: _Route | None, watch: bool) -> str:
     if method == "DELETE":
         return "deletecollection" if collection else "delete"
     return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "get")
-
-
-def _storage_version_hash(res: Resource) -> str:
-    digest = hashlib.sha256(f"{res.group}/{res.version}/{res.kind}".encode()).digest()
-    return base64.b64encode(digest[:8]).decode()
-
-
-def _discovery(store: Store, segments: list[str], host: str) -> dict | None:
-    """Legacy (unaggregated) discovery documents, as the dynamic client reads them."""
-    by_group: dict[str, list[Resource]] = {}
-    for res in store.resources:
-        if res.group:
-            by_group.setdefault(res.group, []).append(res)
-
-    def group_versions(group: str) -> list[dict]:
-        versions = dict.fromkeys(r.version for r in by_group[group])
-        return [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
-
-    def api_group(group: str) -> dict:
-        versions = group_versions(group)
-        return {"name": group, "versions": versions, "preferredVersion": versions[0]}
-
-    def resource_list(group: str, version: str) -> dict:
-        resources = []
-        for res in store.resources:
-            if (res.group, res.version) != (group, version):
-                continue
-            resources.append({
-                "name": res.plural,
-                "singularName": res.singular,
-                "namespaced": True,
-                "kind": res.kind,
-                "verbs": _VERBS,
-                "storageVersionHash": _storage_version_hash(res),
-            })
-            if res.status_subresource:
-                resources.append({
-                    "name": f"{res.plural}/status",
-                    "singularName": "",
-                    "namespaced": True,
-                    "kind": res.kind,
-                    "verbs": ["get", "patch", "update"],
-                })
-        group_version = f"{group}/{version}" if group else version
-        return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": resources}
-
-    if segments == ["version"]:
-        return SERVER_VERSION
-    if segments == ["api"]:
-        return {
-            "kind": "APIVersions",
-            "versions": ["v1"],
-            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": host}],
-        }
-    if segments == ["api", "v1"]:
-        return resource_list("", "v1")
-    if segments == ["apis"]:
-        return {"kind": "APIGroupList", "apiVersion": "v1", "groups": [api_group(g) for g in by_group]}
-    if len(segments) == 2 and segments[0] == "apis" and segments[1] in by_group:
-        return {"kind": "APIGroup", "apiVersion": "v1", **api_group(segments[1])}
-    if len(segments) == 3 and segments[0] == "apis" and segments[1] in by_group:
-        if any(v["version"] == segments[2] for v in group_versions(segments[1])):
-            return resource_list(segments[1], segments[2])
-    return None
 
 
 # ---------------------------------------------------------------------------
@@ -335,7 +281,18 @@ def _dry_run(args: Any, options_kind: str) -> bool:
     return bool(values)
 
 
+def _strict(args: Any) -> bool:
+    """``fieldValidation=Strict``: unknown fields fail the request (the other directives drop them)."""
+    return args.get("fieldValidation") == "Strict"
+
+
 def _json_body(raw: bytes, content_type: str) -> Any:
+    """The request body as JSON; protobuf only for the kinds ``protobuf.py`` decodes (kubectl's typed clients)."""
+    if content_type == protobuf.CONTENT_TYPE:
+        try:
+            return protobuf.decode(raw)
+        except protobuf.ProtobufError as exc:
+            log.warning("refusing a protobuf body: %s", exc)
     if content_type not in ("", "application/json"):
         raise ApiError(failure(
             415,
@@ -474,8 +431,10 @@ def _client_gone(sock: socket.socket) -> bool:
         return True
 
 
-def _watch_stream(store: Store, watch: Watch, timeout: int | None, sock: socket.socket | None) -> Iterator[bytes]:
-    """Events of ``watch`` as newline-delimited JSON until timeout or close.
+def _watch_stream(
+    store: Store, watch: Watch, timeout: int | None, sock: socket.socket | None, transform: Any = None
+) -> Iterator[bytes]:
+    """Events of ``watch`` as newline-delimited JSON until timeout or close; ``transform`` converts their objects.
 
     Bookmarks follow the cacher: every ``bookmark_interval`` seconds, and
     at the latest 2 s before the watch's timeout, so a client can resume.
@@ -506,6 +465,8 @@ def _watch_stream(store: Store, watch: Watch, timeout: int | None, sock: socket.
             waits = [t - now for t in (deadline, bookmark_at) if t is not None and t > now]
             event = watch.next(min([*waits, _DISCONNECT_POLL]))
             if event is not None:
+                if transform is not None and event["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    event = {"type": event["type"], "object": transform(event["object"])}
                 yield _event_line(event)
             elif watch.closed:
                 if watch.aborted and sock is not None:
@@ -522,9 +483,10 @@ def _watch_stream(store: Store, watch: Watch, timeout: int | None, sock: socket.
 
 
 def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
-    """The WSGI application serving ``store``; ``hooks`` holds the request log and faults."""
+    """The WSGI application serving ``store``; ``hooks`` holds the request log, faults and access rules."""
     app = Flask(__name__)
     hooks = hooks or Hooks()
+    documents = OpenAPI(store.resources, SERVER_VERSION["gitVersion"])
     app.extensions["emulator"] = {"store": store, "hooks": hooks}
 
     @app.before_request
@@ -574,6 +536,23 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
     def compact() -> Response:
         return _json({"resourceVersion": store.compact()})
 
+    @app.post("/_emulator/logs")
+    def post_log() -> Response:
+        spec = request.get_json(silent=True)
+        fields = ("namespace", "pod", "container", "text")
+        if not isinstance(spec, dict) or not all(isinstance(spec.get(f), str) for f in fields):
+            return _json({"error": f"expected a JSON object with string fields {', '.join(fields)} (and optional previous)"}, 400)
+        store.logs.set(*(spec[f] for f in fields), previous=bool(spec.get("previous")))
+        return _json({"set": True}, 201)
+
+    @app.put("/_emulator/access-rules")
+    def put_access_rules() -> Response:
+        rules = request.get_json(silent=True)
+        if rules is not None and not (isinstance(rules, list) and all(isinstance(r, dict) for r in rules)):
+            return _json({"error": "expected a list of rule objects, or null to allow everything"}, 400)
+        hooks.access_rules = rules
+        return _json({"rules": rules})
+
     @app.route("/", defaults={"path": ""}, methods=_METHODS)
     @app.route("/<path:path>", methods=_METHODS)
     def api(path: str) -> Response:
@@ -588,9 +567,10 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
             "path": request.path,
             "query": _query_dict(request.args),
             "body": body,
+            "userAgent": request.headers.get("User-Agent", ""),
         }
         try:
-            response = _serve(store, hooks, raw)
+            response = _serve(store, hooks, documents, raw)
         except ApiError as exc:
             response = _status(exc)
         except Exception:  # a bug here must still look like an API server error to the client
@@ -603,7 +583,7 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
     return app
 
 
-def _serve(store: Store, hooks: Hooks, raw: bytes) -> Response:
+def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Response:
     method, path, args = request.method, request.path, request.args
     segments = [s for s in path.split("/") if s]
     route = _resource_route(store, segments)
@@ -614,15 +594,21 @@ def _serve(store: Store, hooks: Hooks, raw: bytes) -> Response:
             time.sleep(fault.delay)
         if fault.status is not None:
             raise _fault_error(fault, verb, route, path)
-    if route is None:
-        if method == "GET":
-            if segments in (["healthz"], ["livez"], ["readyz"]):
-                return Response("ok", mimetype="text/plain")
-            document = _discovery(store, segments, request.host)
-            if document is not None:
-                return _json(document)
-        raise _path_not_found()
-    return _serve_resource(store, route, method, args, raw)
+    if route is not None:
+        return _serve_resource(store, route, method, args, raw)
+    if segments == ["apis", AUTHORIZATION_GROUP, "v1", "selfsubjectaccessreviews"]:
+        if method != "POST":
+            raise _method_not_allowed()
+        return _json(authz.review(_json_body(raw, request.mimetype), hooks.access_rules), 201)
+    if method == "GET":
+        if segments in (["healthz"], ["livez"], ["readyz"]):
+            return Response("ok", mimetype="text/plain")
+        if segments[:1] == ["openapi"]:
+            return _serve_openapi(documents, segments[1:], args)
+        document = discovery(store.resources, segments, request.host)
+        if document is not None:
+            return _json(document)
+    raise _path_not_found()
 
 
 def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: bytes) -> Response:
@@ -633,42 +619,150 @@ def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: by
             options = _list_options(args)
             if _parse_bool(args, "watch"):
                 return _serve_watch(store, route, args, options)
-            return _object(store.list(res, namespace, **options))
+            return _read_response(res, store.list(res, namespace, **options), args)
         if namespace is not None and method == "POST":
-            obj = store.create(res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"))
+            obj = store.create(res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"), _strict(args))
             return _object(obj, 201)
         if namespace is not None and method == "DELETE":
             listed = store.delete_collection(res, namespace, _delete_options(raw, args), **_list_options(args))
             return _object(listed)
         raise _method_not_allowed()
     assert namespace is not None
+    if sub == "log":
+        if method != "GET":
+            raise _method_not_allowed()
+        return _serve_log(store, route, args)
     if method == "GET":
-        return _object(store.get(res, namespace, name))
+        return _read_response(res, store.get(res, namespace, name), args)
     if method == "PUT":
         body = _json_body(raw, content_type)
-        return _object(store.replace(res, namespace, name, body, sub, _dry_run(args, "UpdateOptions")))
+        return _object(store.replace(res, namespace, name, body, sub, _dry_run(args, "UpdateOptions"), _strict(args)))
     if method == "PATCH":
-        patch_type = _PATCH_TYPES.get(content_type)
-        if patch_type is None:
-            raise ApiError(failure(
-                415,
-                "UnsupportedMediaType",
-                "the body of the request was in an unknown format - accepted media types include: "
-                + ", ".join(sorted(_PATCH_TYPES)),
-            ))
-        try:
-            patch = json.loads(raw)
-        except ValueError as exc:
-            raise bad_request(f"error decoding patch: {exc}") from None
-        obj = store.patch(res, namespace, name, patch_type, patch, sub, _dry_run(args, "PatchOptions"))
-        return _object(obj)
+        return _serve_patch(store, route, args, raw, content_type)
     if method == "DELETE" and sub is None:
         code, body = store.delete(res, namespace, name, _delete_options(raw, args))
         return _object(body, code)
     raise _method_not_allowed()
 
 
+def _patch_types(res: Resource) -> list[str]:
+    """The PATCH content types the real server accepts, in its order: strategic merge only for built-in kinds."""
+    strategic = ["application/strategic-merge-patch+json"] if res.builtin else []
+    return ["application/json-patch+json", "application/merge-patch+json", *strategic, "application/apply-patch+yaml"]
+
+
+def _serve_patch(store: Store, route: _Route, args: Any, raw: bytes, content_type: str) -> Response:
+    res, namespace, name, sub = route.resource, route.namespace, route.name, route.subresource
+    assert namespace is not None and name is not None
+    accepted = _patch_types(res)
+    if content_type not in accepted:
+        raise ApiError(failure(
+            415, "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: " + ", ".join(accepted),
+        ))
+    dry_run = _dry_run(args, "PatchOptions")
+    force = _parse_bool(args, "force")
+    if content_type == "application/apply-patch+yaml":
+        code, obj = store.apply(res, namespace, name, _yaml_body(raw), args.get("fieldManager", ""), force, sub, dry_run, _strict(args))
+        return _object(obj, code)
+    if "force" in args:
+        raise invalid("PatchOptions", "meta.k8s.io", "", [FieldError("Forbidden", "force", "may not be specified for non-apply patch")])
+    try:
+        patch = json.loads(raw)
+    except ValueError as exc:
+        raise bad_request(f"error decoding patch: {exc}") from None
+    kind = {"application/json-patch+json": "json", "application/merge-patch+json": "merge"}.get(content_type, "strategic")
+    return _object(store.patch(res, namespace, name, kind, patch, sub, dry_run, _strict(args)))
+
+
+def _yaml_body(raw: bytes) -> Any:
+    import yaml  # a dependency of the kubernetes client
+
+    try:
+        return yaml.safe_load(raw.decode() or "null")
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise bad_request(f"error decoding YAML: {exc}") from None
+
+
+def _table_version(accept: str) -> str | None:
+    """``meta.k8s.io/<v>`` when the first acceptable Accept clause asks for a Table, else None (plain JSON)."""
+    for clause in accept.split(","):
+        mime, *params = [p.strip() for p in clause.split(";")]
+        if mime not in ("application/json", "application/*", "*/*"):
+            continue
+        options = dict(p.split("=", 1) for p in params if "=" in p)
+        if "as" not in options:
+            return None
+        if options["as"] == "Table" and options.get("g") == "meta.k8s.io" and options.get("v") in ("v1", "v1beta1"):
+            return f"meta.k8s.io/{options['v']}"
+    return None
+
+
+def _table_options(args: Any) -> str:
+    include = args.get("includeObject", "")
+    if include not in INCLUDE_OBJECT:
+        raise bad_request(f'unrecognized includeObject value: "{include}"')
+    return include
+
+
+def _read_response(res: Resource, body: dict, args: Any) -> Response:
+    """An object or list, as a Table when the client asks for one (kubectl get)."""
+    version = _table_version(request.headers.get("Accept", ""))
+    if version is None:
+        return _object(body)
+    return _json(to_table(res, body, _table_options(args), version))
+
+
+def _serve_log(store: Store, route: _Route, args: Any) -> Response:
+    assert route.namespace is not None and route.name is not None
+    tail, limit = _parse_int(args, "tailLines"), _parse_int(args, "limitBytes")
+    errors = []
+    if tail is not None and tail < 0:
+        errors.append(FieldError("Invalid", "tailLines", "must be greater than or equal to 0", tail))
+    if limit is not None and limit < 1:
+        errors.append(FieldError("Invalid", "limitBytes", "must be greater than 0", limit))
+    if errors:
+        raise invalid("PodLogOptions", "", route.name, errors)
+    lines = store.pod_log(route.resource, route.namespace, route.name, args.get("container", ""), _parse_bool(args, "previous"))
+    body = logs.render(lines, tail, limit, _parse_bool(args, "timestamps"))
+    return Response(body, mimetype="text/plain", headers=_headers())
+
+
+def _accepts_json(accept: str) -> bool:
+    """Whether an Accept header takes JSON (kube-openapi's negotiation; no header means JSON)."""
+    if not accept.strip():
+        return True
+    return any(c.split(";")[0].strip() in ("application/json", "application/*", "*/*") for c in accept.split(","))
+
+
+def _serve_openapi(documents: OpenAPI, segments: list[str], args: Any) -> Response:
+    accept = request.headers.get("Accept", "")
+    if segments == ["v2"]:
+        if not _accepts_json(accept):
+            return Response(status=406, headers={"Vary": "Accept"})
+        body = documents.v2()
+        etag = '"' + hashlib.sha512(body).hexdigest().upper() + '"'
+        return Response(body, mimetype="application/json", headers={"Etag": etag, "Vary": "Accept"})
+    if segments == ["v3"]:
+        return _json(documents.v3_index())
+    key = "/".join(segments[1:])
+    if segments[:1] != ["v3"] or key not in documents.v3():
+        raise _path_not_found()
+    if not _accepts_json(accept):
+        return Response(status=406, headers={"Vary": "Accept"})
+    body, digest = documents.v3()[key]
+    headers = {"Etag": f'"{digest}"', "Vary": "Accept"}
+    if args.get("hash"):
+        if args["hash"] != digest:
+            return Response(status=301, headers={"Location": f"/openapi/v3/{key}?hash={digest}"})
+        expires = (datetime.now(timezone.utc) + timedelta(days=365)).strftime("%a, %d %b %Y %H:%M:%S GMT")
+        headers.update({"Cache-Control": "public, immutable", "Expires": expires})
+    return Response(body, mimetype="application/json", headers=headers)
+
+
 def _serve_watch(store: Store, route: _Route, args: Any, options: dict) -> Response:
+    table_version = _table_version(request.headers.get("Accept", ""))
+    include = _table_options(args) if table_version else ""
     try:
         watch = store.watch(
             route.resource,
@@ -683,8 +777,23 @@ def _serve_watch(store: Store, route: _Route, args: Any, options: dict) -> Respo
         lines: Iterable[bytes] = iter([_event_line({"type": "ERROR", "object": exc.status})])
     else:
         sock = request.environ.get("werkzeug.socket")
-        lines = _watch_stream(store, watch, _parse_int(args, "timeoutSeconds"), sock)
+        transform = None
+        if table_version:
+            transform = _table_transform(route.resource, include, table_version)
+        lines = _watch_stream(store, watch, _parse_int(args, "timeoutSeconds"), sock, transform)
     return Response(lines, status=200, mimetype="application/json", headers=_headers(), direct_passthrough=True)
+
+
+def _table_transform(res: Resource, include: str, version: str) -> Any:
+    """Watch events as Tables of one row; only the first carries the column definitions (watchEmbeddedEncoder)."""
+    first = [True]
+
+    def transform(obj: dict) -> dict:
+        table = to_table(res, obj, include, version, headers=first[0])
+        first[0] = False
+        return table
+
+    return transform
 
 
 # ---------------------------------------------------------------------------
@@ -785,12 +894,18 @@ class EmulatorServer:
         history_size: int = 1000,
         bookmark_interval: float = 60.0,
         token: str = "emulator-token",
+        crds: Iterable[str | os.PathLike] = (),
+        access_rules: list[dict] | None = None,
     ) -> None:
+        """``crds``: CRD YAML files whose kinds are served too (replacing a registration of the same kind);
+        ``access_rules``: what ``SelfSubjectAccessReview`` allows (see ``authz.py``; None: everything)."""
         self.host = host
         self.port = port
         self.token = token
-        self.store = Store(tuple(resources), gc_delay=gc_delay, history_size=history_size, bookmark_interval=bookmark_interval)
+        served = merge_resources(resources, load_crds(crds))
+        self.store = Store(served, gc_delay=gc_delay, history_size=history_size, bookmark_interval=bookmark_interval)
         self.hooks = Hooks()
+        self.hooks.access_rules = access_rules
         self.app = create_app(self.store, self.hooks)
         self._server: Any = None
         self._thread: threading.Thread | None = None
@@ -886,6 +1001,14 @@ class EmulatorServer:
     def seed(self, *paths: str) -> list[dict]:
         return load_seeds(self.store, paths)
 
+    def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
+        """What ``pods/<pod>/log`` returns for ``container`` (``previous``: its previous instance's log)."""
+        self.store.logs.set(namespace, pod, container, text, previous)
+
+    def set_access_rules(self, rules: list[dict] | None) -> None:
+        """Rules ``SelfSubjectAccessReview`` answers by (see ``authz.py``); None allows everything."""
+        self.hooks.access_rules = rules
+
 
 def _fill_now(value: Any, now: str) -> Any:
     if value == "$NOW":
@@ -948,9 +1071,10 @@ def run(
     kubeconfig_path: str | None = None,
     gc_delay: float = 0.5,
     resources: Iterable[Resource] = DEFAULT_RESOURCES,
+    crds: Iterable[str] = (),
 ) -> None:
     """Serve in the foreground until SIGTERM or SIGINT (call from the main thread)."""
-    server = EmulatorServer(host, port, resources=tuple(resources), gc_delay=gc_delay)
+    server = EmulatorServer(host, port, resources=tuple(resources), gc_delay=gc_delay, crds=crds)
     server.seed(*seed_paths)
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

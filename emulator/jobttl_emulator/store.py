@@ -19,9 +19,15 @@ What is reproduced, and from where (kubernetes/apiserver unless noted):
   policy, "marked as deleting" objects (``deletionTimestamp``,
   ``deletionGracePeriodSeconds: 0``, generation bump) and the
   ``Status`` Success body returned for custom resources deleted at once.
+  (pods: the deleted object itself, as their registry returns it).
   An update that removes the last finalizer of a deleting object deletes it.
-  The garbage collector is emulated: there are no dependents, so it removes
-  its two finalizers ``gc_delay`` seconds after an object is marked.
+  The garbage collector and namespace controller are emulated in ``gc.py``.
+* Namespaces, when served: the four a new cluster has exist from the start,
+  and a namespace is created on first use (the ``NamespaceAutoProvision``
+  admission plugin); creating in a terminating namespace is forbidden
+  (``NamespaceLifecycle``). Deleting a namespace makes it ``Terminating``
+  until what it contains is gone.
+* Server-side apply (``apply.py``) and strategic merge patch (``patches.py``).
 * Lists read a consistent snapshot: ``limit``/``continue`` pages all carry the
   resourceVersion of the first page (etcd reads at a fixed revision). The
   store keeps the last ``history_size`` events; they replay watches and
@@ -39,25 +45,27 @@ import base64
 import binascii
 import bisect
 import copy
-import heapq
-import itertools
 import json
 import random
 import re
 import threading
-import time
 import uuid
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
+from . import apply as ssa
+from .gc import FOREGROUND, GC_FINALIZERS, ORPHAN, GarbageCollector
+from .logs import PodLogs
+from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import DEFAULT_RESOURCES, Resource, qualify
 from .selectors import FieldSelector, LabelSelector, SelectorError, label_key_error, label_value_error
+from .validation import prune, strict_message
 
-FOREGROUND = "foregroundDeletion"
-ORPHAN = "orphan"
-GC_FINALIZERS = (ORPHAN, FOREGROUND)
+__all__ = ["FOREGROUND", "GC_FINALIZERS", "ORPHAN", "ApiError", "Store", "merge_patch", "json_patch"]
+# The namespaces a new cluster has.
+SYSTEM_NAMESPACES = ("default", "kube-node-lease", "kube-public", "kube-system")
 
 _DNS1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
 OPTIMISTIC_LOCK_MSG = "the object has been modified; please apply your changes to the latest version and try again"
@@ -209,115 +217,6 @@ def success(res: Resource, obj: dict) -> dict:
 
 
 # ---------------------------------------------------------------------------
-# Patches
-
-
-class _PatchError(Exception):
-    pass
-
-
-def merge_patch(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge_patch(result.get(key), value)
-    return result
-
-
-def _pointer(path: str) -> list[str]:
-    if path == "":
-        return []
-    if not path.startswith("/"):
-        raise _PatchError(f"JSON pointer must be empty or start with a '/': {path!r}")
-    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
-
-
-def _resolve(doc: Any, tokens: list[str], path: str) -> Any:
-    for token in tokens:
-        if isinstance(doc, dict) and token in doc:
-            doc = doc[token]
-        elif isinstance(doc, list) and token.isdigit() and int(token) < len(doc):
-            doc = doc[int(token)]
-        else:
-            raise _PatchError(f"doc is missing path: {path!r}")
-    return doc
-
-
-def _index(container: list, token: str, path: str, allow_end: bool) -> int:
-    if token == "-" and allow_end:
-        return len(container)
-    if not token.isdigit() or int(token) > len(container) - (0 if allow_end else 1):
-        raise _PatchError(f"invalid array index {token!r} in path {path!r}")
-    return int(token)
-
-
-def _add(doc: Any, path: str, value: Any) -> Any:
-    tokens = _pointer(path)
-    if not tokens:
-        return value
-    parent = _resolve(doc, tokens[:-1], path)
-    last = tokens[-1]
-    if isinstance(parent, dict):
-        parent[last] = value
-    elif isinstance(parent, list):
-        parent.insert(_index(parent, last, path, allow_end=True), value)
-    else:
-        raise _PatchError(f"doc is missing path: {path!r}")
-    return doc
-
-
-def _remove(doc: Any, path: str) -> tuple[Any, Any]:
-    tokens = _pointer(path)
-    if not tokens:
-        raise _PatchError("cannot remove the whole document")
-    parent = _resolve(doc, tokens[:-1], path)
-    last = tokens[-1]
-    if isinstance(parent, dict) and last in parent:
-        return doc, parent.pop(last)
-    if isinstance(parent, list):
-        return doc, parent.pop(_index(parent, last, path, allow_end=False))
-    raise _PatchError(f"doc is missing path: {path!r}")
-
-
-def json_patch(doc: Any, operations: Any) -> Any:
-    """RFC 6902 JSON patch; raises ``_PatchError`` when an operation does not apply."""
-    if not isinstance(operations, list):
-        raise ValueError("a JSON patch must be a list of operations")
-    for op in operations:
-        if not isinstance(op, dict) or not isinstance(op.get("path"), str):
-            raise ValueError(f"invalid JSON patch operation: {op!r}")
-        kind, path = op.get("op"), op["path"]
-        if kind in ("add", "replace", "test") and "value" not in op:
-            raise ValueError(f"{kind} operation is missing 'value': {op!r}")
-        if kind in ("move", "copy") and not isinstance(op.get("from"), str):
-            raise ValueError(f"{kind} operation is missing 'from': {op!r}")
-        if kind == "add":
-            doc = _add(doc, path, copy.deepcopy(op["value"]))
-        elif kind == "remove":
-            doc, _ = _remove(doc, path)
-        elif kind == "replace":
-            _resolve(doc, _pointer(path), path)
-            doc, _ = _remove(doc, path) if path else (doc, None)
-            doc = _add(doc, path, copy.deepcopy(op["value"]))
-        elif kind == "move":
-            doc, value = _remove(doc, op["from"])
-            doc = _add(doc, path, value)
-        elif kind == "copy":
-            doc = _add(doc, path, copy.deepcopy(_resolve(doc, _pointer(op["from"]), op["from"])))
-        elif kind == "test":
-            if _resolve(doc, _pointer(path), path) != op["value"]:
-                raise _PatchError(f"testing value {path!r} failed: test failed")
-        else:
-            raise ValueError(f"unexpected JSON patch op {kind!r}")
-    return doc
-
-
-# ---------------------------------------------------------------------------
 # Helpers
 
 
@@ -362,24 +261,50 @@ def _key(namespace: str, name: str) -> str:
     return f"{namespace}/{name}"
 
 
-def _selector(cls: type, text: str) -> Any:
+def _selector(cls: type, text: str, res: Resource | None = None) -> Any:
     try:
-        return cls(text)
+        if res is None:
+            return cls(text)
+        return cls(text, ("metadata.name", "metadata.namespace", *res.selectable_fields), builtin=res.builtin)
     except SelectorError as exc:
         raise bad_request(str(exc)) from None
 
 
-def _fields(obj: dict) -> dict[str, str]:
+# Built-in field selectors whose value is not at the path they are named after.
+_FIELD_ALIASES = {
+    ("Job", "status.successful"): "status.succeeded",
+    ("Event", "source"): "source.component",
+    ("Event", "reportingComponent"): "reportingController",
+}
+
+
+def _field_value(obj: dict, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def _fields(res: Resource, obj: dict) -> dict[str, str]:
+    """The values field selectors compare (``ToSelectableFields``)."""
     meta = obj["metadata"]
-    return {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", "")}
+    fields = {"metadata.name": meta["name"], "metadata.namespace": meta.get("namespace", "")}
+    for name in res.selectable_fields:
+        fields[name] = _field_value(obj, _FIELD_ALIASES.get((res.kind, name), name))
+    return fields
 
 
-def _gc_finalizers(current: list[str], options: dict) -> list[str]:
+def _gc_finalizers(current: list[str], options: dict, default: str = "Background") -> list[str]:
     """Finalizers after applying a DeleteOptions' propagation choice.
 
-    Mirrors ``shouldOrphanDependents`` / ``shouldDeleteDependents`` with the
-    custom-resource default policy (background): an explicit option wins,
-    else a GC finalizer already on the object, else neither finalizer.
+    Mirrors ``shouldOrphanDependents`` / ``shouldDeleteDependents``: an
+    explicit option wins, else a GC finalizer already on the object, else the
+    kind's default policy (background for custom resources, orphan for
+    batch/v1 Jobs).
     """
     policy, orphan_opt = options.get("propagationPolicy"), options.get("orphanDependents")
     existing = [f for f in current if f in GC_FINALIZERS]
@@ -388,11 +313,41 @@ def _gc_finalizers(current: list[str], options: dict) -> list[str]:
     elif policy is not None:
         orphan, foreground = policy == "Orphan", policy == "Foreground"
     else:
-        orphan = bool(existing) and existing[0] == ORPHAN
+        orphan = existing[0] == ORPHAN if existing else default == "Orphan"
         foreground = FOREGROUND in current and not orphan
     wanted = [f for f in current if f not in GC_FINALIZERS]
     wanted += [ORPHAN] * orphan + [FOREGROUND] * foreground
     return current if set(wanted) == set(current) else wanted
+
+
+def _patched(current: dict, patch_type: str, patch: Any, schema: dict | None) -> Any:
+    """``current`` with ``patch`` applied; ValueError for a malformed patch, PatchError when it does not apply."""
+    if patch_type == "json":
+        return json_patch(current, patch)
+    if not isinstance(patch, dict):
+        raise ValueError(f"a {patch_type} merge patch must be a JSON object")
+    if patch_type == "strategic":
+        return strategic_merge_patch(current, patch, schema)
+    return merge_patch(current, patch)
+
+
+def _log_container(pod: dict, container: str) -> str:
+    """``validateContainer`` of the pod log REST: the container to read, or a 400."""
+    spec, name = pod.get("spec") or {}, pod["metadata"]["name"]
+    groups = {key: [c.get("name", "") for c in spec.get(key) or []] for key in ("containers", "initContainers", "ephemeralContainers")}
+    if container:
+        if not any(container in names for names in groups.values()):
+            raise bad_request(f"container {container} is not valid for pod {name}")
+        return container
+    if len(groups["containers"]) == 1:
+        return groups["containers"][0]
+    if not groups["containers"]:
+        raise bad_request(f"a container name must be specified for pod {name}")
+    message = f"a container name must be specified for pod {name}, choose one of: [{' '.join(groups['containers'])}]"
+    for key, what in (("initContainers", "init"), ("ephemeralContainers", "ephemeral")):
+        if groups[key]:
+            message += f" or one of the {what} containers: [{' '.join(groups[key])}]"
+    raise bad_request(message)
 
 
 # ---------------------------------------------------------------------------
@@ -427,9 +382,9 @@ class Watch:
         if obj is None:
             return False
         meta = obj["metadata"]
-        if self.namespace is not None and meta.get("namespace") != self.namespace:
+        if self.namespace is not None and (meta.get("namespace") or "") != self.namespace:
             return False
-        return self._labels.matches(meta.get("labels")) and self._fields.matches(_fields(obj))
+        return self._labels.matches(meta.get("labels")) and self._fields.matches(_fields(self.resource, obj))
 
     def _push(self, event_type: str, obj: dict) -> None:
         with self._cond:
@@ -502,11 +457,10 @@ class Store:
         self._objects: dict[Resource, dict[str, dict]] = {r: {} for r in self.resources}
         self._events: deque[_Event] = deque()
         self._watches: set[Watch] = set()
-        self._gc_cond = threading.Condition(self._lock)
-        self._gc_queue: list[tuple[float, int, Resource, str, str]] = []
-        self._gc_seq = itertools.count()
-        self._gc_thread: threading.Thread | None = None
-        self._closed = False
+        self.gc = GarbageCollector(self, gc_delay)
+        self.logs = PodLogs()
+        self._namespaces = self.find("", "v1", "namespaces")
+        self._create_system_namespaces()
 
     # -- lookup ------------------------------------------------------------
 
@@ -515,6 +469,37 @@ class Store:
 
     def resource_for(self, api_version: str, kind: str) -> Resource | None:
         return next((r for r in self.resources if (r.api_version, r.kind) == (api_version, kind)), None)
+
+    def namespace_object(self, name: str) -> dict | None:
+        """The stored Namespace ``name``, when namespaces are served."""
+        if self._namespaces is None or not name:
+            return None
+        return self._objects[self._namespaces].get(_key("", name))
+
+    # -- namespaces --------------------------------------------------------
+
+    def _create_system_namespaces(self) -> None:
+        with self._lock:
+            for name in SYSTEM_NAMESPACES:
+                self._provision_namespace(name)
+
+    def _provision_namespace(self, name: str) -> None:
+        """Create the Namespace ``name`` if namespaces are served and it does not exist; lock held."""
+        if self._namespaces is None or self.namespace_object(name) is not None:
+            return
+        namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        self._create(self._namespaces, "", namespace, dry_run=False)
+
+    def _admit_namespace(self, res: Resource, namespace: str, name: str) -> None:
+        """NamespaceAutoProvision, then NamespaceLifecycle: no new content in a terminating namespace."""
+        if not res.namespaced or self._namespaces is None:
+            return
+        self._provision_namespace(namespace)
+        stored = self.namespace_object(namespace)
+        if stored is not None and stored["metadata"].get("deletionTimestamp"):
+            cause = {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated", "field": "metadata.namespace"}
+            message = f'{res.qualified} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated'
+            raise ApiError(failure(403, "Forbidden", message, status_details(name, res.group, res.plural, causes=[cause])))
 
     # -- reads -------------------------------------------------------------
 
@@ -534,7 +519,7 @@ class Store:
         resource_version_match: str = "",
     ) -> dict:
         labels = _selector(LabelSelector, label_selector)
-        fields = _selector(FieldSelector, field_selector)
+        fields = _selector(FieldSelector, field_selector, res)
         start = ""
         with self._lock:
             if continue_token:
@@ -560,7 +545,7 @@ class Store:
                     break
                 last = keys[position]
                 obj = objects[prefix + last]
-                if labels.matches(obj["metadata"].get("labels")) and fields.matches(_fields(obj)):
+                if labels.matches(obj["metadata"].get("labels")) and fields.matches(_fields(res, obj)):
                     items.append(obj)
             metadata: dict[str, Any] = {"resourceVersion": str(snapshot_rv)}
             if next_token:
@@ -613,36 +598,55 @@ class Store:
 
     # -- writes ------------------------------------------------------------
 
-    def create(self, res: Resource, namespace: str, body: Any, dry_run: bool = False) -> dict:
+    def create(self, res: Resource, namespace: str, body: Any, dry_run: bool = False, strict: bool = False) -> dict:
+        """POST; ``strict``: unknown fields are an error rather than dropped (``fieldValidation=Strict``)."""
+        with self._lock:
+            return self._create(res, namespace, self._typed_body(res, body, namespace, strict), dry_run)
+
+    def _create(self, res: Resource, namespace: str, body: Any, dry_run: bool, managed_fields: list | None = None) -> dict:
+        """``Store.Create`` with the resource's create strategy; lock held."""
         obj = self._typed_body(res, body, namespace)
         meta = obj["metadata"]
-        with self._lock:
-            if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
-                meta["name"] = self._generate_name(res, namespace, meta["generateName"])
-            name = meta.get("name") or ""
-            errors = self._validate_meta(meta)
-            if errors:
-                raise invalid(res.kind, res.group, name, errors)
-            if meta.get("resourceVersion"):
-                raise internal_error("resourceVersion should not be set on objects to be created")
-            existing = self._objects[res].get(_key(namespace, name))
-            if existing is not None:
-                message = f'{res.qualified} "{name}" already exists'
-                if existing["metadata"].get("deletionTimestamp"):
-                    message = "object is being deleted: " + message
-                raise ApiError(failure(409, "AlreadyExists", message, status_details(name, res.group, res.plural)))
-            for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
-                meta.pop(field, None)
-            meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
-            if res.status_subresource:
-                obj.pop("status", None)
-            if dry_run:
-                return copy.deepcopy(obj)
-            return copy.deepcopy(self._commit(res, _key(namespace, name), obj, None))
+        if not meta.get("name") and isinstance(meta.get("generateName"), str) and meta["generateName"]:
+            meta["name"] = self._generate_name(res, namespace, meta["generateName"])
+        name = meta.get("name") or ""
+        self._check_create(res, namespace, meta)
+        for field in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "managedFields"):
+            meta.pop(field, None)
+        if managed_fields:
+            meta["managedFields"] = managed_fields
+        meta.update(uid=str(uuid.uuid4()), creationTimestamp=now_rfc3339(), generation=1)
+        if res.status_subresource:
+            obj.pop("status", None)
+        if res is self._namespaces:
+            meta.setdefault("labels", {})["kubernetes.io/metadata.name"] = name
+            obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
+            obj["status"] = {"phase": "Active"}
+        if dry_run:
+            return copy.deepcopy(obj)
+        self._admit_namespace(res, namespace, name)
+        return copy.deepcopy(self._commit(res, _key(namespace, name), obj, None))
 
-    def replace(self, res: Resource, namespace: str, name: str, body: Any, subresource: str | None = None, dry_run: bool = False) -> dict:
+    def _check_create(self, res: Resource, namespace: str, meta: dict) -> None:
+        name = meta.get("name") or ""
+        errors = self._validate_meta(meta)
+        if errors:
+            raise invalid(res.kind, res.group, name, errors)
+        if meta.get("resourceVersion"):
+            raise internal_error("resourceVersion should not be set on objects to be created")
+        existing = self._objects[res].get(_key(namespace, name))
+        if existing is not None:
+            message = f'{res.qualified} "{name}" already exists'
+            if existing["metadata"].get("deletionTimestamp"):
+                message = "object is being deleted: " + message
+            raise ApiError(failure(409, "AlreadyExists", message, status_details(name, res.group, res.plural)))
+
+    def replace(
+        self, res: Resource, namespace: str, name: str, body: Any, subresource: str | None = None, dry_run: bool = False,
+        strict: bool = False,
+    ) -> dict:
         """PUT on the object or on its ``status`` subresource."""
-        obj = self._typed_body(res, body, namespace)
+        obj = self._typed_body(res, body, namespace, strict)
         with self._lock:
             return copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run))
 
@@ -655,20 +659,16 @@ class Store:
         patch: Any,
         subresource: str | None = None,
         dry_run: bool = False,
+        strict: bool = False,
     ) -> dict:
-        """PATCH with ``merge`` (RFC 7386) or ``json`` (RFC 6902) semantics."""
+        """PATCH with ``merge`` (RFC 7386), ``json`` (RFC 6902) or ``strategic`` semantics."""
         with self._lock:
             current = copy.deepcopy(self._existing(res, namespace, name))
             try:
-                if patch_type == "merge":
-                    if not isinstance(patch, dict):
-                        raise ValueError("a merge patch must be a JSON object")
-                    patched = merge_patch(current, patch)
-                else:
-                    patched = json_patch(current, patch)
+                patched = _patched(current, patch_type, patch, res.schema)
             except ValueError as exc:
                 raise bad_request(str(exc)) from None
-            except _PatchError as exc:
+            except PatchError as exc:
                 # The apiserver's patcher reports patch application failures this way.
                 raise ApiError(failure(
                     422,
@@ -676,8 +676,46 @@ class Store:
                     "the server rejected our request due to an error in our request",
                     {"causes": [{"reason": "UnexpectedServerResponse", "message": str(exc)}]},
                 )) from None
-            obj = self._typed_body(res, patched, namespace)
+            obj = self._typed_body(res, patched, namespace, strict)
             return copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run))
+
+    def apply(
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        manager: str,
+        force: bool = False,
+        subresource: str | None = None,
+        dry_run: bool = False,
+        strict: bool = False,
+    ) -> tuple[int, dict]:
+        """Server-side apply (see ``apply.py``); returns 201 and the object when it had to create it."""
+        if not manager:
+            raise invalid("PatchOptions", "meta.k8s.io", "", [FieldError("Required", "fieldManager", "is required for apply patch")])
+        if not isinstance(body, dict):
+            raise bad_request("error decoding YAML: the apply patch must be an object")
+        with self._lock:
+            applied = self._typed_body(res, body, namespace, strict)
+            if applied["metadata"].get("name") != name:
+                raise bad_request(f"the name of the object ({applied['metadata'].get('name', '')}) does not match the name on the URL ({name})")
+            current = self._objects[res].get(_key(namespace, name))
+            if current is None and subresource:
+                raise not_found(res, name)
+            skip_status = res.status_subresource and subresource != "status"
+            try:
+                merged = ssa.apply(current or {}, applied, manager, force, res.api_version, now_rfc3339(), skip_status)
+            except ssa.ApplyConflict as exc:
+                causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": ssa.field_path(p)}
+                          for m, p in exc.conflicts]
+                raise ApiError(failure(409, "Conflict", str(exc), {"causes": causes})) from None
+            managed = merged["metadata"].pop("managedFields")
+            if current is None:
+                return 201, self._create(res, namespace, merged, dry_run, managed_fields=managed)
+            merged["metadata"].setdefault("resourceVersion", current["metadata"]["resourceVersion"])
+            obj = self._typed_body(res, merged, namespace)
+            return 200, copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run, managed))
 
     def delete(self, res: Resource, namespace: str, name: str, options: dict | None = None) -> tuple[int, dict]:
         """DELETE; returns the HTTP code and body (the object, or a Success ``Status``)."""
@@ -686,32 +724,48 @@ class Store:
         dry_run = options.get("dryRun") == ["All"]
         with self._lock:
             obj = self._existing(res, namespace, name)
-            meta = obj["metadata"]
-            preconditions = options.get("preconditions") or {}
-            for field, label, suffix in (
-                ("uid", "UID", "deleted and then recreated"),
-                ("resourceVersion", "ResourceVersion", "modified"),
-            ):
-                wanted = preconditions.get(field)
-                if wanted is not None and wanted != meta[field]:
-                    reason = (
-                        f"the {label} in the precondition ({wanted}) does not match the {label} in record "
-                        f"({meta[field]}). The object might have been {suffix}"
-                    )
-                    raise conflict(res.kind, res.group, name, reason)
-            finalizers = meta.get("finalizers") or []
-            wanted = _gc_finalizers(finalizers, options)
-            if wanted:
-                marked = copy.deepcopy(obj)
-                marked["metadata"]["finalizers"] = wanted
-                self._mark_deleting(marked)
+            self._check_preconditions(res, name, obj["metadata"], options.get("preconditions") or {})
+            marked = self._marked_for_deletion(res, obj, options)
+            if marked is not None:
                 if marked != obj and not dry_run:
                     marked = self._commit(res, _key(namespace, name), marked, obj)
                 # 202 only when the caller explicitly asked for cascading via orphanDependents=false.
                 return (202 if options.get("orphanDependents") is False else 200), copy.deepcopy(marked)
             if not dry_run:
                 self._commit(res, _key(namespace, name), None, obj)
-            return 200, success(res, obj)
+            return 200, copy.deepcopy(obj) if res.return_deleted else success(res, obj)
+
+    @staticmethod
+    def _check_preconditions(res: Resource, name: str, meta: dict, preconditions: dict) -> None:
+        for field, label, suffix in (
+            ("uid", "UID", "deleted and then recreated"),
+            ("resourceVersion", "ResourceVersion", "modified"),
+        ):
+            wanted = preconditions.get(field)
+            if wanted is not None and wanted != meta[field]:
+                reason = (
+                    f"the {label} in the precondition ({wanted}) does not match the {label} in record "
+                    f"({meta[field]}). The object might have been {suffix}"
+                )
+                raise conflict(res.kind, res.group, name, reason)
+
+    def _marked_for_deletion(self, res: Resource, obj: dict, options: dict) -> dict | None:
+        """The object as "being deleted" when finalizers hold it, or None when it goes at once.
+
+        A namespace is held by its ``spec.finalizers`` (the namespace controller's
+        ``kubernetes``) and turns ``Terminating``.
+        """
+        wanted = _gc_finalizers(obj["metadata"].get("finalizers") or [], options, res.default_propagation)
+        namespace_held = res is self._namespaces and bool((obj.get("spec") or {}).get("finalizers"))
+        if not wanted and not namespace_held:
+            return None
+        marked = copy.deepcopy(obj)
+        if wanted:
+            marked["metadata"]["finalizers"] = wanted
+        self._mark_deleting(marked)
+        if namespace_held:
+            marked.setdefault("status", {})["phase"] = "Terminating"
+        return marked
 
     def delete_collection(self, res: Resource, namespace: str, options: dict | None = None, **list_options: Any) -> dict:
         """DELETE on a collection: deletes what the list selects, returns that list."""
@@ -726,6 +780,18 @@ class Store:
                     if exc.code != 404:
                         raise
             return listed
+
+    # -- pod logs ----------------------------------------------------------
+
+    def pod_log(self, res: Resource, namespace: str, name: str, container: str = "", previous: bool = False) -> list[tuple[str, str]]:
+        """The (timestamp, line) pairs of a pod container's log (see ``logs.py``)."""
+        with self._lock:
+            pod = copy.deepcopy(self._existing(res, namespace, name))
+        container = _log_container(pod, container)
+        lines = self.logs.get(namespace, name, container, previous)
+        if lines is None and previous:
+            raise bad_request(f'previous terminated container "{container}" in pod "{name}" not found')
+        return lines or []
 
     # -- watches -----------------------------------------------------------
 
@@ -744,7 +810,7 @@ class Store:
         Raises :class:`WatchError` (410 too old, 504 too new) for errors the
         server must send as an ERROR event after HTTP 200.
         """
-        watch = Watch(res, namespace, _selector(LabelSelector, label_selector), _selector(FieldSelector, field_selector), allow_bookmarks)
+        watch = Watch(res, namespace, _selector(LabelSelector, label_selector), _selector(FieldSelector, field_selector, res), allow_bookmarks)
         with self._lock:
             if resource_version in ("", "0"):
                 for key in sorted(self._objects[res]):
@@ -817,19 +883,17 @@ class Store:
         with self._lock:
             for objects in self._objects.values():
                 objects.clear()
-            self._gc_queue.clear()
+            self.gc.reset()
+            self.logs.clear()
+            self._create_system_namespaces()
             rv = self.compact()
         self.close_watches()
         return rv
 
     def close(self) -> None:
         """Stop the garbage-collector thread and end open watches."""
-        with self._gc_cond:
-            self._closed = True
-            self._gc_cond.notify_all()
+        self.gc.close()
         self.close_watches()
-        if self._gc_thread is not None:
-            self._gc_thread.join(timeout=5)
 
     # -- internals ---------------------------------------------------------
 
@@ -839,8 +903,8 @@ class Store:
             raise not_found(res, name)
         return obj
 
-    def _typed_body(self, res: Resource, body: Any, namespace: str) -> dict:
-        """Decode checks of the create/update handlers and ``ValidateTypeMeta`` of custom resources."""
+    def _typed_body(self, res: Resource, body: Any, namespace: str, strict: bool = False) -> dict:
+        """Decode checks of the create/update handlers, ``ValidateTypeMeta`` and pruning of custom resources."""
         if not isinstance(body, dict) or not body.get("kind"):
             raise bad_request(f"Object 'Kind' is missing in '{json.dumps(body, separators=(',', ':'))}'")
         obj = copy.deepcopy(body)
@@ -854,6 +918,14 @@ class Store:
             raise bad_request("metadata must be an object")
         if obj["kind"] != res.kind:
             raise invalid(res.kind, res.group, meta.get("name", ""), [FieldError("Invalid", "kind", f"must be {res.kind}", obj["kind"])])
+        if res.schema is not None and not res.builtin:
+            obj, unknown = prune(obj, res.schema)
+            if unknown and strict:
+                raise bad_request(strict_message(res.kind, res.version, unknown))
+            meta = obj["metadata"]
+        if not res.namespaced:
+            meta.pop("namespace", None)  # cluster-scoped objects have none, whatever the body says
+            return obj
         if meta.get("namespace") and meta["namespace"] != namespace:
             raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
         meta["namespace"] = namespace
@@ -900,8 +972,14 @@ class Store:
             if _key(namespace, name) not in self._objects[res]:
                 return name
 
-    def _update(self, res: Resource, namespace: str, name: str, obj: dict, subresource: str | None, dry_run: bool) -> dict:
-        """``Store.Update`` with the custom-resource (or status) strategy; lock held."""
+    def _update(
+        self, res: Resource, namespace: str, name: str, obj: dict, subresource: str | None, dry_run: bool,
+        managed_fields: list | None = None,
+    ) -> dict:
+        """``Store.Update`` with the custom-resource (or status) strategy; lock held.
+
+        ``managed_fields`` is what server-side apply recorded; other updates keep the stored ones.
+        """
         meta = obj["metadata"]
         if meta.get("name") != name:
             raise bad_request(f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})")
@@ -914,32 +992,9 @@ class Store:
             ])
         if rv != old_meta["resourceVersion"]:
             raise conflict(res.plural, res.group, name, OPTIMISTIC_LOCK_MSG)
-        if subresource == "status":
-            new = copy.deepcopy(old)
-            if "status" in obj:
-                new["status"] = obj["status"]
-            else:
-                new.pop("status", None)
-        else:
-            new = obj
-            if res.status_subresource:
-                if "status" in old:
-                    new["status"] = old["status"]
-                else:
-                    new.pop("status", None)
-            if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-                raise invalid(res.kind, res.group, name, [FieldError("Invalid", "metadata.uid", "field is immutable", meta["uid"])])
-            for field in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds"):
-                if field in old_meta:
-                    meta[field] = old_meta[field]
-                else:
-                    meta.pop(field, None)
-            meta.pop("selfLink", None)
-            if {k: v for k, v in new.items() if k != "metadata"} != {k: v for k, v in old.items() if k != "metadata"}:
-                meta["generation"] = old_meta.get("generation", 0) + 1
-            errors = self._validate_meta(meta, old)
-            if errors:
-                raise invalid(res.kind, res.group, name, errors)
+        new = self._status_update(old, obj) if subresource == "status" else self._main_update(res, name, obj, old)
+        if managed_fields is not None:
+            new["metadata"]["managedFields"] = managed_fields
         key = _key(namespace, name)
         if old_meta.get("deletionTimestamp") and not new["metadata"].get("finalizers"):
             # ShouldDeleteDuringUpdate: the last finalizer is gone, so the object goes.
@@ -949,6 +1004,39 @@ class Store:
         if new == old or dry_run:
             return new
         return self._commit(res, key, new, old)
+
+    @staticmethod
+    def _status_update(old: dict, obj: dict) -> dict:
+        """``/status`` writes change only status."""
+        new = copy.deepcopy(old)
+        if "status" in obj:
+            new["status"] = obj["status"]
+        else:
+            new.pop("status", None)
+        return new
+
+    def _main_update(self, res: Resource, name: str, new: dict, old: dict) -> dict:
+        """Writes to the main resource keep status (with the subresource) and server-set metadata."""
+        meta, old_meta = new["metadata"], old["metadata"]
+        if res.status_subresource:
+            if "status" in old:
+                new["status"] = old["status"]
+            else:
+                new.pop("status", None)
+        if meta.get("uid") and meta["uid"] != old_meta["uid"]:
+            raise invalid(res.kind, res.group, name, [FieldError("Invalid", "metadata.uid", "field is immutable", meta["uid"])])
+        for field in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            if field in old_meta:
+                meta[field] = old_meta[field]
+            else:
+                meta.pop(field, None)
+        meta.pop("selfLink", None)
+        if {k: v for k, v in new.items() if k != "metadata"} != {k: v for k, v in old.items() if k != "metadata"}:
+            meta["generation"] = old_meta.get("generation", 0) + 1
+        errors = self._validate_meta(meta, old)
+        if errors:
+            raise invalid(res.kind, res.group, name, errors)
+        return new
 
     @staticmethod
     def _mark_deleting(obj: dict) -> None:
@@ -989,9 +1077,9 @@ class Store:
             self._objects[res][key] = new
             visible = new
             event = _Event(self._rv, res, "MODIFIED" if prev else "ADDED", key, new, prev)
-            meta = new["metadata"]
-            if meta.get("deletionTimestamp") and any(f in GC_FINALIZERS for f in meta.get("finalizers") or []):
-                self._schedule_gc(res, key, meta["uid"])
+        if new is None and res.log_subresource:
+            self.logs.forget(*key.split("/", 1))
+        self.gc.observe(res, key, new, prev)
         if len(self._events) >= self.history_size:
             self._floor = self._events.popleft().rv
         self._events.append(event)
@@ -1000,42 +1088,3 @@ class Store:
             if watch.closed:
                 self._watches.discard(watch)
         return visible
-
-    # -- garbage collector -------------------------------------------------
-
-    def _schedule_gc(self, res: Resource, key: str, uid: str) -> None:
-        heapq.heappush(self._gc_queue, (time.monotonic() + self.gc_delay, next(self._gc_seq), res, key, uid))
-        if self._gc_thread is None:
-            self._gc_thread = threading.Thread(target=self._gc_loop, name="emulator-gc", daemon=True)
-            self._gc_thread.start()
-        self._gc_cond.notify()
-
-    def _gc_loop(self) -> None:
-        with self._gc_cond:
-            while not self._closed:
-                if not self._gc_queue:
-                    self._gc_cond.wait()
-                    continue
-                delay = self._gc_queue[0][0] - time.monotonic()
-                if delay > 0:
-                    self._gc_cond.wait(delay)
-                    continue
-                _, _, res, key, uid = heapq.heappop(self._gc_queue)
-                self._collect(res, key, uid)
-
-    def _collect(self, res: Resource, key: str, uid: str) -> None:
-        """What the garbage collector does for an owner without dependents: drop its finalizers."""
-        obj = self._objects[res].get(key)
-        if obj is None or obj["metadata"]["uid"] != uid or not obj["metadata"].get("deletionTimestamp"):
-            return
-        finalizers = obj["metadata"].get("finalizers") or []
-        remaining = [f for f in finalizers if f not in GC_FINALIZERS]
-        if remaining == finalizers:
-            return
-        if remaining:
-            new = copy.deepcopy(obj)
-            new["metadata"]["finalizers"] = remaining
-            self._commit(res, key, new, obj)
-        else:
-            self._commit(res, key, None, obj)
-

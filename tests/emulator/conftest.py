@@ -8,15 +8,31 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 
-from jobttl_emulator import EmulatorServer
+from jobttl_emulator import WELL_KNOWN, EmulatorServer
 
-from .emulator_testlib import Cluster, WatchCollector
+from .emulator_testlib import TFJOB_CRD, Cluster, WatchCollector
 
 
 @pytest.fixture
 def server() -> Iterator[EmulatorServer]:
     with EmulatorServer(gc_delay=0.5, history_size=200, bookmark_interval=0.3) as srv:
         yield srv
+
+
+@pytest.fixture
+def full_server() -> Iterator[EmulatorServer]:
+    """What the emulator command serves, with TFJob from the reference CRD (schema, State column)."""
+    if not TFJOB_CRD.exists():
+        pytest.skip(f"reference CRD {TFJOB_CRD} is not beside the checkout")
+    with EmulatorServer(resources=WELL_KNOWN, crds=[TFJOB_CRD], gc_delay=0.1) as srv:
+        yield srv
+
+
+@pytest.fixture
+def full(full_server: EmulatorServer) -> Iterator[Cluster]:
+    """A Cluster facade on ``full_server``."""
+    with client.ApiClient(client.Configuration(host=full_server.url)) as api_client:
+        yield Cluster(full_server, client.CustomObjectsApi(api_client))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +20,28 @@ from jobttl_emulator import EmulatorServer
 
 GROUP, VERSION, PLURAL = "kubeflow.org", "v1", "tfjobs"
 NS = "ns"
+# Reference data beside the checkout (never copied into the repository).
+REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
+TFJOB_CRD = REFERENCE / "kubeflow" / "kubeflow.org_tfjobs.yaml"
+
+
+def pod(name: str, containers: tuple[str, ...] = ("main",), labels: dict | None = None, owners: list | None = None,
+        finalizers: list | None = None) -> dict:
+    metadata: dict[str, Any] = {"name": name}
+    if labels:
+        metadata["labels"] = labels
+    if owners:
+        metadata["ownerReferences"] = owners
+    if finalizers:
+        metadata["finalizers"] = finalizers
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
+            "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
+
+
+def owner_ref(obj: dict, block: bool = True) -> dict:
+    """An ownerReference to ``obj`` as a controller sets it."""
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
+            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": block}
 
 
 def tfjob(name: str, labels: dict | None = None, finalizers: list | None = None, **extra: Any) -> dict:
@@ -86,12 +109,16 @@ class Cluster:
     def set_status(self, name: str, status: dict, ns: str = NS) -> dict:
         return self.api.patch_namespaced_custom_object_status(GROUP, VERSION, ns, PLURAL, name, {"status": status})
 
-    def raw(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> tuple[int, Any, Any]:
+    def raw(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", accept: str = ""
+    ) -> tuple[int, Any, Any]:
         """(status, headers, parsed JSON or text) of a plain HTTP request."""
         data = None if body is None else (body if isinstance(body, bytes) else json.dumps(body).encode())
         req = urllib.request.Request(self.server.url + path, data=data, method=method)
         if data is not None:
             req.add_header("Content-Type", content_type)
+        if accept:
+            req.add_header("Accept", accept)
         try:
             with urllib.request.urlopen(req, timeout=10) as resp:
                 code, headers, text = resp.status, resp.headers, resp.read().decode()

@@ -31,15 +31,17 @@ def test_kubeconfig_is_loadable(server, tmp_path):
 
 
 def test_version_and_discovery_documents(cluster, server):
-    assert cluster.raw("GET", "/version")[2]["gitVersion"] == "v1.31.0"
+    assert cluster.raw("GET", "/version")[2]["gitVersion"] == "v1.32.0"
     assert cluster.raw("GET", "/api")[2]["versions"] == ["v1"]
     groups = cluster.raw("GET", "/apis")[2]
     assert groups["kind"] == "APIGroupList"
-    assert groups["groups"] == [{
+    assert groups["groups"][0] == {
         "name": "kubeflow.org",
         "versions": [{"groupVersion": "kubeflow.org/v1", "version": "v1"}],
         "preferredVersion": {"groupVersion": "kubeflow.org/v1", "version": "v1"},
-    }]
+    }
+    # kubectl auth can-i creates SelfSubjectAccessReviews, which every server offers.
+    assert [g["name"] for g in groups["groups"]] == ["kubeflow.org", "authorization.k8s.io"]
     assert cluster.raw("GET", "/apis/kubeflow.org")[2]["kind"] == "APIGroup"
     resources = cluster.raw("GET", "/apis/kubeflow.org/v1")[2]
     assert resources["kind"] == "APIResourceList" and resources["groupVersion"] == "kubeflow.org/v1"
@@ -49,7 +51,7 @@ def test_version_and_discovery_documents(cluster, server):
     }
     assert sorted(main["verbs"]) == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     assert status["name"] == "tfjobs/status" and sorted(status["verbs"]) == ["get", "patch", "update"]
-    assert client.VersionApi(cluster.api.api_client).get_code().git_version == "v1.31.0"
+    assert client.VersionApi(cluster.api.api_client).get_code().git_version == "v1.32.0"
 
 
 def test_dynamic_client_discovers_and_uses_tfjobs(api_client, tmp_path):
@@ -81,7 +83,7 @@ def test_more_kinds_are_one_registration_each(tmp_path):
     with EmulatorServer(resources=resources) as server:
         with client.ApiClient(client.Configuration(host=server.url)) as api_client:
             cluster = Cluster(server, client.CustomObjectsApi(api_client))
-            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == ["kubeflow.org", "batch", "argoproj.io"]
+            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == ["kubeflow.org", "batch", "argoproj.io", "authorization.k8s.io"]
             assert [r["name"] for r in cluster.raw("GET", "/api/v1")[2]["resources"]] == ["events"]
 
             custom = client.CustomObjectsApi(api_client)
