@@ -30,8 +30,8 @@ from redis.client import Pipeline
 from jobttl.core import jsoncodec, keys, logs
 from jobttl.core.identity import JobRef
 from jobttl.core.metrics import Metrics
+from jobttl.core.scripts import Scripts
 
-CARD_LOG_LENGTH = 100  # audit ids kept per job name (the scripts' LTRIM says the same)
 # Fields of a job's status worth keeping once the object is gone.
 STATUS_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "phase", "startedAt", "finishedAt",
                  "message", "succeeded", "failed")
@@ -74,6 +74,7 @@ class Audit:
         self.max_entries = max_entries
         self.tombstone_seconds = tombstone_days * 86400
         self.tombstone_annotations = tombstone_annotations
+        self.scripts = Scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Any, metrics: Metrics | None = None) -> Audit:
@@ -85,24 +86,12 @@ class Audit:
                pipeline: Pipeline | None = None, **fields: Any) -> None:
         """Log `event`, append it to the trail and to the job's history. Fields that are None are left out."""
         entry = entry_fields(event, ref, **fields)
-        pipe = pipeline if pipeline is not None else self.redis.pipeline(transaction=False)
-        # Approximate trimming (~) keeps XADD O(1); the stream stays near max_entries.
-        pipe.xadd(keys.AUDIT_STREAM, entry, maxlen=self.max_entries, approximate=True)
-        if pipeline is None:
-            [entry_id] = pipe.execute()
-            if ref is not None:
-                self._index(ref, entry_id, entry)
+        args: list[Any] = [self.max_entries, self.tombstone_seconds, ref.uid if ref else ""]
+        for key, value in entry.items():
+            args += [key, value]
+        self.scripts.record(keys=[keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name) if ref else ""],
+                               args=args, client=pipeline if pipeline is not None else self.redis)
         self.observed(event, ref, level, logger, **fields)
-
-    def _index(self, ref: JobRef, entry_id: bytes, entry: dict[str, str]) -> None:
-        card, log_key = keys.card(ref.namespace, ref.name), keys.card_log(ref.namespace, ref.name)
-        with self.redis.pipeline(transaction=False) as pipe:
-            pipe.hset(card, mapping={ref.uid: jsoncodec.dumps_str(_decision_of(entry)), f"{ref.uid}@": entry_id})
-            pipe.lpush(log_key, entry_id)
-            pipe.ltrim(log_key, 0, CARD_LOG_LENGTH - 1)
-            for k in (card, log_key):
-                pipe.expire(k, self.tombstone_seconds)
-            pipe.execute()
 
     def observed(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,
                  **fields: Any) -> None:
@@ -146,7 +135,8 @@ class Audit:
 
     def history(self, namespace: str, name: str) -> list[AuditEntry]:
         """The audit entries of one job name, newest first (those still in the capped trail)."""
-        ids = self.redis.lrange(keys.card_log(namespace, name), 0, -1)
+        ids = sorted({i for card in self._card(namespace, name).values() for i in _log(card)},
+                     key=_stream_order, reverse=True)
         with self.redis.pipeline(transaction=False) as pipe:
             for entry_id in ids:
                 pipe.xrange(keys.AUDIT_STREAM, min=entry_id, max=entry_id)
@@ -155,9 +145,19 @@ class Audit:
 
     def decisions(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """The latest decision about every UID that had this name, by UID."""
-        card = _decoded(self.redis.hgetall(keys.card(namespace, name)))
-        return {uid: {**jsoncodec.loads(value), "at": _at(card.get(f"{uid}@"))}
-                for uid, value in card.items() if not uid.endswith("@")}
+        return {uid: {**{k: v for k, v in card.items() if k not in ("log", "at")}, "at": _at(card.get("at"))}
+                for uid, card in self._card(namespace, name).items()}
+
+    def _card(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
+        found = {}
+        for uid, raw in self.redis.hgetall(keys.card(namespace, name)).items():
+            try:
+                value = jsoncodec.loads(raw)
+            except jsoncodec.DecodeError:
+                continue
+            if isinstance(value, dict):
+                found[uid.decode()] = value
+        return found
 
     def tombstones(self, namespace: str, name: str, uids: list[str] | None = None) -> list[dict[str, Any]]:
         """Tombstones of one job name, newest first."""
@@ -170,9 +170,14 @@ class Audit:
         return sum(1 for e in self.entries(since=since) if e.fields.get("event") == "deleted")
 
 
-def _decision_of(entry: dict[str, str]) -> dict[str, str]:
-    """What the history card keeps of an entry: the outcome, without the identity it is filed under."""
-    return {k: v for k, v in entry.items() if k not in ("namespace", "name", "uid")}
+def _log(card: dict[str, Any]) -> list[str]:
+    log = card.get("log")
+    return [i for i in log if isinstance(i, str)] if isinstance(log, list) else []  # Lua writes {} for []
+
+
+def _stream_order(entry_id: str) -> tuple[int, int]:
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
 
 
 def _at(entry_id: str | None) -> float | None:

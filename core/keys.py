@@ -11,7 +11,7 @@ OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
 
 # The audit trail and each job's history (jobttl.core.audit)
 AUDIT_STREAM = "jobttl:audit"
-CARD_PREFIX = "jobttl:job:"  # hash per namespace/name: latest decision per uid; ...:log its audit ids
+CARD_PREFIX = "jobttl:job:"  # hash per namespace/name: per uid, its latest decision and audit ids
 TOMBSTONE_PREFIX = "jobttl:tombstone:"  # string per namespace:name:uid
 
 # The blast-radius guard (jobttl.core.guard)
@@ -41,10 +41,6 @@ def override(uid: str) -> str:
 
 def card(namespace: str, name: str) -> str:
     return f"{CARD_PREFIX}{namespace}/{name}"
-
-
-def card_log(namespace: str, name: str) -> str:
-    return card(namespace, name) + ":log"
 
 
 def tombstone(namespace: str, name: str, uid: str) -> str:

@@ -175,8 +175,8 @@ class Reconciler:
                 "1" if decision is not None and decision.dry_run else "0", card_decision, held,
                 self.audit.max_entries, self.audit.tombstone_seconds, *self._fields(request)]
         self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
-                                     keys.card(ref.namespace, ref.name), keys.card_log(ref.namespace, ref.name),
-                                     keys.HELD, keys.RECENT_DUE], args=args, client=pipe)
+                                     keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE], args=args,
+                               client=pipe)
 
     @staticmethod
     def _fields(request: _Request) -> list[str]:
@@ -217,8 +217,7 @@ class Reconciler:
     def _commit(self, request: _Request, planned: Planned, pipe: Pipeline) -> None:
         ref = request.ref
         seen = "" if planned.previous_due is None else str(planned.previous_due)
-        self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
-                                  keys.card_log(ref.namespace, ref.name)],
+        self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name)],
                             args=[request.member, ref.uid, planned.due, seen, self.audit.max_entries,
                                   self.audit.tombstone_seconds, *self._fields(request)], client=pipe)
 

@@ -139,25 +139,25 @@ class Pending:
         return job_id_for(self.ref.uid, self.due, self.stage)
 
     def meta(self) -> dict[str, Any]:
-        """What the RQ job's meta holds (everything but what the index gives)."""
-        meta = {"ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
-                "finishedAt": self.finished_at, "ttl": self.ttl, "ttlSource": self.ttl_source,
-                "rules": list(self.rules), "dryRun": self.dry_run, "scheduledAt": self.scheduled_at}
-        if self.stage != JOB_STAGE:
-            meta["stage"] = self.stage
-        if self.would_delete_at is not None:
-            meta["wouldDeleteAt"] = self.would_delete_at
+        """What the RQ job's meta holds: what neither the index (member, due) nor RQ (when the
+        job was created: scheduledAt) already says, defaults left out."""
+        meta: dict[str, Any] = {"ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
+                                "finishedAt": self.finished_at, "ttl": self.ttl, "ttlSource": self.ttl_source}
+        optional = {"rules": list(self.rules), "dryRun": self.dry_run, "stage": self.stage if self.stage != JOB_STAGE
+                    else None, "wouldDeleteAt": self.would_delete_at}
+        meta.update({k: v for k, v in optional.items() if v})
         return {**meta, **self.extra} if self.extra else meta
 
     @classmethod
-    def from_meta(cls, member: str, due: int, meta: dict[str, Any], state: str | None) -> Pending:
+    def from_meta(cls, member: str, due: int, meta: dict[str, Any], state: str | None,
+                  created_at: int | None = None) -> Pending:
         uid, stage = split_member(member)
         api_version, kind, namespace, name = meta["ref"]
         known = {"ref", "finishedAt", "ttl", "ttlSource", "rules", "dryRun", "scheduledAt", "stage", "wouldDeleteAt",
                  PERMANENT_FAILURE}
         return cls(JobRef(api_version, kind, namespace, name, uid), due, stage, meta.get("finishedAt"),
                    meta.get("ttl"), meta.get("ttlSource"), tuple(meta.get("rules") or ()), bool(meta.get("dryRun")),
-                   meta.get("scheduledAt"), meta.get("wouldDeleteAt"), state,
+                   meta.get("scheduledAt", created_at), meta.get("wouldDeleteAt"), state,
                    {k: v for k, v in meta.items() if k not in known})
 
     def as_decision(self) -> Decision:
@@ -231,13 +231,13 @@ class Schedule:
         with self.redis.pipeline(transaction=False) as pipe:
             for member, due in members:
                 uid, stage = split_member(member)
-                pipe.hmget(self.job_key_prefix + job_id_for(uid, due, stage), "meta", "status")
+                pipe.hmget(self.job_key_prefix + job_id_for(uid, due, stage), "meta", "status", "created_at")
             rows = pipe.execute()
         found = []
-        for (member, due), (meta, status) in zip(members, rows):
+        for (member, due), (meta, status, created) in zip(members, rows):
             state = status.decode() if status else None
             try:
-                record = Pending.from_meta(member, due, jsoncodec.loads(meta), state) if meta else None
+                record = Pending.from_meta(member, due, jsoncodec.loads(meta), state, _epoch(created)) if meta else None
             except (ValueError, KeyError, TypeError):
                 record = None  # not a record jobttl wrote; shown with what the index knows
             if record is None:
@@ -307,19 +307,26 @@ class Schedule:
         pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job_id))
 
     def _enqueue(self, record: Pending, now: float, pipe: Pipeline) -> None:
-        options = dict(job_id=record.job_id, retry=self.retry, job_timeout=self.job_timeout, meta=record.meta(),
-                       description=f"{record.stage} of {record.ref.kind} {record.ref.namespace}/{record.ref.name}",
-                       result_ttl=-1 if record.dry_run else RESULT_TTL, failure_ttl=FAILURE_TTL, pipeline=pipe)
+        status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
+        job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
+                        result_ttl=-1 if record.dry_run else RESULT_TTL)
         if record.due <= now:
-            self.queue.enqueue(DELETE_TASK, record.member, record.due, **options)
+            self.queue.enqueue_job(job, pipeline=pipe)
         else:
-            self.queue.enqueue_at(_utc(record.due), DELETE_TASK, record.member, record.due, **options)
+            self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
-            self.queue.enqueue_at(_utc(record.due - self.warn_before), WARN_TASK, record.ref.uid, record.due,
-                                  job_id=warning_id_for(record.ref.uid, record.due), retry=self.retry,
-                                  description=f"announce the deletion of {record.ref.kind} {record.ref.namespace}/"
-                                              f"{record.ref.name}",
-                                  result_ttl=RESULT_TTL, failure_ttl=FAILURE_TTL, pipeline=pipe)
+            warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
+                                JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
+            self.queue.schedule_job(warning, _utc(record.due - self.warn_before), pipeline=pipe)
+
+    def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
+             result_ttl: int = RESULT_TTL) -> Job:
+        """An RQ job without a description: RQ would store the call string, and the record
+        (meta) already says what it deletes. Jobs are a third of Redis's memory per deletion."""
+        job = self.queue.create_job(task, args=args, job_id=job_id, status=status, timeout=self.job_timeout,
+                                    retry=self.retry, meta=meta, result_ttl=result_ttl, failure_ttl=FAILURE_TTL)
+        job.description = None
+        return job
 
     # --- resync requests ---------------------------------------------------------------------------
     def request_resync(self, at: float | None = None, coalesce: int = 0) -> bool:
@@ -355,3 +362,13 @@ class Schedule:
 
 def _utc(epoch: int) -> datetime:
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
+
+
+def _epoch(rq_time: bytes | None) -> int | None:
+    """RQ's stored times (ISO 8601, UTC, 'Z') as epoch seconds."""
+    if not rq_time:
+        return None
+    try:
+        return int(datetime.fromisoformat(rq_time.decode().replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None

@@ -27,25 +27,47 @@ local function audit(stream, maxlen, fields)
   return redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', unpack(fields))
 end
 
--- The job's history card: the latest decision per UID, and its audit ids (newest first).
-local function note(card, log, ttl, uid, decision, id)
-  redis.call('HSET', card, uid, decision, uid .. '@', id)
-  if log then
-    redis.call('LPUSH', log, id)
-    redis.call('LTRIM', log, 0, 99)
+-- The job's history card (one hash per namespace/name): for each UID that had the name, its
+-- latest decision and the ids of its audit entries, newest first.
+local DECISION = {event = true, reason = true, detail = true, due = true}
+local LOG_LENGTH = 20
+
+local function card_get(card, uid)
+  local raw = redis.call('HGET', card, uid)
+  if raw then
+    local ok, value = pcall(cjson.decode, raw)
+    if ok and type(value) == 'table' then return value end
   end
-  for _, key in ipairs({card, log}) do
-    if redis.call('TTL', key) < ttl then redis.call('EXPIRE', key, ttl) end
-  end
+  return {}
 end
 
-local function card_value(entry)
+local function note(card, ttl, uid, kind, decision, id, logged)
+  local value = card_get(card, uid)
+  for k in pairs(DECISION) do value[k] = decision[k] end
+  if kind ~= '' then value['kind'] = kind end
+  value['at'] = id
+  if logged then
+    local log = value['log']
+    if type(log) ~= 'table' then log = {} end
+    table.insert(log, 1, id)
+    while #log > LOG_LENGTH do table.remove(log) end
+    value['log'] = log
+  end
+  redis.call('HSET', card, uid, cjson.encode(value))
+  if redis.call('TTL', card) < ttl then redis.call('EXPIRE', card, ttl) end
+end
+
+local function decision_of(entry)
   local value = {}
   for i = 1, #entry, 2 do
-    local k = entry[i]
-    if k ~= 'namespace' and k ~= 'name' and k ~= 'uid' then value[k] = entry[i + 1] end
+    if DECISION[entry[i]] then value[entry[i]] = entry[i + 1] end
   end
-  return cjson.encode(value)
+  return value
+end
+
+local function field_of(entry, name, start)
+  for i = start or 1, #entry, 2 do if entry[i] == name then return entry[i + 1] end end
+  return ''
 end
 
 local function meta_of(raw)
@@ -58,8 +80,8 @@ end
 
 # Reconcile one decision about one member (a UID, or a UID's pod stage) with the schedule.
 #
-# KEYS: pending index, override hash, audit stream, history card, card log, held hash,
-#       the guard's recent-newly-due set
+# KEYS: pending index, override hash, audit stream, history card, held hash, the guard's
+#       recent-newly-due set
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
 #       release), burst limit (0: none), RQ job key prefix of the stage ("rq:job:delete-"),
 #       dry run ("1"/"0"), decision JSON for the card when nothing changes, held JSON,
@@ -74,9 +96,15 @@ local now, stamp = clock()
 
 local function job_key(due) return prefix .. uid .. '-' .. string.format('%d', due) end
 
-local function settle(value)
+local function settle(raw)
   -- A decision that changes nothing: kept on the card once, not appended to the trail.
-  if redis.call('HGET', KEYS[4], uid) ~= value then note(KEYS[4], nil, ttl, uid, value, stamp) end
+  local decision, current = cjson.decode(raw), card_get(KEYS[4], uid)
+  for k in pairs(DECISION) do
+    if decision[k] ~= current[k] then
+      note(KEYS[4], ttl, uid, decision['kind'] or '', decision, stamp, false)
+      return
+    end
+  end
 end
 
 local function change(event, due, previous, reason)
@@ -86,7 +114,7 @@ local function change(event, due, previous, reason)
   if previous then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = string.format('%d', previous) end
   if reason then entry[#entry + 1] = 'reason'; entry[#entry + 1] = reason end
   local id = audit(KEYS[3], maxlen, entry)
-  note(KEYS[4], KEYS[5], ttl, uid, card_value(entry), id)
+  note(KEYS[4], ttl, uid, field_of(entry, 'kind'), decision_of(entry), id, true)
 end
 
 local cur = redis.call('ZSCORE', KEYS[1], member)
@@ -109,7 +137,10 @@ end
 
 local override = redis.call('HMGET', KEYS[2], 'keep', 'until')
 if override[1] == 'true' then
-  if not cur then settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator'})); return result('kept') end
+  if not cur then
+    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 13)}))
+    return result('kept')
+  end
   redis.call('ZREM', KEYS[1], member)
   change('cancelled', nil, cur, 'kept-by-operator')
   return result('cancelled')
@@ -133,13 +164,13 @@ local already = cur and cur <= now and not (meta and meta['dryRun'])
 if due <= now and not dry and not already then
   if mode == 'collect' then return result('due-now', due) end
   if mode == 'guarded' and limit > 0 then
-    redis.call('ZREMRANGEBYSCORE', KEYS[7], '-inf', now - 60)
-    if redis.call('ZCARD', KEYS[7]) >= limit then
-      redis.call('HSET', KEYS[6], member, held)
+    redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - 60)
+    if redis.call('ZCARD', KEYS[6]) >= limit then
+      redis.call('HSET', KEYS[5], member, held)
       change('held', due, cur, 'burst')
       return result('held', due)
     end
-    redis.call('ZADD', KEYS[7], now, member)
+    redis.call('ZADD', KEYS[6], now, member)
   end
 end
 
@@ -149,7 +180,7 @@ return result('schedule', due)
 """
 
 # Record a deletion RECONCILE said to schedule, in the same MULTI as RQ's write of its job.
-# KEYS: pending index, audit stream, history card, card log.
+# KEYS: pending index, audit stream, history card.
 # ARGV: member, uid, due, the due RECONCILE saw ("" for none), audit maxlen, card TTL, then the
 #       audit entry's fields as key, value, ...
 # Returns: {change, due, previous due}: "unchanged" if a concurrent reconcile committed the same.
@@ -165,7 +196,7 @@ for i = 7, #ARGV do entry[#entry + 1] = ARGV[i] end
 entry[#entry + 1] = 'due'; entry[#entry + 1] = ARGV[3]
 if cur then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = shown end
 local id = audit(KEYS[2], ARGV[5], entry)
-note(KEYS[3], KEYS[4], tonumber(ARGV[6]), uid, card_value(entry), id)
+note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
 return {event, ARGV[3], shown}
 """
 
@@ -180,7 +211,7 @@ return {due or '', t[1], t[2], override[1] or '', override[2] or ''}
 """
 
 # The worker, after deciding: record the outcome (deleted, delete-requested, would-delete, ...).
-# KEYS: pending index, audit stream, history card, card log, tombstone key, terminating set.
+# KEYS: pending index, audit stream, history card, tombstone key, terminating set.
 # ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one),
 #       audit maxlen, card TTL, tombstone JSON or "", tombstone TTL, follow-up time or "",
 #       then the audit entry's fields as key, value, ... (event first).
@@ -193,9 +224,22 @@ end
 local entry = {}
 for i = 10, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = audit(KEYS[2], ARGV[5], entry)
-note(KEYS[3], KEYS[4], tonumber(ARGV[6]), uid, card_value(entry), id)
-if ARGV[7] ~= '' then redis.call('SET', KEYS[5], ARGV[7], 'EX', ARGV[8]) end
-if ARGV[9] ~= '' then redis.call('ZADD', KEYS[6], ARGV[9], member) else redis.call('ZREM', KEYS[6], member) end
+note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
+if ARGV[7] ~= '' then redis.call('SET', KEYS[4], ARGV[7], 'EX', ARGV[8]) end
+if ARGV[9] ~= '' then redis.call('ZADD', KEYS[5], ARGV[9], member) else redis.call('ZREM', KEYS[5], member) end
+return id
+"""
+
+
+# One audit entry recorded from Python (an operator's action, a failure): the trail and, for
+# an entry about a job, its history card.
+# KEYS: audit stream, history card ("" when the entry is about no job).
+# ARGV: audit maxlen, card TTL, uid, then the entry's fields as key, value, ...
+RECORD = _PRELUDE + r"""
+local entry = {}
+for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
+local id = audit(KEYS[1], ARGV[1], entry)
+if ARGV[3] ~= '' then note(KEYS[2], tonumber(ARGV[2]), ARGV[3], field_of(entry, 'kind'), decision_of(entry), id, true) end
 return id
 """
 
@@ -208,3 +252,4 @@ class Scripts:
         self.commit = redis.register_script(COMMIT)
         self.begin = redis.register_script(BEGIN)
         self.finish = redis.register_script(FINISH)
+        self.record = redis.register_script(RECORD)

@@ -36,6 +36,7 @@ LOCK = "jobttl:upgrade:lock"
 LEGACY_RECORD_PREFIX = "jobttl:pending:"
 LEGACY_NAMES_PREFIX = "jobttl:names:"
 LEGACY_HELD_ID = "jobttl:held:id"
+LOG_LENGTH = 20  # audit ids a history card keeps per UID (the scripts' LOG_LENGTH)
 # 0.1 task import paths → 0.2's (the worker's job class resolves the old names).
 LEGACY_TASKS = {
     "worker.tasks.delete_if_expired": DELETE_TASK,
@@ -90,10 +91,12 @@ def _records(redis: Redis, card_ttl: int) -> int:
         except NoSuchJobError:
             pass  # the index still holds it: the next reconcile enqueues it again
         ref = record.ref
+        card = keys.card(ref.namespace, ref.name)
         with redis.pipeline() as pipe:
-            pipe.hset(keys.card(ref.namespace, ref.name), ref.uid, jsoncodec.dumps_str({"event": "scheduled",
-                                                                                        "due": str(record.due)}))
-            pipe.expire(keys.card(ref.namespace, ref.name), card_ttl)
+            if not redis.hexists(card, ref.uid):  # the audit trail's own entries are filed below
+                pipe.hset(card, ref.uid, jsoncodec.dumps_str({"event": "scheduled", "due": str(record.due),
+                                                             "kind": ref.kind, "log": []}))
+                pipe.expire(card, card_ttl)
             pipe.delete(key, f"{LEGACY_NAMES_PREFIX}{ref.api_version}:{ref.kind}:{ref.namespace}:{ref.name}")
             pipe.execute()
         moved += 1
@@ -122,35 +125,35 @@ def _tombstones(redis: Redis, card_ttl: int) -> int:
     for key in redis.scan_iter(f"{keys.TOMBSTONE_PREFIX}*", count=1000):
         namespace, name, uid = key.decode()[len(keys.TOMBSTONE_PREFIX):].split(":")
         card = keys.card(namespace, name)
-        if redis.hsetnx(card, uid, jsoncodec.dumps_str({"event": "deleted"})):
+        if redis.hsetnx(card, uid, jsoncodec.dumps_str({"event": "deleted", "log": []})):
             redis.expire(card, card_ttl)
             filed += 1
     return filed
 
 
 def _audit(redis: Redis, card_ttl: int, batch: int = 1000) -> int:
-    """File the 0.1 trail's entries on their jobs' cards, oldest first so the newest ends up first."""
-    filed, start = 0, "-"
+    """File the 0.1 trail's entries on their jobs' cards: each UID's latest decision and its ids."""
+    cards: dict[tuple[str, str, str], dict] = {}
+    start = "-"
     while True:
         rows = redis.xrange(keys.AUDIT_STREAM, min=start, max="+", count=batch)
         if not rows:
-            return filed
-        with redis.pipeline(transaction=False) as pipe:
-            for entry_id, fields in rows:
-                fields = {k.decode(): v.decode() for k, v in fields.items()}
-                if not {"namespace", "name", "uid"} <= fields.keys():
-                    continue
-                card, log_key = keys.card(fields["namespace"], fields["name"]), keys.card_log(fields["namespace"],
-                                                                                                  fields["name"])
-                pipe.lpush(log_key, entry_id)
-                pipe.ltrim(log_key, 0, 99)
-                decision = {k: v for k, v in fields.items() if k not in ("namespace", "name", "uid")}
-                pipe.hset(card, mapping={fields["uid"]: jsoncodec.dumps_str(decision), f"{fields['uid']}@": entry_id})
-                pipe.expire(card, card_ttl)
-                pipe.expire(log_key, card_ttl)
-                filed += 1
-            pipe.execute()
+            break
+        for entry_id, fields in rows:
+            fields = {k.decode(): v.decode() for k, v in fields.items()}
+            if not {"namespace", "name", "uid"} <= fields.keys():
+                continue
+            card = cards.setdefault((fields["namespace"], fields["name"], fields["uid"]), {"log": []})
+            card.update({k: fields[k] for k in ("event", "reason", "detail", "due", "kind") if k in fields})
+            card["at"] = entry_id.decode()
+            card["log"] = [entry_id.decode(), *card["log"]][:LOG_LENGTH]
         start = "(" + rows[-1][0].decode()  # exclusive: after the last one read
+    with redis.pipeline(transaction=False) as pipe:
+        for (namespace, name, uid), card in cards.items():
+            pipe.hset(keys.card(namespace, name), uid, jsoncodec.dumps_str(card))
+            pipe.expire(keys.card(namespace, name), card_ttl)
+        pipe.execute()
+    return len(cards)
 
 
 def _int(value: str | None) -> int | None:

@@ -197,7 +197,6 @@ class Deletion:
         for key, value in entry.items():
             args += [key, value]
         ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(target.ref.namespace, target.ref.name),
-                                 keys.card_log(target.ref.namespace, target.ref.name),
                                  keys.tombstone(target.ref.namespace, target.ref.name, target.ref.uid),
                                  keys.TERMINATING], args=args)
         ctx.audit.observed(event, target.ref, logger=log, by="worker", **fields)

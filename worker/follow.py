@@ -105,7 +105,6 @@ class Follower:
         for key, value in entry.items():
             args += [key, value]
         ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
-                                 keys.card_log(ref.namespace, ref.name),
                                  keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING], args=args)
         with ctx.redis.pipeline(transaction=False) as pipe:
             pipe.hdel(keys.TERMINATING_INFO, member)

@@ -116,7 +116,8 @@ def run(settings: Settings, burst: bool = False) -> None:
     upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
     health = serve_health(ctx, settings.worker_metrics_port) if settings.worker_metrics_port else None
     worker = JobttlWorker([ctx.schedule.queue.name], connection=ctx.redis, serializer=JSONSerializer,
-                          worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, context=ctx)
+                          worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, log_job_description=False,
+                          context=ctx)
     if not _wait_for_agreeing_clocks(ctx, worker.name, burst):
         return
     follower = Follower(ctx)
