@@ -1,14 +1,15 @@
 # Two commands for a fresh machine:
 #   make run    the whole service locally (Redis, emulator, sink, worker, watcher)
 #   make test   the full test suite
-# Both create .venv and install what they need, including redis-server if it is missing.
+# Both create .venv and install what they need, including redis-server if it is missing
+# (and, for the monitoring kit's tests, Debian's prometheus package: prometheus and promtool).
 
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test redis-server
+.PHONY: run test redis-server prometheus
 
 $(INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +23,14 @@ redis-server:
 	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
 	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq redis-server; }
 
-test: $(INSTALLED) redis-server
+prometheus:
+	@{ command -v prometheus && command -v promtool; } >/dev/null 2>&1 || { \
+	  echo "prometheus/promtool not found; installing Debian's prometheus package"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
+
+test: $(INSTALLED) redis-server prometheus
 	$(PY) -m pytest
 
 run: $(INSTALLED) redis-server

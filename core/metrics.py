@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from redis import Redis
 from redis.exceptions import RedisError
+from rq.utils import utcparse
 
 from jobttl.core import keys
 
@@ -62,6 +63,49 @@ class _ScheduleCollector:
             yield gauge
 
 
+class _HeartbeatCollector:
+    """The newest RQ heartbeat among the queue's workers, read from Redis at scrape time.
+
+    ``jobttl_workers`` counts registrations, and a worker killed without a goodbye stays
+    registered until a live worker's maintenance cleans up; with every worker dead, nobody
+    does, so it never drops to 0. A heartbeat's age tells instead: RQ refreshes it every few
+    seconds while a worker idles and when it starts each job, and its registration (the hash
+    holding it) expires after worker_ttl + 60 s. 0 when no registered worker has one.
+    """
+
+    def __init__(self, redis: Redis, queue_name: str):
+        self.redis = redis
+        self.queue_name = queue_name
+
+    def collect(self):
+        try:
+            workers = self.redis.smembers(f"rq:workers:{self.queue_name}")
+            with self.redis.pipeline(transaction=False) as pipe:
+                for worker_key in workers:
+                    pipe.hget(worker_key, "last_heartbeat")
+                beats = pipe.execute() if workers else []
+        except RedisError:
+            return  # as for the schedule's gauges: no sample rather than a wrong one
+        newest = max((_timestamp(b) for b in beats if b), default=0.0)
+        gauge = GaugeMetricFamily("jobttl_worker_last_heartbeat_timestamp_seconds",
+                                  "The newest RQ heartbeat of a worker registered on the queue (0: none)")
+        gauge.add_metric([], newest)
+        yield gauge
+
+
+def _timestamp(rq_time: bytes) -> float:
+    try:
+        return utcparse(rq_time.decode()).timestamp()
+    except ValueError:
+        return 0.0
+
+
+# Label sets the alerts (knative/monitoring/) read with increase(): a series that is born at
+# 1 has no earlier sample to increase from, so the first failure would go unseen. They are
+# exported at 0 from the start instead.
+ALERTED_DECISIONS = (("failed", ""), ("deleted", ""), ("delete-requested", ""))
+
+
 class Metrics:
     def __init__(self, redis: Redis | None = None, queue_name: str = "jobttl"):
         self.registry = CollectorRegistry()
@@ -94,8 +138,11 @@ class Metrics:
         self.archive_failures = Counter("jobttl_archive_failures", "Archives that could not be written", registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
+        for event, reason in ALERTED_DECISIONS:
+            self.decisions.labels(event, reason)
         if redis is not None:
             self.registry.register(_ScheduleCollector(redis, queue_name))
+            self.registry.register(_HeartbeatCollector(redis, queue_name))
 
     def watch_clock(self, clock) -> None:
         """Export a ReferenceClock's offsets at scrape time."""

@@ -9,17 +9,28 @@ knative/ uses and refusing everything else, so it can never silently render some
 different from kustomize:
 
 - ``resources``: YAML files (multi-document) and directories holding a kustomization.yaml;
+- ``components``: directories holding a ``kind: Component`` kustomization, applied in order
+  to what the resources produced (their own resources added, their generators and patches
+  run), before the including kustomization's own generators and patches, as kustomize does;
+- ``configMapGenerator`` with ``files`` (``key=path`` or ``path``), an optional
+  ``namespace``, and ``options`` ``labels`` / ``annotations`` and ``disableNameSuffixHash:
+  true`` (the name hash, and the references to it kustomize rewrites, are not implemented);
 - ``patches`` without ``target``, each one document: ``$patch: delete`` removes the object
   it names; otherwise a JSON merge patch (RFC 7386) on a custom resource, lists not allowed
   (kustomize merges lists of built-in kinds by key, which is not implemented here);
+- ``patches`` with a ``target`` (``group``, ``version``, ``kind``, ``name``, ``namespace``,
+  matched exactly: kustomize would take ``name`` as a regular expression) holding a JSON 6902
+  patch (``add``, ``remove``, ``replace``, ``test``); a target matching nothing is an error
+  here (kustomize ignores it), so a typo cannot pass;
 - ``images``: ``newName`` / ``newTag`` / ``digest`` on ``spec.containers``,
   ``spec.initContainers`` and the same under ``spec.template.spec`` (kustomize's field specs);
 - duplicate objects are an error, as in kustomize.
 
-Not implemented (any of them makes ``render()`` raise ``Unsupported``): generators,
-``namespace``, name prefixes and suffixes, labels and annotations transformers, replicas,
-components, patch targets, JSON 6902 patches, remote bases. test_loader.py compares the
-output with ``kubectl kustomize`` where kubectl is installed.
+Not implemented (any of them makes ``render()`` raise ``Unsupported``): other generators and
+generator options, ``namespace``, name prefixes and suffixes, labels and annotations
+transformers, replicas, strategic-merge patches with a target, label selectors in targets,
+remote bases. test_loader.py compares the output with ``kubectl kustomize`` where kubectl is
+installed (test_monitoring.py too, for the monitoring component).
 """
 
 from __future__ import annotations
@@ -44,7 +55,8 @@ COMPOSE_SCHEMA = REFERENCE / "compose" / "compose-spec.json"
 # newest kubernetes-validate knows: core objects must validate against both.
 KUBERNETES_VERSIONS = ("1.29", kubernetes_validate.utils.latest_version())
 
-KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "patches", "images"}
+KUSTOMIZATION_KEYS = {"apiVersion", "kind", "resources", "components", "configMapGenerator", "patches", "images"}
+COMPONENT_KEYS = KUSTOMIZATION_KEYS - {"components"}
 
 
 class Unsupported(Exception):
@@ -146,25 +158,113 @@ def _apply_images(objects: list[dict[str, Any]], images: list[dict[str, Any]]) -
                     container["image"] = name + (f":{tag}" if tag else "") + (f"@{digest}" if digest else "")
 
 
+def _json_pointer(path: str, origin: str) -> list[str]:
+    if not path.startswith("/"):
+        raise ValueError(f"{origin}: {path!r} is not a JSON pointer")
+    return [p.replace("~1", "/").replace("~0", "~") for p in path[1:].split("/")]
+
+
+def _json_patch(obj: dict[str, Any], operations: list[dict[str, Any]], origin: str) -> dict[str, Any]:
+    """RFC 6902 add / remove / replace / test on a copy of obj."""
+    result = copy.deepcopy(obj)
+    for op in operations:
+        kind = op.get("op")
+        if kind not in ("add", "remove", "replace", "test"):
+            raise Unsupported(f"{origin}: JSON patch op {kind!r}")
+        *parents, last = _json_pointer(op["path"], origin)
+        node: Any = result
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        key: Any = (len(node) if last == "-" else int(last)) if isinstance(node, list) else last
+        present = key < len(node) if isinstance(node, list) else key in node
+        if kind in ("test", "remove", "replace") and not present:
+            raise ValueError(f"{origin}: {kind} at {op['path']}, which does not exist")
+        if kind == "test":
+            if node[key] != op["value"]:
+                raise ValueError(f"{origin}: test failed at {op['path']}: {node[key]!r} != {op['value']!r}")
+        elif kind == "remove":
+            del node[key]
+        elif kind == "add" and isinstance(node, list):
+            node.insert(key, copy.deepcopy(op["value"]))
+        else:
+            node[key] = copy.deepcopy(op["value"])
+    return result
+
+
+def _targets(obj: dict[str, Any], target: dict[str, Any]) -> bool:
+    group, _, version = obj["apiVersion"].rpartition("/")
+    meta = obj.get("metadata") or {}
+    actual = {"group": group, "version": version, "kind": obj["kind"], "name": meta.get("name"),
+              "namespace": meta.get("namespace")}
+    return all(actual[k] == v for k, v in target.items())
+
+
+def _apply_targeted_patch(objects: list[dict[str, Any]], target: dict[str, Any], text: str,
+                          origin: str) -> list[dict[str, Any]]:
+    unknown = set(target) - {"group", "version", "kind", "name", "namespace"}
+    if unknown:
+        raise Unsupported(f"{origin}: target {sorted(unknown)}")
+    operations = yaml.safe_load(text)
+    if not isinstance(operations, list):
+        raise Unsupported(f"{origin}: a strategic-merge patch with a target")
+    matched = [i for i, obj in enumerate(objects) if _targets(obj, target)]
+    if not matched:
+        raise ValueError(f"{origin}: the target matches no object: {target}")
+    return [_json_patch(obj, operations, origin) if i in matched else obj for i, obj in enumerate(objects)]
+
+
+def _generate_config_maps(directory: Path, generators: list[dict[str, Any]], origin: str) -> list[dict[str, Any]]:
+    config_maps = []
+    for generator in generators:
+        options = generator.get("options") or {}
+        unknown = (set(generator) - {"name", "namespace", "files", "options"}) | \
+            (set(options) - {"disableNameSuffixHash", "labels", "annotations"})
+        if unknown or options.get("disableNameSuffixHash") is not True:
+            raise Unsupported(f"{origin}: configMapGenerator {generator.get('name')}: {sorted(unknown)} "
+                              "(only files, with disableNameSuffixHash: true)")
+        data = {}
+        for entry in generator.get("files") or []:
+            key, _, path = entry.rpartition("=")
+            data[key or Path(path).name] = (directory / path).read_text()
+        metadata = {"name": generator["name"], "namespace": generator.get("namespace"),
+                    "labels": options.get("labels"), "annotations": options.get("annotations")}
+        config_maps.append({"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+                            "metadata": {k: v for k, v in metadata.items() if v is not None}})
+    return config_maps
+
+
 def render(directory: Path) -> list[dict[str, Any]]:
     """The objects ``kustomize build directory`` produces (for the subset described above)."""
+    return _accumulate(directory, [], "Kustomization")
+
+
+def _accumulate(directory: Path, objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """A kustomization's (or a component's, applied to `objects`) resources, components, generators, patches."""
     kustomization_file = directory / "kustomization.yaml"
     kustomization = yaml.safe_load(kustomization_file.read_text()) or {}
-    unknown = set(kustomization) - KUSTOMIZATION_KEYS
+    if kustomization.get("kind", "Kustomization") != kind:
+        raise ValueError(f"{kustomization_file}: expected kind {kind}, got {kustomization.get('kind')}")
+    unknown = set(kustomization) - (KUSTOMIZATION_KEYS if kind == "Kustomization" else COMPONENT_KEYS)
     if unknown:
         raise Unsupported(f"{kustomization_file}: {sorted(unknown)}")
-    objects: list[dict[str, Any]] = []
+    objects = list(objects)
     for entry in kustomization.get("resources", []):
         path = (directory / entry).resolve()
         if "://" in entry or entry.startswith("git@"):
             raise Unsupported(f"{kustomization_file}: remote resource {entry}")
         objects += render(path) if path.is_dir() else load_yaml_documents(path)
+    for entry in kustomization.get("components", []):
+        objects = _accumulate((directory / entry).resolve(), objects, "Component")
+    objects += _generate_config_maps(directory, kustomization.get("configMapGenerator", []), str(kustomization_file))
     for i, patch in enumerate(kustomization.get("patches", [])):
         origin = f"{kustomization_file}: patches[{i}]"
-        unknown = set(patch) - {"path", "patch"}
+        unknown = set(patch) - {"path", "patch", "target"}
         if unknown:
             raise Unsupported(f"{origin}: {sorted(unknown)}")
         text = (directory / patch["path"]).read_text() if "path" in patch else patch["patch"]
+        if "target" in patch:
+            objects = _apply_targeted_patch(objects, patch["target"], text, origin)
+            continue
         documents = [d for d in yaml.safe_load_all(text) if d is not None]
         if len(documents) != 1 or not isinstance(documents[0], dict) or "apiVersion" not in documents[0]:
             raise Unsupported(f"{origin}: one strategic-merge patch document per entry")
