@@ -137,6 +137,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sink_oidc_issuer", "JOBTTL_SINK_OIDC_ISSUER", url("http", "https"),
             "the token issuer (the cluster's service-account issuer); its JWKS is discovered from it"),
     Setting("sink_oidc_ca_file", "JOBTTL_SINK_OIDC_CA_FILE", text, "CA bundle for the issuer's HTTPS endpoints"),
+    Setting("sink_oidc_subjects", "JOBTTL_SINK_OIDC_SUBJECTS", words,
+            "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
+            "any token for the audience (any pod can mint one for its own service account)"),
     Setting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
 )
 _BY_FIELD = {s.field: s for s in SETTINGS}
@@ -174,6 +177,7 @@ class Settings:
     sink_oidc_audience: str | None = None
     sink_oidc_issuer: str | None = None
     sink_oidc_ca_file: str | None = None
+    sink_oidc_subjects: tuple[str, ...] = ()
     read_api: str = "on"
     policy: Policy = field(default_factory=Policy)
 

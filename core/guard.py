@@ -83,18 +83,12 @@ class HeldDeletions:
     def count(self) -> int:
         return self.redis.hlen(keys.HELD)
 
-    def replace(self, held: list[HeldDeletion], pipeline: Pipeline | None = None) -> str | None:
-        """Hold exactly these (what a resync found); returns the id to confirm them with."""
-        pipe = pipeline if pipeline is not None else self.redis.pipeline()
-        pipe.delete(keys.HELD)
-        for h in held:
-            pipe.hset(keys.HELD, h.member, h.as_json())
-        if pipeline is None:
-            pipe.execute()
-        return held_id([h.member for h in held])
+    def hold(self, held: list[HeldDeletion]) -> None:
+        """Add these to the held set (what events held meanwhile stays)."""
+        if held:
+            self.redis.hset(keys.HELD, mapping={h.member: h.as_json() for h in held})
 
-    def clear(self, members: list[str] | None = None) -> None:
-        if members is None:
-            self.redis.delete(keys.HELD)
-        elif members:
+    def release(self, members: list[str] | set[str]) -> None:
+        """Take these out of the held set (released, or no longer due); nothing else."""
+        if members:
             self.redis.hdel(keys.HELD, *members)

@@ -20,6 +20,8 @@ HELD_ID = "jobttl:held:id"  # digest of the held members, which a confirmation m
 RECENT_DUE = "jobttl:guard:recent"  # zset: members newly due in the last minute (events' burst guard)
 
 # Deletions on their way (jobttl.worker)
+CLAIM_PREFIX = "jobttl:claim:"  # string per member: the worker run deleting it (one at a time)
+INTENT_PREFIX = "jobttl:deleting:"  # string per member: a DELETE is about to be sent (what, when)
 TERMINATING = "jobttl:terminating"  # zset: member → when to look again (DELETE sent, object still there)
 TERMINATING_INFO = "jobttl:terminating:info"  # hash: member → what was deleted, and when
 STUCK = "jobttl:stuck"  # hash: member → what blocks it
@@ -45,3 +47,11 @@ def card(namespace: str, name: str) -> str:
 
 def tombstone(namespace: str, name: str, uid: str) -> str:
     return f"{TOMBSTONE_PREFIX}{namespace}:{name}:{uid}"
+
+
+def claim(member: str) -> str:
+    return CLAIM_PREFIX + member
+
+
+def intent(member: str) -> str:
+    return INTENT_PREFIX + member

@@ -43,6 +43,11 @@ class Conflict(Exception):
     """409: a precondition (UID or resourceVersion) no longer matches; re-read and decide again."""
 
 
+class NotServed(Exception):
+    """404 for the resource itself, not an object: the API server does not serve this kind
+    (its CRD is not installed, or not at this version). Nothing can be said about the object."""
+
+
 class ListExpired(Exception):
     """410 on a paginated LIST or a watch: the token or resourceVersion is too old; list again."""
 
@@ -123,6 +128,14 @@ class Answer:
     body: bytes
 
 
+def _names_an_object(body: bytes) -> bool:
+    try:
+        details = jsoncodec.loads(body).get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(details, dict) and bool(details.get("name"))
+
+
 def _status_message(body: bytes, fallback: str) -> str:
     try:
         return str(jsoncodec.loads(body).get("message") or fallback)
@@ -189,12 +202,17 @@ class KubeClient:
     def _error(self, status: int, body: bytes, verb: str, what: str) -> Exception:
         message = _status_message(body, f"HTTP {status}")
         if status == 404:
-            return ObjectGone(message)
+            # An object's NotFound names it (details.name); a resource the server does not serve
+            # does not ("the server could not find the requested resource").
+            return ObjectGone(message) if _names_an_object(body) else NotServed(f"{what}: {message}")
         if status == 409:
             return Conflict(message)
         if status == 410:
             return ListExpired(message)
-        if status in (401, 403):
+        if status == 401:
+            # Bound service-account tokens rotate: a 401 is usually a token being refreshed.
+            return TransientApiError(f"401 from the API server on {verb} {what}: {message}")
+        if status == 403:
             return PermanentApiError(f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
                                      f"{what}: grant it to its service account ({message})")
         if status == 429 or status >= 500:

@@ -129,11 +129,6 @@ class Metrics:
         self.resync_objects = Counter("jobttl_resync_objects", "What resyncs did, by result", ["result"], registry=r)
         self.resync_runs = Counter("jobttl_resync_runs", "Resyncs run, by status (done, held, incomplete)",
                                    ["status"], registry=r)
-        self.clock_offset = Gauge("jobttl_clock_offset_seconds",
-                                  "Reference clock minus this host's clock, by reference (apiserver, redis)",
-                                  ["reference"], registry=r)
-        self.clock_ok = Gauge("jobttl_clock_ok", "1 when the clocks agree within JOBTTL_CLOCK_SKEW_BOUND, else 0",
-                              registry=r)
         self.archive_bytes = Counter("jobttl_archive_bytes", "Bytes written to the archive", registry=r)
         self.archive_failures = Counter("jobttl_archive_failures", "Archives that could not be written", registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
@@ -145,7 +140,15 @@ class Metrics:
             self.registry.register(_HeartbeatCollector(redis, queue_name))
 
     def watch_clock(self, clock) -> None:
-        """Export a ReferenceClock's offsets at scrape time."""
+        """Export a ReferenceClock's offsets at scrape time: only processes that measure one
+        (the workers) report a clock, so a sink never says its unmeasured clock is wrong."""
+        r = self.registry
+        self.clock_offset = Gauge("jobttl_clock_offset_seconds",
+                                  "Reference clock minus this host's clock, by reference (apiserver, redis)",
+                                  ["reference"], registry=r)
+        self.clock_ok = Gauge("jobttl_clock_ok", "1 when the clocks agree within JOBTTL_CLOCK_SKEW_BOUND, else 0",
+                              registry=r)
+
         def offset(pick: Callable) -> Callable[[], float]:
             def read() -> float:
                 value = pick(clock)

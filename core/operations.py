@@ -29,7 +29,7 @@ from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.identity import JobRef, check_name, check_namespace
 from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import DELETE_TASK, JOB_STAGE, Pending, Schedule, split_member
+from jobttl.core.schedule import DELETE_TASK, JOB_STAGE, PERMANENT_FAILURE, Pending, Schedule, split_member
 
 LEGACY_DELETE_TASK = "worker.tasks.delete_if_expired"
 
@@ -197,6 +197,8 @@ class Operations:
                 job = Job.fetch(jid, connection=self.redis, serializer=JSONSerializer)
                 if job.func_name not in (DELETE_TASK, LEGACY_DELETE_TASK):
                     raise InvalidJobOperation
+                if job.meta.pop(PERMANENT_FAILURE, None):  # a new attempt starts with a clean slate
+                    job.save_meta()
                 registry.requeue(job)
             except (NoSuchJobError, InvalidJobOperation):  # unknown, not a deletion, or not failed
                 raise NotFound(f"no failed deletion with job id {jid!r}") from None

@@ -99,7 +99,7 @@ class _Request:
 
 class Reconciler:
     def __init__(self, schedule: Schedule, audit: Audit, policy: Policy, metrics: Metrics | None = None,
-                 burst_limit: int = 0):
+                 burst_limit: int | None = None):
         self.schedule = schedule
         self.audit = audit
         self.policy = policy
@@ -170,13 +170,14 @@ class Reconciler:
             {"event": "skipped", "kind": ref.kind, "reason": request.reason,
              **({"detail": decision.reason} if decision is not None else {})})
         args = [request.member, ref.uid, "expires" if expiring else request.reason,
-                decision.expires_at if expiring else "", request.mode, self.burst_limit if request.mode == GUARDED else 0,
+                decision.expires_at if expiring else "", request.mode,
+                -1 if self.burst_limit is None or request.mode != GUARDED else self.burst_limit,
                 self.schedule.job_key_prefix + job_id_prefix(request.stage),
                 "1" if decision is not None and decision.dry_run else "0", card_decision, held,
                 self.audit.max_entries, self.audit.tombstone_seconds, *self._fields(request)]
         self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
-                                     keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE], args=args,
-                               client=pipe)
+                                     keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE,
+                                     keys.tombstone(ref.namespace, ref.name, ref.uid)], args=args, client=pipe)
 
     @staticmethod
     def _fields(request: _Request) -> list[str]:
@@ -187,37 +188,43 @@ class Reconciler:
 
     @staticmethod
     def _planned(request: _Request, reply: list[bytes]) -> Planned:
-        change, due, previous, state = (part.decode() for part in reply)
+        change, due, previous, state, now, reason = (part.decode() for part in reply)
         return Planned(Change(change), request.member, int(due) if due else None,
-                       int(previous) if previous else None, state or None)
+                       int(previous) if previous else None, state or None, float(now), reason or None)
 
     def _apply(self, requests: list[_Request], planned: list[Planned]) -> list[Planned]:
         """RQ's writes for every change, in one MULTI: the new RQ jobs with their COMMITs, the retired jobs."""
         todo = [i for i, p in enumerate(planned) if p.change in (Change.SCHEDULE, Change.CANCELLED)]
         if not todo:
             return planned
-        now = time.time()
+        # Redis's clock, as the scripts judged "due now" by it: a host whose clock runs ahead must
+        # not enqueue a future deletion for right away.
+        now = planned[todo[0]].now or time.time()
         with self.schedule.redis.pipeline() as pipe:
             pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
             commits = {}  # request index → where its COMMIT's reply will be
             for i in todo:
                 request, p = requests[i], planned[i]
-                self.schedule.apply(p, self._record(request, p, now), now, pipeline=pipe)
-                if p.change is Change.SCHEDULE:
-                    commits[i] = len(pipe)
-                    self._commit(request, p, pipe)
+
+                def commit(pipe, request=request, p=p, i=i):
+                    if p.change is Change.SCHEDULE:
+                        commits[i] = len(pipe)
+                        self._commit(request, p, pipe)
+
+                self.schedule.apply(p, self._record(request, p, now), now, pipeline=pipe, commit=commit)
             replies = pipe.execute()
         result = list(planned)
         for i, position in commits.items():
             change, due, previous = (part.decode() for part in replies[position])
             result[i] = Planned(Change(change), planned[i].member, int(due), int(previous) if previous else None,
-                                planned[i].previous_state)
+                                planned[i].previous_state, planned[i].now)
         return result
 
     def _commit(self, request: _Request, planned: Planned, pipe: Pipeline) -> None:
         ref = request.ref
         seen = "" if planned.previous_due is None else str(planned.previous_due)
-        self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name)],
+        self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
+                                  keys.override(ref.uid)],
                             args=[request.member, ref.uid, planned.due, seen, self.audit.max_entries,
                                   self.audit.tombstone_seconds, *self._fields(request)], client=pipe)
 
@@ -230,8 +237,9 @@ class Reconciler:
                        decision.ttl_source, decision.rules, decision.dry_run, scheduled_at=int(now))
 
     def _report(self, request: _Request, planned: Planned) -> Outcome:
+        reason = planned.reason or (None if planned.change in (Change.SCHEDULED, Change.MOVED) else request.reason)
         outcome = Outcome(planned.change, request.ref, request.decision, planned.due, planned.previous_due,
-                          request.stage, None if planned.change in (Change.SCHEDULED, Change.MOVED) else request.reason)
+                          request.stage, reason)
         if planned.change in (Change.SCHEDULED, Change.MOVED, Change.CANCELLED, Change.HELD):
             reason = "burst" if planned.change is Change.HELD else outcome.reason
             self.audit.observed(planned.change.value, request.ref, logging.WARNING if planned.change is Change.HELD

@@ -51,6 +51,7 @@ from rq.serializers import JSONSerializer
 from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
+from jobttl.core.scripts import Scripts
 
 if TYPE_CHECKING:
     from jobttl.core.config import Settings
@@ -69,9 +70,9 @@ RESYNC_TASK = "jobttl.worker.tasks.resync"
 # Set in a failed job's meta when retrying cannot help (a 403): plans leave it failed.
 PERMANENT_FAILURE = "permanentFailure"
 
-# Where RQ keeps a job in each state (a queued job is on the queue itself).
-_REGISTRIES = {JobStatus.SCHEDULED.value: ScheduledJobRegistry, JobStatus.FAILED.value: FailedJobRegistry,
-               JobStatus.FINISHED.value: FinishedJobRegistry, JobStatus.DEFERRED.value: DeferredJobRegistry}
+# Where RQ keeps a job that is not running (a queued job is on the queue itself), in the
+# order the RETIRE script takes them.
+_REGISTRIES = (ScheduledJobRegistry, FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry)
 
 JOB_STAGE = "job"
 PODS_STAGE = "pods"
@@ -183,6 +184,8 @@ class Planned:
     due: int | None = None  # the due time now pending
     previous_due: int | None = None  # what was pending before, if anything
     previous_state: str | None = None  # the RQ job status of what was pending before
+    now: float | None = None  # Redis's clock when the script ran
+    reason: str | None = None  # why nothing is to be scheduled, when the script says so
 
 
 class Schedule:
@@ -197,6 +200,7 @@ class Schedule:
         self.job_timeout = job_timeout
         # Seconds before each deletion to announce it (None: no announcements).
         self.warn_before = warn_before
+        self.scripts = Scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
@@ -279,41 +283,53 @@ class Schedule:
             pipe.execute()
 
     # --- writing RQ jobs: what a reconcile script decided --------------------------------------
-    def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None) -> None:
-        """Make RQ match what the script wrote to the index: enqueue the new job, retire the old."""
+    def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None,
+              commit=None) -> None:
+        """Make RQ match what a reconcile decided: enqueue the new job, (let `commit` record it,)
+        then retire the old one. In that order: RETIRE leaves alone a job the index still names."""
         pipe = pipeline if pipeline is not None else self.redis.pipeline()
         if pipeline is None:
             pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
         uid, stage = split_member(planned.member)
-        if planned.previous_due is not None and planned.previous_state not in (None, JobStatus.STARTED.value):
+        enqueue = planned.change in (Change.SCHEDULE, Change.SCHEDULED, Change.MOVED) and record is not None
+        if enqueue:
+            self._enqueue(record, now, pipe, again=planned.previous_due == record.due)
+        if commit is not None:
+            commit(pipe)
+        if planned.previous_due is not None and planned.previous_state not in (None, JobStatus.STARTED.value) \
+                and not (enqueue and planned.previous_due == record.due):
             # A job that is running right now re-reads the object and decides for itself;
             # deleting its hash under it would only lose its result.
-            self._retire(job_id_for(uid, planned.previous_due, stage), planned.previous_state, pipe)
+            self._retire(planned.member, planned.previous_due, job_id_for(uid, planned.previous_due, stage), pipe)
             if stage == JOB_STAGE and self.warn_before is not None:
-                self._retire(warning_id_for(uid, planned.previous_due), JobStatus.SCHEDULED.value, pipe)
-        if planned.change in (Change.SCHEDULE, Change.SCHEDULED, Change.MOVED) and record is not None:
-            self._enqueue(record, now, pipe)
+                self._retire(planned.member, planned.previous_due, warning_id_for(uid, planned.previous_due), pipe)
         if pipeline is None:
             pipe.execute()
 
-    def _retire(self, job_id: str, state: str, pipe: Pipeline) -> None:
-        """Delete an RQ job whose status the reconcile script already read, with RQ's own
-        registry and queue APIs, in `pipe` (RQ's `Job.delete` would read the status again)."""
-        registry = _REGISTRIES.get(state)
-        if registry is not None:
-            registry(queue=self.queue).remove(job_id, pipeline=pipe)
-        self.queue.remove(job_id, pipeline=pipe)
+    def _retire(self, member: str, due: int, job_id: str, pipe: Pipeline) -> None:
+        """Delete an RQ job a reconcile replaced or dropped, unless the index names it again
+        (`jobttl.core.scripts.RETIRE`): where RQ keeps it is asked of RQ's own classes."""
         job = Job(job_id, connection=self.redis, serializer=JSONSerializer)
-        pipe.delete(job.key, job.dependents_key, job.dependencies_key, Result.get_key(job_id))
+        registries = [r(queue=self.queue).key for r in _REGISTRIES]
+        self.scripts.retire(keys=[keys.PENDING_INDEX, job.key, job.dependents_key, job.dependencies_key,
+                                  Result.get_key(job_id), self.queue.key, *registries],
+                            args=[member, due, job_id], client=pipe)
 
-    def _enqueue(self, record: Pending, now: float, pipe: Pipeline) -> None:
+    def _enqueue(self, record: Pending, now: float, pipe: Pipeline, again: bool = False) -> None:
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
         job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
+        if again:
+            # The same job id booked again (its run ended without finishing, or it failed): RQ's
+            # write would keep the old hash's expiry and leave it listed as finished or failed.
+            for registry in (FinishedJobRegistry, FailedJobRegistry):
+                registry(queue=self.queue).remove(record.job_id, pipeline=pipe)
         if record.due <= now:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
+        if again:
+            pipe.persist(job.key)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)

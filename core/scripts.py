@@ -30,7 +30,9 @@ end
 -- The job's history card (one hash per namespace/name): for each UID that had the name, its
 -- latest decision and the ids of its audit entries, newest first.
 local DECISION = {event = true, reason = true, detail = true, due = true}
+local TERMINAL = {deleted = true, ['delete-requested'] = true, stuck = true}
 local LOG_LENGTH = 20
+local CARD_UIDS = 20  -- a name re-created daily keeps the latest this many UIDs
 
 local function card_get(card, uid)
   local raw = redis.call('HGET', card, uid)
@@ -41,8 +43,20 @@ local function card_get(card, uid)
   return {}
 end
 
+local function forget_oldest(card)
+  local oldest, at = nil, nil
+  local fields = redis.call('HGETALL', card)
+  for i = 1, #fields, 2 do
+    local ok, value = pcall(cjson.decode, fields[i + 1])
+    local when = ok and type(value) == 'table' and value['at'] or ''
+    if oldest == nil or when < at then oldest, at = fields[i], when end
+  end
+  if oldest then redis.call('HDEL', card, oldest) end
+end
+
 local function note(card, ttl, uid, kind, decision, id, logged)
   local value = card_get(card, uid)
+  if next(value) == nil and redis.call('HLEN', card) >= CARD_UIDS then forget_oldest(card) end
   for k in pairs(DECISION) do value[k] = decision[k] end
   if kind ~= '' then value['kind'] = kind end
   value['at'] = id
@@ -81,24 +95,28 @@ end
 # Reconcile one decision about one member (a UID, or a UID's pod stage) with the schedule.
 #
 # KEYS: pending index, override hash, audit stream, history card, held hash, the guard's
-#       recent-newly-due set
+#       recent-newly-due set, the UID's tombstone
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
-#       release), burst limit (0: none), RQ job key prefix of the stage ("rq:job:delete-"),
-#       dry run ("1"/"0"), decision JSON for the card when nothing changes, held JSON,
-#       audit maxlen, card TTL, then the audit entry's fields as key, value, ...
-# Returns: {change, due, previous due, previous RQ job status} (empty strings for none); change
-# "schedule" means: write the RQ job, with COMMIT, in one MULTI.
+#       release), burst limit (-1: none), RQ job key prefix of the stage ("rq:job:delete-"), dry run
+#       ("1"/"0"), decision JSON for the card when nothing changes, held JSON, audit maxlen,
+#       card TTL, then the audit entry's fields as key, value, ...
+# Returns: {change, due, previous due, previous RQ job status, Redis's now, reason} (empty
+# strings for none); change "schedule" means: write the RQ job, with COMMIT, in one MULTI.
 RECONCILE = _PRELUDE + r"""
 local member, uid, verdict = ARGV[1], ARGV[2], ARGV[3]
 local mode, limit, prefix, dry = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8] == '1'
 local decision, held, maxlen, ttl = ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
 local now, stamp = clock()
+local KEEP_SECONDS = 34560000  -- an operator's keep lasts 400 days past the last time it was read
+local HORIZON = 3600  -- a deletion pulled in to within this of now is news for the guard too
 
 local function job_key(due) return prefix .. uid .. '-' .. string.format('%d', due) end
 
 local function settle(raw)
-  -- A decision that changes nothing: kept on the card once, not appended to the trail.
+  -- A decision that changes nothing: kept on the card once, not appended to the trail. What
+  -- jobttl did last (deleted it, is deleting it) is not overwritten by what events say after.
   local decision, current = cjson.decode(raw), card_get(KEYS[4], uid)
+  if TERMINAL[current['event']] then return end
   for k in pairs(DECISION) do
     if decision[k] ~= current[k] then
       note(KEYS[4], ttl, uid, decision['kind'] or '', decision, stamp, false)
@@ -124,8 +142,9 @@ if cur then
   local row = redis.call('HMGET', job_key(cur), 'status', 'meta')
   state, meta = row[1], meta_of(row[2])
 end
-local function result(change_, due)
-  return {change_, due and string.format('%d', due) or '', cur and string.format('%d', cur) or '', state or ''}
+local function result(change_, due, reason)
+  return {change_, due and string.format('%d', due) or '', cur and string.format('%d', cur) or '', state or '',
+          string.format('%.3f', now), reason or ''}
 end
 
 if verdict ~= 'expires' then
@@ -135,8 +154,14 @@ if verdict ~= 'expires' then
   return result('cancelled')
 end
 
+if redis.call('EXISTS', KEYS[7]) == 1 then
+  -- jobttl already deleted this very object (a late or repeated event, a stale resync list).
+  return result('ignored', nil, 'already-deleted')
+end
+
 local override = redis.call('HMGET', KEYS[2], 'keep', 'until')
 if override[1] == 'true' then
+  redis.call('EXPIRE', KEYS[2], KEEP_SECONDS)  -- kept for good: the keep lasts while it is needed
   if not cur then
     settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 13)}))
     return result('kept')
@@ -152,18 +177,21 @@ if cur == due then
   if state == 'started' then return result('running', due) end
   local same_mode = meta ~= nil and (meta['dryRun'] == true) == dry
   if same_mode and (state == 'scheduled' or state == 'queued' or state == 'deferred'
-      or (state == 'failed' and meta['permanentFailure'])
-      or (dry and meta['wouldDeleteAt'])) then
+      or (state == 'failed' and meta['permanentFailure'] == true)
+      or (dry and type(meta['wouldDeleteAt']) == 'number')) then
     return result('unchanged', due)
   end
 end
 
--- Newly due: due now, and not already due in the schedule. A dry-run record is not a
--- deletion on its way: once dry-run is off, it faces the guard like any other.
-local already = cur and cur <= now and not (meta and meta['dryRun'])
-if due <= now and not dry and not already then
+-- News for the guard: due now and not already due in the schedule, or pulled in to within the
+-- horizon from further away (a mistyped maxTTL). A dry-run record, or an index entry whose RQ
+-- job is gone, is not a deletion on its way: it faces the guard like any other.
+local already = cur and cur <= now and meta ~= nil and meta['dryRun'] ~= true
+local newly = due <= now and not already
+local pulled = cur and due < cur and due <= now + HORIZON and cur > now + HORIZON
+if (newly or pulled) and not dry then
   if mode == 'collect' then return result('due-now', due) end
-  if mode == 'guarded' and limit > 0 then
+  if mode == 'guarded' and limit >= 0 then
     redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now - 60)
     if redis.call('ZCARD', KEYS[6]) >= limit then
       redis.call('HSET', KEYS[5], member, held)
@@ -180,14 +208,16 @@ return result('schedule', due)
 """
 
 # Record a deletion RECONCILE said to schedule, in the same MULTI as RQ's write of its job.
-# KEYS: pending index, audit stream, history card.
+# KEYS: pending index, audit stream, history card, override hash.
 # ARGV: member, uid, due, the due RECONCILE saw ("" for none), audit maxlen, card TTL, then the
 #       audit entry's fields as key, value, ...
-# Returns: {change, due, previous due}: "unchanged" if a concurrent reconcile committed the same.
+# Returns: {change, due, previous due}: "unchanged" if a concurrent reconcile committed the same,
+# "kept" if an operator said keep meanwhile (the RQ job then finds itself superseded).
 COMMIT = _PRELUDE + r"""
 local member, uid, due, seen = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('ZSCORE', KEYS[1], member)
 local shown = cur and string.format('%d', tonumber(cur)) or ''
+if redis.call('HGET', KEYS[4], 'keep') == 'true' then return {'kept', ARGV[3], shown} end
 if shown ~= seen and cur and tonumber(cur) == due then return {'unchanged', ARGV[3], shown} end
 redis.call('ZADD', KEYS[1], due, member)
 local event = (cur and tonumber(cur) ~= due) and 'moved' or 'scheduled'
@@ -196,25 +226,60 @@ for i = 7, #ARGV do entry[#entry + 1] = ARGV[i] end
 entry[#entry + 1] = 'due'; entry[#entry + 1] = ARGV[3]
 if cur then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = shown end
 local id = audit(KEYS[2], ARGV[5], entry)
-note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
+-- The card outlives the deletion it announces: what is pending for weeks stays findable.
+local now = clock()
+local ttl = math.max(tonumber(ARGV[6]), math.ceil(due - now) + tonumber(ARGV[6]))
+note(KEYS[3], ttl, uid, field_of(entry, 'kind'), decision_of(entry), id, true)
 return {event, ARGV[3], shown}
 """
 
-# The worker, before deleting: is this RQ job still the pending deletion, and what did operators say?
-# KEYS: pending index, override hash.  ARGV: member.
-# Returns: {due pending or "", Redis seconds, Redis microseconds, keep, until}.
+# Retire an RQ job a reconcile replaced or dropped, unless the index names it again by now (a
+# concurrent reconcile booked the same job) or a worker runs it (it decides for itself). RQ's
+# own delete reads the job's status first and so cannot be made conditional in a MULTI; this
+# removes the job from where RQ keeps it (keys named by RQ's classes), no more.
+# KEYS: pending index, job hash, dependents, dependencies, results, queue, then the
+#       scheduled, finished, failed and deferred registries.
+# ARGV: member, due the job was for, job id.  Returns 1 if retired.
+RETIRE = r"""
+local cur = redis.call('ZSCORE', KEYS[1], ARGV[1])
+if cur and tonumber(cur) == tonumber(ARGV[2]) then return 0 end
+if redis.call('HGET', KEYS[2], 'status') == 'started' then return 0 end
+for i = 7, 10 do redis.call('ZREM', KEYS[i], ARGV[3]) end
+redis.call('LREM', KEYS[6], 0, ARGV[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+return 1
+"""
+
+# The worker, before deleting: is this RQ job still the pending deletion, what did operators
+# say, and is another run of it already at work? Run when a deletion starts (a claim is taken)
+# and again right before its DELETE (the intent to delete is written, so a run that dies after
+# its DELETE is recorded as a deletion by the next one, not as a cancellation).
+# KEYS: pending index, override hash, claim, intent.
+# ARGV: member, "start" or "delete", claim token, claim seconds, intent JSON (for "delete").
+# Returns: {due pending or "", Redis seconds, Redis microseconds, keep, until, intent or "",
+#           "busy" when another run holds the claim}.
 BEGIN = r"""
 local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local t = redis.call('TIME')
 local override = redis.call('HMGET', KEYS[2], 'keep', 'until')
-return {due or '', t[1], t[2], override[1] or '', override[2] or ''}
+local claimed = redis.call('GET', KEYS[3])
+local busy = ''
+if claimed and claimed ~= ARGV[3] then
+  busy = 'busy'
+elseif ARGV[2] == 'start' then
+  redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[4])
+elseif due and override[1] ~= 'true' then
+  redis.call('SET', KEYS[4], ARGV[5], 'EX', 86400)
+end
+return {due or '', t[1], t[2], override[1] or '', override[2] or '', redis.call('GET', KEYS[4]) or '', busy}
 """
 
 # The worker, after deciding: record the outcome (deleted, delete-requested, would-delete, ...).
-# KEYS: pending index, audit stream, history card, tombstone key, terminating set.
+# KEYS: pending index, audit stream, history card, tombstone key, terminating set, terminating
+#       info, claim, intent.
 # ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one),
 #       audit maxlen, card TTL, tombstone JSON or "", tombstone TTL, follow-up time or "",
-#       then the audit entry's fields as key, value, ... (event first).
+#       follow-up info JSON or "", then the audit entry's fields as key, value, ... (event first).
 # Returns the audit entry's id.
 FINISH = _PRELUDE + r"""
 local member, uid, due = ARGV[1], ARGV[2], tonumber(ARGV[3])
@@ -222,14 +287,27 @@ if ARGV[4] == '1' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') ==
   redis.call('ZREM', KEYS[1], member)
 end
 local entry = {}
-for i = 10, #ARGV do entry[#entry + 1] = ARGV[i] end
+for i = 11, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = audit(KEYS[2], ARGV[5], entry)
 note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
 if ARGV[7] ~= '' then redis.call('SET', KEYS[4], ARGV[7], 'EX', ARGV[8]) end
-if ARGV[9] ~= '' then redis.call('ZADD', KEYS[5], ARGV[9], member) else redis.call('ZREM', KEYS[5], member) end
+if ARGV[9] ~= '' then
+  redis.call('HSET', KEYS[6], member, ARGV[10])
+  redis.call('ZADD', KEYS[5], ARGV[9], member)
+else
+  redis.call('ZREM', KEYS[5], member)
+  redis.call('HDEL', KEYS[6], member)
+end
+redis.call('DEL', KEYS[7], KEYS[8])
 return id
 """
 
+# A run that ends without FINISH gives its claim back (only its own).
+# KEYS: claim.  ARGV: claim token.
+RELEASE = r"""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 # One audit entry recorded from Python (an operator's action, a failure): the trail and, for
 # an entry about a job, its history card.
@@ -250,6 +328,8 @@ class Scripts:
     def __init__(self, redis: Redis):
         self.reconcile = redis.register_script(RECONCILE)
         self.commit = redis.register_script(COMMIT)
+        self.retire = redis.register_script(RETIRE)
+        self.release = redis.register_script(RELEASE)
         self.begin = redis.register_script(BEGIN)
         self.finish = redis.register_script(FINISH)
         self.record = redis.register_script(RECORD)

@@ -9,7 +9,9 @@ word: the worker re-reads the object). Three layers close that:
 - with Knative Eventing's OIDC sender authentication on, every delivery carries a bearer
   token (a Kubernetes service-account JWT) whose audience is the sink's; the sink verifies
   its signature against the issuer's published keys (OIDC discovery → JWKS), its issuer,
-  audience and expiry, and answers 401 otherwise;
+  audience and expiry, and answers 401 otherwise. Any pod can mint a token for its own
+  service account with any audience, so ``JOBTTL_SINK_OIDC_SUBJECTS`` names the senders'
+  service accounts (the ApiServerSource's, the watcher's): other subjects get 403;
 - ``JOBTTL_SINK_SOURCES`` lists the CloudEvent ``source`` values accepted (the API server
   URL an ApiServerSource reports, the watcher's), refusing others with 403.
 """
@@ -45,12 +47,13 @@ class SenderCheck:
     audience: str | None = None
     issuer: str | None = None
     ca_file: str | None = None
+    subjects: tuple[str, ...] = ()
     _keys: jwt.PyJWKClient | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SenderCheck:
         return cls(settings.sink_sources, settings.sink_oidc_audience, settings.sink_oidc_issuer,
-                   settings.sink_oidc_ca_file)
+                   settings.sink_oidc_ca_file, settings.sink_oidc_subjects)
 
     @property
     def authenticates(self) -> bool:
@@ -65,14 +68,18 @@ class SenderCheck:
             raise Unauthenticated("a Knative OIDC bearer token is required (Authorization: Bearer ...)")
         try:
             key = self._jwks().get_signing_key_from_jwt(token)
-            return jwt.decode(token, key.key, algorithms=["RS256", "ES256", "RS384", "ES384", "RS512"],
-                              audience=self.audience, issuer=self.issuer, options={"require": ["exp", "iss", "aud"]})
+            claims = jwt.decode(token, key.key, algorithms=["RS256", "ES256", "RS384", "ES384", "RS512"],
+                                audience=self.audience, issuer=self.issuer,
+                                options={"require": ["exp", "iss", "aud", "sub"]})
         except jwt.PyJWKClientConnectionError as exc:
             raise VerifierUnavailable(f"cannot fetch the token issuer's keys: {exc}") from None
         except jwt.PyJWKClientError as exc:
             raise Unauthenticated(f"cannot verify the sender token: {exc}") from None
         except jwt.InvalidTokenError as exc:
             raise Unauthenticated(f"invalid sender token: {exc}") from None
+        if self.subjects and claims["sub"] not in self.subjects:
+            raise Forbidden(f"events from {str(claims['sub'])[:200]!r} are not accepted (JOBTTL_SINK_OIDC_SUBJECTS)")
+        return claims
 
     def source(self, source: str) -> None:
         if self.sources and source not in self.sources:

@@ -29,7 +29,7 @@ from jobttl.core import logs
 from jobttl.core.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import ObjectGone, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.kube import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
 from jobttl.sink.auth import Forbidden, Unauthenticated, VerifierUnavailable
 from jobttl.sink.context import SinkContext, Unavailable
 
@@ -113,9 +113,10 @@ def _handle(sink: SinkContext, event: ApiServerEvent, sender: str | None) -> str
             ref = JobRef(kind.api_version, kind.kind, event.namespace, event.name, event.uid)
             return sink.reconciler.forget(ref, "deleted", by).label
         return sink.reconciler.reconcile(event.object, kind, by).label
-    # Reference mode names the object but not its UID: the API server says what exists now.
-    # Anything else scheduled under that name belonged to an object that is gone.
-    obj = None if event.action == "delete" else _read(sink, kind, event)
+    # Reference mode names the object but not its UID: the API server says what exists now
+    # (for a delete event too: the name may already belong to a re-created object). Anything
+    # else scheduled under that name belonged to an object that is gone.
+    obj = _read(sink, kind, event)
     current = obj["metadata"].get("uid") if obj is not None else None
     outcome = "ignored:not-pending"
     for uid, decided in sink.audit.decisions(event.namespace, event.name).items():
@@ -123,7 +124,7 @@ def _handle(sink: SinkContext, event: ApiServerEvent, sender: str | None) -> str
             ref = JobRef(kind.api_version, kind.kind, event.namespace, event.name, uid)
             forgotten = sink.reconciler.forget(ref, "deleted" if current is None else "recreated", by)
             outcome = forgotten.label if forgotten.label == "cancelled" else outcome
-    if obj is None:
+    if obj is None or event.action == "delete":
         return outcome
     return sink.reconciler.reconcile(obj, kind, by).label
 
@@ -135,6 +136,8 @@ def _read(sink: SinkContext, kind: JobKind, event: ApiServerEvent) -> dict | Non
         return None
     except Undecodable as exc:
         raise BadEvent(422, f"the object the event names cannot be read: {exc}") from None
+    except NotServed as exc:
+        raise BadEvent(400, f"the API server does not serve what the event names: {exc}") from None
     except (TransientApiError, PermanentApiError) as exc:
         raise Unavailable(str(exc)) from exc
 

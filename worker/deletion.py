@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from dataclasses import dataclass
 from typing import Any
 
@@ -61,34 +62,64 @@ class Target:
 
 @dataclass(frozen=True)
 class Current:
-    """What the BEGIN script said: is it still pending at this due time, and what did operators say."""
+    """What the BEGIN script said: still pending at this due time? what did operators say? did
+    an earlier run get as far as its DELETE? is another run at work?"""
 
     pending_due: int | None
     redis_time: tuple[int, int]
     keep: bool
     until: int | None
+    intent: dict[str, Any] | None
+    busy: bool
 
     def superseded(self, target: Target) -> bool:
         return self.pending_due != target.due
+
+    def said(self) -> tuple[bool, int | None]:
+        return self.keep, self.until
 
 
 class Deletion:
     def __init__(self, ctx: WorkerContext, job: Job | None):
         self.ctx = ctx
         self.job = job
+        self.token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"
 
     # --- the algorithm ---------------------------------------------------------------------------
     def run(self, target: Target) -> str:
         ctx = self.ctx
-        current = self.current(target)
+        current = self.current(target, "start")
+        if current.busy:
+            return "skipped:another-run-is-deleting-it"  # the same RQ job enqueued twice; one run is enough
+        try:
+            outcome = self._run(target, current)
+        except BaseException:
+            self.release(target)
+            raise
+        if not outcome.startswith(("deleted", "delete-requested", "would-delete")):
+            self.release(target)  # FINISH releases the claim of a deletion it records
+        return outcome
+
+    def _run(self, target: Target, current: Current) -> str:
+        ctx = self.ctx
         if current.superseded(target):
             # Moved (another RQ job has the new time) or done: nothing of ours to do here.
             return "skipped:superseded"
+        if target.stage != JOB_STAGE:
+            return self.refuse(target, "stage-not-supported", f"this worker does not run {target.stage} stages")
         kind = ctx.kinds.get(target.ref.api_version, target.ref.kind)
         if kind is None:
-            return self._forget(target, "kind-not-enabled")
+            # Not enabled here (a rolling policy change?): leave it, do not forget it.
+            return self.refuse(target, "kind-not-enabled", f"{target.ref.kind} is not enabled in this worker's policy")
+        problem = ctx.clock.problem()
+        if problem:
+            return self.refuse(target, "clock-skew", problem)
         for _ in range(MAX_CONFLICTS):
             obj = self.reread(kind, target.ref)
+            if current.intent is not None and _already_deleted(obj, target.ref):
+                # An earlier run of this deletion sent its DELETE and died before recording it.
+                return self.finish(target, kind, obj or current.intent.get("object") or {}, None,
+                                   {"kind": "Status"} if obj is None else obj)
             if obj is None:
                 return self._forget(target, "gone")
             uid = obj["metadata"].get("uid")
@@ -103,7 +134,7 @@ class Deletion:
                 if outcome.change is Change.MOVED:
                     return "rescheduled"
                 return f"skipped:{outcome.reason or decision.verdict.value}"
-            problem = ctx.clock.problem()
+            problem = ctx.clock.problem()  # measured again by the read just made
             if problem:
                 return self.refuse(target, "clock-skew", problem)
             left = self.time_left(target.due)
@@ -113,16 +144,19 @@ class Deletion:
                 if left > MAX_EARLY:
                     return self.refuse(target, "early", f"{left:.0f}s before its due time by the API server's clock")
                 time.sleep(left)
+                current = self.current(target, "start")
+                if current.superseded(target):
+                    return "skipped:superseded"
                 continue
             if decision.dry_run:
                 return self.would_delete(target, decision)
-            if ctx.rate_limit.wait() > 0:
-                # An operator may have acted while we waited for our slot.
-                before, current = current, self.current(target)
-                if current.superseded(target):
-                    return "skipped:superseded"
-                if (current.keep, current.until) != (before.keep, before.until):
-                    continue  # decide again, with what they said
+            ctx.rate_limit.wait()
+            # Right before the DELETE: has an operator acted, or the schedule moved, since we looked?
+            before, current = current, self.current(target, "delete", obj)
+            if current.superseded(target):
+                return "skipped:superseded"
+            if current.said() != before.said():
+                continue  # decide again, with what they said
             try:
                 answer = ctx.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
                                          obj["metadata"]["resourceVersion"], ctx.settings.propagation_policy)
@@ -135,13 +169,23 @@ class Deletion:
         raise Conflict(f"{target.ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
 
     # --- the steps -------------------------------------------------------------------------------
-    def current(self, target: Target) -> Current:
+    def current(self, target: Target, step: str, obj: dict[str, Any] | None = None) -> Current:
+        """BEGIN: at the start (the claim taken), or right before the DELETE (the intent written)."""
+        intent = _intent_of(target, obj) if step == "delete" else ""
         sent = time.time()
-        due, seconds, micros, keep, until = self.ctx.scripts.begin(
-            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid)], args=[target.member])
+        due, seconds, micros, keep, until, written, busy = self.ctx.scripts.begin(
+            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid), keys.claim(target.member),
+                  keys.intent(target.member)],
+            args=[target.member, step, self.token, self.ctx.settings.job_timeout + 60, intent])
         self.ctx.clock.observe_redis(seconds, micros, sent, time.time())
         return Current(int(float(due)) if due else None, (int(seconds), int(micros)), keep == b"true",
-                       int(until) if until else None)
+                       int(until) if until else None, _intent(written, target.ref.uid), busy == b"busy")
+
+    def release(self, target: Target) -> None:
+        try:
+            self.ctx.scripts.release(keys=[keys.claim(target.member)], args=[self.token])
+        except Exception:  # noqa: BLE001 - the claim expires on its own
+            pass
 
     def reread(self, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:
         try:
@@ -153,7 +197,12 @@ class Deletion:
         return due - self.ctx.clock.now()
 
     def refuse(self, target: Target, reason: str, detail: str) -> str:
-        """Not now: the pending deletion stays; the worker's sweep books it again once it can run."""
+        """Not now: the pending deletion stays; the worker's sweep books it again once it can run.
+
+        The RQ job's record is kept (no expiry), so the sweep finds it however long that is.
+        """
+        if self.job is not None:
+            self.job.result_ttl = -1
         self.ctx.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
                               reason=reason, failure=reason, detail=detail)
         return f"refused:{reason}"
@@ -165,40 +214,44 @@ class Deletion:
         self._finish("would-delete", target, forget=False, **_details(target, decision, now))
         return "would-delete"
 
-    def finish(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision,
+    def finish(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision | None,
                answer: dict[str, Any]) -> str:
         ctx = self.ctx
         now = ctx.clock.now()
-        details = _details(target, decision, now)
+        details = _details(target, decision, now) if decision is not None else {"due": target.due,
+                                                                                "detail": "recorded by a later run"}
         # A Status means gone at once; the object itself (with a deletionTimestamp) means
         # finalizers still run (Foreground's, or others'): follow it until it is gone.
         gone = answer.get("kind") in ("Status", None)
         event = "deleted" if gone else "delete-requested"
-        tombstone = ctx.audit.tombstone(target.ref, obj, now)
-        follow = None if gone else now + FIRST_FOLLOW_UP
-        self._finish(event, target, forget=True, tombstone=tombstone, follow=follow,
+        tombstone = ctx.audit.tombstone(target.ref, obj, now) if obj else None
+        # Follow-ups run on this host's clock, as the follower that takes them does.
+        follow = None if gone else time.time() + FIRST_FOLLOW_UP
+        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": time.time(), "checks": 0}) \
+            if follow is not None else None
+        self._finish(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
                      propagationPolicy=ctx.settings.propagation_policy, **details)
-        if follow is not None:
-            ctx.redis.hset(keys.TERMINATING_INFO, target.member,
-                           jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0}))
-        ctx.events.record(target.ref, "SuccessfulDeleteJob",
-                          f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s after "
-                          f"it finished (from {decision.ttl_source})")
+        if decision is not None:
+            ctx.events.record(target.ref, "SuccessfulDeleteJob",
+                              f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "
+                              f"after it finished (from {decision.ttl_source})")
         return event
 
     def _finish(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
-                follow: float | None = None, **fields: Any) -> None:
-        """The one write of an outcome: the index, the audit entry, the history card, the tombstone."""
+                follow: float | None = None, info: str | None = None, **fields: Any) -> None:
+        """The one write of an outcome: the index, the audit entry, the history card, the tombstone,
+        the follow-up; the claim and the intent end with it."""
         ctx = self.ctx
         entry = entry_fields(event, target.ref, by="worker", **fields)
         args: list[Any] = [target.member, target.ref.uid, target.due, "1" if forget else "0", ctx.audit.max_entries,
                            ctx.audit.tombstone_seconds, tombstone or "", ctx.audit.tombstone_seconds,
-                           "" if follow is None else follow]
+                           "" if follow is None else follow, info or ""]
         for key, value in entry.items():
             args += [key, value]
         ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(target.ref.namespace, target.ref.name),
                                  keys.tombstone(target.ref.namespace, target.ref.name, target.ref.uid),
-                                 keys.TERMINATING], args=args)
+                                 keys.TERMINATING, keys.TERMINATING_INFO, keys.claim(target.member),
+                                 keys.intent(target.member)], args=args)
         ctx.audit.observed(event, target.ref, logger=log, by="worker", **fields)
 
     def _forget(self, target: Target, reason: str) -> str:
@@ -217,6 +270,37 @@ def target_of(job: Job | None, member: Any, due: int) -> Target | None:
     if not (isinstance(identity, list) and len(identity) == 4):
         return None
     return Target(JobRef(*identity, uid), str(member), int(due), stage)
+
+
+def _already_deleted(obj: dict[str, Any] | None, ref: JobRef) -> bool:
+    """Gone, re-created, or on its way out: what an earlier run's DELETE leaves."""
+    if obj is None:
+        return True
+    meta = obj.get("metadata") or {}
+    return meta.get("uid") != ref.uid or bool(meta.get("deletionTimestamp"))
+
+
+def _intent(raw: bytes | str, uid: str) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        intent = jsoncodec.loads(raw)
+    except jsoncodec.DecodeError:
+        return None
+    return intent if isinstance(intent, dict) and intent.get("uid") == uid else None
+
+
+def _intent_of(target: Target, obj: dict[str, Any] | None) -> str:
+    """What a run writes before its DELETE: enough for a later run to record the deletion (and
+    its tombstone) should this one die before it can."""
+    meta = (obj or {}).get("metadata") or {}
+    intent = {"uid": target.ref.uid, "at": time.time(), "resourceVersion": meta.get("resourceVersion")}
+    kept = {"metadata": {k: meta[k] for k in ("labels", "creationTimestamp") if k in meta},
+            "status": (obj or {}).get("status") if isinstance((obj or {}).get("status"), dict) else {}}
+    try:
+        return jsoncodec.dumps_str({**intent, "object": kept})
+    except TypeError:  # a status nested beyond what JSON encoders write: the tombstone says less
+        return jsoncodec.dumps_str(intent)
 
 
 def _expires(decision: Decision, current: Current) -> int:

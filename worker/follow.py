@@ -70,19 +70,24 @@ class Follower:
         now = time.time()
         members = [m.decode() for m in self._claim(keys=[keys.TERMINATING], args=[now, LEASE, BATCH])]
         for member in members:
-            raw = self.ctx.redis.hget(keys.TERMINATING_INFO, member)
-            if raw is None:
-                self.ctx.redis.zrem(keys.TERMINATING, member)
-                continue
-            self.check(member, jsoncodec.loads(raw))
+            try:
+                raw = self.ctx.redis.hget(keys.TERMINATING_INFO, member)
+                if raw is None:
+                    self.ctx.redis.zrem(keys.TERMINATING, member)
+                    continue
+                self.check(member, jsoncodec.loads(raw))
+            except Exception as exc:  # noqa: BLE001 - one odd entry must not starve the others
+                logs.record(log, "follow-error", level=logging.WARNING, member=member, detail=str(exc))
         return len(members)
 
     def check(self, member: str, info: dict[str, Any]) -> None:
         ctx = self.ctx
         ref = JobRef.from_dict(info["ref"])
         kind = ctx.kinds.get(ref.api_version, ref.kind)
+        if kind is None:
+            return  # not enabled here (a rolling policy change): another worker follows it
         try:
-            obj = ctx.kube.get(kind, ref.namespace, ref.name) if kind is not None else None
+            obj = ctx.kube.get(kind, ref.namespace, ref.name)
         except ObjectGone:
             obj = None
         if obj is None or obj["metadata"].get("uid") != ref.uid:
@@ -101,15 +106,13 @@ class Follower:
         fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None)
         entry = entry_fields("deleted", ref, **fields)
         args: list[Any] = [member, ref.uid, 0, "0", ctx.audit.max_entries, ctx.audit.tombstone_seconds, "",
-                           ctx.audit.tombstone_seconds, ""]
+                           ctx.audit.tombstone_seconds, "", ""]
         for key, value in entry.items():
             args += [key, value]
         ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
-                                 keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING], args=args)
-        with ctx.redis.pipeline(transaction=False) as pipe:
-            pipe.hdel(keys.TERMINATING_INFO, member)
-            pipe.hdel(keys.STUCK, member)
-            pipe.execute()
+                                 keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING,
+                                 keys.TERMINATING_INFO, keys.claim(member), keys.intent(member)], args=args)
+        ctx.redis.hdel(keys.STUCK, member)
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 
     def stuck(self, member: str, ref: JobRef, obj: dict[str, Any], info: dict[str, Any], waited: float

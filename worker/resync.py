@@ -27,12 +27,12 @@ from dataclasses import asdict, dataclass, field
 
 from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision
-from jobttl.core.guard import Guard, HeldDeletion, HeldDeletions
+from jobttl.core.guard import Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import ObjectGone, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.kube import NotServed, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.reconcile import COLLECT, Outcome
-from jobttl.core.schedule import Change, member_for
+from jobttl.core.schedule import Change, member_for, split_member
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.resync")
@@ -93,19 +93,22 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         return report
     held = HeldDeletions(ctx.redis)
     try:
-        if confirm is not None and confirm != held.current_id():
+        # One read of the held set: the id compared is the id of exactly what may be released.
+        before = {h.member for h in held.all()}
+        if confirm is not None and confirm != held_id(sorted(before)):
             # The held set changed since the operator looked (or was released): nothing is confirmed.
-            report.status, report.held_id = "stale-confirmation", held.current_id()
+            report.status, report.held_id = "stale-confirmation", held_id(sorted(before))
             return report
-        confirmed = {h.member for h in held.all()} if confirm else set()
+        confirmed = before if confirm else set()
         due_now: dict[str, tuple[JobRef, Decision]] = {}
         seen: set[str] = set()
         listed = set()
         for kind in ctx.settings.policy.kinds:
             if _list_kind(ctx, kind, report, seen, due_now, lock):
                 listed.add((kind.api_version, kind.kind))
-        _forget_vanished(ctx, listed, seen, report)
-        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, due_now, confirmed, bool(confirm), report)
+        _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
+        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, confirmed,
+                         bool(confirm), report)
         if report.errors:
             report.status = "incomplete"
     finally:
@@ -136,21 +139,29 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
             report.counts["seen"] += len(items)
             lock.extend(LOCK_SECONDS, replace_ttl=True)
         return True
-    except ObjectGone:
+    except NotServed:
         report.missing_kinds.append(f"{kind.api_version}/{kind.kind}")
     except (TransientApiError, PermanentApiError, Undecodable) as exc:
         report.errors.append(f"{kind.api_version}/{kind.kind}: {exc}")
     return False
 
 
-def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: ResyncReport) -> None:
+def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: ResyncReport,
+                     complete: bool) -> None:
     """Drop pending deletions whose object was not in the listing: deleted, or re-created
     with a new UID. Entries scheduled after the resync began may be for objects created
-    after the listing, so they stay; kinds that could not be listed are left alone."""
-    vanished = []
+    after the listing, so they stay; kinds that could not be listed are left alone. An index
+    entry whose RQ job (and so its record) is gone is dropped only when every kind listed."""
+    vanished, orphans = [], []
     for batch in ctx.schedule.scan():
         for pending in batch:
-            if pending.ref.uid in seen or (pending.ref.api_version, pending.ref.kind) not in listed:
+            if pending.ref.uid in seen:
+                continue
+            if not pending.ref.kind:
+                if complete and pending.state is None:
+                    orphans.append(pending.member)
+                continue
+            if (pending.ref.api_version, pending.ref.kind) not in listed:
                 continue
             # A margin for clock skew between this process and whoever scheduled it.
             if (pending.scheduled_at or 0) < report.started_at - SCHEDULED_MARGIN:
@@ -158,29 +169,39 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
     for ref in vanished:
         if ctx.reconciler.forget(ref, "not-in-cluster", "resync").change is Change.CANCELLED:
             report.counts["cancelled"] += 1
+    for member in orphans:
+        if ctx.redis.zrem(keys.PENDING_INDEX, member):
+            report.counts["cancelled"] += 1
+            ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
+                             reason="no-record", detail="an index entry without its RQ job, for an object no "
+                                                        "listing returned")
 
 
-def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions,
+def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
                      due_now: dict[str, tuple[JobRef, Decision]], confirmed: set[str], confirming: bool,
                      report: ResyncReport) -> None:
     """Queue the deletions found due, or hold them all if there are too many.
 
     A confirmation releases exactly what was held (and the operator reviewed), where still
-    due; anything newly due goes through the guard like any other.
+    due; anything newly due goes through the guard like any other. Only what this resync
+    holds or releases changes in the held set: what events held meanwhile stays.
     """
     fresh = {m: v for m, v in due_now.items() if m not in confirmed}
     if fresh and guard.exceeded(len(fresh), report.seen):
-        report.held_id = held.replace([HeldDeletion(m, ref, d, "resync") for m, (ref, d) in sorted(fresh.items())])
+        held.hold([HeldDeletion(m, ref, d, "resync") for m, (ref, d) in sorted(fresh.items())])
+        release = {m: v for m, v in due_now.items() if m in confirmed}
         report.counts["held"], report.status = len(fresh), "held"
+        report.held_id = held.current_id()
         ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(fresh), seen=report.seen,
                          heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
                          detail=f"review them with `jobttl resync`, then run `jobttl resync --confirm {report.held_id}`")
-        release = [v for m, v in due_now.items() if m in confirmed]
     else:
-        release = list(due_now.values())
-        held.clear()
+        release = due_now
+    # Held before, and listed now without being due: nothing to hold any more.
+    settled = {m for m in before if split_member(m)[0] in seen and m not in due_now}
+    held.release(set(release) | settled | (confirmed & set(release)))
     by = "resync-confirmed" if confirming else "resync"
-    for outcome in ctx.reconciler.release(release, by):
+    for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
 

@@ -35,7 +35,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rq import SimpleWorker
 from rq.job import Job
 from rq.serializers import JSONSerializer
-from rq.utils import import_attribute
+from rq.utils import import_attribute, now as utcnow
 
 from jobttl.core import jsoncodec, logs, upgrade
 from jobttl.core.config import Settings
@@ -73,20 +73,18 @@ class JobttlWorker(SimpleWorker):
 
     def run_maintenance_tasks(self) -> None:
         self.clock_problem = self._measure_clocks()
-        if self.clock_problem and self.scheduler is not None:
+        if self.clock_problem:
             # A scheduler on a wrong clock releases deletions early (or never): hand the lock over.
-            if self.scheduler._process is not None and self.scheduler._process.is_alive():
+            # RQ's registry cleanup judges "abandoned" and books retries by this clock too, so
+            # it waits as well; the other workers do it.
+            if self.scheduler is not None and self.scheduler._process is not None \
+                    and self.scheduler._process.is_alive():
                 self.stop_scheduler()
                 logs.record(log, "scheduler-stopped", level=logging.WARNING, detail=self.clock_problem)
-            scheduler, self.scheduler = self.scheduler, None  # RQ would start it again
-            try:
-                super().run_maintenance_tasks()
-            finally:
-                self.scheduler = scheduler
+            self.last_cleaned_at = utcnow()  # RQ: maintenance was "done", so it is not retried at once
             return
         super().run_maintenance_tasks()
-        if not self.clock_problem:
-            sweep(self.context)
+        sweep(self.context)
 
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
         while self.clock_problem and not self._stop_requested:

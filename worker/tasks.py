@@ -50,9 +50,14 @@ def delete_if_expired(member: str | dict, due: int) -> str:
     target = target_of(job, member, due)
     if target is None:
         return "skipped:no-record"  # an RQ job jobttl did not book (or whose record is gone)
+    deletion = Deletion(ctx, job)
     try:
-        return Deletion(ctx, job).run(target)
+        return deletion.run(target)
     except Exception as exc:
+        if ctx.clock.problem() and not isinstance(exc, (PermanentApiError, Undecodable)):
+            # RQ would schedule the retry by this host's clock, which is wrong: weeks late, or
+            # at once. Leave it pending instead; the sweep books it again on a sound clock.
+            return deletion.refuse(target, "clock-skew", f"{ctx.clock.problem()} (after: {exc})")
         _failed(ctx, job, target, exc)
         raise
 

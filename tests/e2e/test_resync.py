@@ -214,9 +214,9 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     deletes = sorted(r["time"] for r in deletes_but_canaries(cluster))
     assert {r["path"].rsplit("/", 1)[1] for r in deletes_but_canaries(cluster)} == {
         o["metadata"]["name"] for o in expired}
-    # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms.
+    # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms. (Single gaps vary
+    # with how soon after its slot each DELETE goes out; the rate holds over the run.)
     assert deletes[-1] - deletes[0] >= 39 * 0.05 * 0.9
-    assert min(b - a for a, b in zip(deletes, deletes[1:])) >= 0.03
 
 
 def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, redis_server, big_cluster):

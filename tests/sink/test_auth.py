@@ -110,3 +110,17 @@ def test_an_issuer_that_cannot_be_reached_is_a_503_so_the_sender_retries(redis_s
                                   "JOBTTL_SINK_OIDC_ISSUER": "http://127.0.0.1:9"})
     response = post(create_app(settings).test_client(), finished(), token=issuer.token())
     assert response.status_code == 503
+
+
+def test_a_valid_token_of_another_service_account_is_refused_when_subjects_are_named(redis_server, queue_name, issuer):
+    """Any pod can mint a token with the sink's audience for its own service account."""
+    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
+                                  "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE, "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
+                                  "JOBTTL_SINK_OIDC_SUBJECTS": "system:serviceaccount:jobttl:jobttl-source"})
+    client = create_app(settings).test_client()
+    assert post(client, finished(), token=issuer.token()).status_code == 202
+    other = jwt.encode({**jwt.decode(issuer.token(), options={"verify_signature": False}),
+                        "sub": "system:serviceaccount:team-a:default"}, issuer.key, algorithm="RS256",
+                       headers={"kid": "k1"})
+    refused = post(client, finished(), token=other)
+    assert refused.status_code == 403 and "JOBTTL_SINK_OIDC_SUBJECTS" in refused.json["error"]
