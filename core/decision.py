@@ -70,18 +70,19 @@ class Decision:
     expires_at: int | None = None
     dry_run: bool = False  # decide and record, but do not delete
     rules: tuple[str, ...] = ()  # the policy rules that matched
+    finished_from: str | None = None  # the field the finish time was read from
 
     def as_dict(self) -> dict[str, Any]:
         """The decision as JSON-ready data (held deletions are kept in this shape)."""
         return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
                 "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
-                "dryRun": self.dry_run, "rules": list(self.rules)}
+                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
                    data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
-                   tuple(data.get("rules") or ()))
+                   tuple(data.get("rules") or ()), data.get("finishedFrom"))
 
 
 def _own_ttl_value(value: Any, source: str) -> int | str:
@@ -120,7 +121,7 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     finish = kind.finish(obj)
     if finish is None:
         return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished", **scope)
-    done = dict(outcome=finish.outcome, **scope)
+    done = dict(outcome=finish.outcome, finished_at=finish.time, finished_from=finish.field, **scope)
     own = kind.own_ttl(obj, finish)
     if kind.builtin_ttl_controller and own is not None:
         return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: Kubernetes' TTL-after-finished controller "
@@ -205,7 +206,6 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
     return Decision(
         Verdict.EXPIRES,
         f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}" + "".join(f"; {n}" for n in notes),
-        finished_at=finish.time,
         ttl=ttl,
         ttl_source=source,
         expires_at=expires_at,

@@ -24,6 +24,7 @@ class Finish:
     outcome: str  # SUCCEEDED or FAILED
     reason: str  # what said so: the condition type or phase, e.g. "Complete", "Error"
     time: int | None
+    field: str | None = None  # where `time` was read, e.g. "status.completionTime"
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,11 @@ def finished_by_conditions(succeeded: tuple[str, ...], failed: tuple[str, ...],
             kind = condition.get("type")
             if kind in succeeded or kind in failed:
                 time = parse_time(get_path(obj, completion_time)) if completion_time else None
+                field = ".".join(completion_time) if time is not None else None
                 if time is None:
                     time = parse_time(condition.get("lastTransitionTime"))
-                return Finish(SUCCEEDED if kind in succeeded else FAILED, kind, time)
+                    field = f"status.conditions[{kind}].lastTransitionTime" if time is not None else None
+                return Finish(SUCCEEDED if kind in succeeded else FAILED, kind, time, field)
         return None
     return finish
 
@@ -84,7 +87,9 @@ def finished_by_phase(succeeded: tuple[str, ...], failed: tuple[str, ...],
     def finish(obj: dict) -> Finish | None:
         phase = get_path(obj, ("status", "phase"))
         if phase in succeeded or phase in failed:
-            return Finish(SUCCEEDED if phase in succeeded else FAILED, phase, parse_time(get_path(obj, finished_at)))
+            time = parse_time(get_path(obj, finished_at))
+            return Finish(SUCCEEDED if phase in succeeded else FAILED, phase, time,
+                          ".".join(finished_at) if time is not None else None)
         return None
     return finish
 
