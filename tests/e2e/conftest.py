@@ -12,6 +12,7 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -26,7 +27,7 @@ from tests.services import (ROOT, JobttlProcess, RecordingSink, RedisServer, fre
 from jobttl.core.schedule import Schedule
 from jobttl.core.audit import Audit
 from jobttl.core.kinds import ALL_KINDS, WORKFLOW, JobKind
-from jobttl.core.policy import Policy
+from jobttl.core.policy import Policy, load_policy
 from jobttl.core.reconcile import Reconciler
 
 QUEUE = "e2e"
@@ -195,15 +196,16 @@ class OwnStack:
         self.redis_server = RedisServer().start()
         self.redis = self.redis_server.client()
         self.metrics_port = free_port()
-        extra = dict(settings)
+        extra, self.policy = dict(settings), Policy()
         if policy is not None:
             (directory / "policy.yaml").write_text(policy)
             extra["JOBTTL_POLICY"] = str(directory / "policy.yaml")
+            self.policy = load_policy(directory / "policy.yaml")  # the sink's, and the worker's
         self.env = stack_environment(self.redis_server, self.emulator, name, self.metrics_port, **extra)
         self.worker = JobttlProcess(["worker"], self.env, directory, f"{name}-worker").start()
         wait_for(lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=1).ok, timeout=20,
                  what=f"the {name} worker")
-        self.reconciler = Reconciler(Schedule(self.redis, name, retry_intervals=[]), Audit(self.redis), Policy())
+        self.reconciler = Reconciler(Schedule(self.redis, name, retry_intervals=[]), Audit(self.redis), self.policy)
         api_client = config.new_client_from_config(config_file=str(self.emulator.kubeconfig))
         self.custom, self.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
 
@@ -222,12 +224,12 @@ class OwnStack:
                                                                        self.reconciler.audit, policy)
         return reconciler.reconcile(obj, kind, "test")
 
-    def jobttl(self, *args: str) -> dict:
-        """An operator command's --json answer, run as a user runs it."""
-        result = subprocess.run([sys.executable, "-m", "jobttl", *args, "--json"], env={**self.worker.env},
-                                cwd=ROOT, capture_output=True, text=True, timeout=60)
+    def jobttl(self, *args: str, as_json: bool = True) -> Any:
+        """An operator command's --json answer (or its text), run as a user runs it."""
+        result = subprocess.run([sys.executable, "-m", "jobttl", *args, *(["--json"] if as_json else [])],
+                                env={**self.worker.env}, cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert result.returncode == 0, result.stderr
-        return json.loads(result.stdout)
+        return json.loads(result.stdout) if as_json else result.stdout
 
     def history(self, namespace: str, name: str) -> list[dict]:
         """The job's audit entries, oldest first."""
