@@ -207,6 +207,8 @@ def test_the_example_policy_in_the_readme_is_valid_and_means_what_it_says():
     assert decide(job(outcome="Failed"), TFJOB, policy).ttl == 14 * DAY
     assert decide(job(namespace="sandbox"), TFJOB, policy).ttl == HOUR
     assert decide(job(labels={"accelerator": "h100"}), TFJOB, policy).dry_run
+    assert decide(cron_child("team"), BATCH_JOB, policy).verdict is Verdict.OWNED
+    assert decide(cron_child("batch"), BATCH_JOB, policy).ttl_source == "ttl of rule cron-children"
 
 
 # --- opting in to jobs someone else owns or runs ----------------------------------------------------
