@@ -2,7 +2,9 @@
 
 A kind says where its objects live in the API (group, version, plural) and how to read
 them: how to tell it is finished and how it ended (succeeded or failed), when it finished,
-and where the object carries its own time-to-live, if anywhere. Everything else in jobttl
+where the object carries its own time-to-live, if anywhere, and what makes it someone
+else's for now or for good (another controller named in managedBy, suspension, Argo's
+archiving), read the way that kind's own controller reads it. Everything else in jobttl
 works from these declarations, so supporting a new kind is one new `JobKind`.
 """
 
