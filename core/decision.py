@@ -8,6 +8,10 @@ Like the Kubernetes TTL-after-finished controller, expiry is finish time + TTL, 
 finish time comes from the object's status (written by the job's operator), never from
 when we happened to see an event. Where the TTL comes from, in order:
 
+0. the object is someone else's: another controller runs it (``managedBy``), it is suspended,
+   or it has a controller ``ownerReference`` (its owner's lifecycle governs it). Its own
+   controller would keep it, so jobttl does too, unless a policy rule says ``owned: delete`` /
+   ``managedBy: delete``. A kind may also say "not yet" (Argo's archiving);
 1. the object opts out (annotation ``jobttl.io/keep: "true"``) or a policy rule says keep;
 2. the object's annotation ``jobttl.io/ttl`` (``90s``, ``36h``, ``7d``);
 3. the object's own TTL field (``spec.runPolicy.ttlSecondsAfterFinished`` and the like);
@@ -24,8 +28,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobttl.core.durations import parse_duration
-from jobttl.core.kinds import JobKind, parse_time
-from jobttl.core.policy import Effective, Policy
+from jobttl.core.kinds import Finish, JobKind, parse_time
+from jobttl.core.policy import Effective, Policy, Setting
 
 ANNOTATION_PREFIX = "jobttl.io/"
 TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
@@ -48,6 +52,11 @@ class Verdict(enum.Enum):
     EXCLUDED = "excluded"  # its namespace is out of the policy's scope
     KEPT = "kept"  # opted out by annotation or policy rule
     BUILTIN_TTL = "builtin-ttl"  # Kubernetes' own TTL controller handles it
+    # Someone else's: each is re-decided on the next event or resync, like any verdict.
+    MANAGED_ELSEWHERE = "managed-elsewhere"  # managedBy names another controller (e.g. MultiKueue)
+    SUSPENDED = "suspended"  # may be resumed; its controller does not expire it meanwhile
+    OWNED = "owned"  # has a controller ownerReference: its owner's lifecycle governs it
+    ARCHIVING = "archiving"  # not yet: Argo has not archived it
 
 
 @dataclass(frozen=True)
@@ -61,18 +70,19 @@ class Decision:
     expires_at: int | None = None
     dry_run: bool = False  # decide and record, but do not delete
     rules: tuple[str, ...] = ()  # the policy rules that matched
+    finished_from: str | None = None  # the field the finish time was read from
 
     def as_dict(self) -> dict[str, Any]:
         """The decision as JSON-ready data (held deletions are kept in this shape)."""
         return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
                 "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
-                "dryRun": self.dry_run, "rules": list(self.rules)}
+                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
                    data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
-                   tuple(data.get("rules") or ()))
+                   tuple(data.get("rules") or ()), data.get("finishedFrom"))
 
 
 def _own_ttl_value(value: Any, source: str) -> int | str:
@@ -92,33 +102,82 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if excluded:
         return Decision(Verdict.EXCLUDED, excluded)
 
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    effective = policy.effective(meta.get("namespace", ""), labels)
+    dry_run = effective.get("dry_run")
+    scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value))
+    notes: list[str] = []  # why a job someone else runs is expired all the same
+
+    manager = kind.external_manager(obj)
+    if manager is not None:
+        opted_in = effective.opted_in("managed_by")
+        if opted_in is None:
+            return Decision(Verdict.MANAGED_ELSEWHERE, f"{manager.field} is {manager.value!r}, not "
+                            f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
+                            "skips it (a policy rule with managedBy: delete opts in)", **scope)
+        notes.append(f"managed by {manager.value!r}, expired as {opted_in.source} says (managedBy: delete)")
+
     finish = kind.finish(obj)
     if finish is None:
-        return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished")
-    done = dict(outcome=finish.outcome)
+        return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished", **scope)
+    done = dict(outcome=finish.outcome, finished_at=finish.time, finished_from=finish.field, **scope)
     own = kind.own_ttl(obj, finish)
     if kind.builtin_ttl_controller and own is not None:
         return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: Kubernetes' TTL-after-finished controller "
                                              "deletes it", **done)
+    skip = _someone_elses(obj, kind, meta, effective, notes)
+    if skip is not None:
+        return Decision(skip[0], skip[1], **done)
 
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    effective = policy.effective(meta.get("namespace", ""), labels)
-    done["rules"] = effective.rules
-    dry_run = effective.get("dry_run")
-    done["dry_run"] = bool(dry_run and dry_run.value)
     if str(annotations.get(KEEP_ANNOTATION, "")).lower() == "true":
         return Decision(Verdict.KEPT, f"annotation {KEEP_ANNOTATION} is true", **done)
     keep = effective.get("keep")
     if keep and keep.value:
         return Decision(Verdict.KEPT, f"{keep.source} says keep", **done)
+    hold = kind.hold(obj)
+    if hold is not None:
+        return Decision(Verdict.ARCHIVING, hold, **done)
 
     chosen = _choose_ttl(obj, annotations, own, finish.outcome, effective)
     if isinstance(chosen, Decision):
         return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
+    return _expiry(kind, finish, chosen, annotations, effective, notes, done)
+
+
+def _someone_elses(obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], effective: Effective,
+                   notes: list[str]) -> tuple[Verdict, str] | None:
+    """Suspended, or owned by another object (unless the policy opts in): not jobttl's to expire."""
+    suspended = kind.suspended(obj)
+    if suspended is not None:
+        return Verdict.SUSPENDED, (f"{suspended.field} is {suspended.value!r}: a suspended job may be resumed, "
+                                   "and its controller does not expire it while it is suspended")
+    owner = controller_owner(meta)
+    if owner is None:
+        return None
+    opted_in = effective.opted_in("owned")
+    if opted_in is None:
+        return Verdict.OWNED, (f"owned-by {owner}: its controller ownerReference puts it under its owner's "
+                               "lifecycle (deleting the owner deletes it); a policy rule with owned: delete opts in")
+    notes.append(f"owned-by {owner}, expired as {opted_in.source} says (owned: delete)")
+    return None
+
+
+def controller_owner(meta: dict[str, Any]) -> str | None:
+    """``Kind/name`` of the object's controller ownerReference (``controller: true``), if it has one."""
+    references = meta.get("ownerReferences")
+    for reference in references if isinstance(references, list) else ():
+        if isinstance(reference, dict) and reference.get("controller") is True:
+            return f"{reference.get('kind') or '?'}/{reference.get('name') or '?'}"
+    return None
+
+
+def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations: dict[str, Any],
+            effective: Effective, notes: list[str], done: dict[str, Any]) -> Decision:
+    """From the chosen TTL to the expiry: capped, bounded, postponed by keep-until."""
     ttl, source = chosen
     # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
-    cap = effective.get("max_ttl")
+    cap: Setting | None = effective.get("max_ttl")
     if cap is not None and ttl > cap.value:
         ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     if ttl > MAX_TTL:
@@ -146,8 +205,7 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
             source = f"annotation {KEEP_UNTIL_ANNOTATION}" + (f", capped by maxTTL of {cap.source}" if capped else "")
     return Decision(
         Verdict.EXPIRES,
-        f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}",
-        finished_at=finish.time,
+        f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}" + "".join(f"; {n}" for n in notes),
         ttl=ttl,
         ttl_source=source,
         expires_at=expires_at,

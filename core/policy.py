@@ -8,6 +8,8 @@ stops the process with the file, the field and the problem named::
     ttlAfterSuccess: 1d      # default after success (overrides ttl)
     ttlAfterFailure: 7d      # default after failure: failed jobs are kept longer to debug
     dryRun: false            # decide and record "would delete", delete nothing
+    owned: skip              # jobs with a controller ownerReference: their owner's (delete: ours too)
+    managedBy: skip          # jobs whose managedBy names another controller (delete: ours too)
     kinds: [TFJob, PyTorchJob, kubeflow.org/v2beta1/MPIJob]   # default: every known kind
     namespaces:
       include: []            # empty: all namespaces
@@ -19,6 +21,9 @@ stops the process with the file, the field and the problem named::
       - name: pinned
         selector: {matchLabels: {pin: "true"}}
         keep: true
+      - name: nightly
+        namespaces: [batch]
+        owned: delete        # CronJob children here are ours to expire
 
 Values cascade global → namespace rule → selector rule: the first rule (in file order)
 that matches by namespace only, then the first that has a label selector and matches,
@@ -39,7 +44,12 @@ from jobttl.core.kinds import ALL_KINDS, JobKind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
 VALUE_KEYS = {"ttl": "ttl", "maxTTL": "max_ttl", "ttlAfterSuccess": "ttl_after_success",
-              "ttlAfterFailure": "ttl_after_failure", "keep": "keep", "dryRun": "dry_run"}
+              "ttlAfterFailure": "ttl_after_failure", "keep": "keep", "dryRun": "dry_run",
+              "owned": "owned", "managedBy": "managed_by"}
+FLAG_KEYS = ("keep", "dry_run")
+# Whether jobs that someone else runs are jobttl's to expire: "skip" (the default) or "delete".
+OPT_IN_KEYS = ("owned", "managed_by")
+SKIP, DELETE = "skip", "delete"
 TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "namespaces", "rules", "stuckDeletion"}
 RULE_KEYS = set(VALUE_KEYS) | {"name", "namespaces", "selector"}
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
@@ -59,6 +69,8 @@ class Values:
     ttl_after_failure: int | None = None
     keep: bool | None = None
     dry_run: bool | None = None
+    owned: str | None = None  # SKIP or DELETE
+    managed_by: str | None = None  # SKIP or DELETE
 
 
 @dataclass(frozen=True)
@@ -105,6 +117,11 @@ class Effective:
 
     def get(self, name: str) -> Setting | None:
         return self.settings.get(name)
+
+    def opted_in(self, name: str) -> Setting | None:
+        """The setting that makes `owned` or `managed_by` jobs ours, if one does."""
+        setting = self.settings.get(name)
+        return setting if setting is not None and setting.value == DELETE else None
 
 
 @dataclass(frozen=True)
@@ -173,9 +190,13 @@ class _Reader:
             if key not in data:
                 continue
             value = data[key]
-            if attr in ("keep", "dry_run"):
+            if attr in FLAG_KEYS:
                 if not isinstance(value, bool):
                     raise self.fail(f"{where}{key}", f"expected true or false, got {value!r}")
+                parsed[attr] = value
+            elif attr in OPT_IN_KEYS:
+                if value not in (SKIP, DELETE):
+                    raise self.fail(f"{where}{key}", f"expected {DELETE} or {SKIP}, got {value!r}")
                 parsed[attr] = value
             else:
                 try:

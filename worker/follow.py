@@ -25,12 +25,16 @@ from typing import Any
 from jobttl.core import jsoncodec, keys, logs
 from jobttl.core.audit import entry_fields
 from jobttl.core.identity import JobRef
+from jobttl.core.kinds import KindRegistry
 from jobttl.core.kube import ObjectGone
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.follow")
 
 LEASE = 30  # seconds a claimed member is left alone by the other workers
+# A deletion is followed whatever the policy enables now: a kind dropped from `kinds` since the
+# DELETE does not make its object gone.
+EVERY_KIND = KindRegistry()
 BATCH = 50
 MAX_BACKOFF = 60
 
@@ -76,16 +80,16 @@ class Follower:
                     self.ctx.redis.zrem(keys.TERMINATING, member)
                     continue
                 self.check(member, jsoncodec.loads(raw))
-            except Exception as exc:  # noqa: BLE001 - one odd entry must not starve the others
+            except Exception as exc:  # noqa: BLE001 - this one waits out its lease; the others go on
                 logs.record(log, "follow-error", level=logging.WARNING, member=member, detail=str(exc))
         return len(members)
 
     def check(self, member: str, info: dict[str, Any]) -> None:
         ctx = self.ctx
         ref = JobRef.from_dict(info["ref"])
-        kind = ctx.kinds.get(ref.api_version, ref.kind)
-        if kind is None:
-            return  # not enabled here (a rolling policy change): another worker follows it
+        kind = EVERY_KIND.get(ref.api_version, ref.kind)
+        if kind is None:  # written by another version of jobttl: no way to look, so never "deleted"
+            raise ValueError(f"cannot follow {ref}: this jobttl does not know {ref.api_version} {ref.kind}")
         try:
             obj = ctx.kube.get(kind, ref.namespace, ref.name)
         except ObjectGone:
@@ -132,7 +136,7 @@ class Follower:
                           f"and dependants {blocking['dependants'] or 'unknown'}", warning=True)
         fallback = ctx.settings.policy.stuck_fallback
         if fallback and not info.get("fellBack"):
-            kind = ctx.kinds.get(ref.api_version, ref.kind)
+            kind = EVERY_KIND.get(ref.api_version, ref.kind)
             try:
                 ctx.kube.delete(kind, ref.namespace, ref.name, ref.uid, meta.get("resourceVersion", ""), fallback)
                 ctx.audit.record("delete-requested", ref, logger=log, by="worker", propagationPolicy=fallback,
@@ -146,7 +150,7 @@ class Follower:
     def _dependants(self, ref: JobRef) -> list[str]:
         """Pods still owned by the job (when the worker may list pods), with their finalizers."""
         ctx = self.ctx
-        kind = ctx.kinds.get(ref.api_version, ref.kind)
+        kind = EVERY_KIND.get(ref.api_version, ref.kind)
         if kind is None or not kind.pod_label or "list" not in ctx.kube.granted.get("pods", ()):
             return []
         try:

@@ -6,10 +6,11 @@ the worker use, under the policy given (or ``JOBTTL_POLICY``), as of ``--now``. 
 or Redis is needed, so admins can try a policy change on real objects before rolling it
 out, and tests outside the code can check decisions.
 
-The ``--json`` shape is stable (``apiVersion: jobttl.io/explain/v1``); a change to it bumps
-the version. Each item has: ``kind``, ``namespace``, ``name``, ``uid``, ``verdict``,
-``reason``, ``finishedAt``, ``ttl``, ``ttlSource``, ``expiresAt``, ``rules``, plus
-``expired`` (due by ``--now``) and ``dryRun``.
+The ``--json`` shape is stable (``apiVersion: jobttl.io/explain/v1``, documented in the
+README); a change to it bumps the version. Each item has: ``apiVersion``, ``kind``,
+``namespace``, ``name``, ``uid``, ``verdict``, ``reason``, ``outcome``, ``finishedAt``,
+``finishedFrom``, ``ttl``, ``ttlSource``, ``expiresAt``, ``expired`` (due by ``--now``),
+``dryRun`` and ``rules``; every key is always there (null when it does not apply).
 """
 
 from __future__ import annotations
@@ -24,11 +25,24 @@ from typing import Any
 import yaml
 
 from jobttl.core.config import Settings
-from jobttl.core.decision import Verdict, decide
+from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.kinds import ALL_KINDS, JobKind
-from jobttl.core.policy import PolicyError, load_policy
+from jobttl.core.policy import Policy, PolicyError, load_policy
 
 API_VERSION = "jobttl.io/explain/v1"
+UNKNOWN_KIND = "unknown-kind"
+KIND_NOT_ENABLED = "kind-not-enabled"
+UNREADABLE = "unreadable"
+
+
+class _KubeLoader(yaml.SafeLoader):
+    """YAML as Kubernetes reads it: an unquoted time stays a string (sigs.k8s.io/yaml), not a datetime."""
+
+
+_KubeLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 
 
 def _rfc3339(epoch: int | None) -> str | None:
@@ -36,13 +50,22 @@ def _rfc3339(epoch: int | None) -> str | None:
 
 
 def objects(text: str) -> list[dict[str, Any]]:
-    """Every object in YAML or JSON text, Lists unwrapped."""
+    """Every object in YAML or JSON text, Lists unwrapped.
+
+    A typed list straight from the API (``TFJobList``, ``JobList``) may leave out its items'
+    apiVersion and kind; they are the list's.
+    """
     found = []
-    for document in yaml.safe_load_all(text):
+    for document in yaml.load_all(text, Loader=_KubeLoader):
         if not isinstance(document, dict):
             continue
-        items = document.get("items") if str(document.get("kind", "")).endswith("List") else None
-        found += [i for i in items if isinstance(i, dict)] if isinstance(items, list) else [document]
+        list_kind = str(document.get("kind", ""))
+        items = document.get("items") if list_kind.endswith("List") else None
+        if not isinstance(items, list):
+            found.append(document)
+            continue
+        implied = {"apiVersion": document.get("apiVersion"), "kind": list_kind[:-len("List")]}
+        found += [{**implied, **item} if list_kind != "List" else item for item in items if isinstance(item, dict)]
     return found
 
 
@@ -50,25 +73,50 @@ def kind_of(obj: dict[str, Any]) -> JobKind | None:
     return next((k for k in ALL_KINDS if (k.api_version, k.kind) == (obj.get("apiVersion"), obj.get("kind"))), None)
 
 
-def explain(obj: dict[str, Any], policy, now: float) -> dict[str, Any]:
+def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
+    """One item of the --json output: the object's identity and what decide() says of it."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    item = {"kind": obj.get("kind"), "apiVersion": obj.get("apiVersion"), "namespace": meta.get("namespace"),
+    item = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "namespace": meta.get("namespace"),
             "name": meta.get("name"), "uid": meta.get("uid")}
     kind = kind_of(obj)
     if kind is None:
-        return {**item, "verdict": "unknown-kind", "reason": f"jobttl does not know {obj.get('apiVersion')} "
-                f"{obj.get('kind')}", "finishedAt": None, "ttl": None, "ttlSource": None, "expiresAt": None,
-                "rules": [], "expired": False, "dryRun": False}
+        known = f"jobttl does not know {obj.get('apiVersion')} {obj.get('kind')}" if obj.get("kind") else \
+            "not a Kubernetes object: it has no kind"
+        return {**item, **_not_decided(UNKNOWN_KIND, known)}
     if kind not in policy.kinds:
-        reason = f"{kind.kind} is known but not enabled by the policy's kinds"
-        return {**item, "verdict": "kind-not-enabled", "reason": reason, "finishedAt": None, "ttl": None,
-                "ttlSource": None, "expiresAt": None, "rules": [], "expired": False, "dryRun": False}
-    decision = decide(obj, kind, policy)
+        return {**item, **_not_decided(KIND_NOT_ENABLED, f"{kind.kind} is known but not enabled by the policy's kinds")}
+    try:
+        decision = decide(obj, kind, policy)
+    except Exception as exc:  # noqa: BLE001 - the resync rejects such an object the same way, and goes on
+        return {**item, **_not_decided(UNREADABLE, f"{type(exc).__name__}: {exc}")}
+    return {**item, **_decided(decision, now)}
+
+
+def _decided(decision: Decision, now: float) -> dict[str, Any]:
     expired = decision.verdict is Verdict.EXPIRES and decision.expires_at is not None and decision.expires_at <= now
-    return {**item, "verdict": decision.verdict.value, "reason": decision.reason,
-            "finishedAt": _rfc3339(decision.finished_at), "ttl": decision.ttl, "ttlSource": decision.ttl_source,
-            "expiresAt": _rfc3339(decision.expires_at), "rules": list(decision.rules), "expired": expired,
-            "dryRun": decision.dry_run}
+    return {"verdict": decision.verdict.value, "reason": decision.reason, "outcome": decision.outcome,
+            "finishedAt": _rfc3339(decision.finished_at), "finishedFrom": decision.finished_from,
+            "ttl": decision.ttl, "ttlSource": decision.ttl_source, "expiresAt": _rfc3339(decision.expires_at),
+            "expired": expired, "dryRun": decision.dry_run, "rules": list(decision.rules)}
+
+
+def _not_decided(verdict: str, reason: str) -> dict[str, Any]:
+    """The same keys as a decision, for an object jobttl does not decide at all."""
+    return {"verdict": verdict, "reason": reason, "outcome": None, "finishedAt": None, "finishedFrom": None,
+            "ttl": None, "ttlSource": None, "expiresAt": None, "expired": False, "dryRun": False, "rules": []}
+
+
+def _now(text: str | None) -> float | str:
+    """--now as epoch seconds, or the message saying what is wrong with it."""
+    if not text:
+        return time.time()
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return f"--now: expected an RFC 3339 time such as 2030-01-31T00:00:00Z, got {text!r}"
+    if when.tzinfo is None:
+        return f"--now: give the time zone (e.g. Z), got {text!r}"
+    return when.timestamp()
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -77,18 +125,10 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     except PolicyError as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
         return 2
-    now = time.time()
-    if args.now:
-        try:
-            when = datetime.fromisoformat(args.now.replace("Z", "+00:00"))
-        except ValueError:
-            print(f"jobttl: --now: expected an RFC 3339 time such as 2030-01-31T00:00:00Z, got {args.now!r}",
-                  file=sys.stderr)
-            return 2
-        if when.tzinfo is None:
-            print(f"jobttl: --now: give the time zone (e.g. Z), got {args.now!r}", file=sys.stderr)
-            return 2
-        now = when.timestamp()
+    now = _now(args.now)
+    if isinstance(now, str):
+        print(f"jobttl: {now}", file=sys.stderr)
+        return 2
     try:
         text = sys.stdin.read() if args.filename == "-" else open(args.filename, encoding="utf-8").read()
         found = objects(text)
@@ -110,10 +150,11 @@ def _print(items: list[dict[str, Any]], now: float) -> None:
     from jobttl.cli.tables import console, human
 
     for item in items:
-        console.print(f"{item['kind']} {item['namespace']}/{item['name']}: {item['verdict']}")
+        where = "/".join(str(item[k] or "-") for k in ("namespace", "name"))
+        console.print(f"{item['apiVersion'] or '-'} {item['kind'] or '-'} {where}: {item['verdict']}")
         console.print(f"  why: {item['reason']}")
         if item["finishedAt"]:
-            console.print(f"  finished: {item['finishedAt']}")
+            console.print(f"  finished: {item['outcome']}, {item['finishedAt']} (from {item['finishedFrom']})")
         if item["ttl"] is not None:
             console.print(f"  TTL: {human(item['ttl'])} from {item['ttlSource']}")
         if item["expiresAt"]:

@@ -1,11 +1,22 @@
-"""When is a job finished, and when does it expire? (worker/decision.py)"""
+"""When is a job finished, and when does it expire? (jobttl.core.decision)
+
+The owned-object table has no upstream test to port: no upstream TTL controller looks at
+ownerReferences (kubernetes/kubernetes pkg/controller/ttlafterfinished/
+ttlafterfinished_controller.go @ 003e86297d18a8538c9da3619871393f9703bf70 deletes any Job that
+asks for a TTL, owned or not). Its rows are code-derived from that and from who owns what
+upstream: CronJob children (pkg/controller/cronjob), JobSet children such as Trainer's
+initializer Jobs (kubeflow/trainer @ 8c0f5059 pkg/runtime/framework/plugins/jobset/jobset.go:425-445),
+mpi-operator launchers (kubeflow/mpi-operator @ caa3c47f pkg/controller/mpi_job_controller.go:1563),
+Argo CronWorkflow children.
+"""
 
 import pytest
 
-from tests.fixtures import finished_status, finished_tfjob_sample, running_status, tfjob, with_server_fields
-from jobttl.core.decision import Verdict, decide
-from jobttl.core.kinds import parse_time
-from jobttl.core.kinds import TFJOB
+from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
+                            with_server_fields)
+from jobttl.core.decision import Verdict, controller_owner, decide
+from jobttl.core.kinds import BATCH_JOB, TFJOB, WORKFLOW, parse_time
+from jobttl.core.policy import parse_policy
 
 
 def job(ttl=None, status=None, **kw):
@@ -122,3 +133,70 @@ def test_the_admins_cap_applies_before_absurd_values_are_judged():
     assert decide(finished(9_999_999_999), TFJOB, capped).ttl == 7 * 86400
     keep_until = decide(finished(60, **{"jobttl.io/keep-until": "2200-01-01T00:00:00Z"}), TFJOB, capped)
     assert keep_until.verdict is Verdict.EXPIRES and keep_until.ttl == 7 * 86400
+
+
+# --- jobs someone else owns, suspends or runs -----------------------------------------------------
+
+POLICY_TTL = parse_policy({"ttl": "1h"})
+
+
+def owned(kind, owner_kind, owner_name, controller=True, ttl=None):
+    obj = with_server_fields(job_object(kind, "child", "team", at=1_700_000_000, ttl=ttl))
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "x/v1", "kind": owner_kind, "name": owner_name,
+                                           "uid": "0b7c3e1e-6b1a-4a57-9d7e-3f7a3f0e0c11", "controller": controller,
+                                           "blockOwnerDeletion": True}]
+    return obj
+
+
+OWNED_CASES = [
+    pytest.param(owned(BATCH_JOB, "CronJob", "nightly"), Verdict.OWNED, "owned-by CronJob/nightly",
+                 id="code-derived: CronJob child, policy TTL"),
+    pytest.param(owned(BATCH_JOB, "JobSet", "trainer-run"), Verdict.OWNED, "owned-by JobSet/trainer-run",
+                 id="code-derived: JobSet child (Trainer initializer), policy TTL"),
+    pytest.param(owned(BATCH_JOB, "MPIJob", "pi", ttl=10), Verdict.BUILTIN_TTL, "Kubernetes",
+                 id="code-derived: owned Job (e.g. mpi launcher) with its own TTL: the built-in controller's"),
+    pytest.param(owned(BATCH_JOB, "CronJob", "nightly", controller=False), Verdict.EXPIRES, "ttl of policy",
+                 id="code-derived: an ownerReference that is not the controller"),
+    pytest.param(owned(TFJOB, "PipelineRun", "p1", ttl=60), Verdict.OWNED, "owned-by PipelineRun/p1",
+                 id="code-derived: owned TFJob with its own TTL (differs: the training operator would delete it)"),
+    pytest.param(owned(WORKFLOW, "CronWorkflow", "hourly", ttl={"secondsAfterCompletion": 60}), Verdict.OWNED,
+                 "owned-by CronWorkflow/hourly", id="code-derived: CronWorkflow child (Argo's own GC still expires it)"),
+]
+
+
+@pytest.mark.parametrize("obj, verdict, words", OWNED_CASES)
+def test_owned_objects_are_their_owners(obj, verdict, words):
+    decision = decide(obj, {"Job": BATCH_JOB, "TFJob": TFJOB, "Workflow": WORKFLOW}[obj["kind"]], POLICY_TTL)
+    assert decision.verdict is verdict
+    assert words in decision.reason
+    if verdict is Verdict.OWNED:
+        assert decision.reason.startswith(words) and "owned: delete" in decision.reason
+
+
+@pytest.mark.parametrize("references, owner", [
+    (None, None), ("garbage", None), ([None, {"kind": "CronJob", "name": "a"}], None),
+    ([{"kind": "ReplicaSet", "name": "x"}, {"kind": "CronJob", "name": "nightly", "controller": True}], "CronJob/nightly"),
+    ([{"controller": True}], "?/?"),
+])
+def test_only_a_controller_owner_reference_counts(references, owner):
+    assert controller_owner({"ownerReferences": references}) == owner
+
+
+def test_what_is_someone_elses_is_said_in_a_fixed_order():
+    """Being deleted, out of scope, run by another controller: before finished-ness (that one never
+    changes); then the built-in TTL controller's, suspended, owned, kept, archiving, the TTL."""
+    obj = owned(TFJOB, "CronJob", "nightly", ttl=0)
+    obj["spec"]["runPolicy"].update(suspend=True, managedBy="kueue.x-k8s.io/multikueue")
+    obj["metadata"]["annotations"] = {"jobttl.io/keep": "true"}
+    order = [Verdict.MANAGED_ELSEWHERE, Verdict.SUSPENDED, Verdict.OWNED, Verdict.KEPT, Verdict.EXPIRES]
+    seen = []
+    for undo in (lambda: obj["spec"]["runPolicy"].pop("managedBy"), lambda: obj["spec"]["runPolicy"].pop("suspend"),
+                 lambda: obj["metadata"].pop("ownerReferences"), lambda: obj["metadata"].pop("annotations"),
+                 lambda: None):
+        seen.append(decide(obj, TFJOB).verdict)
+        undo()
+    assert seen == order
+    running = {**obj, "status": running_status(1_700_000_000), "spec": {"runPolicy": {"managedBy": "x"}}}
+    assert decide(running, TFJOB).verdict is Verdict.MANAGED_ELSEWHERE
+    running["metadata"] = {**running["metadata"], "deletionTimestamp": "2023-11-14T22:13:20Z"}
+    assert decide(running, TFJOB).verdict is Verdict.BEING_DELETED

@@ -4,10 +4,10 @@ import textwrap
 
 import pytest
 
-from tests.fixtures import finished_status, tfjob, with_server_fields
+from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 from jobttl.core.decision import Verdict, decide
 from jobttl.core.durations import format_duration, parse_duration
-from jobttl.core.kinds import TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.kinds import BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.policy import PolicyError, load_policy, parse_policy
 
 AT = 1_700_000_000
@@ -135,8 +135,6 @@ def test_bad_annotations_are_invalid_not_errors(annotations, words):
 
 
 def test_trainjobs_get_policy_ttls_by_outcome():
-    from tests.fixtures import job_object
-
     policy = parse_policy({"ttlAfterSuccess": "1h", "ttlAfterFailure": "1d"})
     ok = with_server_fields(job_object(TRAINJOB, "t", state="succeeded", at=AT))
     failed = with_server_fields(job_object(TRAINJOB, "t", state="failed", at=AT))
@@ -164,6 +162,10 @@ def test_kinds_are_chosen_by_kind_or_api_version_and_kind():
      "rules[0].selector.matchExpressions[0].operator: must be one of"),
     ({"rules": [{"name": "x", "namespaces": ["a"], "keep": "true"}]}, "rules[0].keep: expected true or false"),
     ({"rules": [{"name": "x", "namespaces": ["a"]}, {"name": "x", "namespaces": ["b"]}]}, "duplicate rule name"),
+    ({"owned": True}, "owned: expected delete or skip, got True"),
+    ({"rules": [{"name": "x", "namespaces": ["a"], "managedBy": "kueue.x-k8s.io/multikueue"}]},
+     "rules[0].managedBy: expected delete or skip, got 'kueue.x-k8s.io/multikueue'"),
+    ({"rules": [{"name": "x", "namespaces": ["a"], "ownd": "delete"}]}, "rules[0].ownd: unknown field"),
     (["ttl"], "expected a mapping"),
 ])
 def test_invalid_policies_are_rejected_naming_the_field(data, words):
@@ -205,3 +207,60 @@ def test_the_example_policy_in_the_readme_is_valid_and_means_what_it_says():
     assert decide(job(outcome="Failed"), TFJOB, policy).ttl == 14 * DAY
     assert decide(job(namespace="sandbox"), TFJOB, policy).ttl == HOUR
     assert decide(job(labels={"accelerator": "h100"}), TFJOB, policy).dry_run
+    assert decide(cron_child("team"), BATCH_JOB, policy).verdict is Verdict.OWNED
+    assert decide(cron_child("batch"), BATCH_JOB, policy).ttl_source == "ttl of rule cron-children"
+
+
+# --- opting in to jobs someone else owns or runs ----------------------------------------------------
+# No upstream controller has such a switch: the TTL-after-finished controller deletes owned and
+# managedBy Jobs alike; the training operator, mpi-operator and Trainer skip managedBy jobs always.
+
+def cron_child(namespace="batch", labels=None):
+    obj = with_server_fields(job_object(BATCH_JOB, "nightly-28391", namespace, at=AT))
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
+                                           "uid": "5d1b2f5e-3c35-4a53-a1c1-0d8e6e0f8c2a", "controller": True}]
+    obj["metadata"]["labels"] = labels or {}
+    return obj
+
+
+OPT_IN = parse_policy({"ttl": "1d", "rules": [
+    {"name": "nightly", "namespaces": ["batch"], "owned": "delete", "ttl": "2h"},
+    {"name": "not-these", "namespaces": ["batch"], "selector": {"matchLabels": {"keep-children": "true"}},
+     "owned": "skip"},
+    {"name": "kueue", "namespaces": ["queued"], "managedBy": "delete"},
+]})
+
+
+@pytest.mark.parametrize("namespace, labels, verdict, words", [
+    pytest.param("batch", None, Verdict.EXPIRES, "owned-by CronJob/nightly, expired as rule nightly says (owned: delete)",
+                 id="a namespace rule opts in"),
+    pytest.param("batch", {"keep-children": "true"}, Verdict.OWNED, "owned-by CronJob/nightly",
+                 id="a selector rule opts back out"),
+    pytest.param("team", None, Verdict.OWNED, "owned-by CronJob/nightly", id="elsewhere the default: skip"),
+])
+def test_owned_delete_opts_in_per_rule(namespace, labels, verdict, words):
+    decision = decide(cron_child(namespace, labels), BATCH_JOB, OPT_IN)
+    assert (decision.verdict, decision.rules[:1]) == (verdict, ("nightly",) if namespace == "batch" else ())
+    assert words in decision.reason
+    if verdict is Verdict.EXPIRES:
+        assert (decision.ttl, decision.ttl_source) == (2 * HOUR, "ttl of rule nightly")
+
+
+def test_managed_by_delete_opts_in_and_says_so():
+    obj = job(namespace="queued", ttl=60)
+    obj["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    decision = decide(obj, TFJOB, OPT_IN)
+    assert decision.verdict is Verdict.EXPIRES and decision.ttl == 60
+    assert "managed by 'kueue.x-k8s.io/multikueue', expired as rule kueue says (managedBy: delete)" in decision.reason
+    elsewhere = job(namespace="team", ttl=60)
+    elsewhere["spec"]["runPolicy"]["managedBy"] = "kueue.x-k8s.io/multikueue"
+    assert decide(elsewhere, TFJOB, OPT_IN).verdict is Verdict.MANAGED_ELSEWHERE
+
+
+def test_opting_in_globally_and_suspension_has_no_opt_in():
+    everything = parse_policy({"ttl": "1h", "owned": "delete", "managedBy": "delete"})
+
+    assert decide(cron_child("team"), BATCH_JOB, everything).verdict is Verdict.EXPIRES
+    suspended = job(ttl=60)
+    suspended["spec"]["runPolicy"]["suspend"] = True
+    assert decide(suspended, TFJOB, everything).verdict is Verdict.SUSPENDED

@@ -217,3 +217,24 @@ def test_a_batch_rejects_one_odd_object_and_reconciles_the_rest(reconciler):
     outcomes, rejected = reconciler.reconcile_many([(good, TFJOB), (odd, TFJOB)], "resync")
     assert [o.change for o in outcomes] == [Change.SCHEDULED]
     assert len(rejected) == 1 and "metadata.name" in rejected[0].reason
+
+
+@pytest.mark.parametrize("hold, release", [
+    ({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "suspend": True}}}, "suspended"),
+    ({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "managedBy": "kueue.x-k8s.io/multikueue"}}},
+     "managed-elsewhere"),
+    ({"metadata": {"ownerReferences": [{"kind": "PipelineRun", "name": "p", "uid": "u", "controller": True}]}},
+     "owned"),
+])
+def test_someone_elses_job_is_cancelled_and_picked_up_again_once_it_is_ours(reconciler, schedule, audit, hold,
+                                                                          release):
+    """A skip is a decision like any other: the next event or resync decides again."""
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    held = {**obj, "spec": {**obj["spec"], **hold.get("spec", {})}, "metadata": {**obj["metadata"],
+                                                                                  **hold.get("metadata", {})}}
+    assert reconciler.reconcile(held, TFJOB, "event").change is Change.CANCELLED
+    assert reconciler.reconcile(held, TFJOB, "resync").label == f"ignored:{release}"
+    assert audit.decisions(obj["metadata"]["namespace"], obj["metadata"]["name"])[uid(obj)]["reason"] == release
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]

@@ -7,8 +7,12 @@ deployed. Tests isolate themselves by namespace rather than by restarting anythi
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -16,16 +20,21 @@ from cloudevents.core.bindings.http import to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 from kubernetes import client, config
 
-from jobttl_emulator import TFJOB, EmulatorServer, Resource
+from jobttl_emulator import TFJOB, EmulatorServer, Resource, seed_object
 from tests.fixtures import finished_status, running_status, tfjob
-from tests.services import JobttlProcess, RecordingSink, free_port, start_emulator, start_sink, wait_for
+from tests.services import (ROOT, JobttlProcess, RecordingSink, RedisServer, free_port, start_emulator, start_sink,
+                            wait_for)
 from jobttl.core.schedule import Schedule
 from jobttl.core.audit import Audit
-from jobttl.core.policy import Policy
+from jobttl.core.kinds import ALL_KINDS, WORKFLOW, JobKind
+from jobttl.core.policy import Policy, load_policy
 from jobttl.core.reconcile import Reconciler
 
 QUEUE = "e2e"
 CORE_EVENTS = Resource("", "v1", "Event", "events", status_subresource=False)
+# Every job kind as its CRD (or batch/v1) serves it, and core Events.
+EVERY_KIND = (*(Resource(k.group, k.version, k.kind, k.plural, status_subresource=k is not WORKFLOW)
+                for k in ALL_KINDS), CORE_EVENTS)
 WORKER_METRICS_PORT = free_port()
 
 
@@ -172,3 +181,69 @@ class Cluster:
 def cluster(emulator, sink_url, worker, redis):
     yield Cluster(emulator, sink_url, redis)
     requests.delete(f"{emulator.url}/_emulator/faults", timeout=5).raise_for_status()
+
+
+class OwnStack:
+    """A module's own emulator (every kind), Redis and worker, for settings or a policy of its own.
+
+    Deletions are booked the way the sink books them (the one reconcile path, from the object
+    as the API server has it); the worker process then does the rest.
+    """
+
+    def __init__(self, directory: Path, name: str, policy: str | None = None, gc_delay: float = 0.2, **settings: str):
+        self.directory, self.name = directory, name
+        self.emulator = start_emulator(directory, EVERY_KIND, gc_delay=gc_delay)
+        self.redis_server = RedisServer().start()
+        self.redis = self.redis_server.client()
+        self.metrics_port = free_port()
+        extra, self.policy = dict(settings), Policy()
+        if policy is not None:
+            (directory / "policy.yaml").write_text(policy)
+            extra["JOBTTL_POLICY"] = str(directory / "policy.yaml")
+            self.policy = load_policy(directory / "policy.yaml")  # the sink's, and the worker's
+        self.env = stack_environment(self.redis_server, self.emulator, name, self.metrics_port, **extra)
+        self.worker = JobttlProcess(["worker"], self.env, directory, f"{name}-worker").start()
+        wait_for(lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=1).ok, timeout=20,
+                 what=f"the {name} worker")
+        self.reconciler = Reconciler(Schedule(self.redis, name, retry_intervals=[]), Audit(self.redis), self.policy)
+        api_client = config.new_client_from_config(config_file=str(self.emulator.kubeconfig))
+        self.custom, self.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
+
+    def stop(self) -> None:
+        self.worker.stop()
+        self.redis_server.stop()
+        self.emulator.stop()
+
+    def seed(self, obj: dict) -> dict:
+        """Create the object as its controller would leave it (status written through /status)."""
+        return seed_object(self.emulator.store, obj)
+
+    def book(self, obj: dict, kind: JobKind, policy: Policy | None = None):
+        """Reconcile the object, as the sink does for an event about it (under `policy` if given)."""
+        reconciler = self.reconciler if policy is None else Reconciler(self.reconciler.schedule,
+                                                                       self.reconciler.audit, policy)
+        return reconciler.reconcile(obj, kind, "test")
+
+    def jobttl(self, *args: str, as_json: bool = True) -> Any:
+        """An operator command's --json answer (or its text), run as a user runs it."""
+        result = subprocess.run([sys.executable, "-m", "jobttl", *args, *(["--json"] if as_json else [])],
+                                env={**self.worker.env}, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout) if as_json else result.stdout
+
+    def history(self, namespace: str, name: str) -> list[dict]:
+        """The job's audit entries, oldest first."""
+        return [e.as_dict() for e in reversed(self.reconciler.audit.history(namespace, name))]
+
+    def metric(self, name: str) -> float | None:
+        text = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+        return None
+
+    def deletes(self, namespace: str) -> list[dict]:
+        return self.emulator.requests("DELETE", path_contains=f"/namespaces/{namespace}/")
+
+    def events(self, namespace: str) -> list:
+        return self.core.list_namespaced_event(namespace).items

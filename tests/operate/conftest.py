@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, stack_environment, worker  # noqa: F401
-from tests.services import ROOT, free_port, wait_for
+from tests.services import ROOT, RedisServer, free_port, wait_for
 from jobttl.core.audit import Audit
 from jobttl.core.operations import Operations
 from jobttl.core.reconcile import Reconciler
@@ -27,6 +27,16 @@ from jobttl.core.schedule import Schedule
 QUEUE = "operate"
 WORKER_METRICS_PORT = free_port()
 TOMBSTONE_DAYS = 2
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A Redis of this stack's own (overrides the session's): what workers share there is not only
+    the queue, and the e2e stack's worker, still running, would otherwise follow (and count) this
+    stack's deletions."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
