@@ -63,25 +63,36 @@ end
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
 #       release), burst limit (0: none), RQ job key prefix of the stage ("rq:job:delete-"),
 #       dry run ("1"/"0"), decision JSON for the card when nothing changes, held JSON,
-#       audit maxlen, card TTL, then the audit entry's fields as key, value, ...
+#       audit maxlen, card TTL, echo ("1": the object is going away and someone other than
+#       its deletion's own RQ job says so), then the audit entry's fields as key, value, ...
 # Returns: {change, due, previous due, previous RQ job status} (empty strings for none); change
 # "schedule" means: write the RQ job, with COMMIT, in one MULTI.
 RECONCILE = _PRELUDE + r"""
 local member, uid, verdict = ARGV[1], ARGV[2], ARGV[3]
 local mode, limit, prefix, dry = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8] == '1'
 local decision, held, maxlen, ttl = ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
+local echo = ARGV[13] == '1'
 local now, stamp = clock()
 
 local function job_key(due) return prefix .. uid .. '-' .. string.format('%d', due) end
 
+-- What jobttl's own deletion wrote on the card; the echoes of that deletion leave it there.
+local OWN = {['delete-requested'] = true, ['deleted'] = true, ['stuck'] = true}
+
 local function settle(value)
   -- A decision that changes nothing: kept on the card once, not appended to the trail.
-  if redis.call('HGET', KEYS[4], uid) ~= value then note(KEYS[4], nil, ttl, uid, value, stamp) end
+  local kept = redis.call('HGET', KEYS[4], uid)
+  if kept == value then return end
+  if echo and kept then
+    local ok, prior = pcall(cjson.decode, kept)
+    if ok and type(prior) == 'table' and OWN[prior['event']] then return end
+  end
+  note(KEYS[4], nil, ttl, uid, value, stamp)
 end
 
 local function change(event, due, previous, reason)
   local entry = {'event', event}
-  for i = 13, #ARGV do entry[#entry + 1] = ARGV[i] end
+  for i = 14, #ARGV do entry[#entry + 1] = ARGV[i] end
   if due then entry[#entry + 1] = 'due'; entry[#entry + 1] = string.format('%d', due) end
   if previous then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = string.format('%d', previous) end
   if reason then entry[#entry + 1] = 'reason'; entry[#entry + 1] = reason end
@@ -102,6 +113,10 @@ end
 
 if verdict ~= 'expires' then
   if not cur then settle(decision); return result('ignored') end
+  -- The object is going away while its deletion runs: most likely that deletion's own echo
+  -- (the watch reports the deletionTimestamp, then the removal, before the worker has
+  -- recorded it). The running job re-reads the object and records the outcome itself.
+  if echo and state == 'started' then return result('running', cur) end
   redis.call('ZREM', KEYS[1], member)
   change('cancelled', nil, cur, verdict)
   return result('cancelled')
