@@ -268,8 +268,9 @@ def _add_operator_commands(commands) -> None:
                                          "about every UID it had (why it is kept, too), history, tombstone"))
 
     history = command("history", _history, "the audit trail, newest first")
-    history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME", help="only entries since then: a duration back from now (2h) or an RFC 3339 time "
-                                              "(2030-01-31T00:00:00Z) (default: the whole trail)")
+    history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME",
+                         help="only entries since then: a duration back from now (2h) or an RFC 3339 time "
+                              "(2030-01-31T00:00:00Z) (default: the whole trail)")
     history.add_argument("--event", help="only this event, e.g. deleted, delete-requested, cancelled, failed, stuck "
                                          "(default: every event)")
     history.add_argument("--namespace", help="only this namespace (default: every namespace)")
@@ -279,7 +280,8 @@ def _add_operator_commands(commands) -> None:
 
     retry = command("retry", _retry, "run a failed deletion again")
     which = retry.add_mutually_exclusive_group(required=True)
-    which.add_argument("job_id", nargs="?", metavar="JOB_ID", help="the RQ job id, from `jobttl failed` (or --all-failed)")
+    which.add_argument("job_id", nargs="?", metavar="JOB_ID",
+                       help="the RQ job id, from `jobttl failed` (or --all-failed)")
     which.add_argument("--all-failed", action="store_true", help="every failed deletion")
 
     job_arguments(command("cancel", _cancel, "never delete this job (recorded in history)"))
@@ -318,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     worker.add_argument("--burst", action="store_true", help="run the jobs due now, then exit")
 
     watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
-    watch.add_argument("--sink", required=True, metavar="URL", help="the sink to POST events to, e.g. http://jobttl-sink")
+    watch.add_argument("--sink", required=True, metavar="URL",
+                       help="the sink to POST events to, e.g. http://jobttl-sink")
 
     resync = process("resync", _resync, "make the schedule in Redis match the cluster, now")
     resync.add_argument("--confirm", metavar="HELD_ID",
@@ -332,8 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "cluster, no Redis)")
     explain.add_argument("-f", "--filename", required=True, metavar="FILE",
                          help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin")
-    explain.add_argument("--policy", metavar="FILE", help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in "
-                                                           "defaults)")
+    explain.add_argument("--policy", metavar="FILE",
+                         help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)")
     explain.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
     explain.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
 
