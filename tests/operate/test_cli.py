@@ -10,12 +10,13 @@ import os
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 
 from jobttl.cli import build_parser
 from tests.operate.conftest import Cli
-from tests.services import ROOT, RedisServer
+from tests.services import ROOT, RedisServer, wait_for
 
 # Every command that reads or writes Redis, with arguments that would otherwise work.
 READS = [("status",), ("pending",), ("show", "team-a/mnist"), ("history",), ("failed",)]
@@ -122,3 +123,42 @@ def test_jobttls_own_redis_is_recognised(cluster, cli):
     """The operate stack's Redis: its sink and worker, once started, mark it as jobttl's."""
     done = cli.run("status")
     assert done.returncode == 0, done.stderr
+
+
+# --- what the tables say ---------------------------------------------------------------------------
+
+EPOCH = re.compile(r"(?<![\w.-])1\d{9}(\.\d+)?(?![\w.])")  # Unix seconds, this century
+JOB_ID = re.compile(r"\b(delete|pods)-[0-9a-f-]{36}-\d+\b")  # an RQ job id names its due time: an id, not a time
+
+
+def test_show_explains_a_kept_job_and_no_table_prints_a_raw_epoch(cluster, cli):
+    ns, now = cluster.namespace, time.time()
+    kept = cluster.create_finished("no-ttl", ttl=None, finished_at=now - 60)
+    assert cluster.event("update", kept).headers["X-Jobttl-Outcome"].startswith("ignored")
+    for name, ttl in (("later", 3600), ("done", 0)):
+        obj = cluster.create_finished(name, ttl=ttl, finished_at=now - 30)
+        assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "scheduled"
+    assert cli.run("postpone", f"{ns}/later", "2h").returncode == 0
+    cluster.wait_gone("done")
+    wait_for(lambda: "deleted" in [e["event"] for e in cli.json("history", "--namespace", ns)["items"]],
+             what="the deletion to be recorded")
+
+    # Why is it still here? The latest decision about it, though it never changed the schedule.
+    [decision] = cli.json("show", f"{ns}/no-ttl")["decisions"]
+    assert (decision["event"], decision["reason"], decision["uid"]) == ("skipped", "no-ttl", kept["metadata"]["uid"])
+    shown = cli.run("show", f"{ns}/no-ttl")
+    assert shown.returncode == 0 and "latest decision skipped, no-ttl: " in shown.stdout, shown.stdout
+    assert "no pending deletion" in shown.stdout
+
+    for command in (("pending", "--namespace", ns), ("history", "--namespace", ns), ("show", f"{ns}/later"),
+                    ("show", f"{ns}/done"), ("show", f"{ns}/no-ttl"), ("status",), ("failed",)):
+        done = cli.run(*command)
+        assert done.returncode == 0, done.stderr
+        assert not EPOCH.search(JOB_ID.sub("<job id>", done.stdout)), f"jobttl {' '.join(command)}:\n{done.stdout}"
+    history = cli.run("history", "--namespace", ns).stdout
+    assert "previousDue=20" in history and "newDue=20" in history and "goneAfter=" in history
+
+
+def test_the_epoch_check_catches_one():
+    assert EPOCH.search("due=1796121233  by=worker") and EPOCH.search("goneAfter 1796121233.5")
+    assert not EPOCH.search(JOB_ID.sub("", "job id delete-6b7de4ed-dc09-48d8-892c-3e5238c7aa11-1796121233"))
