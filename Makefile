@@ -1,5 +1,6 @@
 # Two commands for a fresh machine:
-#   make run    the whole service locally (Redis, emulator, sink, worker, watcher)
+#   make run    the whole service locally (Redis, emulator, sink, worker, watcher); it writes
+#               .run/env: `. .run/env` (or `make shell`) in another terminal, then `jobttl status`
 #   make test   the full test suite
 # Both create .venv and install what they need, including redis-server if it is missing
 # (and, for the monitoring kit's tests, Debian's prometheus package: prometheus and promtool).
@@ -9,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run test redis-server prometheus
+.PHONY: run shell test redis-server prometheus
 
 $(INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,3 +36,9 @@ test: $(INSTALLED) redis-server prometheus
 
 run: $(INSTALLED) redis-server
 	$(PY) -m jobttl_emulator.localstack
+
+# A shell with the environment `make run` (in another terminal) started: jobttl and kubectl
+# reach that stack. The same as `. .run/env` in the shell you have.
+shell:
+	@test -f .run/env || { echo "make run is not running here (no .run/env)" >&2; exit 1; }
+	@. ./.run/env && echo "jobttl: $$JOBTTL_REDIS_URL, kubectl: $$KUBECONFIG (exit to leave)" && exec $${SHELL:-/bin/sh}

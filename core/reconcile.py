@@ -46,6 +46,9 @@ RELEASE = "release"  # the guard has passed them (or an operator confirmed them)
 
 # Decisions that mean "this object will not be deleted", and should say so loudly.
 _WARN = (Verdict.INVALID_TTL,)
+# Reasons that say the object is going away: from anyone but the deletion's own RQ job (the
+# worker), they may be the echo of jobttl's own deletion, and are not news (see RECONCILE).
+_GOING_AWAY = (Verdict.BEING_DELETED.value, "deleted")
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,10 @@ class _Request:
     @property
     def member(self) -> str:
         return member_for(self.ref.uid, self.stage)
+
+    @property
+    def echo(self) -> bool:
+        return self.reason in _GOING_AWAY and self.by != "worker"
 
 
 class Reconciler:
@@ -174,7 +181,8 @@ class Reconciler:
                 -1 if self.burst_limit is None or request.mode != GUARDED else self.burst_limit,
                 self.schedule.job_key_prefix + job_id_prefix(request.stage),
                 "1" if decision is not None and decision.dry_run else "0", card_decision, held,
-                self.audit.max_entries, self.audit.tombstone_seconds, *self._fields(request)]
+                self.audit.max_entries, self.audit.tombstone_seconds, "1" if request.echo else "0",
+                *self._fields(request)]
         self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
                                      keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE,
                                      keys.tombstone(ref.namespace, ref.name, ref.uid)], args=args, client=pipe)

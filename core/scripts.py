@@ -99,13 +99,15 @@ end
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
 #       release), burst limit (-1: none), RQ job key prefix of the stage ("rq:job:delete-"), dry run
 #       ("1"/"0"), decision JSON for the card when nothing changes, held JSON, audit maxlen,
-#       card TTL, then the audit entry's fields as key, value, ...
+#       card TTL, echo ("1": the object is going away and someone other than its deletion's own
+#       RQ job says so), then the audit entry's fields as key, value, ...
 # Returns: {change, due, previous due, previous RQ job status, Redis's now, reason} (empty
 # strings for none); change "schedule" means: write the RQ job, with COMMIT, in one MULTI.
 RECONCILE = _PRELUDE + r"""
 local member, uid, verdict = ARGV[1], ARGV[2], ARGV[3]
 local mode, limit, prefix, dry = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8] == '1'
 local decision, held, maxlen, ttl = ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
+local echo = ARGV[13] == '1'
 local now, stamp = clock()
 local KEEP_SECONDS = 34560000  -- an operator's keep lasts 400 days past the last time it was read
 local HORIZON = 3600  -- a deletion pulled in to within this of now is news for the guard too
@@ -127,7 +129,7 @@ end
 
 local function change(event, due, previous, reason)
   local entry = {'event', event}
-  for i = 13, #ARGV do entry[#entry + 1] = ARGV[i] end
+  for i = 14, #ARGV do entry[#entry + 1] = ARGV[i] end
   if due then entry[#entry + 1] = 'due'; entry[#entry + 1] = string.format('%d', due) end
   if previous then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = string.format('%d', previous) end
   if reason then entry[#entry + 1] = 'reason'; entry[#entry + 1] = reason end
@@ -149,6 +151,10 @@ end
 
 if verdict ~= 'expires' then
   if not cur then settle(decision); return result('ignored') end
+  -- The object is going away while its deletion runs: most likely that deletion's own echo
+  -- (the watch reports the deletionTimestamp, then the removal, before the worker has
+  -- recorded it). The running job re-reads the object and records the outcome itself.
+  if echo and state == 'started' then return result('running', cur) end
   redis.call('ZREM', KEYS[1], member)
   change('cancelled', nil, cur, verdict)
   return result('cancelled')
@@ -163,7 +169,7 @@ local override = redis.call('HMGET', KEYS[2], 'keep', 'until')
 if override[1] == 'true' then
   redis.call('EXPIRE', KEYS[2], KEEP_SECONDS)  -- kept for good: the keep lasts while it is needed
   if not cur then
-    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 13)}))
+    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 14)}))
     return result('kept')
   end
   redis.call('ZREM', KEYS[1], member)

@@ -1,15 +1,25 @@
 """Run the whole jobttl stack on one machine: ``make run`` (or ``python -m jobttl_emulator.localstack``).
 
 Starts its own redis-server, the Kubernetes API emulator seeded with example TFJobs
-(``seeds/tfjobs.yaml`` beside this module), the sink, the worker and the watcher that feeds the sink
-CloudEvents, then shows the finished jobs disappearing as their TTLs run out. Everything
-runs with its built-in defaults; process logs (JSON) go to .run/logs/.
+(``seeds/tfjobs.yaml`` beside this module), the sink, the worker and the watcher that feeds the
+sink CloudEvents, all with their built-in defaults. It writes the environment it started to
+``.run/env`` (``. .run/env``, then ``jobttl status`` or ``kubectl get tfjobs -A`` reach this
+stack), with ``.run/bin/jobttl`` for use without sourcing anything, and shows what jobttl has
+pending with a live countdown, each deletion as jobttl records it, and a summary on exit.
+
+What it reports comes from jobttl itself, never from diffing the cluster: pending deletions from
+the sink's read API (``/api/v1/deletions``), deletions from the audit trail (``jobttl history
+--event deleted``, read whenever the worker's ``jobttl_deletions_total`` moves), so a job
+someone else deletes is not reported as jobttl's. Ctrl-C, SIGTERM or SIGHUP stops every process
+it started and removes its temporary files; process logs (JSON) go to ``.run/logs/``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -17,13 +27,18 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
-
-from kubernetes import client, config
+from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parent / "seeds" / "tfjobs.yaml"
 EXPECTED_GONE = {"mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s"}
-EXPECTED_KEPT = {"mnist-running", "mnist-no-ttl"}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE = 10.0  # seconds each process gets to stop after SIGTERM, before SIGKILL
+QUEUE = "jobttl"
 
 
 def free_port() -> int:
@@ -38,7 +53,7 @@ def redis_command(binary: str, port: int, directory: str) -> list[str]:
             "--dir", directory]
 
 
-def _until(check, timeout: float, what: str) -> None:
+def _until(check: Callable[[], Any], timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -50,17 +65,63 @@ def _until(check, timeout: float, what: str) -> None:
     raise RuntimeError(f"{what} did not come up within {timeout}s; see .run/logs/")
 
 
+class Stopped(Exception):
+    """A stop signal arrived: unwind, so that `finally` stops everything that was started."""
+
+
+@contextmanager
+def stop_signals() -> Iterator[None]:
+    """SIGINT, SIGTERM and SIGHUP raise Stopped (once), so the stack always stops cleanly.
+
+    Without this, SIGTERM (`kill`, `timeout`) or SIGHUP (a closed terminal) ends this process
+    at once and leaves every child running: they are in sessions of their own, so that a
+    Ctrl-C reaches them only through the orderly stop below.
+    """
+    def stop(signum, frame):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_IGN)  # the stop under way is not interrupted by a second one
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _group_members(groups: set[int]) -> list[int]:
+    """Live processes in these process groups (Linux /proc); a live member keeps its group id ours."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields[0] != "Z" and int(fields[2]) in groups:
+            members.append(int(stat.parent.name))
+    return members
+
+
 class Stack:
+    """The processes of the local stack, each in a process group of its own, and its files."""
+
     def __init__(self, workdir: Path):
         self.workdir = workdir
         self.logs = workdir / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
         self.processes: list[subprocess.Popen] = []
+        self.temporary: list[Path] = []
+
+    def temp_dir(self, prefix: str) -> str:
+        path = tempfile.mkdtemp(prefix=prefix)
+        self.temporary.append(Path(path))
+        return path
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
-        log = open(self.logs / f"{name}.log", "wb")
-        process = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                   start_new_session=True)
+        with open(self.logs / f"{name}.log", "wb") as log:
+            process = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL, start_new_session=True)
         self.processes.append(process)
         return process
 
@@ -68,72 +129,314 @@ class Stack:
         return self.spawn(name, [sys.executable, "-m", "jobttl", *args], env)
 
     def stop(self) -> None:
+        """Each process in turn, last started first: jobttl's before the Redis and the API they use
+        (a worker whose Redis is gone cannot finish its warm shutdown). Then the files."""
         for process in reversed(self.processes):
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-        for process in self.processes:
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
+            _stop(process)
+        for path in self.temporary:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def _stop(process: subprocess.Popen) -> None:
+    """SIGTERM to the process's group; SIGKILL to what is left of it after the grace period."""
+    deadline = time.monotonic() + STOP_GRACE
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+    # A group can outlive its leader (RQ's scheduler is a child of the worker).
+    while (left := _group_members({process.pid})) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# --- the environment it started, for the user's other shells ----------------------------------------
+
+WRAPPER = """#!/bin/sh
+# jobttl against the stack `make run` started in this checkout (written by it).
+env_file="$(dirname "$0")/../env"
+if [ ! -f "$env_file" ]; then
+  echo "jobttl: make run is not running here ($env_file is missing)" >&2
+  exit 1
+fi
+. "$env_file"
+exec {python} -m jobttl "$@"
+"""
+
+
+def write_environment(workdir: Path, env: dict[str, str]) -> Path:
+    """`.run/env` (sourceable) and `.run/bin/jobttl` (a wrapper that sources it)."""
+    bin_dir = workdir / "bin"
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "jobttl"
+    wrapper.write_text(WRAPPER.format(python=shlex.quote(sys.executable)))
+    wrapper.chmod(0o755)
+    path = workdir / "env"
+    lines = [f"# The environment of `make run` (pid {os.getpid()}): `. {_shown(path)}`, then `jobttl status`."]
+    lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    # The venv's bin (for jobttl and jobttl-emulator) after the wrapper's folder.
+    lines.append(f'export PATH={shlex.quote(f"{bin_dir.resolve()}:{Path(sys.executable).parent}")}:"$PATH"')
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _running_elsewhere(workdir: Path) -> int | None:
+    """The pid of another live `make run` that owns this .run/, if any."""
+    try:
+        first = (workdir / "env").read_text().splitlines()[0]
+        pid = int(first.split("(pid ", 1)[1].split(")", 1)[0])
+        os.kill(pid, 0)
+    except (OSError, IndexError, ValueError):
+        return None
+    return pid if pid != os.getpid() else None
+
+
+def _shown(path: Path) -> str:
+    """A path as the user would type it: relative to the current folder where it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd().resolve()))
+    except ValueError:
+        return str(path)
+
+
+# --- what jobttl says ---------------------------------------------------------------------------
+
+
+def _get(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=5) as response:
+        return response.read()
+
+
+def rfc3339(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def countdown(seconds: float) -> str:
+    if seconds <= 0:
+        return "due now"
+    whole = int(seconds + 0.999)
+    return f"in {whole}s" if whole < 120 else f"in {whole // 60}m{whole % 60:02d}s"
+
+
+def _object(item: dict[str, Any]) -> str:
+    return f"{item.get('kind')} {item.get('namespace')}/{item.get('name')}"
+
+
+class Jobttl:
+    """The stack as jobttl itself reports it: its read API, its metrics, its audit trail."""
+
+    def __init__(self, sink_url: str, metrics_url: str, emulator_url: str, env: dict[str, str]):
+        self.sink_url = sink_url
+        self.metrics_url = metrics_url
+        self.emulator_url = emulator_url
+        self.env = {**os.environ, **env}
+
+    def pending(self) -> list[dict[str, Any]]:
+        return json.loads(_get(f"{self.sink_url}/api/v1/deletions?limit=1000"))["items"]
+
+    def deletions_counted(self) -> float:
+        """The worker's jobttl_deletions_total, summed: it moves when jobttl records a deletion."""
+        text = _get(self.metrics_url).decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith("jobttl_deletions_total{"))
+
+    def deleted(self) -> list[dict[str, Any]]:
+        """jobttl's deletions, oldest first, from its audit trail (`jobttl history`)."""
+        done = subprocess.run([sys.executable, "-m", "jobttl", "history", "--json", "--event", "deleted",
+                               "--limit", "1000"], env=self.env, capture_output=True, text=True, timeout=30,
+                              start_new_session=True)  # a Ctrl-C meant for us must not cut it short
+        if done.returncode != 0:
+            raise RuntimeError(f"jobttl history failed: {done.stderr.strip()}")
+        return list(reversed(json.loads(done.stdout)["items"]))
+
+    def in_cluster(self) -> list[str]:
+        """The TFJobs the cluster has now (only to say what was kept, never what was deleted)."""
+        items = json.loads(_get(f"{self.emulator_url}/apis/kubeflow.org/v1/tfjobs"))["items"]
+        return sorted(item["metadata"]["name"] for item in items)
+
+
+class Screen:
+    """Lines that stay, and below them the pending deletions: counting down live in a terminal,
+    as plain lines (when they change) otherwise."""
+
+    def __init__(self, out=sys.stdout):
+        self.out = out
+        self.live = out.isatty()
+        self.drawn = 0  # lines of the live block on screen now
+        self.last: list[str] | None = None
+
+    def say(self, line: str) -> None:
+        self._erase()
+        print(line, file=self.out, flush=True)
+
+    def pending(self, items: list[dict[str, Any]], now: float) -> None:
+        if self.live:
+            width = shutil.get_terminal_size().columns - 1
+            lines = [f"  pending ({len(items)}):" if items else "  nothing pending"]
+            lines += [f"    {countdown(p['due'] - now):<10} {_object(p)}  due {rfc3339(p['due'])}" for p in items]
+            self._erase()
+            print("\n".join(line[:width] for line in lines), file=self.out, flush=True)
+            self.drawn = len(lines)
+            return
+        members = [p["jobId"] for p in items]
+        if members != self.last:
+            self.last = members
+            shown = ", ".join(f"{_object(p)} {countdown(p['due'] - now)} ({rfc3339(p['due'])})" for p in items)
+            print(f"  pending: {shown or 'nothing'}", file=self.out, flush=True)
+
+    def _erase(self) -> None:
+        if self.drawn:
+            self.out.write(f"\x1b[{self.drawn}F\x1b[J")  # up to the block's first line, clear below
+            self.drawn = 0
+
+
+def deletion_line(entry: dict[str, Any], start: float, dues: dict[str, int]) -> str:
+    """One deletion jobttl recorded: when its DELETE went out, when it was due, how long it took to go."""
+    gone_after = float(entry.get("goneAfter") or 0)
+    requested = entry["at"] - gone_after
+    due = dues.get(entry.get("uid", ""))
+    due_text = f"due at {due - start:.1f}s; " if due else ""
+    return (f"  {requested - start:5.1f}s  jobttl deleted {_object(entry)} ({due_text}gone {gone_after:.1f}s "
+            f"after its DELETE, at {rfc3339(entry['at'])})")
+
+
+def summary(jobttl: Jobttl, start: float, dues: dict[str, int]) -> list[str]:
+    now = time.time()
+    deleted = jobttl.deleted()
+    lines = [f"Summary after {now - start:.0f}s: jobttl deleted {len(deleted) or 'nothing'}"
+             + (":" if deleted else "")]
+    lines += [deletion_line(e, start, dues) for e in deleted]
+    pending = jobttl.pending()
+    lines.append(f"  still pending: {len(pending) or 'nothing'}" + (":" if pending else ""))
+    lines += [f"    {rfc3339(p['due'])} ({countdown(p['due'] - now)})  {_object(p)}" for p in pending]
+    return lines
+
+
+# --- the whole run -------------------------------------------------------------------------------
+
+
+def _arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m jobttl_emulator.localstack", description=__doc__.splitlines()[0])
+    parser.add_argument("--exit-when-done", action="store_true",
+                        help="exit once jobttl has deleted the expected jobs and nothing is pending (0), or when "
+                             "--timeout passes (1)")
+    parser.add_argument("--timeout", type=float, default=90, help="seconds, with --exit-when-done (default: 90)")
+    parser.add_argument("--workdir", type=Path, default=Path(".run"),
+                        help="where the logs, kubeconfig, env file and wrapper go (default: .run)")
+    return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m jobttl_emulator.localstack", description=__doc__.splitlines()[0])
-    parser.add_argument("--exit-when-done", action="store_true",
-                        help="exit once the expected jobs are deleted (0) or the timeout passes (1)")
-    parser.add_argument("--timeout", type=float, default=90)
-    args = parser.parse_args(argv)
-
+    args = _arguments(argv)
+    sys.stdout.reconfigure(line_buffering=True)
     redis_server = shutil.which("redis-server")
     if redis_server is None:
         print("redis-server is not installed: apt-get install -y redis-server", file=sys.stderr)
         return 2
-    workdir = Path.cwd() / ".run"
-    stack = Stack(workdir)
-    ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics")}
-    kubeconfig = workdir / "kubeconfig"
-    kubeconfig.unlink(missing_ok=True)
-    env = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "KUBECONFIG": str(kubeconfig),
-           "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
-    sink_url = f"http://127.0.0.1:{ports['sink']}"
-    try:
-        stack.spawn("redis", redis_command(redis_server, ports["redis"], tempfile.mkdtemp(prefix="jobttl-redis-")))
-        stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
-                                 "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
-        _until(kubeconfig.exists, 20, "the API emulator")
-        api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(kubeconfig)))
-        stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
-        stack.jobttl("worker", "worker", env=env)
-        stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
-        _until(lambda: socket.create_connection(("127.0.0.1", ports["sink"]), timeout=1), 30, "the sink")
+    workdir = args.workdir.resolve()
+    other = _running_elsewhere(workdir)
+    if other is not None:
+        print(f"make run is already running here (pid {other}); stop it first", file=sys.stderr)
+        return 2
+    with stop_signals():
+        stack = Stack(workdir)
+        try:
+            return _run(stack, redis_server, args)
+        except Stopped as stop:  # while starting
+            print(f"stopping ({stop})", flush=True)
+            return 0
+        finally:
+            for sig in STOP_SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)  # nothing may cut the stop short
+            for name in ("env", "kubeconfig"):
+                (workdir / name).unlink(missing_ok=True)
+            stack.stop()
 
-        start = time.monotonic()
-        print(f"jobttl is running: sink {sink_url}, API emulator http://127.0.0.1:{ports['emulator']}, "
-              f"Redis {env['JOBTTL_REDIS_URL']}, worker metrics http://127.0.0.1:{ports['metrics']}/metrics, "
-              f"logs in {stack.logs}")
-        print(f"  export KUBECONFIG={kubeconfig}   # to look with kubectl; Ctrl-C stops everything")
-        remaining = None
-        while True:
-            items = api.list_cluster_custom_object("kubeflow.org", "v1", "tfjobs")["items"]
-            names = {item["metadata"]["name"] for item in items}
-            if remaining is None:
-                print(f"  {len(names)} TFJobs: {', '.join(sorted(names))}")
-            else:
-                for name in sorted(remaining - names):
-                    print(f"  {time.monotonic() - start:5.1f}s  deleted {name}")
-            remaining = names
-            if args.exit_when_done and not (EXPECTED_GONE & names) and EXPECTED_KEPT <= names:
-                print(f"  done: finished jobs deleted after their TTL; kept: {', '.join(sorted(names))}")
-                return 0
-            if args.exit_when_done and time.monotonic() - start > args.timeout:
-                print(f"  timed out; still present: {', '.join(sorted(names))}", file=sys.stderr)
-                return 1
-            time.sleep(1)
-    except KeyboardInterrupt:
+
+def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
+    ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics")}
+    kubeconfig = stack.workdir / "kubeconfig"
+    kubeconfig.unlink(missing_ok=True)
+    queue = os.environ.get("JOBTTL_QUEUE") or QUEUE
+    shared = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "JOBTTL_QUEUE": queue,
+              "KUBECONFIG": str(kubeconfig)}
+    env = {**shared, "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
+    sink_url, emulator_url = f"http://127.0.0.1:{ports['sink']}", f"http://127.0.0.1:{ports['emulator']}"
+    metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
+
+    stack.spawn("redis", redis_command(redis_server, ports["redis"], stack.temp_dir("jobttl-redis-")))
+    stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
+                             "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
+    _until(kubeconfig.exists, 20, "the API emulator")
+    start = time.time()  # the seeded jobs finished as the emulator started
+    stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
+    stack.jobttl("worker", "worker", env=env)
+    stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
+    jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
+    _until(lambda: jobttl.pending() is not None, 30, "the sink")
+    _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker")
+    env_file = write_environment(stack.workdir, shared)
+    _banner(stack, shared, env_file, sink_url, emulator_url, metrics_url)
+    dues: dict[str, int] = {}
+    try:
+        return _follow(jobttl, Screen(), start, dues, args)
+    except Stopped as stop:
+        print(f"\nstopping ({stop})", flush=True)
         return 0
     finally:
-        stack.stop()
+        try:
+            for line in summary(jobttl, start, dues):
+                print(line, flush=True)
+        except Exception as exc:  # noqa: BLE001 - a summary must never keep the stack running
+            print(f"(no summary: {exc})", file=sys.stderr)
+
+
+def _banner(stack: Stack, env: dict[str, str], env_file: Path, sink_url: str, emulator_url: str,
+            metrics_url: str) -> None:
+    print("jobttl is running (Ctrl-C stops everything):")
+    print(f"  sink {sink_url} (read API: {sink_url}/api/v1/deletions), API emulator {emulator_url},")
+    print(f"  Redis {env['JOBTTL_REDIS_URL']}, worker metrics {metrics_url}, logs in {_shown(stack.logs)}/")
+    print(f"In another shell, `. {_shown(env_file)}` (or paste these lines), then `jobttl status` or "
+          "`kubectl get tfjobs -A`:")
+    for line in env_file.read_text().splitlines()[1:]:
+        print(f"  {line}")
+    print(f"or, without changing your shell: {_shown(stack.workdir / 'bin' / 'jobttl')} status")
+
+
+def _follow(jobttl: Jobttl, screen: Screen, start: float, dues: dict[str, int], args: argparse.Namespace) -> int:
+    """Show the countdown and each deletion jobttl records, until stopped (or done)."""
+    counted, reported = 0.0, {}
+    parent = os.getppid()
+    while True:
+        if os.getppid() != parent:  # `make run` itself was stopped (`kill -HUP` of make's pid, say)
+            raise Stopped("make run's parent went away")
+        now = time.time()
+        pending = jobttl.pending()
+        dues.update({p["uid"]: p["due"] for p in pending})
+        if (total := jobttl.deletions_counted()) != counted:
+            counted = total
+            for entry in jobttl.deleted():
+                if entry["id"] not in reported:
+                    reported[entry["id"]] = entry["name"]
+                    screen.say(deletion_line(entry, start, dues))
+        screen.pending(pending, now)
+        if args.exit_when_done:
+            if EXPECTED_GONE <= set(reported.values()) and not pending:
+                screen.say(f"  done: jobttl deleted the finished jobs after their TTL; "
+                           f"kept: {', '.join(jobttl.in_cluster())}")
+                return 0
+            if now - start > args.timeout:
+                screen.say(f"  timed out after {args.timeout:.0f}s; still in the cluster: "
+                           f"{', '.join(jobttl.in_cluster())}")
+                return 1
+        time.sleep(1 - (time.time() - now) % 1)
 
 
 if __name__ == "__main__":

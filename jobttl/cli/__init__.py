@@ -10,6 +10,7 @@ import argparse
 import json
 import logging
 import sys
+import textwrap
 import time
 from datetime import datetime
 
@@ -18,11 +19,29 @@ from jobttl.core.config import ConfigError, Settings
 
 log = logging.getLogger("jobttl")
 
-ENVIRONMENT_EPILOG = ("environment (the ones that matter most; `jobttl --help` lists all):\n"
-                      "  JOBTTL_REDIS_URL   Redis holding the schedule (default redis://127.0.0.1:6379/0)\n"
-                      "  JOBTTL_QUEUE       RQ queue name (default jobttl)\n"
-                      "  JOBTTL_POLICY      the policy file\n"
-                      "  KUBECONFIG         Kubernetes credentials (default: in-cluster, else ~/.kube/config)")
+# The settings that matter to each command, most important first (`jobttl --help` lists all).
+OPERATOR_ENV = ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_REDIS_CA_FILE")
+COMMAND_ENV = {
+    "sink": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_POLICY", "KUBECONFIG", "JOBTTL_SINK_SOURCES",
+             "JOBTTL_SINK_OIDC_AUDIENCE", "JOBTTL_READ_API", "JOBTTL_MAX_EVENT_BYTES"),
+    "worker": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_POLICY", "KUBECONFIG", "JOBTTL_PROPAGATION_POLICY",
+               "JOBTTL_RESYNC_INTERVAL", "JOBTTL_DELETE_RATE", "JOBTTL_WORKER_METRICS_PORT"),
+    "watch": ("KUBECONFIG", "JOBTTL_POLICY"),
+    "resync": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "KUBECONFIG", "JOBTTL_POLICY", "JOBTTL_RESYNC_MAX_DELETIONS",
+               "JOBTTL_RESYNC_MAX_SHARE"),
+    "explain": ("JOBTTL_POLICY",),
+}
+
+
+def _environment_epilog(names: tuple[str, ...]) -> str:
+    """The environment variables a command reads, with their defaults, from the one SETTINGS table."""
+    described = {env: (default, meaning) for env, default, meaning in config.describe()}
+    lines = ["environment (the ones that matter here; `jobttl --help` lists every setting):"]
+    for env in names:
+        default, meaning = described[env]
+        lines.append(f"  {env} (default: {default})")
+        lines += textwrap.wrap(meaning, 76, initial_indent="      ", subsequent_indent="      ")
+    return "\n".join(lines)
 
 
 def _sink(args: argparse.Namespace, settings: Settings) -> None:
@@ -41,6 +60,12 @@ def _resync(args: argparse.Namespace, settings: Settings) -> int:
     from jobttl.core.guard import HeldDeletions
     from jobttl.worker import resync, tasks
 
+    from redis.exceptions import RedisError
+
+    try:
+        _connect(settings, args.force)  # a resync writes the schedule: never into a Redis that is not jobttl's
+    except (operations.UnknownRedis, RedisError) as exc:
+        return _redis_problem(exc, settings)
     ctx = tasks.configure(settings)
     report = resync.run(ctx, confirm=args.confirm)
     if args.json:
@@ -129,20 +154,25 @@ def _operate(args: argparse.Namespace, settings: Settings) -> int:
 
     try:
         data = args.operation(args, _connect(settings, args.force))
-    except operations.UnknownRedis as exc:
-        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={settings.redis_url}); --force to use it anyway", file=sys.stderr)
-        return 1
+    except (operations.UnknownRedis, RedisError) as exc:
+        return _redis_problem(exc, settings)
     except (operations.NotFound, operations.Ambiguous, InvalidIdentity) as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
-        return 1
-    except RedisError as exc:
-        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={settings.redis_url}): {exc}", file=sys.stderr)
         return 1
     if args.json:
         print(json.dumps(data, indent=2))
     else:
         getattr(tables, args.command)(data)
     return 0
+
+
+def _redis_problem(exc: Exception, settings: Settings) -> int:
+    """Exit 1, naming the Redis used: the usual cause is JOBTTL_REDIS_URL pointing elsewhere."""
+    if isinstance(exc, operations.UnknownRedis):
+        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={settings.redis_url}); --force to use it anyway", file=sys.stderr)
+    else:
+        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={settings.redis_url}): {exc}", file=sys.stderr)
+    return 1
 
 
 def _job(text: str) -> tuple[str, str]:
@@ -188,8 +218,25 @@ def _since(text: str) -> float:
     return when.timestamp()
 
 
-class _Formatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Every flag's default shown; epilogs kept as written."""
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """Every flag says its default (or that it is required); epilogs are kept as written.
+
+    Unlike argparse's ArgumentDefaultsHelpFormatter it never prints "(default: None)": a flag
+    without a value of its own says in words what happens without it ("default: every
+    namespace"), which `tests/operate/test_help.py` checks for every command.
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or "default" in text or action.default is argparse.SUPPRESS:
+            return text
+        if action.required:
+            return f"{text} (required)"
+        if isinstance(action, argparse._StoreTrueAction):
+            return f"{text} (default: off)"
+        if action.default is None:
+            return text  # the help must say what happens without it
+        return f"{text} (default: %(default)s)"
 
 
 def _add_operator_commands(commands) -> None:
@@ -200,36 +247,41 @@ def _add_operator_commands(commands) -> None:
 
     def command(name: str, operation, help: str) -> argparse.ArgumentParser:
         parser = commands.add_parser(name, help=help, description=help, parents=[common], formatter_class=_Formatter,
-                                     epilog=ENVIRONMENT_EPILOG)
+                                     epilog=_environment_epilog(OPERATOR_ENV))
         parser.set_defaults(run=_operate, operation=operation)
         return parser
 
     def job_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
-        parser.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name")
+        parser.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+                                                "(default: any kind)")
 
     command("status", _status, "counts of pending, due, failed, held and deleted jobs; health of Redis, workers, "
                                "the scheduler and the clocks")
 
     pending = command("pending", _pending, "pending deletions in due order, with their TTL and where it came from")
-    pending.add_argument("--namespace", help="only this namespace")
-    pending.add_argument("--kind", help="only this kind, e.g. TFJob")
+    pending.add_argument("--namespace", help="only this namespace (default: every namespace)")
+    pending.add_argument("--kind", help="only this kind, e.g. TFJob (default: every kind)")
     pending.add_argument("--limit", type=_count, default=100, help="at most this many")
 
     job_arguments(command("show", _show, "everything known about one job: pending deletion, the latest decision "
                                          "about every UID it had (why it is kept, too), history, tombstone"))
 
     history = command("history", _history, "the audit trail, newest first")
-    history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME", help="e.g. 2h, or 2030-01-31T00:00:00Z")
-    history.add_argument("--event", help="e.g. deleted, skipped, failed, cancelled, stuck")
-    history.add_argument("--namespace", help="only this namespace")
+    history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME",
+                         help="only entries since then: a duration back from now (2h) or an RFC 3339 time "
+                              "(2030-01-31T00:00:00Z) (default: the whole trail)")
+    history.add_argument("--event", help="only this event, e.g. deleted, delete-requested, cancelled, failed, stuck "
+                                         "(default: every event)")
+    history.add_argument("--namespace", help="only this namespace (default: every namespace)")
     history.add_argument("--limit", type=_count, default=50, help="at most this many")
 
     command("failed", _failed, "failed deletions, with their RQ job id and the error, and stuck ones")
 
     retry = command("retry", _retry, "run a failed deletion again")
     which = retry.add_mutually_exclusive_group(required=True)
-    which.add_argument("job_id", nargs="?", metavar="JOB_ID", help="from `jobttl failed`")
+    which.add_argument("job_id", nargs="?", metavar="JOB_ID",
+                       help="the RQ job id, from `jobttl failed` (or --all-failed)")
     which.add_argument("--all-failed", action="store_true", help="every failed deletion")
 
     job_arguments(command("cancel", _cancel, "never delete this job (recorded in history)"))
@@ -255,32 +307,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     def process(name: str, run, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, formatter_class=_Formatter,
-                                  epilog=ENVIRONMENT_EPILOG)
+                                  epilog=_environment_epilog(COMMAND_ENV[name]))
         sub.set_defaults(run=run)
         return sub
 
     sink = process("sink", _sink, "serve the CloudEvents sink (and the read API, /metrics, /readyz)")
     sink.add_argument("--host", default="0.0.0.0", help="address to listen on")
     sink.add_argument("--port", type=_port, default=8080, help="port to listen on")
-    sink.add_argument("--threads", type=_count, default=8, help="request threads")
+    sink.add_argument("--threads", type=_count, default=8, help="request threads (waitress)")
 
     worker = process("worker", _worker, "run the deleting RQ worker with its scheduler")
     worker.add_argument("--burst", action="store_true", help="run the jobs due now, then exit")
 
     watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
-    watch.add_argument("--sink", required=True, metavar="URL", help="where to POST events, e.g. http://jobttl-sink")
+    watch.add_argument("--sink", required=True, metavar="URL",
+                       help="the sink to POST events to, e.g. http://jobttl-sink")
 
     resync = process("resync", _resync, "make the schedule in Redis match the cluster, now")
     resync.add_argument("--confirm", metavar="HELD_ID",
                         help="delete the deletions held by the blast-radius guard (those still due); HELD_ID, from "
-                             "the report, makes sure they are the ones you reviewed")
+                             "the report, makes sure they are the ones you reviewed (default: hold them again if "
+                             "there are too many)")
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
+    resync.add_argument("--force", action="store_true", help="use this Redis even if it holds no jobttl schedule")
 
     explain = process("explain", _explain, "what jobttl would decide for objects in a file, and why (offline: no "
                                            "cluster, no Redis)")
     explain.add_argument("-f", "--filename", required=True, metavar="FILE",
                          help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin")
-    explain.add_argument("--policy", metavar="FILE", help="the policy to decide with (default: JOBTTL_POLICY)")
+    explain.add_argument("--policy", metavar="FILE",
+                         help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)")
     explain.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
     explain.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
 

