@@ -113,6 +113,6 @@ def test_jobttl_show_says_whose_a_job_is(stack):
     [decision] = shown["decisions"]  # the worker's, which cancelled the deletion booked above
     assert (decision["event"], decision["reason"]) == ("cancelled", "owned")
     assert decision["detail"].startswith("owned-by CronJob/nightly")
-    assert "(owned: owned-by CronJob/nightly" in stack.jobttl("show", f"{NAMESPACE}/nightly-28391", as_json=False)
+    assert "owned: owned-by CronJob/nightly" in stack.jobttl("show", f"{NAMESPACE}/nightly-28391", as_json=False)
     suspended = stack.jobttl("show", f"{NAMESPACE}/suspended")["decisions"][0]
     assert (suspended["reason"], "spec.runPolicy.suspend" in suspended["detail"]) == ("suspended", True)
