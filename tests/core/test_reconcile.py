@@ -238,3 +238,53 @@ def test_someone_elses_job_is_cancelled_and_picked_up_again_once_it_is_ours(reco
     assert audit.decisions(obj["metadata"]["namespace"], obj["metadata"]["name"])[uid(obj)]["reason"] == release
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
     assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]
+
+
+def test_a_deletion_pending_for_weeks_keeps_its_history_card_until_then(reconciler, redis):
+    obj = finished(ttl=30 * 86400)
+    reconciler.reconcile(obj, TFJOB, "event")
+    assert redis.ttl(keys.card(obj["metadata"]["namespace"], obj["metadata"]["name"])) > 30 * 86400, \
+        "jobttl cancel and show must still find it on day 29"
+
+
+def test_an_operators_keep_lasts_as_long_as_it_is_needed(reconciler, schedule, redis):
+    obj = finished()
+    schedule.set_override(uid(obj), {"keep": "true"}, "operator")
+    redis.expire(keys.override(uid(obj)), 60)  # as if 400 days had nearly passed
+    assert reconciler.reconcile(obj, TFJOB, "resync").change is Change.KEPT
+    assert redis.ttl(keys.override(uid(obj))) > 300 * 86400
+
+
+def test_an_index_entry_whose_rq_job_is_gone_faces_the_guard_again(schedule, audit, redis):
+    """A 0.1 dry-run record, or a lost RQ job, is not a deletion already on its way."""
+    guarded = Reconciler(schedule, audit, parse_policy(None), burst_limit=0)
+    obj = finished(ttl=0, at=time.time() - 60)
+    redis.zadd(keys.PENDING_INDEX, {uid(obj): due(obj)})  # the index alone
+    assert guarded.reconcile(obj, TFJOB, "event").change is Change.HELD
+
+
+def test_a_deletion_pulled_in_from_days_to_minutes_faces_the_guard(schedule, audit):
+    """maxTTL: 1h where 1d was meant pulls recent deletions in without making them due yet."""
+    obj = finished(ttl=2 * 86400)
+    Reconciler(schedule, audit, parse_policy(None)).reconcile(obj, TFJOB, "event")
+    typo = Reconciler(schedule, audit, parse_policy({"maxTTL": "10m"}), burst_limit=0)
+    assert typo.reconcile(obj, TFJOB, "event").change is Change.HELD
+    assert typo.reconcile(obj, TFJOB, "resync", mode=COLLECT).change is Change.DUE_NOW
+
+
+def test_a_cancel_racing_a_schedule_leaves_the_new_rq_job_alone(reconciler, schedule, redis):
+    """The cancel's cleanup comes after another process booked the same deletion again."""
+    from jobttl.core.identity import JobRef
+    from jobttl.core.reconcile import _Request
+
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    cancel = _Request(JobRef.of(obj), None, "deleted", "event", "guarded")
+    with redis.pipeline(transaction=False) as pipe:  # the cancel's first round trip only
+        reconciler._send(cancel, pipe)
+        [reply] = pipe.execute()
+    planned = reconciler._planned(cancel, reply)
+    assert planned.change is Change.CANCELLED
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED  # booked again meanwhile
+    reconciler._apply([cancel], [planned])  # the cancel's cleanup, late
+    assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))], "the new booking's RQ job survives"
