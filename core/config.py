@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import math
 import os
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from jobttl.core.durations import parse_duration
 from jobttl.core.policy import Policy, PolicyError, load_policy
@@ -21,6 +22,8 @@ from jobttl.core.policy import Policy, PolicyError, load_policy
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+# The password knative/base/redis.yaml ships in its Secret, so that nobody runs with it.
+PLACEHOLDER_REDIS_PASSWORD = "change-me-before-real-use"
 
 
 class ConfigError(ValueError):
@@ -64,6 +67,31 @@ def url(*schemes: str) -> Callable[[str], str]:
     return parse
 
 
+def redis_url(raw: str) -> str:
+    """A Redis URL jobttl can use: a known scheme, a Sentinel URL that reads, and not the shipped password."""
+    url(*REDIS_SCHEMES)(raw)
+    if PLACEHOLDER_REDIS_PASSWORD in unquote(raw):
+        raise ValueError(f"it holds the placeholder password {PLACEHOLDER_REDIS_PASSWORD!r} shipped in "
+                         "knative/base/redis.yaml: set a real password in the jobttl-redis Secret "
+                         "(e.g. openssl rand -hex 32) and restart")
+    if urlparse(raw).scheme.endswith("+sentinel"):
+        from jobttl.core.redisconn import SentinelAddress  # redis-py only where a URL needs reading
+
+        SentinelAddress.parse(raw)
+    return raw
+
+
+def ca_bundle(raw: str) -> str:
+    """A PEM file of CA certificates that TLS can load now, rather than at the first connection."""
+    try:
+        ssl.create_default_context(cafile=raw)
+    except FileNotFoundError:
+        raise ValueError(f"no such file: {raw}") from None
+    except (OSError, ssl.SSLError) as exc:
+        raise ValueError(f"{raw} is not a readable PEM CA bundle: {exc}") from None
+    return raw
+
+
 def queue_name(raw: str) -> str:
     if not raw.replace("-", "").replace("_", "").isalnum() or not raw.isascii():
         raise ValueError(f"use letters, digits, '-' and '_', got {raw!r}")
@@ -87,10 +115,14 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("redis_url", "JOBTTL_REDIS_URL", url(*REDIS_SCHEMES),
-            "Redis holding the schedule: redis://, rediss:// (TLS), unix://, or redis+sentinel://HOST:PORT,.../"
-            "MASTER_SET/DB for Sentinel"),
-    Setting("redis_ca_file", "JOBTTL_REDIS_CA_FILE", text, "CA bundle to verify Redis's TLS certificate (rediss://)"),
+    Setting("redis_url", "JOBTTL_REDIS_URL", redis_url,
+            "Redis holding the schedule: redis://, rediss:// (TLS), unix://, or Sentinel's "
+            "redis+sentinel://[:PASSWORD@]HOST:PORT,.../MASTER_SET/DB (rediss+sentinel:// with TLS)"),
+    Setting("redis_ca_file", "JOBTTL_REDIS_CA_FILE", ca_bundle,
+            "CA bundle (PEM) to verify Redis's TLS certificate (rediss://); unset: the system CAs"),
+    Setting("sink_min_replicas", "JOBTTL_SINK_MIN_REPLICAS", number(0, 10),
+            "the sink accepts an event only once its writes are on this many Redis replicas (WAIT, one round "
+            "trip more per write), else 503; keep it below the replica count, or losing one stops the sink"),
     Setting("queue_name", "JOBTTL_QUEUE", queue_name, "RQ queue name"),
     Setting("policy_path", "JOBTTL_POLICY", text,
             "the policy file (a mounted ConfigMap); unset: only jobs that ask for a TTL are deleted"),
@@ -149,6 +181,7 @@ _BY_FIELD = {s.field: s for s in SETTINGS}
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_ca_file: str | None = None
+    sink_min_replicas: int = 0
     queue_name: str = "jobttl"
     policy_path: str | None = None
     kubeconfig: str | None = None
@@ -203,6 +236,10 @@ class Settings:
                 values[f.name] = setting.parse(raw)
             except ValueError as exc:
                 raise ConfigError(f"{setting.env}: {exc}") from None
+        tls = urlparse(values.get("redis_url", cls.redis_url)).scheme.startswith("rediss")
+        if values.get("redis_ca_file") and not tls:
+            raise ConfigError("JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS: use rediss:// "
+                              "(or rediss+sentinel://), or unset the CA file")
         if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
             raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
         try:

@@ -40,8 +40,9 @@ class SinkContext:
         probe = redis
         if redis is None:
             # Short timeouts: a sink stuck on a dead Redis should say 503 fast, not hang Knative.
-            redis = redisconn.connect(settings.redis_url, redisconn.SINK, settings.redis_ca_file)
-            probe = redisconn.connect(settings.redis_url, redisconn.PROBE, settings.redis_ca_file)
+            redis = redisconn.connect(settings.redis_url, redisconn.SINK, settings.redis_ca_file,
+                                      min_replicas=settings.sink_min_replicas)
+            probe = redisconn.client(settings.redis_url, redisconn.PROBE, settings.redis_ca_file)
         metrics = Metrics(redis, settings.queue_name)
         schedule = Schedule.from_settings(redis, settings)
         audit = Audit.from_settings(redis, settings, metrics)

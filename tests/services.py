@@ -144,3 +144,179 @@ def start_emulator(directory: Path, resources, **options):
     server.kubeconfig = directory / "kubeconfig"
     server.write_kubeconfig(str(server.kubeconfig))
     return server
+
+
+class RedisSentinels:
+    """Redis as run for high availability: a primary, replicas and Sentinels, all on loopback.
+
+    Each node is its own redis-server process (Sentinels are ``redis-server CONF --sentinel``,
+    which rewrites its config file, so each gets a writable one), so a test can SIGKILL the
+    primary and watch the Sentinels promote a replica. Failure detection is shortened
+    (``down_after_ms``) so a failover takes seconds; initial syncs start at once
+    (``repl-diskless-sync-delay 0``). Not below 2 s: Sentinels ping every second, and at 1 s
+    a newly promoted primary whose first ping answer came late was itself failed over (seen
+    on a loaded machine).
+    """
+
+    MASTER_SET = "jobttl"
+
+    def __init__(self, directory: Path, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 2000,
+                 failover_timeout_ms: int = 5000, tls: dict[str, str] | None = None):
+        self.binary = RedisServer().binary
+        self.directory = directory
+        self.replicas, self.down_after_ms, self.failover_timeout_ms = replicas, down_after_ms, failover_timeout_ms
+        self.tls = tls  # {"cert": ..., "key": ..., "ca": ...}: every node and Sentinel speaks TLS only
+        self.node_ports = [free_port() for _ in range(1 + replicas)]
+        self.sentinel_ports = [free_port() for _ in range(sentinels)]
+        self.processes: dict[int, subprocess.Popen] = {}
+
+    @property
+    def url(self) -> str:
+        scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
+        return f"{scheme}://" + ",".join(f"127.0.0.1:{p}" for p in self.sentinel_ports) + f"/{self.MASTER_SET}/0"
+
+    def _tls_lines(self) -> list[str]:
+        if not self.tls:
+            return []
+        return [f"tls-cert-file {self.tls['cert']}", f"tls-key-file {self.tls['key']}",
+                f"tls-ca-cert-file {self.tls['ca']}", "tls-auth-clients no", "tls-replication yes"]
+
+    def _port_line(self, port: int) -> str:
+        return f"port 0\ntls-port {port}" if self.tls else f"port {port}"
+
+    def _spawn(self, port: int, lines: list[str], sentinel: bool = False) -> None:
+        node_dir = self.directory / str(port)
+        node_dir.mkdir(parents=True, exist_ok=True)
+        conf = node_dir / "redis.conf"
+        conf.write_text("\n".join([self._port_line(port), "bind 127.0.0.1", f"dir {node_dir}", *self._tls_lines(),
+                                   *lines]) + "\n")
+        argv = [self.binary, str(conf)] + (["--sentinel"] if sentinel else [])
+        log = open(node_dir / "log", "ab")
+        self.processes[port] = subprocess.Popen(argv, stdout=log, stderr=log)
+
+    def client(self, port: int, **options) -> redis_lib.Redis:
+        options = {"socket_timeout": 2, "socket_connect_timeout": 2, **options}
+        if self.tls:
+            options.update(ssl=True, ssl_ca_certs=self.tls["ca"])
+        return redis_lib.Redis(host="127.0.0.1", port=port, **options)
+
+    def start(self, timeout: float = 20) -> RedisSentinels:
+        primary, *replicas = self.node_ports
+        data = ['save ""', "appendonly no", "repl-diskless-sync yes", "repl-diskless-sync-delay 0"]
+        self._spawn(primary, data)
+        for port in replicas:
+            self._spawn(port, [*data, f"replicaof 127.0.0.1 {primary}"])
+        # Sentinels learn of replicas from the primary's INFO, refreshed every 10 s: start them
+        # once every replica is connected, so that the first INFO lists them all.
+        wait_for(self._replicas_in_sync, timeout=timeout, interval=0.05, what="the replicas to sync")
+        quorum = len(self.sentinel_ports) // 2 + 1
+        for port in self.sentinel_ports:
+            self._spawn(port, [f"sentinel monitor {self.MASTER_SET} 127.0.0.1 {primary} {quorum}",
+                               f"sentinel down-after-milliseconds {self.MASTER_SET} {self.down_after_ms}",
+                               f"sentinel failover-timeout {self.MASTER_SET} {self.failover_timeout_ms}",
+                               f"sentinel parallel-syncs {self.MASTER_SET} {max(1, self.replicas)}"], sentinel=True)
+        wait_for(self.ready, timeout=timeout, interval=0.1, what="the Sentinels to see every replica and each other")
+        return self
+
+    def _replicas_in_sync(self) -> bool:
+        return all(self.client(port).info("replication").get("master_link_status") == "up"
+                   for port in self.node_ports[1:])
+
+    def ready(self) -> bool:
+        """Every replica in sync, and every Sentinel knows every replica and every other Sentinel."""
+        if not self._replicas_in_sync():
+            return False
+        for port in self.sentinel_ports:
+            state = self.client(port).sentinel_master(self.MASTER_SET)
+            if state["num-slaves"] < self.replicas or state["num-other-sentinels"] < len(self.sentinel_ports) - 1:
+                return False
+        return True
+
+    def primary_port(self) -> int | None:
+        """The primary's port as the Sentinels (a majority of those answering) name it now."""
+        named = []
+        for port in self.sentinel_ports:
+            try:
+                named.append(int(self.client(port, socket_timeout=0.5).sentinel_get_master_addr_by_name(
+                    self.MASTER_SET)[1]))
+            except redis_lib.RedisError:
+                continue
+        return max(set(named), key=named.count) if named else None
+
+    def kill_primary(self) -> int:
+        """SIGKILL the current primary (no shutdown, no last write); return its port."""
+        port = self.primary_port()
+        self.processes[port].kill()
+        self.processes[port].wait()
+        return port
+
+    def stop(self) -> None:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.terminate()
+        for process in self.processes.values():
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def tls_files(directory: Path, common_name: str = "jobttl test CA") -> dict[str, str]:
+    """A CA of our own and a server certificate it signed for 127.0.0.1: {"ca", "cert", "key"} file paths."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    directory.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+
+    def certificate(subject, public_key, extensions):
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)
+                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+                   .not_valid_after(now + datetime.timedelta(days=1)))
+        for extension, critical in extensions:
+            builder = builder.add_extension(extension, critical=critical)
+        return builder.sign(ca_key, hashes.SHA256())
+
+    ca = certificate(ca_name, ca_key.public_key(), [(x509.BasicConstraints(ca=True, path_length=None), True),
+                                                    (x509.KeyUsage(False, False, False, False, False, True, True,
+                                                                   False, False), True)])
+    server = certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), key.public_key(), [
+        (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False),
+        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False)])
+    files = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server-key.pem"}
+    files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                               serialization.NoEncryption()))
+    return {name: str(path) for name, path in files.items()}
+
+
+class TLSRedisServer(RedisServer):
+    """redis-server that speaks only TLS (no plaintext port), with a certificate from `tls_files`."""
+
+    def __init__(self, tls: dict[str, str]):
+        super().__init__()
+        self.tls = tls
+
+    @property
+    def url(self) -> str:
+        return f"rediss://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis_lib.Redis:
+        return redis_lib.Redis(host="127.0.0.1", port=self.port, ssl=True, ssl_ca_certs=self.tls["ca"])
+
+    def start(self) -> TLSRedisServer:
+        argv = redis_command(self.binary, 0, self.dir) + [
+            "--tls-port", str(self.port), "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
+            "--tls-ca-cert-file", self.tls["ca"], "--tls-auth-clients", "no"]
+        self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
+        wait_for(lambda: self.client().ping(), what=f"redis-server (TLS) on port {self.port}")
+        return self
