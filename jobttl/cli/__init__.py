@@ -14,7 +14,7 @@ import textwrap
 import time
 from datetime import datetime
 
-from jobttl.core import config, logs, operations
+from jobttl.core import config, logs, operations, redisconn
 from jobttl.core.config import ConfigError, Settings
 
 log = logging.getLogger("jobttl")
@@ -169,9 +169,10 @@ def _operate(args: argparse.Namespace, settings: Settings) -> int:
 def _redis_problem(exc: Exception, settings: Settings) -> int:
     """Exit 1, naming the Redis used: the usual cause is JOBTTL_REDIS_URL pointing elsewhere."""
     if isinstance(exc, operations.UnknownRedis):
-        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={settings.redis_url}); --force to use it anyway", file=sys.stderr)
+        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}); --force to use it anyway",
+              file=sys.stderr)
     else:
-        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={settings.redis_url}): {exc}", file=sys.stderr)
+        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}): {exc}", file=sys.stderr)
     return 1
 
 
