@@ -130,6 +130,10 @@ class JobKind:
     builtin_ttl_controller: bool = False
     # The label its controller puts on the job's pods, valued with the job's name.
     pod_label: str | None = None
+    # Deleting the pods of a *finished* job before the job is safe: its controller creates no
+    # pods for a finished job, and the pods are owned (controller ownerReference) by the job
+    # itself. Only then may the policy's podTTL delete them first (jobttl.core.stages).
+    pod_cleanup_safe: bool = False
 
     @property
     def api_version(self) -> str:
@@ -153,8 +157,13 @@ _run_policy_ttl = ttl_at(("spec", "runPolicy", "ttlSecondsAfterFinished"), ("spe
 
 
 def _training_operator(kind: str, plural: str, version: str = "v1") -> JobKind:
+    # Pod cleanup is safe: for a Succeeded or Failed job the operator's ReconcileJobs only cleans
+    # up (by runPolicy.cleanPodPolicy) and updates the status; it never creates pods again
+    # (training-operator pkg/controller.v1/common/job.go; mpi-operator's v2beta1 controller
+    # likewise returns once the MPIJob is finished). Its launcher pod belongs to a batch Job,
+    # not the MPIJob, so the controller-reference check leaves it alone.
     return JobKind("kubeflow.org", version, kind, plural, _training_operator_finish, _run_policy_ttl,
-                   pod_label="training.kubeflow.org/job-name")
+                   pod_label="training.kubeflow.org/job-name", pod_cleanup_safe=True)
 
 
 TFJOB = _training_operator("TFJob", "tfjobs")
@@ -167,21 +176,28 @@ JAXJOB = _training_operator("JAXJob", "jaxjobs")
 MPIJOB_V2BETA1 = _training_operator("MPIJob", "mpijobs", version="v2beta1")
 
 # Kubeflow Trainer v2: Complete/Failed conditions, no completionTime, and no TTL field at
-# all (kubeflow/trainer #2899, #4052): only the policy and annotations can expire it.
+# all (kubeflow/trainer #2899, #4052): only the policy and annotations can expire it. No pod
+# cleanup: its pods belong to the batch Jobs of its JobSet, not to the TrainJob, so no pod
+# has a controller reference to it (the JobSet's own TTL is the tool for those).
 TRAINJOB = JobKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs",
                    finished_by_conditions(("Complete",), ("Failed",)), no_ttl_field,
                    pod_label="jobset.sigs.k8s.io/jobset-name")
 
 # batch/v1 Job: a Job that sets spec.ttlSecondsAfterFinished is cleaned up by Kubernetes'
-# own TTL-after-finished controller; jobttl only applies policy to the others.
+# own TTL-after-finished controller; jobttl only applies policy to the others. Pod cleanup is
+# safe: the Job controller's syncJob returns early for a finished Job ("if job was finished
+# previously, we don't want to redo the termination", pkg/controller/job/job_controller.go),
+# so deleted pods are not replaced, and the Job's status keeps its counts.
 BATCH_JOB = JobKind("batch", "v1", "Job", "jobs", finished_by_conditions(("Complete",), ("Failed",)),
                     ttl_at(("spec", "ttlSecondsAfterFinished")), builtin_ttl_controller=True,
-                    pod_label="batch.kubernetes.io/job-name")
+                    pod_label="batch.kubernetes.io/job-name", pod_cleanup_safe=True)
 
 # Argo Workflows: finished by phase (Error is a failure), finish time in status.finishedAt.
+# Pod cleanup is safe: Argo's own podGC (strategy OnWorkflowCompletion) deletes the pods of
+# completed workflows, and the controller does not run a completed workflow's steps again.
 WORKFLOW = JobKind("argoproj.io", "v1alpha1", "Workflow", "workflows",
                    finished_by_phase(("Succeeded",), ("Failed", "Error"), ("status", "finishedAt")),
-                   argo_ttl_strategy, pod_label="workflows.argoproj.io/workflow")
+                   argo_ttl_strategy, pod_label="workflows.argoproj.io/workflow", pod_cleanup_safe=True)
 
 ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB_V2BETA1,
                                   TRAINJOB, BATCH_JOB, WORKFLOW)

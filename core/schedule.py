@@ -113,6 +113,11 @@ def warning_id_for(uid: str, due: int) -> str:
     return f"warn-{uid}-{due}"
 
 
+def notice_member(member: str, due: int) -> str:
+    """One schedule change in the notices outbox: the pending member and its new due time."""
+    return f"{member}|{due}"
+
+
 @dataclass(frozen=True)
 class Pending:
     """One pending deletion: the record kept in its RQ job's meta, plus the index's due time."""
@@ -129,6 +134,7 @@ class Pending:
     would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
     state: str | None = None  # the RQ job's status; None when the RQ job is missing
     extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
+    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.worker.notices)
 
     @property
     def member(self) -> str:
@@ -278,6 +284,14 @@ class Schedule:
         if pipeline is None:
             pipe.execute()
 
+    def mark_done(self, uid: str, stage: str) -> None:
+        """A stage that ran for good (the pods are gone): the reconcile script never books it again."""
+        key = keys.override(uid)
+        with self.redis.pipeline() as pipe:
+            pipe.hset(key, f"done:{stage}", str(int(time.time())))
+            pipe.expire(key, OVERRIDE_SECONDS)
+            pipe.execute()
+
     # --- writing RQ jobs: what a reconcile script decided --------------------------------------
     def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None) -> None:
         """Make RQ match what the script wrote to the index: enqueue the new job, retire the old."""
@@ -314,6 +328,10 @@ class Schedule:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
+        if record.notify and record.due > now:
+            # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
+            # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
+            pipe.zadd(keys.NOTICES, {notice_member(record.member, record.due): now}, nx=True)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
