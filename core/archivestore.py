@@ -62,7 +62,7 @@ class DirectoryStore:
         self.url = str(self.root)
 
     def location(self, folder: str) -> str:
-        return str(self.root / folder)
+        return f"{self.root}/{folder}"
 
     def write(self, folder: str, files: dict[str, bytes]) -> int:
         written = 0

@@ -35,7 +35,7 @@ HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
 HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 
 # DeletionScheduled Events (jobttl.worker.notices)
-NOTICES = "jobttl:notices"  # zset: "<member>|<due>" → when to post it (an outbox the workers drain)
+NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
 
 # Archives (jobttl.core.archive)
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
@@ -55,3 +55,7 @@ def card(namespace: str, name: str) -> str:
 
 def tombstone(namespace: str, name: str, uid: str) -> str:
     return f"{TOMBSTONE_PREFIX}{namespace}:{name}:{uid}"
+
+
+def notices(queue: str) -> str:
+    return NOTICES_PREFIX + queue

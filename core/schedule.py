@@ -331,7 +331,7 @@ class Schedule:
         if record.notify and record.due > now:
             # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
             # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
-            pipe.zadd(keys.NOTICES, {notice_member(record.member, record.due): now}, nx=True)
+            pipe.zadd(keys.notices(self.queue.name), {notice_member(record.member, record.due): now}, nx=True)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)

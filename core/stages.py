@@ -85,6 +85,20 @@ def owned_pods(pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str) -
     return chosen
 
 
+def archived_pods(pods: list[dict[str, Any]], kind: JobKind, uid: str) -> list[dict[str, Any]]:
+    """The pods whose logs belong in this job's archive: those the kind's pod label found, less
+    those another job of this kind controls (an earlier job of the same name, say). Pods a
+    controller of another kind owns stay: a TrainJob's pods belong to its JobSet's Jobs."""
+    chosen = []
+    for pod in pods:
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
+        if not any(isinstance(o, dict) and o.get("controller") is True and o.get("kind") == kind.kind
+                   and o.get("uid") != uid for o in owners):
+            chosen.append(pod)
+    return chosen
+
+
 def restarted(pod: dict[str, Any], container: str) -> bool:
     """Whether a container ran before (its previous instance has a log worth keeping)."""
     for field in ("containerStatuses", "initContainerStatuses"):

@@ -24,7 +24,7 @@ from jobttl.core.kinds import JobKind
 from jobttl.core.kube import KubeClient, ObjectGone, PermanentApiError
 from jobttl.core.metrics import Metrics
 from jobttl.core.policy import ArchiveStore
-from jobttl.core.stages import containers, restarted
+from jobttl.core.stages import archived_pods, containers, restarted
 
 log = logging.getLogger("jobttl.archive")
 
@@ -82,7 +82,7 @@ class Archiver:
             contents.files[archive.EVENTS], unkept = archive.to_yaml(events, "events")
             contents.unkept += unkept
         if plan.logs and kind.pod_label:
-            for pod in self.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"):
+            for pod in archived_pods(self.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"), kind, ref.uid):
                 self.pod_logs(ref, pod, plan, contents)
         return contents
 

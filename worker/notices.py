@@ -3,7 +3,7 @@ stage) is scheduled or moved, so ``kubectl describe`` says when and why without 
 
 Who posts it: a worker. The sink has no API access (Resource-mode events carry the object,
 and its service account gets no token), so the reconcile path only writes the change to an
-outbox, ``jobttl:notices`` (in the same MULTI as the pending deletion, `Schedule._enqueue`),
+outbox, ``jobttl:notices:<queue>`` (in the same MULTI as the pending deletion, `Schedule._enqueue`),
 and each worker's Event thread (`jobttl.worker.notify.EventRecorder`) drains it when it has
 nothing else to post. The worker's role already has ``create`` on Events: no component
 gains a permission, and the sink keeps none.
@@ -46,12 +46,13 @@ class Notices:
         self.schedule = schedule
         self.kube = kube
         self.metrics = metrics
+        self.outbox = keys.notices(schedule.queue.name)
         self._attempts: dict[str, int] = {}
 
     def drain(self, limit: int = BATCH) -> int:
         """Post the notices whose time has come (at most `limit`); how many were handled."""
         now = time.time()
-        claimed = self.redis.zpopmin(keys.NOTICES, limit)
+        claimed = self.redis.zpopmin(self.outbox, limit)
         later = {}
         for raw, score in claimed:
             entry = raw.decode()
@@ -61,7 +62,7 @@ class Notices:
             if not self.post(entry):
                 later[entry] = now + RETRY_AFTER
         if later:
-            self.redis.zadd(keys.NOTICES, later)
+            self.redis.zadd(self.outbox, later)
         return len(claimed) - len(later)
 
     def post(self, entry: str) -> bool:

@@ -13,7 +13,7 @@ from jobttl.core.identity import JobRef
 from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
 from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, parse_policy
-from jobttl.core.stages import owned_pods, pod_stage, restarted, scheduled_message
+from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 
 FINISHED_AT = 1_900_000_000
@@ -218,6 +218,9 @@ def test_only_the_jobs_own_pods_are_ever_chosen():
     assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid)] == ["train-worker-0",
                                                                                        "train-worker-1"]
     assert not restarted(pods[0], "tensorflow") and restarted(pods[1], "tensorflow")
+    # Logs are read by the label, less the pods another job of this kind controls.
+    assert [p["metadata"]["name"] for p in archived_pods(pods, TFJOB, uid)] == [
+        "train-worker-0", "train-worker-1", "adopted", "relabelled", "other-kind"]
 
 
 def test_the_scheduled_message_says_when_and_why():
