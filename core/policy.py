@@ -209,12 +209,9 @@ class Policy:
         by_name = {rule.name: rule for rule in self.rules}
         matched = self.effective(namespace, labels).rules
         levels = [(self.cleanup, "policy")] + [(by_name[name].cleanup, f"rule {name}") for name in matched]
-        settings: dict[str, Setting] = {}
-        for values, source in levels:
-            for f in fields(Cleanup):
-                value = getattr(values, f.name)
-                if value is not None:
-                    settings[f.name] = Setting(value, source)
+        # Later levels win: a dict keeps the last value written under each name.
+        settings = {f.name: Setting(getattr(values, f.name), source) for values, source in levels
+                    for f in fields(Cleanup) if getattr(values, f.name) is not None}
         if self.archive_store is None:
             settings.pop("archive", None)  # nowhere to write: validation makes this unreachable
         return Effective(settings, matched)

@@ -3,6 +3,7 @@ stages, history limits and the DeletionScheduled message (jobttl.core.policy, .a
 .history)."""
 
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -12,7 +13,7 @@ from jobttl.core.history import is_limit_decision, limit_decision, membership, r
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
-from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, parse_policy
+from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
 from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 
@@ -73,6 +74,11 @@ def test_values_cascade_and_say_where_they_came_from():
 def test_a_bad_value_names_the_field(data, where):
     with pytest.raises(PolicyError, match=f"policy: {where.replace('[', '.').replace(']', '.')}"):
         parse_policy(data)
+
+
+def test_the_example_policy_shows_every_feature():
+    policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "policy.yaml")
+    assert policy.archiving and policy.pod_stages and policy.history_limits
 
 
 def test_sizes_read_as_kubernetes_quantities():
