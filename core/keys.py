@@ -32,6 +32,16 @@ RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
 RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
 RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
 
+# History limits (jobttl.core.history)
+HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
+HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
+
+# DeletionScheduled Events (jobttl.worker.notices)
+NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
+
+# Archives (jobttl.core.archive)
+ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
+
 # Clocks and the rate limit
 CLOCKS = "jobttl:clocks"  # hash: worker name → its measured offsets (JSON)
 RATE_LIMIT = "jobttl:ratelimit:delete"
@@ -55,3 +65,7 @@ def claim(member: str) -> str:
 
 def intent(member: str) -> str:
     return INTENT_PREFIX + member
+
+
+def notices(queue: str) -> str:
+    return NOTICES_PREFIX + queue

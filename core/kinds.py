@@ -178,6 +178,10 @@ class JobKind:
     suspend: tuple[str, ...] | None = None
     # A kind's own "not yet" for a finished job (Argo's archiving): why, or None.
     hold: Callable[[dict], str | None] = no_hold
+    # Deleting the pods of a *finished* job before the job is safe: its controller creates no
+    # pods for a finished job, and the pods are owned (controller ownerReference) by the job
+    # itself. Only then may the policy's podTTL delete them first (jobttl.core.stages).
+    pod_cleanup_safe: bool = False
 
     @property
     def api_version(self) -> str:
@@ -220,9 +224,14 @@ _RUN_POLICY_SUSPEND = ("spec", "runPolicy", "suspend")
 
 def _training_operator(kind: str, plural: str, version: str = "v1",
                        controller: str = "kubeflow.org/training-operator") -> JobKind:
+    # Pod cleanup is safe: for a Succeeded or Failed job the operator's ReconcileJobs only cleans
+    # up (by runPolicy.cleanPodPolicy) and updates the status; it never creates pods again
+    # (training-operator pkg/controller.v1/common/job.go; mpi-operator's v2beta1 controller
+    # likewise returns once the MPIJob is finished). Its launcher pod belongs to a batch Job,
+    # not the MPIJob, so the controller-reference check leaves it alone.
     return JobKind("kubeflow.org", version, kind, plural, _training_operator_finish, _run_policy_ttl,
                    pod_label="training.kubeflow.org/job-name", managed_by=_RUN_POLICY_MANAGED_BY,
-                   own_controllers=(controller,), suspend=_RUN_POLICY_SUSPEND)
+                   own_controllers=(controller,), suspend=_RUN_POLICY_SUSPEND, pod_cleanup_safe=True)
 
 
 TFJOB = _training_operator("TFJob", "tfjobs")
@@ -238,7 +247,9 @@ MPIJOB_V2BETA1 = _training_operator("MPIJob", "mpijobs", version="v2beta1", cont
 
 # Kubeflow Trainer v2: Complete/Failed conditions, no completionTime, and no TTL field at
 # all (kubeflow/trainer #2899, #4052): only the policy and annotations can expire it.
-# spec.managedBy (pkg/util/trainjob/trainjob.go TrainJobControllerName) and spec.suspend.
+# spec.managedBy (pkg/util/trainjob/trainjob.go TrainJobControllerName) and spec.suspend. No pod
+# cleanup: its pods belong to the batch Jobs of its JobSet, not to the TrainJob, so no pod
+# has a controller reference to it (the JobSet's own TTL is the tool for those).
 TRAINJOB = JobKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs",
                    finished_by_conditions(("Complete",), ("Failed",)), no_ttl_field,
                    pod_label="jobset.sigs.k8s.io/jobset-name", managed_by=("spec", "managedBy"),
@@ -246,17 +257,23 @@ TRAINJOB = JobKind("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs",
 
 # batch/v1 Job: a Job that sets spec.ttlSecondsAfterFinished is cleaned up by Kubernetes'
 # own TTL-after-finished controller; jobttl only applies policy to the others, and only to
-# those the built-in Job controller runs (batch/v1 JobControllerName; KEP-4368).
+# those the built-in Job controller runs (batch/v1 JobControllerName; KEP-4368). Pod cleanup is
+# safe: the Job controller's syncJob returns early for a finished Job ("if job was finished
+# previously, we don't want to redo the termination", pkg/controller/job/job_controller.go),
+# so deleted pods are not replaced, and the Job's status keeps its counts.
 BATCH_JOB = JobKind("batch", "v1", "Job", "jobs", finished_by_conditions(("Complete",), ("Failed",)),
                     ttl_at(("spec", "ttlSecondsAfterFinished")), builtin_ttl_controller=True,
                     pod_label="batch.kubernetes.io/job-name", managed_by=("spec", "managedBy"),
-                    own_controllers=("kubernetes.io/job-controller",))
+                    own_controllers=("kubernetes.io/job-controller",), pod_cleanup_safe=True)
 
 # Argo Workflows: finished by phase, finish time in status.finishedAt. For the policy an Error
 # is a failure (it did not succeed); its own ttlStrategy follows Argo exactly (argo_ttl_strategy).
+# Pod cleanup is safe: Argo's own podGC (strategy OnWorkflowCompletion) deletes the pods of
+# completed workflows, and the controller does not run a completed workflow's steps again.
 WORKFLOW = JobKind("argoproj.io", "v1alpha1", "Workflow", "workflows",
                    finished_by_phase(("Succeeded",), ("Failed", "Error"), ("status", "finishedAt")),
-                   argo_ttl_strategy, pod_label="workflows.argoproj.io/workflow", hold=argo_archiving)
+                   argo_ttl_strategy, pod_label="workflows.argoproj.io/workflow", hold=argo_archiving,
+                   pod_cleanup_safe=True)
 
 ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB_V2BETA1,
                                   TRAINJOB, BATCH_JOB, WORKFLOW)

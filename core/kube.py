@@ -59,6 +59,8 @@ class TransientApiError(Exception):
 class PermanentApiError(Exception):
     """Retrying will not help (no permission, invalid request); a human must act."""
 
+    status: int | None = None  # the HTTP status, when the API server answered one
+
 
 class Undecodable(Exception):
     """The API server's answer is not JSON jobttl can read (nesting beyond any parser's reach, ...)."""
@@ -212,12 +214,15 @@ class KubeClient:
         if status == 401:
             # Bound service-account tokens rotate: a 401 is usually a token being refreshed.
             return TransientApiError(f"401 from the API server on {verb} {what}: {message}")
-        if status == 403:
-            return PermanentApiError(f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
-                                     f"{what}: grant it to its service account ({message})")
         if status == 429 or status >= 500:
             return TransientApiError(f"{status} from the API server on {verb} {what}: {message}")
-        return PermanentApiError(f"{status} from the API server on {verb} {what}: {message}")
+        if status == 403:
+            error = PermanentApiError(f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
+                                      f"{what}: grant it to its service account ({message})")
+        else:
+            error = PermanentApiError(f"{status} from the API server on {verb} {what}: {message}")
+        error.status = status
+        return error
 
     def _json(self, answer: Answer, what: str) -> dict[str, Any]:
         try:
@@ -362,12 +367,15 @@ class KubeClient:
         answer = self._request("list", PODS, "GET", path, "pods", [("labelSelector", label_selector)])
         return _page(answer.body).items
 
-    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int, previous: bool = False) -> bytes:
+    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int, previous: bool = False,
+                limit_bytes: int | None = None) -> bytes:
         path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
                 f"{quote(check_name(pod), safe='')}/log")
         query: list[tuple[str, Any]] = [("container", container), ("tailLines", tail_lines)]
         if previous:
             query.append(("previous", "true"))
+        if limit_bytes is not None:
+            query.append(("limitBytes", limit_bytes))
         return self._request("get", POD_LOGS, "GET", path, "pods/log", query).body
 
     def delete_pod(self, namespace: str, pod: str, uid: str) -> None:

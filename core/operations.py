@@ -239,7 +239,7 @@ class Operations:
             until = max(pending.due, int(time.time())) + seconds
             self.schedule.set_override(pending.ref.uid, {"until": str(until)}, by)
             self.audit.record("postponed", pending.ref, due=pending.due, newDue=until, by=by)
-            self._reconciler().release([(pending.ref, pending.as_decision())], by)
+            self._reconciler().release([(pending.ref, pending.as_decision(), pending.stage)], by)
         return self.schedule.get(found[0].ref.uid) or found[0]
 
     def _reconciler(self) -> Reconciler:

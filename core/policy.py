@@ -25,6 +25,12 @@ stops the process with the file, the field and the problem named::
         namespaces: [batch]
         owned: delete        # CronJob children here are ours to expire
 
+Keeping the evidence (global and per rule; see `Cleanup`): ``archive`` (manifest, Events and
+log tails written before the DELETE; ``store``, ``retention`` and ``maxBytes`` at the top
+level only), ``podTTL`` / ``podTTLAfterSuccess`` / ``podTTLAfterFailure`` (the pods go first,
+the job at its own TTL), ``keepLast: {succeeded: N, failed: M, groupBy: LABEL}`` (history
+limits) and ``scheduledEvents: false`` (no DeletionScheduled Events on the objects).
+
 Values cascade global → namespace rule → selector rule: the first rule (in file order)
 that matches by namespace only, then the first that has a label selector and matches,
 each overriding the values it sets. Every effective value remembers where it came from,
@@ -53,6 +59,15 @@ SKIP, DELETE = "skip", "delete"
 TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "namespaces", "rules", "stuckDeletion"}
 RULE_KEYS = set(VALUE_KEYS) | {"name", "namespaces", "selector"}
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+# Keeping the evidence (issue 12): parsed by `_Reader.cleanup` into `Cleanup`, apart from `Values`.
+CLEANUP_KEYS = {"archive", "podTTL", "podTTLAfterSuccess", "podTTLAfterFailure", "keepLast", "scheduledEvents"}
+TOP_LEVEL_KEYS |= CLEANUP_KEYS
+RULE_KEYS |= CLEANUP_KEYS
+ARCHIVE_KEYS = {"enabled", "manifest", "events", "logs", "logKiB", "required"}
+ARCHIVE_STORE_KEYS = {"store", "retention", "maxBytes"}  # the top level's only: one store per installation
+DEFAULT_LOG_KIB = 256
+MAX_LOG_KIB = 64 * 1024
+_SIZE_UNITS = {"": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 
 
 class PolicyError(ValueError):
@@ -96,11 +111,54 @@ class Requirement:
 
 
 @dataclass(frozen=True)
+class KeepLast:
+    """History limits: how many finished jobs of each outcome a group keeps (None: no limit).
+
+    A group is the jobs of one kind in one namespace under the same keepLast setting (the
+    rule that set it) and, with `group_by`, the same value of that label; jobs without the
+    label are in no group (the limit never deletes them)."""
+
+    succeeded: int | None = None
+    failed: int | None = None
+    group_by: str | None = None
+
+    def limit(self, outcome: str) -> int | None:
+        return self.succeeded if outcome == "succeeded" else self.failed
+
+
+@dataclass(frozen=True)
+class ArchiveStore:
+    """Where archives go (a directory or ``s3://bucket/prefix``) and how long they stay."""
+
+    url: str
+    retention: int | None = None  # seconds; None: kept until removed by hand
+    max_bytes: int | None = None  # the directory store's cap: the oldest go first
+
+
+@dataclass(frozen=True)
+class Cleanup:
+    """Keeping the evidence, then cleaning up in stages; None means "not set here" (as `Values`)."""
+
+    archive: bool | None = None  # write an archive before deleting (needs the top level's store)
+    archive_manifest: bool | None = None
+    archive_events: bool | None = None
+    archive_logs: bool | None = None
+    archive_log_kib: int | None = None  # the last N KiB of each container's log
+    archive_required: bool | None = None  # False: delete even when the archive fails
+    pod_ttl: int | None = None
+    pod_ttl_after_success: int | None = None
+    pod_ttl_after_failure: int | None = None
+    keep_last: KeepLast | None = None  # replaced whole by a later level, never merged
+    scheduled_events: bool | None = None  # a DeletionScheduled Event per schedule change
+
+
+@dataclass(frozen=True)
 class Rule:
     name: str
     namespaces: tuple[str, ...] = ()
     selector: tuple[Requirement, ...] | None = None
     values: Values = Values()
+    cleanup: Cleanup = Cleanup()
 
     def matches(self, namespace: str, labels: dict[str, str]) -> bool:
         if self.namespaces and namespace not in self.namespaces:
@@ -134,6 +192,8 @@ class Policy:
     # A deletion still present after JOBTTL_STUCK_AFTER is deleted once more with this
     # propagation policy (only "Background" makes sense); None: it is reported, nothing more.
     stuck_fallback: str | None = None
+    cleanup: Cleanup = Cleanup()
+    archive_store: ArchiveStore | None = None
 
     def namespace_excluded(self, namespace: str) -> str | None:
         """Why `namespace` is out of scope, or None if it is in."""
@@ -159,6 +219,38 @@ class Policy:
                 if value is not None:
                     settings[f.name] = Setting(value, source)
         return Effective(settings, tuple(matched))
+
+    # --- keeping the evidence (issue 12) ---------------------------------------------------------
+    def cleanup_effective(self, namespace: str, labels: dict[str, str]) -> Effective:
+        """The `Cleanup` values that apply to one object, cascaded like `effective` (same rules)."""
+        by_name = {rule.name: rule for rule in self.rules}
+        matched = self.effective(namespace, labels).rules
+        levels = [(self.cleanup, "policy")] + [(by_name[name].cleanup, f"rule {name}") for name in matched]
+        # Later levels win: a dict keeps the last value written under each name.
+        settings = {f.name: Setting(getattr(values, f.name), source) for values, source in levels
+                    for f in fields(Cleanup) if getattr(values, f.name) is not None}
+        if self.archive_store is None:
+            settings.pop("archive", None)  # nowhere to write: validation makes this unreachable
+        return Effective(settings, matched)
+
+    def _any(self, *names: str) -> bool:
+        levels = [self.cleanup] + [rule.cleanup for rule in self.rules]
+        return any(getattr(level, name) for level in levels for name in names)
+
+    @property
+    def archiving(self) -> bool:
+        """Some job may be archived: the worker needs to read pods, logs and Events."""
+        return self.archive_store is not None and self._any("archive")
+
+    @property
+    def pod_stages(self) -> bool:
+        """Some job may have its pods deleted before it: the worker needs to list and delete pods."""
+        return self._any("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure")
+
+    @property
+    def history_limits(self) -> bool:
+        """Some rule keeps only the last N: the reconcile path maintains the group indexes."""
+        return self._any("keep_last")
 
 
 # --- loading and validation ----------------------------------------------------------------
@@ -261,6 +353,100 @@ class _Reader:
             raise self.fail("stuckDeletion.fallback", f"must be Background (or absent), got {fallback!r}")
         return fallback
 
+    # --- keeping the evidence (issue 12) ---------------------------------------------------------
+    def boolean(self, value: Any, where: str) -> bool:
+        if not isinstance(value, bool):
+            raise self.fail(where, f"expected true or false, got {value!r}")
+        return value
+
+    def count(self, value: Any, where: str) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise self.fail(where, f"expected a whole number of at least 0, got {value!r}")
+        return value
+
+    def duration(self, value: Any, where: str) -> int:
+        try:
+            return parse_duration(value)
+        except ValueError as exc:
+            raise self.fail(where, str(exc)) from None
+
+    def size(self, value: Any, where: str) -> int:
+        """Bytes, as a whole number or with a binary suffix (``500Mi``, ``50Gi``), as Kubernetes writes quantities."""
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        text = value.strip() if isinstance(value, str) else ""
+        number = text.rstrip("KMGTi")
+        unit = text[len(number):]
+        if not number.isdigit() or unit not in _SIZE_UNITS or int(number) == 0:
+            raise self.fail(where, f"expected a size such as 500Mi, 50Gi or a number of bytes, got {value!r}")
+        return int(number) * _SIZE_UNITS[unit]
+
+    def cleanup(self, data: dict[str, Any], where: str, top: bool) -> Cleanup:
+        """The Cleanup values of one level (`where` ends with "." for rules, "" at the top)."""
+        parsed: dict[str, Any] = {}
+        if "archive" in data:
+            parsed.update(self.archive(data["archive"], f"{where}archive", top))
+        for key, attr in (("podTTL", "pod_ttl"), ("podTTLAfterSuccess", "pod_ttl_after_success"),
+                          ("podTTLAfterFailure", "pod_ttl_after_failure")):
+            if key in data:
+                parsed[attr] = self.duration(data[key], f"{where}{key}")
+        if "keepLast" in data:
+            parsed["keep_last"] = self.keep_last(data["keepLast"], f"{where}keepLast")
+        if "scheduledEvents" in data:
+            parsed["scheduled_events"] = self.boolean(data["scheduledEvents"], f"{where}scheduledEvents")
+        return Cleanup(**parsed)
+
+    def archive(self, value: Any, where: str, top: bool) -> dict[str, Any]:
+        if isinstance(value, bool):
+            return {"archive": value}
+        data = self.mapping(value, where, ARCHIVE_KEYS | (ARCHIVE_STORE_KEYS if top else set()))
+        parsed: dict[str, Any] = {"archive": self.boolean(data.get("enabled", True), f"{where}.enabled")}
+        for key, attr in (("manifest", "archive_manifest"), ("events", "archive_events"), ("logs", "archive_logs"),
+                          ("required", "archive_required")):
+            if key in data:
+                parsed[attr] = self.boolean(data[key], f"{where}.{key}")
+        if "logKiB" in data:
+            kib = self.count(data["logKiB"], f"{where}.logKiB")
+            if not 1 <= kib <= MAX_LOG_KIB:
+                raise self.fail(f"{where}.logKiB", f"must be between 1 and {MAX_LOG_KIB} (64 MiB), got {kib}")
+            parsed["archive_log_kib"] = kib
+        return parsed
+
+    def archive_store(self, value: Any) -> ArchiveStore | None:
+        if not isinstance(value, dict) or "store" not in value:
+            return None
+        url = value["store"]
+        if not isinstance(url, str) or not url.strip():
+            raise self.fail("archive.store", "expected a directory (a mounted volume) or s3://BUCKET[/PREFIX]")
+        if url.startswith("s3://") and not url[len("s3://"):].split("/")[0]:
+            raise self.fail("archive.store", f"an s3:// store names its bucket: s3://BUCKET[/PREFIX], got {url!r}")
+        if "://" in url and not url.startswith(("s3://", "file://")):
+            raise self.fail("archive.store", f"expected a directory, file://PATH or s3://BUCKET[/PREFIX], got {url!r}")
+        retention = self.duration(value["retention"], "archive.retention") if "retention" in value else None
+        max_bytes = self.size(value["maxBytes"], "archive.maxBytes") if "maxBytes" in value else None
+        if max_bytes is not None and url.startswith("s3://"):
+            raise self.fail("archive.maxBytes", "only for a directory store; cap a bucket with its own lifecycle "
+                                                "rules or use retention")
+        return ArchiveStore(url, retention, max_bytes)
+
+    def keep_last(self, value: Any, where: str) -> KeepLast:
+        data = self.mapping(value, where, {"succeeded", "failed", "groupBy"})
+        limits = {key: self.count(data[key], f"{where}.{key}") for key in ("succeeded", "failed") if key in data}
+        if not limits:
+            raise self.fail(where, "set succeeded, failed or both (how many finished jobs of each outcome to keep)")
+        group_by = data.get("groupBy")
+        if group_by is not None and (not isinstance(group_by, str) or not group_by):
+            raise self.fail(f"{where}.groupBy", f"expected a label key, got {group_by!r}")
+        return KeepLast(limits.get("succeeded"), limits.get("failed"), group_by)
+
+    def check_cleanup(self, policy: Policy) -> None:
+        """What no single level can check: archiving needs the top level's store."""
+        levels = [("archive", policy.cleanup)] + [(f"rules[{i}].archive", r.cleanup) for i, r in enumerate(policy.rules)]
+        for where, cleanup in levels:
+            if cleanup.archive and policy.archive_store is None:
+                raise self.fail(where, "archiving needs a store: set archive.store at the top level (a directory "
+                                       "or s3://BUCKET[/PREFIX])")
+
 
 def parse_policy(data: Any, origin: str = "policy") -> Policy:
     reader = _Reader(origin)
@@ -284,8 +470,9 @@ def parse_policy(data: Any, origin: str = "policy") -> Policy:
         selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
         if not rule_namespaces and selector is None:
             raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
-        rules.append(Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}.")))
-    return Policy(
+        rules.append(Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}."),
+                          reader.cleanup(raw, f"{where}.", top=False)))
+    policy = Policy(
         values=reader.values(data, ""),
         rules=tuple(rules),
         include_namespaces=reader.strings(namespaces["include"], "namespaces.include") if "include" in namespaces else (),
@@ -293,7 +480,11 @@ def parse_policy(data: Any, origin: str = "policy") -> Policy:
                             if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
         kinds=reader.kinds(data["kinds"]) if "kinds" in data else ALL_KINDS,
         stuck_fallback=reader.stuck_fallback(data.get("stuckDeletion")),
+        cleanup=reader.cleanup(data, "", top=True),
+        archive_store=reader.archive_store(data.get("archive")),
     )
+    reader.check_cleanup(policy)
+    return policy
 
 
 def load_policy(path: str | Path | None) -> Policy:

@@ -31,12 +31,14 @@ from redis.client import Pipeline
 from jobttl.core import jsoncodec, keys
 from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
+from jobttl.core.history import HistoryIndex, limit_decision, membership
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.metrics import Metrics
 from jobttl.core.policy import Policy
-from jobttl.core.schedule import JOB_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
+from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
 from jobttl.core.scripts import Scripts
+from jobttl.core.stages import pod_stage
 
 log = logging.getLogger("jobttl.reconcile")
 
@@ -94,6 +96,7 @@ class _Request:
     by: str
     mode: str
     stage: str = JOB_STAGE
+    notify: bool = False  # a DeletionScheduled Event when it is scheduled or moved
 
     @property
     def member(self) -> str:
@@ -113,6 +116,7 @@ class Reconciler:
         self.metrics = metrics
         self.burst_limit = burst_limit
         self.scripts = Scripts(schedule.redis)
+        self.history = HistoryIndex(schedule.redis)
 
     @classmethod
     def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None
@@ -128,33 +132,104 @@ class Reconciler:
         return outcomes[0]
 
     def forget(self, ref: JobRef, reason: str, by: str) -> Outcome:
-        """The object is gone (deleted, or re-created under another UID): nothing stays pending for it."""
-        return self._run([_Request(ref, None, reason, by, GUARDED)])[0]
+        """The object is gone (deleted, or re-created under another UID): nothing stays pending for it,
+        neither its deletion nor its pods stage, and it leaves its history group."""
+        # Its pods stage too, whatever the policy says now: one booked under an earlier policy
+        # must not outlive its job (a pending entry for nothing costs a script call, no more).
+        requests = [_Request(ref, None, reason, by, GUARDED), _Request(ref, None, reason, by, GUARDED, PODS_STAGE)]
+        if self.policy.history_limits:
+            self.history.drop([ref.uid])
+        return self._run(requests)[0]
 
-    def release(self, held: Iterable[tuple[JobRef, Decision]], by: str) -> list[Outcome]:
-        """Schedule decisions the guard passed (or an operator confirmed), without the guard."""
-        return self._run([_Request(ref, decision, decision.verdict.value, by, RELEASE) for ref, decision in held])
+    def drop_stage(self, ref: JobRef, stage: str, reason: str, by: str) -> Outcome:
+        """Cancel one stage the policy no longer has (a podTTL removed since it was booked)."""
+        return self._run([_Request(ref, None, reason, by, GUARDED, stage)])[0]
+
+    def release(self, held: Iterable[tuple], by: str) -> list[Outcome]:
+        """Schedule decisions the guard passed (or an operator confirmed), without the guard.
+
+        Each item is (ref, decision) or (ref, decision, stage)."""
+        requests = []
+        for ref, decision, *stage in held:
+            requests.append(_Request(ref, decision, decision.verdict.value, by, RELEASE, *stage))
+        return self._run(requests)
 
     def reconcile_many(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
                        mode: str = GUARDED) -> tuple[list[Outcome], list[Rejected]]:
-        """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes.
+        """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes
+        (and, when the policy keeps only the last N, one before them to file the jobs in their groups).
 
-        An object that cannot be read or decided is rejected, with why; the others go on.
+        An object that cannot be read or decided is rejected, with why; the others go on. The
+        outcomes are the jobs' own first, in order, then their pods stages and the jobs pushed
+        out of their groups.
         """
-        requests, rejected = [], []
+        decided, rejected = [], []
         for obj, kind in objects:
             try:
-                ref = JobRef.of(obj)
-                decision = decide(obj, kind, self.policy)
+                decided.append((obj, kind, JobRef.of(obj), decide(obj, kind, self.policy)))
             except Exception as exc:  # one odd object must not stop the others
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 rejected.append(Rejected(kind.kind, meta.get("namespace"), meta.get("name"),
                                          f"{type(exc).__name__}: {exc}"))
                 continue
-            requests.append(_Request(ref, decision, decision.verdict.value, by, mode))
-            if decision.verdict is Verdict.INVALID_TTL and self.metrics is not None:
+            if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind).inc()
-        return self._run(requests), rejected
+        notify = [self._notify(obj) for obj, *_ in decided]
+        decisions, pushed = self._history([d for d in decided], notify, by, mode)
+        jobs = [_Request(ref, decision, decision.verdict.value, by, mode, notify=n)
+                for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
+        pods = self._pod_stages(decided, decisions, notify, by, mode)
+        # The pods stages go first, so that each job's history card ends on its own deletion.
+        outcomes = self._run(pods + jobs + pushed)
+        return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \
+            rejected
+
+    # --- keeping the evidence: notices, pods stages, history limits ---------------------------
+    def _notify(self, obj: dict[str, Any]) -> bool:
+        """Whether a schedule change for this object posts a DeletionScheduled Event (the default)."""
+        meta = obj.get("metadata") or {}
+        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+        setting = self.policy.cleanup_effective(meta.get("namespace", ""), labels).get("scheduled_events")
+        return setting is None or bool(setting.value)
+
+    def _pod_stages(self, decided: list, decisions: list[Decision], notify: list[bool], by: str,
+                    mode: str) -> list[_Request]:
+        if not self.policy.pod_stages:
+            return []
+        requests = []
+        for (obj, kind, ref, _), decision, n in zip(decided, decisions, notify):
+            stage = pod_stage(obj, kind, self.policy, decision)
+            requests.append(_Request(ref, stage.decision, stage.reason, by, mode, PODS_STAGE, notify=n))
+        return requests
+
+    def _history(self, decided: list, notify: list[bool], by: str, mode: str
+                 ) -> tuple[list[Decision], list[_Request]]:
+        """File each job in its history group (one round trip); the decisions with the limits
+        applied, and reconciles for the jobs pushed out of their groups."""
+        decisions = [decision for *_, decision in decided]
+        if not self.policy.history_limits or not decided:
+            return decisions, []
+        members = [membership(obj, kind, self.policy, decision, n)
+                   for (obj, kind, _, decision), n in zip(decided, notify)]
+        with self.schedule.redis.pipeline(transaction=False) as pipe:
+            for (_, _, ref, _), member in zip(decided, members):
+                self.history.file(member, ref.uid, pipe)
+            replies = pipe.execute()
+        pushed: dict[str, _Request] = {}
+        own = {ref.uid: i for i, (_, _, ref, _) in enumerate(decided)}
+        for i, (member, reply) in enumerate(zip(members, replies)):
+            filed = HistoryIndex.filed(reply)
+            if member is not None and filed.rank is not None and filed.beyond_at is not None:
+                decisions[i] = limit_decision(member, filed.rank, filed.beyond_at, decisions[i])
+            for other, rank, at in filed.pushed_out:
+                if other.uid in own:  # filed earlier in this batch, before the job that pushed it out
+                    j = own[other.uid]
+                    if members[j] is not None:
+                        decisions[j] = limit_decision(members[j], rank, at, decisions[j])
+                    continue
+                decision = limit_decision(other, rank, at)
+                pushed[other.uid] = _Request(other.ref, decision, decision.verdict.value, by, mode, notify=other.notify)
+        return decisions, list(pushed.values())
 
     # --- the steps ------------------------------------------------------------------------------
     def _run(self, requests: list[_Request]) -> list[Outcome]:
@@ -173,7 +248,8 @@ class Reconciler:
         expiring = decision is not None and decision.verdict is Verdict.EXPIRES
         held = jsoncodec.dumps_str({"ref": ref.as_dict(), "decision": decision.as_dict(), "by": request.by}) \
             if expiring else ""
-        card_decision = "" if expiring else jsoncodec.dumps_str(
+        # A pods stage that is not due says nothing on the job's card: the job's own decision does.
+        card_decision = "" if expiring or request.stage != JOB_STAGE else jsoncodec.dumps_str(
             {"event": "skipped", "kind": ref.kind, "reason": request.reason,
              **({"detail": decision.reason} if decision is not None else {})})
         args = [request.member, ref.uid, "expires" if expiring else request.reason,
@@ -190,7 +266,8 @@ class Reconciler:
     @staticmethod
     def _fields(request: _Request) -> list[str]:
         """The audit entry's fields, flat (the script adds the event, due times and reason)."""
-        fields = entry_fields("", request.ref, by=request.by, **_details(request.decision))
+        stage = request.stage if request.stage != JOB_STAGE else None
+        fields = entry_fields("", request.ref, by=request.by, stage=stage, **_details(request.decision))
         fields.pop("event")
         return [part for item in fields.items() for part in item]
 
@@ -242,7 +319,8 @@ class Reconciler:
         if decision is None or planned.due is None or planned.change is not Change.SCHEDULE:
             return None
         return Pending(request.ref, planned.due, request.stage, decision.finished_at, decision.ttl,
-                       decision.ttl_source, decision.rules, decision.dry_run, scheduled_at=int(now))
+                       decision.ttl_source, decision.rules, decision.dry_run, scheduled_at=int(now),
+                       notify=request.notify)
 
     def _report(self, request: _Request, planned: Planned) -> Outcome:
         reason = planned.reason or (None if planned.change in (Change.SCHEDULED, Change.MOVED) else request.reason)
@@ -252,6 +330,7 @@ class Reconciler:
             reason = "burst" if planned.change is Change.HELD else outcome.reason
             self.audit.observed(planned.change.value, request.ref, logging.WARNING if planned.change is Change.HELD
                                 else logging.INFO, logger=log, by=request.by, due=planned.due,
+                                stage=request.stage if request.stage != JOB_STAGE else None,
                                 previousDue=planned.previous_due, reason=reason, **_details(request.decision))
         elif request.decision is not None and request.decision.verdict in _WARN:
             log.warning("%s will not be deleted: %s", request.ref, request.decision.reason,

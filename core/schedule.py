@@ -114,6 +114,11 @@ def warning_id_for(uid: str, due: int) -> str:
     return f"warn-{uid}-{due}"
 
 
+def notice_member(member: str, due: int) -> str:
+    """One schedule change in the notices outbox: the pending member and its new due time."""
+    return f"{member}|{due}"
+
+
 @dataclass(frozen=True)
 class Pending:
     """One pending deletion: the record kept in its RQ job's meta, plus the index's due time."""
@@ -130,6 +135,7 @@ class Pending:
     would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
     state: str | None = None  # the RQ job's status; None when the RQ job is missing
     extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
+    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.worker.notices)
 
     @property
     def member(self) -> str:
@@ -282,6 +288,14 @@ class Schedule:
         if pipeline is None:
             pipe.execute()
 
+    def mark_done(self, uid: str, stage: str) -> None:
+        """A stage that ran for good (the pods are gone): the reconcile script never books it again."""
+        key = keys.override(uid)
+        with self.redis.pipeline() as pipe:
+            pipe.hset(key, f"done:{stage}", str(int(time.time())))
+            pipe.expire(key, OVERRIDE_SECONDS)
+            pipe.execute()
+
     # --- writing RQ jobs: what a reconcile script decided --------------------------------------
     def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None,
               commit=None) -> None:
@@ -330,6 +344,10 @@ class Schedule:
             self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
         if again:
             pipe.persist(job.key)
+        if record.notify and record.due > now:
+            # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
+            # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
+            pipe.zadd(keys.notices(self.queue.name), {notice_member(record.member, record.due): now}, nx=True)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)

@@ -116,7 +116,8 @@ local function job_key(due) return prefix .. uid .. '-' .. string.format('%d', d
 
 local function settle(raw)
   -- A decision that changes nothing: kept on the card once, not appended to the trail. What
-  -- jobttl did last (deleted it, is deleting it) is not overwritten by what events say after.
+  -- jobttl did last (deleted it, is deleting it) is not overwritten by what events say after. "": nothing to keep.
+  if raw == '' then return end
   local decision, current = cjson.decode(raw), card_get(KEYS[4], uid)
   if TERMINAL[current['event']] then return end
   for k in pairs(DECISION) do
@@ -165,7 +166,15 @@ if redis.call('EXISTS', KEYS[7]) == 1 then
   return result('ignored', nil, 'already-deleted')
 end
 
-local override = redis.call('HMGET', KEYS[2], 'keep', 'until')
+local stage = string.match(member, '^(%a+):') or 'job'
+local override = redis.call('HMGET', KEYS[2], 'keep', 'until', 'done:' .. stage)
+if override[3] then
+  -- This stage ran for good (Schedule.mark_done): nothing to book again.
+  if not cur then return result('ignored') end
+  redis.call('ZREM', KEYS[1], member)
+  change('cancelled', nil, cur, 'done')
+  return result('cancelled')
+end
 if override[1] == 'true' then
   redis.call('EXPIRE', KEYS[2], KEEP_SECONDS)  -- kept for good: the keep lasts while it is needed
   if not cur then
@@ -328,6 +337,53 @@ return id
 """
 
 
+# File one finished job in its history group (jobttl.core.history), before its reconcile.
+# KEYS: history records hash, pending index.
+# ARGV: group key prefix, uid, group ("" = in no group: take it out), finish time, limit, record
+#       JSON, most pushed-out jobs to return.
+# Returns: {rank (-1: in no group), when it fell beyond the limit or "", then for each job beyond
+# the limit that is not pending by the time it fell beyond: uid, record, rank, that time}.
+HISTORY = r"""
+local prefix, uid, group = ARGV[1], ARGV[2], ARGV[3]
+local prev = redis.call('HGET', KEYS[1], uid)
+if prev then
+  local ok, p = pcall(cjson.decode, prev)
+  if ok and type(p) == 'table' and p['group'] and p['group'] ~= group then
+    redis.call('ZREM', prefix .. p['group'], uid)
+  end
+end
+if group == '' then
+  if prev then redis.call('HDEL', KEYS[1], uid) end
+  return {-1, ''}
+end
+local zkey, limit, most = prefix .. group, tonumber(ARGV[5]), tonumber(ARGV[7])
+redis.call('ZADD', zkey, ARGV[4], uid)
+redis.call('HSET', KEYS[1], uid, ARGV[6])
+local rank = redis.call('ZREVRANK', zkey, uid)
+local own = ''
+if rank >= limit then
+  local row = redis.call('ZREVRANGE', zkey, rank - limit, rank - limit, 'WITHSCORES')
+  own = string.format('%d', tonumber(row[2]))
+end
+local out = {rank, own}
+local beyond = redis.call('ZREVRANGE', zkey, limit, limit + most - 1)
+if #beyond > 0 then
+  local heads = redis.call('ZREVRANGE', zkey, 0, #beyond - 1, 'WITHSCORES')
+  for i, m in ipairs(beyond) do
+    local at = tonumber(heads[2 * i])
+    local pending = redis.call('ZSCORE', KEYS[2], m)
+    if m ~= uid and (not pending or tonumber(pending) > at) then
+      local record = redis.call('HGET', KEYS[1], m)
+      if record then
+        for _, v in ipairs({m, record, limit + i - 1, string.format('%d', at)}) do out[#out + 1] = v end
+      end
+    end
+  end
+end
+return out
+"""
+
+
 class Scripts:
     """The scripts, registered once per Redis client (EVALSHA, loaded again after a restart)."""
 
@@ -339,3 +395,4 @@ class Scripts:
         self.begin = redis.register_script(BEGIN)
         self.finish = redis.register_script(FINISH)
         self.record = redis.register_script(RECORD)
+        self.history = redis.register_script(HISTORY)

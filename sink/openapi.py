@@ -152,6 +152,8 @@ DOCUMENT: dict[str, Any] = {
                 "creationTimestamp": {"type": "string", "nullable": True},
                 "status": {"type": "object", "description": "the job's final status: conditions, replicaStatuses, "
                                                             "start and completion time"},
+                "archive": {"type": "string", "description": "where its archive is (a directory or s3:// URL), when "
+                                                             "the policy archives; `jobttl logs` prints its logs"},
             },
         },
         "Decision": {

@@ -12,12 +12,15 @@ from jobttl.core.audit import Audit
 from jobttl.core.clock import ReferenceClock
 from jobttl.core.config import Settings
 from jobttl.core.kinds import KindRegistry
-from jobttl.core.kube import KubeClient, load_api_client
+from jobttl.core.archivestore import open_store
+from jobttl.core.kube import KubeClient, load_api_client, permissions
 from jobttl.core.metrics import Metrics
 from jobttl.core.ratelimit import RateLimit
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import Schedule
 from jobttl.core.scripts import Scripts
+from jobttl.worker.archiving import Archiver
+from jobttl.worker.notices import Notices
 from jobttl.worker.notify import EventRecorder
 
 # How long a worker's published clock reading stays in `jobttl status`.
@@ -38,21 +41,29 @@ class WorkerContext:
     metrics: Metrics
     events: EventRecorder
     scripts: Scripts
+    archiver: Archiver | None = None  # when the policy archives before deleting
 
     @classmethod
-    def from_settings(cls, settings: Settings) -> WorkerContext:
+    def from_settings(cls, settings: Settings, notices: bool = False) -> WorkerContext:
+        """`notices`: this process posts the DeletionScheduled outbox (`jobttl worker` does)."""
         redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
         metrics = Metrics(redis, settings.queue_name)
         clock = ReferenceClock(settings.clock_skew_bound)
         metrics.watch_clock(clock)
+        policy = settings.policy
+        # Pods, logs and Events only when the policy archives; deleting pods only when it stages
+        # cleanup: the client refuses the rest, as the RBAC of the base manifests does.
         kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics,
-                          clock=clock)
+                          clock=clock, granted=permissions("worker", archive=policy.archiving,
+                                                           pod_cleanup=policy.pod_stages))
         schedule = Schedule.from_settings(redis, settings)
         audit = Audit.from_settings(redis, settings, metrics)
+        archiver = Archiver(kube, open_store(policy.archive_store), metrics) if policy.archiving else None
         return cls(settings=settings, redis=redis, clock=clock, kube=kube, schedule=schedule, audit=audit,
                    reconciler=Reconciler.from_settings(schedule, audit, settings, metrics),
-                   kinds=KindRegistry(settings.policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
-                   metrics=metrics, events=EventRecorder(kube, metrics), scripts=Scripts(redis))
+                   kinds=KindRegistry(policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
+                   metrics=metrics, events=EventRecorder(kube, metrics, notices=Notices(redis, schedule, kube, metrics) if notices else None),
+                   scripts=Scripts(redis), archiver=archiver)
 
     def measure_clocks(self, name: str | None = None) -> str | None:
         """Read Redis's and the API server's clocks now; publish the reading; return any problem."""

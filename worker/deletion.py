@@ -31,12 +31,17 @@ from typing import Any
 from rq.job import Job
 
 from jobttl.core import jsoncodec, keys
+from jobttl.core.archive import plan_for
 from jobttl.core.audit import entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
+from jobttl.core.history import limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.kube import Conflict, ObjectGone
-from jobttl.core.schedule import JOB_STAGE, Change, split_member
+from jobttl.core.reconcile import Outcome
+from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, split_member
+from jobttl.core.stages import owned_pods, pod_stage
+from jobttl.worker.archiving import ArchiveFailed, Archived
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.worker")
@@ -105,7 +110,7 @@ class Deletion:
         if current.superseded(target):
             # Moved (another RQ job has the new time) or done: nothing of ours to do here.
             return "skipped:superseded"
-        if target.stage != JOB_STAGE:
+        if target.stage not in (JOB_STAGE, PODS_STAGE):
             return self.refuse(target, "stage-not-supported", f"this worker does not run {target.stage} stages")
         kind = ctx.kinds.get(target.ref.api_version, target.ref.kind)
         if kind is None:
@@ -116,8 +121,9 @@ class Deletion:
             return self.refuse(target, "clock-skew", problem)
         for _ in range(MAX_CONFLICTS):
             obj = self.reread(kind, target.ref)
-            if current.intent is not None and _already_deleted(obj, target.ref):
+            if current.intent is not None and target.stage == JOB_STAGE and _already_deleted(obj, target.ref):
                 # An earlier run of this deletion sent its DELETE and died before recording it.
+                # (A pods stage's run that died is simply run again: its pods are listed anew.)
                 return self.finish(target, kind, obj or current.intent.get("object") or {}, None,
                                    {"kind": "Status"} if obj is None else obj)
             if obj is None:
@@ -127,10 +133,10 @@ class Deletion:
                 ctx.reconciler.forget(target.ref, "recreated", "worker")
                 ctx.reconciler.reconcile(obj, kind, "worker")  # the new object gets its own decision
                 return "skipped:recreated"
-            decision = decide(obj, kind, ctx.settings.policy)
+            decision = self.decide(target, kind, obj, current)
             if decision.verdict is not Verdict.EXPIRES or current.keep or _expires(decision, current) > target.due:
                 # No longer, or later: the one reconcile path cancels or moves the deletion.
-                outcome = ctx.reconciler.reconcile(obj, kind, "worker")
+                outcome = self.replan(target, kind, obj)
                 if outcome.change is Change.MOVED:
                     return "rescheduled"
                 return f"skipped:{outcome.reason or decision.verdict.value}"
@@ -150,13 +156,17 @@ class Deletion:
                 continue
             if decision.dry_run:
                 return self.would_delete(target, decision)
+            archived = self.archive(target, kind, obj)  # before any DELETE: raises ArchiveFailed when it must wait
             ctx.rate_limit.wait()
-            # Right before the DELETE: has an operator acted, or the schedule moved, since we looked?
+            # Right before the DELETE: has an operator acted, or the schedule moved, since we looked
+            # (an archive and a rate-limit slot both take time)?
             before, current = current, self.current(target, "delete", obj)
             if current.superseded(target):
                 return "skipped:superseded"
             if current.said() != before.said():
                 continue  # decide again, with what they said
+            if target.stage == PODS_STAGE:
+                return self.delete_pods(target, kind, obj, decision, archived)
             try:
                 answer = ctx.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
                                          obj["metadata"]["resourceVersion"], ctx.settings.propagation_policy)
@@ -165,7 +175,7 @@ class Deletion:
             except Conflict as exc:
                 ctx.audit.record("conflict", target.ref, by="worker", due=target.due, detail=str(exc))
                 continue
-            return self.finish(target, kind, obj, decision, answer)
+            return self.finish(target, kind, obj, decision, answer, archived)
         raise Conflict(f"{target.ref} kept changing between read and delete ({MAX_CONFLICTS} conflicts in a row)")
 
     # --- the steps -------------------------------------------------------------------------------
@@ -186,6 +196,69 @@ class Deletion:
             self.ctx.scripts.release(keys=[keys.claim(target.member)], args=[self.token])
         except Exception:  # noqa: BLE001 - the claim expires on its own
             pass
+
+    def decide(self, target: Target, kind: JobKind, obj: dict[str, Any], current: Current) -> Decision:
+        """The decision for this stage, from the object just read: the job's own (with its history
+        limit checked against the cluster when the TTL alone would not delete it now), or its pods'."""
+        policy = self.ctx.settings.policy
+        decision = decide(obj, kind, policy)
+        if target.stage == JOB_STAGE and policy.history_limits and (
+                decision.verdict is not Verdict.EXPIRES or _expires(decision, current) > target.due):
+            decision = check_limit(self.ctx, kind, obj, decision)
+        if target.stage == PODS_STAGE:
+            return pod_stage(obj, kind, policy, decision).decision
+        return decision
+
+    def replan(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Outcome:
+        """The one reconcile path, for every stage of this object; what it did to this stage."""
+        outcomes, _ = self.ctx.reconciler.reconcile_many([(obj, kind)], "worker")
+        mine = next((o for o in outcomes if o.stage == target.stage and o.ref.uid == target.ref.uid), None)
+        if mine is None:  # a stage the policy no longer has: nothing else would ever cancel it
+            mine = self.ctx.reconciler.drop_stage(target.ref, target.stage, "stage-not-in-policy", "worker")
+        return mine
+
+    def archive(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Archived | None:
+        """Keep the evidence before deleting, as the policy says: the archive written, or a failure that
+        delays the deletion (``archive-failed``), or, with ``archive.required: false``, recorded and passed."""
+        ctx = self.ctx
+        plan = plan_for(obj, ctx.settings.policy) if ctx.archiver is not None else None
+        if plan is None:
+            return None
+        try:
+            archived = ctx.archiver.write(kind, target.ref, obj, plan, target.stage, ctx.clock.now())
+        except ArchiveFailed as exc:
+            ctx.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
+                             logger=log, by="worker", due=target.due, stage=_stage(target), failure="archive-failed",
+                             required=plan.required, error=str(exc.__cause__ or exc))
+            if plan.required:
+                raise
+            return None
+        ctx.audit.record("archived", target.ref, logger=log, by="worker", due=target.due, stage=_stage(target),
+                         archive=archived.location, bytes=archived.bytes, files=archived.files,
+                         unkept=list(archived.unkept) or None)
+        return archived
+
+    def delete_pods(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision,
+                    archived: Archived | None) -> str:
+        """The pods stage: delete this finished job's own pods (label and controller reference), keep the job."""
+        ctx, ref = self.ctx, target.ref
+        pods = owned_pods(ctx.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"), kind, ref.name, ref.uid)
+        deleted = []
+        for pod in pods:
+            meta = pod["metadata"]
+            try:
+                ctx.kube.delete_pod(ref.namespace, meta["name"], meta["uid"])
+                deleted.append(meta["name"])
+            except (ObjectGone, Conflict):
+                continue  # gone already, or the name now belongs to another pod: not ours
+        now = ctx.clock.now()
+        ctx.schedule.mark_done(ref.uid, PODS_STAGE)  # later events and resyncs do not book it again
+        self._finish("pods-deleted", target, forget=True, stage=PODS_STAGE, pods=deleted,
+                     archive=archived.location if archived else None, **_details(target, decision, now))
+        ctx.events.record(ref, "SuccessfulDeletePods",
+                          f"Deleted {len(deleted)} pods of {decision.outcome} {ref.kind} {ref.name}: podTTL "
+                          f"{decision.ttl}s after it finished (from {decision.ttl_source}); the {ref.kind} is kept")
+        return "pods-deleted"
 
     def reread(self, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:
         try:
@@ -215,7 +288,7 @@ class Deletion:
         return "would-delete"
 
     def finish(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision | None,
-               answer: dict[str, Any]) -> str:
+               answer: dict[str, Any], archived: Archived | None = None) -> str:
         ctx = self.ctx
         now = ctx.clock.now()
         details = _details(target, decision, now) if decision is not None else {"due": target.due,
@@ -224,13 +297,16 @@ class Deletion:
         # finalizers still run (Foreground's, or others'): follow it until it is gone.
         gone = answer.get("kind") in ("Status", None)
         event = "deleted" if gone else "delete-requested"
-        tombstone = ctx.audit.tombstone(target.ref, obj, now) if obj else None
+        link = archived.location if archived else None
+        tombstone = ctx.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
         # Follow-ups run on this host's clock, as the follower that takes them does.
         follow = None if gone else time.time() + FIRST_FOLLOW_UP
         info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": time.time(), "checks": 0}) \
             if follow is not None else None
         self._finish(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
-                     propagationPolicy=ctx.settings.propagation_policy, **details)
+                     propagationPolicy=ctx.settings.propagation_policy, archive=link, **details)
+        if ctx.settings.policy.history_limits:
+            ctx.reconciler.history.drop([target.ref.uid])
         if decision is not None:
             ctx.events.record(target.ref, "SuccessfulDeleteJob",
                               f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "
@@ -301,6 +377,36 @@ def _intent_of(target: Target, obj: dict[str, Any] | None) -> str:
         return jsoncodec.dumps_str({**intent, "object": kept})
     except TypeError:  # a status nested beyond what JSON encoders write: the tombstone says less
         return jsoncodec.dumps_str(intent)
+
+
+def check_limit(ctx: WorkerContext, kind: JobKind, obj: dict[str, Any], decision: Decision) -> Decision:
+    """Whether this job is beyond its group's keepLast limit, by the cluster's word, not the index's:
+    the group is listed from the API server and ranked (`jobttl.core.history.ranked`). When the
+    index said otherwise, its members the listing does not have are dropped."""
+    policy = ctx.settings.policy
+    member = membership(obj, kind, policy, decision)
+    if member is None:
+        return decision
+    group_by = policy.cleanup_effective(member.ref.namespace, (obj["metadata"].get("labels") or {})).get("keep_last")
+    label = group_by.value.group_by if group_by is not None else None
+    selector = f"{label}={obj['metadata']['labels'][label]}" if label else None
+    listed = []
+    for page in ctx.kube.pages(kind, namespace=member.ref.namespace, label_selector=selector):
+        for item in page.items:
+            item = {**item, "apiVersion": kind.api_version, "kind": kind.kind}
+            other = membership(item, kind, policy, decide(item, kind, policy))
+            if other is not None and other.group == member.group:
+                listed.append(other)
+    rank, beyond_at = ranked(listed).get(member.uid, (0, None))
+    if beyond_at is not None:
+        return limit_decision(member, rank, beyond_at, decision)
+    stale = set(ctx.reconciler.history.group_members(member.group)) - {m.uid for m in listed}
+    ctx.reconciler.history.drop(stale)
+    return decision
+
+
+def _stage(target: Target) -> str | None:
+    return target.stage if target.stage != JOB_STAGE else None
 
 
 def _expires(decision: Decision, current: Current) -> int:

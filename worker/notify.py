@@ -1,5 +1,6 @@
-"""Telling people: a Kubernetes Event for each deletion and each failure, and an optional
-CloudEvent announcing each deletion ahead of time.
+"""Telling people: a Kubernetes Event for each deletion and each failure, a DeletionScheduled
+Event for each schedule change (`jobttl.worker.notices`), and an optional CloudEvent announcing
+each deletion ahead of time.
 
 Users look for their job with ``kubectl get events``; once jobttl has deleted it, the
 Event (reason ``SuccessfulDeleteJob``, like the training operator's own) says who deleted
@@ -26,10 +27,12 @@ from jobttl.core.apiserversource import UPCOMING_TYPE, cloudevent
 from jobttl.core.identity import JobRef
 from jobttl.core.kube import KubeClient
 from jobttl.core.metrics import Metrics
+from jobttl.worker.notices import Notices
 
 log = logging.getLogger("jobttl.notify")
 
 QUEUE_SIZE = 1000
+NOTICE_PERIOD = 1.0  # seconds between looks at the DeletionScheduled outbox while idle
 
 
 @dataclass(frozen=True)
@@ -41,12 +44,19 @@ class _Event:
 
 
 class EventRecorder:
-    def __init__(self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE):
+    """With `notices` (jobttl.worker.notices), the thread also posts the DeletionScheduled outbox
+    whenever its own queue is empty, so it runs from the start rather than on first use."""
+
+    def __init__(self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE,
+                 notices: Notices | None = None):
         self.kube = kube
         self.metrics = metrics
+        self.notices = notices
         self._queue: queue.Queue[_Event | None] = queue.Queue(maxsize=size)
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        if notices is not None:
+            self._start()
 
     def record(self, ref: JobRef, reason: str, message: str, warning: bool = False) -> None:
         """Queue an Event for `ref`; never blocks."""
@@ -71,13 +81,25 @@ class EventRecorder:
 
     def _post_forever(self) -> None:
         while True:
-            event = self._queue.get()
+            try:
+                event = self._queue.get(timeout=NOTICE_PERIOD) if self.notices is not None else self._queue.get()
+            except queue.Empty:
+                self._drain_notices()
+                continue
             if event is None:
                 return
             try:
                 self.kube.create_event(event.ref, event.reason, event.message, event.warning)
             except Exception as exc:  # noqa: BLE001 - best effort: an Event must never fail a deletion
                 self._dropped(event.ref, event.reason, str(exc))
+
+    def _drain_notices(self) -> None:
+        assert self.notices is not None
+        try:
+            while self._queue.empty() and self.notices.drain():
+                pass  # the deletions' own Events first: they wait in the queue
+        except Exception as exc:  # noqa: BLE001 - Redis or the API down: the outbox waits for the next period
+            logs.record(log, "notices-not-drained", level=logging.WARNING, detail=str(exc))
 
     def _dropped(self, ref: JobRef, reason: str, detail: str) -> None:
         if self.metrics is not None:

@@ -100,13 +100,14 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             report.status, report.held_id = "stale-confirmation", held_id(sorted(before))
             return report
         confirmed = before if confirm else set()
-        due_now: dict[str, tuple[JobRef, Decision]] = {}
+        due_now: dict[str, tuple[JobRef, Decision, str]] = {}
         seen: set[str] = set()
         listed = set()
         for kind in ctx.settings.policy.kinds:
             if _list_kind(ctx, kind, report, seen, due_now, lock):
                 listed.add((kind.api_version, kind.kind))
         _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
+        _drop_vanished_from_history(ctx, listed, seen)
         _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, confirmed,
                          bool(confirm), report)
         if report.errors:
@@ -118,7 +119,7 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
 
 
 def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: set[str],
-               due_now: dict[str, tuple[JobRef, Decision]], lock) -> bool:
+               due_now: dict[str, tuple[JobRef, Decision, str]], lock) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
         for page in ctx.kube.pages(kind, PAGE_SIZE):
@@ -133,7 +134,7 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
             for outcome in outcomes:
                 report.count(outcome)
                 if outcome.change is Change.DUE_NOW:
-                    due_now[member_for(outcome.ref.uid, outcome.stage)] = (outcome.ref, outcome.decision)
+                    due_now[member_for(outcome.ref.uid, outcome.stage)] = (outcome.ref, outcome.decision, outcome.stage)
             for rejection in rejected:
                 report.reject(str(rejection))
             report.counts["seen"] += len(items)
@@ -177,8 +178,17 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
                                                         "listing returned")
 
 
+def _drop_vanished_from_history(ctx: WorkerContext, listed: set, seen: set[str]) -> None:
+    """Jobs no longer in the cluster leave their keepLast groups, so that they never count as
+    newer than the jobs that are (the index only ever under-counts after this)."""
+    if not ctx.settings.policy.history_limits:
+        return
+    ctx.reconciler.history.drop([uid for uid, member in ctx.reconciler.history.records()
+                                 if uid not in seen and (member.ref.api_version, member.ref.kind) in listed])
+
+
 def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
-                     due_now: dict[str, tuple[JobRef, Decision]], confirmed: set[str], confirming: bool,
+                     due_now: dict[str, tuple[JobRef, Decision, str]], confirmed: set[str], confirming: bool,
                      report: ResyncReport) -> None:
     """Queue the deletions found due, or hold them all if there are too many.
 
@@ -188,7 +198,7 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
     """
     fresh = {m: v for m, v in due_now.items() if m not in confirmed}
     if fresh and guard.exceeded(len(fresh), report.seen):
-        held.hold([HeldDeletion(m, ref, d, "resync") for m, (ref, d) in sorted(fresh.items())])
+        held.hold([HeldDeletion(m, ref, d, "resync") for m, (ref, d, _) in sorted(fresh.items())])
         release = {m: v for m, v in due_now.items() if m in confirmed}
         report.counts["held"], report.status = len(fresh), "held"
         report.held_id = held.current_id()

@@ -17,7 +17,9 @@ from rq.job import Job
 from jobttl.core.config import Settings
 from jobttl.core.identity import JobRef
 from jobttl.core.kube import Conflict, PermanentApiError, TransientApiError, Undecodable
+from jobttl.worker import archiving
 from jobttl.worker import resync as resync_run
+from jobttl.worker.archiving import ArchiveFailed
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.deletion import Deletion, Target, target_of
 from jobttl.worker.notify import announce
@@ -27,10 +29,12 @@ log = logging.getLogger("jobttl.worker")
 _context: WorkerContext | None = None
 
 
-def configure(settings: Settings) -> WorkerContext:
-    """Build the process's one context (and so its one API connection pool)."""
+def configure(settings: Settings, notices: bool = True) -> WorkerContext:
+    """Build the process's one context (and so its one API connection pool). `notices`: whether
+    this process posts the DeletionScheduled outbox (a worker does; a one-off `jobttl resync`
+    leaves it to the workers, as it may exit mid-POST)."""
     global _context
-    _context = WorkerContext.from_settings(settings)
+    _context = WorkerContext.from_settings(settings, notices=notices)
     return _context
 
 
@@ -65,7 +69,7 @@ def delete_if_expired(member: str | dict, due: int) -> str:
 def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception) -> None:
     """The one handler: how RQ must react to `exc`, recorded, and a Warning Event when it gives up."""
     ref = target.ref
-    if isinstance(exc, (PermanentApiError, Undecodable)):
+    if isinstance(exc, (PermanentApiError, Undecodable)) or getattr(exc, "permanent", False):
         # Retrying a 403 only hides it: fail now, with the message saying what to grant.
         # An object no parser can read will not become readable either.
         if job is not None:
@@ -75,7 +79,8 @@ def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception)
     else:
         retries_left = job.retries_left if job is not None else 0
         event, level = ("retrying", logging.WARNING) if retries_left else ("failed", logging.ERROR)
-        failure = {TransientApiError: "transient", Conflict: "conflict"}.get(type(exc), "error")
+        failure = {TransientApiError: "transient", Conflict: "conflict", ArchiveFailed: "archive-failed"}.get(
+            type(exc), "error")
     ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, error=str(exc), failure=failure,
                      retriesLeft=retries_left or 0, jobId=job.id if job else None)
     if not retries_left:
@@ -101,10 +106,14 @@ def warn_upcoming(uid: str | dict, due: int) -> str:
 
 
 def resync() -> dict:
-    """Entry point for RQ: one resync, then the next one booked (if periodic resyncs are on)."""
+    """Entry point for RQ: one resync, then the next one booked (if periodic resyncs are on); then
+    the archive's retention, which needs no cluster and so runs as often."""
     ctx = context()
     try:
-        return resync_run.run(ctx).as_dict()
+        report = resync_run.run(ctx).as_dict()
+        if ctx.archiver is not None:
+            archiving.prune(ctx.archiver.store, ctx.settings.policy.archive_store, ctx.audit, ctx.metrics)
+        return report
     finally:
         interval = ctx.settings.resync_interval
         if interval:

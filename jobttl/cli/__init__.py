@@ -30,6 +30,7 @@ COMMAND_ENV = {
     "resync": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "KUBECONFIG", "JOBTTL_POLICY", "JOBTTL_RESYNC_MAX_DELETIONS",
                "JOBTTL_RESYNC_MAX_SHARE"),
     "explain": ("JOBTTL_POLICY",),
+    "logs": ("JOBTTL_POLICY",),
 }
 
 
@@ -66,7 +67,7 @@ def _resync(args: argparse.Namespace, settings: Settings) -> int:
         _connect(settings, args.force)  # a resync writes the schedule: never into a Redis that is not jobttl's
     except (operations.UnknownRedis, RedisError) as exc:
         return _redis_problem(exc, settings)
-    ctx = tasks.configure(settings)
+    ctx = tasks.configure(settings, notices=False)
     report = resync.run(ctx, confirm=args.confirm)
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
@@ -83,6 +84,43 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
 
     kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, component="watch")
     run(kube, settings.policy.kinds, args.sink)
+
+
+def _logs(args: argparse.Namespace, settings: Settings) -> int:
+    """Print an archived log: reads the archive store only (the job and its pods may be long gone)."""
+    from jobttl.core.archive import choose_logs
+    from jobttl.core.archivestore import ArchiveStoreError, latest, open_store
+
+    spec = settings.policy.archive_store
+    if spec is None:
+        print("jobttl: the policy (JOBTTL_POLICY) sets no archive.store: nothing is archived", file=sys.stderr)
+        return 1
+    store = open_store(spec)
+    namespace, name = args.job
+    try:
+        found = latest(store, namespace, name, args.kind)
+        if found is None:
+            print(f"jobttl: no archive of {args.kind + ' ' if args.kind else ''}{namespace}/{name} in {store.url}",
+                  file=sys.stderr)
+            return 1
+        where, document = found
+        chosen = choose_logs(document, args.pod, args.container, args.previous)
+        if args.list or not chosen:
+            from jobttl.cli import tables
+
+            tables.logs(store.location(where), document, chosen if chosen else choose_logs(document) +
+                        choose_logs(document, previous=True))
+            return 0 if chosen else 1
+        for entry in chosen:
+            if len(chosen) > 1:
+                print(f"==> {entry['pod']}/{entry['container']}{' (previous)' if entry['previous'] else ''} <==",
+                      flush=True)
+            sys.stdout.buffer.write(store.read(where, entry["path"]) or b"")
+            sys.stdout.buffer.flush()
+    except ArchiveStoreError as exc:
+        print(f"jobttl: {exc}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _explain(args: argparse.Namespace, settings: Settings) -> int:
@@ -341,6 +379,16 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
     explain.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
 
+    logs = process("logs", _logs, "print an archived log of a job, also after it is gone (reads the archive store "
+                                  "the policy names: no cluster, no Redis)")
+    logs.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
+    logs.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+                                      "(default: the newest archive of any kind)")
+    logs.add_argument("--pod", help="only this pod's logs (default: every pod)")
+    logs.add_argument("--container", help="only this container's logs (default: every container)")
+    logs.add_argument("--previous", action="store_true", help="the previous instance of a container that restarted")
+    logs.add_argument("--list", action="store_true", help="list what the archive holds instead")
+
     _add_operator_commands(commands)
     return parser
 
@@ -354,7 +402,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # An operator command's output is its table; its audit records are kept in Redis, and
     # logging them here too would only interleave JSON lines with it.
-    quiet = args.run in (_operate, _explain)
+    quiet = args.run in (_operate, _explain, _logs)
     logs.configure("WARNING" if quiet else settings.log_level)
     try:
         return args.run(args, settings) or 0

@@ -233,3 +233,17 @@ def resync(report: dict[str, Any], held: list, settings) -> None:
     if report["status"] == "stale-confirmation":
         print(f"  not confirmed: the held deletions are not the set you named (now: {report['held_id'] or 'none'}); "
               "run `jobttl resync` to see them", file=sys.stderr)
+
+
+def logs(location: str, document: dict[str, Any], entries: list[dict[str, Any]]) -> None:
+    """What an archive holds (`jobttl logs --list`, or when no log matched the filters)."""
+    console.print(f"{_object(document)} (uid {document.get('uid')}), archived {when(document.get('archivedAt'))} "
+                  f"at {location}")
+    table = _table("pod", "container", "previous", "bytes", "cut to the last", "path")
+    for e in entries:
+        table.add_row(str(e.get("pod")), str(e.get("container")), "yes" if e.get("previous") else "",
+                      str(e.get("bytes")), f"{document.get('logKiB')} KiB" if e.get("truncated") else "",
+                      str(e.get("path")))
+    console.print(table)
+    for note in document.get("unkept") or []:
+        console.print(f"  not kept: {note}")

@@ -12,7 +12,7 @@ import itertools
 
 import pytest
 
-from tests.deploy.manifests import KNATIVE, find, pod_spec, rendered
+from tests.deploy.manifests import KNATIVE, find, load_yaml_documents, pod_spec, rendered
 from jobttl.core.kinds import ALL_KINDS
 from jobttl.core.kube import JOBS, VERSION, permissions
 
@@ -95,6 +95,26 @@ def test_the_sink_gets_exactly_its_declared_verbs_none_in_resource_mode(objects)
 def test_the_worker_gets_exactly_its_declared_verbs_and_events(objects):
     assert grants(objects, accounts(objects)["worker"]) == declared("worker")
     assert ("", "events", "create") in declared("worker")
+
+
+EVIDENCE = KNATIVE / "overlays" / "evidence"
+
+
+@pytest.mark.parametrize("files, features", [
+    (("archive-rbac.yaml",), {"archive": True}),
+    (("pod-cleanup-rbac.yaml",), {"pod_cleanup": True}),
+    (("archive-rbac.yaml", "pod-cleanup-rbac.yaml"), {"archive": True, "pod_cleanup": True}),
+])
+def test_the_evidence_roles_grant_exactly_what_archiving_and_pod_cleanup_declare(files, features):
+    objects = rendered(KNATIVE) + [o for f in files for o in load_yaml_documents(EVIDENCE / f)]
+    assert grants(objects, accounts(objects)["worker"]) == declared("worker", **features)
+    assert declared("worker", **features) > declared("worker")  # the base stays least-privilege
+
+
+def test_the_evidence_overlay_is_the_base_plus_both_roles():
+    objects = rendered(EVIDENCE)
+    assert grants(objects, accounts(objects)["worker"]) == declared("worker", archive=True, pod_cleanup=True)
+    assert grants(objects, accounts(objects)["sink"]) == set()
 
 
 def test_the_apiserversource_gets_exactly_get_list_watch(objects):

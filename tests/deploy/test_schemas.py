@@ -25,7 +25,7 @@ from tests.deploy.manifests import (
 
 pytestmark = pytest.mark.skipif(not KNATIVE_CRDS.is_dir(), reason=f"reference CRDs not found at {KNATIVE_CRDS}")
 
-VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
+VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct", "evidence": KNATIVE / "overlays" / "evidence"}
 
 
 def _objects():

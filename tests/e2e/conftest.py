@@ -81,14 +81,18 @@ def stack_env(redis_server, emulator, announcements) -> dict[str, str]:
                              JOBTTL_WARN_URL=announcements.url, JOBTTL_WARN_BEFORE="2s")
 
 
-@pytest.fixture(scope="session")
+# Package scope: each package that imports these (e2e, operate, watcher) gets its own stack, and a
+# package's worker is gone before the next package's tests run. The schedule's follow-ups
+# (jobttl:terminating) are one set per Redis, so a worker left running would follow, and count,
+# another stack's deletions against its own emulator.
+@pytest.fixture(scope="package")
 def worker(stack_env, log_dir):
     process = JobttlProcess(["worker"], stack_env, log_dir, "worker").start()
     yield process
     process.stop()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def sink_url(stack_env, log_dir):
     process, url = start_sink(stack_env, log_dir)
     yield url

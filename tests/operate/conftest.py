@@ -76,7 +76,7 @@ def metric(url: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def worker_metrics(worker) -> str:
     url = f"http://127.0.0.1:{WORKER_METRICS_PORT}/metrics"
     wait_for(lambda: requests.get(url, timeout=1).ok, timeout=20, what="the worker's metrics")

@@ -62,7 +62,7 @@ def test_the_help_of_every_command_describes_every_flag_with_its_default():
         environment = text.split("\nenvironment", 1)[1]
         variables = re.findall(r"^  ([A-Z_]+) \(default: ", environment, re.MULTILINE)
         assert variables, f"jobttl {name} names no environment variable"
-        if "JOBTTL_REDIS_URL" in variables or name not in ("watch", "explain"):
+        if "JOBTTL_REDIS_URL" in variables or name not in ("watch", "explain", "logs"):
             assert variables[0] == "JOBTTL_REDIS_URL", name
     sink = option_entries(commands["sink"].format_help())
     assert "(default: 0.0.0.0)" in sink["--host"] and "(default: 8080)" in sink["--port"]

@@ -1,0 +1,192 @@
+"""History limits: keep the last N finished jobs of a group, whatever their TTL (``keepLast``).
+
+Like a CronJob's successfulJobsHistoryLimit / failedJobsHistoryLimit, for every kind. A group
+is the finished jobs of one kind in one namespace under the same keepLast setting (the rule
+that set it), of one outcome, and with ``groupBy`` the same value of that label. Once a group
+holds more than the limit, the oldest beyond it are due, at the moment they fell beyond it:
+the finish time of the job that pushed each one out (stable, so a later reconcile never moves
+it). The TTL still applies to the rest, and to these too when it is earlier.
+
+The pure part (`membership`, `ranked`, `limit_decision`) decides from objects. The index
+(`HistoryIndex`) keeps each group in Redis so that an event costs no list of the cluster:
+
+- ``jobttl:keep:<group>``: sorted set, finished job UID → finish time;
+- ``jobttl:keep:records``: hash, UID → its group and what a decision about it needs.
+
+One script (`jobttl.core.scripts.HISTORY`) per reconciled object, in one pipelined round trip
+before the reconcile's own: it files the job in its group (moving it out of another) and
+answers its rank and the others now beyond the limit that are not yet pending by then. So an
+event costs one more round trip, plus a reconcile for each job it pushes out. The worker
+never deletes on the index's word: before a keepLast deletion it lists the group from the API
+server and ranks the real objects (`ranked`), repairing the index when it was wrong; each
+resync drops members of jobs it no longer saw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from redis import Redis
+from redis.client import Pipeline
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.decision import Decision, Verdict
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import JobKind
+from jobttl.core.policy import Policy
+from jobttl.core.scripts import Scripts
+
+# Verdicts of finished jobs that count in (and can be removed from) a group: not kept, not
+# excluded, not left to Kubernetes' own TTL controller, and with a valid TTL or none at all.
+COUNTED = (Verdict.EXPIRES, Verdict.NO_TTL)
+# At most this many jobs pushed out are returned per reconcile; the rest follow at the next
+# event in the group or the next resync (each job's own reconcile also finds it beyond).
+MAX_PUSHED_OUT = 50
+SOURCE_PREFIX = "keepLast of "
+
+
+@dataclass(frozen=True)
+class Member:
+    """One finished job's place in a group."""
+
+    group: str
+    uid: str
+    finished_at: int
+    limit: int
+    source: str  # the policy level that set keepLast ("rule research")
+    ref: JobRef
+    outcome: str
+    rules: tuple[str, ...] = ()
+    dry_run: bool = False
+    notify: bool = True
+
+    def record(self) -> str:
+        """What the index keeps about it, to decide about it without its object."""
+        return jsoncodec.dumps_str({"group": self.group, "ref": [self.ref.api_version, self.ref.kind, self.ref.namespace,
+                                                                 self.ref.name], "finishedAt": self.finished_at,
+                                    "limit": self.limit, "source": self.source, "outcome": self.outcome,
+                                    "rules": list(self.rules), "dryRun": self.dry_run, "notify": self.notify})
+
+    @classmethod
+    def from_record(cls, uid: str, raw: bytes | str) -> Member:
+        data = jsoncodec.loads(raw)
+        return cls(data["group"], uid, int(data["finishedAt"]), int(data["limit"]), data["source"],
+                   JobRef(*data["ref"], uid), data["outcome"], tuple(data.get("rules") or ()),
+                   bool(data.get("dryRun")), bool(data.get("notify", True)))
+
+
+def group_key(source: str, kind: JobKind, namespace: str, group_by: str | None, value: str | None,
+              outcome: str) -> str:
+    label = f"{group_by}={value}" if group_by else ""
+    return f"{source}|{kind.api_version}/{kind.kind}|{namespace}|{label}|{outcome}"
+
+
+def membership(obj: dict[str, Any], kind: JobKind, policy: Policy, decision: Decision,
+               notify: bool = True) -> Member | None:
+    """The group this job counts in, or None (no keepLast for it, not finished, kept, unlabelled)."""
+    if decision.verdict not in COUNTED or decision.outcome is None:
+        return None
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    setting = policy.cleanup_effective(meta.get("namespace", ""), labels).get("keep_last")
+    if setting is None or setting.value.limit(decision.outcome) is None:
+        return None
+    group_by = setting.value.group_by
+    if group_by is not None and not isinstance(labels.get(group_by), str):
+        return None  # in no group: the limit never deletes a job it cannot place
+    finished = kind.finish(obj)
+    if finished is None or finished.time is None:
+        return None
+    namespace = meta.get("namespace", "")
+    return Member(group_key(setting.source, kind, namespace, group_by, labels.get(group_by), decision.outcome),
+                  meta.get("uid", ""), finished.time, setting.value.limit(decision.outcome), setting.source,
+                  JobRef.of(obj), decision.outcome, decision.rules, decision.dry_run, notify)
+
+
+def ranked(members: Iterable[Member]) -> dict[str, tuple[int, int | None]]:
+    """uid → (rank, when it fell beyond its group's limit, or None) for every member given.
+
+    Newest first, ties broken by UID, exactly as Redis orders a sorted set in reverse: the
+    worker's check over a listing and the index agree on every rank."""
+    result: dict[str, tuple[int, int | None]] = {}
+    by_group: dict[str, list[Member]] = {}
+    for member in members:
+        by_group.setdefault(member.group, []).append(member)
+    for group in by_group.values():
+        order = sorted(group, key=lambda m: (m.finished_at, m.uid), reverse=True)
+        for rank, member in enumerate(order):
+            beyond = order[rank - member.limit].finished_at if rank >= member.limit else None
+            result[member.uid] = (rank, beyond)
+    return result
+
+
+def limit_decision(member: Member, rank: int, beyond_at: int, decision: Decision | None = None) -> Decision:
+    """The decision for a job beyond its group's limit: due when it fell beyond, or at its TTL if earlier."""
+    if decision is not None and decision.verdict is Verdict.EXPIRES and decision.expires_at is not None \
+            and decision.expires_at <= beyond_at:
+        return decision
+    due = max(beyond_at, member.finished_at)
+    return Decision(Verdict.EXPIRES, f"{member.ref.kind} {member.outcome}; {rank} newer {member.outcome} ones in its "
+                                     f"group, {member.source} keeps {member.limit}",
+                    finished_at=member.finished_at, outcome=member.outcome, ttl=due - member.finished_at,
+                    ttl_source=f"{SOURCE_PREFIX}{member.source} ({member.limit} {member.outcome})", expires_at=due,
+                    dry_run=member.dry_run, rules=member.rules)
+
+
+def is_limit_decision(decision: Decision) -> bool:
+    return bool(decision.ttl_source and decision.ttl_source.startswith(SOURCE_PREFIX))
+
+
+@dataclass(frozen=True)
+class Filed:
+    """What the index says after filing one job: its rank, and the jobs it pushed out."""
+
+    rank: int | None  # None: in no group
+    beyond_at: int | None  # when this job fell beyond its group's limit (None: within it)
+    pushed_out: tuple[tuple[Member, int, int], ...] = ()  # (member, rank, beyond_at)
+
+
+class HistoryIndex:
+    """The groups in Redis, maintained by the reconcile path (see the module docstring)."""
+
+    def __init__(self, redis: Redis):
+        self.redis = redis
+        self.scripts = Scripts(redis)
+
+    def file(self, member: Member | None, uid: str, pipe: Pipeline) -> None:
+        """Queue the HISTORY script for one job (None: it counts in no group, or is gone)."""
+        args = [uid, "", 0, 0, "", MAX_PUSHED_OUT] if member is None else \
+            [uid, member.group, member.finished_at, member.limit, member.record(), MAX_PUSHED_OUT]
+        self.scripts.history(keys=[keys.HISTORY_RECORDS, keys.PENDING_INDEX], args=[keys.HISTORY_PREFIX, *args],
+                             client=pipe)
+
+    @staticmethod
+    def filed(reply: list) -> Filed:
+        rank, beyond_at, *rest = reply
+        pushed = []
+        for i in range(0, len(rest), 4):
+            uid, record, rank_of, at = rest[i:i + 4]
+            pushed.append((Member.from_record(uid.decode(), record), int(rank_of), int(at)))
+        return Filed(None if int(rank) < 0 else int(rank), int(beyond_at) if beyond_at else None, tuple(pushed))
+
+    def drop(self, uids: Iterable[str]) -> None:
+        """Take jobs out of their groups (deleted, gone)."""
+        uids = list(uids)
+        if not uids:
+            return
+        with self.redis.pipeline(transaction=False) as pipe:
+            for uid in uids:
+                self.file(None, uid, pipe)
+            pipe.execute()
+
+    def group_members(self, group: str) -> list[str]:
+        return [m.decode() for m in self.redis.zrange(keys.HISTORY_PREFIX + group, 0, -1)]
+
+    def records(self) -> Iterable[tuple[str, Member]]:
+        for uid, raw in self.redis.hscan_iter(keys.HISTORY_RECORDS, count=1000):
+            try:
+                yield uid.decode(), Member.from_record(uid.decode(), raw)
+            except (ValueError, KeyError, TypeError):
+                continue

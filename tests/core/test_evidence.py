@@ -1,0 +1,287 @@
+"""Keeping the evidence, decided purely: the policy's blocks, archive plans and encodings, pod
+stages, history limits and the DeletionScheduled message (jobttl.core.policy, .archive, .stages,
+.history)."""
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from jobttl.core import archive, jsoncodec
+from jobttl.core.decision import Verdict, decide
+from jobttl.core.history import is_limit_decision, limit_decision, membership, ranked
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
+from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
+from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
+from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
+
+FINISHED_AT = 1_900_000_000
+
+
+def job(name="train", namespace="research", labels=None, outcome="Succeeded", at=FINISHED_AT, ttl=None):
+    obj = with_server_fields(tfjob(name, namespace, ttl=ttl))
+    obj["status"] = finished_status(at, outcome)
+    if labels:
+        obj["metadata"]["labels"] = labels
+    return obj
+
+
+# --- the policy --------------------------------------------------------------------------------------
+
+EVIDENCE = {
+    "ttl": "7d",
+    "archive": {"store": "s3://evidence/jobttl", "logKiB": 64, "retention": "90d"},
+    "podTTL": "1h",
+    "rules": [
+        {"name": "research", "namespaces": ["research"], "archive": {"logKiB": 512, "required": False},
+         "podTTLAfterFailure": "1d", "keepLast": {"succeeded": 3, "failed": 5, "groupBy": "app"}},
+        {"name": "quiet", "selector": {"matchLabels": {"quiet": "true"}}, "archive": False, "scheduledEvents": False},
+    ],
+}
+
+
+def test_values_cascade_and_say_where_they_came_from():
+    policy = parse_policy(EVIDENCE)
+    assert policy.archive_store == ArchiveStore("s3://evidence/jobttl", retention=90 * 86400)
+    research = policy.cleanup_effective("research", {})
+    assert research.get("archive_log_kib").value == 512 and research.get("archive_log_kib").source == "rule research"
+    assert research.get("archive_required").value is False
+    assert research.get("pod_ttl").source == "policy" and research.get("pod_ttl_after_failure").value == 86400
+    assert research.get("keep_last").value == KeepLast(3, 5, "app")
+    quiet = policy.cleanup_effective("research", {"quiet": "true"})
+    assert quiet.get("archive").value is False and quiet.get("scheduled_events").value is False
+    assert policy.archiving and policy.pod_stages and policy.history_limits
+    assert not (parse_policy({"ttl": "1d"}).archiving or parse_policy(None).pod_stages)
+
+
+@pytest.mark.parametrize("data, where", [
+    ({"archive": {"logKiB": 0, "store": "/a"}}, "archive.logKiB"),
+    ({"archive": {"store": "s3://"}}, "archive.store"),
+    ({"archive": {"store": "gs://bucket"}}, "archive.store"),
+    ({"archive": {"store": "s3://b", "maxBytes": "1Gi"}}, "archive.maxBytes"),
+    ({"archive": {"store": "/a", "maxBytes": "lots"}}, "archive.maxBytes"),
+    ({"archive": {"keep": True, "store": "/a"}}, "archive.keep"),
+    ({"rules": [{"name": "r", "namespaces": ["a"], "archive": True}]}, "rules[0].archive"),
+    ({"rules": [{"name": "r", "namespaces": ["a"], "archive": {"store": "/a"}}]}, "rules[0].archive.store"),
+    ({"podTTL": "soon"}, "podTTL"),
+    ({"keepLast": {}}, "keepLast"),
+    ({"keepLast": {"succeeded": -1}}, "keepLast.succeeded"),
+    ({"keepLast": {"failed": 2, "groupBy": ""}}, "keepLast.groupBy"),
+    ({"scheduledEvents": "no"}, "scheduledEvents"),
+])
+def test_a_bad_value_names_the_field(data, where):
+    with pytest.raises(PolicyError, match=f"policy: {where.replace('[', '.').replace(']', '.')}"):
+        parse_policy(data)
+
+
+def test_the_example_policy_shows_every_feature():
+    policy = load_policy(Path(__file__).resolve().parents[2] / "examples" / "policy.yaml")
+    assert policy.archiving and policy.pod_stages and policy.history_limits
+
+
+def test_sizes_read_as_kubernetes_quantities():
+    assert parse_policy({"archive": {"store": "/a", "maxBytes": "50Gi"}}).archive_store.max_bytes == 50 * 1024**3
+    assert parse_policy({"archive": {"store": "/a", "maxBytes": 1000}}).archive_store.max_bytes == 1000
+
+
+def test_the_worker_is_granted_pods_and_logs_only_for_the_features_it_uses():
+    base = permissions("worker")
+    assert "pods" not in base and "pods/log" not in base
+    both = permissions("worker", archive=True, pod_cleanup=True)
+    assert both["pods"] == ARCHIVE_PERMISSIONS["pods"] | POD_CLEANUP_PERMISSIONS["pods"]
+    assert permissions("sink", archive=True, pod_cleanup=True) == {}
+
+
+# --- archives -------------------------------------------------------------------------------------------
+
+def test_a_plan_follows_the_policy():
+    policy = parse_policy(EVIDENCE)
+    assert archive.plan_for(job(), policy) == archive.ArchivePlan(log_kib=512, required=False, source="rule research")
+    assert archive.plan_for(job(labels={"quiet": "true"}), policy) is None
+    assert archive.plan_for(job(), parse_policy({"ttl": "1d"})) is None
+
+
+def test_paths_name_the_job_and_its_uid():
+    ref = JobRef("kubeflow.org/v1", "TFJob", "research", "mnist-v2", "0b5c4f3e-7f5a-4a1e-9c55-2b0f7a3e9d10")
+    where = archive.folder(ref)
+    assert where == "research/TFJob/mnist-v2-0b5c4f3e-7f5a-4a1e-9c55-2b0f7a3e9d10/"
+    assert archive.split_folder(where.split("/")[2]) == ("mnist-v2", ref.uid)
+    assert archive.log_path("mnist-v2-worker-0", "tensorflow", previous=True) == \
+        "logs/mnist-v2-worker-0/tensorflow.previous.log"
+    with pytest.raises(ValueError):
+        archive.log_path("../etc", "x")
+
+
+def test_a_log_is_trimmed_to_its_last_bytes_at_a_line_boundary():
+    log = b"".join(b"step %05d loss 0.1\n" % i for i in range(1000))
+    kept, cut = archive.trim_tail(log, 100)
+    assert cut and log.endswith(kept) and kept.startswith(b"step ") and len(kept) <= 100
+    assert archive.trim_tail(b"short\n", 100) == (b"short\n", False)
+    one_line = "é".encode() * 100  # no newline at all: still starts on a character
+    kept, cut = archive.trim_tail(one_line, 51)
+    assert cut and kept.decode() == "é" * 25
+
+
+def test_log_requests_ask_for_fewer_lines_while_answers_come_cut():
+    first = archive.first_log_request(256 * 1024)
+    assert first.tail_lines == 256 * archive.LINES_PER_KIB and first.limit_bytes == 4 * 256 * 1024
+    assert archive.next_log_request(first, 1000) is None
+    smaller = archive.next_log_request(first, first.limit_bytes)
+    assert smaller.tail_lines == first.tail_lines // 8
+    assert archive.next_log_request(archive.LogRequest(1, 10), 10) is None
+
+
+def test_a_manifest_nested_1500_deep_is_kept_with_a_note_not_a_crash():
+    deep = leaf = {}
+    for _ in range(1500):
+        leaf["a"] = {}
+        leaf = leaf["a"]
+    obj = {**job(), "spec": {"deep": deep}}
+    text, unkept = archive.to_yaml(obj, "manifest")
+    assert b"kind: TFJob" in text and b"not kept, nested deeper than" in text
+    assert unkept == [f"manifest: 1 parts nested deeper than {archive.MAX_DEPTH} levels were not kept"]
+    assert archive.to_yaml(job(), "manifest")[1] == []
+
+
+def test_the_index_of_a_later_stage_keeps_the_earlier_logs():
+    ref = JobRef.of(job())
+    plan = archive.ArchivePlan()
+    pods = archive.Contents(files={"manifest.yaml": b"x"})
+    pods.add_log("train-worker-0", "tensorflow", False, b"loss 0.1\n", False)
+    earlier = jsoncodec.loads(archive.index(ref, pods, 100.0, "pods", plan))
+    later = archive.Contents(files={"manifest.yaml": b"xy"}, unkept=["logs of p/c: the pod is gone"])
+    document = jsoncodec.loads(archive.index(ref, later, 200.0, "job", plan, earlier))
+    assert [e["pod"] for e in document["logs"]] == ["train-worker-0"]
+    assert document["files"] == {"manifest.yaml": 2, "logs/train-worker-0/tensorflow.log": 9}
+    assert [a["stage"] for a in document["archives"]] == ["pods", "job"]
+    assert archive.choose_logs(document, pod="train-worker-0")[0]["path"] == "logs/train-worker-0/tensorflow.log"
+    assert archive.choose_logs(document, container="other") == []
+
+
+def test_events_seen_by_an_earlier_stage_are_kept_once():
+    a, b = {"metadata": {"uid": "a"}, "reason": "Created"}, {"metadata": {"uid": "b"}, "reason": "Done"}
+    merged = archive.merge_events(archive.earlier_events(archive.to_yaml([a, b], "events")[0]), [b])
+    assert [e["reason"] for e in merged] == ["Created", "Done"]
+
+
+def test_retention_removes_the_old_then_the_oldest_beyond_the_cap():
+    now = 1000.0 * 86400
+    stored = [archive.Stored(f"n/K/j{i}/", now - i * 86400, 100) for i in range(10)]
+    assert archive.expired(stored, now, 7 * 86400, None) == [f"n/K/j{i}/" for i in (9, 8)]
+    assert archive.expired(stored, now, None, 250) == [f"n/K/j{i}/" for i in range(9, 1, -1)]
+    assert archive.expired(stored, now, None, None) == []
+
+
+# --- pods stages ----------------------------------------------------------------------------------------
+
+def test_the_pods_go_at_their_own_ttl_and_the_job_keeps_its_own():
+    policy = parse_policy(EVIDENCE)
+    obj = job(namespace="elsewhere")
+    decision = decide(obj, TFJOB, policy)
+    stage = pod_stage(obj, TFJOB, policy, decision)
+    assert stage.reason == "expires" and stage.decision.expires_at == FINISHED_AT + 3600
+    assert decision.expires_at == FINISHED_AT + 7 * 86400
+    assert stage.decision.ttl_source == "podTTL of policy"
+    failed = job(outcome="Failed")
+    stage = pod_stage(failed, TFJOB, policy, decide(failed, TFJOB, policy))
+    assert stage.decision.ttl == 86400 and stage.decision.ttl_source == "podTTLAfterFailure of rule research"
+
+
+def test_no_pods_stage_when_it_would_not_come_first_or_is_not_safe():
+    policy = parse_policy({**EVIDENCE, "ttl": "30m"})
+    obj = job(namespace="elsewhere")
+    assert pod_stage(obj, TFJOB, policy, decide(obj, TFJOB, policy)).reason == "pods-with-job"
+    trainjob = job_object(TRAINJOB, "t", "elsewhere", at=FINISHED_AT)
+    trainjob["metadata"]["uid"] = str(uuid.uuid4())
+    assert pod_stage(trainjob, TRAINJOB, policy, decide(trainjob, TRAINJOB, policy)).reason == "pods-unsafe"
+    kept = job(namespace="elsewhere")
+    kept["metadata"]["annotations"] = {"jobttl.io/keep": "true"}
+    assert pod_stage(kept, TFJOB, policy, decide(kept, TFJOB, policy)).reason == Verdict.KEPT.value
+    no_ttl = parse_policy({"podTTL": "1h"})  # the job is kept, its pods are not
+    assert pod_stage(obj, TFJOB, no_ttl, decide(obj, TFJOB, no_ttl)).decision.expires_at == FINISHED_AT + 3600
+
+
+def test_only_kinds_whose_controllers_leave_finished_jobs_alone_allow_it():
+    assert {k.kind for k in ALL_KINDS if k.pod_cleanup_safe} == {"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob",
+                                                                  "PaddleJob", "JAXJob", "Job", "Workflow"}
+    assert BATCH_JOB.pod_cleanup_safe and WORKFLOW.pod_cleanup_safe and not TRAINJOB.pod_cleanup_safe
+
+
+def pod(name, owner_uid, label="train", controller=True, kind="TFJob"):
+    return {"metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": {TFJOB.pod_label: label},
+                         "ownerReferences": [{"kind": kind, "uid": owner_uid, "controller": controller}]},
+            "spec": {"containers": [{"name": "tensorflow"}]},
+            "status": {"containerStatuses": [{"name": "tensorflow", "restartCount": 1 if name.endswith("1") else 0}]}}
+
+
+def test_only_the_jobs_own_pods_are_ever_chosen():
+    uid = str(uuid.uuid4())
+    pods = [pod("train-worker-0", uid), pod("train-worker-1", uid), pod("impostor", str(uuid.uuid4())),
+            pod("adopted", uid, controller=False), pod("relabelled", uid, label="other"),
+            pod("other-kind", uid, kind="PyTorchJob")]
+    assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid)] == ["train-worker-0",
+                                                                                       "train-worker-1"]
+    assert not restarted(pods[0], "tensorflow") and restarted(pods[1], "tensorflow")
+    # Logs are read by the label, less the pods another job of this kind controls.
+    assert [p["metadata"]["name"] for p in archived_pods(pods, TFJOB, uid)] == [
+        "train-worker-0", "train-worker-1", "adopted", "relabelled", "other-kind"]
+
+
+def test_the_scheduled_message_says_when_and_why():
+    assert scheduled_message("TFJob", "job", 1_896_048_000, 7 * 86400, "ttl of rule research") == \
+        "jobttl will delete this TFJob at 2030-01-31T00:00Z (TTL 7d from ttl of rule research)"
+    assert scheduled_message("TFJob", "pods", 1_896_048_000, 3600, "podTTL of policy", dry_run=True) == \
+        "jobttl would delete (dry run) the pods of this TFJob at 2030-01-31T00:00Z (TTL 1h from podTTL of policy)"
+    assert scheduled_message("TFJob", "job", 1_896_048_000, 60, "keepLast of rule r (3 succeeded)").endswith(
+        "(keepLast of rule r (3 succeeded))")
+
+
+# --- history limits ---------------------------------------------------------------------------------------
+
+def group_of(n, policy, namespace="research", app="mnist", outcome="Succeeded", start=FINISHED_AT):
+    objs = [job(f"run-{i}", namespace, {"app": app}, outcome, start + i * 60) for i in range(n)]
+    return objs, [membership(o, TFJOB, policy, decide(o, TFJOB, policy)) for o in objs]
+
+
+def test_the_oldest_beyond_the_limit_are_due_when_they_fell_beyond_it():
+    policy = parse_policy(EVIDENCE)
+    objs, members = group_of(5, policy)
+    ranks = ranked(members)
+    # run-4 is the newest; limit 3: run-1 fell beyond when run-4 finished, run-0 when run-3 did.
+    assert {o["metadata"]["name"]: ranks[o["metadata"]["uid"]] for o in objs} == {
+        "run-4": (0, None), "run-3": (1, None), "run-2": (2, None),
+        "run-1": (3, FINISHED_AT + 4 * 60), "run-0": (4, FINISHED_AT + 3 * 60)}
+    decision = limit_decision(members[0], 4, FINISHED_AT + 180, decide(objs[0], TFJOB, policy))
+    assert decision.expires_at == FINISHED_AT + 180 and is_limit_decision(decision)
+    assert decision.ttl_source == "keepLast of rule research (3 succeeded)"
+
+
+def test_groups_are_apart_by_namespace_label_outcome_and_rule():
+    policy = parse_policy(EVIDENCE)
+    _, a = group_of(4, policy, app="a")
+    _, b = group_of(2, policy, app="b")
+    _, failed = group_of(5, policy, app="a", outcome="Failed")
+    ranks = ranked(a + b + failed)
+    assert sum(1 for m in a + b + failed if ranks[m.uid][1] is not None) == 1  # only a's oldest (failed keep 5)
+    unlabelled = job("lone", "research")
+    assert membership(unlabelled, TFJOB, policy, decide(unlabelled, TFJOB, policy)) is None
+    elsewhere = job("x", "elsewhere", {"app": "a"})
+    assert membership(elsewhere, TFJOB, policy, decide(elsewhere, TFJOB, policy)) is None
+
+
+def test_a_ttl_earlier_than_the_limit_stays():
+    policy = parse_policy(EVIDENCE)
+    obj = job("early", labels={"app": "a"}, ttl=60)
+    member = membership(obj, TFJOB, policy, decide(obj, TFJOB, policy))
+    assert limit_decision(member, 5, FINISHED_AT + 3600, decide(obj, TFJOB, policy)).expires_at == FINISHED_AT + 60
+
+
+def test_ties_are_broken_like_redis_breaks_them():
+    policy = parse_policy(EVIDENCE)
+    objs = [job(f"same-{i}", labels={"app": "t"}) for i in range(4)]
+    members = [membership(o, TFJOB, policy, decide(o, TFJOB, policy)) for o in objs]
+    ranks = ranked(members)
+    order = sorted(members, key=lambda m: m.uid, reverse=True)
+    assert [ranks[m.uid][0] for m in order] == [0, 1, 2, 3]

@@ -1,0 +1,31 @@
+"""The archive's retention on a real directory store: old archives go, then the oldest beyond the cap."""
+
+import time
+import uuid
+
+from jobttl.core import archive
+from jobttl.core.archivestore import DirectoryStore, latest
+from jobttl.core.audit import Audit
+from jobttl.core.identity import JobRef
+from jobttl.core.policy import ArchiveStore
+from jobttl.worker.archiving import prune
+
+
+def write(store, name, at, size):
+    ref = JobRef("kubeflow.org/v1", "TFJob", "research", name, str(uuid.uuid4()))
+    contents = archive.Contents(files={"manifest.yaml": b"x" * size})
+    contents.files[archive.INDEX] = archive.index(ref, contents, at, "job", archive.ArchivePlan())
+    store.write(archive.folder(ref), contents.files)
+    return archive.folder(ref)
+
+
+def test_retention_by_age_then_by_size(tmp_path, redis):
+    store = DirectoryStore(str(tmp_path))
+    now = time.time()
+    ancient, old, new = write(store, "a", now - 40 * 86400, 10), write(store, "b", now - 2 * 86400, 1000), \
+        write(store, "c", now, 1000)
+    removed = prune(store, ArchiveStore(str(tmp_path), retention=30 * 86400, max_bytes=1800), Audit(redis), now=now)
+    assert removed == [ancient, old]
+    assert [s.folder for s in store.stored()] == [new]
+    assert latest(store, "research", "c")[0] == new and latest(store, "research", "b") is None
+    assert prune(store, ArchiveStore(str(tmp_path)), Audit(redis)) == []  # no retention set: nothing goes
