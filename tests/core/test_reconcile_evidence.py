@@ -84,3 +84,25 @@ def test_a_page_holding_a_whole_group_applies_the_limit_at_once(schedule):
     page = [finished(namespace, f"j-{i}", start + i * 10) for i in range(3)]  # oldest first on the page
     outcomes, _ = reconciler.reconcile_many([(o, reconciler.policy.kinds[0]) for o in page], "resync", COLLECT)
     assert [o.change for o in outcomes] == [Change.DUE_NOW, Change.DUE_NOW, Change.IGNORED]
+
+
+def test_forgetting_a_job_drops_its_pods_stage_whatever_the_policy_says_now(schedule):
+    """A pods stage booked before the podTTL was removed from the policy ends with its job."""
+    obj = finished(f"ns-{uuid.uuid4().hex[:6]}", "train", time.time())
+    booked = reconciler_for(schedule, {"ttl": "2h", "podTTL": "1h"})
+    booked.reconcile(obj, booked.policy.kinds[0], "event")
+    uid = obj["metadata"]["uid"]
+    assert schedule.due_of(member_for(uid, PODS_STAGE)) is not None
+    now = reconciler_for(schedule, {"ttl": "2h"})
+    now.forget(JobRef.of(obj), "deleted", "event")
+    assert schedule.due_of(uid) is None and schedule.due_of(member_for(uid, PODS_STAGE)) is None
+
+
+def test_drop_stage_cancels_one_stage_and_keeps_the_other(schedule):
+    obj = finished(f"ns-{uuid.uuid4().hex[:6]}", "train", time.time())
+    reconciler = reconciler_for(schedule, {"ttl": "2h", "podTTL": "1h"})
+    reconciler.reconcile(obj, reconciler.policy.kinds[0], "event")
+    uid = obj["metadata"]["uid"]
+    outcome = reconciler.drop_stage(JobRef.of(obj), PODS_STAGE, "stage-not-in-policy", "worker")
+    assert outcome.change is Change.CANCELLED and outcome.stage == PODS_STAGE
+    assert schedule.due_of(member_for(uid, PODS_STAGE)) is None and schedule.due_of(uid) is not None

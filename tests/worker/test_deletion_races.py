@@ -14,7 +14,8 @@ from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import decide
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import TFJOB
-from jobttl.core.schedule import job_id_for
+from jobttl.core.policy import parse_policy
+from jobttl.core.schedule import PODS_STAGE, job_id_for, member_for
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for
@@ -108,4 +109,20 @@ def test_refused_deletions_keep_their_record_for_the_sweep(stack):
     wait_for(lambda: "refused" in events(stack, ns, "stays"), timeout=20, what="the refusal")
     assert stack.redis.zscore(keys.PENDING_INDEX, ref.uid) is not None
     assert stack.redis.ttl(f"rq:job:{job.id}") == -1, "kept for the sweep, however long it takes"
+    assert stack.deletes(ns) == []
+
+
+def test_a_pods_stage_the_policy_no_longer_has_is_cancelled_not_run(stack):
+    """Booked under a policy with a podTTL, run by a worker whose policy has none (a rolled-back
+    change): its pods are left alone and the stage is cancelled, not left pending for good."""
+    ns = f"podttl-{uuid.uuid4().hex[:6]}"
+    obj = finished(stack, ns, "staged", ttl=3600, at=time.time() - 60)
+    ref = JobRef.of(obj)
+    stack.book(obj, TFJOB, policy=parse_policy({"podTTL": "1s"}))
+    assert stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is not None
+    wait_for(lambda: stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None, timeout=20,
+             what="the worker to cancel the stage")
+    cancelled = [e for e in stack.history(ns, "staged") if e["event"] == "cancelled"]
+    assert [(e.get("stage"), e.get("reason")) for e in cancelled] == [("pods", "stage-not-in-policy")]
+    assert stack.redis.zscore(keys.PENDING_INDEX, ref.uid) is not None, "the job's own deletion stays"
     assert stack.deletes(ns) == []
