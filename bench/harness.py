@@ -114,6 +114,7 @@ class Line:
     baseline: str
     target: str = ""  # e.g. ">= 0.5" (on the ratio jobttl / baseline)
     note: str = ""
+    absolute: bool = False  # the target is on jobttl's own median (e.g. "<= 1.0" s), not on the ratio
 
     def ratio(self, sides: dict[str, Side]) -> float:
         return sides[self.jobttl].median / sides[self.baseline].median
@@ -122,8 +123,8 @@ class Line:
         if not self.target:
             return None
         op, value = self.target.split()
-        ratio = self.ratio(sides)
-        return ratio >= float(value) if op == ">=" else ratio <= float(value)
+        measured = sides[self.jobttl].median if self.absolute else self.ratio(sides)
+        return measured >= float(value) if op == ">=" else measured <= float(value)
 
 
 @dataclass
@@ -145,7 +146,7 @@ class RowResult:
             if line.jobttl in self.sides and line.baseline in self.sides:
                 lines.append({"row": line.row, "jobttl": line.jobttl, "baseline": line.baseline,
                               "ratio": line.ratio(self.sides), "target": line.target, "met": line.met(self.sides),
-                              "note": line.note})
+                              "note": line.note, "absolute": line.absolute})
         return {"key": self.key, "title": self.title, "sides": {k: s.as_dict() for k, s in self.sides.items()},
                 "lines": lines, "facts": self.facts}
 
@@ -182,6 +183,13 @@ def _rt(side: Side) -> str:
     return f"{rt:.1f} ({commands:.0f} cmds)" if commands is not None else f"{rt:.1f}"
 
 
+def _target(line: Line, side: Side) -> str:
+    text = line.target.replace(">=", "≥").replace("<=", "≤")
+    if text and line.absolute:
+        return f"{text} {side.unit}"
+    return f"{text}×" if text else ""
+
+
 def table(results: list[RowResult]) -> str:
     head = ("| row | jobttl | baseline | ratio | target | jobttl min/med/max | baseline min/med/max "
             "| Redis round trips per op: jobttl / baseline |")
@@ -196,6 +204,6 @@ def table(results: list[RowResult]) -> str:
             digits = 0 if j.median >= 100 else 2
             rows.append(f"| {line.row} | {line.jobttl}: {_num(j.median, digits)} {j.unit} "
                         f"| {line.baseline}: {_num(b.median, 0 if b.median >= 100 else 2)} {b.unit} "
-                        f"| {line.ratio(result.sides):.2f}× | {line.target.replace('>=', '≥').replace('<=', '≤')}"
+                        f"| {line.ratio(result.sides):.2f}× | {_target(line, j)}"
                         f"{verdict} | {_spread(j)} | {_spread(b)} | {_rt(j)} / {_rt(b)} |")
     return "\n".join(rows)
