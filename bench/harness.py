@@ -52,11 +52,12 @@ class Usage:
     returncode: int
 
 
-def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float = 3600) -> Usage:
+def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float = 3600,
+                 stdout: Path | None = None) -> Usage:
     """Run a process to its end; its own wall time, CPU time and peak RSS (os.wait4)."""
-    with open(log, "ab") as out:
+    with open(log, "ab") as err, open(stdout or log, "ab") as out:
         started = time.perf_counter()
-        process = subprocess.Popen(argv, env={**os.environ, **env}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, env={**os.environ, **env}, cwd=ROOT, stdout=out, stderr=err)
         deadline = time.monotonic() + timeout
         while True:
             pid, status, rusage = os.wait4(process.pid, os.WNOHANG)
@@ -180,7 +181,9 @@ def _rt(side: Side) -> str:
     rt, commands = side.extra("round_trips"), side.extra("commands")
     if rt is None:
         return "–"
-    return f"{rt:.1f} ({commands:.0f} cmds)" if commands is not None else f"{rt:.1f}"
+    digits = 1 if rt >= 1 else 2
+    return f"{rt:.{digits}f} ({commands:.{0 if commands >= 10 else 1}f} cmds)" if commands is not None \
+        else f"{rt:.{digits}f}"
 
 
 def _target(line: Line, side: Side) -> str:
