@@ -82,8 +82,8 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         refs = [(f"team-{i % namespace_count}", f"m{t}-job-{i}", f"{t:08x}-0000-4000-8000-{i:012x}")
                 for i in range(n)]
         if side == "jobttl":
-            objects = [realistic_tfjob(name, ns, state="succeeded", at=now - 60, ttl=TTL, uid=uid)
-                       for ns, name, uid in refs]
+            objects = (realistic_tfjob(name, ns, state="succeeded", at=now - 60, ttl=TTL, uid=uid)
+                       for ns, name, uid in refs)
             book_jobttl(redis, objects, GUARDED)
         else:
             queue = Queue(QUEUE, connection=Redis.from_url(redis.url))

@@ -102,3 +102,30 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
         Line(f"{title}: the bare LIST vs the emulator's ceiling", list_wall, "raw paged LIST (emulator ceiling) wall"),
     ]
     return result
+
+
+def breakdown(workdir: Path, n: int) -> dict:
+    """Round trips of a resync by call site (bench.counting): first run and no-change run, per 500-object page."""
+    from bench import counting
+
+    emulator = Emulator(str(workdir))
+    redis = RedisSide().start()
+    found = {}
+    try:
+        now = time.time()
+        emulator.seed(n // 2, "done", "succeeded", now - 600, 3600, namespaces=50, namespace="team")
+        emulator.seed(n - n // 2, "busy", "running", now - 600, 3600, namespaces=50, namespace="team")
+        env = {"JOBTTL_REDIS_URL": redis.url, "KUBECONFIG": emulator.kubeconfig, "JOBTTL_QUEUE": QUEUE,
+               "JOBTTL_RESYNC_MAX_DELETIONS": str(n), "JOBTTL_RESYNC_INTERVAL": "0"}
+        pages = max(1, n // 500)
+        for label in ("first run", "no change"):
+            out = workdir / f"resync-counts-{label.replace(' ', '-')}"
+            run_measured(python("-m", "bench.counting", str(out), "-m", "jobttl", "resync", "--json"), env,
+                         workdir / "resync-count.log")
+            counts = counting.read(str(out))
+            found[label] = {site: round(c / pages, 2) for site, c in counts.most_common()}
+            found[label]["(total per page of 500)"] = round(sum(counts.values()) / pages, 2)
+    finally:
+        emulator.stop()
+        redis.stop()
+    return found

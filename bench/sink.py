@@ -174,8 +174,8 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
                     if out["errors"]:
                         result.facts.setdefault("errors", []).append({side.name: out})
                     spent = after.minus(before)
-                    rt = spent.round_trips / out["requests"] if side_name == "jobttl" else 0.0
-                    cmds = spent.commands / out["requests"] if side_name == "jobttl" else 0.0
+                    rt = spent.round_trips / out["requests"] if side_name == "jobttl" else None  # no Redis
+                    cmds = spent.commands / out["requests"] if side_name == "jobttl" else None
                     side.add(out["rate"], round_trips=rt, commands=cmds, p50_ms=out["p50_us"] / 1000,
                              p99_ms=out["p99_us"] / 1000)
                     if side_name == "jobttl":

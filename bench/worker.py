@@ -10,9 +10,10 @@ give the round trips between the first and the last DELETE.
 
 from __future__ import annotations
 
+import itertools
 import json
-import statistics
 import time
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -42,18 +43,21 @@ def jobttl_env(redis: RedisSide, emulator: Emulator, **extra: str) -> dict[str, 
             "JOBTTL_DELETE_RATE": "0", "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_WORKER_METRICS_PORT": "0", **extra}
 
 
-def book_jobttl(redis: RedisSide, objects: list[dict], mode: str) -> float:
-    """Book deletions through jobttl's real path; returns the seconds it took."""
+def book_jobttl(redis: RedisSide, objects: Iterable[dict], mode: str) -> float:
+    """Book deletions through jobttl's real path, a resync page (500) at a time; returns the seconds it took."""
     settings = Settings.from_env({"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": QUEUE,
                                   "JOBTTL_RESYNC_MAX_DELETIONS": "10000000"})
     client = redisconn.connect(redis.url, redisconn.CLI)
     schedule = Schedule.from_settings(client, settings)
     reconciler = Reconciler.from_settings(schedule, Audit.from_settings(client, settings), settings)
-    started = time.perf_counter()
-    for i in range(0, len(objects), 500):
-        outcomes, rejected = reconciler.reconcile_many([(o, TFJOB) for o in objects[i:i + 500]], "bench", mode)
+    spent = 0.0
+    objects = iter(objects)
+    while batch := [(o, TFJOB) for o in itertools.islice(objects, 500)]:
+        started = time.perf_counter()
+        outcomes, rejected = reconciler.reconcile_many(batch, "bench", mode)
+        spent += time.perf_counter() - started
         assert not rejected and all(o.change.value == "scheduled" for o in outcomes), (rejected, outcomes[:3])
-    return time.perf_counter() - started
+    return spent
 
 
 def book_baseline(redis: RedisSide, refs: list[list[str]], due: dict[str, int] | None = None) -> float:
@@ -268,3 +272,35 @@ def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int 
     result.lines.append(Line(f"{title} (p99)", "jobttl workers (Foreground)", "RQ SimpleWorkers", "<= 1.0",
                              absolute=True))
     return result
+
+
+def breakdown(workdir: Path, n: int) -> dict:
+    """Round trips per deletion by call site (bench.counting), one run each, start-up included."""
+    from bench import counting
+
+    row = WorkerRow(workdir, n)
+    found = {}
+    try:
+        for label, propagation in (("jobttl Foreground", "Foreground"), ("jobttl Background", "Background"),
+                                   ("RQ SimpleWorker", None)):
+            out = workdir / f"worker-counts-{label.replace(' ', '-')}"
+            side = row.redis["baseline" if propagation is None else "jobttl"]
+            refs = row._prepare(n)
+            side.flush()
+            if propagation is None:
+                book_baseline(side, refs)
+                argv = python("-m", "bench.counting", str(out), "-m", "bench.baseline_worker", "--redis", side.url,
+                              "--queue", QUEUE, "--worker", "simple", "--burst")
+                env = {"KUBECONFIG": row.emulator.kubeconfig}
+            else:
+                book_jobttl(side, objects_of(refs, time.time() - TTL - 3600.0), RELEASE)
+                argv = python("-m", "bench.counting", str(out), "-m", "jobttl", "worker", "--burst")
+                env = jobttl_env(side, row.emulator, JOBTTL_PROPAGATION_POLICY=propagation)
+            process = spawn(argv, env, workdir / f"count-{label.replace(' ', '-')}.log")
+            process.wait(600)
+            counts = counting.read(str(out))
+            found[label] = {site: round(c / n, 3) for site, c in counts.most_common() if c / n >= 0.005}
+            found[label]["(total per deletion, start-up included)"] = round(sum(counts.values()) / n, 2)
+    finally:
+        row.close()
+    return found
