@@ -96,19 +96,24 @@ def main(argv: list[str] | None = None) -> int:
     }
     for row in rows:
         print(f"\n== {row}", flush=True)
-        row_started = time.time()
+        row_started, load_before = time.time(), os.getloadavg()[0]
         results.append(runners[row]())
         results[-1].facts["row_seconds"] = round(time.time() - row_started)
+        # Other work on the machine: the 1-minute load average before and after the row (2 cores).
+        results[-1].facts["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
         if not args.no_breakdown and row in breakdowns:
             print(f"  round trips by call site ({row})", flush=True)
             breakdown[row] = breakdowns[row]()
 
+    results.sort(key=lambda r: ROWS.index(r.key if r.key in ROWS else "sink"))
     text = harness.table(results)
+    loads = ", ".join(f"{r.key} {r.facts['load_average'][0]}–{r.facts['load_average'][1]}" for r in results)
     command = "make bench" if not argv and len(sys.argv) == 1 else "python -m bench " + " ".join(argv or sys.argv[1:])
     info = machine()
     header = (f"{info['cores']} cores ({info['cpu']}), {info['memory_mb']:,} MB, Python {info['python']}, "
               f"redis-server {info['redis']}; {rounds} round(s), medians; `{command}`, "
-              f"{time.strftime('%Y-%m-%d', time.gmtime(started))}, {round(time.time() - started)} s")
+              f"{time.strftime('%Y-%m-%d', time.gmtime(started))}, {round(time.time() - started)} s; "
+              f"1-minute load average before–after each row (other work on the machine): {loads}")
     print(f"\n{header}\n\n{text}\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,8 @@ def _site() -> str:
         path = frame.f_code.co_filename
         if "/site-packages/rq/" in path and rq_site is None:
             rq_site = f"rq/{path.rsplit('/site-packages/rq/', 1)[1]}:{frame.f_code.co_name}"
+        elif path == __file__:  # a request made while sending one: the connection's handshake
+            return "(connecting: HELLO, CLIENT SETINFO)"
         elif path.startswith(_ROOT) and "/site-packages/" not in path:
             own = f"{path[len(_ROOT):]}:{frame.f_code.co_name}"
             return f"{own} via {rq_site}" if rq_site else own

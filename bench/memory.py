@@ -19,7 +19,7 @@ from redis import Redis
 from rq import Queue
 
 from bench.harness import Line, RowResult, interleave
-from bench.objects import realistic_tfjob
+from bench.objects import realistic_tfjobs
 from bench.redis_side import RedisSide
 from bench.worker import BASELINE_TASK, QUEUE, book_jobttl
 from jobttl.core import keys
@@ -47,12 +47,24 @@ def _group(key: str) -> str:
 
 def usage_by_group(client: Redis) -> tuple[Counter, Counter]:
     sizes, counts = Counter(), Counter()
+    batch = []
     for key in client.scan_iter(count=1000):
-        name = key.decode()
-        group = _group(name)
-        sizes[group] += client.memory_usage(key, samples=0) or 0
-        counts[group] += 1
+        batch.append(key)
+        if len(batch) == 1000:
+            _measure(client, batch, sizes, counts)
+            batch = []
+    _measure(client, batch, sizes, counts)
     return sizes, counts
+
+
+def _measure(client: Redis, batch: list[bytes], sizes: Counter, counts: Counter) -> None:
+    with client.pipeline(transaction=False) as pipe:
+        for key in batch:
+            pipe.memory_usage(key, samples=0)
+        for key, size in zip(batch, pipe.execute()):
+            group = _group(key.decode())
+            sizes[group] += size or 0
+            counts[group] += 1
 
 
 def _encodings(client: Redis) -> dict[str, str]:
@@ -82,8 +94,7 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         refs = [(f"team-{i % namespace_count}", f"m{t}-job-{i}", f"{t:08x}-0000-4000-8000-{i:012x}")
                 for i in range(n)]
         if side == "jobttl":
-            objects = (realistic_tfjob(name, ns, state="succeeded", at=now - 60, ttl=TTL, uid=uid)
-                       for ns, name, uid in refs)
+            objects = realistic_tfjobs(refs, state="succeeded", at=now - 60, ttl=TTL)
             book_jobttl(redis, objects, GUARDED)
         else:
             queue = Queue(QUEUE, connection=Redis.from_url(redis.url))

@@ -15,6 +15,8 @@ import json
 import uuid
 from typing import Any
 
+import orjson
+
 from jobttl.core.apiserversource import resource_event
 from tests.fixtures import finished_status, rfc3339, running_status, tfjob_spec
 
@@ -118,6 +120,23 @@ def realistic_tfjob(name: str, namespace: str, *, state: str, at: float, ttl: in
     return obj
 
 
+def realistic_tfjobs(refs, *, state: str, at: float | dict[str, float], ttl: int | None = 3600):
+    """`realistic_tfjob` for many (namespace, name, uid), fast: one template, filled in as JSON text.
+
+    `at` may map a name to its own finish time (then one template per distinct time).
+    """
+    templates: dict[float, str] = {}
+    for namespace, name, uid in refs:
+        when = at[name] if isinstance(at, dict) else at
+        if when not in templates:
+            obj = realistic_tfjob(_NAME, _NAMESPACE, state=state, at=when, ttl=ttl, uid=_UID)
+            templates[when] = orjson.dumps(obj).decode()
+        yield orjson.loads(templates[when].replace(_NAME, name).replace(_NAMESPACE, namespace).replace(_UID, uid))
+
+
+_NAME, _NAMESPACE, _UID = "benchname-placeholder", "benchns-placeholder", "00000000-0000-4000-8000-0000deadbeef"
+
+
 def binary_event(obj: dict[str, Any], action: str = "update") -> tuple[dict[str, str], bytes]:
     """The (headers, body) of the binary-mode CloudEvent an ApiServerSource sends for `obj`."""
     meta = obj["metadata"]
@@ -128,7 +147,7 @@ def binary_event(obj: dict[str, Any], action: str = "update") -> tuple[dict[str,
 
 def event_template(state: str, at: float, ttl: int | None = 3600) -> tuple[dict[str, str], bytes, str, str]:
     """An event whose name and UID are placeholders, for a load generator to fill in per request."""
-    name, uid = "benchname-placeholder", "00000000-0000-4000-8000-0000deadbeef"
+    name, uid = _NAME, _UID
     headers, body = binary_event(realistic_tfjob(name, "bench", state=state, at=at, ttl=ttl, uid=uid))
     return headers, body, name, uid
 

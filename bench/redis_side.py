@@ -17,6 +17,7 @@ command. Each snapshot costs one round trip and one command of its own, subtract
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import tempfile
@@ -63,19 +64,40 @@ def shipped_settings() -> dict[str, str]:
     return from_compose
 
 
+def process_cpu(pid: int | None) -> float:
+    """CPU seconds (user + system) a process has used so far, from /proc; 0 if it is gone."""
+    if pid is None:
+        return 0.0
+    try:
+        fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 @dataclass(frozen=True)
 class Counters:
     at: float
     round_trips: int  # total_writes_processed
     commands: int  # total_commands_processed
     by_command: dict[str, int]
+    redis_cpu: float = 0.0  # used_cpu_user + used_cpu_sys
+    process_cpu: float = 0.0  # of the process watched, if any
 
     def minus(self, earlier: Counters, snapshots: int = 1) -> Counters:
         """What happened between two snapshots, less the `snapshots` INFO calls made in between."""
         by_command = {k: v - earlier.by_command.get(k, 0) for k, v in self.by_command.items()}
         by_command["info"] = by_command.get("info", 0) - snapshots
         return Counters(self.at - earlier.at, self.round_trips - earlier.round_trips - snapshots,
-                        self.commands - earlier.commands - snapshots, {k: v for k, v in by_command.items() if v})
+                        self.commands - earlier.commands - snapshots, {k: v for k, v in by_command.items() if v},
+                        self.redis_cpu - earlier.redis_cpu, self.process_cpu - earlier.process_cpu)
+
+
+def _counters(client: redis_lib.Redis, pid: int | None = None) -> Counters:
+    info = client.info("everything")
+    by_command = {k[len("cmdstat_"):]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+    return Counters(time.time(), info["total_writes_processed"], info["total_commands_processed"], by_command,
+                    info["used_cpu_user"] + info["used_cpu_sys"], process_cpu(pid))
 
 
 class RedisSide:
@@ -126,11 +148,9 @@ class RedisSide:
         self.client.flushall()
         self.client.config_resetstat()
 
-    def counters(self) -> Counters:
-        """One snapshot: one round trip (INFO with both sections)."""
-        info = self.client.info("everything")
-        by_command = {k[len("cmdstat_"):]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
-        return Counters(time.time(), info["total_writes_processed"], info["total_commands_processed"], by_command)
+    def counters(self, pid: int | None = None) -> Counters:
+        """One snapshot (one round trip: INFO everything), and the CPU time of process `pid` so far."""
+        return _counters(self.client, pid)
 
     def cpu_seconds(self) -> float:
         info = self.client.info("cpu")
@@ -143,6 +163,7 @@ class CounterTrace:
 
     def __init__(self, side: RedisSide, period: float = 0.1):
         self.side = side
+        self.pid: int | None = None  # a process whose CPU time is sampled too
         self.period = period
         self.samples: list[Counters] = []
         self._stop = threading.Event()
@@ -151,10 +172,7 @@ class CounterTrace:
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            info = self._client.info("everything")
-            by_command = {k[len("cmdstat_"):]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
-            self.samples.append(Counters(time.time(), info["total_writes_processed"],
-                                         info["total_commands_processed"], by_command))
+            self.samples.append(_counters(self._client, self.pid))
             self._stop.wait(self.period)
 
     def __enter__(self) -> CounterTrace:

@@ -20,7 +20,7 @@ from redis import Redis
 from rq import Queue
 
 from bench.harness import Line, RowResult, interleave, python, spawn, stop
-from bench.objects import realistic_tfjob
+from bench.objects import realistic_tfjobs
 from bench.redis_side import RedisSide
 from bench.worker import BASELINE_TASK, QUEUE, book_jobttl
 from jobttl.core.reconcile import GUARDED
@@ -43,8 +43,7 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         refs = [(f"team-{i % 50}", f"s{tag}-job-{i}", f"{tag:08x}-0000-4000-8000-{i:012x}") for i in range(n)]
         due = int(now + 3600)
         if side == "jobttl":
-            book_jobttl(redis, (realistic_tfjob(name, ns, state="succeeded", at=due - 3600.0, ttl=3600, uid=uid)
-                                for ns, name, uid in refs), GUARDED)
+            book_jobttl(redis, realistic_tfjobs(refs, state="succeeded", at=due - 3600.0, ttl=3600), GUARDED)
         else:
             queue = Queue(QUEUE, connection=Redis.from_url(redis.url))
             when = datetime.fromtimestamp(due, tz=timezone.utc)

@@ -168,16 +168,19 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
                 def measure(side_name: str, side) -> None:
                     script = wrk_script(workdir / f"wrk-{kind}-{side_name}.lua", headers, body, fresh,
                                         prefix=next(_PREFIXES), name=name, uid=uid)
-                    before = redis.counters()
+                    pid = (sinks.jobttl if side_name == "jobttl" else sinks.noop).pid
+                    before = redis.counters(pid)
                     out = wrk(sinks.url(side_name), script, seconds, sinks.threads)
-                    after = redis.counters()
+                    after = redis.counters(pid)
                     if out["errors"]:
                         result.facts.setdefault("errors", []).append({side.name: out})
                     spent = after.minus(before)
                     rt = spent.round_trips / out["requests"] if side_name == "jobttl" else None  # no Redis
                     cmds = spent.commands / out["requests"] if side_name == "jobttl" else None
                     side.add(out["rate"], round_trips=rt, commands=cmds, p50_ms=out["p50_us"] / 1000,
-                             p99_ms=out["p99_us"] / 1000)
+                             p99_ms=out["p99_us"] / 1000,
+                             sink_cpu_ms=1000 * spent.process_cpu / out["requests"],
+                             redis_cpu_ms=1000 * spent.redis_cpu / out["requests"] if side_name == "jobttl" else None)
                     if side_name == "jobttl":
                         result.facts[f"{kind}_commands"] = {k: round(v / out["requests"], 2)
                                                             for k, v in sorted(spent.by_command.items())}

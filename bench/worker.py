@@ -22,7 +22,7 @@ from rq import Queue
 
 from bench.emulator_host import Emulator
 from bench.harness import Line, RowResult, interleave, python, spawn, stop
-from bench.objects import realistic_tfjob
+from bench.objects import realistic_tfjobs
 from bench.redis_side import CounterTrace, RedisSide
 from jobttl.core import redisconn
 from jobttl.core.audit import Audit
@@ -72,10 +72,9 @@ def book_baseline(redis: RedisSide, refs: list[list[str]], due: dict[str, int] |
     return time.perf_counter() - started
 
 
-def objects_of(refs: list[list[str]], at: float | dict[str, float]) -> list[dict]:
+def objects_of(refs: list[list[str]], at: float | dict[str, float]) -> Iterable[dict]:
     """The objects as seeded (the event or the listing would carry them), rebuilt from their identity."""
-    return [realistic_tfjob(name, namespace, state="succeeded", at=at if isinstance(at, float) else at[name],
-                            ttl=TTL, uid=uid) for namespace, name, uid in refs]
+    return realistic_tfjobs(refs, state="succeeded", at=at, ttl=TTL)
 
 
 def _window(deletes: list[tuple[float, str, int]]) -> tuple[float, float, int]:
@@ -110,6 +109,7 @@ class WorkerRow:
         emulator_before = self.emulator.counts()
         with CounterTrace(redis or self.redis["baseline"]) as trace:
             process = spawn(argv, env, self.workdir / f"{side_name.replace(' ', '-')}.log")
+            trace.pid = process.pid
             try:
                 if profile is not None:
                     from bench.profile import profile_during
@@ -133,6 +133,8 @@ class WorkerRow:
             rate, round_trips=spent.round_trips / (deleted - 1) if spent else None,
             commands=spent.commands / (deleted - 1) if spent else None,
             api_requests=sum(requests.values()) / deleted,
+            worker_cpu_ms=1000 * spent.process_cpu / (deleted - 1) if spent else None,
+            redis_cpu_ms=1000 * spent.redis_cpu / (deleted - 1) if spent and redis is not None else None,
             emulator_cpu_ms=1000 * (emulator_after["cpu"] - emulator_before["cpu"]) / deleted)
         if spent:
             self.result.facts[f"{side_name} commands"] = {k: round(v / (deleted - 1), 2)
