@@ -104,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         if not args.no_breakdown and row in breakdowns:
             print(f"  round trips by call site ({row})", flush=True)
             breakdown[row] = breakdowns[row]()
+            if row == "resync":
+                resync.attach_round_trips(results[-1], breakdown[row])
 
     results.sort(key=lambda r: ROWS.index(r.key if r.key in ROWS else "sink"))
     text = harness.table(results)

@@ -101,7 +101,8 @@ class Side:
         return statistics.median(values) if values else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, "values": self.values, "median": self.median,
+        return {"name": self.name, "unit": self.unit, "higher_is_better": self.higher_is_better,
+                "values": self.values, "median": self.median,
                 "min": min(self.values) if self.values else None, "max": max(self.values) if self.values else None,
                 "extras": {k: {"values": v, "median": statistics.median(v)} for k, v in self.extras.items()}}
 
@@ -180,8 +181,8 @@ def _spread(side: Side) -> str:
 def _rt(side: Side) -> str:
     rt, commands = side.extra("round_trips"), side.extra("commands")
     if rt is None:
-        return "–"
-    digits = 1 if rt >= 1 else 2
+        return f"– ({commands:.{0 if commands >= 10 else 1}f} cmds)" if commands is not None else "–"
+    digits = 1 if rt >= 1 else 2 if rt >= 0.1 else 3
     return f"{rt:.{digits}f} ({commands:.{0 if commands >= 10 else 1}f} cmds)" if commands is not None \
         else f"{rt:.{digits}f}"
 
@@ -210,3 +211,15 @@ def table(results: list[RowResult]) -> str:
                         f"| {line.ratio(result.sides):.2f}× | {_target(line, j)}"
                         f"{verdict} | {_spread(j)} | {_spread(b)} | {_rt(j)} / {_rt(b)} |")
     return "\n".join(rows)
+
+
+def from_dict(data: dict[str, Any]) -> RowResult:
+    """A row again, from the JSON the benchmark wrote (`python -m bench.report` re-renders it)."""
+    result = RowResult(data["key"], data["title"], facts=data.get("facts", {}))
+    for name, side in data["sides"].items():
+        result.sides[name] = Side(name, side["unit"], side.get("higher_is_better", True), list(side["values"]),
+                                  {k: list(v["values"]) for k, v in side.get("extras", {}).items()})
+    for line in data["lines"]:
+        result.lines.append(Line(line["row"], line["jobttl"], line["baseline"], line.get("target", ""),
+                                 line.get("note", ""), line.get("absolute", False)))
+    return result

@@ -51,6 +51,8 @@ WAITING = {
     "rq/worker/base.py:BaseWorker.dequeue_job_and_maintain_ttl": "idle (RQ waiting for a job)",
     "rq/queue.py:Queue.dequeue_any": "idle (RQ waiting for a job)",
     "time.sleep": "idle (sleeping)",
+    "rq/scheduler.py:RQScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
+    "multiprocessing/popen_fork.py:Popen.poll": "idle (waiting for RQ's scheduler child)",
 }
 
 

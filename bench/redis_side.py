@@ -8,10 +8,14 @@ applies; the memory row measures that and 256 too.
 
 How round trips are counted (validated with redis-server 7.0, see bench/README.md):
 ``INFO stats``'s ``total_writes_processed`` grows by one per reply Redis writes to a client,
-and a synchronous client (redis-py: a command, a pipeline, a MULTI/EXEC, an EVALSHA) gets
-one reply write per request, however many commands it held; so its delta is the round trips
-of every process using this Redis. ``total_commands_processed`` counts commands, including
-MULTI/EXEC and every command a Lua script runs. ``INFO commandstats`` breaks those down by
+and a synchronous client (redis-py: a command, a pipeline, a MULTI/EXEC, an EVALSHA) whose
+request arrives in one read (up to 16 KB) gets one reply write per request, however many
+commands it held; so its delta is the round trips of every process using this Redis. A
+larger request (a resync page's 500 scripts, RQ's scheduler moving 1,000 jobs) is read in
+several chunks and answered in several writes: there the figure counts reply writes, more
+than round trips, and the table takes round trips from the client-side count
+(bench.counting) instead. ``total_commands_processed`` counts commands, including
+MULTI/EXEC and every command a Lua script runs; ``INFO commandstats`` breaks those down by
 command. Each snapshot costs one round trip and one command of its own, subtracted.
 """
 

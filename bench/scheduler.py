@@ -76,7 +76,7 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             result.facts.setdefault("incomplete", []).append(f"{label}: {queued} of {n} queued")
             return
         result.side(label, "moved/s").add((n - first[1]) / (at - first[0]), seconds=at - first[0],
-                                          round_trips=(spent.round_trips - polls) / n,
+                                          reply_writes=(spent.round_trips - polls) / n,  # not round trips here
                                           commands=(spent.commands - polls) / n)
 
     try:
