@@ -14,8 +14,11 @@ from __future__ import annotations
 import argparse
 import copy
 import logging
+import os
 import resource
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -90,9 +93,6 @@ class Emulator:
     """The bench's handle on an emulator process."""
 
     def __init__(self, workdir: str, gc_delay: float = 0.5):
-        import subprocess
-        import sys
-
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = f"{workdir}/kubeconfig-{self.port}"
@@ -100,7 +100,7 @@ class Emulator:
                                          "--kubeconfig", self.kubeconfig, "--gc-delay", str(gc_delay)])
         self.http = requests.Session()
         wait_for(lambda: self.http.get(f"{self.url}/healthz", timeout=1).ok, timeout=30, what="the emulator")
-        wait_for(lambda: __import__("os").path.exists(self.kubeconfig), what="the emulator's kubeconfig")
+        wait_for(lambda: os.path.exists(self.kubeconfig), what="the emulator's kubeconfig")
 
     def stop(self) -> None:
         self.process.terminate()

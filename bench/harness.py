@@ -153,7 +153,7 @@ class RowResult:
                 "lines": lines, "facts": self.facts}
 
 
-def interleave(rounds: int, steps: list[tuple[str, Any]], on_error=None) -> None:
+def interleave(rounds: int, steps: list[tuple[str, Any]]) -> None:
     """Run each step once per round, in order, so the sides alternate."""
     for number in range(rounds):
         for label, step in steps:

@@ -15,7 +15,6 @@ import itertools
 import json
 import re
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -24,6 +23,7 @@ import requests
 from bench.harness import Line, RowResult, interleave, python, spawn, stop
 from bench.objects import binary_event, event_template, fresh_uid, realistic_tfjob
 from bench.redis_side import RedisSide
+from jobttl.cli import build_parser
 from jobttl_emulator.localstack import free_port
 from tests.services import wait_for
 
@@ -113,7 +113,7 @@ class Sinks:
     """The jobttl sink (`python -m jobttl sink`, production defaults) and the no-op, each started once."""
 
     def __init__(self, workdir: Path, redis: RedisSide, counting: Path | None = None):
-        self.threads = __import__("jobttl.cli", fromlist=["build_parser"]).build_parser().parse_args(["sink"]).threads
+        self.threads = build_parser().parse_args(["sink"]).threads  # `jobttl sink`'s default, as deployed
         self.jobttl_port, self.noop_port = free_port(), free_port()
         env = {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": "bench"}
         prefix = python("-m", "bench.counting", str(counting)) if counting else python()
