@@ -2,7 +2,8 @@
 #   make run    the whole service locally (Redis, emulator, sink, worker, watcher); it writes
 #               .run/env: `. .run/env` (or `make shell`) in another terminal, then `jobttl status`
 #   make test   the full test suite
-# Both create .venv and install what they need, including redis-server if it is missing
+#   make bench  the benchmark (bench/; not part of make test): jobttl against plain baselines
+# Each creates .venv and installs what it needs, including redis-server if it is missing
 # (and, for the monitoring kit's tests, Debian's prometheus package: prometheus and promtool).
 
 PYTHON ?= python3
@@ -10,7 +11,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run shell test redis-server prometheus
+.PHONY: run shell test redis-server prometheus bench wrk
 
 $(INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,3 +43,14 @@ run: $(INSTALLED) redis-server
 shell:
 	@test -f .run/env || { echo "make run is not running here (no .run/env)" >&2; exit 1; }
 	@. ./.run/env && echo "jobttl: $$JOBTTL_REDIS_URL, kubectl: $$KUBECONFIG (exit to leave)" && exec $${SHELL:-/bin/sh}
+
+wrk:
+	@command -v wrk >/dev/null 2>&1 || { \
+	  echo "wrk not found; installing it"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && $$SUDO apt-get install -y -qq wrk; }
+
+# BENCH_ARGS, e.g. --quick, --rows sink,worker, --profile (see `python -m bench --help`).
+bench: $(INSTALLED) redis-server wrk
+	$(PY) -m pip install --quiet -r bench/requirements.txt
+	$(PY) -m bench $(BENCH_ARGS)
