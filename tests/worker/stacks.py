@@ -23,7 +23,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobttl_emulator import Resource, seed_object
 from jobttl.core.audit import Audit
 from jobttl.core.kinds import TFJOB
-from jobttl.core.policy import Policy
+from jobttl.core.config import Settings
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import Schedule
 from tests.fixtures import job_object
@@ -63,8 +63,10 @@ class Stack:
         self.env = {"JOBTTL_REDIS_URL": self.redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
                     "JOBTTL_QUEUE": self.queue, "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0",
                     "JOBTTL_API_TIMEOUT": "30", **settings}
-        self.schedule = Schedule(self.redis, self.queue, retry_intervals=[])
-        self.reconciler = Reconciler(self.schedule, Audit(self.redis), Policy())
+        # Booked as the sink books them: the same retries and job timeout.
+        settings = Settings.from_env(self.env)
+        self.schedule = Schedule.from_settings(self.redis, settings)
+        self.reconciler = Reconciler.from_settings(self.schedule, Audit.from_settings(self.redis, settings), settings)
         self.workers: list[JobttlProcess] = []
         self.ports: dict[JobttlProcess, int] = {}
 
