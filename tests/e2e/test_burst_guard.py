@@ -38,15 +38,9 @@ BURST = 12
 
 
 @pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    """Its own: the operator's resync lists the whole cluster, and must see only this test's jobs."""
-    server = start_emulator(tmp_path_factory.mktemp("burst"), (TFJOB_RESOURCE, CORE_EVENTS), gc_delay=0.1)
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
-def stack(emulator, tmp_path_factory):
+def stack(tmp_path_factory):
+    # An emulator of its own: the operator's resync lists the whole cluster, and must see only this test's jobs.
+    emulator = start_emulator(tmp_path_factory.mktemp("burst"), (TFJOB_RESOURCE, CORE_EVENTS), gc_delay=0.1)
     redis_server = RedisServer().start()
     env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "burst",
            "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": "0",
@@ -54,10 +48,11 @@ def stack(emulator, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("burst-logs")
     sink, url = start_sink(env, log_dir)
     worker = JobttlProcess(["worker"], env, log_dir, "burst-worker").start()
-    yield env, url, redis_server
+    yield emulator, env, url, redis_server
     worker.stop()
     sink.stop()
     redis_server.stop()
+    emulator.stop()
 
 
 def post(url: str, obj: dict) -> requests.Response:
@@ -76,8 +71,8 @@ def jobttl(env: dict, *args: str) -> tuple[int, dict]:
     return done.returncode, json.loads(done.stdout)
 
 
-def test_a_burst_of_expired_jobs_from_events_is_held_until_an_operator_confirms(emulator, stack):
-    env, url, redis_server = stack
+def test_a_burst_of_expired_jobs_from_events_is_held_until_an_operator_confirms(stack):
+    emulator, env, url, redis_server = stack
     namespace = f"burst-{uuid.uuid4().hex[:6]}"
     expired = [seed_object(emulator.store, job_object(TFJOB, f"old-{i}", namespace, at=time.time() - 86400, ttl=60))
                for i in range(BURST)]

@@ -17,7 +17,7 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, stack_environment, worker  # noqa: F401
-from tests.services import ROOT, free_port, wait_for
+from tests.services import ROOT, RedisServer, free_port, wait_for
 from jobttl.core.audit import Audit
 from jobttl.core.operations import Operations
 from jobttl.core.reconcile import Reconciler
@@ -27,6 +27,15 @@ from jobttl.core.schedule import Schedule
 QUEUE = "operate"
 WORKER_METRICS_PORT = free_port()
 TOMBSTONE_DAYS = 2
+
+
+@pytest.fixture(scope="session")
+def redis_server():
+    """A Redis of its own (overrides the suite's): deletions being followed until gone are one set
+    per Redis (jobttl:terminating), and the e2e stack's worker would follow, and count, ours."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

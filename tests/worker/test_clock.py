@@ -23,11 +23,13 @@ import re
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
-from tests.services import ROOT, start_emulator, wait_for
-from tests.worker.stacks import RESOURCES, Stack, faketime
+from tests.services import ROOT, JobttlProcess, wait_for
+from tests.worker.stacks import Stack, faketime
 from jobttl.core import keys
 
 WEEK = 7 * 86400
@@ -36,18 +38,14 @@ SKEWS = {"ahead-30d": ("+30d", DAYS_30), "ahead-2m": ("+2m", 120), "behind-2m": 
 SOON = 20  # seconds after the start that the "soon" jobs are due
 
 
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    server = start_emulator(tmp_path_factory.mktemp("clock"), RESOURCES, gc_delay=0.1)
-    yield server
-    server.stop()
-
-
+@dataclass
 class Scenario:
-    def __init__(self, stack: Stack, skew: float, soon_due: int):
-        self.stack, self.skew, self.soon_due = stack, skew, soon_due
-        self.skewed = None
-        self.honest = None
+    stack: Stack
+    skew: float  # how far the worker's clock runs ahead (negative: behind)
+    soon_due: int = 0
+    clock_file: Path | None = None  # the offset a running worker reads on every call
+    skewed: JobttlProcess | None = None
+    honest: JobttlProcess | None = None
 
 
 @pytest.fixture(scope="module")
@@ -62,8 +60,7 @@ def scenarios(emulator, tmp_path_factory):
             scenario.stack.book("week", 50, int(time.time()) + WEEK)
             scenario.stack.book("soon", 3, soon_due)
             scenario.skewed = scenario.stack.worker("skewed", **faketime(spec))
-        jump = started["jump"] = Scenario(Stack("jump", emulator, log_dir), 0, 0)
-        jump.clock_file = log_dir / "jump-clock"
+        jump = started["jump"] = Scenario(Stack("jump", emulator, log_dir), 0, clock_file=log_dir / "jump-clock")
         jump.clock_file.write_text("+0\n")
         jump.stack.book("warm", 1, int(time.time()) + 1)
         jump.skewed = jump.stack.worker("skewed", **faketime(file=jump.clock_file))

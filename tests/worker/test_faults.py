@@ -25,21 +25,19 @@ from dataclasses import dataclass, field
 
 import pytest
 from rq import Queue, Worker
+from rq.serializers import JSONSerializer
 
-from tests.services import start_emulator, wait_for
-from tests.worker.stacks import RESOURCES, Stack
+from jobttl.core.config import Settings
+from tests.services import wait_for
+from tests.worker.stacks import Stack
+
+# The abandoned deletion alone waits up to 3 minutes, past the suite's default per-test timeout.
+pytestmark = pytest.mark.timeout(300)
 
 TAKEOVER_BOUND = 90
 ABANDONED_BOUND = 180
 OUTAGE = 15
 LATENESS_BOUND = 30
-
-
-@pytest.fixture(scope="module")
-def emulator(tmp_path_factory):
-    server = start_emulator(tmp_path_factory.mktemp("faults"), RESOURCES, gc_delay=0.1)
-    yield server
-    server.stop()
 
 
 @dataclass
@@ -178,7 +176,8 @@ def test_a_deletion_abandoned_mid_call_by_a_killed_worker_runs_again_within_3_mi
     print(f"abandoned: deleted {took:.1f}s after the SIGKILL; DELETE statuses {[d['status'] for d in deletes]}")
     assert took <= ABANDONED_BOUND
     assert [d["status"] for d in deletes] == [503, 200], "the first DELETE failed (to nobody); the re-run's worked"
-    job = Queue(stack.queue, connection=stack.redis).fetch_job(abandon.details["job_id"])
+    job = Queue(stack.queue, connection=stack.redis, serializer=JSONSerializer).fetch_job(abandon.details["job_id"])
     wait_for(lambda: job.get_status(refresh=True) == "finished", timeout=10, what="the re-run to record its outcome")
     assert job.return_value() in ("deleted", "delete-requested")
+    assert job.retries_left == Settings.from_env(stack.env).retry_max - 1, "run again by RQ's Retry, once"
     assert stack.pending() == 0
