@@ -7,9 +7,8 @@ clients held every thread and no legitimate event was answered. A connection tha
 sending is dropped `CHANNEL_TIMEOUT` to `CHANNEL_TIMEOUT + CLEANUP_INTERVAL` seconds after its
 last byte (waitress looks for idle connections every `CLEANUP_INTERVAL`; its default, 30 s,
 doubled the bound). One that keeps trickling holds its socket, up to `CONNECTION_LIMIT` of them.
-One process with several threads: handling an
-event is one to three Redis round trips, and one process keeps the Prometheus counters in
-one place.
+One process with several threads: handling an event is one to three Redis round trips, and
+one process keeps the Prometheus counters in one place.
 """
 
 from __future__ import annotations
