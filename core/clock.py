@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 DEFAULT_BOUND = 30.0
+# A reading whose round trip (by the local clock) is negative or longer than this spans a step
+# of the local clock (NTP, or a test's libfaketime): it measures half the step, not the offset.
+MAX_ROUND_TRIP = 60.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class ReferenceClock:
     # --- measuring -----------------------------------------------------------------------------
     def observe_api(self, date_header: str | None, sent: float, received: float) -> None:
         """An API response's Date header (whole seconds) against the local time of the exchange."""
-        if not date_header:
+        if not date_header or not _plausible(sent, received):
             return
         try:
             server = parsedate_to_datetime(date_header).timestamp()
@@ -56,6 +59,8 @@ class ReferenceClock:
 
     def observe_redis(self, seconds: int | str | bytes, micros: int | str | bytes, sent: float,
                       received: float) -> None:
+        if not _plausible(sent, received):
+            return
         offset = int(seconds) + int(micros) / 1e6 - (sent + received) / 2
         with self._lock:
             self.redis = Offset(offset, received)
@@ -85,6 +90,10 @@ class ReferenceClock:
         return {"apiServerOffset": None if api is None else round(api.seconds, 3),
                 "redisOffset": None if redis is None else round(redis.seconds, 3),
                 "bound": self.bound, "problem": self.problem()}
+
+
+def _plausible(sent: float, received: float) -> bool:
+    return 0 <= received - sent <= MAX_ROUND_TRIP
 
 
 def _signed(seconds: float) -> str:

@@ -6,8 +6,8 @@ client's configuration, authentication and HTTP machinery, and:
 
 - refuses any verb on any resource its component does not declare in `PERMISSIONS`, the
   table the RBAC manifests in ``knative/`` are tested against;
-- decodes answers with orjson, and list pages that nest deeper than orjson reads with ijson
-  (iterative), so one hostile object never disables a whole resync;
+- decodes answers with orjson, and those that nest deeper than orjson reads with ijson's
+  parse events (iterative), so one deep object neither disables a resync nor escapes deletion;
 - feeds each answer's ``Date`` header to the reference clock (`jobttl.core.clock`);
 - sorts failures into the ways a caller must react: the object is gone, it changed
   (conflict), the list expired (restart it), retry later, or stop and tell a human.
@@ -226,8 +226,8 @@ class KubeClient:
 
     def _json(self, answer: Answer, what: str) -> dict[str, Any]:
         try:
-            value = jsoncodec.loads(answer.body)
-        except jsoncodec.DecodeError as exc:
+            value = _decode(answer.body)
+        except ValueError as exc:
             raise Undecodable(f"{what}: {exc}") from None
         if not isinstance(value, dict):
             raise Undecodable(f"{what}: expected a JSON object, got {type(value).__name__}")
@@ -386,11 +386,11 @@ class KubeClient:
 
 
 def _page(body: bytes) -> Page:
-    """A list page; one that nests deeper than orjson reads is read item by item with ijson."""
+    """A list page, however deep its objects nest (see `_decode`)."""
     try:
-        data = jsoncodec.loads(body)
-    except jsoncodec.DecodeError:
-        return _page_iteratively(body)
+        data = _decode(body)
+    except ValueError as exc:
+        raise Undecodable(f"a list page is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Undecodable(f"a list page must be a JSON object, got {type(data).__name__}")
     meta = data.get("metadata") or {}
@@ -399,24 +399,33 @@ def _page(body: bytes) -> Page:
                 meta.get("resourceVersion"))
 
 
-def _page_iteratively(body: bytes) -> Page:
+def _decode(body: bytes) -> Any:
+    """orjson; an answer nested deeper than orjson reads is read again from ijson's parse events.
+
+    The API server accepts objects far deeper than 1,024 levels (Argo's CRD preserves unknown
+    fields), and such an object must still be decided and deleted like any other. ijson's
+    events, built into objects here, neither recurse nor (unlike its prefixed `items`, whose
+    path strings grow with the depth) take quadratic time. Raises ValueError if neither can.
+    """
     try:
-        meta = next(ijson.items(io.BytesIO(body), "metadata", use_float=True), {}) or {}
-        items = list(ijson.items(io.BytesIO(body), "items.item", use_float=True))
-    except ijson.JSONError as exc:
-        raise Undecodable(f"a list page is not valid JSON: {exc}") from None
-    return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
-                meta.get("resourceVersion"))
+        return jsoncodec.loads(body)
+    except jsoncodec.DecodeError as exc:
+        builder = ijson.ObjectBuilder()
+        try:
+            for event, value in ijson.basic_parse(io.BytesIO(body), use_float=True):
+                builder.event(event, value)
+        except ijson.JSONError:
+            raise exc from None
+        if not hasattr(builder, "value"):
+            raise exc from None
+        return builder.value
 
 
 def _decode_line(line: bytes) -> dict[str, Any] | None:
     try:
-        event = jsoncodec.loads(line)
-    except jsoncodec.DecodeError:
-        try:
-            event = next(ijson.items(io.BytesIO(line), "", use_float=True))
-        except (ijson.JSONError, StopIteration):
-            return None
+        event = _decode(line)
+    except ValueError:
+        return None
     return event if isinstance(event, dict) else None
 
 

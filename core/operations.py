@@ -32,6 +32,8 @@ from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, JOB_STAGE, PERMANENT_FAILURE, Pending, Schedule, split_member
 
 LEGACY_DELETE_TASK = "worker.tasks.delete_if_expired"
+# A worker publishes its clock reading every few seconds; older ones no longer describe it.
+CLOCK_READING_FRESH = 60
 
 
 class NotFound(LookupError):
@@ -159,7 +161,7 @@ class Operations:
         scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
         last_resync = self.redis.get(keys.RESYNC_LAST)
         clocks = {k.decode(): jsoncodec.loads(v) for k, v in self.redis.hgetall(keys.CLOCKS).items()}
-        live = {w.name for w in workers}
+        redis_now = int(self.redis.time()[0])
         return {
             "pending": self.schedule.count(),
             "dueWithinHour": self.schedule.count_due_by(now + 3600),
@@ -174,7 +176,9 @@ class Operations:
                          "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
                          "clock": clocks.get(w.name)}
                         for w in workers],
-            "clockProblems": {name: c["problem"] for name, c in clocks.items() if name in live and c.get("problem")},
+            # A worker waiting for its clock has not joined RQ yet: fresh readings count, live or not.
+            "clockProblems": {name: c["problem"] for name, c in clocks.items()
+                              if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
             "lastResync": jsoncodec.loads(last_resync) if last_resync else None,
         }

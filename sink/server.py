@@ -4,9 +4,11 @@ Why waitress: it reads each request completely on its event loop (its channels b
 headers and body) before handing it to an application thread, so a slow client that
 trickles its body costs a socket, not a thread. Under gunicorn's gthread workers eight such
 clients held every thread and no legitimate event was answered. A connection that stops
-sending is dropped after `CHANNEL_TIMEOUT`. One process with several threads: handling an
-event is one to three Redis round trips, and one process keeps the Prometheus counters in
-one place.
+sending is dropped `CHANNEL_TIMEOUT` to `CHANNEL_TIMEOUT + CLEANUP_INTERVAL` seconds after its
+last byte (waitress looks for idle connections every `CLEANUP_INTERVAL`; its default, 30 s,
+doubled the bound). One that keeps trickling holds its socket, up to `CONNECTION_LIMIT` of them.
+One process with several threads: handling an event is one to three Redis round trips, and
+one process keeps the Prometheus counters in one place.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from jobttl.sink.app import create_app
 
 CONNECTION_LIMIT = 1000  # sockets, including slow ones; each costs a few KB, not a thread
 CHANNEL_TIMEOUT = 30  # seconds a connection may stay silent before it is closed
+CLEANUP_INTERVAL = 5  # how often waitress looks for such connections
 
 
 def serve(settings: Settings, host: str, port: int, threads: int = 8) -> None:
@@ -31,6 +34,7 @@ def serve(settings: Settings, host: str, port: int, threads: int = 8) -> None:
         threads=threads,
         connection_limit=CONNECTION_LIMIT,
         channel_timeout=CHANNEL_TIMEOUT,
+        cleanup_interval=CLEANUP_INTERVAL,
         # Waitress's own cap sits well above the app's, so an oversized body gets the sink's JSON
         # 413; only a body over twice the limit is cut off by waitress itself (a plain-text 413).
         max_request_body_size=2 * settings.max_event_bytes,

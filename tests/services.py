@@ -45,13 +45,17 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: f
 
 
 class RedisServer:
-    def __init__(self) -> None:
+    """Our own redis-server. `persistent`: an append-only file fsynced on every write, so a
+    stop and a start on the same port and directory (an outage) keeps the data."""
+
+    def __init__(self, persistent: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed; `make test` installs it (apt-get install -y redis-server)")
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="jobttl-redis-")
+        self.persistent = persistent
         self.process: subprocess.Popen | None = None
 
     @property
@@ -62,7 +66,10 @@ class RedisServer:
         return redis_lib.Redis.from_url(self.url)
 
     def start(self) -> RedisServer:
-        self.process = subprocess.Popen(redis_command(self.binary, self.port, self.dir), stdout=subprocess.DEVNULL)
+        command = redis_command(self.binary, self.port, self.dir)
+        if self.persistent:  # later options override earlier ones
+            command += ["--appendonly", "yes", "--appendfsync", "always"]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         wait_for(lambda: self.client().ping(), what=f"redis-server on port {self.port}")
         return self
 

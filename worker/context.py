@@ -75,7 +75,9 @@ class WorkerContext:
         except Exception:  # noqa: BLE001 - an API outage is not a clock problem; the last reading stands
             pass
         if name is not None:
-            reading = {**self.clock.as_dict(), "at": time.time()}
+            # Stamped with Redis's clock too: `jobttl status` judges how fresh a reading is by
+            # Redis's clock, not by the clock of a worker whose own clock may be the problem.
+            reading = {**self.clock.as_dict(), "at": time.time(), "redisTime": int(seconds)}
             with self.redis.pipeline(transaction=False) as pipe:
                 pipe.hset(keys.CLOCKS, name, jsoncodec.dumps_str(reading))
                 pipe.expire(keys.CLOCKS, CLOCK_READING_TTL)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from typing import Any
 
 from jobttl.core import jsoncodec, keys, logs
@@ -71,7 +70,7 @@ class Follower:
     def follow_once(self) -> int:
         if self.ctx.clock.problem():
             return 0  # "stuck" is judged by the clock too
-        now = time.time()
+        now = self.ctx.clock.now()  # requestedAt and the follow-up times are the reference clock's
         members = [m.decode() for m in self._claim(keys=[keys.TERMINATING], args=[now, LEASE, BATCH])]
         for member in members:
             try:
@@ -96,7 +95,7 @@ class Follower:
             obj = None
         if obj is None or obj["metadata"].get("uid") != ref.uid:
             return self.gone(member, ref, info)
-        now = time.time()
+        now = self.ctx.clock.now()
         waited = now - info["requestedAt"]
         if waited >= ctx.settings.stuck_after and not info.get("stuck"):
             info = self.stuck(member, ref, obj, info, waited)
@@ -106,7 +105,7 @@ class Follower:
 
     def gone(self, member: str, ref: JobRef, info: dict[str, Any]) -> None:
         ctx = self.ctx
-        gone_after = round(time.time() - info["requestedAt"], 3)
+        gone_after = round(ctx.clock.now() - info["requestedAt"], 3)
         fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None)
         entry = entry_fields("deleted", ref, **fields)
         args: list[Any] = [member, ref.uid, 0, "0", ctx.audit.max_entries, ctx.audit.tombstone_seconds, "",

@@ -70,8 +70,18 @@ class JobttlWorker(SimpleWorker):
         super().__init__(*args, **kwargs)
         self.context = context
         self.clock_problem: str | None = None
+        self._maintained_at: float | None = None
+
+    @property
+    def should_run_maintenance_tasks(self) -> bool:
+        # RQ compares wall-clock times here. Once a clock that ran ahead is stepped back (as NTP
+        # does), "now - last run" stays negative for as long as it ran ahead, and maintenance,
+        # which re-measures the clocks, restarts the scheduler and finds abandoned jobs, would
+        # not run again until then. A monotonic clock cannot step.
+        return self._maintained_at is None or time.monotonic() - self._maintained_at > self.maintenance_interval
 
     def run_maintenance_tasks(self) -> None:
+        self._maintained_at = time.monotonic()
         self.clock_problem = self._measure_clocks()
         if self.clock_problem:
             # A scheduler on a wrong clock releases deletions early (or never): hand the lock over.

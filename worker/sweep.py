@@ -11,7 +11,6 @@ the object to decide from).
 from __future__ import annotations
 
 import logging
-import time
 
 from rq.job import JobStatus
 
@@ -30,7 +29,7 @@ def sweep(ctx: WorkerContext, interval: int = 5) -> int:
     """Book again the stalled deletions; returns how many. Cheap when there are none."""
     if not ctx.redis.set(LOCK, "1", nx=True, ex=interval):
         return 0
-    now = time.time()
+    now = ctx.clock.now()  # due times are the API server's
     overdue = [(m.decode(), int(s)) for m, s in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", now - GRACE,
                                                                           start=0, num=BATCH, withscores=True)]
     stalled = [p for p in ctx.schedule.records(overdue)

@@ -220,9 +220,23 @@ def test_inline_configs_have_nothing_compose_would_interpolate(compose):
 
 
 def test_the_policy_is_accepted_by_the_code(compose):
+    """The code reads the stack's policy as its comments say: 10 minutes by default, at most an
+    hour, nothing in kube-system."""
+    from jobttl.core.decision import Verdict, decide
+    from jobttl.core.kinds import TFJOB
     from jobttl.core.policy import parse_policy
+    from tests.fixtures import job_object
 
-    parse_policy(yaml.safe_load(compose["configs"]["policy"]["content"]), "docker-compose.yml")
+    policy = parse_policy(yaml.safe_load(compose["configs"]["policy"]["content"]), "docker-compose.yml")
+    finished = 1_800_000_000
+
+    def decided(namespace: str, ttl: int | None):
+        return decide(job_object(TFJOB, "j", namespace, at=finished, ttl=ttl), TFJOB, policy)
+
+    no_ttl, a_day, system = decided("default", None), decided("default", 86400), decided("kube-system", 60)
+    assert (no_ttl.verdict, no_ttl.ttl, no_ttl.expires_at) == (Verdict.EXPIRES, 600, finished + 600)
+    assert (a_day.verdict, a_day.ttl) == (Verdict.EXPIRES, 3600), "maxTTL caps what a job asks for"
+    assert system.verdict is Verdict.EXCLUDED
 
 
 # --- the CRD installer ----------------------------------------------------------------------------

@@ -251,14 +251,19 @@ def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
 
 
 def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluster, redis_server, big_cluster,
-                                                                          tmp_path, worker):
+                                                                          tmp_path):
     """Every job already has a pending deletion hours away; a typo (maxTTL 1m, not 1d) would
-    pull them all to now. The guard must count moved deletions, not only unknown ones."""
+    pull them all to now. The guard must count moved deletions, not only unknown ones.
+
+    The typo is deployed everywhere, the worker too: a worker with the right policy would
+    decide again and move each deletion back, hiding whether the guard held anything."""
     before = pending(redis_server.client())
     typo = tmp_path / "policy.yaml"
     teams = ", ".join(f"team-{n}" for n in range(10))
     typo.write_text(f"ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n"
                     f"rules:\n  - {{name: typo, namespaces: [{teams}], maxTTL: 1m}}\n")
+    worker = JobttlProcess(["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20, JOBTTL_POLICY=typo),
+                           tmp_path, "typo-worker").start()
     cluster.clear_requests()
     report = resync_run.run(context(cluster, redis_server, JOBTTL_POLICY=typo, JOBTTL_RESYNC_MAX_DELETIONS=100))
     assert report.status == "held" and report.held >= len(big_cluster) - 5
@@ -266,7 +271,10 @@ def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluste
     after = pending(redis_server.client())
     assert {u: after.get(u) for u in big_cluster if u in before} == {u: before[u] for u in big_cluster if u in before}, \
         "held deletions keep their old due times"
-    canary(cluster, redis_server, "typo")
+    try:
+        canary(cluster, redis_server, "typo")
+    finally:
+        worker.stop()
     assert deletes_but_canaries(cluster) == [], "a worker is running, and deletes nothing of what was held"
     resync_run.run(context(cluster, redis_server))  # the typo fixed: nothing held any more
     assert redis_server.client().hlen(HELD_KEY) == 0
