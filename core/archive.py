@@ -230,7 +230,9 @@ def index(ref: JobRef, contents: Contents, archived_at: float, stage: str, plan:
                 "logKiB": plan.log_kib, "files": files, "bytes": sum(files.values()), "logs": logs,
                 "unkept": contents.unkept + ([u for u in earlier.get("unkept") or [] if isinstance(u, str)]
                                              if earlier else []),
-                "archives": (earlier.get("archives") or [] if earlier else []) + [{"stage": stage, "at": archived_at}]}
+                # One entry per stage: an archive written again (a retry, a changed object) replaces its own.
+                "archives": [a for a in (earlier.get("archives") or [] if earlier else [])
+                             if not (isinstance(a, dict) and a.get("stage") == stage)] + [{"stage": stage, "at": archived_at}]}
     return jsoncodec.dumps(document)
 
 

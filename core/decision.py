@@ -191,14 +191,14 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
         return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
                         ttl_source=source, **done)
     if KEEP_UNTIL_ANNOTATION in annotations:
-        keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
-        if keep_until is not None and cap is not None:
-            keep_until = min(keep_until, finish.time + cap.value)
-        if keep_until is None or keep_until > finish.time + MAX_TTL:
+        try:
+            keep_until = _keep_until(annotations, finish.time, cap)
+        except ValueError:
             return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
                                                  f"as 2030-01-31T00:00:00Z within 100 years, got "
                                                  f"{annotations[KEEP_UNTIL_ANNOTATION]!r}",
                             ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
+        assert keep_until is not None
         if keep_until > expires_at:
             capped = cap is not None and keep_until == finish.time + cap.value
             expires_at, ttl = keep_until, keep_until - finish.time
@@ -211,6 +211,36 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
         expires_at=expires_at,
         **done,
     )
+
+
+def _keep_until(annotations: dict[str, Any], finished_at: int, cap: Setting | None) -> int | None:
+    """The time ``jobttl.io/keep-until`` keeps a job until, capped by maxTTL; None without one.
+    Raises ValueError for a value that is not an RFC 3339 time within 100 years of the finish."""
+    if KEEP_UNTIL_ANNOTATION not in annotations:
+        return None
+    keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
+    if keep_until is not None and cap is not None:
+        keep_until = min(keep_until, finished_at + cap.value)
+    if keep_until is None or keep_until > finished_at + MAX_TTL:
+        raise ValueError(f"{KEEP_UNTIL_ANNOTATION} is not a time jobttl can keep a job until")
+    return keep_until
+
+
+def keep_until(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) -> int | None:
+    """When the user's ``jobttl.io/keep-until`` keeps this finished job until (capped by maxTTL),
+    or None. Every way jobttl deletes early (keepLast, the pods stage) waits for it too."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    if KEEP_UNTIL_ANNOTATION not in annotations:
+        return None
+    finish = kind.finish(obj)
+    if finish is None or finish.time is None:
+        return None
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    try:
+        return _keep_until(annotations, finish.time, policy.effective(meta.get("namespace", ""), labels).get("max_ttl"))
+    except ValueError:
+        return None  # decide() calls it an invalid TTL: nothing is deleted early either
 
 
 def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own, outcome: str,

@@ -32,7 +32,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from jobttl.core import jsoncodec, keys
-from jobttl.core.decision import Decision, Verdict
+from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.policy import Policy
@@ -61,20 +61,23 @@ class Member:
     rules: tuple[str, ...] = ()
     dry_run: bool = False
     notify: bool = True
+    keep_until: int | None = None  # the user's jobttl.io/keep-until: never due before it
 
     def record(self) -> str:
         """What the index keeps about it, to decide about it without its object."""
         return jsoncodec.dumps_str({"group": self.group, "ref": [self.ref.api_version, self.ref.kind, self.ref.namespace,
                                                                  self.ref.name], "finishedAt": self.finished_at,
                                     "limit": self.limit, "source": self.source, "outcome": self.outcome,
-                                    "rules": list(self.rules), "dryRun": self.dry_run, "notify": self.notify})
+                                    "rules": list(self.rules), "dryRun": self.dry_run, "notify": self.notify,
+                                    **({"keepUntil": self.keep_until} if self.keep_until is not None else {})})
 
     @classmethod
     def from_record(cls, uid: str, raw: bytes | str) -> Member:
         data = jsoncodec.loads(raw)
         return cls(data["group"], uid, int(data["finishedAt"]), int(data["limit"]), data["source"],
                    JobRef(*data["ref"], uid), data["outcome"], tuple(data.get("rules") or ()),
-                   bool(data.get("dryRun")), bool(data.get("notify", True)))
+                   bool(data.get("dryRun")), bool(data.get("notify", True)),
+                   int(data["keepUntil"]) if isinstance(data.get("keepUntil"), int) else None)
 
 
 def group_key(source: str, kind: JobKind, namespace: str, group_by: str | None, value: str | None,
@@ -102,7 +105,7 @@ def membership(obj: dict[str, Any], kind: JobKind, policy: Policy, decision: Dec
     namespace = meta.get("namespace", "")
     return Member(group_key(setting.source, kind, namespace, group_by, labels.get(group_by), decision.outcome),
                   meta.get("uid", ""), finished.time, setting.value.limit(decision.outcome), setting.source,
-                  JobRef.of(obj), decision.outcome, decision.rules, decision.dry_run, notify)
+                  JobRef.of(obj), decision.outcome, decision.rules, decision.dry_run, notify, keep_until(obj, kind, policy))
 
 
 def ranked(members: Iterable[Member]) -> dict[str, tuple[int, int | None]]:
@@ -128,8 +131,11 @@ def limit_decision(member: Member, rank: int, beyond_at: int, decision: Decision
             and decision.expires_at <= beyond_at:
         return decision
     due = max(beyond_at, member.finished_at)
+    postponed = ""
+    if member.keep_until is not None and member.keep_until > due:
+        due, postponed = member.keep_until, f"; postponed by annotation {KEEP_UNTIL_ANNOTATION}"
     return Decision(Verdict.EXPIRES, f"{member.ref.kind} {member.outcome}; {rank} newer {member.outcome} ones in its "
-                                     f"group, {member.source} keeps {member.limit}",
+                                     f"group, {member.source} keeps {member.limit}{postponed}",
                     finished_at=member.finished_at, outcome=member.outcome, ttl=due - member.finished_at,
                     ttl_source=f"{SOURCE_PREFIX}{member.source} ({member.limit} {member.outcome})", expires_at=due,
                     dry_run=member.dry_run, rules=member.rules)
@@ -179,6 +185,17 @@ class HistoryIndex:
         with self.redis.pipeline(transaction=False) as pipe:
             for uid in uids:
                 self.file(None, uid, pipe)
+            pipe.execute()
+
+    def repair(self, group: str, listed: list[Member]) -> None:
+        """Make one group what the cluster says (the worker's listing): members it does not list
+        leave, and every listed job is filed, so that ranks in the index are the cluster's."""
+        stale = set(self.group_members(group)) - {m.uid for m in listed}
+        with self.redis.pipeline(transaction=False) as pipe:
+            for uid in stale:
+                self.file(None, uid, pipe)
+            for member in listed:
+                self.file(member, member.uid, pipe)
             pipe.execute()
 
     def group_members(self, group: str) -> list[str]:

@@ -29,7 +29,7 @@ from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.identity import JobRef, check_name, check_namespace
 from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import DELETE_TASK, JOB_STAGE, PERMANENT_FAILURE, Pending, Schedule, split_member
+from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
 
 LEGACY_DELETE_TASK = "worker.tasks.delete_if_expired"
 # A worker publishes its clock reading every few seconds; older ones no longer describe it.
@@ -211,14 +211,15 @@ class Operations:
         return requeued
 
     def _pending_named(self, namespace: str, name: str, kind: str | None) -> list[Pending]:
-        """Every pending deletion under that name, newest schedule first.
+        """Every pending deletion under that name, its pods stages included, newest schedule first.
 
         More than one of a kind means the job was deleted and re-created and the older
         record is stale: operator actions apply to all of them, so the one that matters
-        (whichever it is) is never left out.
+        (whichever it is) is never left out. A pods stage is the job's too: keeping the job
+        keeps its pods, and a job with only a podTTL has nothing else pending.
         """
         found = [p for p in self._pending_of(list(self.audit.decisions(namespace, name)))
-                 if (kind is None or p.ref.kind == kind) and p.stage == JOB_STAGE]
+                 if kind is None or p.ref.kind == kind]
         if not found:
             raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
         if len({p.ref.kind for p in found}) > 1:
@@ -239,12 +240,18 @@ class Operations:
         """Move the pending deletion `seconds` later (from now, if it is already overdue);
         events and resyncs keep the new time."""
         found = self._pending_named(namespace, name, kind)
+        by_uid: dict[str, list[Pending]] = {}
         for pending in found:
-            until = max(pending.due, int(time.time())) + seconds
-            self.schedule.set_override(pending.ref.uid, {"until": str(until)}, by)
-            self.audit.record("postponed", pending.ref, due=pending.due, newDue=until, by=by)
-            self._reconciler().release([(pending.ref, pending.as_decision(), pending.stage)], by)
-        return self.schedule.get(found[0].ref.uid) or found[0]
+            by_uid.setdefault(pending.ref.uid, []).append(pending)
+        for stages in by_uid.values():
+            # One time per job, from its latest stage: every stage (its pods too) waits until then.
+            ref, latest = stages[0].ref, max(p.due for p in stages)
+            until = max(latest, int(time.time())) + seconds
+            self.schedule.set_override(ref.uid, {"until": str(until)}, by)
+            self.audit.record("postponed", ref, due=latest, newDue=until, by=by)
+            self._reconciler().release([(p.ref, p.as_decision(), p.stage) for p in stages], by)
+        first = found[0]
+        return self.schedule.get(first.ref.uid) or self.schedule.get(first.ref.uid, first.stage) or first
 
     def _reconciler(self) -> Reconciler:
         if self.reconciler is None:

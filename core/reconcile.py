@@ -155,13 +155,14 @@ class Reconciler:
         return self._run(requests)
 
     def reconcile_many(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
-                       mode: str = GUARDED) -> tuple[list[Outcome], list[Rejected]]:
+                       mode: str = GUARDED, stage: str | None = None) -> tuple[list[Outcome], list[Rejected]]:
         """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes
         (and, when the policy keeps only the last N, one before them to file the jobs in their groups).
 
         An object that cannot be read or decided is rejected, with why; the others go on. The
         outcomes are the jobs' own first, in order, then their pods stages and the jobs pushed
-        out of their groups.
+        out of their groups. With `stage`, only that stage is reconciled (a worker replanning
+        the stage it runs leaves the other to its own run).
         """
         decided, rejected = [], []
         for obj, kind in objects:
@@ -179,6 +180,10 @@ class Reconciler:
         jobs = [_Request(ref, decision, decision.verdict.value, by, mode, notify=n)
                 for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
         pods = self._pod_stages(decided, decisions, notify, by, mode)
+        if stage == PODS_STAGE:
+            jobs, pushed = [], []
+        elif stage == JOB_STAGE:
+            pods = []
         # The pods stages go first, so that each job's history card ends on its own deletion.
         outcomes = self._run(pods + jobs + pushed)
         return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \

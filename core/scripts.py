@@ -13,7 +13,12 @@ they touch keys derived from their arguments, which Redis Cluster does not allow
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis import Redis
+
+from jobttl.core import keys
+from jobttl.core.identity import JobRef
 
 # Shared helpers, prepended to every script.
 _PRELUDE = r"""
@@ -291,18 +296,28 @@ return {due or '', t[1], t[2], override[1] or '', override[2] or '', redis.call(
 
 # The worker, after deciding: record the outcome (deleted, delete-requested, would-delete, ...).
 # KEYS: pending index, audit stream, history card, tombstone key, terminating set, terminating
-#       info, claim, intent.
+#       info, claim, intent, override hash.
 # ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one),
 #       audit maxlen, card TTL, tombstone JSON or "", tombstone TTL, follow-up time or "",
-#       follow-up info JSON or "", then the audit entry's fields as key, value, ... (event first).
+#       follow-up info JSON or "", a stage done for good ("" for none), the override's TTL, then
+#       the audit entry's fields as key, value, ... (event first).
 # Returns the audit entry's id.
 FINISH = _PRELUDE + r"""
 local member, uid, due = ARGV[1], ARGV[2], tonumber(ARGV[3])
 if ARGV[4] == '1' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') == due then
   redis.call('ZREM', KEYS[1], member)
 end
+if ARGV[4] == '1' and member == uid then
+  -- The job itself is going: its pods stage goes with it (its RQ job finds itself superseded).
+  redis.call('ZREM', KEYS[1], 'pods:' .. uid)
+end
+if ARGV[11] ~= '' then
+  -- A stage that ran for good: RECONCILE never books it again (see its done:<stage> check).
+  redis.call('HSET', KEYS[9], 'done:' .. ARGV[11], string.format('%d', tonumber(redis.call('TIME')[1])))
+  redis.call('EXPIRE', KEYS[9], ARGV[12])
+end
 local entry = {}
-for i = 11, #ARGV do entry[#entry + 1] = ARGV[i] end
+for i = 13, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = audit(KEYS[2], ARGV[5], entry)
 note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
 if ARGV[7] ~= '' then redis.call('SET', KEYS[4], ARGV[7], 'EX', ARGV[8]) end
@@ -317,11 +332,13 @@ redis.call('DEL', KEYS[7], KEYS[8])
 return id
 """
 
-# A run that ends without FINISH gives its claim back (only its own).
-# KEYS: claim.  ARGV: claim token.
+# A run that ends without FINISH gives its claim back (only its own), and its intent with it
+# unless a DELETE it sent may have been applied.
+# KEYS: claim, intent.  ARGV: claim token, "1" to clear the intent.
 RELEASE = r"""
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+if ARGV[2] == '1' then redis.call('DEL', KEYS[2]) end
+return redis.call('DEL', KEYS[1])
 """
 
 # One audit entry recorded from Python (an operator's action, a failure): the trail and, for
@@ -396,3 +413,17 @@ class Scripts:
         self.finish = redis.register_script(FINISH)
         self.record = redis.register_script(RECORD)
         self.history = redis.register_script(HISTORY)
+
+    def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
+                       max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,
+                       follow: float | None = None, info: str | None = None, done: str | None = None,
+                       override_ttl: int = 0) -> Any:
+        """FINISH, with its keys and arguments in the order the script reads them."""
+        args: list[Any] = [member, ref.uid, due, "1" if forget else "0", max_entries, card_ttl, tombstone or "",
+                           tombstone_ttl, "" if follow is None else follow, info or "", done or "", override_ttl]
+        for key, value in entry.items():
+            args += [key, value]
+        return self.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
+                                 keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING,
+                                 keys.TERMINATING_INFO, keys.claim(member), keys.intent(member),
+                                 keys.override(ref.uid)], args=args)

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from jobttl.core.decision import Decision, Verdict
+from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
 from jobttl.core.durations import format_duration
 from jobttl.core.history import SOURCE_PREFIX
-from jobttl.core.kinds import JobKind, get_path
+from jobttl.core.kinds import JobKind, get_path, parse_time
 from jobttl.core.policy import Policy
 from jobttl.core.schedule import PODS_STAGE
 
@@ -61,23 +61,34 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
         return PodStage(Decision(Verdict.NO_FINISH_TIME, "no finish time to count the podTTL from", **done),
                         Verdict.NO_FINISH_TIME.value)
     due = finished.time + chosen.value
+    kept = keep_until(obj, kind, policy)
+    if kept is not None and kept > due:
+        # The user keeps the job until then to debug it: its pods (and their logs) stay as long.
+        due, source = kept, f"{source}, postponed by annotation {KEEP_UNTIL_ANNOTATION}"
     if job.verdict is Verdict.EXPIRES and job.expires_at is not None and due >= job.expires_at:
         return PodStage(Decision(Verdict.NO_TTL, f"the pods go with the {kind.kind} (its TTL ends first)", **done),
                         "pods-with-job")
     return PodStage(Decision(Verdict.EXPIRES, f"pods of {kind.kind} {job.outcome}; podTTL {chosen.value}s from {source}",
-                             finished_at=finished.time, ttl=chosen.value, ttl_source=source, expires_at=due, **done),
+                             finished_at=finished.time, ttl=due - finished.time, ttl_source=source, expires_at=due, **done),
                     "expires")
 
 
-def owned_pods(pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str) -> list[dict[str, Any]]:
-    """The pods the pods stage may delete: the kind's pod label naming this job, and a
-    controller ownerReference to this very job (its kind and UID). Never anything else."""
+def owned_pods(pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str,
+               created_by: int | None = None) -> list[dict[str, Any]]:
+    """The pods the pods stage may delete: the kind's pod label naming this job, a controller
+    ownerReference to this very job (its kind and UID), and (given `created_by`, the job's
+    finish time) created no later than the job finished: a pod created after that belongs to a
+    run that began since (``argo retry`` keeps the UID). Never anything else."""
     chosen = []
     for pod in pods:
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
         labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
         if kind.pod_label is None or labels.get(kind.pod_label) != name or not meta.get("uid"):
             continue
+        if created_by is not None:
+            created = parse_time(meta.get("creationTimestamp"))
+            if created is None or created > created_by:
+                continue
         owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
         if any(isinstance(o, dict) and o.get("controller") is True and o.get("uid") == uid and o.get("kind") == kind.kind
                for o in owners):

@@ -43,6 +43,7 @@ class Archived:
     bytes: int
     files: int
     unkept: tuple[str, ...]
+    resource_version: str | None = None  # of the object archived: a run archives each version once
 
 
 class Archiver:
@@ -69,7 +70,8 @@ class Archiver:
                                 permanent=isinstance(exc, PermanentApiError) and exc.status in (401, 403)) from exc
         if self.metrics is not None:
             self.metrics.archive_bytes.inc(written)
-        return Archived(self.store.location(where), written, len(contents.files), tuple(contents.unkept))
+        return Archived(self.store.location(where), written, len(contents.files), tuple(contents.unkept),
+                        (obj.get("metadata") or {}).get("resourceVersion"))
 
     def gather(self, kind: JobKind, ref: JobRef, obj: dict[str, Any], plan: ArchivePlan,
                earlier_events: list[dict[str, Any]] = ()) -> Contents:

@@ -34,12 +34,12 @@ from jobttl.core import jsoncodec, keys
 from jobttl.core.archive import plan_for
 from jobttl.core.audit import entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
-from jobttl.core.history import limit_decision, membership, ranked
+from jobttl.core.history import Member, limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.kube import Conflict, ObjectGone
 from jobttl.core.reconcile import Outcome
-from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, split_member
+from jobttl.core.schedule import JOB_STAGE, OVERRIDE_SECONDS, PODS_STAGE, Change, split_member
 from jobttl.core.stages import owned_pods, pod_stage
 from jobttl.worker.archiving import ArchiveFailed, Archived
 from jobttl.worker.context import WorkerContext
@@ -89,6 +89,10 @@ class Deletion:
         self.ctx = ctx
         self.job = job
         self.token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"
+        # Whether this run sent a DELETE that may have been applied: until it has, an intent it
+        # wrote says nothing true, and must not outlive the run (a later run would record the
+        # user's own deletion, or a re-creation, as jobttl's).
+        self.sent = False
 
     # --- the algorithm ---------------------------------------------------------------------------
     def run(self, target: Target) -> str:
@@ -119,13 +123,18 @@ class Deletion:
         problem = ctx.clock.problem()
         if problem:
             return self.refuse(target, "clock-skew", problem)
+        archived: Archived | None = None
         for _ in range(MAX_CONFLICTS):
             obj = self.reread(kind, target.ref)
             if current.intent is not None and target.stage == JOB_STAGE and _already_deleted(obj, target.ref):
                 # An earlier run of this deletion sent its DELETE and died before recording it.
                 # (A pods stage's run that died is simply run again: its pods are listed anew.)
-                return self.finish(target, kind, obj or current.intent.get("object") or {}, None,
-                                   {"kind": "Status"} if obj is None else obj)
+                ours = obj if obj is not None and obj["metadata"].get("uid") == target.ref.uid else None
+                outcome = self.finish(target, kind, ours or current.intent.get("object") or {}, None,
+                                      ours or {"kind": "Status"})
+                if obj is not None and ours is None:
+                    ctx.reconciler.reconcile(obj, kind, "worker")  # re-created since: it gets its own decision
+                return outcome
             if obj is None:
                 return self._forget(target, "gone")
             uid = obj["metadata"].get("uid")
@@ -156,23 +165,33 @@ class Deletion:
                 continue
             if decision.dry_run:
                 return self.would_delete(target, decision)
-            archived = self.archive(target, kind, obj)  # before any DELETE: raises ArchiveFailed when it must wait
+            if archived is None or archived.resource_version != obj["metadata"].get("resourceVersion"):
+                archived = self.archive(target, kind, obj)  # before any DELETE: raises ArchiveFailed to wait
             ctx.rate_limit.wait()
             # Right before the DELETE: has an operator acted, or the schedule moved, since we looked
             # (an archive and a rate-limit slot both take time)?
             before, current = current, self.current(target, "delete", obj)
             if current.superseded(target):
                 return "skipped:superseded"
+            if current.busy:
+                return "skipped:another-run-is-deleting-it"  # our claim expired and another run took it
             if current.said() != before.said():
                 continue  # decide again, with what they said
             if target.stage == PODS_STAGE:
+                # Pods have no precondition that says "only if the job is still as we judged it":
+                # read the job once more, so that a retried (restarted) or changed job keeps its pods.
+                latest = self.reread(kind, target.ref)
+                if not _unchanged(latest, obj):
+                    continue
                 return self.delete_pods(target, kind, obj, decision, archived)
             try:
+                self.sent = True
                 answer = ctx.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
                                          obj["metadata"]["resourceVersion"], ctx.settings.propagation_policy)
             except ObjectGone:
                 return self._forget(target, "gone")
             except Conflict as exc:
+                self.sent = False  # a 409 deleted nothing
                 ctx.audit.record("conflict", target.ref, by="worker", due=target.due, detail=str(exc))
                 continue
             return self.finish(target, kind, obj, decision, answer, archived)
@@ -192,8 +211,10 @@ class Deletion:
                        int(until) if until else None, _intent(written, target.ref.uid), busy == b"busy")
 
     def release(self, target: Target) -> None:
+        """Give the claim back, and the intent with it unless a DELETE may have been applied."""
         try:
-            self.ctx.scripts.release(keys=[keys.claim(target.member)], args=[self.token])
+            self.ctx.scripts.release(keys=[keys.claim(target.member), keys.intent(target.member)],
+                                     args=[self.token, "0" if self.sent else "1"])
         except Exception:  # noqa: BLE001 - the claim expires on its own
             pass
 
@@ -210,11 +231,17 @@ class Deletion:
         return decision
 
     def replan(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Outcome:
-        """The one reconcile path, for every stage of this object; what it did to this stage."""
-        outcomes, _ = self.ctx.reconciler.reconcile_many([(obj, kind)], "worker")
+        """The one reconcile path, for this stage only (another stage may be running right now,
+        and is its own run's to decide); what it did."""
+        outcomes, rejected = self.ctx.reconciler.reconcile_many([(obj, kind)], "worker", stage=target.stage)
+        if rejected:
+            raise ValueError(str(rejected[0]))
         mine = next((o for o in outcomes if o.stage == target.stage and o.ref.uid == target.ref.uid), None)
-        if mine is None:  # a stage the policy no longer has: nothing else would ever cancel it
+        if mine is None and target.stage != JOB_STAGE:
+            # A stage the policy no longer has: nothing else would ever cancel it.
             mine = self.ctx.reconciler.drop_stage(target.ref, target.stage, "stage-not-in-policy", "worker")
+        if mine is None:
+            raise RuntimeError(f"the reconcile of {target.ref} said nothing of its {target.stage} stage")
         return mine
 
     def archive(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Archived | None:
@@ -242,18 +269,21 @@ class Deletion:
                     archived: Archived | None) -> str:
         """The pods stage: delete this finished job's own pods (label and controller reference), keep the job."""
         ctx, ref = self.ctx, target.ref
-        pods = owned_pods(ctx.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"), kind, ref.name, ref.uid)
+        pods = owned_pods(ctx.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"), kind, ref.name, ref.uid,
+                          created_by=decision.finished_at)
         deleted = []
-        for pod in pods:
+        for i, pod in enumerate(pods):
             meta = pod["metadata"]
+            if i:
+                ctx.rate_limit.wait()  # each pod is a DELETE too: one slot each
             try:
                 ctx.kube.delete_pod(ref.namespace, meta["name"], meta["uid"])
                 deleted.append(meta["name"])
             except (ObjectGone, Conflict):
                 continue  # gone already, or the name now belongs to another pod: not ours
         now = ctx.clock.now()
-        ctx.schedule.mark_done(ref.uid, PODS_STAGE)  # later events and resyncs do not book it again
-        self._finish("pods-deleted", target, forget=True, stage=PODS_STAGE, pods=deleted,
+        # Done for good, in the same write as the record: later events and resyncs never book it again.
+        self._finish("pods-deleted", target, forget=True, done=PODS_STAGE, pods=deleted,
                      archive=archived.location if archived else None, **_details(target, decision, now))
         ctx.events.record(ref, "SuccessfulDeletePods",
                           f"Deleted {len(deleted)} pods of {decision.outcome} {ref.kind} {ref.name}: podTTL "
@@ -277,7 +307,7 @@ class Deletion:
         if self.job is not None:
             self.job.result_ttl = -1
         self.ctx.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
-                              reason=reason, failure=reason, detail=detail)
+                              stage=_stage(target), reason=reason, failure=reason, detail=detail)
         return f"refused:{reason}"
 
     def would_delete(self, target: Target, decision: Decision) -> str:
@@ -314,21 +344,17 @@ class Deletion:
         return event
 
     def _finish(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
-                follow: float | None = None, info: str | None = None, **fields: Any) -> None:
+                follow: float | None = None, info: str | None = None, done: str | None = None,
+                **fields: Any) -> None:
         """The one write of an outcome: the index, the audit entry, the history card, the tombstone,
-        the follow-up; the claim and the intent end with it."""
+        the follow-up, a stage done for good; the claim and the intent end with it."""
         ctx = self.ctx
-        entry = entry_fields(event, target.ref, by="worker", **fields)
-        args: list[Any] = [target.member, target.ref.uid, target.due, "1" if forget else "0", ctx.audit.max_entries,
-                           ctx.audit.tombstone_seconds, tombstone or "", ctx.audit.tombstone_seconds,
-                           "" if follow is None else follow, info or ""]
-        for key, value in entry.items():
-            args += [key, value]
-        ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(target.ref.namespace, target.ref.name),
-                                 keys.tombstone(target.ref.namespace, target.ref.name, target.ref.uid),
-                                 keys.TERMINATING, keys.TERMINATING_INFO, keys.claim(target.member),
-                                 keys.intent(target.member)], args=args)
-        ctx.audit.observed(event, target.ref, logger=log, by="worker", **fields)
+        entry = entry_fields(event, target.ref, by="worker", stage=_stage(target), **fields)
+        ctx.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
+                                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds,
+                                   tombstone=tombstone, tombstone_ttl=ctx.audit.tombstone_seconds, follow=follow,
+                                   info=info, done=done, override_ttl=OVERRIDE_SECONDS)
+        ctx.audit.observed(event, target.ref, logger=log, by="worker", stage=_stage(target), **fields)
 
     def _forget(self, target: Target, reason: str) -> str:
         self.ctx.reconciler.forget(target.ref, reason, "worker")
@@ -346,6 +372,15 @@ def target_of(job: Job | None, member: Any, due: int) -> Target | None:
     if not (isinstance(identity, list) and len(identity) == 4):
         return None
     return Target(JobRef(*identity, uid), str(member), int(due), stage)
+
+
+def _unchanged(latest: dict[str, Any] | None, judged: dict[str, Any]) -> bool:
+    """The object as it was when it was judged: same UID and resourceVersion, not being deleted."""
+    if latest is None:
+        return False
+    meta, before = latest.get("metadata") or {}, judged.get("metadata") or {}
+    return (meta.get("uid") == before.get("uid") and meta.get("resourceVersion") == before.get("resourceVersion")
+            and not meta.get("deletionTimestamp"))
 
 
 def _already_deleted(obj: dict[str, Any] | None, ref: JobRef) -> bool:
@@ -390,18 +425,20 @@ def check_limit(ctx: WorkerContext, kind: JobKind, obj: dict[str, Any], decision
     group_by = policy.cleanup_effective(member.ref.namespace, (obj["metadata"].get("labels") or {})).get("keep_last")
     label = group_by.value.group_by if group_by is not None else None
     selector = f"{label}={obj['metadata']['labels'][label]}" if label else None
-    listed = []
+    listed: dict[str, Member] = {}  # by UID: a list restarted after a 410 yields its first page again
     for page in ctx.kube.pages(kind, namespace=member.ref.namespace, label_selector=selector):
         for item in page.items:
             item = {**item, "apiVersion": kind.api_version, "kind": kind.kind}
             other = membership(item, kind, policy, decide(item, kind, policy))
             if other is not None and other.group == member.group:
-                listed.append(other)
-    rank, beyond_at = ranked(listed).get(member.uid, (0, None))
+                listed[other.uid] = other
+    listed.setdefault(member.uid, member)  # the object just read counts, whatever the listing missed
+    # The index is a hint: make it what the cluster says, so that the reconcile that follows
+    # (which ranks by the index) reaches the same decision as this one.
+    ctx.reconciler.history.repair(member.group, list(listed.values()))
+    rank, beyond_at = ranked(listed.values()).get(member.uid, (0, None))
     if beyond_at is not None:
         return limit_decision(member, rank, beyond_at, decision)
-    stale = set(ctx.reconciler.history.group_members(member.group)) - {m.uid for m in listed}
-    ctx.reconciler.history.drop(stale)
     return decision
 
 

@@ -107,14 +107,8 @@ class Follower:
         ctx = self.ctx
         gone_after = round(ctx.clock.now() - info["requestedAt"], 3)
         fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None)
-        entry = entry_fields("deleted", ref, **fields)
-        args: list[Any] = [member, ref.uid, 0, "0", ctx.audit.max_entries, ctx.audit.tombstone_seconds, "",
-                           ctx.audit.tombstone_seconds, "", ""]
-        for key, value in entry.items():
-            args += [key, value]
-        ctx.scripts.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
-                                 keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING,
-                                 keys.TERMINATING_INFO, keys.claim(member), keys.intent(member)], args=args)
+        ctx.scripts.record_outcome(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
+                                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds)
         ctx.redis.hdel(keys.STUCK, member)
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 

@@ -32,7 +32,11 @@ from jobttl.worker.notices import Notices
 log = logging.getLogger("jobttl.notify")
 
 QUEUE_SIZE = 1000
-NOTICE_PERIOD = 1.0  # seconds between looks at the DeletionScheduled outbox while idle
+NOTICE_PERIOD = 1.0  # seconds between looks at an empty DeletionScheduled outbox
+# DeletionScheduled Events each worker posts at most, per second: a resync that schedules
+# 10,000 jobs must not spend the API server's patience (its priority-and-fairness share is
+# the deletions' too) on announcements. The outbox waits; nothing is lost.
+NOTICES_PER_SECOND = 10.0
 
 
 @dataclass(frozen=True)
@@ -44,8 +48,9 @@ class _Event:
 
 
 class EventRecorder:
-    """With `notices` (jobttl.worker.notices), the thread also posts the DeletionScheduled outbox
-    whenever its own queue is empty, so it runs from the start rather than on first use."""
+    """With `notices` (jobttl.worker.notices), the thread also posts the DeletionScheduled outbox,
+    paced (`NOTICES_PER_SECOND`), between the deletions' own Events: those go first, but a steady
+    stream of them never keeps the notices waiting. It then runs from the start, not on first use."""
 
     def __init__(self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE,
                  notices: Notices | None = None):
@@ -53,6 +58,7 @@ class EventRecorder:
         self.metrics = metrics
         self.notices = notices
         self._queue: queue.Queue[_Event | None] = queue.Queue(maxsize=size)
+        self._next_notices = 0.0  # time.monotonic() when the outbox is next looked at
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
         if notices is not None:
@@ -81,10 +87,12 @@ class EventRecorder:
 
     def _post_forever(self) -> None:
         while True:
-            try:
-                event = self._queue.get(timeout=NOTICE_PERIOD) if self.notices is not None else self._queue.get()
-            except queue.Empty:
+            if self.notices is not None and time.monotonic() >= self._next_notices:
                 self._drain_notices()
+            try:
+                event = self._queue.get(timeout=max(0.0, self._next_notices - time.monotonic())) \
+                    if self.notices is not None else self._queue.get()
+            except queue.Empty:
                 continue
             if event is None:
                 return
@@ -94,12 +102,14 @@ class EventRecorder:
                 self._dropped(event.ref, event.reason, str(exc))
 
     def _drain_notices(self) -> None:
+        """One batch of the outbox; the next look comes when the pace allows another."""
         assert self.notices is not None
+        handled = 0
         try:
-            while self._queue.empty() and self.notices.drain():
-                pass  # the deletions' own Events first: they wait in the queue
+            handled = self.notices.drain()
         except Exception as exc:  # noqa: BLE001 - Redis or the API down: the outbox waits for the next period
             logs.record(log, "notices-not-drained", level=logging.WARNING, detail=str(exc))
+        self._next_notices = time.monotonic() + (handled / NOTICES_PER_SECOND if handled else NOTICE_PERIOD)
 
     def _dropped(self, ref: JobRef, reason: str, detail: str) -> None:
         if self.metrics is not None:

@@ -17,6 +17,7 @@ from rq.job import Job
 from jobttl.core.config import Settings
 from jobttl.core.identity import JobRef
 from jobttl.core.kube import Conflict, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.schedule import PODS_STAGE
 from jobttl.worker import archiving
 from jobttl.worker import resync as resync_run
 from jobttl.worker.archiving import ArchiveFailed
@@ -81,11 +82,16 @@ def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception)
         event, level = ("retrying", logging.WARNING) if retries_left else ("failed", logging.ERROR)
         failure = {TransientApiError: "transient", Conflict: "conflict", ArchiveFailed: "archive-failed"}.get(
             type(exc), "error")
-    ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, error=str(exc), failure=failure,
-                     retriesLeft=retries_left or 0, jobId=job.id if job else None)
+    pods = target.stage == PODS_STAGE
+    ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, stage=target.stage if pods else None,
+                     error=str(exc), failure=failure, retriesLeft=retries_left or 0, jobId=job.id if job else None)
     if not retries_left:
-        ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {exc}",
-                          warning=True)
+        if pods:
+            ctx.events.record(ref, "FailedDeletePods", f"jobttl could not delete the pods of {ref.kind} {ref.name}: "
+                              f"{exc}", warning=True)
+        else:
+            ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {exc}",
+                              warning=True)
 
 
 def warn_upcoming(uid: str | dict, due: int) -> str:
