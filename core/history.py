@@ -31,7 +31,7 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, scripts
 from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
@@ -185,7 +185,7 @@ class HistoryIndex:
         with self.redis.pipeline(transaction=False) as pipe:
             for uid in uids:
                 self.file(None, uid, pipe)
-            pipe.execute()
+            scripts.execute(pipe)
 
     def repair(self, group: str, listed: list[Member]) -> None:
         """Make one group what the cluster says (the worker's listing): members it does not list
@@ -196,7 +196,7 @@ class HistoryIndex:
                 self.file(None, uid, pipe)
             for member in listed:
                 self.file(member, member.uid, pipe)
-            pipe.execute()
+            scripts.execute(pipe)
 
     def group_members(self, group: str) -> list[str]:
         return [m.decode() for m in self.redis.zrange(keys.HISTORY_PREFIX + group, 0, -1)]

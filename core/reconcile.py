@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, scripts
 from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.history import HistoryIndex, limit_decision, membership
@@ -219,7 +219,7 @@ class Reconciler:
         with self.schedule.redis.pipeline(transaction=False) as pipe:
             for (_, _, ref, _), member in zip(decided, members):
                 self.history.file(member, ref.uid, pipe)
-            replies = pipe.execute()
+            replies = scripts.execute(pipe)
         pushed: dict[str, _Request] = {}
         own = {ref.uid: i for i, (_, _, ref, _) in enumerate(decided)}
         for i, (member, reply) in enumerate(zip(members, replies)):
@@ -243,7 +243,7 @@ class Reconciler:
         with self.schedule.redis.pipeline(transaction=False) as pipe:
             for request in requests:
                 self._send(request, pipe)
-            replies = pipe.execute()
+            replies = scripts.execute(pipe)
         planned = [self._planned(request, reply) for request, reply in zip(requests, replies)]
         planned = self._apply(requests, planned)
         return [self._report(request, p) for request, p in zip(requests, planned)]

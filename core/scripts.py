@@ -13,9 +13,13 @@ they touch keys derived from their arguments, which Redis Cluster does not allow
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
+from redis.client import Pipeline
+from redis.exceptions import NoScriptError
 
 from jobttl.core import keys
 from jobttl.core.identity import JobRef
@@ -401,18 +405,74 @@ return out
 """
 
 
+_SOURCES: dict[str, str] = {}  # SHA1 → source, for loading a script Redis does not know
+
+
+class Lua:
+    """One script, sent without a round trip of its own.
+
+    redis-py's registered Script sends SCRIPT EXISTS before every pipeline that holds one: a
+    second round trip for every reconcile. In a plain pipeline this sends EVALSHA, and
+    `execute` loads the script and runs again what Redis did not know (after a restart or a
+    failover). Inside MULTI it sends EVAL: a NOSCRIPT there would fail one command of a
+    transaction whose others (RQ's writes) went through. Called on its own, it is redis-py's
+    Script (EVALSHA, loaded on NOSCRIPT).
+    """
+
+    def __init__(self, redis: Redis, source: str):
+        self.source = source
+        self.sha = hashlib.sha1(source.encode()).hexdigest()
+        _SOURCES[self.sha] = source
+        self._script = redis.register_script(source)
+
+    def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
+        if isinstance(client, Pipeline):
+            if client.transaction or client.explicit_transaction:
+                return client.eval(self.source, len(keys), *keys, *args)
+            return client.evalsha(self.sha, len(keys), *keys, *args)
+        return self._script(keys=keys, args=args, client=client)
+
+
+def execute(pipe: Pipeline) -> list[Any]:
+    """Execute a plain (non-MULTI) pipeline holding `Lua` scripts: one round trip, and one more
+    only when Redis has lost a script (then those commands, which did not run, run again in
+    order). Raises the first error, as redis-py's execute does."""
+    stack = list(pipe.command_stack)
+    replies = pipe.execute(raise_on_error=False)
+    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    if missing:
+        with _sibling(pipe) as again:
+            for sha in dict.fromkeys(str(stack[i][0][1]) for i in missing):
+                again.script_load(_SOURCES[sha])
+            for i in missing:
+                args, options = stack[i]
+                again.execute_command(*args, **options)
+            rerun = again.execute(raise_on_error=False)[-len(missing):]
+        for i, reply in zip(missing, rerun):
+            replies[i] = reply
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+    return replies
+
+
+def _sibling(pipe: Pipeline) -> Pipeline:
+    """A fresh plain pipeline on the same connection pool as `pipe`."""
+    return Pipeline(pipe.connection_pool, pipe.response_callbacks, transaction=False, shard_hint=None)
+
+
 class Scripts:
-    """The scripts, registered once per Redis client (EVALSHA, loaded again after a restart)."""
+    """The scripts, one `Lua` each per Redis client."""
 
     def __init__(self, redis: Redis):
-        self.reconcile = redis.register_script(RECONCILE)
-        self.commit = redis.register_script(COMMIT)
-        self.retire = redis.register_script(RETIRE)
-        self.release = redis.register_script(RELEASE)
-        self.begin = redis.register_script(BEGIN)
-        self.finish = redis.register_script(FINISH)
-        self.record = redis.register_script(RECORD)
-        self.history = redis.register_script(HISTORY)
+        self.reconcile = Lua(redis, RECONCILE)
+        self.commit = Lua(redis, COMMIT)
+        self.retire = Lua(redis, RETIRE)
+        self.release = Lua(redis, RELEASE)
+        self.begin = Lua(redis, BEGIN)
+        self.finish = Lua(redis, FINISH)
+        self.record = Lua(redis, RECORD)
+        self.history = Lua(redis, HISTORY)
 
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
                        max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,

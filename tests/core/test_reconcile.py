@@ -18,6 +18,7 @@ from jobttl.core.policy import parse_policy
 from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
+from tests.services import RedisServer
 
 
 @pytest.fixture
@@ -288,3 +289,42 @@ def test_a_cancel_racing_a_schedule_leaves_the_new_rq_job_alone(reconciler, sche
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED  # booked again meanwhile
     reconciler._apply([cancel], [planned])  # the cancel's cleanup, late
     assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))], "the new booking's RQ job survives"
+
+
+@pytest.fixture
+def own_redis():
+    """A Redis no one else talks to: its own counters are this test's round trips."""
+    server = RedisServer().start()
+    yield server.client()
+    server.stop()
+
+
+def round_trips(redis, action) -> int:
+    """Replies Redis wrote while `action` ran: one per round trip (a command, a pipeline, a
+    MULTI/EXEC), less the INFO that reads the counter."""
+    before = redis.info("stats")["total_writes_processed"]
+    action()
+    return redis.info("stats")["total_writes_processed"] - before - 1
+
+
+def test_a_new_deletion_costs_two_round_trips_and_a_duplicate_one(own_redis):
+    reconciler = Reconciler(Schedule(own_redis, "trips", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=3)
+    obj = finished()
+    reconciler.reconcile(finished(), TFJOB, "event")  # the scripts are loaded once per Redis
+    assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "event")) == 2
+    assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "event")) == 1
+    assert round_trips(own_redis, lambda: reconciler.reconcile(running(finished()), TFJOB, "event")) == 1
+
+
+def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
+    """After a restart or a failover Redis knows no script: the batch still runs, each once."""
+    reconciler = Reconciler(Schedule(own_redis, "flushed", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=None)
+    page = [(finished(), TFJOB) for _ in range(5)]
+    own_redis.script_flush()
+    outcomes, _ = reconciler.reconcile_many(page, "resync")
+    assert [o.change for o in outcomes] == [Change.SCHEDULED] * 5
+    own_redis.script_flush()
+    outcomes, _ = reconciler.reconcile_many(page, "resync")
+    assert [o.change for o in outcomes] == [Change.UNCHANGED] * 5
+    assert own_redis.xlen(keys.AUDIT_STREAM) == 5, "one 'scheduled' each, nothing recorded twice"
+    assert own_redis.zcard(keys.PENDING_INDEX) == 5
