@@ -110,27 +110,37 @@ def wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
 
 
 class Sinks:
-    """The jobttl sink (`python -m jobttl sink`, production defaults) and the no-op, each started once."""
+    """The jobttl sink (`python -m jobttl sink`, production defaults), the same sink with the
+    opt-in duplicate memory (JOBTTL_SINK_DEDUPE_SECONDS), and the no-op, each started once."""
 
     def __init__(self, workdir: Path, redis: RedisSide, counting: Path | None = None):
         self.threads = build_parser().parse_args(["sink"]).threads  # `jobttl sink`'s default, as deployed
-        self.jobttl_port, self.noop_port = free_port(), free_port()
+        self.ports = {"jobttl": free_port(), "dedupe": free_port(), "noop": free_port()}
         env = {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": "bench"}
         prefix = python("-m", "bench.counting", str(counting)) if counting else python()
-        self.jobttl = spawn([*prefix, "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.jobttl_port)],
-                            env, workdir / "sink.log")
-        self.noop = spawn(python("-m", "bench.noop_sink", "--port", str(self.noop_port)), {}, workdir / "noop.log")
-        for port in (self.jobttl_port, self.noop_port):
+        self.processes = {
+            side: spawn([*prefix, "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.ports[side])],
+                        {**env, **extra}, workdir / f"sink-{side}.log")
+            for side, extra in (("jobttl", {}), ("dedupe", {"JOBTTL_SINK_DEDUPE_SECONDS": str(DEDUPE_SECONDS)}))}
+        self.processes["noop"] = spawn(python("-m", "bench.noop_sink", "--port", str(self.ports["noop"])), {},
+                                       workdir / "noop.log")
+        for port in self.ports.values():
             wait_for(lambda: requests.post(f"http://127.0.0.1:{port}/", timeout=1) is not None, timeout=30,
                      what=f"a sink on {port}")
 
+    @property
+    def jobttl(self):
+        return self.processes["jobttl"]
+
     def url(self, side: str) -> str:
-        return f"http://127.0.0.1:{self.jobttl_port if side == 'jobttl' else self.noop_port}/"
+        return f"http://127.0.0.1:{self.ports[side]}/"
 
     def stop(self) -> None:
-        stop(self.jobttl)
-        stop(self.noop)
+        for process in self.processes.values():
+            stop(process)
 
+
+DEDUPE_SECONDS = 10
 
 # Every wrk run gets its own prefix, so no two requests in a run share a name or UID.
 _PREFIXES = itertools.count(int(time.time()) % 100_000 * 1000)
@@ -158,40 +168,48 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
                     obj = realistic_tfjob("duplicate-job", "bench", state=state, at=now - 60, uid=fresh_uid())
                     headers, body = binary_event(obj)
                     name = uid = None
-                    for side in ("jobttl", "noop"):
+                    for side in ("jobttl", "dedupe", "noop"):
                         answer = requests.post(sinks.url(side), headers=headers, data=body, timeout=10)
                         assert answer.status_code == 202, answer.text
                 result.facts[f"{kind}_event_bytes"] = len(body)
                 jobttl_side = result.side(f"jobttl {kind}", "events/s")
                 noop_side = result.side(f"no-op {kind}", "events/s")
+                # The opt-in memory only changes duplicates: measured on that row alone.
+                dedupe_side = result.side(f"jobttl {kind}, dedupe {DEDUPE_SECONDS} s", "events/s") if not fresh else None
 
                 def measure(side_name: str, side) -> None:
                     script = wrk_script(workdir / f"wrk-{kind}-{side_name}.lua", headers, body, fresh,
                                         prefix=next(_PREFIXES), name=name, uid=uid)
-                    pid = (sinks.jobttl if side_name == "jobttl" else sinks.noop).pid
+                    pid = sinks.processes[side_name].pid
                     before = redis.counters(pid)
                     out = wrk(sinks.url(side_name), script, seconds, sinks.threads)
                     after = redis.counters(pid)
                     if out["errors"]:
                         result.facts.setdefault("errors", []).append({side.name: out})
                     spent = after.minus(before)
-                    rt = spent.round_trips / out["requests"] if side_name == "jobttl" else None  # no Redis
-                    cmds = spent.commands / out["requests"] if side_name == "jobttl" else None
+                    ours = side_name != "noop"  # the no-op uses no Redis
+                    rt = spent.round_trips / out["requests"] if ours else None
+                    cmds = spent.commands / out["requests"] if ours else None
                     side.add(out["rate"], round_trips=rt, commands=cmds, p50_ms=out["p50_us"] / 1000,
                              p99_ms=out["p99_us"] / 1000,
                              sink_cpu_ms=1000 * spent.process_cpu / out["requests"],
-                             redis_cpu_ms=1000 * spent.redis_cpu / out["requests"] if side_name == "jobttl" else None)
+                             redis_cpu_ms=1000 * spent.redis_cpu / out["requests"] if ours else None)
                     if side_name == "jobttl":
                         result.facts[f"{kind}_commands"] = {k: round(v / out["requests"], 2)
                                                             for k, v in sorted(spent.by_command.items())}
 
                 # Warm both up (imports, connection pools, Lua scripts loaded) outside the rounds.
-                for side_name in ("jobttl", "noop"):
+                for side_name in ("jobttl", "noop") + (("dedupe",) if dedupe_side else ()):
                     wrk(sinks.url(side_name), wrk_script(workdir / "warm.lua", headers, body, fresh, next(_PREFIXES), name, uid),
                         1, sinks.threads)
-                interleave(rounds, [("jobttl", lambda: measure("jobttl", jobttl_side)),
-                                    ("no-op", lambda: measure("noop", noop_side))])
+                sides = [("jobttl", lambda: measure("jobttl", jobttl_side)), ("no-op", lambda: measure("noop", noop_side))]
+                if dedupe_side is not None:
+                    sides.append(("dedupe", lambda: measure("dedupe", dedupe_side)))
+                interleave(rounds, sides)
                 result.lines.append(Line(title, jobttl_side.name, noop_side.name, target))
+                if dedupe_side is not None:
+                    result.lines.append(Line(f"{title} (opt-in JOBTTL_SINK_DEDUPE_SECONDS={DEDUPE_SECONDS})",
+                                             dedupe_side.name, noop_side.name, ""))
                 if profile_dir is not None:
                     from bench.profile import profile_during
                     script = wrk_script(workdir / f"wrk-{kind}-profile.lua", headers, body, fresh, next(_PREFIXES), name, uid)

@@ -123,6 +123,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("sink_min_replicas", "JOBTTL_SINK_MIN_REPLICAS", number(0, 10),
             "the sink accepts an event only once its writes are on this many Redis replicas (WAIT, one round "
             "trip more per write), else 503; keep it below the replica count, or losing one stops the sink"),
+    Setting("sink_dedupe_seconds", "JOBTTL_SINK_DEDUPE_SECONDS", number(0, 3600),
+            "the sink answers an event that decides exactly what one it applied this many seconds ago from "
+            "memory, without Redis (redeliveries, status updates nothing reads); a Redis that lost its data "
+            "is then re-booked only after the window; 0 (default): every event goes to Redis"),
     Setting("queue_name", "JOBTTL_QUEUE", queue_name, "RQ queue name"),
     Setting("policy_path", "JOBTTL_POLICY", text,
             "the policy file (a mounted ConfigMap); unset: only jobs that ask for a TTL are deleted"),
@@ -182,6 +186,7 @@ class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
     redis_ca_file: str | None = None
     sink_min_replicas: int = 0
+    sink_dedupe_seconds: int = 0
     queue_name: str = "jobttl"
     policy_path: str | None = None
     kubeconfig: str | None = None

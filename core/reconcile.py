@@ -36,6 +36,7 @@ from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.metrics import Metrics
 from jobttl.core.policy import Policy
+from jobttl.core.recent import Recent
 from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
 from jobttl.core.scripts import Scripts
 from jobttl.core.stages import pod_stage
@@ -109,19 +110,20 @@ class _Request:
 
 class Reconciler:
     def __init__(self, schedule: Schedule, audit: Audit, policy: Policy, metrics: Metrics | None = None,
-                 burst_limit: int | None = None):
+                 burst_limit: int | None = None, recent: Recent | None = None):
         self.schedule = schedule
         self.audit = audit
         self.policy = policy
         self.metrics = metrics
         self.burst_limit = burst_limit
+        self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.recent)
         self.scripts = Scripts(schedule.redis)
         self.history = HistoryIndex(schedule.redis)
 
     @classmethod
-    def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None
-                      ) -> Reconciler:
-        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions)
+    def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None,
+                      recent: Recent | None = None) -> Reconciler:
+        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions, recent=recent)
 
     # --- the entry points ---------------------------------------------------------------------
     def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED) -> Outcome:
@@ -137,6 +139,8 @@ class Reconciler:
         # Its pods stage too, whatever the policy says now: one booked under an earlier policy
         # must not outlive its job (a pending entry for nothing costs a script call, no more).
         requests = [_Request(ref, None, reason, by, GUARDED), _Request(ref, None, reason, by, GUARDED, PODS_STAGE)]
+        if self.recent is not None:
+            self.recent.drop(*(r.member for r in requests))
         if self.policy.history_limits:
             self.history.drop([ref.uid])
         return self._run(requests)[0]
@@ -185,9 +189,23 @@ class Reconciler:
         elif stage == JOB_STAGE:
             pods = []
         # The pods stages go first, so that each job's history card ends on its own deletion.
-        outcomes = self._run(pods + jobs + pushed)
+        outcomes = self._remembered(pods + jobs + pushed, by, mode)
         return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \
             rejected
+
+    def _remembered(self, requests: list[_Request], by: str, mode: str) -> list[Outcome]:
+        """`_run`, unless the sink reconciled exactly these decisions a moment ago (jobttl.core.recent)."""
+        if self.recent is None or by != "event" or mode != GUARDED or self.policy.history_limits:
+            return self._run(requests)
+        keys_ = [_memo(r) for r in requests]
+        known = [self.recent.get(r.member, k) for r, k in zip(requests, keys_)]
+        if requests and all(o is not None for o in known):
+            return known
+        outcomes = self._run(requests)
+        for request, key, outcome in zip(requests, keys_, outcomes):
+            if outcome.change in _SETTLED:
+                self.recent.put(request.member, key, _as_repeated(outcome))
+        return outcomes
 
     # --- keeping the evidence: notices, pods stages, history limits ---------------------------
     def _notify(self, obj: dict[str, Any]) -> bool:
@@ -342,6 +360,25 @@ class Reconciler:
                         extra={"event": "skipped", "object": request.ref.as_dict(), "reason": request.reason,
                                "detail": request.decision.reason})
         return outcome
+
+
+# Outcomes after which the same decision again changes nothing (a worker at work, a hold by
+# the guard, and errors are not remembered: the next event goes to Redis).
+_SETTLED = (Change.SCHEDULED, Change.MOVED, Change.UNCHANGED, Change.CANCELLED, Change.IGNORED, Change.KEPT)
+
+
+def _memo(request: _Request) -> tuple:
+    """What makes two reconciles of one member the same: the decision as the script sees it."""
+    return request.reason, request.decision, request.notify  # Decision is frozen: compared field by field
+
+
+def _as_repeated(outcome: Outcome) -> Outcome:
+    """The outcome the same decision has the next time: what was written is now in place."""
+    if outcome.change in (Change.SCHEDULED, Change.MOVED):
+        return Outcome(Change.UNCHANGED, outcome.ref, outcome.decision, outcome.due, None, outcome.stage)
+    if outcome.change is Change.CANCELLED:
+        return Outcome(Change.IGNORED, outcome.ref, outcome.decision, None, None, outcome.stage, outcome.reason)
+    return outcome
 
 
 def _details(decision: Decision | None) -> dict[str, Any]:

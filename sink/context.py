@@ -13,6 +13,7 @@ from jobttl.core.kinds import KindRegistry
 from jobttl.core.kube import KubeClient, load_api_client
 from jobttl.core.metrics import Metrics
 from jobttl.core.operations import Operations
+from jobttl.core.recent import Recent
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import Schedule
 from jobttl.sink.auth import SenderCheck
@@ -46,8 +47,9 @@ class SinkContext:
         metrics = Metrics(redis, settings.queue_name)
         schedule = Schedule.from_settings(redis, settings)
         audit = Audit.from_settings(redis, settings, metrics)
+        recent = Recent(settings.sink_dedupe_seconds) if settings.sink_dedupe_seconds else None
         context = cls(settings, redis, probe, schedule, audit, Reconciler.from_settings(schedule, audit, settings,
-                                                                                      metrics),
+                                                                                      metrics, recent),
                       KindRegistry(settings.policy.kinds), metrics, SenderCheck.from_settings(settings), kube)
         try:
             upgrade.ensure(redis, audit.tombstone_seconds)

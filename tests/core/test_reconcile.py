@@ -14,7 +14,9 @@ from jobttl.core import keys
 from jobttl.core.audit import Audit
 from jobttl.core.decision import decide
 from jobttl.core.kinds import TFJOB
+from jobttl.core.identity import JobRef
 from jobttl.core.policy import parse_policy
+from jobttl.core.recent import Recent
 from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
@@ -328,3 +330,86 @@ def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     assert [o.change for o in outcomes] == [Change.UNCHANGED] * 5
     assert own_redis.xlen(keys.AUDIT_STREAM) == 5, "one 'scheduled' each, nothing recorded twice"
     assert own_redis.zcard(keys.PENDING_INDEX) == 5
+
+
+# --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+@pytest.fixture
+def remembering(own_redis):
+    clock = FakeClock()
+    reconciler = Reconciler(Schedule(own_redis, "recent", retry_intervals=[]), Audit(own_redis), parse_policy(None),
+                            burst_limit=3, recent=Recent(10, clock=clock))
+    reconciler.reconcile(finished(), TFJOB, "event")  # the scripts are loaded once per Redis
+    return reconciler, clock
+
+
+def test_an_event_deciding_what_the_last_one_did_is_answered_without_redis(remembering, own_redis):
+    reconciler, _ = remembering
+    obj = finished()
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
+    status_update = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "999999"}}
+    outcomes = []
+    assert round_trips(own_redis, lambda: outcomes.append(reconciler.reconcile(status_update, TFJOB, "event"))) == 0
+    assert outcomes[0].change is Change.UNCHANGED and outcomes[0].due == due(obj)
+
+
+def test_a_changed_decision_goes_to_redis_at_once(remembering, own_redis):
+    reconciler, _ = remembering
+    obj = finished(ttl=3600)
+    reconciler.reconcile(obj, TFJOB, "event")
+    extended = {**obj, "spec": {**obj["spec"], "runPolicy": {"ttlSecondsAfterFinished": 7200}}}
+    assert reconciler.reconcile(extended, TFJOB, "event").change is Change.MOVED
+    assert reconciler.schedule.get(uid(obj)).due == due(extended)
+    assert reconciler.reconcile(running(obj), TFJOB, "event").change is Change.CANCELLED
+    assert reconciler.schedule.get(uid(obj)) is None
+
+
+def test_a_delete_event_forgets_what_was_remembered(remembering):
+    reconciler, _ = remembering
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    reconciler.forget(JobRef.of(obj), "gone", "event")
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED, "not answered from memory"
+
+
+def test_after_the_window_a_lost_booking_is_made_again(remembering, own_redis):
+    reconciler, clock = remembering
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    own_redis.flushall()  # Redis lost its data
+    clock.now += 9
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.UNCHANGED, "inside the window: memory"
+    clock.now += 2
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
+    assert reconciler.schedule.get(uid(obj)).due == due(obj)
+
+
+def test_the_resync_and_the_worker_always_go_to_redis(remembering, own_redis):
+    reconciler, _ = remembering
+    obj = finished()
+    reconciler.reconcile(obj, TFJOB, "event")
+    assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "resync")) >= 1
+    assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "worker")) >= 1
+
+
+def test_a_deletion_the_guard_held_is_not_remembered(own_redis):
+    reconciler = Reconciler(Schedule(own_redis, "held", retry_intervals=[]), Audit(own_redis), parse_policy(None),
+                            burst_limit=0, recent=Recent(10))
+    obj = finished(at=time.time() - 7200)  # already expired: newly due, and the guard allows none
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.HELD
+    assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "event")) >= 1
+
+
+def test_memory_is_bounded_and_forgets_the_oldest_first():
+    recent = Recent(10, size=2)
+    for member in ("a", "b", "c"):
+        recent.put(member, ("k",), member.upper())
+    assert [recent.get(m, ("k",)) for m in ("a", "b", "c")] == [None, "B", "C"]
+    assert recent.get("c", ("other",)) is None, "another decision is not the remembered one"

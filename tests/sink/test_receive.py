@@ -15,6 +15,7 @@ from jobttl.core.decision import Verdict, decide
 from jobttl.core.kinds import TFJOB
 from jobttl.sink.app import create_app
 from tests.fixtures import finished_status, tfjob, with_server_fields
+from tests.services import RedisServer
 
 
 def finished(ttl=60, **meta):
@@ -80,3 +81,18 @@ def test_nothing_unexpected_escapes_as_a_bare_500(client):
                                          "ce-type": "dev.knative.apiserver.resource.update",
                                          "content-type": "application/json"}, data=b"\xff\xfe")
     assert response.status_code == 400 and response.is_json
+
+
+def test_with_dedupe_a_repeated_decision_is_answered_from_memory_and_a_new_one_from_redis(queue_name):
+    """JOBTTL_SINK_DEDUPE_SECONDS: Redis is stopped, and the redelivery is still answered."""
+    server = RedisServer().start()
+    try:
+        client = app_with(server, queue_name, JOBTTL_SINK_DEDUPE_SECONDS="30").test_client()
+        obj = finished()
+        assert post(client, obj).headers["X-Jobttl-Outcome"] == "scheduled"
+        server.stop()
+        again = post(client, obj)
+        assert again.status_code == 202 and again.headers["X-Jobttl-Outcome"] == "unchanged"
+        assert post(client, finished()).status_code == 503, "a new decision needs Redis"
+    finally:
+        server.stop()
