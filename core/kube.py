@@ -15,7 +15,10 @@ client's configuration, authentication and HTTP machinery, and:
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import io
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -388,7 +391,8 @@ class KubeClient:
 def _page(body: bytes) -> Page:
     """A list page, however deep its objects nest (see `_decode`)."""
     try:
-        data = _decode(body)
+        with _collector_paused():
+            data = _decode(body)
     except ValueError as exc:
         raise Undecodable(f"a list page is not valid JSON: {exc}") from None
     if not isinstance(data, dict):
@@ -397,6 +401,37 @@ def _page(body: bytes) -> Page:
     items = data.get("items") or []
     return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
                 meta.get("resourceVersion"))
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Python's cyclic collector off while a list page is decoded.
+
+    A 500-object page is a few million new containers, none of them garbage, and every 700
+    allocations start a collection that walks the young ones again (and every so often all
+    of them): three quarters of a page's decode time went to collections that found nothing.
+    Decoding makes no cycles, so nothing is lost by collecting once afterwards instead. The
+    collector is process-wide: it is back on when the last overlapping decode is done, and
+    stays off if someone else had turned it off.
+    """
+    global _pausing, _resume
+    with _pause_lock:
+        if _pausing == 0:
+            _resume = gc.isenabled()
+            gc.disable()
+        _pausing += 1
+    try:
+        yield
+    finally:
+        with _pause_lock:
+            _pausing -= 1
+            if _pausing == 0 and _resume:
+                gc.enable()
+
+
+_pause_lock = threading.Lock()
+_pausing = 0  # decodes under way with the collector paused
+_resume = False  # whether it was on before the first of them
 
 
 def _decode(body: bytes) -> Any:
