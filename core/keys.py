@@ -42,6 +42,10 @@ NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when 
 # Archives (jobttl.core.archive)
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
+# Locks held for a moment by one process
+SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.worker.sweep)
+UPGRADE_LOCK = "jobttl:upgrade:lock"  # one process at a time upgrades the layout (jobttl.core.upgrade)
+
 # Clocks and the rate limit
 CLOCKS = "jobttl:clocks"  # hash: worker name → its measured offsets (JSON)
 RATE_LIMIT = "jobttl:ratelimit:delete"

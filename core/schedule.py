@@ -16,12 +16,14 @@ Layout in Redis:
   id and the due time are derived from the member and its score.
 - ``jobttl:override:<uid>``: what an operator said (keep, or not before a time).
 
-Every change is one atomic Lua script (`jobttl.core.scripts`) that compares the decision
-with what is pending and writes the index, the audit entry and the job's history together,
-on Redis's clock; RQ's own code then writes the RQ job (in one pipeline). A duplicate or a
-running job is one round trip; a new deletion two; a moved one three. Should a process die
-between the script and RQ's write, the index names a job that does not exist, and the next
-event or resync for that object enqueues it (the compare checks the RQ job is live).
+Every reconcile starts with one atomic Lua script (RECONCILE, `jobttl.core.scripts`) that
+compares the decision with what is pending, on Redis's clock. What needs no RQ job (a
+cancel, a hold, nothing to do) it writes itself; a booking it only plans, and the plan is
+written in one MULTI: RQ's own write of the job and COMMIT, which writes the index, the
+audit entry and the history card. A duplicate or a running job is one round trip; a new or
+moved deletion two. A process that dies between the two has written nothing for the
+booking, and the next event or resync plans it again; an index entry whose RQ job was lost
+some other way is booked again too (the compare checks the RQ job is live).
 
 The RQ job id is derived from (member, due): a changed TTL maps onto a new job id and the
 old job is deleted, so an RQ job is never rewritten while a worker runs it. Jobs already due

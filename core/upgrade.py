@@ -32,7 +32,7 @@ from jobttl.core.schedule import DELETE_TASK, RESYNC_TASK, WARN_TASK, Pending
 log = logging.getLogger("jobttl.upgrade")
 
 SCHEMA_VERSION = "2"
-LOCK = "jobttl:upgrade:lock"
+LOCK = keys.UPGRADE_LOCK
 LEGACY_RECORD_PREFIX = "jobttl:pending:"
 LEGACY_NAMES_PREFIX = "jobttl:names:"
 LEGACY_HELD_ID = "jobttl:held:id"

@@ -22,7 +22,7 @@ log = logging.getLogger("jobttl.sweep")
 
 GRACE = 30  # seconds overdue before a deletion counts as stalled
 BATCH = 200
-LOCK = "jobttl:sweep:lock"
+LOCK = keys.SWEEP_LOCK
 
 
 def sweep(ctx: WorkerContext, interval: int = 5) -> int:

@@ -220,7 +220,7 @@ def test_sink_scaling_keeps_one_pod_warm_and_caps_concurrency(objects):
     assert int(annotations["autoscaling.knative.dev/max-scale"]) >= 1
     spec = pod_spec(sink)
     args = build_parser().parse_args(spec["containers"][0]["args"])
-    assert 0 < spec["containerConcurrency"] <= args.threads  # no request waits inside gunicorn
+    assert 0 < spec["containerConcurrency"] <= args.threads  # no request waits inside waitress
 
 
 def test_sink_arguments_parse_and_it_serves_the_declared_port_with_probes(objects):
