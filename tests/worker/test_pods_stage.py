@@ -1,0 +1,300 @@
+"""The pods stage and the job stage's last steps, run by the worker's own algorithm in this process
+(`jobttl.worker.deletion.Deletion`) against real Redis and the emulator over HTTP: the job read again
+right before its pods go, pods younger than the finish kept, keep-until, dry run, the pods stage
+dropped with its job, and the intent a run leaves (or does not) when it ends.
+
+Nothing is monkeypatched: a window between the worker's reads is opened with a rate-limit slot
+taken in Redis beforehand (the worker waits for it after its first read, before the re-read), and
+the test changes the job in that window, as a user or a controller would.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.config import Settings
+from jobttl.core.identity import JobRef
+from jobttl.core.kinds import TFJOB
+from jobttl.core.kube import Conflict, TransientApiError
+from jobttl.core.ratelimit import RateLimit
+from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, member_for
+from jobttl.worker.context import WorkerContext
+from jobttl.worker.deletion import Deletion, Target
+from jobttl_emulator import EVENT, POD, TFJOB as TFJOB_RESOURCE, seed_object
+from tests.fixtures import job_object, rfc3339, running_status
+from tests.services import start_emulator, wait_for
+
+POD_LABEL = TFJOB.pod_label
+WINDOW = 3.0  # seconds the worker waits for its rate-limit slot: the test acts in between
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    server = start_emulator(tmp_path_factory.mktemp("pods-kube"), (TFJOB_RESOURCE, POD, EVENT), gc_delay=0.1)
+    yield server
+    server.stop()
+
+
+class Bench:
+    """A worker's context (the one `jobttl worker` builds) under a policy of the test's own."""
+
+    def __init__(self, kube, redis_server, directory, policy: str, queue: str, rate: float = 0.0):
+        (directory / "policy.yaml").write_text(policy)
+        self.kube = kube
+        self.namespace = f"pods-{uuid.uuid4().hex[:8]}"
+        self.rate_key = f"test:rate:{uuid.uuid4().hex[:8]}"
+        settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(kube.kubeconfig),
+                                      "JOBTTL_QUEUE": queue, "JOBTTL_POLICY": str(directory / "policy.yaml"),
+                                      "JOBTTL_DELETE_RATE": "0", "JOBTTL_RESYNC_INTERVAL": "0",
+                                      "JOBTTL_API_TIMEOUT": "10"})
+        self.ctx = WorkerContext.from_settings(settings)
+        self.ctx.rate_limit = RateLimit(self.ctx.redis, rate, key=self.rate_key)
+        self.redis = self.ctx.redis
+
+    # --- the cluster -------------------------------------------------------------------------------
+    def job(self, name: str, finished_at: float, **annotations: str) -> dict:
+        obj = job_object(TFJOB, name, self.namespace, at=finished_at)
+        if annotations:
+            obj["metadata"]["annotations"] = annotations
+        return seed_object(self.kube.store, obj)
+
+    def pod(self, name: str, owner: dict) -> dict:
+        meta = owner["metadata"]
+        return seed_object(self.kube.store, {
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": self.namespace, "labels": {POD_LABEL: meta["name"]},
+                         "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                              "name": meta["name"], "uid": meta["uid"], "controller": True,
+                                              "blockOwnerDeletion": True}]},
+            "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
+            "status": {"phase": "Succeeded"}})
+
+    def pods(self) -> list[str]:
+        from jobttl_emulator import POD as resource
+        return sorted(p["metadata"]["name"] for p in self.kube.store.list(resource, self.namespace)["items"])
+
+    def pod_deletes(self) -> list[str]:
+        return [r["path"].rsplit("/", 1)[1] for r in
+                self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/pods/")]
+
+    def job_deletes(self) -> list[str]:
+        return [r["path"].rsplit("/", 1)[1] for r in
+                self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/tfjobs/")]
+
+    def job_gets(self, name: str) -> int:
+        path = f"/namespaces/{self.namespace}/tfjobs/{name}"
+        return len([r for r in self.kube.requests("GET", path_contains=path) if r["path"].endswith(path)])
+
+    def get(self, name: str) -> dict:
+        return self.ctx.kube.get(TFJOB, self.namespace, name)
+
+    def update(self, name: str, change, status: bool = False) -> dict:
+        """Change the job in the store, as its controller (`status`) or a user would."""
+        obj = self.kube.store.get(_tfjobs(self.kube), self.namespace, name)
+        change(obj)
+        return self.kube.store.replace(_tfjobs(self.kube), self.namespace, name, obj,
+                                       subresource="status" if status else None)
+
+    def annotate(self, name: str, **annotations: str) -> dict:
+        return self.update(name, lambda o: o["metadata"].setdefault("annotations", {}).update(annotations))
+
+    # --- jobttl ------------------------------------------------------------------------------------
+    def book(self, obj: dict):
+        outcomes, rejected = self.ctx.reconciler.reconcile_many([(obj, TFJOB)], "test")
+        assert not rejected
+        return outcomes
+
+    def target(self, obj: dict, stage: str) -> Target:
+        member = member_for(obj["metadata"]["uid"], stage)
+        due = self.redis.zscore(keys.PENDING_INDEX, member)
+        assert due is not None, f"no {stage} stage pending for {obj['metadata']['name']}"
+        return Target(JobRef.of(obj), member, int(due), stage)
+
+    def run(self, target: Target) -> str:
+        return Deletion(self.ctx, None).run(target)
+
+    def open_window(self) -> None:
+        """The next rate-limit slot is WINDOW seconds away: the worker waits that long after its read."""
+        seconds, micros = self.redis.time()
+        self.redis.set(self.rate_key, int((seconds + WINDOW) * 1_000_000 + micros), px=int(WINDOW * 1000) + 5000)
+
+    def run_and_change(self, target: Target, name: str, change) -> str:
+        """Run the deletion; once the worker has read the job and waits for its slot, `change()`."""
+        self.open_window()
+        before = self.job_gets(name)
+        result: dict = {}
+        thread = threading.Thread(target=lambda: result.setdefault("outcome", self.run(target)), daemon=True)
+        thread.start()
+        wait_for(lambda: self.job_gets(name) > before, timeout=WINDOW, interval=0.02, what="the worker's first read")
+        change()
+        thread.join(timeout=60)
+        assert not thread.is_alive()
+        return result["outcome"]
+
+    def history(self, name: str) -> list[dict]:
+        return [e.as_dict() for e in reversed(self.ctx.audit.history(self.namespace, name))]
+
+    def pending(self, obj: dict, stage: str) -> float | None:
+        return self.redis.zscore(keys.PENDING_INDEX, member_for(obj["metadata"]["uid"], stage))
+
+
+def _tfjobs(kube):
+    return kube.store.resource_for(TFJOB.api_version, TFJOB.kind)
+
+
+PODS_POLICY = 'ttl: 1h\npodTTL: 1s\n'
+
+
+@pytest.fixture
+def bench(kube, redis_server, tmp_path, queue_name):
+    return Bench(kube, redis_server, tmp_path, PODS_POLICY, queue_name, rate=1.0)
+
+
+def finished_with_pods(bench: Bench, name: str, pods: int = 2, **annotations: str) -> dict:
+    """A job whose pods ran and which then finished; its pods stage booked, and due by now."""
+    obj = bench.job(name, time.time() - 60, **annotations)
+    for i in range(pods):
+        bench.pod(f"{name}-worker-{i}", obj)
+    # The emulator stamps a pod with the time it is created: the job finishes after its pods began.
+    finished = int(time.time())
+    obj = bench.update(name, lambda o: o["status"].update(completionTime=rfc3339(finished)), status=True)
+    bench.book(obj)
+    due = bench.pending(obj, PODS_STAGE)
+    assert due == finished + 1, "podTTL 1s"
+    wait_for(lambda: time.time() >= due + 0.1, timeout=5, what="the pods stage to come due")
+    return obj
+
+
+# --- 1. the job read again right before its pods go ------------------------------------------------------
+
+def test_the_pods_stage_deletes_the_pods_when_the_job_is_unchanged(bench):
+    """The baseline the race tests below depart from: same window, nothing changes, the pods go."""
+    obj = finished_with_pods(bench, "steady")
+    assert bench.pods() == ["steady-worker-0", "steady-worker-1"]
+    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "steady", lambda: None)
+    assert outcome == "pods-deleted"
+    assert sorted(bench.pod_deletes()) == ["steady-worker-0", "steady-worker-1"] and bench.pods() == []
+
+
+def test_the_pods_stage_keeps_the_pods_of_a_job_running_again_since_it_was_read(bench):
+    """`argo retry` (or a controller restarting a job) keeps the UID: only the re-read right
+    before the DELETEs sees it, and the pods of the new run stay."""
+    obj = finished_with_pods(bench, "retried")
+    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "retried",
+                                   lambda: bench.update("retried", lambda o: o.update(status=running_status(time.time())),
+                                                        status=True))
+    assert outcome == "skipped:not-finished"
+    assert bench.pod_deletes() == [] and bench.pods() == ["retried-worker-0", "retried-worker-1"]
+    assert bench.pending(obj, PODS_STAGE) is None, "a running job has no pods stage"
+    assert not bench.redis.exists(keys.intent(member_for(obj["metadata"]["uid"], PODS_STAGE))), \
+        "a run that sent no DELETE leaves no intent"
+
+
+def test_the_pods_stage_keeps_the_pods_of_a_job_kept_longer_since_it_was_read(bench):
+    """The user annotates jobttl.io/keep-until while the worker waits for its slot: no pod goes,
+    and the stage moves to that time."""
+    obj = finished_with_pods(bench, "extended")
+    keep_until = int(time.time()) + 1800
+    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "extended",
+                                   lambda: bench.annotate("extended", **{"jobttl.io/keep-until": rfc3339(keep_until)}))
+    assert outcome == "rescheduled"
+    assert bench.pod_deletes() == [] and bench.pods() == ["extended-worker-0", "extended-worker-1"]
+    assert bench.pending(obj, PODS_STAGE) == keep_until
+
+
+# --- 2. never a pod younger than the finish ---------------------------------------------------------------
+
+def test_a_pod_created_after_the_job_finished_survives_the_pods_stage(bench):
+    obj = finished_with_pods(bench, "rerun")
+    finished = int(bench.pending(obj, PODS_STAGE)) - 1
+    wait_for(lambda: int(time.time()) > finished, timeout=5, what="a second after the finish")
+    late = bench.pod("rerun-worker-late", obj)  # a run begun since (its UID kept, as `argo retry` does)
+    assert late["metadata"]["creationTimestamp"] > rfc3339(finished)
+    assert bench.run(bench.target(obj, PODS_STAGE)) == "pods-deleted"
+    assert sorted(bench.pod_deletes()) == ["rerun-worker-0", "rerun-worker-1"]
+    assert bench.pods() == ["rerun-worker-late"]
+    [entry] = [e for e in bench.history("rerun") if e["event"] == "pods-deleted"]
+    pods = entry["pods"] if isinstance(entry["pods"], list) else jsoncodec.loads(entry["pods"])
+    assert sorted(pods) == ["rerun-worker-0", "rerun-worker-1"] and entry["stage"] == "pods"
+
+
+# --- 3. keep-until, in the worker --------------------------------------------------------------------------
+
+def test_the_pods_stage_waits_for_keep_until_annotated_after_it_was_booked(bench):
+    obj = finished_with_pods(bench, "debugged")
+    target = bench.target(obj, PODS_STAGE)
+    keep_until = int(time.time()) + 3000  # within the job's TTL (1h): the pods stage still comes first
+    bench.annotate("debugged", **{"jobttl.io/keep-until": rfc3339(keep_until)})
+    assert bench.run(target) == "rescheduled"
+    assert bench.pod_deletes() == [] and bench.pods() == ["debugged-worker-0", "debugged-worker-1"]
+    assert bench.pending(obj, PODS_STAGE) == keep_until
+
+
+# --- 6. dry run --------------------------------------------------------------------------------------------
+
+def test_a_pods_stage_in_dry_run_deletes_no_pod_and_records_what_it_would_do(kube, redis_server, tmp_path,
+                                                                             queue_name):
+    bench = Bench(kube, redis_server, tmp_path, PODS_POLICY + "dryRun: true\n", queue_name)
+    obj = finished_with_pods(bench, "rehearsed")
+    target = bench.target(obj, PODS_STAGE)
+    assert bench.run(target) == "would-delete"
+    assert bench.pod_deletes() == [] and bench.pods() == ["rehearsed-worker-0", "rehearsed-worker-1"]
+    [entry] = [e for e in bench.history("rehearsed") if e["event"] == "would-delete"]
+    assert entry["stage"] == "pods" and entry["dryRun"] in (True, "true", "1") and int(entry["due"]) == target.due
+    assert "pods-deleted" not in [e["event"] for e in bench.history("rehearsed")]
+    assert bench.get("rehearsed") is not None
+
+
+# --- 7. the job's FINISH drops its pods stage --------------------------------------------------------------
+
+@pytest.fixture
+def due_bench(kube, redis_server, tmp_path, queue_name):
+    """Both stages due at once: the job 2s after it finished, its pods 1s after."""
+    return Bench(kube, redis_server, tmp_path, "ttl: 2s\npodTTL: 1s\n", queue_name)
+
+
+def test_deleting_the_job_drops_its_pending_pods_stage_in_the_same_write(due_bench):
+    obj = due_bench.job("whole", time.time() - 60)
+    due_bench.book(obj)
+    assert due_bench.pending(obj, PODS_STAGE) is not None and due_bench.pending(obj, JOB_STAGE) is not None
+    assert due_bench.run(due_bench.target(obj, JOB_STAGE)) in ("deleted", "delete-requested")
+    assert due_bench.job_deletes() == ["whole"]
+    assert due_bench.pending(obj, JOB_STAGE) is None
+    assert due_bench.pending(obj, PODS_STAGE) is None, "the pods stage goes with its job"
+
+
+# --- 8. a run that ends without FINISH: its intent ---------------------------------------------------------
+
+def test_a_run_whose_deletes_all_conflicted_leaves_no_intent(due_bench):
+    """Three 409s deleted nothing: the intent written before them must not outlive the run (a
+    later run would take the user's own deletion of the job for jobttl's)."""
+    obj = due_bench.job("contested", time.time() - 60)
+    due_bench.book(obj)
+    uid = obj["metadata"]["uid"]
+    due_bench.kube.add_fault(verb="delete", status=409, count=3, path_contains=f"/{due_bench.namespace}/tfjobs/")
+    with pytest.raises(Conflict):
+        due_bench.run(due_bench.target(obj, JOB_STAGE))
+    assert len(due_bench.job_deletes()) == 3
+    assert not due_bench.redis.exists(keys.intent(uid)) and not due_bench.redis.exists(keys.claim(uid))
+    assert due_bench.pending(obj, JOB_STAGE) is not None, "still pending, for RQ's retry"
+
+
+def test_a_run_whose_delete_may_have_been_applied_keeps_its_intent(due_bench):
+    """A DELETE that failed with a 500 may have been applied: the intent stays for the next run."""
+    obj = due_bench.job("uncertain", time.time() - 60)
+    due_bench.book(obj)
+    uid = obj["metadata"]["uid"]
+    due_bench.kube.add_fault(verb="delete", status=500, count=20, path_contains=f"/{due_bench.namespace}/tfjobs/")
+    try:
+        with pytest.raises(TransientApiError):
+            due_bench.run(due_bench.target(obj, JOB_STAGE))
+    finally:
+        due_bench.kube.clear_faults()
+    intent = jsoncodec.loads(due_bench.redis.get(keys.intent(uid)))
+    assert intent["uid"] == uid and intent["resourceVersion"] == obj["metadata"]["resourceVersion"]
+    assert not due_bench.redis.exists(keys.claim(uid)), "the claim is given back all the same"
