@@ -13,7 +13,7 @@ from jobttl.core.history import membership
 from jobttl.core.decision import decide
 from jobttl.core.kinds import TFJOB
 from jobttl.core.schedule import JOB_STAGE
-from tests.fixtures import job_object, with_server_fields
+from tests.fixtures import job_object, rfc3339, with_server_fields
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 
 MONTH = 30 * 86400
@@ -70,3 +70,18 @@ def test_a_job_recreated_under_a_new_uid_counts_once_in_its_group(bench):
     assert bench.job_deletes() == []
     assert set(bench.ctx.reconciler.history.group_members(group)) == {oldest["metadata"]["uid"],
                                                                        twin["metadata"]["uid"]}
+
+
+def test_a_job_pushed_out_of_its_group_waits_for_keep_until_annotated_since(bench):
+    now = time.time()
+    jobs = [bench.job(f"run-{i}", now - 600 + i * 100) for i in range(3)]
+    for obj in jobs:
+        bench.book(obj)
+    oldest = jobs[0]
+    target = bench.target(oldest, JOB_STAGE)
+    assert target.due <= now, "beyond keepLast 2: due now"
+    keep_until = int(now) + 3600
+    bench.annotate("run-0", **{"jobttl.io/keep-until": rfc3339(keep_until)})
+    assert bench.run(target) == "rescheduled"
+    assert bench.job_deletes() == []
+    assert bench.pending(oldest, JOB_STAGE) == keep_until
