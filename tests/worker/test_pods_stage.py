@@ -53,6 +53,9 @@ def test_the_pods_stage_deletes_the_pods_when_the_job_is_unchanged(bench):
     outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "steady", lambda: None)
     assert outcome == "pods-deleted"
     assert sorted(bench.pod_deletes()) == ["steady-worker-0", "steady-worker-1"] and bench.pods() == []
+    # Each pod is a DELETE too: one rate-limit slot each (1/s here).
+    first, second = sorted(r["time"] for r in bench.kube.requests("DELETE", path_contains=f"/{bench.namespace}/pods/"))
+    assert second - first >= 0.9
 
 
 def test_the_pods_stage_keeps_the_pods_of_a_job_running_again_since_it_was_read(bench):
@@ -172,3 +175,41 @@ def test_a_run_whose_delete_may_have_been_applied_keeps_its_intent(due_bench):
     intent = jsoncodec.loads(due_bench.redis.get(keys.intent(uid)))
     assert intent["uid"] == uid and intent["resourceVersion"] == obj["metadata"]["resourceVersion"]
     assert not due_bench.redis.exists(keys.claim(uid)), "the claim is given back all the same"
+
+
+# --- the job stage: a claim taken by another run, a job re-created after a run that died ------------------
+
+def test_a_run_whose_claim_another_run_took_meanwhile_sends_no_delete(kube, redis_server, tmp_path, queue_name):
+    """Its claim expired while it waited (here: taken over in the window): the other run deletes, not this one."""
+    bench = Bench(kube, redis_server, tmp_path, "ttl: 2s\n", queue_name, rate=1.0)
+    obj = bench.job("claimed", time.time() - 60)
+    bench.book(obj)
+    target = bench.target(obj, JOB_STAGE)
+    uid = obj["metadata"]["uid"]
+    outcome = bench.run_and_change(target, "claimed", lambda: bench.redis.set(keys.claim(uid), "another-run"))
+    assert outcome == "skipped:another-run-is-deleting-it"
+    assert bench.job_deletes() == [] and bench.get("claimed") is not None
+    assert bench.redis.get(keys.claim(uid)) == b"another-run", "the other run's claim is not this run's to end"
+    assert bench.pending(obj, JOB_STAGE) == target.due
+
+
+def test_a_run_that_finds_its_job_recreated_after_a_dead_runs_delete_records_it_and_books_the_new_one(due_bench):
+    obj = due_bench.job("phoenix", time.time() - 60)
+    due_bench.book(obj)
+    target = due_bench.target(obj, JOB_STAGE)
+    uid = obj["metadata"]["uid"]
+    # As a run that died after its DELETE leaves it: the intent, the job gone; then the user re-creates it.
+    due_bench.redis.set(keys.intent(uid), jsoncodec.dumps_str({"uid": uid, "at": time.time(),
+                                                               "resourceVersion": obj["metadata"]["resourceVersion"],
+                                                               "object": {"metadata": {}, "status": obj["status"]}}))
+    due_bench.kube.store.delete(due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]), due_bench.namespace,
+                                "phoenix", {"propagationPolicy": "Background"})
+    wait_for(lambda: not due_bench.kube.store.list(due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]),
+                                                    due_bench.namespace)["items"], timeout=5, what="the job gone")
+    again = due_bench.job("phoenix", time.time() - 30)
+    assert again["metadata"]["uid"] != uid
+    assert due_bench.run(target) == "deleted"
+    assert due_bench.job_deletes() == [], "this run sent none: it records the dead run's"
+    assert due_bench.pending(obj, JOB_STAGE) is None
+    assert due_bench.pending(again, JOB_STAGE) is not None, "the new job gets its own decision"
+    assert due_bench.get("phoenix")["metadata"]["uid"] == again["metadata"]["uid"]
