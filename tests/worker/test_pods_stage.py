@@ -213,3 +213,25 @@ def test_a_run_that_finds_its_job_recreated_after_a_dead_runs_delete_records_it_
     assert due_bench.pending(obj, JOB_STAGE) is None
     assert due_bench.pending(again, JOB_STAGE) is not None, "the new job gets its own decision"
     assert due_bench.get("phoenix")["metadata"]["uid"] == again["metadata"]["uid"]
+
+
+def test_the_pods_stage_deletes_no_pod_of_a_job_recreated_since_it_was_read(bench):
+    """The user deletes the job, leaving its pods (orphan), and creates it again under the same name:
+    the re-read sees another UID. No pod is deleted, no "pods-deleted" is recorded for a job that
+    is gone, and the new job gets its own decision."""
+    obj = finished_with_pods(bench, "reborn")
+    res = bench.kube.store.resource_for(obj["apiVersion"], obj["kind"])
+    created: dict = {}
+
+    def recreate():
+        bench.kube.store.delete(res, bench.namespace, "reborn", {"propagationPolicy": "Orphan"})
+        wait_for(lambda: not bench.kube.store.list(res, bench.namespace)["items"], timeout=2, interval=0.02,
+                 what="the orphaning deletion")
+        created["new"] = bench.job("reborn", time.time() - 60)
+
+    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "reborn", recreate)
+    assert outcome == "skipped:recreated"
+    assert bench.pod_deletes() == [] and bench.pods() == ["reborn-worker-0", "reborn-worker-1"]
+    assert "pods-deleted" not in [e["event"] for e in bench.history("reborn")]
+    assert bench.pending(obj, PODS_STAGE) is None and bench.pending(obj, JOB_STAGE) is None
+    assert bench.pending(created["new"], JOB_STAGE) is not None, "the new job gets its own decision"
