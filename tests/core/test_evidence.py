@@ -160,6 +160,21 @@ def test_the_index_of_a_later_stage_keeps_the_earlier_logs():
     assert archive.choose_logs(document, container="other") == []
 
 
+def test_an_archive_written_again_replaces_its_own_stages_entry():
+    """A retry, or a changed object, writes a stage's archive again: index.json lists each stage once."""
+    ref = JobRef.of(job())
+    plan = archive.ArchivePlan()
+    first = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 100.0, "pods", plan))
+    again = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 150.0, "pods", plan,
+                                          first))
+    assert again["archives"] == [{"stage": "pods", "at": 150.0}]
+    job_stage = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 200.0, "job",
+                                              plan, again))
+    retried = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 250.0, "job",
+                                            plan, job_stage))
+    assert retried["archives"] == [{"stage": "pods", "at": 150.0}, {"stage": "job", "at": 250.0}]
+
+
 def test_events_seen_by_an_earlier_stage_are_kept_once():
     a, b = {"metadata": {"uid": "a"}, "reason": "Created"}, {"metadata": {"uid": "b"}, "reason": "Done"}
     merged = archive.merge_events(archive.earlier_events(archive.to_yaml([a, b], "events")[0]), [b])
