@@ -235,3 +235,14 @@ def test_the_pods_stage_deletes_no_pod_of_a_job_recreated_since_it_was_read(benc
     assert "pods-deleted" not in [e["event"] for e in bench.history("reborn")]
     assert bench.pending(obj, PODS_STAGE) is None and bench.pending(obj, JOB_STAGE) is None
     assert bench.pending(created["new"], JOB_STAGE) is not None, "the new job gets its own decision"
+
+
+def test_a_pods_stage_run_replans_only_its_own_stage(bench):
+    """Kept (keep-until) past the job's TTL since the pods stage was booked: the pods now go with
+    the job, so the pods stage is cancelled; the job's own stage is its own run's to move."""
+    obj = finished_with_pods(bench, "both")
+    job_due = bench.pending(obj, JOB_STAGE)
+    bench.annotate("both", **{"jobttl.io/keep-until": rfc3339(job_due + 1800)})
+    assert bench.run(bench.target(obj, PODS_STAGE)) == "skipped:pods-with-job"
+    assert bench.pod_deletes() == [] and bench.pending(obj, PODS_STAGE) is None
+    assert bench.pending(obj, JOB_STAGE) == job_due, "the job stage is left to its own run"
