@@ -17,6 +17,7 @@ import pytest
 from jobttl.core import jsoncodec, keys
 from jobttl.core.kube import Conflict, TransientApiError
 from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, member_for
+from jobttl_emulator import EVENT
 from tests.fixtures import rfc3339, running_status
 from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
@@ -246,3 +247,25 @@ def test_a_pods_stage_run_replans_only_its_own_stage(bench):
     assert bench.run(bench.target(obj, PODS_STAGE)) == "skipped:pods-with-job"
     assert bench.pod_deletes() == [] and bench.pending(obj, PODS_STAGE) is None
     assert bench.pending(obj, JOB_STAGE) == job_due, "the job stage is left to its own run"
+
+
+def test_a_pods_stage_that_gives_up_says_so_as_failed_delete_pods(bench):
+    """The pods' DELETEs fail for good: the Warning Event and the audit entry name the pods stage,
+    not the job (which is still there, and still due at its own TTL)."""
+    from jobttl.worker.tasks import _failed  # the task's one handler, as RQ's last try reaches it
+
+    obj = finished_with_pods(bench, "stubborn", pods=1)
+    target = bench.target(obj, PODS_STAGE)
+    bench.kube.add_fault(verb="delete", status=500, count=20, path_contains=f"/{bench.namespace}/pods/")
+    try:
+        with pytest.raises(TransientApiError) as raised:
+            bench.run(target)
+    finally:
+        bench.kube.clear_faults()
+    _failed(bench.ctx, None, target, raised.value)
+    [failed] = [e for e in bench.history("stubborn") if e["event"] == "failed"]
+    assert failed["stage"] == "pods" and failed["failure"] == "transient"
+    events = wait_for(lambda: [e for e in bench.kube.store.list(EVENT, bench.namespace)["items"]
+                               if e["type"] == "Warning"], timeout=10, what="the Warning Event")
+    assert [(e["reason"], e["involvedObject"]["uid"]) for e in events] == [("FailedDeletePods", target.ref.uid)]
+    assert events[0]["message"].startswith("jobttl could not delete the pods of TFJob stubborn: ")
