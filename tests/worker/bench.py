@@ -25,7 +25,7 @@ from tests.fixtures import job_object
 from tests.services import start_emulator, wait_for
 
 POD_LABEL = TFJOB.pod_label
-WINDOW = 3.0  # seconds the worker waits for its rate-limit slot: the test acts in between
+WINDOW = 4.0  # seconds the worker waits for its rate-limit slot: the test acts in between
 
 
 @pytest.fixture(scope="module")
