@@ -33,12 +33,22 @@ def posted(kube, namespace: str) -> list[dict]:
     return [e for e in kube.store.list(EVENT, namespace)["items"]]
 
 
-def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_events(bench):
-    assert COUNT > notices_module.BATCH
+def booked(bench: Bench) -> list[dict]:
+    """COUNT jobs just finished, their deletions booked: COUNT notices in the outbox."""
     now = time.time()
     jobs = [with_server_fields(job_object(TFJOB, f"announced-{i}", bench.namespace, at=now)) for i in range(COUNT)]
     for obj in jobs:
         bench.book(obj)
+    return jobs
+
+
+def post_times(bench: Bench) -> list[float]:
+    return sorted(r["time"] for r in bench.kube.requests("POST", path_contains=f"/namespaces/{bench.namespace}/events"))
+
+
+def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_events(bench):
+    assert COUNT > notices_module.BATCH
+    jobs = booked(bench)
     busy = f"busy-{uuid.uuid4().hex[:6]}"  # the deletions' Events go to a namespace of their own
     recorder = EventRecorder(bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube))
     stop, sent = threading.Event(), []
@@ -66,8 +76,25 @@ def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_e
     # The deletions' Events all went too, the notices notwithstanding.
     wait_for(lambda: len(posted(bench.kube, busy)) == len(sent), timeout=10, what="every deletion Event")
     # Paced: a batch, then no more than NOTICES_PER_SECOND on average.
-    times = sorted(r["time"] for r in bench.kube.requests("POST", path_contains=f"/namespaces/{bench.namespace}/events"))
+    times = post_times(bench)
     assert len(times) == COUNT
     assert NOTICES_PER_SECOND == PACE
     slowest_allowed = (COUNT - notices_module.BATCH) / PACE
     assert times[-1] - times[0] >= slowest_allowed * 0.9, f"{COUNT} notices in {times[-1] - times[0]:.2f}s"
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "EventRecorder._drain_notices posts a whole Notices.drain batch (notices.BATCH = 20) back to back and "
+    "only then waits handled / NOTICES_PER_SECOND: 20 DeletionScheduled Events go out within ~0.1s, then "
+    "none for 2s. NOTICES_PER_SECOND says 'at most, per second' (10); it holds only on average over 2s, and "
+    "deletion Events queued during a batch wait behind all 20 POSTs"))
+def test_no_second_sees_more_notices_than_notices_per_second(bench):
+    booked(bench)
+    recorder = EventRecorder(bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube))
+    try:
+        wait_for(lambda: len(post_times(bench)) >= COUNT, timeout=30, interval=0.1, what="every notice")
+    finally:
+        recorder.flush(10)
+    times = post_times(bench)
+    busiest = max(sum(1 for t in times if start <= t < start + 1.0) for start in times)
+    assert busiest <= PACE, f"{busiest} notices within one second"
