@@ -8,14 +8,14 @@ from pathlib import Path
 import pytest
 
 from jobttl.core import archive, jsoncodec
-from jobttl.core.decision import Verdict, decide
-from jobttl.core.history import is_limit_decision, limit_decision, membership, ranked
+from jobttl.core.decision import Verdict, decide, keep_until
+from jobttl.core.history import Member, is_limit_decision, limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
 from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
 from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
-from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
+from tests.fixtures import finished_status, job_object, rfc3339, tfjob, with_server_fields
 
 FINISHED_AT = 1_900_000_000
 
@@ -160,6 +160,21 @@ def test_the_index_of_a_later_stage_keeps_the_earlier_logs():
     assert archive.choose_logs(document, container="other") == []
 
 
+def test_an_archive_written_again_replaces_its_own_stages_entry():
+    """A retry, or a changed object, writes a stage's archive again: index.json lists each stage once."""
+    ref = JobRef.of(job())
+    plan = archive.ArchivePlan()
+    first = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 100.0, "pods", plan))
+    again = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 150.0, "pods", plan,
+                                          first))
+    assert again["archives"] == [{"stage": "pods", "at": 150.0}]
+    job_stage = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 200.0, "job",
+                                              plan, again))
+    retried = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 250.0, "job",
+                                            plan, job_stage))
+    assert retried["archives"] == [{"stage": "pods", "at": 150.0}, {"stage": "job", "at": 250.0}]
+
+
 def test_events_seen_by_an_earlier_stage_are_kept_once():
     a, b = {"metadata": {"uid": "a"}, "reason": "Created"}, {"metadata": {"uid": "b"}, "reason": "Done"}
     merged = archive.merge_events(archive.earlier_events(archive.to_yaml([a, b], "events")[0]), [b])
@@ -285,3 +300,66 @@ def test_ties_are_broken_like_redis_breaks_them():
     ranks = ranked(members)
     order = sorted(members, key=lambda m: m.uid, reverse=True)
     assert [ranks[m.uid][0] for m in order] == [0, 1, 2, 3]
+
+
+# --- jobttl.io/keep-until: every early deletion waits for it --------------------------------------------
+
+def kept_until(at, **kw):
+    obj = job(**kw)
+    obj["metadata"]["annotations"] = {"jobttl.io/keep-until": rfc3339(at)}
+    return obj
+
+
+def test_keep_until_postpones_the_pods_stage():
+    policy = parse_policy(EVIDENCE)  # podTTL 1h, ttl 7d
+    obj = kept_until(FINISHED_AT + 2 * 3600, namespace="elsewhere")
+    stage = pod_stage(obj, TFJOB, policy, decide(obj, TFJOB, policy))
+    assert stage.reason == "expires" and stage.decision.expires_at == FINISHED_AT + 2 * 3600
+    assert stage.decision.ttl == 2 * 3600
+    assert stage.decision.ttl_source == "podTTL of policy, postponed by annotation jobttl.io/keep-until"
+    # Kept until before the podTTL is up: the podTTL stands.
+    early = kept_until(FINISHED_AT + 60, namespace="elsewhere")
+    assert pod_stage(early, TFJOB, policy, decide(early, TFJOB, policy)).decision.expires_at == FINISHED_AT + 3600
+    # Kept past the job's own TTL: the pods go with the job, then.
+    late = kept_until(FINISHED_AT + 8 * 86400, namespace="elsewhere")
+    assert pod_stage(late, TFJOB, policy, decide(late, TFJOB, policy)).reason == "pods-with-job"
+
+
+def test_keep_until_is_capped_by_max_ttl_and_an_invalid_one_keeps_nothing_early():
+    policy = parse_policy({**EVIDENCE, "ttl": "2h", "maxTTL": "3h"})
+    obj = kept_until(FINISHED_AT + 86400, namespace="elsewhere")
+    assert keep_until(obj, TFJOB, policy) == FINISHED_AT + 3 * 3600
+    assert keep_until(job(namespace="elsewhere"), TFJOB, policy) is None
+    bad = job(namespace="elsewhere")
+    bad["metadata"]["annotations"] = {"jobttl.io/keep-until": "next tuesday"}
+    assert keep_until(bad, TFJOB, policy) is None
+    assert decide(bad, TFJOB, policy).verdict is Verdict.INVALID_TTL
+    assert pod_stage(bad, TFJOB, policy, decide(bad, TFJOB, policy)).decision.verdict is not Verdict.EXPIRES
+
+
+def test_keep_until_postpones_a_keep_last_deletion_and_survives_the_index_record():
+    policy = parse_policy(EVIDENCE)  # research keeps 3 succeeded per app
+    obj = kept_until(FINISHED_AT + 86400, labels={"app": "a"})
+    member = membership(obj, TFJOB, policy, decide(obj, TFJOB, policy))
+    assert member.keep_until == FINISHED_AT + 86400
+    again = Member.from_record(member.uid, member.record())  # what the index keeps about it
+    assert again.keep_until == FINISHED_AT + 86400
+    for m in (member, again):
+        decision = limit_decision(m, 3, FINISHED_AT + 60, decide(obj, TFJOB, policy))
+        assert decision.expires_at == FINISHED_AT + 86400 and is_limit_decision(decision)
+        assert decision.reason.endswith("postponed by annotation jobttl.io/keep-until")
+    # Kept until before it fell beyond the limit: due when it fell beyond.
+    early = kept_until(FINISHED_AT + 30, labels={"app": "a"})
+    member = membership(early, TFJOB, policy, decide(early, TFJOB, policy))
+    assert limit_decision(member, 3, FINISHED_AT + 60, decide(early, TFJOB, policy)).expires_at == FINISHED_AT + 60
+
+
+def test_owned_pods_keeps_pods_created_after_the_job_finished():
+    uid = str(uuid.uuid4())
+    pods = [pod("before", uid), pod("at-the-finish", uid), pod("after", uid), pod("undated", uid)]
+    for p, at in zip(pods, (FINISHED_AT - 60, FINISHED_AT, FINISHED_AT + 1, None)):
+        if at is not None:
+            p["metadata"]["creationTimestamp"] = rfc3339(at)
+    assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid, created_by=FINISHED_AT)] == [
+        "before", "at-the-finish"]
+    assert len(owned_pods(pods, TFJOB, "train", uid)) == 4, "without a finish time, by owner alone"

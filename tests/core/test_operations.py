@@ -10,9 +10,9 @@ from jobttl.core.audit import Audit
 from jobttl.core.identity import InvalidIdentity
 from jobttl.core.kinds import TFJOB
 from jobttl.core.operations import NotFound, Operations, UnknownRedis
-from jobttl.core.policy import Policy
+from jobttl.core.policy import Policy, parse_policy
 from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.schedule import PODS_STAGE, Change, Schedule, member_for
 from tests.fixtures import finished_status, tfjob, with_server_fields
 
 
@@ -73,3 +73,41 @@ def test_a_redis_that_never_held_a_jobttl_schedule_is_recognised(redis_server, q
         fresh.check_redis()
     empty.set(keys.SCHEMA, "2")
     fresh.check_redis()
+
+
+# --- the pods stage is the job's too ---------------------------------------------------------------------
+
+def staged_ops(redis, queue_name, policy):
+    schedule, audit = Schedule(redis, queue_name, []), Audit(redis)
+    return Operations(redis, schedule, audit, Reconciler(schedule, audit, parse_policy(policy)))
+
+
+def test_cancel_keeps_the_pods_of_a_job_that_has_only_a_pods_stage(redis, queue_name):
+    ops = staged_ops(redis, queue_name, {"podTTL": "1h"})  # no TTL: the pods stage is all there is
+    name = f"pods-only-{uuid.uuid4().hex[:6]}"
+    obj = scheduled(ops, name, time.time(), ttl=None)
+    uid = obj["metadata"]["uid"]
+    assert ops.schedule.due_of(member_for(uid, PODS_STAGE)) is not None and ops.schedule.due_of(uid) is None
+    ops.cancel("team", name)
+    assert ops.schedule.due_of(member_for(uid, PODS_STAGE)) is None
+    assert ops.reconciler.reconcile(obj, TFJOB, "resync").change is not Change.SCHEDULED
+    assert ops.schedule.due_of(member_for(uid, PODS_STAGE)) is None, "no event or resync books it again"
+
+
+def test_postpone_moves_every_stage_to_one_time_from_the_latest(redis, queue_name):
+    ops = staged_ops(redis, queue_name, {"ttl": "2h", "podTTL": "1h"})
+    name = f"later-{uuid.uuid4().hex[:6]}"
+    finished = int(time.time())
+    obj = scheduled(ops, name, finished, ttl=None)
+    uid = obj["metadata"]["uid"]
+    assert (ops.schedule.due_of(uid), ops.schedule.due_of(member_for(uid, PODS_STAGE))) == (
+        finished + 7200, finished + 3600)
+    ops.postpone("team", name, 600)
+    until = finished + 7200 + 600
+    assert ops.schedule.override(uid)["until"] == str(until)
+    assert ops.schedule.due_of(uid) == until and ops.schedule.due_of(member_for(uid, PODS_STAGE)) == until
+    postponed = [e.fields for e in ops.audit.history("team", name) if e.fields["event"] == "postponed"]
+    assert len(postponed) == 1 and postponed[0]["newDue"] == str(until) and postponed[0]["due"] == str(finished + 7200)
+    outcomes, _ = ops.reconciler.reconcile_many([(obj, TFJOB)], "resync")  # events and resyncs keep the new time
+    assert {o.change for o in outcomes} == {Change.UNCHANGED}
+    assert ops.schedule.due_of(member_for(uid, PODS_STAGE)) == until

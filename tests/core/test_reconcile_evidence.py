@@ -6,12 +6,13 @@ import uuid
 import pytest
 
 from jobttl.core import keys
-from jobttl.core.audit import Audit
+from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.identity import JobRef
 from jobttl.core.policy import parse_policy
 from jobttl.core.reconcile import COLLECT, Reconciler
 from jobttl.core.schedule import PODS_STAGE, Change, Schedule, member_for, notice_member
-from tests.fixtures import finished_status, tfjob, with_server_fields
+from jobttl.core.scripts import Scripts
+from tests.fixtures import finished_status, rfc3339, tfjob, with_server_fields
 
 
 @pytest.fixture
@@ -42,8 +43,9 @@ def test_a_pods_stage_is_its_own_pending_entry_and_goes_with_the_job(schedule):
     assert schedule.get(uid, PODS_STAGE).as_dict(now)["stage"] == "pods"
     # Each change is one notice in the outbox, written once however often it is reconciled.
     reconciler.reconcile(obj, reconciler.policy.kinds[0], "resync")
-    assert set(schedule.redis.zrange(keys.notices(schedule.queue.name), 0, -1)) >= {
-        notice_member(uid, int(now) + 7200).encode(), notice_member(f"pods:{uid}", int(now) + 3600).encode()}
+    outbox = schedule.redis.zrange(keys.notices(schedule.queue.name), 0, -1)
+    assert sorted(outbox) == sorted([notice_member(uid, int(now) + 7200).encode(),
+                                     notice_member(f"pods:{uid}", int(now) + 3600).encode()])
     card = reconciler.audit.decisions(obj["metadata"]["namespace"], "train")[uid]
     assert card["event"] == "scheduled" and card["due"] == str(int(now) + 7200)  # the job's, not the pods'
     schedule.mark_done(uid, PODS_STAGE)  # the worker deleted the pods: no event books them again
@@ -106,3 +108,83 @@ def test_drop_stage_cancels_one_stage_and_keeps_the_other(schedule):
     outcome = reconciler.drop_stage(JobRef.of(obj), PODS_STAGE, "stage-not-in-policy", "worker")
     assert outcome.change is Change.CANCELLED and outcome.stage == PODS_STAGE
     assert schedule.due_of(member_for(uid, PODS_STAGE)) is None and schedule.due_of(uid) is not None
+
+
+def test_keep_last_waits_for_keep_until_when_a_newer_job_pushes_one_out(schedule):
+    """The older job is filed first (with its keep-until in the index's record), then pushed out
+    by a newer one: the deletion waits until the time the user asked for, not now."""
+    reconciler = reconciler_for(schedule, {"ttl": "30d", "keepLast": {"succeeded": 1}})
+    kind = reconciler.policy.kinds[0]
+    namespace = f"ns-{uuid.uuid4().hex[:6]}"
+    now = time.time()
+    keep_until = int(now) + 3600
+    older = finished(namespace, "debugged", now - 600)
+    older["metadata"]["annotations"] = {"jobttl.io/keep-until": rfc3339(keep_until)}
+    plain = finished(namespace, "plain", now - 500)
+    newer = finished(namespace, "newest", now - 300)
+    for obj in (older, plain, newer):
+        reconciler.reconcile(obj, kind, "event")
+    assert schedule.due_of(older["metadata"]["uid"]) == keep_until
+    assert schedule.due_of(plain["metadata"]["uid"]) == int(now - 300), "due when it fell beyond the limit"
+    assert schedule.get(older["metadata"]["uid"]).ttl_source == "keepLast of policy (1 succeeded)"
+
+
+def test_a_pods_stage_waits_for_keep_until(schedule):
+    reconciler = reconciler_for(schedule, {"ttl": "1d", "podTTL": "1h"})
+    now = time.time()
+    obj = finished(f"ns-{uuid.uuid4().hex[:6]}", "train", now)
+    obj["metadata"]["annotations"] = {"jobttl.io/keep-until": rfc3339(now + 5 * 3600)}
+    reconciler.reconcile(obj, reconciler.policy.kinds[0], "event")
+    uid = obj["metadata"]["uid"]
+    assert schedule.due_of(member_for(uid, PODS_STAGE)) == int(now + 5 * 3600)
+    assert schedule.due_of(uid) == int(now) + 86400
+
+
+# --- the worker's last writes: FINISH and RELEASE ---------------------------------------------------------
+
+def outcome_of(scripts: Scripts, ref: JobRef, member: str, due: int, forget: bool = True, done: str | None = None):
+    return scripts.record_outcome(ref, member, due, entry_fields("deleted", ref, by="test"), forget=forget,
+                                  max_entries=1000, card_ttl=60, done=done, override_ttl=60)
+
+
+def booked_both_stages(redis):
+    ref = JobRef("kubeflow.org/v1", "TFJob", f"ns-{uuid.uuid4().hex[:6]}", "train", str(uuid.uuid4()))
+    redis.zadd(keys.PENDING_INDEX, {ref.uid: 200, member_for(ref.uid, PODS_STAGE): 100})
+    return ref
+
+
+def test_finish_of_the_job_stage_drops_its_pods_stage_and_a_pods_finish_keeps_the_job(redis):
+    scripts = Scripts(redis)
+    ref = booked_both_stages(redis)
+    outcome_of(scripts, ref, member_for(ref.uid, PODS_STAGE), 100, done=PODS_STAGE)
+    assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None
+    assert redis.zscore(keys.PENDING_INDEX, ref.uid) == 200, "the pods' FINISH leaves the job's deletion"
+    assert redis.hget(keys.override(ref.uid), "done:pods") is not None, "done for good, in the same write"
+
+    ref = booked_both_stages(redis)
+    outcome_of(scripts, ref, member_for(ref.uid, PODS_STAGE), 90)  # a run for a time since moved (to 100)
+    assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) == 100, "the moved stage stays"
+
+    ref = booked_both_stages(redis)
+    outcome_of(scripts, ref, ref.uid, 200)
+    assert redis.zscore(keys.PENDING_INDEX, ref.uid) is None
+    assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None, "the pods go with the job"
+
+    ref = booked_both_stages(redis)
+    outcome_of(scripts, ref, ref.uid, 200, forget=False)  # would-delete: nothing leaves the schedule
+    assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) == 100
+    assert redis.zscore(keys.PENDING_INDEX, ref.uid) == 200
+
+
+@pytest.mark.parametrize("clear, intent_left", [("1", False), ("0", True)])
+def test_release_gives_the_claim_back_and_the_intent_unless_a_delete_was_sent(redis, clear, intent_left):
+    scripts = Scripts(redis)
+    member = str(uuid.uuid4())
+    redis.set(keys.claim(member), "run-1")
+    redis.set(keys.intent(member), '{"uid": "x"}')
+    assert scripts.release(keys=[keys.claim(member), keys.intent(member)], args=["run-2", clear]) == 0
+    assert redis.get(keys.claim(member)) == b"run-1" and redis.exists(keys.intent(member)), \
+        "another run's claim and intent are not this run's to end"
+    assert scripts.release(keys=[keys.claim(member), keys.intent(member)], args=["run-1", clear]) == 1
+    assert not redis.exists(keys.claim(member))
+    assert bool(redis.exists(keys.intent(member))) is intent_left

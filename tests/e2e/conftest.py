@@ -194,9 +194,11 @@ class OwnStack:
     as the API server has it); the worker process then does the rest.
     """
 
-    def __init__(self, directory: Path, name: str, policy: str | None = None, gc_delay: float = 0.2, **settings: str):
+    def __init__(self, directory: Path, name: str, policy: str | None = None, gc_delay: float = 0.2,
+                 resources: tuple[Resource, ...] = (), **settings: str):
+        """`resources`: served besides every job kind and Events (pods, say)."""
         self.directory, self.name = directory, name
-        self.emulator = start_emulator(directory, EVERY_KIND, gc_delay=gc_delay)
+        self.emulator = start_emulator(directory, (*EVERY_KIND, *resources), gc_delay=gc_delay)
         self.redis_server = RedisServer().start()
         self.redis = self.redis_server.client()
         self.metrics_port = free_port()

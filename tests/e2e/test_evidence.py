@@ -196,15 +196,19 @@ def test_an_archive_failure_delays_the_deletion_until_it_can_be_written(lab, env
 
 
 def test_pods_go_at_their_ttl_and_the_job_at_its_own(lab, env, archive_dir):
-    finished = time.time()
-    obj = lab.job("staged", "staged", finished)
+    obj = lab.job("staged", "staged", time.time())
     lab.pod("staged-worker-0", obj, "w0\n")
     lab.pod("staged-worker-1", obj, "w1\n")
-    lab.pod("lookalike", lab.job("other", "quiet", finished), "not ours\n", label="staged")  # the label, not the owner
+    lab.pod("lookalike", lab.job("other", "quiet", time.time()), "not ours\n", label="staged")  # the label, not the owner
+    # The job finishes after its pods were created, as it does in a cluster: a pod created after
+    # the finish belongs to a later run, and the pods stage leaves it (the emulator stamps pods
+    # with the second they are created).
+    finished = time.time()
+    obj = lab.set_status("staged", finished_status(finished))
     lab.event("update", obj)
     pending = json.loads(jobttl(env, "pending", "--namespace", lab.namespace, "--json").stdout)["items"]
-    assert {(p["name"], p["stage"], p["due"]) for p in pending} >= {("staged", "pods", int(finished) + 3),
-                                                                     ("staged", "job", int(finished) + 7)}
+    assert {(p["name"], p["stage"], p["due"]) for p in pending if p["name"] == "staged"} == {
+        ("staged", "pods", int(finished) + 3), ("staged", "job", int(finished) + 7)}
 
     wait_for(lambda: lab.pods() == ["lookalike"], timeout=15, what="the pods stage")
     assert time.time() >= finished + 3 - 1 and lab.get("staged") is not None  # T1: the pods, the job stays
@@ -249,7 +253,12 @@ def test_deletion_scheduled_events_appear_once_per_schedule_change(lab):
     moved = lab.patch("announced", {"metadata": {"annotations": {"jobttl.io/ttl": "2h"}}})
     lab.event("update", moved)
     wait_for(lambda: len(lab.events(uid, "DeletionScheduled")) == 2, timeout=10, what="the Event for the move")
-    time.sleep(1.5)  # the outbox is drained every second: nothing more comes
+    # The outbox is posted oldest first: once a change made after all of these has its Event,
+    # anything the duplicate or the quiet job would have posted has been posted too.
+    marker = lab.job("marker", "announced", finished)
+    lab.event("update", marker)
+    wait_for(lambda: lab.events(marker["metadata"]["uid"], "DeletionScheduled"), timeout=10,
+             what="the Event for a later change")
     assert len(lab.events(uid, "DeletionScheduled")) == 2
     assert lab.events(quiet["metadata"]["uid"], "DeletionScheduled") == []
 

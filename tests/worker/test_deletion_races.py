@@ -16,6 +16,7 @@ from jobttl.core.identity import JobRef
 from jobttl.core.kinds import TFJOB
 from jobttl.core.policy import parse_policy
 from jobttl.core.schedule import PODS_STAGE, job_id_for, member_for
+from jobttl_emulator import POD, seed_object
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for
@@ -23,7 +24,7 @@ from tests.services import wait_for
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = OwnStack(tmp_path_factory.mktemp("races"), "races", gc_delay=0.1)
+    stack = OwnStack(tmp_path_factory.mktemp("races"), "races", gc_delay=0.1, resources=(POD,))
     yield stack
     stack.stop()
 
@@ -118,6 +119,12 @@ def test_a_pods_stage_the_policy_no_longer_has_is_cancelled_not_run(stack):
     ns = f"podttl-{uuid.uuid4().hex[:6]}"
     obj = finished(stack, ns, "staged", ttl=3600, at=time.time() - 60)
     ref = JobRef.of(obj)
+    pods = [seed_object(stack.emulator.store, {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"staged-worker-{i}", "namespace": ns, "labels": {TFJOB.pod_label: "staged"},
+                     "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "staged",
+                                          "uid": ref.uid, "controller": True}]},
+        "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]}}) for i in range(2)]
     stack.book(obj, TFJOB, policy=parse_policy({"podTTL": "1s"}))
     assert stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is not None
     wait_for(lambda: stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None, timeout=20,
@@ -126,3 +133,6 @@ def test_a_pods_stage_the_policy_no_longer_has_is_cancelled_not_run(stack):
     assert [(e.get("stage"), e.get("reason")) for e in cancelled] == [("pods", "stage-not-in-policy")]
     assert stack.redis.zscore(keys.PENDING_INDEX, ref.uid) is not None, "the job's own deletion stays"
     assert stack.deletes(ns) == []
+    left = stack.core.list_namespaced_pod(ns).items
+    assert sorted((p.metadata.name, p.metadata.uid) for p in left) == sorted(
+        (p["metadata"]["name"], p["metadata"]["uid"]) for p in pods), "its pods are left alone"
