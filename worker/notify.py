@@ -102,11 +102,14 @@ class EventRecorder:
                 self._dropped(event.ref, event.reason, str(exc))
 
     def _drain_notices(self) -> None:
-        """One batch of the outbox; the next look comes when the pace allows another."""
+        """One notice of the outbox; the next look comes when the pace allows another.
+
+        One at a time: a batch posted back to back would break the pace within each second,
+        and the deletions' own Events, waiting in the queue, would wait behind all of it."""
         assert self.notices is not None
         handled = 0
         try:
-            handled = self.notices.drain()
+            handled = self.notices.drain(1)
         except Exception as exc:  # noqa: BLE001 - Redis or the API down: the outbox waits for the next period
             logs.record(log, "notices-not-drained", level=logging.WARNING, detail=str(exc))
         self._next_notices = time.monotonic() + (handled / NOTICES_PER_SECOND if handled else NOTICE_PERIOD)

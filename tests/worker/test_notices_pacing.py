@@ -83,11 +83,6 @@ def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_e
     assert times[-1] - times[0] >= slowest_allowed * 0.9, f"{COUNT} notices in {times[-1] - times[0]:.2f}s"
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "EventRecorder._drain_notices posts a whole Notices.drain batch (notices.BATCH = 20) back to back and "
-    "only then waits handled / NOTICES_PER_SECOND: 20 DeletionScheduled Events go out within ~0.1s, then "
-    "none for 2s. NOTICES_PER_SECOND says 'at most, per second' (10); it holds only on average over 2s, and "
-    "deletion Events queued during a batch wait behind all 20 POSTs"))
 def test_no_second_sees_more_notices_than_notices_per_second(bench):
     booked(bench)
     recorder = EventRecorder(bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube))
