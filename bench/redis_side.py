@@ -3,8 +3,8 @@ what Redis itself counts while a side runs.
 
 The configuration is read, not copied: docker-compose.yml's ``redis`` command and the
 ``redis`` container's args in knative/base/redis.yaml, which must agree (less where the data
-lives and the password). Neither sets ``hash-max-listpack-value``, so Redis's default (64)
-applies; the memory row measures that and 256 too.
+lives and the password); the memory row also measures Redis's default
+``hash-max-listpack-value`` (64) against the shipped 512.
 
 How round trips are counted (validated with redis-server 7.0, see bench/README.md):
 ``INFO stats``'s ``total_writes_processed`` grows by one per reply Redis writes to a client,
