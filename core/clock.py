@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 DEFAULT_BOUND = 30.0
+# Readings of the API server's Date header are combined for this long, then started afresh,
+# so that a clock slewed or stepped since is followed (seconds, local clock).
+WINDOW = 600.0
 # A reading whose round trip (by the local clock) is negative or longer than this spans a step
 # of the local clock (NTP, or a test's libfaketime): it measures half the step, not the offset.
 MAX_ROUND_TRIP = 60.0
@@ -27,10 +30,16 @@ MAX_ROUND_TRIP = 60.0
 
 @dataclass(frozen=True)
 class Offset:
-    """reference − local, in seconds, and when (local time) it was measured."""
+    """reference − local, in seconds, and when (local time) it was measured.
+
+    `low`..`high` is what the readings allow it to be (a Date header says only the second);
+    `seconds` is the middle of that, `since` when the readings combined began."""
 
     seconds: float
     measured_at: float
+    low: float | None = None
+    high: float | None = None
+    since: float | None = None
 
 
 class ReferenceClock:
@@ -52,10 +61,17 @@ class ReferenceClock:
             server = parsedate_to_datetime(date_header).timestamp()
         except (TypeError, ValueError, IndexError, OverflowError):
             return
-        # The header truncates to the second: the server's time was in [server, server + 1).
-        offset = server + 0.5 - (sent + received) / 2
+        # The header truncates to the second: at some instant between `sent` and `received`
+        # the server's time was in [server, server + 1), so the offset is in [low, high].
+        # Readings taken at different fractions of a second narrow it down together (each one
+        # alone is ±0.5 s); one that contradicts them means a clock was stepped: start afresh.
+        low, high = server - received, server + 1 - sent
         with self._lock:
-            self.api = Offset(offset, received)
+            previous, since = self.api, received
+            if previous is not None and previous.low is not None and previous.since is not None \
+                    and 0 <= received - previous.since < WINDOW and low <= previous.high and high >= previous.low:
+                low, high, since = max(low, previous.low), min(high, previous.high), previous.since
+            self.api = Offset((low + high) / 2, received, low, high, since)
 
     def observe_redis(self, seconds: int | str | bytes, micros: int | str | bytes, sent: float,
                       received: float) -> None:
@@ -67,9 +83,17 @@ class ReferenceClock:
 
     # --- judging ---------------------------------------------------------------------------------
     def now(self) -> float:
-        """The API server's time now (the local time until it has answered once)."""
+        """The API server's time now, as best the readings tell (the local time until it has answered once)."""
         api = self.api
         return self.local() + (api.seconds if api is not None else 0.0)
+
+    def earliest(self) -> float:
+        """The earliest the API server's time can be now: what "is it due yet?" is asked of,
+        so that an offset known only to within its readings never makes a deletion early."""
+        api = self.api
+        if api is None:
+            return self.local()
+        return self.local() + (api.low if api.low is not None else api.seconds)
 
     def problem(self) -> str | None:
         """Why deletions must wait, or None when the clocks agree within the bound."""
@@ -88,6 +112,8 @@ class ReferenceClock:
     def as_dict(self) -> dict:
         api, redis = self.api, self.redis
         return {"apiServerOffset": None if api is None else round(api.seconds, 3),
+                "apiServerOffsetUncertainty": None if api is None or api.low is None
+                else round((api.high - api.low) / 2, 3),
                 "redisOffset": None if redis is None else round(redis.seconds, 3),
                 "bound": self.bound, "problem": self.problem()}
 

@@ -297,7 +297,8 @@ class Deletion:
             return None
 
     def time_left(self, due: int) -> float:
-        return due - self.ctx.clock.now()
+        """Seconds until `due` at the earliest the API server's time can be (never early)."""
+        return due - self.ctx.clock.earliest()
 
     def refuse(self, target: Target, reason: str, detail: str) -> str:
         """Not now: the pending deletion stays; the worker's sweep books it again once it can run.
@@ -329,9 +330,9 @@ class Deletion:
         event = "deleted" if gone else "delete-requested"
         link = archived.location if archived else None
         tombstone = ctx.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
-        # Follow-ups run on this host's clock, as the follower that takes them does.
-        follow = None if gone else time.time() + FIRST_FOLLOW_UP
-        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": time.time(), "checks": 0}) \
+        # Follow-ups and "gone after" are the API server's clock, as the follower that takes them reads it.
+        follow = None if gone else now + FIRST_FOLLOW_UP
+        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0}) \
             if follow is not None else None
         self._finish(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
                      propagationPolicy=ctx.settings.propagation_policy, archive=link, **details)

@@ -2,7 +2,7 @@
 
 from email.utils import formatdate
 
-from jobttl.core.clock import ReferenceClock
+from jobttl.core.clock import WINDOW, ReferenceClock
 
 NOW = 1_800_000_000.0
 
@@ -41,3 +41,49 @@ def test_redis_disagreeing_with_the_api_server_is_a_problem_too():
     clock.observe_api(formatdate(NOW, usegmt=True), NOW, NOW)
     clock.observe_redis(int(NOW) + 300, 0, NOW, NOW)
     assert "Redis's clock is +299" in clock.problem()
+
+
+def readings(clock: ReferenceClock, true_offset: float, start: float, count: int, step: float = 0.37,
+             round_trip: float = 0.004) -> None:
+    """`count` exchanges at varied fractions of a second, the server answering mid-way."""
+    for i in range(count):
+        sent = start + i * step
+        server = sent + round_trip / 2 + true_offset
+        clock.observe_api(formatdate(int(server), usegmt=True), sent, sent + round_trip)
+
+
+def test_readings_at_different_fractions_of_a_second_narrow_the_offset_down():
+    clock = ReferenceClock(bound=30, local=lambda: NOW)
+    readings(clock, 0.3, NOW, 1)
+    assert clock.api.high - clock.api.low > 0.9, "one Date header: only the second"
+    readings(clock, 0.3, NOW, 40)
+    assert clock.api.low <= 0.3 <= clock.api.high and clock.api.high - clock.api.low < 0.05
+    assert abs(clock.api.seconds - 0.3) < 0.03
+    assert clock.as_dict()["apiServerOffsetUncertainty"] < 0.03
+
+
+def test_the_earliest_now_is_never_after_the_api_servers_time():
+    """What 'is it due?' is asked of: however few readings, never ahead of the server."""
+    for true_offset in (-0.9, -0.4, 0.0, 0.2, 0.5, 0.99, 7.3):
+        for count in (1, 2, 3, 10):
+            local = NOW + count * 0.37 + 0.123
+            clock = ReferenceClock(bound=30, local=lambda: local)
+            readings(clock, true_offset, NOW, count)
+            assert clock.earliest() <= local + true_offset + 1e-6, (true_offset, count)
+            assert clock.earliest() <= clock.now()
+
+
+def test_a_reading_that_contradicts_the_others_starts_afresh():
+    """The local clock was stepped by 5 s: the old readings no longer say anything."""
+    clock = ReferenceClock(bound=30, local=lambda: NOW)
+    readings(clock, 0.3, NOW, 40)
+    readings(clock, 0.3 - 5, NOW + 100, 1)
+    assert abs(clock.api.seconds - (0.3 - 5)) <= 0.5 and abs(clock.api.since - (NOW + 100)) < 0.01
+
+
+def test_readings_are_combined_for_a_window_only():
+    """A clock slewed slowly stays inside the old bounds: they are dropped after WINDOW."""
+    clock = ReferenceClock(bound=30, local=lambda: NOW)
+    readings(clock, 0.3, NOW, 40)
+    readings(clock, 0.35, NOW + WINDOW + 1, 1)
+    assert abs(clock.api.since - (NOW + WINDOW + 1)) < 0.01 and clock.api.high - clock.api.low > 0.9
