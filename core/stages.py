@@ -136,8 +136,8 @@ SCHEDULED_REASON = "DeletionScheduled"
 
 def scheduled_message(kind: str, stage: str, due: int, ttl: int | None, ttl_source: str | None,
                       dry_run: bool = False) -> str:
-    """``jobttl will delete this TFJob at 2030-01-31T00:00Z (TTL 7d from ttl of rule research)``."""
-    when = datetime.fromtimestamp(due, tz=timezone.utc).strftime("%Y-%m-%dT%H:%MZ")
+    """``jobttl will delete this TFJob at 2030-01-31T00:00:00Z (TTL 7d from ttl of rule research)``."""
+    when = datetime.fromtimestamp(due, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # RFC 3339: TTLs count seconds
     what = f"the pods of this {kind}" if stage == PODS_STAGE else f"this {kind}"
     verb = "would delete (dry run)" if dry_run else "will delete"
     if ttl_source and ttl_source.startswith(SOURCE_PREFIX):

@@ -246,9 +246,9 @@ def test_only_the_jobs_own_pods_are_ever_chosen():
 
 def test_the_scheduled_message_says_when_and_why():
     assert scheduled_message("TFJob", "job", 1_896_048_000, 7 * 86400, "ttl of rule research") == \
-        "jobttl will delete this TFJob at 2030-01-31T00:00Z (TTL 7d from ttl of rule research)"
+        "jobttl will delete this TFJob at 2030-01-31T00:00:00Z (TTL 7d from ttl of rule research)"
     assert scheduled_message("TFJob", "pods", 1_896_048_000, 3600, "podTTL of policy", dry_run=True) == \
-        "jobttl would delete (dry run) the pods of this TFJob at 2030-01-31T00:00Z (TTL 1h from podTTL of policy)"
+        "jobttl would delete (dry run) the pods of this TFJob at 2030-01-31T00:00:00Z (TTL 1h from podTTL of policy)"
     assert scheduled_message("TFJob", "job", 1_896_048_000, 60, "keepLast of rule r (3 succeeded)").endswith(
         "(keepLast of rule r (3 succeeded))")
 

@@ -248,7 +248,7 @@ def test_deletion_scheduled_events_appear_once_per_schedule_change(lab):
     lab.event("update", quiet)
     lab.event("update", obj)  # the same decision again: no change, no Event
     [first] = wait_for(lambda: lab.events(uid, "DeletionScheduled"), timeout=10, what="a DeletionScheduled Event")
-    due = time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime(int(finished) + 3600))
+    due = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(finished) + 3600))
     assert first == f"jobttl will delete this TFJob at {due} (TTL 1h from ttl of rule announced)"
     moved = lab.patch("announced", {"metadata": {"annotations": {"jobttl.io/ttl": "2h"}}})
     lab.event("update", moved)
