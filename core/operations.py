@@ -132,8 +132,12 @@ class Operations:
         return self.schedule.records([(m, int(d)) for m, d in zip(members, dues) if d is not None])
 
     def history(self, since: float | None = None, limit: int | None = None, event: str | None = None,
-                namespace: str | None = None) -> list[dict[str, Any]]:
-        entries = (e.as_dict() for e in self.audit.entries(since=since))
+                namespace: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+        """The trail, newest first; with `name` (and `namespace`), one job's entries, from its card's index."""
+        if name is not None:
+            entries = (e.as_dict() for e in self.audit.history(namespace, name) if since is None or e.at >= since)
+        else:
+            entries = (e.as_dict() for e in self.audit.entries(since=since))
         selected = []
         for entry in entries:
             if (event is None or entry["event"] == event) and (namespace is None or entry.get("namespace") == namespace):

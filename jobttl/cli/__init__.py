@@ -164,7 +164,8 @@ def _show(args, ops) -> dict:
 
 
 def _history(args, ops) -> dict:
-    return {"items": ops.history(args.since, args.limit, args.event, args.namespace)}
+    namespace, name = args.job if args.job else (args.namespace, None)
+    return {"items": ops.history(args.since, args.limit, args.event, namespace, name)}
 
 
 def _failed(args, ops) -> dict:
@@ -307,6 +308,8 @@ def _add_operator_commands(commands) -> None:
                                          "about every UID it had (why it is kept, too), history, tombstone"))
 
     history = command("history", _history, "the audit trail, newest first")
+    history.add_argument("job", nargs="?", type=_job, metavar="NAMESPACE/NAME",
+                         help="only this job's entries, every UID that had the name (default: every job)")
     history.add_argument("--since", type=_since, metavar="DURATION_OR_TIME",
                          help="only entries since then: a duration back from now (2h) or an RFC 3339 time "
                               "(2030-01-31T00:00:00Z) (default: the whole trail)")

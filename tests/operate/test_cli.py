@@ -159,6 +159,20 @@ def test_show_explains_a_kept_job_and_no_table_prints_a_raw_epoch(cluster, cli):
     assert "previousDue=20" in history and "newDue=20" in history and "goneAfter=" in history
 
 
+def test_history_of_one_job_is_its_own_entries_only(cluster, cli):
+    ns, now = cluster.namespace, time.time()
+    for name in ("one", "other"):
+        obj = cluster.create_finished(name, ttl=3600, finished_at=now - 30)
+        assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "scheduled"
+    assert cli.run("postpone", f"{ns}/one", "2h").returncode == 0
+    items = cli.json("history", f"{ns}/one")["items"]
+    assert {e["name"] for e in items} == {"one"} and [e["event"] for e in items][-1] == "scheduled"
+    assert "moved" in [e["event"] for e in items], "the postpone"
+    assert [e["event"] for e in cli.json("history", f"{ns}/one", "--event", "scheduled")["items"]] == ["scheduled"]
+    assert cli.json("history", f"{ns}/nothing-here")["items"] == []
+    assert cli.run("history", "not-a-job").returncode == 2
+
+
 def test_the_epoch_check_catches_one():
     assert EPOCH.search("due=1796121233  by=worker") and EPOCH.search("goneAfter 1796121233.5")
     assert not EPOCH.search(JOB_ID.sub("", "job id delete-6b7de4ed-dc09-48d8-892c-3e5238c7aa11-1796121233"))
