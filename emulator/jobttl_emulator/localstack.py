@@ -53,7 +53,8 @@ def redis_command(binary: str, port: int, directory: str) -> list[str]:
             "--dir", directory]
 
 
-def _until(check: Callable[[], Any], timeout: float, what: str) -> None:
+def _until(check: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
+    """Poll `check` until it holds; fail at once if `process` (what is awaited) has exited."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         try:
@@ -61,6 +62,8 @@ def _until(check: Callable[[], Any], timeout: float, what: str) -> None:
                 return
         except Exception:
             pass  # not up yet
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {process.returncode} before it came up; see .run/logs/")
         time.sleep(0.1)
     raise RuntimeError(f"{what} did not come up within {timeout}s; see .run/logs/")
 
@@ -372,16 +375,16 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
 
     stack.spawn("redis", redis_command(redis_server, ports["redis"], stack.temp_dir("jobttl-redis-")))
-    stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
-                             "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
-    _until(kubeconfig.exists, 20, "the API emulator")
+    emulator = stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
+                                        "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
+    _until(kubeconfig.exists, 20, "the API emulator", emulator)
     start = time.time()  # the seeded jobs finished as the emulator started
-    stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
-    stack.jobttl("worker", "worker", env=env)
+    sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
+    worker = stack.jobttl("worker", "worker", env=env)
     stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
-    _until(lambda: jobttl.pending() is not None, 30, "the sink")
-    _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker")
+    _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
+    _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)
     env_file = write_environment(stack.workdir, shared)
     _banner(stack, shared, env_file, sink_url, emulator_url, metrics_url)
     dues: dict[str, int] = {}
