@@ -38,6 +38,9 @@ def _short(path: str) -> str:
 # Leaves that mean "waiting", not computing: py-spy samples every thread, busy or not.
 WAITING = {
     "redis/_parsers/socket.py:SocketBuffer._read_from_socket": "waiting for a Redis reply",
+    # hiredis: a blocking recv() for a reply, and a PubSub thread's wait for a message
+    "redis/_parsers/hiredis.py:_HiredisParser.read_from_socket": "waiting for a Redis reply",
+    "redis/_parsers/hiredis.py:_socket_can_read": "idle (a Redis PubSub thread waiting for a message)",
     "socket.py:SocketIO.readinto": "waiting for an HTTP answer (API server)",
     "threading.py:Condition.wait": "idle (threads waiting for work)",
     "waitress/wasyncore.py:poll2": "idle (waitress's event loop)",
@@ -52,6 +55,7 @@ WAITING = {
     "rq/queue.py:Queue.dequeue_any": "idle (RQ waiting for a job)",
     "time.sleep": "idle (sleeping)",
     "rq/scheduler.py:RQScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
+    "worker/runner.py:JobttlScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
     "multiprocessing/popen_fork.py:Popen.poll": "idle (waiting for RQ's scheduler child)",
 }
 
