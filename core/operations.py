@@ -247,10 +247,13 @@ class Operations:
         by_uid: dict[str, list[Pending]] = {}
         for pending in found:
             by_uid.setdefault(pending.ref.uid, []).append(pending)
+        # "From now" is Redis's now, the clock the scripts and due times run on: the CLI's host
+        # clock may be minutes behind, and an overdue deletion postponed into the past goes at once.
+        now = int(self.redis.time()[0])
         for stages in by_uid.values():
             # One time per job, from its latest stage: every stage (its pods too) waits until then.
             ref, latest = stages[0].ref, max(p.due for p in stages)
-            until = max(latest, int(time.time())) + seconds
+            until = max(latest, now) + seconds
             self.schedule.set_override(ref.uid, {"until": str(until)}, by)
             self.audit.record("postponed", ref, due=latest, newDue=until, by=by)
             self._reconciler().release([(p.ref, p.as_decision(), p.stage) for p in stages], by)

@@ -17,6 +17,7 @@ import pytest
 from jobttl.cli import build_parser
 from tests.operate.conftest import Cli
 from tests.services import ROOT, RedisServer, wait_for
+from tests.worker.stacks import faketime
 
 # Every command that reads or writes Redis, with arguments that would otherwise work.
 READS = [("status",), ("pending",), ("show", "team-a/mnist"), ("history",), ("failed",)]
@@ -171,6 +172,19 @@ def test_history_of_one_job_is_its_own_entries_only(cluster, cli):
     assert [e["event"] for e in cli.json("history", f"{ns}/one", "--event", "scheduled")["items"]] == ["scheduled"]
     assert cli.json("history", f"{ns}/nothing-here")["items"] == []
     assert cli.run("history", "not-a-job").returncode == 2
+
+
+def test_postpone_counts_from_redis_now_not_the_operators_clock(cluster, cli):
+    """An operator's host 2 h ahead: 'postpone 5m' of a deletion due in an hour is 5 min after it."""
+    ns, now = cluster.namespace, time.time()
+    obj = cluster.create_finished("ahead", ttl=3600, finished_at=now - 60)
+    assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "scheduled"
+    due = int(now - 60) + 3600
+    ahead = Cli({**cli.env, **faketime("+2h")})
+    done = ahead.run("postpone", f"{ns}/ahead", "5m")
+    assert done.returncode == 0, done.stderr
+    [pending] = [p for p in cli.json("pending", "--namespace", ns)["items"] if p["name"] == "ahead"]
+    assert abs(pending["due"] - (due + 300)) <= 2, (pending["due"], due)
 
 
 def test_the_epoch_check_catches_one():
