@@ -198,19 +198,24 @@ class Planned:
 
 
 class _BookedJob(Job):
-    """An RQ job as first booked: RQ's hash, less what a pending deletion need not hold.
+    """An RQ job as booked: RQ's hash, less what a pending deletion need not hold.
 
     RQ writes eight fields as '' (the callbacks, started_at, ended_at, last_heartbeat,
     worker_name, group_id) and reads an absent field as unset; it zlib-compresses the call
-    (`data`) even when, as here (a task name, a member and a due time, ~90 B), that makes it
-    longer, and reads an uncompressed one as is; and it writes meta with JSON's spaces. Left
-    out, uncompressed and compact, a pending deletion's hash is a fifth smaller, and RQ reads
-    the same job back. Only the first write: the worker loads RQ's own Job class, which
-    writes whole hashes from then on.
+    (`data`) even when, as here (a task name, a member and a due time, ~100 B), that makes
+    it longer, and reads an uncompressed one as is; and it writes meta with JSON's spaces.
+    Left out, uncompressed and compact, a pending deletion's hash is a quarter smaller, and
+    RQ reads the same job back. The worker loads RQ's own Job class, which writes whole
+    hashes from then on. Where a hash of the same id is still there (an earlier run's),
+    `Schedule._enqueue` deletes the fields left out, as RQ's '' would have overwritten them.
     """
 
+    omitted: tuple[str, ...] = ()
+
     def to_dict(self, include_meta: bool = True, include_result: bool = True) -> dict:
-        fields = {k: v for k, v in super().to_dict(include_meta, include_result).items() if v != ""}
+        whole = super().to_dict(include_meta, include_result)
+        self.omitted = tuple(k for k, v in whole.items() if v == "")
+        fields = {k: v for k, v in whole.items() if v != ""}
         if len(self.data) <= len(fields["data"]):
             fields["data"] = self.data
         if include_meta and self.meta:
@@ -333,7 +338,7 @@ class Schedule:
         uid, stage = split_member(planned.member)
         enqueue = planned.change in (Change.SCHEDULE, Change.SCHEDULED, Change.MOVED) and record is not None
         if enqueue:
-            self._enqueue(record, now, pipe, again=planned.previous_due == record.due)
+            self._enqueue(record, now, pipe)
         if commit is not None:
             commit(pipe)
         if planned.previous_due is not None and planned.previous_state not in (None, JobStatus.STARTED.value) \
@@ -355,21 +360,23 @@ class Schedule:
                                   Result.get_key(job_id), self.queue.key, *registries],
                             args=[member, due, job_id], client=pipe)
 
-    def _enqueue(self, record: Pending, now: float, pipe: Pipeline, again: bool = False) -> None:
+    def _enqueue(self, record: Pending, now: float, pipe: Pipeline) -> None:
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
         job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
-                        result_ttl=-1 if record.dry_run else RESULT_TTL, fresh=not again)
-        if again:
-            # The same job id booked again (its run ended without finishing, or it failed): RQ's
-            # write would keep the old hash's expiry and leave it listed as finished or failed.
-            for registry in (FinishedJobRegistry, FailedJobRegistry):
-                registry(queue=self.queue).remove(record.job_id, pipeline=pipe)
+                        result_ttl=-1 if record.dry_run else RESULT_TTL)
+        # The same job id may have a hash still (booked again at its due, or back at a due an
+        # earlier run of it had, say after a keep-until came and went): RQ's write would keep
+        # that hash's expiry and leave it listed as finished or failed, and the fields this
+        # write leaves out would keep the old run's values. A few commands in the same MULTI.
+        for registry in (FinishedJobRegistry, FailedJobRegistry):
+            registry(queue=self.queue).remove(record.job_id, pipeline=pipe)
         if record.due <= now:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
-        if again:
-            pipe.persist(job.key)
+        if job.omitted:
+            pipe.hdel(job.key, *job.omitted)
+        pipe.persist(job.key)
         if record.notify and record.due > now:
             # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
             # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
@@ -380,13 +387,10 @@ class Schedule:
             self.queue.schedule_job(warning, _utc(record.due - self.warn_before), pipeline=pipe)
 
     def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
-             result_ttl: int = RESULT_TTL, fresh: bool = True) -> Job:
+             result_ttl: int = RESULT_TTL) -> Job:
         """An RQ job without a description: RQ would store the call string, and the record
-        (meta) already says what it deletes. Jobs are a third of Redis's memory per deletion.
-
-        A `fresh` job id (no hash yet) is written without RQ's empty fields (`_BookedJob`); one
-        booked again gets RQ's whole write, whose empty fields clear what its last run left."""
-        job = (self._booking if fresh else self.queue).create_job(task, args=args, job_id=job_id, status=status, timeout=self.job_timeout,
+        (meta) already says what it deletes. Jobs are a third of Redis's memory per deletion (`_BookedJob`)."""
+        job = self._booking.create_job(task, args=args, job_id=job_id, status=status, timeout=self.job_timeout,
                                     retry=self.retry, meta=meta, result_ttl=result_ttl, failure_ttl=FAILURE_TTL)
         job.description = None
         return job

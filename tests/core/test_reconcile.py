@@ -196,6 +196,27 @@ def test_a_job_booked_again_under_its_id_is_written_whole_clearing_its_last_run(
         JobStatus.SCHEDULED, None, None, None)
 
 
+def test_a_due_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run(reconciler, schedule, redis):
+    """Moved to D2 while D1 ran (a keep-until came and went), then back to D1: the D1 hash that
+    run left (finished, expiring in an hour, listed as finished) must become a plain booking."""
+    obj = finished(ttl=3600)
+    longer = {**obj, "spec": {**obj["spec"], "runPolicy": {"ttlSecondsAfterFinished": 7200}}}
+    reconciler.reconcile(obj, TFJOB, "event")
+    assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
+    first = job_id_for(uid(obj), due(obj))
+    key = f"rq:job:{first}"
+    redis.hset(key, mapping={"status": "finished", "started_at": "2026-01-01T00:00:00.000000Z",
+                             "ended_at": "2026-01-01T00:00:01.000000Z", "worker_name": "w1", "data": "[]"})
+    redis.expire(key, 3600)
+    redis.zadd(schedule.queue.finished_job_registry.key, {first: time.time() + 3600})
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
+    job = schedule.queue.fetch_job(first)
+    assert (job.get_status(), job.started_at, job.ended_at, job.worker_name) == (JobStatus.SCHEDULED, None, None, None)
+    assert redis.ttl(key) == -1, "no expiry left from the finished run"
+    assert first not in schedule.queue.finished_job_registry.get_job_ids()
+    assert first in scheduled_ids(schedule)
+
+
 def test_events_that_make_too_many_deletions_due_at_once_are_held(reconciler, schedule, redis):
     redis.delete(keys.RECENT_DUE)  # what other tests made due in the last minute
     outcomes = [reconciler.reconcile(finished(ttl=0, at=time.time() - 60), TFJOB, "event").change for _ in range(5)]
