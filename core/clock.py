@@ -20,9 +20,15 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 DEFAULT_BOUND = 30.0
-# Readings of the API server's Date header are combined for this long, then started afresh,
-# so that a clock slewed or stepped since is followed (seconds, local clock).
+# Readings of the API server's Date header are combined for this long, then started afresh
+# (seconds, local clock). Between readings the combined bounds widen by the drift two
+# free-running clocks may have (DRIFT, s/s), and a change of the local clock itself (a step
+# or a slew: its time moved apart from the raw monotonic clock by more than STEP) starts
+# afresh at once, so the bounds never hold an offset the clocks no longer have.
 WINDOW = 600.0
+DRIFT = 1e-4
+STEP = 0.05
+_RAW = getattr(time, "CLOCK_MONOTONIC_RAW", time.CLOCK_MONOTONIC)
 # A reading whose round trip (by the local clock) is negative or longer than this spans a step
 # of the local clock (NTP, or a test's libfaketime): it measures half the step, not the offset.
 MAX_ROUND_TRIP = 60.0
@@ -40,14 +46,16 @@ class Offset:
     low: float | None = None
     high: float | None = None
     since: float | None = None
+    raw: float | None = None  # the raw monotonic clock when it was measured
 
 
 class ReferenceClock:
     """Offsets of the local clock from the API server's and from Redis's."""
 
-    def __init__(self, bound: float = DEFAULT_BOUND, local=time.time):
+    def __init__(self, bound: float = DEFAULT_BOUND, local=time.time, raw=lambda: time.clock_gettime(_RAW)):
         self.bound = bound
         self.local = local
+        self.raw = raw
         self._lock = threading.Lock()
         self.api: Offset | None = None
         self.redis: Offset | None = None
@@ -66,12 +74,15 @@ class ReferenceClock:
         # Readings taken at different fractions of a second narrow it down together (each one
         # alone is ±0.5 s); one that contradicts them means a clock was stepped: start afresh.
         low, high = server - received, server + 1 - sent
+        raw = self.raw()
         with self._lock:
             previous, since = self.api, received
-            if previous is not None and previous.low is not None and previous.since is not None \
-                    and 0 <= received - previous.since < WINDOW and low <= previous.high and high >= previous.low:
-                low, high, since = max(low, previous.low), min(high, previous.high), previous.since
-            self.api = Offset((low + high) / 2, received, low, high, since)
+            if _combinable(previous, received, raw):
+                widen = DRIFT * abs(received - previous.measured_at)
+                if low <= previous.high + widen and high >= previous.low - widen:
+                    low, high = max(low, previous.low - widen), min(high, previous.high + widen)
+                    since = previous.since
+            self.api = Offset((low + high) / 2, received, low, high, since, raw)
 
     def observe_redis(self, seconds: int | str | bytes, micros: int | str | bytes, sent: float,
                       received: float) -> None:
@@ -116,6 +127,16 @@ class ReferenceClock:
                 else round((api.high - api.low) / 2, 3),
                 "redisOffset": None if redis is None else round(redis.seconds, 3),
                 "bound": self.bound, "problem": self.problem()}
+
+
+def _combinable(previous: Offset | None, received: float, raw: float) -> bool:
+    """Whether a reading at `received` may narrow `previous`'s bounds: recent, and the local
+    clock neither stepped nor slewed since (it moved as the raw monotonic clock did)."""
+    if previous is None or previous.low is None or previous.since is None or previous.raw is None:
+        return False
+    if not 0 <= received - previous.since < WINDOW:
+        return False
+    return abs((received - previous.measured_at) - (raw - previous.raw)) <= STEP
 
 
 def _plausible(sent: float, received: float) -> bool:

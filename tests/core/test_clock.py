@@ -2,7 +2,7 @@
 
 from email.utils import formatdate
 
-from jobttl.core.clock import WINDOW, ReferenceClock
+from jobttl.core.clock import DRIFT, STEP, WINDOW, ReferenceClock
 
 NOW = 1_800_000_000.0
 
@@ -49,6 +49,7 @@ def readings(clock: ReferenceClock, true_offset: float, start: float, count: int
     for i in range(count):
         sent = start + i * step
         server = sent + round_trip / 2 + true_offset
+        clock.raw = lambda now=sent + round_trip: now  # the local clock runs as the raw monotonic one does
         clock.observe_api(formatdate(int(server), usegmt=True), sent, sent + round_trip)
 
 
@@ -87,3 +88,23 @@ def test_readings_are_combined_for_a_window_only():
     readings(clock, 0.3, NOW, 40)
     readings(clock, 0.35, NOW + WINDOW + 1, 1)
     assert abs(clock.api.since - (NOW + WINDOW + 1)) < 0.01 and clock.api.high - clock.api.low > 0.9
+
+
+def test_a_local_clock_slewed_or_stepped_by_less_than_a_second_starts_afresh():
+    """Stepped 0.3 s ahead: the new readings still overlap the old bounds, which no longer hold;
+    the raw monotonic clock did not move with it, so the bounds start again (never early)."""
+    clock = ReferenceClock(bound=30, local=lambda: NOW)
+    readings(clock, 0.3, NOW, 40)
+    sent = NOW + 100
+    clock.raw = lambda: sent + 0.004 - 0.3  # the wall clock moved 0.3 s more than the raw one
+    clock.observe_api(formatdate(int(sent + 0.002 + 0.0), usegmt=True), sent, sent + 0.004)  # offset now 0.0
+    assert clock.api.low <= 0.0 <= clock.api.high, "the old bounds (0.3 +- 0.03) are gone"
+
+
+def test_combined_bounds_widen_with_time_by_the_clocks_drift():
+    clock = ReferenceClock(bound=30, local=lambda: NOW)
+    readings(clock, 0.3, NOW, 40)
+    before = clock.api.high - clock.api.low
+    readings(clock, 0.3, NOW + 400, 1, round_trip=2.0)  # a slow answer: a wide reading
+    assert clock.api.high - clock.api.low > before + DRIFT * 400 and clock.api.low <= 0.3 <= clock.api.high
+    assert DRIFT * 400 < STEP
