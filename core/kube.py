@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import io
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -432,6 +433,20 @@ def _collector_paused() -> Iterator[None]:
 _pause_lock = threading.Lock()
 _pausing = 0  # decodes under way with the collector paused
 _resume = False  # whether it was on before the first of them
+
+
+def _collector_after_fork() -> None:
+    """A child forked during a decode (RQ forks its scheduler while the follower may be
+    listing pods) has no decode under way: its collector is back on, its lock free."""
+    global _pause_lock, _pausing
+    _pause_lock = threading.Lock()
+    if _pausing:
+        _pausing = 0
+        if _resume:
+            gc.enable()
+
+
+os.register_at_fork(after_in_child=_collector_after_fork)
 
 
 def _decode(body: bytes) -> Any:

@@ -10,8 +10,8 @@ Skipping can only postpone a repair, never cause a deletion: the decision is the
 applied, and anything else that changed the schedule meanwhile (an operator, a worker's
 fresh read, another sink replica) was written by the one reconcile path, which the skipped
 event would only have confirmed. A lost RQ job (Redis restored from a backup, say) is then
-re-booked by the next event after the window, by the worker's sweep, or by the resync. The
-sink's own `forget` (a delete event) drops the object's entries first.
+re-booked by the next event after the window, or by the resync. The sink's own `forget` (a
+delete event) drops the object's entries first.
 
 The price is that the sink stops noticing, for the window, what changed behind its back: a
 Redis that lost its data (FLUSHALL, a restore) is not re-booked by a redelivery in the
@@ -30,7 +30,7 @@ import time
 from collections import OrderedDict
 from typing import Any, Hashable
 
-SIZE = 50_000  # objects remembered at most (the oldest are forgotten first): ~10 MB
+SIZE = 20_000  # members remembered at most (the oldest are forgotten first): ~850 B each, ~17 MB
 
 
 class Recent:

@@ -369,7 +369,7 @@ _SETTLED = (Change.SCHEDULED, Change.MOVED, Change.UNCHANGED, Change.CANCELLED, 
 
 def _memo(request: _Request) -> tuple:
     """What makes two reconciles of one member the same: the decision as the script sees it."""
-    return request.reason, request.decision, request.notify  # Decision is frozen: compared field by field
+    return request.ref, request.reason, request.decision, request.notify  # all frozen: compared field by field
 
 
 def _as_repeated(outcome: Outcome) -> Outcome:

@@ -59,3 +59,15 @@ def test_overlapping_decodes_turn_the_collector_on_when_the_last_is_done():
     second_done.set()
     thread.join(10)
     assert gc.isenabled()
+
+
+def test_a_child_forked_during_a_decode_has_its_collector_on():
+    """RQ forks its scheduler from the main thread while another thread may be decoding."""
+    import os
+
+    with _collector_paused():
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0 if gc.isenabled() else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0 and gc.isenabled()
