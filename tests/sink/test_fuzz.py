@@ -416,4 +416,4 @@ def test_ten_thousand_hostile_requests_get_no_5xx_and_book_nothing(stack):
     assert sink.process.poll() is None
     assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
     assert "unexpected-error" not in sink.log() and "Traceback" not in sink.log()
-    print(f"fuzz: {len(answers)} cases in {took:.0f}s;", "families:", dict(sorted(by_family.items(), key=str)))
+    print("fuzz families:", dict(sorted(by_family.items(), key=str)))
