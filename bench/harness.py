@@ -8,7 +8,6 @@ table compares. Only ratios measured in the same run mean much on a shared machi
 from __future__ import annotations
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -16,6 +15,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from jobttl_emulator.localstack import stop_process_group
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -34,14 +35,8 @@ def python(*args: str) -> list[str]:
 
 
 def stop(process: subprocess.Popen, timeout: float = 20) -> None:
-    if process.poll() is not None:
-        return
-    os.killpg(process.pid, signal.SIGTERM)
-    try:
-        process.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.wait()
+    """A process `spawn` started, with its children: as `make run` stops its own."""
+    stop_process_group(process, grace=timeout)
 
 
 @dataclass(frozen=True)

@@ -135,18 +135,19 @@ class Stack:
         """Each process in turn, last started first: jobttl's before the Redis and the API they use
         (a worker whose Redis is gone cannot finish its warm shutdown). Then the files."""
         for process in reversed(self.processes):
-            _stop(process)
+            stop_process_group(process)
         for path in self.temporary:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _stop(process: subprocess.Popen) -> None:
-    """SIGTERM to the process's group; SIGKILL to what is left of it after the grace period."""
-    deadline = time.monotonic() + STOP_GRACE
+def stop_process_group(process: subprocess.Popen, grace: float = STOP_GRACE) -> None:
+    """SIGTERM to the process's group (it was started in a session of its own); SIGKILL to
+    what is left of it after `grace` seconds."""
+    deadline = time.monotonic() + grace
     if process.poll() is None:
         os.killpg(process.pid, signal.SIGTERM)
         try:
-            process.wait(timeout=STOP_GRACE)
+            process.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
             process.wait()
