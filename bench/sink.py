@@ -152,6 +152,16 @@ KINDS = {
 }
 
 
+def event_for(state: str, fresh: bool, duplicate_name: str) -> tuple[dict, bytes, str | None, str | None]:
+    """Headers, body, and the name and UID tokens wrk fills in: a template when every request
+    is a fresh job, else one job's event, the same every time (a job finished a minute ago)."""
+    at = time.time() - 60
+    if fresh:
+        return event_template(state, at)
+    headers, body = binary_event(realistic_tfjob(duplicate_name, "bench", state=state, at=at, uid=fresh_uid()))
+    return headers, body, None, None
+
+
 def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = None) -> RowResult:
     result = RowResult("sink", "Sink: events per second, jobttl vs a no-op Flask app under the same waitress")
     with RedisSide() as redis:
@@ -161,13 +171,8 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
             result.facts["connections"] = sinks.threads
             for kind, (title, state, fresh, target) in KINDS.items():
                 print(f"  {title}", flush=True)
-                now = time.time()
-                if fresh:
-                    headers, body, name, uid = event_template(state, now - 60)
-                else:
-                    obj = realistic_tfjob("duplicate-job", "bench", state=state, at=now - 60, uid=fresh_uid())
-                    headers, body = binary_event(obj)
-                    name = uid = None
+                headers, body, name, uid = event_for(state, fresh, "duplicate-job")
+                if not fresh:
                     for side in ("jobttl", "dedupe", "noop"):
                         answer = requests.post(sinks.url(side), headers=headers, data=body, timeout=10)
                         assert answer.status_code == 202, answer.text
@@ -229,14 +234,9 @@ def breakdown(workdir: Path, seconds: float) -> dict:
         out = workdir / "sink-counts"
         sinks = Sinks(workdir, redis, counting=out)
         try:
-            now = time.time()
             for kind, (title, state, fresh, _) in KINDS.items():
-                if fresh:
-                    headers, body, name, uid = event_template(state, now - 60)
-                else:
-                    obj = realistic_tfjob("dup-count", "bench", state=state, at=now - 60, uid=fresh_uid())
-                    headers, body = binary_event(obj)
-                    name = uid = None
+                headers, body, name, uid = event_for(state, fresh, "dup-count")
+                if not fresh:
                     requests.post(sinks.url("jobttl"), headers=headers, data=body, timeout=10)
                 time.sleep(1.2)
                 before = counting.read(str(out))
