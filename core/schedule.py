@@ -364,19 +364,7 @@ class Schedule:
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
         job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
-        # The same job id may have a hash still (booked again at its due, or back at a due an
-        # earlier run of it had, say after a keep-until came and went): RQ's write would keep
-        # that hash's expiry and leave it listed as finished or failed, and the fields this
-        # write leaves out would keep the old run's values. A few commands in the same MULTI.
-        for registry in (FinishedJobRegistry, FailedJobRegistry):
-            registry(queue=self.queue).remove(record.job_id, pipeline=pipe)
-        if record.due <= now:
-            self.queue.enqueue_job(job, pipeline=pipe)
-        else:
-            self.queue.schedule_job(job, _utc(record.due), pipeline=pipe)
-        if job.omitted:
-            pipe.hdel(job.key, *job.omitted)
-        pipe.persist(job.key)
+        self._book(job, None if record.due <= now else record.due, pipe)
         if record.notify and record.due > now:
             # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
             # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
@@ -384,7 +372,23 @@ class Schedule:
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
-            self.queue.schedule_job(warning, _utc(record.due - self.warn_before), pipeline=pipe)
+            self._book(warning, record.due - self.warn_before, pipe)
+
+    def _book(self, job: _BookedJob, at: float | None, pipe: Pipeline) -> None:
+        """Queue `job` now (`at` None) or schedule it at `at`, over whatever an earlier run of
+        the same id left (booked again at its due, or back at a due an earlier run had, say
+        after a keep-until came and went): RQ's write would keep that hash's expiry and its
+        listing as finished or failed, and the fields this write leaves out would keep the old
+        run's values. A few commands in the same MULTI."""
+        for registry in (FinishedJobRegistry, FailedJobRegistry):
+            registry(queue=self.queue).remove(job.id, pipeline=pipe)
+        if at is None:
+            self.queue.enqueue_job(job, pipeline=pipe)
+        else:
+            self.queue.schedule_job(job, _utc(at), pipeline=pipe)
+        if job.omitted:
+            pipe.hdel(job.key, *job.omitted)
+        pipe.persist(job.key)
 
     def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
              result_ttl: int = RESULT_TTL) -> Job:

@@ -18,7 +18,7 @@ from jobttl.core.identity import JobRef
 from jobttl.core.policy import parse_policy
 from jobttl.core.recent import Recent
 from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for
+from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for, warning_id_for
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer
 
@@ -218,6 +218,25 @@ def test_a_due_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run
     assert redis.ttl(key) == -1, "no expiry left from the finished run"
     assert first not in schedule.queue.finished_job_registry.get_job_ids()
     assert first in scheduled_ids(schedule)
+
+
+def test_an_announcement_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run(redis, queue_name, audit):
+    """The same for the announcement job of JOBTTL_ANNOUNCE_BEFORE, booked by the same path."""
+    schedule = Schedule(redis, queue_name, retry_intervals=[], warn_before=60)
+    reconciler = Reconciler(schedule, audit, parse_policy(None), burst_limit=None)  # the guard is not this test's
+    obj = finished(ttl=3600)
+    longer = {**obj, "spec": {**obj["spec"], "runPolicy": {"ttlSecondsAfterFinished": 7200}}}
+    reconciler.reconcile(obj, TFJOB, "event")
+    assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
+    first = warning_id_for(uid(obj), due(obj))
+    key = f"rq:job:{first}"
+    redis.hset(key, mapping={"status": "finished", "started_at": "2026-01-01T00:00:00.000000Z", "data": "[]"})
+    redis.expire(key, 3600)
+    redis.zadd(schedule.queue.finished_job_registry.key, {first: time.time() + 3600})
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
+    job = schedule.queue.fetch_job(first)
+    assert (job.get_status(), job.started_at) == (JobStatus.SCHEDULED, None)
+    assert redis.ttl(key) == -1 and first not in schedule.queue.finished_job_registry.get_job_ids()
 
 
 def test_events_that_make_too_many_deletions_due_at_once_are_held(reconciler, schedule, redis):
