@@ -64,6 +64,11 @@ class Target:
     due: int
     stage: str
 
+    @property
+    def recorded_stage(self) -> str | None:
+        """The stage as audit entries name it: only a stage other than the job's own."""
+        return self.stage if self.stage != JOB_STAGE else None
+
 
 @dataclass(frozen=True)
 class Current:
@@ -255,12 +260,12 @@ class Deletion:
             archived = ctx.archiver.write(kind, target.ref, obj, plan, target.stage, ctx.clock.now())
         except ArchiveFailed as exc:
             ctx.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
-                             logger=log, by="worker", due=target.due, stage=_stage(target), failure="archive-failed",
-                             required=plan.required, error=str(exc.__cause__ or exc))
+                             logger=log, by="worker", due=target.due, stage=target.recorded_stage,
+                             failure="archive-failed", required=plan.required, error=str(exc.__cause__ or exc))
             if plan.required:
                 raise
             return None
-        ctx.audit.record("archived", target.ref, logger=log, by="worker", due=target.due, stage=_stage(target),
+        ctx.audit.record("archived", target.ref, logger=log, by="worker", due=target.due, stage=target.recorded_stage,
                          archive=archived.location, bytes=archived.bytes, files=archived.files,
                          unkept=list(archived.unkept) or None)
         return archived
@@ -308,7 +313,7 @@ class Deletion:
         if self.job is not None:
             self.job.result_ttl = -1
         self.ctx.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
-                              stage=_stage(target), reason=reason, failure=reason, detail=detail)
+                              stage=target.recorded_stage, reason=reason, failure=reason, detail=detail)
         return f"refused:{reason}"
 
     def would_delete(self, target: Target, decision: Decision) -> str:
@@ -350,12 +355,12 @@ class Deletion:
         """The one write of an outcome: the index, the audit entry, the history card, the tombstone,
         the follow-up, a stage done for good; the claim and the intent end with it."""
         ctx = self.ctx
-        entry = entry_fields(event, target.ref, by="worker", stage=_stage(target), **fields)
+        entry = entry_fields(event, target.ref, by="worker", stage=target.recorded_stage, **fields)
         ctx.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
                                    max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds,
                                    tombstone=tombstone, tombstone_ttl=ctx.audit.tombstone_seconds, follow=follow,
                                    info=info, done=done, override_ttl=OVERRIDE_SECONDS)
-        ctx.audit.observed(event, target.ref, logger=log, by="worker", stage=_stage(target), **fields)
+        ctx.audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
 
     def _forget(self, target: Target, reason: str) -> str:
         self.ctx.reconciler.forget(target.ref, reason, "worker")
@@ -441,10 +446,6 @@ def check_limit(ctx: WorkerContext, kind: JobKind, obj: dict[str, Any], decision
     if beyond_at is not None:
         return limit_decision(member, rank, beyond_at, decision)
     return decision
-
-
-def _stage(target: Target) -> str | None:
-    return target.stage if target.stage != JOB_STAGE else None
 
 
 def _expires(decision: Decision, current: Current) -> int:

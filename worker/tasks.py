@@ -83,7 +83,7 @@ def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception)
         failure = {TransientApiError: "transient", Conflict: "conflict", ArchiveFailed: "archive-failed"}.get(
             type(exc), "error")
     pods = target.stage == PODS_STAGE
-    ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, stage=target.stage if pods else None,
+    ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, stage=target.recorded_stage,
                      error=str(exc), failure=failure, retriesLeft=retries_left or 0, jobId=job.id if job else None)
     if not retries_left:
         if pods:
