@@ -38,7 +38,6 @@ from jobttl.core.metrics import Metrics
 from jobttl.core.policy import Policy
 from jobttl.core.recent import Recent
 from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
-from jobttl.core.scripts import Scripts
 from jobttl.core.stages import pod_stage
 
 log = logging.getLogger("jobttl.reconcile")
@@ -117,7 +116,7 @@ class Reconciler:
         self.metrics = metrics
         self.burst_limit = burst_limit
         self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.recent)
-        self.scripts = Scripts(schedule.redis)
+        self.scripts = schedule.scripts  # the same Redis: one set of scripts
         self.history = HistoryIndex(schedule.redis)
 
     @classmethod

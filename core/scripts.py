@@ -13,7 +13,6 @@ they touch keys derived from their arguments, which Redis Cluster does not allow
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -421,9 +420,9 @@ class Lua:
 
     def __init__(self, redis: Redis, source: str):
         self.source = source
-        self.sha = hashlib.sha1(source.encode()).hexdigest()
-        _SOURCES[self.sha] = source
         self._script = redis.register_script(source)
+        self.sha = self._script.sha
+        _SOURCES[self.sha] = source
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         if isinstance(client, Pipeline):
