@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import Counter
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
 from jobttl.core import jsoncodec, keys
@@ -30,7 +31,8 @@ from jobttl.core.decision import Decision
 from jobttl.core.guard import Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import NotServed, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.prefetch import prefetched
 from jobttl.core.reconcile import COLLECT, Outcome
 from jobttl.core.schedule import Change, member_for, split_member
 from jobttl.worker.context import WorkerContext
@@ -122,29 +124,36 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
                due_now: dict[str, tuple[JobRef, Decision, str]], lock) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
-        for page in ctx.kube.pages(kind, PAGE_SIZE):
-            items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
-            for _ in range(page.undecodable):
-                report.reject(f"{kind.kind}: an object the API server sent could not be decoded")
-            outcomes, rejected = ctx.reconciler.reconcile_many([(obj, kind) for obj in items], "resync", COLLECT)
-            for obj in items:
-                uid = (obj.get("metadata") or {}).get("uid")
-                if isinstance(uid, str):
-                    seen.add(uid)  # rejected objects too: their pending deletions are not "vanished"
-            for outcome in outcomes:
-                report.count(outcome)
-                if outcome.change is Change.DUE_NOW:
-                    due_now[member_for(outcome.ref.uid, outcome.stage)] = (outcome.ref, outcome.decision, outcome.stage)
-            for rejection in rejected:
-                report.reject(str(rejection))
-            report.counts["seen"] += len(items)
-            lock.extend(LOCK_SECONDS, replace_ttl=True)
+        # The next page is listed while this one is reconciled (jobttl.core.prefetch).
+        with closing(prefetched(ctx.kube.pages(kind, PAGE_SIZE), name=f"resync-list-{kind.kind}")) as pages:
+            for page in pages:
+                _reconcile_page(ctx, kind, page, report, seen, due_now)
+                lock.extend(LOCK_SECONDS, replace_ttl=True)
         return True
     except NotServed:
         report.missing_kinds.append(f"{kind.api_version}/{kind.kind}")
     except (TransientApiError, PermanentApiError, Undecodable) as exc:
         report.errors.append(f"{kind.api_version}/{kind.kind}: {exc}")
     return False
+
+
+def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, seen: set[str],
+                    due_now: dict[str, tuple[JobRef, Decision, str]]) -> None:
+    items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
+    for _ in range(page.undecodable):
+        report.reject(f"{kind.kind}: an object the API server sent could not be decoded")
+    outcomes, rejected = ctx.reconciler.reconcile_many([(obj, kind) for obj in items], "resync", COLLECT)
+    for obj in items:
+        uid = (obj.get("metadata") or {}).get("uid")
+        if isinstance(uid, str):
+            seen.add(uid)  # rejected objects too: their pending deletions are not "vanished"
+    for outcome in outcomes:
+        report.count(outcome)
+        if outcome.change is Change.DUE_NOW:
+            due_now[member_for(outcome.ref.uid, outcome.stage)] = (outcome.ref, outcome.decision, outcome.stage)
+    for rejection in rejected:
+        report.reject(str(rejection))
+    report.counts["seen"] += len(items)
 
 
 def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: ResyncReport,
