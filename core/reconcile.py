@@ -319,7 +319,7 @@ class Reconciler:
                         self._commit(request, p, pipe)
 
                 self.schedule.apply(p, self._record(request, p, now), now, pipeline=pipe, commit=commit)
-            replies = pipe.execute()
+            replies = scripts.execute(pipe)
         result = list(planned)
         for i, position in commits.items():
             change, due, previous = (part.decode() for part in replies[position])

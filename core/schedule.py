@@ -51,10 +51,9 @@ from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegis
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, scripts
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
-from jobttl.core.scripts import Scripts
 
 if TYPE_CHECKING:
     from jobttl.core.config import Settings
@@ -233,11 +232,13 @@ class Schedule:
         self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
         # The same queue, making jobs that leave RQ's empty fields out of their first write.
         self._booking = Queue(queue_name, connection=redis, serializer=JSONSerializer, job_class=_BookedJob)
+        # Where an earlier run of a booked id may still be listed (RQ's own key names).
+        self._ended = (FinishedJobRegistry(queue=self.queue).key, FailedJobRegistry(queue=self.queue).key)
         self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
         self.job_timeout = job_timeout
         # Seconds before each deletion to announce it (None: no announcements).
         self.warn_before = warn_before
-        self.scripts = Scripts(redis)
+        self.scripts = scripts.Scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
@@ -349,7 +350,7 @@ class Schedule:
             if stage == JOB_STAGE and self.warn_before is not None:
                 self._retire(planned.member, planned.previous_due, warning_id_for(uid, planned.previous_due), pipe)
         if pipeline is None:
-            pipe.execute()
+            scripts.execute(pipe)
 
     def _retire(self, member: str, due: int, job_id: str, pipe: Pipeline) -> None:
         """Delete an RQ job a reconcile replaced or dropped, unless the index names it again
@@ -364,31 +365,29 @@ class Schedule:
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
         job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
-        self._book(job, None if record.due <= now else record.due, pipe)
-        if record.notify and record.due > now:
-            # The DeletionScheduled Event, posted by a worker (the sink has no API access) from this
-            # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
-            pipe.zadd(keys.notices(self.queue.name), {notice_member(record.member, record.due): now}, nx=True)
+        # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
+        # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
+        notice = notice_member(record.member, record.due) if record.notify and record.due > now else None
+        self._book(job, None if record.due <= now else record.due, pipe, notice, now)
         if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
             warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
             self._book(warning, record.due - self.warn_before, pipe)
 
-    def _book(self, job: _BookedJob, at: float | None, pipe: Pipeline) -> None:
+    def _book(self, job: _BookedJob, at: float | None, pipe: Pipeline, notice: str | None = None,
+              now: float = 0.0) -> None:
         """Queue `job` now (`at` None) or schedule it at `at`, over whatever an earlier run of
         the same id left (booked again at its due, or back at a due an earlier run had, say
         after a keep-until came and went): RQ's write would keep that hash's expiry and its
         listing as finished or failed, and the fields this write leaves out would keep the old
-        run's values. A few commands in the same MULTI."""
-        for registry in (FinishedJobRegistry, FailedJobRegistry):
-            registry(queue=self.queue).remove(job.id, pipeline=pipe)
+        run's values. RQ's write, then one script (BOOKED) in the same MULTI; `notice` goes to
+        the notices outbox with it."""
         if at is None:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(at), pipeline=pipe)
-        if job.omitted:
-            pipe.hdel(job.key, *job.omitted)
-        pipe.persist(job.key)
+        self.scripts.booked(keys=[job.key, *self._ended, keys.notices(self.queue.name)],
+                            args=[job.id, notice or "", now, *job.omitted], client=pipe)
 
     def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
              result_ttl: int = RESULT_TTL) -> Job:

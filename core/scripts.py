@@ -6,8 +6,8 @@ A lock costs several round trips per event (SET, the reads, the writes, DEL) and
 the sink's threads on it; a script does the same in one, on Redis's own clock (``TIME``),
 so the guard's and the schedule's notion of "now" never depends on a process's clock.
 
-RQ's own data (the RQ job hash) is only read here, never written: `Schedule.apply` writes
-RQ jobs with RQ's code. The scripts assume a single Redis (or a Sentinel-managed primary):
+RQ's jobs are written by RQ's code (`Schedule.apply`); the scripts only read them, remove
+one a reconcile replaced (RETIRE), or tidy one RQ has just written (BOOKED). The scripts assume a single Redis (or a Sentinel-managed primary):
 they touch keys derived from their arguments, which Redis Cluster does not allow.
 """
 
@@ -273,6 +273,21 @@ redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
 return 1
 """
 
+# A booking, after RQ's own write of its job in the same MULTI: the job leaves the finished and
+# failed registries an earlier run of the same id left it in, loses the fields this write left
+# out (RQ's '' would have overwritten that run's values), and is kept until it runs; and the
+# change goes to the notices outbox, if it is to be announced. One command instead of five.
+# KEYS: job hash, finished registry, failed registry, notices outbox.
+# ARGV: job id, notice member or "", notice score, then the fields to drop.
+BOOKED = r"""
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+if #ARGV > 3 then redis.call('HDEL', KEYS[1], unpack(ARGV, 4)) end
+redis.call('PERSIST', KEYS[1])
+if ARGV[2] ~= '' then redis.call('ZADD', KEYS[4], 'NX', ARGV[3], ARGV[2]) end
+return 1
+"""
+
 # The worker, before deleting: is this RQ job still the pending deletion, what did operators
 # say, and is another run of it already at work? Run when a deletion starts (a claim is taken)
 # and again right before its DELETE (the intent to delete is written, so a run that dies after
@@ -411,11 +426,9 @@ class Lua:
     """One script, sent without a round trip of its own.
 
     redis-py's registered Script sends SCRIPT EXISTS before every pipeline that holds one: a
-    second round trip for every reconcile. In a plain pipeline this sends EVALSHA, and
-    `execute` loads the script and runs again what Redis did not know (after a restart or a
-    failover). Inside MULTI it sends EVAL: a NOSCRIPT there would fail one command of a
-    transaction whose others (RQ's writes) went through. Called on its own, it is redis-py's
-    Script (EVALSHA, loaded on NOSCRIPT).
+    second round trip for every reconcile. In a pipeline (plain or MULTI) this sends EVALSHA,
+    and `execute` loads the script and runs again what Redis did not know (after a restart or
+    a failover). Called on its own, it is redis-py's Script (EVALSHA, loaded on NOSCRIPT).
     """
 
     def __init__(self, redis: Redis, source: str):
@@ -426,27 +439,35 @@ class Lua:
 
     def __call__(self, keys: Sequence[Any] = (), args: Sequence[Any] = (), client: Any = None) -> Any:
         if isinstance(client, Pipeline):
-            if client.transaction or client.explicit_transaction:
-                return client.eval(self.source, len(keys), *keys, *args)
             return client.evalsha(self.sha, len(keys), *keys, *args)
         return self._script(keys=keys, args=args, client=client)
 
 
 def execute(pipe: Pipeline) -> list[Any]:
-    """Execute a plain (non-MULTI) pipeline holding `Lua` scripts: one round trip, and one more
-    only when Redis has lost a script (then those commands, which did not run, run again in
-    order). Raises the first error, as redis-py's execute does."""
+    """Execute a pipeline holding `Lua` scripts: one round trip, and one more only when Redis
+    has lost a script (then those commands, which did not run, run again in order). Raises the
+    first error, as redis-py's execute does.
+
+    In a MULTI the commands that did run stay applied, and the scripts that did not run go in a
+    second MULTI, in their order: each still runs after the RQ writes it follows. For that moment
+    another client may see an RQ job booked and not yet committed, which a worker reads as
+    superseded and the sweep books again: late, never early. It happens only right after Redis
+    lost its scripts (a restart, a failover).
+    """
     stack = list(pipe.command_stack)
+    transaction = pipe.transaction or pipe.explicit_transaction
     replies = pipe.execute(raise_on_error=False)
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:
-        with _sibling(pipe) as again:
+        with _sibling(pipe, transaction=False) as load:
             for sha in dict.fromkeys(str(stack[i][0][1]) for i in missing):
-                again.script_load(_SOURCES[sha])
+                load.script_load(_SOURCES[sha])
+            load.execute()
+        with _sibling(pipe, transaction) as again:
             for i in missing:
                 args, options = stack[i]
                 again.execute_command(*args, **options)
-            rerun = again.execute(raise_on_error=False)[-len(missing):]
+            rerun = again.execute(raise_on_error=False)
         for i, reply in zip(missing, rerun):
             replies[i] = reply
     for reply in replies:
@@ -455,9 +476,9 @@ def execute(pipe: Pipeline) -> list[Any]:
     return replies
 
 
-def _sibling(pipe: Pipeline) -> Pipeline:
-    """A fresh plain pipeline on the same connection pool as `pipe`."""
-    return Pipeline(pipe.connection_pool, pipe.response_callbacks, transaction=False, shard_hint=None)
+def _sibling(pipe: Pipeline, transaction: bool) -> Pipeline:
+    """A fresh pipeline on the same connection pool as `pipe`."""
+    return Pipeline(pipe.connection_pool, pipe.response_callbacks, transaction=transaction, shard_hint=None)
 
 
 class Scripts:
@@ -467,6 +488,7 @@ class Scripts:
         self.reconcile = Lua(redis, RECONCILE)
         self.commit = Lua(redis, COMMIT)
         self.retire = Lua(redis, RETIRE)
+        self.booked = Lua(redis, BOOKED)
         self.release = Lua(redis, RELEASE)
         self.begin = Lua(redis, BEGIN)
         self.finish = Lua(redis, FINISH)

@@ -14,7 +14,7 @@ import logging
 
 from rq.job import JobStatus
 
-from jobttl.core import keys, logs
+from jobttl.core import keys, logs, scripts
 from jobttl.core.schedule import Change, Planned
 from jobttl.worker.context import WorkerContext
 
@@ -41,6 +41,6 @@ def sweep(ctx: WorkerContext, interval: int = 5) -> int:
         for pending in stalled:
             planned = Planned(Change.SCHEDULED, pending.member, pending.due, pending.due, pending.state)
             ctx.schedule.apply(planned, pending, now, pipeline=pipe)
-        pipe.execute()
+        scripts.execute(pipe)
     logs.record(log, "rebooked", count=len(stalled), detail="deletions whose RQ job ended without finishing them")
     return len(stalled)

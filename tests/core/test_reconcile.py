@@ -7,10 +7,10 @@ import zlib
 
 import pytest
 from rq.job import Job, JobStatus
-from rq.registry import ScheduledJobRegistry
+from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-from jobttl.core import keys
+from jobttl.core import keys, scripts
 from jobttl.core.audit import Audit
 from jobttl.core.decision import decide
 from jobttl.core.kinds import TFJOB
@@ -397,6 +397,33 @@ def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     assert [o.change for o in outcomes] == [Change.UNCHANGED] * 5
     assert own_redis.xlen(keys.AUDIT_STREAM) == 5, "one 'scheduled' each, nothing recorded twice"
     assert own_redis.zcard(keys.PENDING_INDEX) == 5
+
+
+def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still_whole(own_redis):
+    """The compare ran, then Redis lost its scripts before the MULTI (a failover): RQ's writes in
+    that MULTI went through and its scripts did not, so they run again after them, once each."""
+    schedule = Schedule(own_redis, "lost", retry_intervals=[])
+    reconciler = Reconciler(schedule, Audit(own_redis), parse_policy(None), burst_limit=None)
+    obj = finished()
+    job_id = job_id_for(uid(obj), due(obj))
+    job_key, finished_registry = Job.key_for(job_id), FinishedJobRegistry("lost", connection=own_redis).key
+    # What an earlier run of the same id left (booked again at the same due): BOOKED's to tidy.
+    own_redis.hset(job_key, mapping={"status": "finished", "worker_name": "an-earlier-run"})
+    own_redis.expire(job_key, 500)
+    own_redis.zadd(finished_registry, {job_id: 1})
+    own_redis.script_flush()
+    own_redis.script_load(scripts.RECONCILE)  # only the first round trip's script is known
+    outcome = reconciler.reconcile(obj, TFJOB, "event")
+    assert outcome.change is Change.SCHEDULED
+    assert own_redis.zscore(keys.PENDING_INDEX, uid(obj)) == due(obj)
+    assert own_redis.hget(job_key, "status") == b"scheduled"
+    assert own_redis.zscore(ScheduledJobRegistry("lost", connection=own_redis).key, job_id) == due(obj)
+    assert own_redis.ttl(job_key) == -1, "kept until it runs (BOOKED's PERSIST ran)"
+    assert own_redis.hget(job_key, "worker_name") is None, "the earlier run's field is gone (BOOKED's HDEL ran)"
+    assert own_redis.zscore(finished_registry, job_id) is None, "no longer listed as finished"
+    assert own_redis.zcard(keys.notices("lost")) == 1, "the change is in the notices outbox once"
+    assert [e[1][b"event"] for e in own_redis.xrange(keys.AUDIT_STREAM)] == [b"scheduled"]
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.UNCHANGED
 
 
 # --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------
