@@ -55,7 +55,7 @@ WAITING = {
     "rq/queue.py:Queue.dequeue_any": "idle (RQ waiting for a job)",
     "time.sleep": "idle (sleeping)",
     "rq/scheduler.py:RQScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
-    "worker/runner.py:JobttlScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
+    "jobttl/worker/runner.py:JobttlScheduler.work": "idle (RQ's scheduler child, sleeping between passes)",
     "multiprocessing/popen_fork.py:Popen.poll": "idle (waiting for RQ's scheduler child)",
 }
 

@@ -88,7 +88,7 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
             for label in ("first", "no-change"):
                 if label == "first":
                     redis.flush()
-                process = spawn(resync, env, workdir / "resync-profile.log")
+                process = spawn(resync_empty if label == "first" else resync, env, workdir / "resync-profile.log")
                 profile_during(process.pid, profile_dir / f"resync-{label}", lambda: process.wait(3600))
     finally:
         emulator.stop()
