@@ -411,9 +411,10 @@ def _collector_paused() -> Iterator[None]:
     A 500-object page is a few million new containers, none of them garbage, and every 700
     allocations start a collection that walks the young ones again (and every so often all
     of them): three quarters of a page's decode time went to collections that found nothing.
-    Decoding makes no cycles, so nothing is lost by collecting once afterwards instead. The
-    collector is process-wide: it is back on when the last overlapping decode is done, and
-    stays off if someone else had turned it off.
+    Decoding makes no cycles, so nothing is lost by leaving them to the first collection after
+    it. The collector is process-wide: while it is off, other threads' garbage cycles (a resync
+    reconciling the page before, jobttl.core.prefetch) wait for that collection too; it is back
+    on when the last overlapping decode is done, and stays off if someone else had turned it off.
     """
     global _pausing, _resume
     with _pause_lock:

@@ -5,11 +5,13 @@ so the API server (serializing the next 500 objects) and jobttl (reconciling thi
 took turns: the listing's wall time plus the reconcile's. With one page read ahead by a
 thread they overlap, and a resync's wall time comes near the larger of the two. The pages
 are fetched in order by the one thread (a page's continue token names the next), at most
-`ahead` beyond the one the caller holds, so memory stays bounded by a few pages.
+`ahead` beyond the one the caller holds (fetched or being fetched), so memory stays bounded:
+with `ahead=1`, two pages.
 
 What the iterator raises reaches the caller where that item would have: an error listing
 page 3 is raised after pages 1 and 2 were handed over. A caller that stops early (an
-exception of its own, a break) closes the iterator, and the thread stops at its next item.
+exception of its own, a break, `close()`) stops the thread before its next item; one already
+being fetched (a LIST under way) is finished and dropped, and the source is closed.
 """
 
 from __future__ import annotations
@@ -32,27 +34,29 @@ class _Raised:
 
 def prefetched(items: Iterable[T], ahead: int = 1, name: str = "prefetch") -> Iterator[T]:
     """`items`, in order, with up to `ahead` of them fetched before the caller asks."""
-    handed: queue.Queue = queue.Queue(maxsize=ahead)
+    handed: queue.Queue = queue.Queue()
+    slots = threading.Semaphore(ahead)  # one per item fetched and not yet taken by the caller
     stop = threading.Event()
 
-    def put(item: object) -> bool:
+    def slot() -> bool:
         while not stop.is_set():
-            try:
-                handed.put(item, timeout=_POLL)
-                return True
-            except queue.Full:
-                continue
+            if slots.acquire(timeout=_POLL):
+                return not stop.is_set()
         return False
 
     def read() -> None:
-        source = iter(items)
+        source = None
         try:
-            for item in source:
-                if not put(item):
+            source = iter(items)
+            while slot():
+                try:
+                    item = next(source)
+                except StopIteration:
+                    handed.put(_END)
                     return
-            put(_END)
+                handed.put(item)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller, raised there
-            put(_Raised(exc))
+            handed.put(_Raised(exc))
         finally:
             close = getattr(source, "close", None)
             if close is not None:
@@ -67,6 +71,7 @@ def prefetched(items: Iterable[T], ahead: int = 1, name: str = "prefetch") -> It
                 return
             if isinstance(item, _Raised):
                 raise item.exc
+            slots.release()  # the caller holds this one now: the reader may fetch the next
             yield item
     finally:
         stop.set()

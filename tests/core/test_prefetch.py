@@ -60,8 +60,11 @@ def test_no_more_than_ahead_items_are_fetched_beyond_the_callers():
         assert next(ahead) == 0
         _wait(lambda: len(fetched) >= 3)
         time.sleep(0.2)  # give a reader that ignored its bound the time to run on
-        # The caller's item, two queued, and at most one the reader holds while it waits to queue it.
-        assert len(fetched) <= 4
+        assert len(fetched) == 3, "the caller's item and two ahead, no more"
+        assert next(ahead) == 1
+        _wait(lambda: len(fetched) >= 4)
+        time.sleep(0.2)
+        assert len(fetched) == 4
 
 
 def test_a_caller_that_stops_early_stops_the_reader_and_closes_the_source():
@@ -79,6 +82,15 @@ def test_a_caller_that_stops_early_stops_the_reader_and_closes_the_source():
     with closing(prefetched(pages())) as ahead:
         assert next(ahead) == 0
     assert closed.wait(5), "the source was not closed after the caller went away"
+
+
+def test_a_source_that_cannot_be_iterated_is_an_error_for_the_caller_not_a_hang():
+    class NotIterable:
+        def __iter__(self):
+            raise TypeError("no pages here")
+
+    with pytest.raises(TypeError, match="no pages"):
+        list(prefetched(NotIterable()))
 
 
 def test_a_caller_that_raises_stops_the_reader():
