@@ -19,11 +19,13 @@ Layout in Redis:
 Every reconcile starts with one atomic Lua script (RECONCILE, `jobttl.core.scripts`) that
 compares the decision with what is pending, on Redis's clock. What needs no RQ job (a
 cancel, a hold, nothing to do) it writes itself; a booking it only plans, and the plan is
-written in one MULTI: RQ's own write of the job and COMMIT, which writes the index, the
-audit entry and the history card. A duplicate or a running job is one round trip; a new or
-moved deletion two. A process that dies between the two has written nothing for the
-booking, and the next event or resync plans it again; an index entry whose RQ job was lost
-some other way is booked again too (the compare checks the RQ job is live).
+written in one MULTI: RQ's own write of the job, BOOKED (which tidies what an earlier run of
+the same id left), and COMMIT, which writes the index, the audit entry and the history card.
+A duplicate or a running job is one round trip; a new or moved deletion two (three when
+Redis has lost its scripts since this process loaded them: `scripts.execute`). A process
+that dies between the first two has written nothing for the booking, and the next event or
+resync plans it again; an index entry whose RQ job was lost some other way is booked again
+too (the compare checks the RQ job is live).
 
 The RQ job id is derived from (member, due): a changed TTL maps onto a new job id and the
 old job is deleted, so an RQ job is never rewritten while a worker runs it. Jobs already due
@@ -206,7 +208,7 @@ class _BookedJob(Job):
     Left out, uncompressed and compact, a pending deletion's hash is a quarter smaller, and
     RQ reads the same job back. The worker loads RQ's own Job class, which writes whole
     hashes from then on. Where a hash of the same id is still there (an earlier run's),
-    `Schedule._enqueue` deletes the fields left out, as RQ's '' would have overwritten them.
+    `Schedule._book` deletes the fields left out, as RQ's '' would have overwritten them.
     """
 
     omitted: tuple[str, ...] = ()
@@ -386,8 +388,9 @@ class Schedule:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(at), pipeline=pipe)
+        status = JobStatus.QUEUED if at is None else JobStatus.SCHEDULED
         self.scripts.booked(keys=[job.key, *self._ended, keys.notices(self.queue.name)],
-                            args=[job.id, notice or "", now, *job.omitted], client=pipe)
+                            args=[job.id, status.value, notice or "", now, *job.omitted], client=pipe)
 
     def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
              result_ttl: int = RESULT_TTL) -> Job:

@@ -18,7 +18,7 @@ from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, RedisError
 
 from jobttl.core import keys
 from jobttl.core.identity import JobRef
@@ -277,14 +277,18 @@ return 1
 # failed registries an earlier run of the same id left it in, loses the fields this write left
 # out (RQ's '' would have overwritten that run's values), and is kept until it runs; and the
 # change goes to the notices outbox, if it is to be announced. One command instead of five.
+# Only a job still as booked is tidied: should this run apart from RQ's write (`execute`, after
+# Redis lost its scripts), a job that has run since keeps its registry and its expiry.
 # KEYS: job hash, finished registry, failed registry, notices outbox.
-# ARGV: job id, notice member or "", notice score, then the fields to drop.
+# ARGV: job id, the status booked, notice member or "", notice score, then the fields to drop.
 BOOKED = r"""
-redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('ZREM', KEYS[3], ARGV[1])
-if #ARGV > 3 then redis.call('HDEL', KEYS[1], unpack(ARGV, 4)) end
-redis.call('PERSIST', KEYS[1])
-if ARGV[2] ~= '' then redis.call('ZADD', KEYS[4], 'NX', ARGV[3], ARGV[2]) end
+if redis.call('HGET', KEYS[1], 'status') == ARGV[2] then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  if #ARGV > 4 then redis.call('HDEL', KEYS[1], unpack(ARGV, 5)) end
+  redis.call('PERSIST', KEYS[1])
+end
+if ARGV[3] ~= '' then redis.call('ZADD', KEYS[4], 'NX', ARGV[4], ARGV[3]) end
 return 1
 """
 
@@ -445,29 +449,28 @@ class Lua:
 
 def execute(pipe: Pipeline) -> list[Any]:
     """Execute a pipeline holding `Lua` scripts: one round trip, and one more only when Redis
-    has lost a script (then those commands, which did not run, run again in order). Raises the
-    first error, as redis-py's execute does.
+    has lost a script (then those commands, which did not run, run again in order, after the
+    scripts are loaded). Raises the first error, as redis-py's execute does.
 
-    In a MULTI the commands that did run stay applied, and the scripts that did not run go in a
-    second MULTI, in their order: each still runs after the RQ writes it follows. For that moment
-    another client may see an RQ job booked and not yet committed, which a worker reads as
-    superseded and the sweep books again: late, never early. It happens only right after Redis
-    lost its scripts (a restart, a failover).
+    The second round trip goes on `pipe` itself: the same class (the sink's waits for its
+    replicas), the same pool. In a MULTI the commands that did run stay applied, and the
+    scripts that did not run go in a second MULTI, still after the RQ writes they followed.
+    Each process loads its scripts when it starts (`Scripts`), so this is the path of a Redis
+    that lost them since: a restart, a failover, a SCRIPT FLUSH. For that moment another
+    client may see an RQ job written and not yet committed (a worker finds it superseded, and
+    the next event or resync books it), or committed and not yet tidied (BOOKED leaves alone a
+    job that ran since): late, never early.
     """
     stack = list(pipe.command_stack)
-    transaction = pipe.transaction or pipe.explicit_transaction
     replies = pipe.execute(raise_on_error=False)
     missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
     if missing:
-        with _sibling(pipe, transaction=False) as load:
-            for sha in dict.fromkeys(str(stack[i][0][1]) for i in missing):
-                load.script_load(_SOURCES[sha])
-            load.execute()
-        with _sibling(pipe, transaction) as again:
-            for i in missing:
-                args, options = stack[i]
-                again.execute_command(*args, **options)
-            rerun = again.execute(raise_on_error=False)
+        for sha in dict.fromkeys(str(stack[i][0][1]) for i in missing):
+            pipe.script_load(_SOURCES[sha])
+        for i in missing:
+            args, options = stack[i]
+            pipe.execute_command(*args, **options)
+        rerun = pipe.execute(raise_on_error=False)[-len(missing):]
         for i, reply in zip(missing, rerun):
             replies[i] = reply
     for reply in replies:
@@ -476,13 +479,20 @@ def execute(pipe: Pipeline) -> list[Any]:
     return replies
 
 
-def _sibling(pipe: Pipeline, transaction: bool) -> Pipeline:
-    """A fresh pipeline on the same connection pool as `pipe`."""
-    return Pipeline(pipe.connection_pool, pipe.response_callbacks, transaction=transaction, shard_hint=None)
+def load(redis: Redis) -> None:
+    """SCRIPT LOAD every script, in one round trip, so that a MULTI rarely meets a NOSCRIPT."""
+    try:
+        with redis.pipeline(transaction=False) as pipe:
+            for source in _SOURCES.values():
+                pipe.script_load(source)
+            pipe.execute()
+    except RedisError:
+        pass
 
 
 class Scripts:
-    """The scripts, one `Lua` each per Redis client."""
+    """The scripts, one `Lua` each per Redis client, loaded into Redis when made (best effort:
+    Redis may be down when a process starts; a NOSCRIPT later loads what is missing)."""
 
     def __init__(self, redis: Redis):
         self.reconcile = Lua(redis, RECONCILE)
@@ -494,6 +504,8 @@ class Scripts:
         self.finish = Lua(redis, FINISH)
         self.record = Lua(redis, RECORD)
         self.history = Lua(redis, HISTORY)
+        load(redis)
+
 
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
                        max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,

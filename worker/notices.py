@@ -3,10 +3,11 @@ stage) is scheduled or moved, so ``kubectl describe`` says when and why without 
 
 Who posts it: a worker. The sink has no API access (Resource-mode events carry the object,
 and its service account gets no token), so the reconcile path only writes the change to an
-outbox, ``jobttl:notices:<queue>`` (in the same MULTI as the pending deletion, `Schedule._enqueue`),
-and each worker's Event thread (`jobttl.worker.notify.EventRecorder`) drains it between the
-deletions' own Events, paced (`jobttl.worker.notify.NOTICES_PER_SECOND`). The worker's role already has ``create`` on Events: no component
-gains a permission, and the sink keeps none.
+outbox, ``jobttl:notices:<queue>`` (by the BOOKED script, in the same MULTI as the pending
+deletion: `Schedule._book`), and each worker's Event thread (`jobttl.worker.notify.EventRecorder`)
+drains it between the deletions' own Events, paced (`jobttl.worker.notify.NOTICES_PER_SECOND`).
+The worker's role already has ``create`` on Events: no component gains a permission, and the
+sink keeps none.
 
 Why an outbox and not an RQ job per change: a resync that schedules 10,000 jobs would queue
 10,000 notices ahead of the deletions that come due; the outbox is drained beside the

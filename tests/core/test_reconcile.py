@@ -7,7 +7,7 @@ import zlib
 
 import pytest
 from rq.job import Job, JobStatus
-from rq.registry import FinishedJobRegistry, ScheduledJobRegistry
+from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
 from jobttl.core import keys, scripts
@@ -399,9 +399,12 @@ def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     assert own_redis.zcard(keys.PENDING_INDEX) == 5
 
 
-def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still_whole(own_redis):
-    """The compare ran, then Redis lost its scripts before the MULTI (a failover): RQ's writes in
-    that MULTI went through and its scripts did not, so they run again after them, once each."""
+@pytest.mark.parametrize("known", [["RECONCILE"], ["RECONCILE", "COMMIT"]],
+                         ids=["lost-before-the-multi", "a-new-script-after-an-upgrade"])
+def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still_whole(own_redis, known):
+    """The compare ran, then Redis lost its scripts before the MULTI (a failover), or knows all
+    but a script this version added: RQ's writes in that MULTI went through and the unknown
+    scripts did not, so they run after them, once each."""
     schedule = Schedule(own_redis, "lost", retry_intervals=[])
     reconciler = Reconciler(schedule, Audit(own_redis), parse_policy(None), burst_limit=None)
     obj = finished()
@@ -412,7 +415,8 @@ def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still
     own_redis.expire(job_key, 500)
     own_redis.zadd(finished_registry, {job_id: 1})
     own_redis.script_flush()
-    own_redis.script_load(scripts.RECONCILE)  # only the first round trip's script is known
+    for name in known:
+        own_redis.script_load(getattr(scripts, name))
     outcome = reconciler.reconcile(obj, TFJOB, "event")
     assert outcome.change is Change.SCHEDULED
     assert own_redis.zscore(keys.PENDING_INDEX, uid(obj)) == due(obj)
@@ -424,6 +428,31 @@ def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still
     assert own_redis.zcard(keys.notices("lost")) == 1, "the change is in the notices outbox once"
     assert [e[1][b"event"] for e in own_redis.xrange(keys.AUDIT_STREAM)] == [b"scheduled"]
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.UNCHANGED
+
+
+def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
+    """BOOKED runs apart from RQ's write only after Redis lost its scripts; a job a worker ran in
+    between keeps its registry and its expiry (tidied, its finished hash would never expire)."""
+    schedule = Schedule(own_redis, "ran", retry_intervals=[])
+    finished_registry = FinishedJobRegistry("ran", connection=own_redis).key
+    failed_registry = FailedJobRegistry("ran", connection=own_redis).key
+    for status, tidied in (("finished", False), ("scheduled", True)):
+        job_key = Job.key_for(f"delete-{status}")
+        own_redis.hset(job_key, mapping={"status": status, "worker_name": "a-run"})
+        own_redis.expire(job_key, 500)
+        own_redis.zadd(finished_registry, {f"delete-{status}": 1})
+        schedule.scripts.booked(keys=[job_key, finished_registry, failed_registry, keys.notices("ran")],
+                                args=[f"delete-{status}", "scheduled", "", 0, "worker_name"])
+        assert (own_redis.ttl(job_key) == -1) is tidied
+        assert (own_redis.hget(job_key, "worker_name") is None) is tidied
+        assert (own_redis.zscore(finished_registry, f"delete-{status}") is None) is tidied
+
+
+def test_a_process_loads_every_script_when_it_starts(own_redis):
+    own_redis.script_flush()
+    made = scripts.Scripts(own_redis)
+    shas = [made.reconcile.sha, made.commit.sha, made.booked.sha, made.retire.sha, made.begin.sha, made.finish.sha]
+    assert own_redis.script_exists(*shas) == [True] * len(shas)
 
 
 # --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------
