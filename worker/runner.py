@@ -101,9 +101,10 @@ class JobttlWorker(SimpleWorker):
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT, log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
         # RQ's own, with jobttl's scheduler class (RQ has no setting for it). RQ's maintenance
-        # restarts a dead scheduler through this object, so the class holds from then on.
+        # restarts a dead scheduler through this object, so the class holds from then on. Its
+        # few lines (which worker holds the lock) at jobttl's level, not RQ's (`rq_logging_level`).
         self.scheduler = JobttlScheduler(self.queues, connection=self.connection, serializer=self.serializer,
-                                         logging_level=logging_level if logging_level is not None else self.log.level,
+                                         logging_level=self.context.settings.log_level,
                                          date_format=date_format, log_format=log_format)
         self.scheduler.acquire_locks()
         if not self.scheduler.acquired_locks:
@@ -181,12 +182,23 @@ def run(settings: Settings, burst: bool = False) -> None:
         # Events may have been missed while no worker ran: start from the cluster's truth.
         ctx.schedule.request_resync()
     try:
-        worker.work(burst=burst, with_scheduler=True, logging_level=settings.log_level)
+        worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
         follower.stop()
         ctx.events.flush()
         if health is not None:
             health.shutdown()
+        logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name)
+
+
+def rq_logging_level(level: str) -> str:
+    """RQ's level, given jobttl's: RQ's worker writes four INFO lines for every job (its id
+    dequeued, "Job OK", "Result is kept for N seconds", "Successfully completed"), saying again
+    what jobttl's own outcome line says once, with less. They, and RQ's lifecycle lines
+    ("Listening on", "cleaning registries" every few seconds, "warm shut down requested"), show
+    at DEBUG; jobttl logs its own worker-start and worker-stop. RQ's warnings and errors (a job
+    that raised, with its traceback) always show."""
+    return level if logging.getLevelNamesMapping()[level] >= logging.WARNING or level == "DEBUG" else "WARNING"
 
 
 def _wait_for_agreeing_clocks(ctx: WorkerContext, name: str, burst: bool) -> bool:

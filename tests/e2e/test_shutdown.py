@@ -1,5 +1,6 @@
 """A worker told to stop (SIGTERM, as Kubernetes does) finishes the deletion it is doing."""
 
+import json
 import os
 import signal
 import time
@@ -42,3 +43,6 @@ def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, l
     assert [d["status"] for d in cluster.deletes()] == [200]
     recorded = [e.fields for e in Audit(redis).history(cluster.namespace, "slow")]
     assert [e["event"] for e in recorded if e["uid"] == ref.uid][:1] == [job.return_value()]
+    # It says so, last: RQ's own shutdown lines are DEBUG lines (jobttl.worker.runner.rq_logging_level).
+    said = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
+    assert said and said[-1].get("event") == "worker-stop", said[-3:]

@@ -7,7 +7,7 @@ import signal
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-from jobttl.worker.runner import JobttlScheduler, JobttlWorker
+from jobttl.worker.runner import JobttlScheduler, JobttlWorker, rq_logging_level
 from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401 - the module's emulator fixture
 
@@ -44,3 +44,10 @@ def test_jobttls_scheduler_looks_several_times_a_second_and_stops_when_asked(red
         os.kill(process.pid, signal.SIGTERM)
         process.join(10)
     assert process.exitcode == 0
+
+
+def test_rqs_own_per_job_lines_show_only_at_debug_and_its_warnings_always():
+    assert rq_logging_level("INFO") == "WARNING"
+    assert rq_logging_level("DEBUG") == "DEBUG"
+    assert rq_logging_level("WARNING") == "WARNING"
+    assert rq_logging_level("ERROR") == "ERROR"
