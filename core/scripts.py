@@ -13,6 +13,7 @@ they touch keys derived from their arguments, which Redis Cluster does not allow
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +21,10 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import NoScriptError, RedisError
 
-from jobttl.core import keys
+from jobttl.core import keys, logs
 from jobttl.core.identity import JobRef
+
+log = logging.getLogger("jobttl.scripts")
 
 # Shared helpers, prepended to every script.
 _PRELUDE = r"""
@@ -423,7 +426,8 @@ return out
 """
 
 
-_SOURCES: dict[str, str] = {}  # SHA1 → source, for loading a script Redis does not know
+ALL = (RECONCILE, COMMIT, RETIRE, BOOKED, BEGIN, FINISH, RELEASE, RECORD, HISTORY)
+_SOURCES: dict[str, str] = {}  # SHA1 → source of the scripts in use: a NOSCRIPT of one of them loads ALL
 
 
 class Lua:
@@ -449,29 +453,37 @@ class Lua:
 
 def execute(pipe: Pipeline) -> list[Any]:
     """Execute a pipeline holding `Lua` scripts: one round trip, and one more only when Redis
-    has lost a script (then those commands, which did not run, run again in order, after the
-    scripts are loaded). Raises the first error, as redis-py's execute does.
+    has lost a script (then every script is loaded, and the commands that did not run run
+    again, in order). Raises the first error, as redis-py's execute does.
 
     The second round trip goes on `pipe` itself: the same class (the sink's waits for its
     replicas), the same pool. In a MULTI the commands that did run stay applied, and the
     scripts that did not run go in a second MULTI, still after the RQ writes they followed.
-    Each process loads its scripts when it starts (`Scripts`), so this is the path of a Redis
-    that lost them since: a restart, a failover, a SCRIPT FLUSH. For that moment another
-    client may see an RQ job written and not yet committed (a worker finds it superseded, and
-    the next event or resync books it), or committed and not yet tidied (BOOKED leaves alone a
-    job that ran since): late, never early.
+    Processes load every script when they start (`load`), and after any NOSCRIPT, so a MULTI
+    meets one only when Redis lost its scripts between a reconcile's two round trips, or the
+    first time a new version's script runs on a Redis nobody loaded it into. For that moment
+    another client may see an RQ job written and not yet committed (a worker finds it
+    superseded, and the next event or resync books it), or committed and not yet tidied
+    (BOOKED leaves alone a job that ran since): late, never early.
     """
     stack = list(pipe.command_stack)
+    transaction = pipe.transaction or pipe.explicit_transaction
     replies = pipe.execute(raise_on_error=False)
-    missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+    missing = [i for i, reply in enumerate(replies)
+               if isinstance(reply, NoScriptError) and str(stack[i][0][1]) in _SOURCES]
     if missing:
-        for sha in dict.fromkeys(str(stack[i][0][1]) for i in missing):
-            pipe.script_load(_SOURCES[sha])
+        if transaction and not pipe.transaction:
+            pipe.multi()
+        for source in ALL:
+            pipe.script_load(source)
         for i in missing:
             args, options = stack[i]
             pipe.execute_command(*args, **options)
-        rerun = pipe.execute(raise_on_error=False)[-len(missing):]
-        for i, reply in zip(missing, rerun):
+        again = pipe.execute(raise_on_error=False)
+        for reply in again[:len(ALL)]:
+            if isinstance(reply, Exception):
+                raise reply  # a user that may not load scripts: say so, not NOSCRIPT
+        for i, reply in zip(missing, again[len(ALL):]):
             replies[i] = reply
     for reply in replies:
         if isinstance(reply, Exception):
@@ -479,20 +491,23 @@ def execute(pipe: Pipeline) -> list[Any]:
     return replies
 
 
-def load(redis: Redis) -> None:
-    """SCRIPT LOAD every script, in one round trip, so that a MULTI rarely meets a NOSCRIPT."""
+def load(redis: Redis) -> bool:
+    """SCRIPT LOAD every script, in one round trip: what a process does when it starts, so that
+    a MULTI rarely meets a NOSCRIPT. False (and a warning) if Redis would not: it is tried again
+    on the first NOSCRIPT."""
     try:
         with redis.pipeline(transaction=False) as pipe:
-            for source in _SOURCES.values():
+            for source in ALL:
                 pipe.script_load(source)
             pipe.execute()
-    except RedisError:
-        pass
+        return True
+    except RedisError as exc:
+        logs.record(log, "scripts-not-loaded", level=logging.WARNING, detail=str(exc))
+        return False
 
 
 class Scripts:
-    """The scripts, one `Lua` each per Redis client, loaded into Redis when made (best effort:
-    Redis may be down when a process starts; a NOSCRIPT later loads what is missing)."""
+    """The scripts, one `Lua` each per Redis client."""
 
     def __init__(self, redis: Redis):
         self.reconcile = Lua(redis, RECONCILE)
@@ -504,7 +519,6 @@ class Scripts:
         self.finish = Lua(redis, FINISH)
         self.record = Lua(redis, RECORD)
         self.history = Lua(redis, HISTORY)
-        load(redis)
 
 
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from jobttl.core import redisconn, upgrade
+from jobttl.core import redisconn, scripts, upgrade
 from jobttl.core.audit import Audit
 from jobttl.core.config import Settings
 from jobttl.core.kinds import KindRegistry
@@ -53,6 +53,7 @@ class SinkContext:
                       KindRegistry(settings.policy.kinds), metrics, SenderCheck.from_settings(settings), kube)
         try:
             upgrade.ensure(redis, audit.tombstone_seconds)
+            scripts.load(redis)
         except Exception:  # noqa: BLE001 - Redis may be down at start; every request retries it
             pass
         return context

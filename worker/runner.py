@@ -39,7 +39,7 @@ from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.utils import import_attribute, now as utcnow
 
-from jobttl.core import jsoncodec, logs, upgrade
+from jobttl.core import jsoncodec, logs, scripts, upgrade
 from jobttl.core.config import Settings
 from jobttl.worker import tasks
 from jobttl.worker.context import WorkerContext
@@ -169,6 +169,7 @@ def run(settings: Settings, burst: bool = False) -> None:
     ctx = tasks.configure(settings)  # fail fast: the Kubernetes config is loaded now
     ctx.redis.ping()
     upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
+    scripts.load(ctx.redis)
     health = serve_health(ctx, settings.worker_metrics_port) if settings.worker_metrics_port else None
     worker = JobttlWorker([ctx.schedule.queue.name], connection=ctx.redis, serializer=JSONSerializer,
                           worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, log_job_description=False,

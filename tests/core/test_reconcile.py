@@ -6,6 +6,7 @@ import uuid
 import zlib
 
 import pytest
+from redis import Redis
 from rq.job import Job, JobStatus
 from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
 from rq.serializers import JSONSerializer
@@ -448,11 +449,31 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
         assert (own_redis.zscore(finished_registry, f"delete-{status}") is None) is tidied
 
 
-def test_a_process_loads_every_script_when_it_starts(own_redis):
+def _known(redis) -> list[bool]:
+    made = scripts.Scripts(redis)
+    return redis.script_exists(*(getattr(made, n).sha for n in ("reconcile", "commit", "retire", "booked", "begin",
+                                                                 "finish", "release", "record", "history")))
+
+
+def test_loading_the_scripts_at_start_loads_every_one_and_a_redis_that_refuses_is_only_a_warning(own_redis, caplog):
     own_redis.script_flush()
-    made = scripts.Scripts(own_redis)
-    shas = [made.reconcile.sha, made.commit.sha, made.booked.sha, made.retire.sha, made.begin.sha, made.finish.sha]
-    assert own_redis.script_exists(*shas) == [True] * len(shas)
+    assert scripts.load(own_redis) is True
+    assert _known(own_redis) == [True] * 9
+    assert scripts.load(Redis(port=1, socket_connect_timeout=0.2, retry=None)) is False
+    assert "scripts-not-loaded" in caplog.text
+
+
+def test_after_a_noscript_every_script_is_loaded_not_only_the_missing_one(own_redis):
+    """A Redis that lost its scripts (a restart) meets the next reconcile's first round trip:
+    that one loads them all, so the booking's MULTI that follows finds every script."""
+    reconciler = Reconciler(Schedule(own_redis, "reload", retry_intervals=[]), Audit(own_redis), parse_policy(None),
+                            burst_limit=None)
+    own_redis.script_flush()
+    loads = lambda: own_redis.info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)  # noqa: E731
+    before = loads()
+    assert reconciler.reconcile(finished(), TFJOB, "event").change is Change.SCHEDULED
+    assert loads() - before == 9, "one load of all nine, before the MULTI: the MULTI met no NOSCRIPT"
+    assert _known(own_redis) == [True] * 9
 
 
 # --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------
