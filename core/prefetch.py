@@ -11,7 +11,8 @@ with `ahead=1`, two pages.
 What the iterator raises reaches the caller where that item would have: an error listing
 page 3 is raised after pages 1 and 2 were handed over. A caller that stops early (an
 exception of its own, a break, `close()`) stops the thread before its next item; one already
-being fetched (a LIST under way) is finished and dropped, and the source is closed.
+being fetched (a LIST under way) is finished and dropped, and the source is closed (a
+generator closed before its first item never starts the thread, nor touches the source).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ class _Raised:
 
 def prefetched(items: Iterable[T], ahead: int = 1, name: str = "prefetch") -> Iterator[T]:
     """`items`, in order, with up to `ahead` of them fetched before the caller asks."""
+    if ahead < 1:
+        raise ValueError(f"ahead must be at least 1, got {ahead}")
     handed: queue.Queue = queue.Queue()
     slots = threading.Semaphore(ahead)  # one per item fetched and not yet taken by the caller
     stop = threading.Event()

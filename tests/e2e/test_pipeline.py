@@ -68,7 +68,7 @@ def test_a_finished_job_is_deleted_when_its_ttl_is_up(cluster, worker, mode, str
     [requested] = wait_for(lambda: logged("delete-requested"), what="the worker to log its DELETE")
     assert requested["propagationPolicy"] == "Foreground" and 2 <= requested["ttl"] and requested["lateness"] < 2.5
     wait_for(lambda: logged("deleted"), what="the worker to log that the job is gone")
-    # One line per outcome: RQ's own three per job ("Job OK", ...) are DEBUG lines.
+    # One line per outcome: RQ's own four per job ("Job OK", ...) are DEBUG lines.
     rq_lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith('{"') and "rq.worker" in line]
     assert not [e for e in rq_lines if e.get("logger") == "rq.worker" and obj["metadata"]["uid"] in e.get("message", "")]
 
