@@ -8,7 +8,7 @@ import zlib
 import pytest
 from redis import Redis
 from rq.job import Job, JobStatus
-from rq.registry import FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
+from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
 from jobttl.core import keys, scripts
@@ -200,6 +200,16 @@ def test_a_job_booked_again_under_its_id_is_written_whole_clearing_its_last_run(
         JobStatus.SCHEDULED, None, None, None)
 
 
+def leave_an_earlier_run(redis, schedule, job_id, status="finished", **fields):
+    """What a run of `job_id` leaves: its hash (expiring, as RQ sets a finished job's), listed
+    as finished. A later booking of the same id must leave nothing of it."""
+    key = Job.key_for(job_id)
+    redis.hset(key, mapping={"status": status, **fields})
+    redis.expire(key, 3600)
+    redis.zadd(schedule.queue.finished_job_registry.key, {job_id: time.time() + 3600})
+    return key
+
+
 def test_a_due_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run(reconciler, schedule, redis):
     """Moved to D2 while D1 ran (a keep-until came and went), then back to D1: the D1 hash that
     run left (finished, expiring in an hour, listed as finished) must become a plain booking."""
@@ -208,11 +218,8 @@ def test_a_due_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run
     reconciler.reconcile(obj, TFJOB, "event")
     assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
     first = job_id_for(uid(obj), due(obj))
-    key = f"rq:job:{first}"
-    redis.hset(key, mapping={"status": "finished", "started_at": "2026-01-01T00:00:00.000000Z",
-                             "ended_at": "2026-01-01T00:00:01.000000Z", "worker_name": "w1", "data": "[]"})
-    redis.expire(key, 3600)
-    redis.zadd(schedule.queue.finished_job_registry.key, {first: time.time() + 3600})
+    key = leave_an_earlier_run(redis, schedule, first, started_at="2026-01-01T00:00:00.000000Z",
+                               ended_at="2026-01-01T00:00:01.000000Z", worker_name="w1", data="[]")
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
     job = schedule.queue.fetch_job(first)
     assert (job.get_status(), job.started_at, job.ended_at, job.worker_name) == (JobStatus.SCHEDULED, None, None, None)
@@ -230,10 +237,7 @@ def test_an_announcement_booked_again_over_an_earlier_runs_hash_leaves_nothing_o
     reconciler.reconcile(obj, TFJOB, "event")
     assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
     first = warning_id_for(uid(obj), due(obj))
-    key = f"rq:job:{first}"
-    redis.hset(key, mapping={"status": "finished", "started_at": "2026-01-01T00:00:00.000000Z", "data": "[]"})
-    redis.expire(key, 3600)
-    redis.zadd(schedule.queue.finished_job_registry.key, {first: time.time() + 3600})
+    key = leave_an_earlier_run(redis, schedule, first, started_at="2026-01-01T00:00:00.000000Z", data="[]")
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
     job = schedule.queue.fetch_job(first)
     assert (job.get_status(), job.started_at) == (JobStatus.SCHEDULED, None)
@@ -410,11 +414,9 @@ def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still
     reconciler = Reconciler(schedule, Audit(own_redis), parse_policy(None), burst_limit=None)
     obj = finished()
     job_id = job_id_for(uid(obj), due(obj))
-    job_key, finished_registry = Job.key_for(job_id), FinishedJobRegistry("lost", connection=own_redis).key
+    finished_registry = schedule.queue.finished_job_registry.key
     # What an earlier run of the same id left (booked again at the same due): BOOKED's to tidy.
-    own_redis.hset(job_key, mapping={"status": "finished", "worker_name": "an-earlier-run"})
-    own_redis.expire(job_key, 500)
-    own_redis.zadd(finished_registry, {job_id: 1})
+    job_key = leave_an_earlier_run(own_redis, schedule, job_id, worker_name="an-earlier-run")
     own_redis.script_flush()
     for name in known:
         own_redis.script_load(getattr(scripts, name))
@@ -435,13 +437,10 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
     """BOOKED runs apart from RQ's write only after Redis lost its scripts; a job a worker ran in
     between keeps its registry and its expiry (tidied, its finished hash would never expire)."""
     schedule = Schedule(own_redis, "ran", retry_intervals=[])
-    finished_registry = FinishedJobRegistry("ran", connection=own_redis).key
-    failed_registry = FailedJobRegistry("ran", connection=own_redis).key
+    finished_registry = schedule.queue.finished_job_registry.key
+    failed_registry = schedule.queue.failed_job_registry.key
     for status, tidied in (("finished", False), ("scheduled", True)):
-        job_key = Job.key_for(f"delete-{status}")
-        own_redis.hset(job_key, mapping={"status": status, "worker_name": "a-run"})
-        own_redis.expire(job_key, 500)
-        own_redis.zadd(finished_registry, {f"delete-{status}": 1})
+        job_key = leave_an_earlier_run(own_redis, schedule, f"delete-{status}", status, worker_name="a-run")
         schedule.scripts.booked(keys=[job_key, finished_registry, failed_registry, keys.notices("ran")],
                                 args=[f"delete-{status}", "scheduled", "", 0, "worker_name"])
         assert (own_redis.ttl(job_key) == -1) is tidied
@@ -450,9 +449,10 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
 
 
 def _known(redis) -> list[bool]:
-    made = scripts.Scripts(redis)
-    return redis.script_exists(*(getattr(made, n).sha for n in ("reconcile", "commit", "retire", "booked", "begin",
-                                                                 "finish", "release", "record", "history")))
+    """Whether Redis knows each script a process uses (every `Lua` of `Scripts`)."""
+    used = [lua.sha for lua in vars(scripts.Scripts(redis)).values() if isinstance(lua, scripts.Lua)]
+    assert len(used) == 9
+    return redis.script_exists(*used)
 
 
 def test_loading_the_scripts_at_start_loads_every_one_and_a_redis_that_refuses_is_only_a_warning(own_redis, caplog):
