@@ -388,9 +388,9 @@ class Schedule:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(at), pipeline=pipe)
-        status = JobStatus.QUEUED if at is None else JobStatus.SCHEDULED
         self.scripts.booked(keys=[job.key, *self._ended, keys.notices(self.queue.name)],
-                            args=[job.id, status.value, notice or "", now, *job.omitted], client=pipe)
+                            args=[job.id, job.get_status(refresh=False).value, notice or "", now, *job.omitted],
+                            client=pipe)
 
     def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
              result_ttl: int = RESULT_TTL) -> Job:

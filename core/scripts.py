@@ -7,8 +7,9 @@ the sink's threads on it; a script does the same in one, on Redis's own clock (`
 so the guard's and the schedule's notion of "now" never depends on a process's clock.
 
 RQ's jobs are written by RQ's code (`Schedule.apply`); the scripts only read them, remove
-one a reconcile replaced (RETIRE), or tidy one RQ has just written (BOOKED). The scripts assume a single Redis (or a Sentinel-managed primary):
-they touch keys derived from their arguments, which Redis Cluster does not allow.
+one a reconcile replaced (RETIRE), or tidy one RQ has just written (BOOKED). The scripts
+assume a single Redis (or a Sentinel-managed primary): they touch keys derived from their
+arguments, which Redis Cluster does not allow.
 """
 
 from __future__ import annotations
@@ -474,8 +475,7 @@ def execute(pipe: Pipeline) -> list[Any]:
     if missing:
         if transaction and not pipe.transaction:
             pipe.multi()
-        for source in ALL:
-            pipe.script_load(source)
+        _queue_loads(pipe)
         for i in missing:
             args, options = stack[i]
             pipe.execute_command(*args, **options)
@@ -497,13 +497,17 @@ def load(redis: Redis) -> bool:
     on the first NOSCRIPT."""
     try:
         with redis.pipeline(transaction=False) as pipe:
-            for source in ALL:
-                pipe.script_load(source)
+            _queue_loads(pipe)
             pipe.execute()
         return True
     except RedisError as exc:
         logs.record(log, "scripts-not-loaded", level=logging.WARNING, detail=str(exc))
         return False
+
+
+def _queue_loads(pipe: Pipeline) -> None:
+    for source in ALL:
+        pipe.script_load(source)
 
 
 class Scripts:
@@ -519,7 +523,6 @@ class Scripts:
         self.finish = Lua(redis, FINISH)
         self.record = Lua(redis, RECORD)
         self.history = Lua(redis, HISTORY)
-
 
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
                        max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,
