@@ -153,6 +153,16 @@ def next_log_request(previous: LogRequest, keep_bytes: int, answer_bytes: int, a
     return LogRequest(lines, previous.limit_bytes, more_than, fewer_than, previous.tries + 1)
 
 
+def whole_log(request: LogRequest, answer_bytes: int, answer_lines: int) -> bool:
+    """Whether the answer to `request` is the whole log (fewer lines than asked for): proven by
+    fewer bytes than lines asked for; else its newlines tell, unless an answer before it came cut,
+    which showed a log longer than this one (or, uncapped, the same tail: no count of its lines
+    tells, since the runtime writes a line longer than 16 KiB as several entries of the file)."""
+    if request.limit_bytes is not None and answer_bytes >= request.limit_bytes:
+        return False
+    return answer_bytes < request.tail_lines or (request.fewer_than is None and answer_lines < request.tail_lines)
+
+
 class LogTail:
     """One answer read as a stream: its size, its newlines, and only its last `capacity` bytes."""
 

@@ -123,9 +123,7 @@ class Archiver:
                 break
             request = following
         kept = archive.trim_tail(answer.last, keep, starts_line=answer.complete)
-        cut = request.limit_bytes is not None and answer.bytes >= request.limit_bytes
-        whole = not cut and answer.lines < request.tail_lines  # fewer lines than asked for: all there is
-        return kept, len(kept) < answer.bytes or not whole
+        return kept, len(kept) < answer.bytes or not archive.whole_log(request, answer.bytes, answer.lines)
 
 
 def prune(store: Store, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,

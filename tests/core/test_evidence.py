@@ -236,6 +236,20 @@ def test_a_cut_answer_asks_for_fewer_lines_and_a_short_one_for_more():
     assert archive.next_log_request(spent, keep, 4 * keep, 10) == archive.LogRequest(50, None, 10, 50, 5)
 
 
+def test_an_answer_is_the_whole_log_only_when_it_has_fewer_lines_than_asked_for():
+    keep = 1024
+    first = archive.first_log_request(keep)
+    assert archive.whole_log(first, 1000, 40)  # fewer bytes than lines asked for
+    assert archive.whole_log(first, 3000, 40) and not archive.whole_log(first, 3000, keep)
+    assert not archive.whole_log(first, 4 * keep, 40)  # cut
+    # After a cut answer the log is longer than any uncut one, however few newlines it shows
+    # (a line of 20,000 bytes is two entries of the log file: tailLines=2 is that one line).
+    sized = archive.LogRequest(2, 4 * keep, 0, keep, 2)
+    assert not archive.whole_log(sized, 20_000, 1)
+    assert not archive.whole_log(archive.LogRequest(1, None, 0, 1, 3), 50_000, 1)
+    assert archive.whole_log(archive.LogRequest(10, None, 0, 10, 3), 9, 9)
+
+
 def test_a_streamed_answer_holds_only_its_last_bytes():
     tail = archive.LogTail.for_keeping(1024)
     for _ in range(1000):

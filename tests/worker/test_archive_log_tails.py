@@ -95,3 +95,15 @@ def test_a_cut_line_keeps_whole_characters(bench):
     folder, _ = archive_logs(bench, "utf8", {"accents": log}, log_kib=1)
     kept = (folder / "logs" / "accents" / "tensorflow.log").read_bytes()
     assert kept.decode() == "é" * 512 + "\n" and len(kept) == 1025  # 1,024 bytes start mid-character
+
+
+def test_lines_the_runtime_splits_still_keep_the_last_n_kib_in_whole_lines(bench):
+    """Lines of 20,000 bytes are two log-file entries each (16 KiB, then the rest), and tailLines
+    counts entries: the last 16 KiB still come as the whole last line."""
+    keep = 16 * 1024
+    log = uniform_log(20_000, 200_000)
+    folder, index = archive_logs(bench, "split", {"lines-20000": log}, log_kib=16)
+    kept = (folder / "logs" / "lines-20000" / "tensorflow.log").read_bytes()
+    assert kept == log[-20_000:] and len(kept) == expected_kept(20_000, keep)
+    assert index["logs"][0]["truncated"] is True
+    assert len(log_requests(bench, "lines-20000")) <= archive.MAX_LOG_TRIES + 1
