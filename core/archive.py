@@ -10,10 +10,22 @@ are `jobttl.core.archivestore`). One folder per job, ``<namespace>/<kind>/<name>
   restarted): the last N KiB of each container's log;
 - ``index.json``, written last: what is there, how big, what could not be kept and why.
 
-The API has no "last N bytes" of a log (``limitBytes`` caps from the start), so the worker asks
-for a bounded number of tail lines, capped with ``limitBytes`` at a few times N KiB, and trims
-to the last N KiB at a line boundary; an answer cut by the cap means the lines are long, so it
-asks again for fewer (`next_log_request`).
+What is kept of a log longer than N KiB (K = N x 1024 bytes) is a suffix of it that starts at
+the beginning of the line holding its K-th byte from the end: the last K bytes and the rest of
+that line, so at least K bytes of whole lines. A line that began more than K bytes before that
+point is cut instead: the kept part then starts exactly K bytes from the end (or up to 3 bytes
+earlier, at the start of a UTF-8 character). Either way between K and 2K bytes, never fewer than
+K; a log of K bytes or less is kept whole (`trim_tail`).
+
+The API has no "last N bytes" of a log: ``tailLines`` selects the last lines, then ``limitBytes``
+caps the bytes from the start of those (the kubelet's ``ReadLogs``). So the worker searches for a
+number of lines whose bytes are at least K and below the cap (4K) (`next_log_request`): the first
+request asks for K lines (no line is shorter than a byte, so an uncut answer shorter than K is the
+whole log); each cut answer, or one too short, sizes the next from the bytes per line it showed,
+within the bounds the earlier answers set. When no number of lines fits under the cap (a line
+longer than it) or the estimates keep missing, one last request streams the smallest tail known
+to be long enough, without a cap. Every answer is read as a stream of which only the last 2K+1
+bytes are held (`LogTail`): memory stays bounded whatever the lines' length.
 
 Objects may nest deeper than any encoder recurses (a list page read with ijson can hand the
 worker a 1,500-deep object): subtrees deeper than `MAX_DEPTH` are replaced, iteratively, by a
@@ -22,6 +34,7 @@ note, and the index says how many were not kept, so encoding never fails the del
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,9 +46,9 @@ from jobttl.core.policy import DEFAULT_LOG_KIB, Policy
 
 MAX_DEPTH = 100  # PyYAML's representer recurses: about 350 levels exhaust Python's stack
 TRUNCATED = "<jobttl: not kept, nested deeper than {depth} levels>"
-LINES_PER_KIB = 64  # tail lines asked per KiB kept: enough for lines of 16 bytes on average
 CAP_FACTOR = 4  # limitBytes = this many times what is kept, so one answer stays bounded
-MAX_LOG_TRIES = 4
+AIM_FACTOR = 2  # a sized request aims at this many times what is kept: halfway (geometrically) to the cap
+MAX_LOG_TRIES = 4  # requests under the cap; then one streams the tail without it
 INDEX = "index.json"
 MANIFEST = "manifest.yaml"
 EVENTS = "events.yaml"
@@ -98,33 +111,109 @@ def split_folder(name: str) -> tuple[str, str] | None:
 
 @dataclass(frozen=True)
 class LogRequest:
+    """One read of a log's tail: the last `tail_lines` lines, at most `limit_bytes` of them (None:
+    no cap, the last resort), and what the answers before it showed: the last `more_than` lines
+    hold fewer bytes than are kept, the last `fewer_than` lines more than the cap."""
+
     tail_lines: int
-    limit_bytes: int
+    limit_bytes: int | None
+    more_than: int = 0
+    fewer_than: int | None = None
+    tries: int = 1
 
 
 def first_log_request(keep_bytes: int) -> LogRequest:
-    return LogRequest(max(1, keep_bytes // 1024 * LINES_PER_KIB), keep_bytes * CAP_FACTOR)
+    return LogRequest(keep_bytes, keep_bytes * CAP_FACTOR)
 
 
-def next_log_request(previous: LogRequest, answer_bytes: int) -> LogRequest | None:
-    """None when the answer is complete; else fewer lines (the cap cut the answer: long lines)."""
-    if answer_bytes < previous.limit_bytes or previous.tail_lines == 1:
+def next_log_request(previous: LogRequest, keep_bytes: int, answer_bytes: int, answer_lines: int
+                     ) -> LogRequest | None:
+    """The next read, or None when the answer to `previous` (its size and newlines) holds what is kept."""
+    if previous.limit_bytes is None:
+        return None  # not capped: all of the last `fewer_than` lines, at least the cap's worth
+    cut = answer_bytes >= previous.limit_bytes
+    # Fewer bytes than lines asked for is fewer lines than asked for: the whole log.
+    if not cut and (answer_bytes >= keep_bytes or answer_bytes < previous.tail_lines):
         return None
-    return LogRequest(max(1, previous.tail_lines // 8), previous.limit_bytes)
+    if cut:
+        more_than, fewer_than = previous.more_than, previous.tail_lines
+    else:
+        more_than, fewer_than = previous.tail_lines, previous.fewer_than
+    if fewer_than is not None and (fewer_than - more_than <= 1 or previous.tries >= MAX_LOG_TRIES):
+        # No count of lines fits under the cap (the line after the last `more_than` is longer than
+        # it), or the lines vary too much to estimate: stream the last `fewer_than` lines uncapped.
+        return LogRequest(fewer_than, None, more_than, fewer_than, previous.tries + 1)
+    # Bytes per line as this answer showed them (a cut answer of no whole line: its first line
+    # alone is at least the cap), then as many lines as should make AIM_FACTOR x what is kept.
+    per_line = answer_bytes / max(answer_lines, 1)
+    lines = math.ceil(AIM_FACTOR * keep_bytes / per_line)
+    if not (more_than < lines and (fewer_than is None or lines < fewer_than)):
+        # The estimate contradicts what the answers showed: halve the interval instead.
+        lines = more_than * 2 if fewer_than is None else (more_than + fewer_than) // 2
+    return LogRequest(lines, previous.limit_bytes, more_than, fewer_than, previous.tries + 1)
 
 
-def trim_tail(body: bytes, keep: int) -> tuple[bytes, bool]:
-    """The last `keep` bytes of a log, starting at a line (or at least a character) boundary."""
+def whole_log(request: LogRequest, answer_bytes: int, answer_lines: int) -> bool:
+    """Whether the answer to `request` is the whole log (fewer lines than asked for): proven by
+    fewer bytes than lines asked for; else its newlines tell, unless an answer before it came cut,
+    which showed a log longer than this one (or, uncapped, the same tail: no count of its lines
+    tells, since the runtime writes a line longer than 16 KiB as several entries of the file)."""
+    if request.limit_bytes is not None and answer_bytes >= request.limit_bytes:
+        return False
+    return answer_bytes < request.tail_lines or (request.fewer_than is None and answer_lines < request.tail_lines)
+
+
+class LogTail:
+    """One answer read as a stream: its size, its newlines, and only its last `capacity` bytes."""
+
+    def __init__(self, capacity: int):
+        self.capacity = capacity
+        self.bytes = 0
+        self.newlines = 0
+        self._last = bytearray()
+
+    @classmethod
+    def for_keeping(cls, keep_bytes: int) -> LogTail:
+        """Enough for `trim_tail`: what it keeps is at most 2K bytes, and it looks one byte before that."""
+        return cls(2 * keep_bytes + 1)
+
+    def feed(self, chunk: bytes) -> None:
+        self.bytes += len(chunk)
+        self.newlines += chunk.count(b"\n")
+        self._last += chunk[-self.capacity:]
+        if len(self._last) > self.capacity:
+            del self._last[:len(self._last) - self.capacity]
+
+    @property
+    def last(self) -> bytes:
+        return bytes(self._last)
+
+    @property
+    def complete(self) -> bool:
+        """Whether `last` holds the whole answer (so it begins where a line begins)."""
+        return len(self._last) == self.bytes
+
+    @property
+    def lines(self) -> int:
+        """Lines in the answer: its newlines, and a last line without one."""
+        return self.newlines + (1 if self._last and not self._last.endswith(b"\n") else 0)
+
+
+def trim_tail(body: bytes, keep: int, starts_line: bool = True) -> bytes:
+    """What is kept of a log that ends with `body` (`starts_line`: a line begins at `body[0]`, as
+    at the start of a log): all of it up to `keep` bytes; else from the start of the line holding
+    its `keep`-th byte from the end, unless that line began more than `keep` bytes earlier: then
+    from exactly `keep` bytes before the end, moved back to the start of a UTF-8 character."""
     if len(body) <= keep:
-        return body, False
-    tail = body[-keep:]
-    newline = tail.find(b"\n")
-    if 0 <= newline < len(tail) - 1:
-        return tail[newline + 1:], True
-    start = 0
-    while start < len(tail) and tail[start] & 0xC0 == 0x80:  # not inside a UTF-8 character
-        start += 1
-    return tail[start:], True
+        return body
+    point = len(body) - keep
+    line_start = body.rfind(b"\n", 0, point) + 1
+    if (line_start > 0 or starts_line) and point - line_start <= keep:
+        return body[line_start:]
+    start = point
+    while start > 0 and point - start < 3 and body[start] & 0xC0 == 0x80:  # inside a UTF-8 character
+        start -= 1
+    return body[start:]
 
 
 # --- encoding what is kept -------------------------------------------------------------------------

@@ -372,7 +372,8 @@ class KubeClient:
         return _page(answer.body).items
 
     def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int, previous: bool = False,
-                limit_bytes: int | None = None) -> bytes:
+                limit_bytes: int | None = None) -> Iterator[bytes]:
+        """A container's log as it arrives, in chunks: the caller decides how much of it to hold."""
         path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
                 f"{quote(check_name(pod), safe='')}/log")
         query: list[tuple[str, Any]] = [("container", container), ("tailLines", tail_lines)]
@@ -380,7 +381,13 @@ class KubeClient:
             query.append(("previous", "true"))
         if limit_bytes is not None:
             query.append(("limitBytes", limit_bytes))
-        return self._request("get", POD_LOGS, "GET", path, "pods/log", query).body
+        response = self._request("get", POD_LOGS, "GET", path, "pods/log", query, stream=True)
+        try:
+            yield from response.stream(64 * 1024, decode_content=True)
+        except urllib3.exceptions.HTTPError as exc:
+            raise TransientApiError(f"reading the log of {pod}/{container} broke: {exc}") from exc
+        finally:
+            response.release_conn()
 
     def delete_pod(self, namespace: str, pod: str, uid: str) -> None:
         path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"

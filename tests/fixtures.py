@@ -155,3 +155,17 @@ def job_object(kind, name: str, namespace: str = "default", state: str = "succee
                   "progress": "1/1" if state == "succeeded" else "0/1"}
     obj["status"] = status
     return obj
+
+
+def uniform_log(line_bytes: int, total: int) -> bytes:
+    """Lines of exactly `line_bytes` bytes (newline included), numbered, about `total` bytes in all."""
+    lines = [(b"step %d " % i).ljust(line_bytes - 1, b"x")[:line_bytes - 1] + b"\n"
+             for i in range(-(-total // line_bytes))]
+    return b"".join(lines)
+
+
+def expected_kept(line_bytes: int, keep: int) -> int:
+    """By hand, for a long log of equal lines: the whole lines covering the last `keep` bytes, unless
+    the first of them began more than `keep` bytes before them (then exactly `keep` bytes)."""
+    covering = -(-keep // line_bytes) * line_bytes
+    return covering if covering - keep <= keep else keep

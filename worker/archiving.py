@@ -108,17 +108,22 @@ class Archiver:
                 contents.add_log(name, container, previous, body, truncated)
 
     def tail(self, namespace: str, pod: str, container: str, previous: bool, keep: int) -> tuple[bytes, bool]:
-        """The last `keep` bytes of a container's log, asking for fewer lines while answers come cut."""
+        """The last `keep` bytes of a container's log (`archive.trim_tail`), and whether it holds more.
+
+        Bounded: at most MAX_LOG_TRIES + 1 requests, and of each answer only its last 2 x `keep`
+        bytes are held (`archive.LogTail`), however long its lines."""
         request = archive.first_log_request(keep)
-        body = b""
-        for _ in range(archive.MAX_LOG_TRIES):
-            body = self.kube.pod_log(namespace, pod, container, request.tail_lines, previous,
-                                     limit_bytes=request.limit_bytes)
-            following = archive.next_log_request(request, len(body))
+        for _ in range(archive.MAX_LOG_TRIES + 1):
+            answer = archive.LogTail.for_keeping(keep)
+            for chunk in self.kube.pod_log(namespace, pod, container, request.tail_lines, previous,
+                                           limit_bytes=request.limit_bytes):
+                answer.feed(chunk)
+            following = archive.next_log_request(request, keep, answer.bytes, answer.lines)
             if following is None:
                 break
             request = following
-        return archive.trim_tail(body, keep)
+        kept = archive.trim_tail(answer.last, keep, starts_line=answer.complete)
+        return kept, len(kept) < answer.bytes or not archive.whole_log(request, answer.bytes, answer.lines)
 
 
 def prune(store: Store, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,

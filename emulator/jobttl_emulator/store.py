@@ -57,7 +57,7 @@ from typing import Any
 
 from . import apply as ssa
 from .gc import FOREGROUND, GC_FINALIZERS, ORPHAN, GarbageCollector
-from .logs import PodLogs
+from .logs import Entry, PodLogs
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
 from .resources import DEFAULT_RESOURCES, Resource, qualify
 from .selectors import FieldSelector, LabelSelector, SelectorError, label_key_error, label_value_error
@@ -783,8 +783,8 @@ class Store:
 
     # -- pod logs ----------------------------------------------------------
 
-    def pod_log(self, res: Resource, namespace: str, name: str, container: str = "", previous: bool = False) -> list[tuple[str, str]]:
-        """The (timestamp, line) pairs of a pod container's log (see ``logs.py``)."""
+    def pod_log(self, res: Resource, namespace: str, name: str, container: str = "", previous: bool = False) -> list[Entry]:
+        """The entries of a pod container's log file (see ``logs.py``)."""
         with self._lock:
             pod = copy.deepcopy(self._existing(res, namespace, name))
         container = _log_container(pod, container)

@@ -15,7 +15,7 @@ from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
 from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
 from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
-from tests.fixtures import finished_status, job_object, rfc3339, tfjob, with_server_fields
+from tests.fixtures import expected_kept, finished_status, job_object, rfc3339, tfjob, uniform_log, with_server_fields
 
 FINISHED_AT = 1_900_000_000
 
@@ -114,23 +114,152 @@ def test_paths_name_the_job_and_its_uid():
         archive.log_path("../etc", "x")
 
 
-def test_a_log_is_trimmed_to_its_last_bytes_at_a_line_boundary():
-    log = b"".join(b"step %05d loss 0.1\n" % i for i in range(1000))
-    kept, cut = archive.trim_tail(log, 100)
-    assert cut and log.endswith(kept) and kept.startswith(b"step ") and len(kept) <= 100
-    assert archive.trim_tail(b"short\n", 100) == (b"short\n", False)
-    one_line = "é".encode() * 100  # no newline at all: still starts on a character
-    kept, cut = archive.trim_tail(one_line, 51)
-    assert cut and kept.decode() == "é" * 25
+# --- log tails: what is kept, and the requests that fetch it ------------------------------------------
+
+@pytest.mark.parametrize("line_bytes", [1, 16, 68, 130, 500, 1024, 1025, 2048, 2049, 5000])
+def test_a_long_log_keeps_the_whole_lines_covering_its_last_bytes(line_bytes):
+    log = uniform_log(line_bytes, 20 * 1024)
+    kept = archive.trim_tail(log, 1024)
+    assert log.endswith(kept) and len(kept) == expected_kept(line_bytes, 1024) >= 1024
+    assert len(kept) <= 2 * 1024
 
 
-def test_log_requests_ask_for_fewer_lines_while_answers_come_cut():
-    first = archive.first_log_request(256 * 1024)
-    assert first.tail_lines == 256 * archive.LINES_PER_KIB and first.limit_bytes == 4 * 256 * 1024
-    assert archive.next_log_request(first, 1000) is None
-    smaller = archive.next_log_request(first, first.limit_bytes)
-    assert smaller.tail_lines == first.tail_lines // 8
-    assert archive.next_log_request(archive.LogRequest(1, 10), 10) is None
+def test_a_log_no_longer_than_what_is_kept_is_kept_whole():
+    assert archive.trim_tail(b"short\n", 100) == b"short\n"
+    assert archive.trim_tail(b"x" * 100, 100) == b"x" * 100
+    assert archive.trim_tail(b"", 100) == b""
+
+
+def test_the_kept_part_starts_at_a_line_or_is_exactly_what_is_kept():
+    # The 100th byte from the end is in "b...": its line begins 20 bytes earlier.
+    log = b"a" * 50 + b"\n" + b"b" * 99 + b"\n" + b"c" * 19 + b"\n"
+    assert archive.trim_tail(log, 100) == b"b" * 99 + b"\n" + b"c" * 19 + b"\n"
+    # Right after a newline: exactly what is kept.
+    assert archive.trim_tail(b"a" * 50 + b"\n" + b"b" * 99 + b"\n", 100) == b"b" * 99 + b"\n"
+    # A line beginning exactly `keep` bytes before that point is still whole; one byte more, cut.
+    assert archive.trim_tail(b"a\n" + b"b" * 200, 100) == b"b" * 200
+    assert archive.trim_tail(b"a\n" + b"b" * 201, 100) == b"b" * 100
+    # A log of one line (no newline at all) is whole from its start up to twice what is kept...
+    assert archive.trim_tail(b"b" * 200, 100) == b"b" * 200
+    # ... unless what is given is only its end (a stream's window): no line is known to begin there.
+    assert archive.trim_tail(b"b" * 200, 100, starts_line=False) == b"b" * 100
+
+
+def test_a_cut_line_keeps_whole_characters_and_never_fewer_bytes():
+    one_line = "é".encode() * 500  # two bytes each, no newline
+    kept = archive.trim_tail(one_line, 51)
+    assert kept.decode() == "é" * 26 and len(kept) == 52  # one byte more, not one less
+    kept = archive.trim_tail(one_line, 50)
+    assert kept.decode() == "é" * 25
+
+
+def kubelet(log: bytes, tail_lines: int, limit_bytes: int | None) -> bytes:
+    """The kubelet's ReadLogs, for the sizing logic alone: the last lines, then at most the cap."""
+    lines = log.splitlines(keepends=True)
+    body = b"".join(lines[-tail_lines:] if tail_lines else [])
+    return body if limit_bytes is None else body[:limit_bytes]
+
+
+def fetch(log: bytes, keep: int) -> tuple[bytes, list[archive.LogRequest]]:
+    """The worker's loop (jobttl.worker.archiving.Archiver.tail), over `kubelet`."""
+    request, asked = archive.first_log_request(keep), []
+    while request is not None:
+        asked.append(request)
+        tail = archive.LogTail.for_keeping(keep)
+        answer = kubelet(log, request.tail_lines, request.limit_bytes)
+        for at in range(0, len(answer), 4096):
+            tail.feed(answer[at:at + 4096])
+        request = archive.next_log_request(request, keep, tail.bytes, tail.lines)
+    return archive.trim_tail(tail.last, keep, tail.complete), asked
+
+
+@pytest.mark.parametrize("line_bytes", [1, 16, 68, 130, 500, 5000, 70_000])
+@pytest.mark.parametrize("keep_kib", [1, 16, 64])
+def test_the_requests_find_the_last_bytes_whatever_the_lines_length(line_bytes, keep_kib):
+    keep = keep_kib * 1024
+    log = uniform_log(line_bytes, 6 * keep + line_bytes)
+    kept, asked = fetch(log, keep)
+    assert kept == archive.trim_tail(log, keep) and len(kept) == expected_kept(line_bytes, keep)
+    assert len(asked) <= archive.MAX_LOG_TRIES + 1
+    assert all(r.limit_bytes == archive.CAP_FACTOR * keep for r in asked[:-1])
+
+
+def test_lines_of_68_bytes_take_two_requests_the_second_sized_from_the_first():
+    """Issue 18: logKiB 16 and 68-byte lines kept 8,704 bytes (128 lines asked after a cut answer)."""
+    keep = 16 * 1024
+    kept, asked = fetch(uniform_log(68, 1024 * 1024), keep)
+    assert len(kept) == 241 * 68 == 16_388
+    # The cut answer: 65,536 bytes in 964 lines (963 whole, one cut): 482 lines make 2 x 16 KiB.
+    assert [r.tail_lines for r in asked] == [keep, 482]
+    assert asked[1].fewer_than == keep and asked[1].limit_bytes == 4 * keep
+
+
+def test_a_log_shorter_than_what_is_kept_takes_one_request():
+    for log in (b"", b"one line, no newline", uniform_log(68, 16 * 1024 - 68), uniform_log(1, 16 * 1024 - 1)):
+        kept, asked = fetch(log, 16 * 1024)
+        assert kept == log and len(asked) == 1
+
+
+def test_varied_lines_still_keep_the_last_bytes():
+    """Short lines near the end, long ones before: the first estimate misses, the bounds correct it."""
+    log = uniform_log(4000, 400_000) + uniform_log(20, 2000) + uniform_log(300, 30_000) + uniform_log(9, 99)
+    for keep in (1024, 16 * 1024, 64 * 1024):
+        kept, asked = fetch(log, keep)
+        assert kept == archive.trim_tail(log, keep) and len(kept) >= keep and len(asked) <= archive.MAX_LOG_TRIES + 1
+
+
+def test_a_line_longer_than_the_cap_is_read_uncapped_through_a_window():
+    keep = 1024
+    log = b"start\n" + b"y" * (50 * keep) + b"\n"
+    kept, asked = fetch(log, keep)
+    assert kept == b"y" * (keep - 1) + b"\n"
+    assert asked[-1] == archive.LogRequest(1, None, 0, 1, len(asked)) and len(asked) == 3
+
+
+def test_a_cut_answer_asks_for_fewer_lines_and_a_short_one_for_more():
+    keep = 1024
+    first = archive.first_log_request(keep)
+    assert (first.tail_lines, first.limit_bytes) == (keep, 4 * keep)
+    assert archive.next_log_request(first, keep, 1000, 999) is None  # uncut and fewer bytes than lines: the whole log
+    assert archive.next_log_request(first, keep, 3000, 30) is None  # uncut and enough
+    fewer = archive.next_log_request(first, keep, 4 * keep, 40)  # cut: about 102 bytes a line
+    assert fewer.tail_lines == 20 and (fewer.more_than, fewer.fewer_than) == (0, keep)
+    more = archive.next_log_request(fewer, keep, 500, 20)  # 25 bytes a line near the end
+    assert more.tail_lines == 82 and (more.more_than, more.fewer_than) == (20, keep)
+    # An estimate outside what the answers showed halves the interval instead.
+    assert archive.next_log_request(more, keep, 4 * keep, 2).tail_lines == 51
+    # No count of lines left between the bounds, or tries spent: uncapped, and then done.
+    last = archive.next_log_request(archive.LogRequest(2, 4 * keep, 1, None, 2), keep, 4 * keep, 0)
+    assert last == archive.LogRequest(2, None, 1, 2, 3)
+    assert archive.next_log_request(last, keep, 10 * keep, 2) is None
+    spent = archive.LogRequest(50, 4 * keep, 10, 100, archive.MAX_LOG_TRIES)
+    assert archive.next_log_request(spent, keep, 4 * keep, 10) == archive.LogRequest(50, None, 10, 50, 5)
+
+
+def test_an_answer_is_the_whole_log_only_when_it_has_fewer_lines_than_asked_for():
+    keep = 1024
+    first = archive.first_log_request(keep)
+    assert archive.whole_log(first, 1000, 40)  # fewer bytes than lines asked for
+    assert archive.whole_log(first, 3000, 40) and not archive.whole_log(first, 3000, keep)
+    assert not archive.whole_log(first, 4 * keep, 40)  # cut
+    # After a cut answer the log is longer than any uncut one, however few newlines it shows
+    # (a line of 20,000 bytes is two entries of the log file: tailLines=2 is that one line).
+    sized = archive.LogRequest(2, 4 * keep, 0, keep, 2)
+    assert not archive.whole_log(sized, 20_000, 1)
+    assert not archive.whole_log(archive.LogRequest(1, None, 0, 1, 3), 50_000, 1)
+    assert archive.whole_log(archive.LogRequest(10, None, 0, 10, 3), 9, 9)
+
+
+def test_a_streamed_answer_holds_only_its_last_bytes():
+    tail = archive.LogTail.for_keeping(1024)
+    for _ in range(1000):
+        tail.feed(b"z" * 99 + b"\n")
+        assert len(tail.last) <= 2049
+    assert (tail.bytes, tail.newlines, tail.lines, tail.complete) == (100_000, 1000, 1000, False)
+    assert tail.last == ((b"z" * 99 + b"\n") * 1000)[-2049:]
+    short = archive.LogTail(100)
+    short.feed(b"a\nb")
+    assert (short.last, short.lines, short.complete) == (b"a\nb", 2, True)
 
 
 def test_a_manifest_nested_1500_deep_is_kept_with_a_note_not_a_crash():

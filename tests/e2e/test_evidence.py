@@ -149,7 +149,10 @@ def test_a_finished_tfjob_is_archived_then_deleted_and_its_logs_outlive_it(lab, 
     assert manifest["metadata"]["uid"] == obj["metadata"]["uid"] and manifest["status"]["conditions"]
     assert "SuccessfulCreatePod" in [e["reason"] for e in yaml.safe_load((folder / "events.yaml").read_text())]
     kept = (folder / "logs" / "mnist-worker-0" / "tensorflow.log").read_text()
-    assert training_log(500, "w0").endswith(kept) and 0 < len(kept) <= LOG_KIB * 1024 and kept.startswith("w0 step")
+    # At least the last N KiB, in whole lines (28 bytes each): at most one line more.
+    line = len(training_log(1, "w0"))
+    assert training_log(500, "w0").endswith(kept) and LOG_KIB * 1024 <= len(kept) < LOG_KIB * 1024 + line
+    assert kept.startswith("w0 step")
     assert (folder / "logs" / "mnist-worker-1" / "tensorflow.log").read_text() == training_log(20, "w1")
     assert (folder / "logs" / "mnist-worker-1" / "tensorflow.previous.log").read_text() == training_log(5, "before-restart")
     index = json.loads((folder / "index.json").read_text())

@@ -31,6 +31,21 @@ def test_log_of_the_only_container(full_server, core):
     assert all(re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z line \d", line) for line in stamped), stamped
 
 
+def test_tail_lines_counts_the_runtimes_entries_and_a_long_line_is_several(full_server, core):
+    """containerd writes a line longer than 16 KiB as entries of 16 KiB; the kubelet's tailLines
+    counts the log file's entries (pkg/util/tail FindTailLineStartIndex), so the last "line" of a
+    40,000-byte line is its last 7,233 bytes. A line split so keeps one timestamp."""
+    core.create_namespaced_pod("ns", pod("p"))
+    long_line = "".join(f"{i:09d}," for i in range(4000)) + "\n"  # 40,001 bytes
+    full_server.set_log("ns", "p", "main", "short\r\n" + long_line)
+    assert core.read_namespaced_pod_log("p", "ns", tail_lines=1) == long_line[2 * 16384:]
+    assert core.read_namespaced_pod_log("p", "ns", tail_lines=3) == long_line
+    assert core.read_namespaced_pod_log("p", "ns", tail_lines=4) == "short\r\n" + long_line  # \r ends no line
+    stamped = core.read_namespaced_pod_log("p", "ns", tail_lines=3, timestamps=True)
+    assert re.fullmatch(r"\S+Z " + long_line, stamped)
+    assert core.read_namespaced_pod_log("p", "ns", tail_lines=2, limit_bytes=16385) == long_line[16384:32769]
+
+
 def test_log_response_is_plain_text(full, core):
     core.create_namespaced_pod("ns", pod("p"))
     full.server.set_log("ns", "p", "main", TEXT)
