@@ -56,6 +56,11 @@ BAD_NAMES = ["", ".", "..", "A", "a_b", "-a", "a-", "a" * 254, "a/b", "a%2fb", "
 BAD_NAMESPACES = BAD_NAMES + ["a.b", "a" * 64, "kube_system"]
 BAD_UIDS = ["", "x", "1234", str(uuid.uuid4())[:-1], str(uuid.uuid4()) + "0", uuid.uuid4().hex, "{" + str(uuid.uuid4()) + "}",
             str(uuid.uuid4()).replace("a", "g").replace("b", "g").replace("1", "g"), str(uuid.uuid4()) + "\n", 5, None, []]
+# One attribute of a structured event's envelope broken ("missing": left out), the rest valid.
+ENVELOPE_BREAKS = [(a, v) for a in ("specversion", "id", "source", "type")
+                   for v in ("missing", None, "", 5, True, [], {})] + [
+    ("specversion", "0.3"), ("specversion", "1"), ("datacontenttype", "text/plain"),
+    ("datacontenttype", "application/xml"), ("time", "yesterday"), ("time", 12)]
 SURROGATES = {"escape": b"\\ud800", "escape-low": b"\\udfff", "raw": b"\xed\xa0\x80", "not-utf8": b"\xff\xfe"}
 PLACEHOLDER = "\x01fuzz\x01"
 
@@ -183,7 +188,7 @@ def binary_case(index: int, rng: random.Random) -> Case:
     elif how == 8:  # the attributes are broken
         body = json.dumps(obj).encode()
         emptied, dropped = rng.choice(["ce-id", "ce-source", "ce-type", "ce-specversion"]), rng.choice(
-            ["ce-id", "ce-source", "ce-type"])
+            ["ce-id", "ce-source", "ce-type", "ce-specversion"])
         headers = rng.choice([
             {**headers, emptied: ""},
             {k: v for k, v in headers.items() if k != dropped},
@@ -203,7 +208,7 @@ def structured_case(index: int, rng: random.Random) -> Case:
     obj = finished_tfjob(rng)
     envelope = {"specversion": "1.0", "id": str(uuid.uuid4()), "source": "https://10.96.0.1:443",
                 "type": "dev.knative.apiserver.resource.add", "datacontenttype": "application/json", "data": obj}
-    how = rng.randrange(7)
+    how = rng.randrange(8)
     if how <= 2:
         break_identity(obj, rng)
     elif how == 3:
@@ -217,6 +222,12 @@ def structured_case(index: int, rng: random.Random) -> Case:
         break_identity(obj, rng)  # even if the envelope were read, the object is broken
     elif how == 5:
         envelope = rng.choice([[envelope], "event", 5, None])
+    elif how == 7:  # only the envelope is wrong: let through, the object would be booked
+        key, value = rng.choice(ENVELOPE_BREAKS)
+        if value == "missing":
+            del envelope[key]
+        else:
+            envelope[key] = value
     body = bytes_of(envelope, rng) if how != 6 else broken_json(json.dumps(envelope).encode(), rng)
     content_type = rng.choice(["application/cloudevents+json", "application/cloudevents+json; charset=utf-8"])
     return Case(index, f"structured-{how}", True, {"content-type": content_type}, body)

@@ -3,6 +3,7 @@
 What gets scheduled end to end is tested in tests/e2e; here each answer to odd input.
 """
 
+import json
 import time
 import uuid
 
@@ -12,6 +13,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from jobttl.core.config import Settings
 from jobttl.core.decision import Verdict, decide
+from jobttl.core.keys import PENDING_INDEX
 from jobttl.core.kinds import TFJOB
 from jobttl.sink.app import create_app
 from tests.fixtures import finished_status, tfjob, with_server_fields
@@ -30,6 +32,45 @@ def post(client, obj, **attributes):
                                                      "type": "dev.knative.apiserver.resource.update", **attributes},
                                          data=obj))
     return client.post("/", headers=dict(message.headers), data=message.body)
+
+
+def structured(obj, **attributes):
+    """A structured-mode event's envelope; an attribute given as DROP is left out."""
+    envelope = {"specversion": "1.0", "id": "1", "source": "s", "type": "dev.knative.apiserver.resource.update",
+                "datacontenttype": "application/json", **attributes, "data": obj}
+    return {k: v for k, v in envelope.items() if v is not DROP}
+
+
+def post_structured(client, envelope, **headers):
+    return client.post("/", headers={"content-type": "application/cloudevents+json", **headers},
+                       data=json.dumps(envelope))
+
+
+def binary_headers(**attributes):
+    """A binary-mode event's headers; an attribute given as DROP is left out."""
+    headers = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s",
+               "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json",
+               **{f"ce-{k}": v for k, v in attributes.items()}}
+    return {k: v for k, v in headers.items() if v is not DROP}
+
+
+DROP = object()
+REQUIRED = ["specversion", "id", "source", "type"]
+
+
+def writes(redis) -> int:
+    """Redis's count of changes since its last save (the test server never saves): equal means nothing written."""
+    return redis.info("persistence")["rdb_changes_since_last_save"]
+
+
+def assert_refused_unwritten(redis, send, status, *words):
+    """`send()` is refused with `status`, its JSON error names `words`, and Redis is left untouched."""
+    before = writes(redis)
+    response = send()
+    assert response.status_code == status and response.is_json, (response.status_code, response.data)
+    assert response.json["code"] == status and all(w in response.json["error"] for w in words), response.json
+    assert writes(redis) == before, "nothing is written for a refused event"
+    return response
 
 
 def app_with(redis_server, queue_name, **env):
@@ -96,3 +137,96 @@ def test_with_dedupe_a_repeated_decision_is_answered_from_memory_and_a_new_one_f
         assert post(client, finished()).status_code == 503, "a new decision needs Redis"
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("attribute", REQUIRED)
+@pytest.mark.parametrize("value", [DROP, "", None], ids=["missing", "empty", "null"])
+def test_a_structured_event_without_a_required_attribute_is_a_400_naming_it_and_books_nothing(
+        client, redis, attribute, value):
+    # The SDK fills a missing `id` (and `specversion`) in for senders; a receiver must refuse it.
+    obj = finished()
+    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, **{attribute: value})), 400,
+                             attribute, "required")
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
+    assert post_structured(client, structured(obj)).headers["X-Jobttl-Outcome"] == "scheduled", \
+        "the same event with the attribute is booked"
+
+
+@pytest.mark.parametrize("attribute", REQUIRED)
+@pytest.mark.parametrize("value", [DROP, ""], ids=["missing", "empty"])
+def test_a_binary_event_without_a_required_attribute_is_a_400_naming_it_and_books_nothing(
+        client, redis, attribute, value):
+    obj = finished()
+    assert_refused_unwritten(redis, lambda: client.post("/", headers=binary_headers(**{attribute: value}),
+                                                        data=json.dumps(obj)), 400, attribute, "required")
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
+    assert client.post("/", headers=binary_headers(), data=json.dumps(obj)).headers["X-Jobttl-Outcome"] == "scheduled"
+
+
+@pytest.mark.parametrize("attribute", REQUIRED)
+@pytest.mark.parametrize("value", [5, True, ["1.0"], {"a": "b"}])
+def test_a_structured_required_attribute_that_is_not_a_string_is_a_400_naming_it(client, redis, attribute, value):
+    obj = finished()
+    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, **{attribute: value})), 400,
+                             attribute, "must be strings", type(value).__name__)
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
+
+
+@pytest.mark.parametrize("mode", ["binary", "structured"])
+@pytest.mark.parametrize("version", ["0.3", "1", "1.0.2", "2.0"])
+def test_a_specversion_other_than_1_0_is_a_400_in_both_modes(client, redis, mode, version):
+    obj = finished()
+    if mode == "binary":
+        send = lambda: client.post("/", headers=binary_headers(specversion=version), data=json.dumps(obj))  # noqa: E731
+    else:
+        send = lambda: post_structured(client, structured(obj, specversion=version))  # noqa: E731
+    assert_refused_unwritten(redis, send, 400, "specversion", repr(version), "'1.0'")
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/xml", "application/octet-stream"])
+def test_data_declared_not_json_is_a_415_in_both_modes(client, redis, content_type):
+    obj = finished()
+    assert_refused_unwritten(redis, lambda: client.post("/", headers=binary_headers() | {"content-type": content_type},
+                                                        data=json.dumps(obj)), 415, "Content-Type", content_type)
+    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, datacontenttype=content_type)),
+                             415, "datacontenttype", content_type)
+    assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
+
+
+@pytest.mark.parametrize("content_type", ["application/json; charset=utf-8", "text/json", "application/merge+json"])
+def test_data_declared_json_in_any_spelling_is_read(client, content_type):
+    response = post_structured(client, structured(finished(), datacontenttype=content_type))
+    assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "scheduled"
+
+
+def test_null_optional_attributes_are_unset_as_the_json_format_says(client):
+    # The spec's own example carries "subject": null; JSON null means "not set" for every attribute.
+    envelope = structured(finished(), subject=None, time=None, dataschema=None)
+    response = post_structured(client, envelope)
+    assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "scheduled"
+
+
+def test_a_structured_event_is_read_from_its_body_even_with_ce_headers(client):
+    # The HTTP binding tells the modes apart by Content-Type; the headers here disagree with the body.
+    obj = finished()
+    response = post_structured(client, structured(obj), **{"ce-specversion": "1.0", "ce-id": "2", "ce-source": "s",
+                                                           "ce-type": "com.example.other"})
+    assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "scheduled"
+
+
+@pytest.mark.parametrize("mode", ["binary", "structured"])
+def test_a_time_that_is_not_a_timestamp_is_a_400_naming_time(client, redis, mode):
+    obj = finished()
+    if mode == "binary":
+        send = lambda: client.post("/", headers=binary_headers(time="yesterday"), data=json.dumps(obj))  # noqa: E731
+    else:
+        send = lambda: post_structured(client, structured(obj, time="yesterday"))  # noqa: E731
+    assert_refused_unwritten(redis, send, 400, "'time'", "RFC 3339")
+
+
+@pytest.mark.parametrize("content_type, words", [("application/cloudevents+avro", "event format"),
+                                                  ("application/cloudevents-batch+json", "batched")])
+def test_other_event_formats_and_batches_are_a_415(client, redis, content_type, words):
+    assert_refused_unwritten(redis, lambda: client.post("/", headers={"content-type": content_type},
+                                                        data=json.dumps([structured(finished())])), 415, words)
