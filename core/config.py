@@ -151,6 +151,12 @@ SETTINGS: tuple[Setting, ...] = (
             "than this many deletions due within a minute are held too"),
     Setting("resync_max_share", "JOBTTL_RESYNC_MAX_SHARE", number(0, 1, kind=float),
             "... or more than this share of the jobs it saw"),
+    Setting("first_run_review", "JOBTTL_FIRST_RUN_REVIEW", choice("on", "off"),
+            "on a first install, deletions that were already due at install wait until an operator confirms them "
+            "(`jobttl held`, then `jobttl resync --confirm HELD_ID`); off: the guard's thresholds alone"),
+    Setting("namespace", "JOBTTL_NAMESPACE", text,
+            "jobttl's own namespace, where the worker keeps the install record (ConfigMap jobttl-install); unset: "
+            "the service account's namespace in a pod, else jobttl"),
     Setting("clock_skew_bound", "JOBTTL_CLOCK_SKEW_BOUND", number(1, kind=float),
             "seconds this host's (or Redis's) clock may be off the API server's before deletions wait"),
     Setting("audit_max_entries", "JOBTTL_AUDIT_MAX_ENTRIES", number(100), "length of the audit trail (a capped "
@@ -203,6 +209,8 @@ class Settings:
     resync_interval: int = 900
     resync_max_deletions: int = 500
     resync_max_share: float = 0.5
+    first_run_review: str = "on"
+    namespace: str | None = None
     clock_skew_bound: float = 30.0
     audit_max_entries: int = 100_000
     tombstone_days: int = 7

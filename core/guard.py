@@ -10,7 +10,10 @@ only when an operator confirms that very set:
 - events hold a newly due deletion once more than `max_deletions` came due within a
   minute (the reconcile script counts them on Redis's clock).
 
-Both add to one held set (``jobttl:held``). Its id is a digest of the held members, so a
+- on a first install, until an operator has reviewed them, deletions that were already due at
+  install are held whatever the thresholds (`jobttl.core.install`; held ``by: first-run``).
+
+All add to one held set (``jobttl:held``). Its id is a digest of the held members, so a
 confirmation (``jobttl resync --confirm ID``) never releases a set the operator did not
 review: if anything was added since, the id no longer matches.
 """
@@ -26,6 +29,9 @@ from redis.client import Pipeline
 from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision
 from jobttl.core.identity import JobRef
+
+
+FIRST_RUN = "first-run"  # HeldDeletion.by: held for the first-run review (jobttl.core.install)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,7 @@ JOBS = "jobs"  # the enabled job kinds' resources (tfjobs.kubeflow.org, jobs.bat
 EVENTS = "events"
 PODS = "pods"
 POD_LOGS = "pods/log"
+CONFIGMAPS = "configmaps"  # only jobttl's own install record (jobttl.core.install), in its own namespace
 VERSION = "/version"  # a non-resource URL every authenticated client may read (system:public-info-viewer)
 
 # The verbs each jobttl component uses, by resource. KubeClient refuses anything else, so this
@@ -83,7 +84,8 @@ VERSION = "/version"  # a non-resource URL every authenticated client may read (
 PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
     "sink": {},
     "sink-reference": {JOBS: frozenset({"get"})},
-    "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"})},
+    "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"}),
+               CONFIGMAPS: frozenset({"get", "create", "update"})},
     "watch": {JOBS: frozenset({"get", "list", "watch"})},
 }
 ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
@@ -388,6 +390,34 @@ class KubeClient:
             raise TransientApiError(f"reading the log of {pod}/{container} broke: {exc}") from exc
         finally:
             response.release_conn()
+
+    # --- jobttl's own install record (jobttl.core.install) ---------------------------------------------
+    def _configmaps(self, namespace: str) -> str:
+        return f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/configmaps"
+
+    def get_configmap(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The ConfigMap, or None when there is none."""
+        path = f"{self._configmaps(namespace)}/{quote(check_name(name), safe='')}"
+        try:
+            return self._json(self._request("get", CONFIGMAPS, "GET", path, "configmaps"), "configmaps")
+        except ObjectGone:
+            return None
+
+    def create_configmap(self, namespace: str, name: str, data: dict[str, str],
+                         labels: dict[str, str] | None = None) -> None:
+        """Create it; Conflict (409 AlreadyExists) when it exists."""
+        body = {"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "data": data}
+        self._request("create", CONFIGMAPS, "POST", self._configmaps(namespace), "configmaps", body=body)
+
+    def replace_configmap(self, namespace: str, name: str, data: dict[str, str], resource_version: str) -> None:
+        """Replace its data if it is still at `resource_version`; Conflict otherwise."""
+        found = self.get_configmap(namespace, name)
+        if found is None:
+            raise ObjectGone(f"configmaps {name} not found")
+        body = {**found, "data": data, "metadata": {**found["metadata"], "resourceVersion": resource_version}}
+        path = f"{self._configmaps(namespace)}/{quote(check_name(name), safe='')}"
+        self._request("update", CONFIGMAPS, "PUT", path, "configmaps", body=body)
 
     def delete_pod(self, namespace: str, pod: str, uid: str) -> None:
         path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"

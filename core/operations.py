@@ -27,6 +27,7 @@ from rq.serializers import JSONSerializer
 from jobttl.core import jsoncodec, keys
 from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
+from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
@@ -185,7 +186,31 @@ class Operations:
                               if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
             "lastResync": jsoncodec.loads(last_resync) if last_resync else None,
+            "install": self.install(),
         }
+
+    def install(self) -> dict[str, Any] | None:
+        """The install record (jobttl.core.install) as Redis mirrors it; None before any worker ran."""
+        raw = self.redis.hgetall(keys.INSTALL)
+        try:
+            return InstallRecord.from_data(raw).as_dict() if raw else None
+        except ValueError:
+            return None
+
+    def held(self) -> dict[str, Any]:
+        """What the blast-radius guard (and the first-run review) holds, with the decision behind each,
+        and the id that `jobttl resync --confirm` must name."""
+        held = HeldDeletions(self.redis).all()
+        items = []
+        for h in held:
+            uid, stage = split_member(h.member)
+            d = h.decision
+            items.append({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
+                          "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome, "ttl": d.ttl,
+                          "ttlSource": d.ttl_source, "rules": list(d.rules), "reason": d.reason})
+        items.sort(key=lambda i: (i["due"] or 0, i["namespace"], i["name"]))
+        return {"heldId": HeldDeletions(self.redis).current_id() if held else None, "items": items,
+                "install": self.install()}
 
     def stuck(self) -> list[dict[str, Any]]:
         return [{"member": m.decode(), **jsoncodec.loads(v)} for m, v in self.redis.hgetall(keys.STUCK).items()]

@@ -11,6 +11,7 @@ from jobttl.core import jsoncodec, keys, redisconn
 from jobttl.core.audit import Audit
 from jobttl.core.clock import ReferenceClock
 from jobttl.core.config import Settings
+from jobttl.core.install import InstallReview
 from jobttl.core.kinds import KindRegistry
 from jobttl.core.archivestore import open_store
 from jobttl.core.kube import KubeClient, load_api_client, permissions
@@ -41,6 +42,7 @@ class WorkerContext:
     metrics: Metrics
     events: EventRecorder
     scripts: Scripts
+    install: InstallReview  # the first-run review (jobttl.core.install)
     archiver: Archiver | None = None  # when the policy archives before deleting
 
     @classmethod
@@ -63,7 +65,8 @@ class WorkerContext:
                    reconciler=Reconciler.from_settings(schedule, audit, settings, metrics),
                    kinds=KindRegistry(policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
                    metrics=metrics, events=EventRecorder(kube, metrics, notices=Notices(redis, schedule, kube, metrics) if notices else None),
-                   scripts=Scripts(redis), archiver=archiver)
+                   scripts=Scripts(redis), install=InstallReview.from_settings(redis, kube, settings),
+                   archiver=archiver)
 
     def measure_clocks(self, name: str | None = None) -> str | None:
         """Read Redis's and the API server's clocks now; publish the reading; return any problem."""

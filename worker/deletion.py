@@ -34,6 +34,7 @@ from jobttl.core import jsoncodec, keys
 from jobttl.core.archive import plan_for
 from jobttl.core.audit import entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
+from jobttl.core.guard import FIRST_RUN, HeldDeletion, HeldDeletions
 from jobttl.core.history import Member, limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
@@ -170,6 +171,11 @@ class Deletion:
                 continue
             if decision.dry_run:
                 return self.would_delete(target, decision)
+            if ctx.install.holds(target.due):
+                # Overdue already when jobttl was installed, and nobody has reviewed those yet: an
+                # event for an old job (or a booking made before the first worker started) must not
+                # get past the review that the resync's list is held for (jobttl.core.install).
+                return self.hold_for_review(target, decision)
             if archived is None or archived.resource_version != obj["metadata"].get("resourceVersion"):
                 archived = self.archive(target, kind, obj)  # before any DELETE: raises ArchiveFailed to wait
             ctx.rate_limit.wait()
@@ -322,6 +328,15 @@ class Deletion:
             self.ctx.schedule.mark_would_delete(self.job, int(now))
         self._finish("would-delete", target, forget=False, **_details(target, decision, now))
         return "would-delete"
+
+    def hold_for_review(self, target: Target, decision: Decision) -> str:
+        """Into the guard's held set, out of the schedule: `jobttl resync --confirm HELD_ID` releases it."""
+        HeldDeletions(self.ctx.redis).hold([HeldDeletion(target.member, target.ref, decision, FIRST_RUN)])
+        self._finish("held", target, forget=True, reason="first-run-review",
+                     detail="already due when jobttl was installed: held until an operator reviews it "
+                            "(`jobttl held`, then `jobttl resync --confirm HELD_ID`)",
+                     **_details(target, decision, self.ctx.clock.now()))
+        return "held:first-run-review"
 
     def finish(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision | None,
                answer: dict[str, Any], archived: Archived | None = None) -> str:

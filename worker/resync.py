@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 
 from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision
-from jobttl.core.guard import Guard, HeldDeletion, HeldDeletions, held_id
+from jobttl.core.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
@@ -63,6 +63,9 @@ class ResyncReport:
     # that could not be read or decided.
     counts: Counter = field(default_factory=Counter)
     held_id: str | None = None  # what `jobttl resync --confirm` must name to release them
+    # Of `held`: those already due when jobttl was installed, held for the first-run review.
+    first_run_held: int = 0
+    install: dict | None = None  # the install record (jobttl.core.install), when a review applies
     rejections: list[str] = field(default_factory=list)  # the first MAX_REPORTED, with why
     missing_kinds: list[str] = field(default_factory=list)  # not served by this cluster
     errors: list[str] = field(default_factory=list)
@@ -102,15 +105,19 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             report.status, report.held_id = "stale-confirmation", held_id(sorted(before))
             return report
         confirmed = before if confirm else set()
+        install = ctx.install.current()
+        report.install = install.as_dict() if install is not None else None
         due_now: dict[str, tuple[JobRef, Decision, str]] = {}
+        dues: dict[str, int] = {}
         seen: set[str] = set()
         listed = set()
         for kind in ctx.settings.policy.kinds:
-            if _list_kind(ctx, kind, report, seen, due_now, lock):
+            if _list_kind(ctx, kind, report, seen, due_now, dues, lock):
                 listed.add((kind.api_version, kind.kind))
         _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
         _drop_vanished_from_history(ctx, listed, seen)
-        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, confirmed,
+        review = {m for m in due_now if install is not None and install.holds(dues[m])}
+        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
                          bool(confirm), report)
         if report.errors:
             report.status = "incomplete"
@@ -121,13 +128,13 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
 
 
 def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: set[str],
-               due_now: dict[str, tuple[JobRef, Decision, str]], lock) -> bool:
+               due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], lock) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
         # The next page is listed while this one is reconciled (jobttl.core.prefetch).
         with closing(prefetched(ctx.kube.pages(kind, PAGE_SIZE), name=f"resync-list-{kind.kind}")) as pages:
             for page in pages:
-                _reconcile_page(ctx, kind, page, report, seen, due_now)
+                _reconcile_page(ctx, kind, page, report, seen, due_now, dues)
                 lock.extend(LOCK_SECONDS, replace_ttl=True)
         return True
     except NotServed:
@@ -138,7 +145,7 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
 
 
 def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, seen: set[str],
-                    due_now: dict[str, tuple[JobRef, Decision, str]]) -> None:
+                    due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int]) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
         report.reject(f"{kind.kind}: an object the API server sent could not be decoded")
@@ -150,7 +157,9 @@ def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: Resyn
     for outcome in outcomes:
         report.count(outcome)
         if outcome.change is Change.DUE_NOW:
-            due_now[member_for(outcome.ref.uid, outcome.stage)] = (outcome.ref, outcome.decision, outcome.stage)
+            member = member_for(outcome.ref.uid, outcome.stage)
+            due_now[member] = (outcome.ref, outcome.decision, outcome.stage)
+            dues[member] = outcome.due
     for rejection in rejected:
         report.reject(str(rejection))
     report.counts["seen"] += len(items)
@@ -197,28 +206,59 @@ def _drop_vanished_from_history(ctx: WorkerContext, listed: set, seen: set[str])
 
 
 def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
-                     due_now: dict[str, tuple[JobRef, Decision, str]], confirmed: set[str], confirming: bool,
-                     report: ResyncReport) -> None:
-    """Queue the deletions found due, or hold them all if there are too many.
+                     due_now: dict[str, tuple[JobRef, Decision, str]], review: set[str], confirmed: set[str],
+                     confirming: bool, report: ResyncReport) -> None:
+    """Queue the deletions found due, or hold them.
 
-    A confirmation releases exactly what was held (and the operator reviewed), where still
-    due; anything newly due goes through the guard like any other. Only what this resync
-    holds or releases changes in the held set: what events held meanwhile stays.
+    `review`: those the first-run review holds (already due at install, not yet reviewed). They
+    are held whatever the thresholds; the others go through the guard as a set, and all are held
+    when there are too many. A confirmation releases exactly what was held (and the operator
+    reviewed), where still due, and ends the first-run review; should the review find more that
+    was due at install and not in the confirmed set, nothing is released: the operator looks
+    again. Only what this resync holds or releases changes in the held set: what events held
+    meanwhile stays.
     """
     fresh = {m: v for m, v in due_now.items() if m not in confirmed}
-    if fresh and guard.exceeded(len(fresh), report.seen):
-        held.hold([HeldDeletion(m, ref, d, "resync") for m, (ref, d, _) in sorted(fresh.items())])
-        release = {m: v for m, v in due_now.items() if m in confirmed}
-        report.counts["held"], report.status = len(fresh), "held"
-        report.held_id = held.current_id()
-        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(fresh), seen=report.seen,
-                         heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                         detail=f"review them with `jobttl resync`, then run `jobttl resync --confirm {report.held_id}`")
+    first_run = {m: v for m, v in fresh.items() if m in review}
+    others = {m: v for m, v in fresh.items() if m not in review}
+    if others and guard.exceeded(len(others), report.seen):
+        hold, why = fresh, "thresholds"
+    elif first_run:
+        hold, why = first_run, FIRST_RUN
     else:
-        release = due_now
+        hold, why = {}, None
+    if hold:
+        held.hold([HeldDeletion(m, ref, d, FIRST_RUN if m in review else "resync")
+                   for m, (ref, d, _) in sorted(hold.items())])
+        report.counts["held"], report.status = len(hold), "held"
+        report.first_run_held = len(set(hold) & review)
+        report.held_id = held.current_id()
+    if why == "thresholds":
+        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(hold), seen=report.seen,
+                         heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
+                         firstRun=report.first_run_held,
+                         detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`")
+    elif why == FIRST_RUN:
+        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(hold), seen=report.seen,
+                         heldId=report.held_id, reason="first-run-review", firstRun=report.first_run_held,
+                         installedAt=(report.install or {}).get("installedAt"),
+                         detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
+                                f"run `jobttl resync --confirm {report.held_id}`")
+    if why == FIRST_RUN and confirming:
+        release = {}  # more was due at install than the operator confirmed: nothing goes before a new look
+    elif why == "thresholds":
+        release = {m: v for m, v in due_now.items() if m in confirmed}
+    else:
+        release = {m: v for m, v in due_now.items() if m not in hold}
+    if confirming and not first_run and report.install is not None and report.install.get("underReview"):
+        # The operator has seen what was due at install, and said go: the review is done, before
+        # the release, so that no worker holds what was just confirmed.
+        record = ctx.install.mark_reviewed(f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}",
+                                           ctx.clock.now())
+        report.install = record.as_dict() if record is not None else None
     # Held before, and listed now without being due: nothing to hold any more.
     settled = {m for m in before if split_member(m)[0] in seen and m not in due_now}
-    held.release(set(release) | settled | (confirmed & set(release)))
+    held.release(set(release) | settled)
     by = "resync-confirmed" if confirming else "resync"
     for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):

@@ -41,6 +41,7 @@ from rq.utils import import_attribute, now as utcnow
 
 from jobttl.core import jsoncodec, logs, scripts, upgrade
 from jobttl.core.config import Settings
+from jobttl.core.kube import TransientApiError
 from jobttl.worker import tasks
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower
@@ -176,6 +177,8 @@ def run(settings: Settings, burst: bool = False) -> None:
                           context=ctx)
     if not _wait_for_agreeing_clocks(ctx, worker.name, burst):
         return
+    if not _establish_install(ctx, burst):
+        return
     follower = Follower(ctx)
     follower.start()
     logs.record(log, "worker-start", queue=settings.queue_name, burst=burst, worker=worker.name)
@@ -219,6 +222,22 @@ def _wait_for_agreeing_clocks(ctx: WorkerContext, name: str, burst: bool) -> boo
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def _establish_install(ctx: WorkerContext, burst: bool) -> bool:
+    """Read (or, on a first install, write) the install record before any deletion runs: the
+    first-run review must be in force before the first due deletion reaches this worker. An API
+    server that does not answer is waited for; one that refuses (RBAC) stops the worker."""
+    for attempt in range(1, 31):
+        try:
+            ctx.install.establish(ctx.clock.now())
+            return True
+        except TransientApiError as exc:
+            logs.record(log, "install-record-unavailable", level=logging.WARNING, attempt=attempt, detail=str(exc))
+            if burst:
+                return False
+            time.sleep(2)
+    raise TransientApiError("the install record (ConfigMap jobttl-install) could not be read for a minute")
 
 
 def serve_health(ctx: WorkerContext, port: int) -> ThreadingHTTPServer:

@@ -9,10 +9,10 @@ inspection and fault injection. kubectl 1.32 works against it. See README.md.
 """
 
 from .crds import load_crds
-from .resources import DEFAULT_RESOURCES, EVENT, JOB, NAMESPACE, POD, TFJOB, WELL_KNOWN, Resource
+from .resources import CONFIG_MAP, DEFAULT_RESOURCES, EVENT, JOB, NAMESPACE, POD, TFJOB, WELL_KNOWN, Resource
 from .server import EmulatorServer, create_app, run, seed_object
 
 __all__ = [
-    "DEFAULT_RESOURCES", "EVENT", "JOB", "NAMESPACE", "POD", "TFJOB", "WELL_KNOWN",
+    "CONFIG_MAP", "DEFAULT_RESOURCES", "EVENT", "JOB", "NAMESPACE", "POD", "TFJOB", "WELL_KNOWN",
     "EmulatorServer", "Resource", "create_app", "load_crds", "run", "seed_object",
 ]

@@ -237,6 +237,13 @@ NAMESPACE = _kind(
                conditions=CONDITIONS, open_=True),
 )
 
+CONFIG_MAP = _kind(
+    "ConfigMap holds configuration data for pods to consume.",
+    data=string_map("Configuration data: keys of [-._a-zA-Z0-9]+, string values."),
+    binaryData=string_map("Binary data, base64-encoded."),
+    immutable=boolean("If true, only metadata can be modified."),
+)
+
 SELF_SUBJECT_ACCESS_REVIEW = _kind(
     "SelfSubjectAccessReview checks whether the current user can perform an action.",
     spec=obj(

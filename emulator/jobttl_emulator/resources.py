@@ -11,7 +11,7 @@ The core group (``group=""``) is served under ``/api/v1``, every other group
 under ``/apis/<group>/<version>``.
 
 A plain ``Resource(...)`` gets custom-resource semantics (see ``store.py``).
-The constants :data:`JOB`, :data:`POD`, :data:`EVENT` and :data:`NAMESPACE`
+The constants :data:`JOB`, :data:`POD`, :data:`EVENT`, :data:`NAMESPACE` and :data:`CONFIG_MAP`
 are *built-in* kinds instead (``builtin=True``): they accept strategic merge
 patches, print the columns kube-apiserver's built-in printers print, carry
 hand-written minimal schemas (``builtin_schemas.py``), and batch/v1 Jobs
@@ -109,6 +109,11 @@ NAMESPACE = Resource(
     selectable_fields=("status.phase",), schema=builtin_schemas.NAMESPACE,
 )
 
+CONFIG_MAP = Resource(
+    "", "v1", "ConfigMap", "configmaps", status_subresource=False, short_names=("cm",), builtin=True,
+    schema=builtin_schemas.CONFIG_MAP,
+)
+
 
 def _kubeflow(kind: str, version: str = "v1") -> Resource:
     return Resource("kubeflow.org", version, kind, kind.lower() + "s")
@@ -127,4 +132,5 @@ WELL_KNOWN: tuple[Resource, ...] = (
     EVENT,
     POD,
     NAMESPACE,
+    CONFIG_MAP,  # jobttl's install record (jobttl.core.install)
 )

@@ -153,6 +153,10 @@ def _status(args, ops) -> dict:
     return ops.status()
 
 
+def _held(args, ops) -> dict:
+    return ops.held()
+
+
 def _pending(args, ops) -> dict:
     items, total = ops.pending(args.namespace, args.kind, limit=args.limit)
     now = time.time()
@@ -317,6 +321,9 @@ def _add_operator_commands(commands) -> None:
                                          "(default: every event)")
     history.add_argument("--namespace", help="only this namespace (default: every namespace)")
     history.add_argument("--limit", type=_count, default=50, help="at most this many")
+
+    command("held", _held, "deletions the blast-radius guard holds for confirmation (on a first install: those "
+                           "already due at install), with the policy rule behind each and the id to confirm")
 
     command("failed", _failed, "failed deletions, with their RQ job id and the error, and stuck ones")
 

@@ -95,6 +95,11 @@ def status(data: dict[str, Any]) -> None:
     if last:
         console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
                       + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
+    install = data.get("install")
+    if install and install.get("underReview"):
+        console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already due "
+                      "then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync --confirm ID`"
+                                             if data["held"] else "; none held"))
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     if not data["workers"]:
@@ -212,6 +217,42 @@ def postpone(data: dict[str, Any]) -> None:
     console.print(f"the deletion of {_object(data)} is now due {when(data['due'])} ({left(data['due'] - time.time())})")
 
 
+_HELD_BY = {"first-run": "first run: due at install", "resync": "resync: over the thresholds",
+            "resync-confirmed": "resync", "event": "events: burst"}
+
+
+def held(data: dict[str, Any]) -> None:
+    install = data.get("install")
+    if install and install.get("underReview"):
+        console.print(f"jobttl was installed {install['installedAt']}: what was already due then waits for your "
+                      "review (first run)")
+    if not data["items"]:
+        console.print("nothing is held")
+        return
+    table = _table("job", "stage", "held by", "due (UTC)", "overdue", "finished", "TTL", "TTL from", "rules")
+    now = time.time()
+    for h in data["items"]:
+        table.add_row(_object(h), h["stage"] or "job", _HELD_BY.get(h["heldBy"], h["heldBy"] or "-"), when(h["due"]),
+                      ago(h["due"]) if h["due"] and h["due"] <= now else "-",
+                      f"{h['outcome'] or '-'} {when(_epoch(h['finishedAt']))}",
+                      "-" if h["ttl"] is None else format_duration(h["ttl"]), h["ttlSource"] or "-",
+                      ", ".join(h["rules"]) or "-")
+    console.print(table)
+    console.print(f"{len(data['items'])} held; to delete exactly these: jobttl resync --confirm {data['heldId']}")
+    console.print("to keep one instead: `jobttl cancel NAMESPACE/NAME` or the annotation jobttl.io/keep: \"true\"; "
+                  "to change what the policy decides, edit it and run `jobttl resync` again")
+
+
+def _epoch(value: Any) -> float | None:
+    """A finish time as decisions carry it (RFC 3339 text, or epoch seconds)."""
+    if value is None or isinstance(value, (int, float)):
+        return value
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
 def resync(report: dict[str, Any], held: list, settings) -> None:
     console.print(f"resync {report['status']} in {report['duration']}s: saw {report['seen']} jobs; "
                   f"{report['scheduled']} scheduled, {report['moved']} moved, {report['unchanged']} unchanged, "
@@ -224,12 +265,20 @@ def resync(report: dict[str, Any], held: list, settings) -> None:
     for rejection in report["rejections"]:
         console.print(f"  rejected: {rejection}")
     if report["held"]:
-        console.print(f"  {report['held']} deletions held by the blast-radius guard "
-                      f"(JOBTTL_RESYNC_MAX_DELETIONS={settings.resync_max_deletions}, "
-                      f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share}); for example:")
+        first_run = report.get("first_run_held") or 0
+        if first_run:
+            installed = (report.get("install") or {}).get("installedAt")
+            console.print(f"  {first_run} deletions were already due when jobttl was installed ({installed}): "
+                          "first run, they wait for your review")
+        if report["held"] > first_run:
+            console.print(f"  {report['held'] - first_run} deletions held by the blast-radius guard "
+                          f"(JOBTTL_RESYNC_MAX_DELETIONS={settings.resync_max_deletions}, "
+                          f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share})")
+        console.print("  for example:")
         for ref in held:
             console.print(f"    {ref}")
-        console.print(f"  run `jobttl resync --confirm {report['held_id']}` to delete them")
+        console.print(f"  `jobttl held` lists them with the rule behind each; "
+                      f"`jobttl resync --confirm {report['held_id']}` deletes them")
     if report["status"] == "stale-confirmation":
         print(f"  not confirmed: the held deletions are not the set you named (now: {report['held_id'] or 'none'}); "
               "run `jobttl resync` to see them", file=sys.stderr)

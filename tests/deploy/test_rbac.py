@@ -14,6 +14,7 @@ import pytest
 
 from tests.deploy.manifests import KNATIVE, find, load_yaml_documents, pod_spec, rendered
 from jobttl.core.kinds import ALL_KINDS
+from jobttl.core.install import CONFIGMAP
 from jobttl.core.kube import JOBS, VERSION, permissions
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
@@ -65,8 +66,11 @@ def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, 
             raise Violation(f"{ref['name']}: aggregated roles grant whatever matches their selector")
         for rule in role.get("rules") or []:
             name = f"{ref['name']}: {rule}"
-            if "nonResourceURLs" in rule or "resourceNames" in rule:
-                raise Violation(f"{name}: only resource rules on whole resources are expected")
+            if "nonResourceURLs" in rule:
+                raise Violation(f"{name}: only resource rules are expected")
+            if "resourceNames" in rule and (ref["kind"] != "Role" or rule.get("resources") != ["configmaps"]
+                                            or rule["resourceNames"] != [CONFIGMAP]):
+                raise Violation(f"{name}: resource names only for jobttl's own install record, in a Role")
             fields = (rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [])
             if any("*" in value for field in fields for value in field):
                 raise Violation(f"{name}: wildcard")
@@ -174,4 +178,11 @@ def test_a_binding_to_an_unknown_role_is_refused():
     objects = rendered(KNATIVE)
     find(objects, "ClusterRoleBinding", "jobttl-worker")["roleRef"]["name"] = "cluster-admin"
     with pytest.raises(Violation, match="not in the manifests"):
+        grants(objects, accounts(objects)["worker"])
+
+
+def test_resource_names_are_refused_beyond_the_install_record():
+    objects = rendered(KNATIVE)
+    find(objects, "Role", "jobttl-worker-install")["rules"][0]["resourceNames"] = ["kube-root-ca.crt"]
+    with pytest.raises(Violation, match="install record"):
         grants(objects, accounts(objects)["worker"])
