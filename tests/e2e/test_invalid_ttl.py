@@ -1,15 +1,19 @@
 """A TTL jobttl cannot read is told to the job's owner: an InvalidTTL Warning Event on the object, once
-per object and value, posted by the worker process from the notices outbox the sink process wrote
-(CloudEvents over HTTP, real Redis, the emulator read with the kubernetes client)."""
+per object and value, posted by the worker process from the notices outbox the sink process (or a
+`jobttl resync` process) wrote (CloudEvents over HTTP, real Redis, the emulator read with the
+kubernetes client)."""
 
 from __future__ import annotations
 
 import time
 
+import pytest
 import requests
 from kubernetes import client, config
 
-from tests.e2e.conftest import WORKER_METRICS_PORT, Cluster
+from jobttl.core.kinds import TFJOB
+from tests.e2e.conftest import WORKER_METRICS_PORT, Cluster, OwnStack
+from tests.fixtures import job_object
 from tests.services import wait_for
 
 FORMS = "90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, h, d or w, no spaces) or plain seconds (3600)"
@@ -98,3 +102,33 @@ def test_a_bad_keep_until_cancels_the_pending_deletion_and_is_warned_once(cluste
                                "TFJob until annotation jobttl.io/keep-until is fixed or removed")
     settled(cluster, "marker")
     assert len(events(cluster, obj, "InvalidTTL")) == 1
+
+
+# --- resyncs: their own stack, since a resync reconciles every job of every test's namespace ---------
+
+@pytest.fixture(scope="module")
+def own(tmp_path_factory):
+    stack = OwnStack(tmp_path_factory.mktemp("invalid-ttl"), "invalid-ttl")
+    yield stack
+    stack.stop()
+
+
+def test_resyncs_that_find_the_same_bad_value_warn_once(own):
+    def seeded(name: str) -> dict:
+        obj = job_object(TFJOB, name, "team", at=time.time())
+        obj["metadata"]["annotations"] = {"jobttl.io/ttl": "1 day"}
+        return own.seed(obj)
+
+    def warnings(obj: dict) -> list[str]:
+        return [e.message for e in own.events("team")
+                if e.involved_object.uid == obj["metadata"]["uid"] and e.reason == "InvalidTTL"]
+
+    typo = seeded("typo")
+    own.jobttl("resync")
+    [message] = wait_for(lambda: warnings(typo), timeout=15, what="the InvalidTTL Event")
+    assert "got '1 day'" in message
+    own.jobttl("resync")
+    marker = seeded("marker")  # told after anything the second resync would have told
+    own.jobttl("resync")
+    wait_for(lambda: warnings(marker), timeout=15, what="the marker's InvalidTTL Event")
+    assert warnings(typo) == [message]
