@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobttl.core.durations import parse_duration
+from jobttl.core.identity import shown
 from jobttl.core.kinds import Finish, JobKind, parse_time
 from jobttl.core.policy import Effective, Policy, Setting
 
@@ -35,6 +36,9 @@ ANNOTATION_PREFIX = "jobttl.io/"
 TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
 KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
 KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
+
+# The Warning Event on an object whose TTL (or keep-until) jobttl cannot use: see `invalid_ttl_message`.
+INVALID_TTL_REASON = "InvalidTTL"
 
 DEFAULT_POLICY = Policy()
 # Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
@@ -85,11 +89,20 @@ class Decision:
                    tuple(data.get("rules") or ()), data.get("finishedFrom"))
 
 
+def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
+    """What the InvalidTTL Event says: the decision's reason (which names the value and the forms
+    accepted) and what jobttl does instead. An invalid TTL does not fall back to another source
+    (the object's own field, the policy's default: that could delete a job its owner meant to
+    keep longer): the job is kept, and a deletion already pending for it is cancelled."""
+    subject = (source or "its TTL").split(", capped by ")[0]
+    return f"{reason}; jobttl will not delete this {kind} until {subject} is fixed or removed"
+
+
 def _own_ttl_value(value: Any, source: str) -> int | str:
     """The TTL as an int, or a message saying why it is not one."""
     # bool is an int in Python; JSON true is not a TTL.
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        return f"{source} must be a non-negative integer, got {value!r}"
+        return f"{source} must be a non-negative integer, got {shown(value)}"
     return value
 
 
@@ -196,7 +209,7 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
         except ValueError:
             return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
                                                  f"as 2030-01-31T00:00:00Z within 100 years, got "
-                                                 f"{annotations[KEEP_UNTIL_ANNOTATION]!r}",
+                                                 f"{shown(annotations[KEEP_UNTIL_ANNOTATION])}",
                             ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
         assert keep_until is not None
         if keep_until > expires_at:

@@ -27,28 +27,30 @@ class InvalidIdentity(ValueError):
     """A namespace, name or UID no API server would produce; the message names it."""
 
 
-def _shown(value: Any) -> str:
+def shown(value: Any) -> str:
+    """A value as an error message quotes it: its repr, cut short (a message, a log line, an Event
+    and the history card that keep it stay small whatever the object holds)."""
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
 def check_name(value: Any, field: str = "metadata.name") -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME or not _SUBDOMAIN.fullmatch(value):
-        raise InvalidIdentity(f"{field} {_shown(value)} is not a valid Kubernetes object name (a DNS-1123 "
+        raise InvalidIdentity(f"{field} {shown(value)} is not a valid Kubernetes object name (a DNS-1123 "
                               f"subdomain of at most {MAX_NAME} characters)")
     return value
 
 
 def check_namespace(value: Any, field: str = "metadata.namespace") -> str:
     if not isinstance(value, str) or len(value) > MAX_NAMESPACE or not _LABEL.fullmatch(value):
-        raise InvalidIdentity(f"{field} {_shown(value)} is not a valid namespace (a DNS-1123 label of at most "
+        raise InvalidIdentity(f"{field} {shown(value)} is not a valid namespace (a DNS-1123 label of at most "
                               f"{MAX_NAMESPACE} characters)")
     return value
 
 
 def check_uid(value: Any, field: str = "metadata.uid") -> str:
     if not isinstance(value, str) or not _UID.fullmatch(value):
-        raise InvalidIdentity(f"{field} {_shown(value)} is not a Kubernetes UID (an RFC 4122 UUID)")
+        raise InvalidIdentity(f"{field} {shown(value)} is not a Kubernetes UID (an RFC 4122 UUID)")
     return value
 
 

@@ -132,8 +132,8 @@ class Metrics:
         self.archive_bytes = Counter("jobttl_archive_bytes", "Bytes written to the archive", registry=r)
         self.archive_failures = Counter("jobttl_archive_failures", "Archives that could not be written", registry=r)
         self.archive_pruned = Counter("jobttl_archive_pruned", "Archives removed by the retention", registry=r)
-        self.notices = Counter("jobttl_deletion_notices", "DeletionScheduled Events posted, by stage", ["stage"],
-                               registry=r)
+        self.notices = Counter("jobttl_deletion_notices", "Notices posted as Events: DeletionScheduled by stage "
+                               "(job, pods), InvalidTTL Warnings as invalid-ttl", ["stage"], registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
         for event, reason in ALERTED_DECISIONS:

@@ -37,7 +37,8 @@ from jobttl.core.kinds import JobKind
 from jobttl.core.metrics import Metrics
 from jobttl.core.policy import Policy
 from jobttl.core.recent import Recent
-from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, Change, Pending, Planned, Schedule, job_id_prefix, member_for
+from jobttl.core.schedule import (JOB_STAGE, PODS_STAGE, Change, InvalidNotice, Pending, Planned, Schedule,
+                                  job_id_prefix, member_for)
 from jobttl.core.stages import pod_stage
 
 log = logging.getLogger("jobttl.reconcile")
@@ -117,6 +118,7 @@ class Reconciler:
         self.burst_limit = burst_limit
         self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.recent)
         self.scripts = schedule.scripts  # the same Redis: one set of scripts
+        self.outbox = keys.notices(schedule.queue.name)  # DeletionScheduled and InvalidTTL (jobttl.worker.notices)
         self.history = HistoryIndex(schedule.redis)
 
     @classmethod
@@ -280,10 +282,20 @@ class Reconciler:
                 self.schedule.job_key_prefix + job_id_prefix(request.stage),
                 "1" if decision is not None and decision.dry_run else "0", card_decision, held,
                 self.audit.max_entries, self.audit.tombstone_seconds, "1" if request.echo else "0",
-                *self._fields(request)]
+                self._invalid_notice(request), *self._fields(request)]
         self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
                                      keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE,
-                                     keys.tombstone(ref.namespace, ref.name, ref.uid)], args=args, client=pipe)
+                                     keys.tombstone(ref.namespace, ref.name, ref.uid), self.outbox],
+                               args=args, client=pipe)
+
+    @staticmethod
+    def _invalid_notice(request: _Request) -> str:
+        """The InvalidTTL Warning for the notices outbox, or "": the owner of a job jobttl keeps for
+        a value it cannot read is told, in the same script call (RECONCILE posts it once per value)."""
+        decision = request.decision
+        if decision is None or decision.verdict is not Verdict.INVALID_TTL or request.stage != JOB_STAGE:
+            return ""
+        return InvalidNotice(request.ref, decision.reason, decision.ttl_source).entry
 
     @staticmethod
     def _fields(request: _Request) -> list[str]:

@@ -124,6 +124,29 @@ def notice_member(member: str, due: int) -> str:
 
 
 @dataclass(frozen=True)
+class InvalidNotice:
+    """An InvalidTTL Warning in the notices outbox: whom, the decision's reason (which names the
+    value; the job's history card holds it too, so the worker can tell whether it still stands)
+    and where the TTL came from. The same notice is the same entry: written twice, it is there once."""
+
+    ref: JobRef
+    detail: str
+    source: str | None
+
+    @property
+    def entry(self) -> str:
+        return jsoncodec.dumps_str({"invalid": self.detail, "source": self.source, "ref": self.ref.as_dict()})
+
+    @classmethod
+    def read(cls, entry: str) -> InvalidNotice | None:
+        """The notice an outbox entry holds; None for a schedule change (`notice_member`, never JSON)."""
+        if not entry.startswith("{"):
+            return None
+        data = jsoncodec.loads(entry)
+        return cls(JobRef.from_dict(data["ref"]), data["invalid"], data.get("source"))
+
+
+@dataclass(frozen=True)
 class Pending:
     """One pending deletion: the record kept in its RQ job's meta, plus the index's due time."""
 

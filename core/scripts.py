@@ -107,19 +107,20 @@ end
 # Reconcile one decision about one member (a UID, or a UID's pod stage) with the schedule.
 #
 # KEYS: pending index, override hash, audit stream, history card, held hash, the guard's
-#       recent-newly-due set, the UID's tombstone
+#       recent-newly-due set, the UID's tombstone, the notices outbox
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
 #       release), burst limit (-1: none), RQ job key prefix of the stage ("rq:job:delete-"), dry run
 #       ("1"/"0"), decision JSON for the card when nothing changes, held JSON, audit maxlen,
 #       card TTL, echo ("1": the object is going away and someone other than its deletion's own
-#       RQ job says so), then the audit entry's fields as key, value, ...
+#       RQ job says so), the InvalidTTL notice for the outbox or "", then the audit entry's fields
+#       as key, value, ...
 # Returns: {change, due, previous due, previous RQ job status, Redis's now, reason} (empty
 # strings for none); change "schedule" means: write the RQ job, with COMMIT, in one MULTI.
 RECONCILE = _PRELUDE + r"""
 local member, uid, verdict = ARGV[1], ARGV[2], ARGV[3]
 local mode, limit, prefix, dry = ARGV[5], tonumber(ARGV[6]), ARGV[7], ARGV[8] == '1'
 local decision, held, maxlen, ttl = ARGV[9], ARGV[10], ARGV[11], tonumber(ARGV[12])
-local echo = ARGV[13] == '1'
+local echo, invalid = ARGV[13] == '1', ARGV[14]
 local now, stamp = clock()
 local KEEP_SECONDS = 34560000  -- an operator's keep lasts 400 days past the last time it was read
 local HORIZON = 3600  -- a deletion pulled in to within this of now is news for the guard too
@@ -142,7 +143,7 @@ end
 
 local function change(event, due, previous, reason)
   local entry = {'event', event}
-  for i = 14, #ARGV do entry[#entry + 1] = ARGV[i] end
+  for i = 15, #ARGV do entry[#entry + 1] = ARGV[i] end
   if due then entry[#entry + 1] = 'due'; entry[#entry + 1] = string.format('%d', due) end
   if previous then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = string.format('%d', previous) end
   if reason then entry[#entry + 1] = 'reason'; entry[#entry + 1] = reason end
@@ -162,7 +163,20 @@ local function result(change_, due, reason)
           string.format('%.3f', now), reason or ''}
 end
 
+local function warn()
+  -- An invalid TTL is told to the job's owner once per object and value: when it was told
+  -- already, the card's latest decision for this UID (read before this call rewrites it) is this
+  -- very one (reason and detail), recorded as skipped or as the cancellation of a deletion that
+  -- was pending. A changed value has another detail; a fixed one is no invalid TTL. The memory
+  -- is the card, bounded as the card is: once it expires, a value still wrong is told again.
+  local current = card_get(KEYS[4], uid)
+  if TERMINAL[current['event']] then return end
+  if current['reason'] == verdict and current['detail'] == cjson.decode(decision)['detail'] then return end
+  redis.call('ZADD', KEYS[8], 'NX', now, invalid)
+end
+
 if verdict ~= 'expires' then
+  if invalid ~= '' then warn() end
   if not cur then settle(decision); return result('ignored') end
   -- The object is going away while its deletion runs: most likely that deletion's own echo
   -- (the watch reports the deletionTimestamp, then the removal, before the worker has
@@ -190,7 +204,7 @@ end
 if override[1] == 'true' then
   redis.call('EXPIRE', KEYS[2], KEEP_SECONDS)  -- kept for good: the keep lasts while it is needed
   if not cur then
-    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 14)}))
+    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 15)}))
     return result('kept')
   end
   redis.call('ZREM', KEYS[1], member)

@@ -17,19 +17,30 @@ worker (ZPOPMIN), and a change already superseded when it is drained (moved agai
 done) posts nothing: the newer change has its own. Best effort, like every Event: a worker
 killed between the claim and the POST loses that one notice; a failed POST is tried again
 later, up to `ATTEMPTS` times.
+
+InvalidTTL: a Warning Event on a finished job jobttl keeps because its TTL (``jobttl.io/ttl``, its
+own TTL field) or ``jobttl.io/keep-until`` cannot be used, naming the value, the forms accepted
+and what jobttl does instead (`jobttl.core.decision.invalid_ttl_message`): without it a typo keeps
+the job for good, and only those who can read jobttl's logs or Redis would know. The same outbox,
+the same pace: RECONCILE writes the notice (`jobttl.core.schedule.InvalidNotice`) in the call that
+decides, once per object and value (its memory is the job's history card), and the worker posts
+it unless the job's latest decision is another by then.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 from redis import Redis
 
-from jobttl.core import keys, logs
+from jobttl.core import jsoncodec, keys, logs
+from jobttl.core.decision import INVALID_TTL_REASON, Verdict, invalid_ttl_message
+from jobttl.core.identity import JobRef
 from jobttl.core.kube import KubeClient
 from jobttl.core.metrics import Metrics
-from jobttl.core.schedule import Schedule, split_member
+from jobttl.core.schedule import InvalidNotice, Schedule, split_member
 from jobttl.core.stages import SCHEDULED_REASON, scheduled_message
 
 log = logging.getLogger("jobttl.notify")
@@ -37,6 +48,7 @@ log = logging.getLogger("jobttl.notify")
 BATCH = 20  # notices claimed at a time
 RETRY_AFTER = 30  # seconds before a notice whose POST failed is tried again
 ATTEMPTS = 5
+INVALID_TTL_LABEL = "invalid-ttl"  # jobttl_deletion_notices_total's stage label for InvalidTTL Warnings
 
 
 class Notices:
@@ -68,6 +80,9 @@ class Notices:
 
     def post(self, entry: str) -> bool:
         """Post one notice; False to try again later."""
+        invalid = InvalidNotice.read(entry)
+        if invalid is not None:
+            return self._post_invalid(entry, invalid)
         member, _, due_text = entry.rpartition("|")
         uid, stage = split_member(member)
         due = int(due_text)
@@ -75,20 +90,35 @@ class Notices:
         if pending is None or pending.due != due or not pending.ref.kind:
             return True  # superseded: the newer change has its own notice
         message = scheduled_message(pending.ref.kind, stage, due, pending.ttl, pending.ttl_source, pending.dry_run)
+        return self._create(entry, pending.ref, SCHEDULED_REASON, message, "Schedule", stage, due=due)
+
+    def _post_invalid(self, entry: str, notice: InvalidNotice) -> bool:
+        """An InvalidTTL Warning, unless the job's latest decision is no longer this one (fixed,
+        changed again, gone): like a superseded schedule change, it posts nothing."""
+        raw = self.redis.hget(keys.card(notice.ref.namespace, notice.ref.name), notice.ref.uid)
+        latest = jsoncodec.loads(raw) if raw else None
+        if not isinstance(latest, dict) or latest.get("reason") != Verdict.INVALID_TTL.value \
+                or latest.get("detail") != notice.detail:
+            return True
+        message = invalid_ttl_message(notice.ref.kind, notice.detail, notice.source)
+        return self._create(entry, notice.ref, INVALID_TTL_REASON, message, "Keep", INVALID_TTL_LABEL, warning=True)
+
+    def _create(self, entry: str, ref: JobRef, reason: str, message: str, action: str, label: str,
+                warning: bool = False, **fields: Any) -> bool:
         try:
-            self.kube.create_event(pending.ref, SCHEDULED_REASON, message, action="Schedule")
+            self.kube.create_event(ref, reason, message, warning, action=action)
         except Exception as exc:  # noqa: BLE001 - best effort: an Event must never fail anything else
             attempts = self._attempts.get(entry, 0) + 1
             self._attempts[entry] = attempts
-            logs.record(log, "notice-not-posted", pending.ref.as_dict(), logging.WARNING, stage=stage, due=due,
-                        attempts=attempts, detail=str(exc))
+            logs.record(log, "notice-not-posted", ref.as_dict(), logging.WARNING, stage=label, reason=reason,
+                        attempts=attempts, detail=str(exc), **fields)
             if attempts < ATTEMPTS:
                 return False
             if self.metrics is not None:
                 self.metrics.events_dropped.inc()
         else:
             if self.metrics is not None:
-                self.metrics.notices.labels(stage).inc()
-            logs.record(log, "notice-posted", pending.ref.as_dict(), stage=stage, due=due, detail=message)
+                self.metrics.notices.labels(label).inc()
+            logs.record(log, "notice-posted", ref.as_dict(), stage=label, reason=reason, detail=message, **fields)
         self._attempts.pop(entry, None)
         return True

@@ -14,7 +14,7 @@ import pytest
 
 from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
                             with_server_fields)
-from jobttl.core.decision import Verdict, controller_owner, decide
+from jobttl.core.decision import Verdict, controller_owner, decide, invalid_ttl_message
 from jobttl.core.kinds import BATCH_JOB, TFJOB, WORKFLOW, parse_time
 from jobttl.core.policy import parse_policy
 
@@ -200,3 +200,46 @@ def test_what_is_someone_elses_is_said_in_a_fixed_order():
     assert decide(running, TFJOB).verdict is Verdict.MANAGED_ELSEWHERE
     running["metadata"] = {**running["metadata"], "deletionTimestamp": "2023-11-14T22:13:20Z"}
     assert decide(running, TFJOB).verdict is Verdict.BEING_DELETED
+
+
+# --- what the InvalidTTL Event says (jobttl.worker.notices posts it) -------------------------------
+
+def test_an_unreadable_ttl_annotation_keeps_the_job_rather_than_fall_back_to_another_ttl():
+    obj = job(ttl=60, status=finished_status(1_700_000_000))  # its own field would say 60 s
+    obj["metadata"]["annotations"] = {"jobttl.io/ttl": "10 minutes"}
+    decision = decide(obj, TFJOB, parse_policy({"ttl": "1h"}))  # and the policy 1 h
+    assert decision.verdict is Verdict.INVALID_TTL and decision.expires_at is None
+    assert decision.ttl_source == "annotation jobttl.io/ttl"
+
+
+def test_the_invalid_ttl_message_names_the_value_the_accepted_forms_and_that_the_job_stays():
+    obj = job(status=finished_status(1_700_000_000))
+    obj["metadata"]["annotations"] = {"jobttl.io/ttl": "10 minutes"}
+    decision = decide(obj, TFJOB)
+    assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
+        "annotation jobttl.io/ttl: expected a duration such as 90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, "
+        "h, d or w, no spaces) or plain seconds (3600), got '10 minutes'; jobttl will not delete this TFJob until "
+        "annotation jobttl.io/ttl is fixed or removed")
+
+
+def test_the_invalid_ttl_message_for_keep_until_and_for_the_jobs_own_field():
+    obj = job(ttl=60, status=finished_status(1_700_000_000))
+    obj["metadata"]["annotations"] = {"jobttl.io/keep-until": "next friday"}
+    decision = decide(obj, TFJOB)
+    assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
+        "annotation jobttl.io/keep-until must be an RFC 3339 time such as 2030-01-31T00:00:00Z within 100 years, "
+        "got 'next friday'; jobttl will not delete this TFJob until annotation jobttl.io/keep-until is fixed or "
+        "removed")
+    obj = job(ttl=-5, status=finished_status(1_700_000_000))
+    decision = decide(obj, TFJOB)
+    assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
+        "spec.runPolicy.ttlSecondsAfterFinished must be a non-negative integer, got -5; jobttl will not delete this "
+        "TFJob until spec.runPolicy.ttlSecondsAfterFinished is fixed or removed")
+
+
+def test_a_huge_invalid_value_is_quoted_cut_short():
+    obj = job(status=finished_status(1_700_000_000))
+    obj["metadata"]["annotations"] = {"jobttl.io/ttl": "x" * 100_000}
+    decision = decide(obj, TFJOB)
+    assert decision.verdict is Verdict.INVALID_TTL
+    assert "'xxxx" in decision.reason and len(decision.reason) < 300

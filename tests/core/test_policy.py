@@ -52,6 +52,16 @@ def test_bad_durations_say_what_is_expected(text):
         parse_duration(text)
 
 
+def test_a_bad_duration_names_the_value_and_forms_the_parser_accepts():
+    with pytest.raises(ValueError) as caught:
+        parse_duration("10 minutes")
+    message = str(caught.value)
+    assert "got '10 minutes'" in message
+    for form in ("90s", "36h", "7d", "2w", "1h30m", "3600"):
+        assert form in message
+        parse_duration(form)  # what the message offers is accepted
+
+
 def test_format_duration_is_the_inverse():
     assert format_duration(DAY + 2 * HOUR + 3 * 60 + 4) == "1d2h3m4s"
     assert parse_duration(format_duration(93784)) == 93784

@@ -19,7 +19,8 @@ from jobttl.core.identity import JobRef
 from jobttl.core.policy import parse_policy
 from jobttl.core.recent import Recent
 from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Change, Schedule, job_id_for, warning_id_for
+from jobttl.core.schedule import (DELETE_TASK, PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
+                                  notice_member, warning_id_for)
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer
 
@@ -557,3 +558,79 @@ def test_memory_is_bounded_and_forgets_the_oldest_first():
         recent.put(member, ("k",), member.upper())
     assert [recent.get(m, ("k",)) for m in ("a", "b", "c")] == [None, "B", "C"]
     assert recent.get("c", ("other",)) is None, "another decision is not the remembered one"
+
+
+# --- an invalid TTL is told to the job's owner: the InvalidTTL notice (jobttl.worker.notices) ---------
+
+def invalid_notices(redis, schedule, obj) -> list[InvalidNotice]:
+    """The InvalidTTL notices waiting in the outbox for this object, oldest first."""
+    entries = (InvalidNotice.read(e.decode()) for e in redis.zrange(keys.notices(schedule.queue.name), 0, -1))
+    return [n for n in entries if n is not None and n.ref.uid == uid(obj)]
+
+
+def annotated(obj, **annotations):
+    return {**obj, "metadata": {**obj["metadata"], "annotations": annotations}}
+
+
+def test_an_invalid_ttl_is_noticed_once_per_value_whoever_reconciles_it(reconciler, schedule, redis):
+    obj = finished(ttl=None)
+    bad = annotated(obj, **{"jobttl.io/ttl": "10 minutes"})
+    assert reconciler.reconcile(bad, TFJOB, "event").label == "ignored:invalid-ttl"
+    [notice] = invalid_notices(redis, schedule, obj)
+    assert notice == InvalidNotice(JobRef.of(obj), decide(bad, TFJOB).reason, "annotation jobttl.io/ttl")
+    assert "'10 minutes'" in notice.detail
+    redis.delete(keys.notices(schedule.queue.name))  # a worker has drained the outbox
+    for by in ("event", "resync", "worker"):
+        assert reconciler.reconcile(bad, TFJOB, by).label == "ignored:invalid-ttl"
+    assert invalid_notices(redis, schedule, obj) == []
+    other = annotated(obj, **{"jobttl.io/ttl": "ten minutes"})
+    reconciler.reconcile(other, TFJOB, "event")
+    reconciler.reconcile(other, TFJOB, "event")
+    assert [n.detail for n in invalid_notices(redis, schedule, obj)] == [decide(other, TFJOB).reason]
+
+
+def test_a_fixed_ttl_is_not_noticed_and_a_ttl_gone_bad_again_is(reconciler, schedule, redis):
+    obj = finished(ttl=None)
+    bad = annotated(obj, **{"jobttl.io/ttl": "10 minutes"})
+    reconciler.reconcile(bad, TFJOB, "event")
+    assert len(invalid_notices(redis, schedule, obj)) == 1
+    redis.delete(keys.notices(schedule.queue.name))  # a worker has drained the outbox
+    assert reconciler.reconcile(annotated(obj, **{"jobttl.io/ttl": "10m"}), TFJOB, "event").change is Change.SCHEDULED
+    assert invalid_notices(redis, schedule, obj) == []
+    assert reconciler.reconcile(bad, TFJOB, "event").change is Change.CANCELLED
+    assert len(invalid_notices(redis, schedule, obj)) == 1, "broken again after a fix: told again"
+
+
+def test_a_pending_deletion_cancelled_by_an_invalid_keep_until_is_noticed_once(reconciler, schedule, redis):
+    obj = finished(ttl=3600)
+    assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
+    bad = annotated(obj, **{"jobttl.io/keep-until": "next friday"})
+    assert reconciler.reconcile(bad, TFJOB, "event").change is Change.CANCELLED
+    [notice] = invalid_notices(redis, schedule, obj)
+    assert notice.source == "annotation jobttl.io/keep-until" and "'next friday'" in notice.detail
+    redis.delete(keys.notices(schedule.queue.name))  # a worker has drained the outbox
+    assert reconciler.reconcile(bad, TFJOB, "event").label == "ignored:invalid-ttl"
+    assert invalid_notices(redis, schedule, obj) == [], "the cancellation on the card says it was told"
+
+
+def test_other_verdicts_notice_nothing(reconciler, schedule, redis):
+    for obj in (finished(ttl=None), running(finished()), finished(ttl=60), annotated(finished(), **{"jobttl.io/keep": "true"})):
+        reconciler.reconcile(obj, TFJOB, "event")
+        assert invalid_notices(redis, schedule, obj) == []
+
+
+def test_an_invalid_ttl_costs_one_round_trip_like_any_decision_that_books_nothing(own_redis):
+    schedule = Schedule(own_redis, "invalid", retry_intervals=[])
+    reconciler = Reconciler(schedule, Audit(own_redis), parse_policy(None))
+    reconciler.reconcile(running(finished()), TFJOB, "event")  # the scripts are loaded once per Redis
+    bad = annotated(finished(ttl=None), **{"jobttl.io/ttl": "10 minutes"})
+    assert round_trips(own_redis, lambda: reconciler.reconcile(bad, TFJOB, "event")) == 1
+    assert len(invalid_notices(own_redis, schedule, bad)) == 1
+
+
+def test_an_outbox_entry_is_either_a_schedule_change_or_an_invalid_ttl_notice():
+    ref = JobRef("kubeflow.org/v1", "TFJob", "ml", "mnist", str(uuid.uuid4()))
+    notice = InvalidNotice(ref, "annotation jobttl.io/ttl: ... got 'a|b'", "annotation jobttl.io/ttl")
+    assert InvalidNotice.read(notice.entry) == notice
+    assert InvalidNotice.read(notice_member(ref.uid, 1_900_000_000)) is None
+    assert InvalidNotice.read(notice_member(f"pods:{ref.uid}", 1_900_000_000)) is None
