@@ -180,7 +180,7 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
         if ctx.reconciler.forget(ref, "not-in-cluster", "resync").change is Change.CANCELLED:
             report.counts["cancelled"] += 1
     for member in orphans:
-        if ctx.redis.zrem(keys.PENDING_INDEX, member):
+        if ctx.schedule.drop_orphan(member):
             report.counts["cancelled"] += 1
             ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
                              reason="no-record", detail="an index entry without its RQ job, for an object no "
