@@ -18,7 +18,8 @@ Layout in Redis:
 - ``jobttl:dry-run:<kind>``: sorted sets beside the index, its dry-run members at the same due
   time (``jobttl:dry-run`` lists the kinds). Nothing that decides a deletion reads them: they
   tell what dry run would delete from what is overdue without reading a record (`due_counts`).
-  The scripts that write the index keep them, in the same atomic step.
+  The scripts that write the index keep them, in the same atomic step; every resync repairs
+  what anything else wrote (`file_dry_run`).
 
 Every reconcile starts with one atomic Lua script (RECONCILE, `jobttl.core.scripts`) that
 compares the decision with what is pending, on Redis's clock. What needs no RQ job (a
@@ -467,18 +468,27 @@ class Schedule:
 
 
 def file_dry_run(redis: Redis, batch: int = 1000) -> int:
-    """File every index member among the dry-run records as its RQ job's meta says (DRY_RUN_FILE,
-    atomic per member): the upgrade from a layout without those records. How many are."""
+    """File every index member among the dry-run records as its RQ job's meta says, and take out
+    whatever they hold that the index does not (DRY_RUN_FILE, atomic per member): the upgrade
+    from a layout without those records, and the resync's repair after anything wrote the index
+    without them (a process of an earlier release, a hand edit). How many dry-run records there are."""
     lua, filed = scripts.Scripts(redis).dry_run_file, 0
-    # ZSCAN: members moved or added meanwhile are filed by the scripts that write them.
-    members = (m.decode() for m, _ in redis.zscan_iter(keys.PENDING_INDEX, count=batch))
-    while page := list(itertools.islice(members, batch)):
+    kinds = [k.decode() for k in redis.smembers(keys.DRY_RUN)]
+
+    def members() -> Iterator[tuple[str, bool]]:
+        """(member, in the index?): the index's, then the dry-run sets'. ZSCAN: members moved or
+        added meanwhile are filed by the scripts that write them; one in both is filed twice, alike."""
+        for key in (keys.PENDING_INDEX, *map(keys.dry_run, kinds)):
+            for member, _ in redis.zscan_iter(key, count=batch):
+                yield member.decode(), key == keys.PENDING_INDEX
+    scanned = members()
+    while page := list(itertools.islice(scanned, batch)):
         with redis.pipeline(transaction=False) as pipe:
-            for member in page:
+            for member, _ in page:
                 uid, stage = split_member(member)
                 lua(keys=[keys.PENDING_INDEX, keys.DRY_RUN],
                     args=[member, f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"], client=pipe)
-            filed += sum(scripts.execute(pipe))
+            filed += sum(dry for (_, indexed), dry in zip(page, scripts.execute(pipe)) if indexed)
     return filed
 
 

@@ -21,7 +21,7 @@ from jobttl.core.metrics import Metrics
 from jobttl.core.operations import Operations
 from jobttl.core.policy import parse_policy
 from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Change, Schedule
+from jobttl.core.schedule import Change, Schedule, file_dry_run
 from tests.fixtures import job_object, with_server_fields
 from tests.services import RedisServer
 
@@ -151,3 +151,24 @@ def test_the_scrape_reads_a_bounded_number_of_keys_however_many_dry_run_records(
     assert calls.get("cmdstat_hmget", 0) == calls.get("cmdstat_hget", 0) == calls.get("cmdstat_hgetall", 0) == 0
     assert calls.get("cmdstat_zcount", 0) <= 4
     assert would_delete(redis) == {"TFJob": 200}
+
+
+def test_the_repair_files_what_was_written_without_the_dry_run_sets_and_drops_what_they_hold_alone(schedule, redis):
+    """What the resync runs (jobttl.worker.resync): a process of the previous release, during a
+    rollout, wrote the index but not the dry-run sets."""
+    r = reconciler(schedule)
+    rehearsal, other, real = finished(rehearsal=True), finished(rehearsal=True), finished()
+    for obj in (rehearsal, other, real):
+        r.reconcile(obj, TFJOB, "event")
+    assert (overdue(redis), would_delete(redis)) == (1, {"TFJob": 2})
+    # Booked without its dry-run entry: counted as overdue until repaired.
+    redis.zrem(keys.dry_run("TFJob"), rehearsal["metadata"]["uid"])
+    assert (overdue(redis), would_delete(redis)) == (2, {"TFJob": 1})
+    assert file_dry_run(redis) == 2
+    assert (overdue(redis), would_delete(redis)) == (1, {"TFJob": 2})
+    # Cancelled without taking its dry-run entry out: it would hide the real overdue deletion.
+    redis.zrem(keys.PENDING_INDEX, other["metadata"]["uid"])
+    assert (overdue(redis), would_delete(redis)) == (0, {"TFJob": 2})
+    assert file_dry_run(redis) == 1
+    assert (overdue(redis), would_delete(redis)) == (1, {"TFJob": 1})
+    assert redis.zrange(keys.dry_run("TFJob"), 0, -1) == [rehearsal["metadata"]["uid"].encode()]
