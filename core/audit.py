@@ -104,6 +104,8 @@ class Audit:
         self.metrics.decisions.labels(event, fields.get("reason") or "").inc()
         if event == "deleted" and ref is not None:
             self.metrics.deletions.labels(ref.kind, ref.namespace).inc()
+        if event == "would-delete" and ref is not None:
+            self.metrics.would_delete.labels(ref.kind).inc()
         if event in ("deleted", "delete-requested") and fields.get("lateness") is not None:
             # When jobttl acted (its DELETE), however long finalizers then take.
             self.metrics.lateness.observe(max(0.0, float(fields["lateness"])))

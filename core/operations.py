@@ -29,6 +29,7 @@ from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
+from jobttl.core.metrics import OVERDUE_AFTER
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
 
@@ -95,6 +96,15 @@ class Operations:
                     if (not namespace or p.ref.namespace == namespace) and (not kind or p.ref.kind == kind)]
         end = None if limit is None else offset + limit
         return matching[offset:end], len(matching)
+
+    def would_delete(self, namespace: str | None = None, kind: str | None = None) -> int:
+        """Dry-run records due now (what dry run would have deleted by now), filtered as `pending`."""
+        now = time.time()
+        if namespace:
+            return sum(1 for batch in self.schedule.scan() for p in batch if p.dry_run and p.due <= now
+                       and p.ref.namespace == namespace and (not kind or p.ref.kind == kind))
+        due = self.schedule.due_counts(now)
+        return due.dry_run.get(kind, (0,))[0] if kind else due.dry_run_total()
 
     def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
         """Everything known about one job name: pending deletions, the latest decision per UID,
@@ -167,10 +177,13 @@ class Operations:
         last_resync = self.redis.get(keys.RESYNC_LAST)
         clocks = {k.decode(): jsoncodec.loads(v) for k, v in self.redis.hgetall(keys.CLOCKS).items()}
         redis_now = int(self.redis.time()[0])
+        # Dry run deletes nothing, so nothing of it is due or overdue: it is what dry run would delete.
+        due = self.schedule.due_counts(now - OVERDUE_AFTER, now + 3600, now)
         return {
             "pending": self.schedule.count(),
-            "dueWithinHour": self.schedule.count_due_by(now + 3600),
-            "overdue": self.schedule.count_due_by(now - 60),
+            "dueWithinHour": due.due[1],
+            "overdue": due.due[0],
+            "dryRunWouldDelete": due.dry_run_total(2),
             "failed": FailedJobRegistry(queue=self.queue).count,
             "held": HeldDeletions(self.redis).count(),
             "stuck": self.redis.hlen(keys.STUCK),

@@ -34,7 +34,7 @@ from jobttl.core.kinds import JobKind
 from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.prefetch import prefetched
 from jobttl.core.reconcile import COLLECT, Outcome
-from jobttl.core.schedule import Change, member_for, split_member
+from jobttl.core.schedule import Change, file_dry_run, member_for, split_member
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.resync")
@@ -115,6 +115,9 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             if _list_kind(ctx, kind, report, seen, due_now, dues, lock):
                 listed.add((kind.api_version, kind.kind))
         _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
+        # The dry-run records the gauges count by, made to match the index again, should anything
+        # have written it without them (a process of an earlier release during a rollout).
+        file_dry_run(ctx.redis)
         _drop_vanished_from_history(ctx, listed, seen)
         review = {m for m in due_now if install is not None and install.holds(dues[m])}
         _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
@@ -189,7 +192,7 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
         if ctx.reconciler.forget(ref, "not-in-cluster", "resync").change is Change.CANCELLED:
             report.counts["cancelled"] += 1
     for member in orphans:
-        if ctx.redis.zrem(keys.PENDING_INDEX, member):
+        if ctx.schedule.drop_orphan(member):
             report.counts["cancelled"] += 1
             ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
                              reason="no-record", detail="an index entry without its RQ job, for an object no "

@@ -160,7 +160,8 @@ def _held(args, ops) -> dict:
 def _pending(args, ops) -> dict:
     items, total = ops.pending(args.namespace, args.kind, limit=args.limit)
     now = time.time()
-    return {"items": [p.as_dict(now) for p in items], "total": total}
+    return {"items": [p.as_dict(now) for p in items], "total": total,
+            "dryRunWouldDelete": ops.would_delete(args.namespace, args.kind)}
 
 
 def _show(args, ops) -> dict:

@@ -48,6 +48,18 @@ def left(seconds: float) -> str:
     return f"in {human(seconds)}" if seconds >= 0 else f"overdue {human(seconds)}"
 
 
+def left_of(pending: dict[str, Any], now: float) -> str:
+    """A pending deletion's time left; a dry-run record past its due time is not overdue: dry run
+    deletes nothing, so it says what dry run decided."""
+    if pending.get("dryRun") and pending["due"] <= now:
+        return "dry run: would delete"
+    return left(pending["due"] - now)
+
+
+def would_delete(count: int) -> str:
+    return f"dry run: would delete {count}"
+
+
 def ago(epoch: float | None) -> str:
     return "-" if epoch is None else f"{human(time.time() - epoch)} ago"
 
@@ -89,6 +101,9 @@ def status(data: dict[str, Any]) -> None:
                        ("stuck (deleted, still present)", "stuck"), ("deleted in the last 24 h", "deletedLast24h")):
         counts.add_row(label, str(data[key]))
     console.print(counts)
+    if data.get("dryRunWouldDelete"):
+        console.print(f"{would_delete(data['dryRunWouldDelete'])} (due, and kept: dry run deletes nothing; "
+                      "not counted as due or overdue)")
     console.print(f"Redis: {data['redis']}")
     console.print(f"Scheduler: {data['scheduler'] or 'none: no worker holds the scheduler lock, due deletions are not queued'}")
     last = data.get("lastResync")
@@ -119,12 +134,14 @@ def pending(data: dict[str, Any]) -> None:
     table = _table("due (UTC)", "time left", "job", "stage", "state", "TTL", "TTL from", "rules", "dry run")
     now = time.time()
     for p in data["items"]:
-        table.add_row(when(p["due"]), left(p["due"] - now), _object(p), p.get("stage") or "job", p.get("state") or "-",
+        table.add_row(when(p["due"]), left_of(p, now), _object(p), p.get("stage") or "job", p.get("state") or "-",
                       "-" if p["ttl"] is None else format_duration(p["ttl"]), p["ttlSource"] or "-",
                       ", ".join(p["rules"]) or "-", "yes" if p["dryRun"] else "")
     console.print(table)
     shown = len(data["items"])
-    console.print(f"{shown} of {data['total']} pending deletions" + (" (--limit to see more)" if shown < data["total"] else ""))
+    more = " (--limit to see more)" if shown < data["total"] else ""
+    dry = f"; {would_delete(data['dryRunWouldDelete'])}" if data.get("dryRunWouldDelete") else ""
+    console.print(f"{shown} of {data['total']} pending deletions{more}{dry}")
 
 
 def _details(entry: dict[str, Any], leave_out: tuple[str, ...] = IDENTITY) -> str:
@@ -149,7 +166,7 @@ def show(data: dict[str, Any]) -> None:
     now = time.time()
     for p in data["pending"]:
         ttl = "-" if p["ttl"] is None else format_duration(p["ttl"])
-        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left(p['due'] - now)}), "
+        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left_of(p, now)}), "
                       f"TTL {ttl} from {p['ttlSource'] or '-'}, rules {', '.join(p['rules']) or '-'}"
                       f"{', dry run' if p['dryRun'] else ''}; uid {p['uid']}, job id {p['jobId']}")
     if not data["pending"]:
