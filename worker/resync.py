@@ -124,6 +124,8 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
                          bool(confirm), report)
         if report.errors:
             report.status = "incomplete"
+        elif report.status == "done" and install is not None and install.under_review:
+            _close_an_empty_review(ctx, held, install, report)
     finally:
         lock.release()
         _record(ctx, report)
@@ -266,6 +268,19 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
     for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
+
+
+def _close_an_empty_review(ctx: WorkerContext, held: HeldDeletions, install, report: ResyncReport) -> None:
+    """A first install where nothing was overdue: every kind listed completely found nothing due at
+    install, nothing is held for the review, and nothing in the schedule is due at or before the
+    install time (a booking an event made before the first worker started). Nothing to review:
+    the review ends, so that `jobttl status` does not ask for one."""
+    if any(h.by == FIRST_RUN for h in held.all()):
+        return
+    if ctx.redis.zcount(keys.PENDING_INDEX, "-inf", install.installed_at):
+        return
+    record = ctx.install.mark_reviewed("resync: nothing was due at install", ctx.clock.now())
+    report.install = record.as_dict() if record is not None else None
 
 
 def _record(ctx: WorkerContext, report: ResyncReport) -> None:
