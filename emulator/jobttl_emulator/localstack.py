@@ -223,10 +223,12 @@ def rfc3339(epoch: float) -> str:
 
 
 def countdown(seconds: float) -> str:
+    # jobttl's one duration format (`in 1h59m`, `in 1m30s`): make run runs jobttl, so it is installed.
+    from jobttl.core.durations import format_duration
+
     if seconds <= 0:
         return "due now"
-    whole = int(seconds + 0.999)
-    return f"in {whole}s" if whole < 120 else f"in {whole // 60}m{whole % 60:02d}s"
+    return f"in {format_duration(int(seconds + 0.999))}"
 
 
 def _object(item: dict[str, Any]) -> str:

@@ -38,18 +38,12 @@ def when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def human(seconds: float) -> str:
-    """`1h2m` rather than `1h2m7s`: to the minute past an hour, to the second below."""
-    whole = int(abs(seconds))
-    return format_duration(whole - whole % 60 if whole >= 3600 else whole)
-
-
 def left(seconds: float) -> str:
-    return f"in {human(seconds)}" if seconds >= 0 else f"overdue {human(seconds)}"
+    return f"in {format_duration(seconds)}" if seconds >= 0 else f"overdue {format_duration(seconds)}"
 
 
 def ago(epoch: float | None) -> str:
-    return "-" if epoch is None else f"{human(time.time() - epoch)} ago"
+    return "-" if epoch is None else f"{format_duration(time.time() - epoch)} ago"
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
@@ -65,7 +59,7 @@ def _object(item: dict[str, Any]) -> str:
 
 def seconds(value: float) -> str:
     """A measured duration: `0.5s`, `12.3s`, `2m5s`, `1h2m`."""
-    return f"{value:.1f}s" if abs(value) < 60 else human(value)
+    return f"{value:.1f}s" if abs(value) < 60 else format_duration(value)
 
 
 def _value(key: str, value: Any) -> str:
@@ -75,7 +69,8 @@ def _value(key: str, value: Any) -> str:
             return when(float(text))
         if key in DURATION_FIELDS:
             number = float(text)
-            return format_duration(int(number)) if number == int(number) else seconds(number)
+            # A TTL exactly as configured; anything else, like every duration, to its two largest units.
+            return format_duration(number, exact=key == "ttl") if number == int(number) else seconds(number)
     except (ValueError, OverflowError):
         pass
     return text
@@ -115,7 +110,7 @@ def pending(data: dict[str, Any]) -> None:
     now = time.time()
     for p in data["items"]:
         table.add_row(when(p["due"]), left(p["due"] - now), _object(p), p.get("stage") or "job", p.get("state") or "-",
-                      "-" if p["ttl"] is None else format_duration(p["ttl"]), p["ttlSource"] or "-",
+                      "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True), p["ttlSource"] or "-",
                       ", ".join(p["rules"]) or "-", "yes" if p["dryRun"] else "")
     console.print(table)
     shown = len(data["items"])
