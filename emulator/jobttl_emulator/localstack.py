@@ -185,6 +185,8 @@ def write_environment(workdir: Path, env: dict[str, str]) -> Path:
     path = workdir / "env"
     lines = [f"# The environment of `make run` (pid {os.getpid()}): `. {_shown(path)}`, then `jobttl status`."]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    # Names this file: after a restart of `make run`, `jobttl` tells a shell that sourced it to again.
+    lines.append(f"export JOBTTL_RUN_ENV={shlex.quote(str(path.resolve()))}")
     # The venv's bin (for jobttl and jobttl-emulator) after the wrapper's folder.
     lines.append(f'export PATH={shlex.quote(f"{bin_dir.resolve()}:{Path(sys.executable).parent}")}:"$PATH"')
     path.write_text("\n".join(lines) + "\n")

@@ -7,12 +7,17 @@ Layers: this command imports the processes (`jobttl.sink`, `jobttl.worker`,
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
+import re
+import shlex
 import sys
 import textwrap
 import time
 from datetime import datetime
+from pathlib import Path
 
 from jobttl.core import config, logs, operations, redisconn
 from jobttl.core.config import ConfigError, Settings
@@ -212,7 +217,41 @@ def _redis_problem(exc: Exception, settings: Settings) -> int:
               file=sys.stderr)
     else:
         print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}): {exc}", file=sys.stderr)
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        hint = _stale_run_env(settings.redis_url) if isinstance(exc, RedisConnectionError) else None
+        if hint:
+            print(f"jobttl: {hint}", file=sys.stderr)
     return 1
+
+
+def _stale_run_env(redis_url: str) -> str | None:
+    """Why a Redis of `make run` may not answer: the shell sourced the `.run/env` of an earlier run.
+
+    `.run/env` names itself in JOBTTL_RUN_ENV; without it (a file from before that), `.run/env`
+    in the current folder is looked at. `make run` picks new ports each time and removes the
+    file when it stops, so a file now gone or naming another Redis says what happened.
+    """
+    sourced = os.environ.get("JOBTTL_RUN_ENV")
+    path = Path(sourced) if sourced else Path(".run", "env")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if not sourced:
+            return None
+        return (f"{path} is gone: the `make run` that wrote it has stopped. Start it again (`make run`), "
+                f"then `. {path}` again in this shell")
+    except OSError:
+        return None
+    current = None
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 2 and words[0] == "export" and words[1].startswith("JOBTTL_REDIS_URL="):
+            current = words[1].partition("=")[2]
+    if current is None or current == redis_url:
+        return None
+    return (f"`make run` was restarted since this shell sourced {path}: its Redis is now at {current}. "
+            f"Run `. {path}` again (or use .run/bin/jobttl, which reads it each time)")
 
 
 def _job(text: str) -> tuple[str, str]:
@@ -277,6 +316,29 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         if action.default is None:
             return text  # the help must say what happens without it
         return f"{text} (default: %(default)s)"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: its own mistakes are reported with its own usage.
+
+    argparse leaves an unknown option to the top-level parser, which prints `jobttl`'s usage:
+    `jobttl pending --namespce x` would not show what `pending` takes. Values that look like a
+    negative duration (`-5m`) are values, so that their check can say what is wrong with them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(\d+[smhdw])+$")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            known = [option for action in self._actions for option in action.option_strings]
+            guesses = [difflib.get_close_matches(extra.split("=")[0], known, n=1) for extra in extras
+                       if extra.startswith("-")]
+            hint = "; did you mean " + ", ".join(g[0] for g in guesses if g) + "?" if any(guesses) else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
 
 
 def _add_operator_commands(commands) -> None:
@@ -345,7 +407,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Delete finished Kubernetes training jobs a time-to-live after they finish.",
         epilog=_settings_epilog(),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     def process(name: str, run, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, formatter_class=_Formatter,
