@@ -182,10 +182,14 @@ def _retry(args, ops) -> dict:
 
 
 def _cancel(args, ops) -> dict:
+    if args.undo:
+        return ops.undo(*args.job, "cancel", args.kind).as_dict()
     return ops.cancel(*args.job, args.kind).as_dict(time.time())
 
 
 def _postpone(args, ops) -> dict:
+    if args.undo:
+        return ops.undo(*args.job, "postpone", args.kind).as_dict()
     return ops.postpone(*args.job, args.duration, args.kind).as_dict(time.time())
 
 
@@ -200,7 +204,7 @@ def _operate(args: argparse.Namespace, settings: Settings) -> int:
         data = args.operation(args, _connect(settings, args.force))
     except (operations.UnknownRedis, RedisError) as exc:
         return _redis_problem(exc, settings)
-    except (operations.NotFound, operations.Ambiguous, InvalidIdentity) as exc:
+    except (operations.NotFound, operations.Ambiguous, operations.AlreadyKept, InvalidIdentity) as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -268,6 +272,14 @@ def _duration(text: str) -> int:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _later(text: str) -> int:
+    """How much later: a duration above zero (`-5m` reaches here as a value: see _CommandParser)."""
+    if text.startswith("-") or _duration(text) == 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r} (to take a postpone back: "
+                                         "jobttl postpone --undo NAMESPACE/NAME)")
+    return _duration(text)
 
 
 def _count(text: str) -> int:
@@ -388,11 +400,20 @@ def _add_operator_commands(commands) -> None:
                        help="the RQ job id, from `jobttl failed` (or --all-failed)")
     which.add_argument("--all-failed", action="store_true", help="every failed deletion")
 
-    job_arguments(command("cancel", _cancel, "never delete this job (recorded in history)"))
+    cancel = command("cancel", _cancel, "never delete this job (recorded in history); with nothing pending, the "
+                                        "keep is recorded for when a deletion would be booked")
+    job_arguments(cancel)
+    cancel.add_argument("--undo", action="store_true",
+                        help="take a cancel back: the deletion is decided again from the job and the policy (the "
+                             "workers are asked for a resync)")
 
     postpone = command("postpone", _postpone, "delete this job later than planned")
     job_arguments(postpone)
-    postpone.add_argument("duration", type=_duration, metavar="DURATION", help="how much later, e.g. 2h or 3d")
+    postpone.add_argument("duration", type=_later, nargs="?", metavar="DURATION",
+                          help="how much later, e.g. 2h or 3d (required, unless --undo)")
+    postpone.add_argument("--undo", action="store_true",
+                          help="take a postpone back: the deletion is decided again from the job and the policy "
+                               "(the workers are asked for a resync)")
 
 
 def _settings_epilog() -> str:
@@ -459,7 +480,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "postpone" and (args.duration is None) != args.undo:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices["postpone"].error("give DURATION, or --undo" if not args.undo
+                                           else "--undo takes no DURATION")
     try:
         settings = Settings.from_env()
     except ConfigError as exc:

@@ -25,7 +25,7 @@ console = Console(markup=False, highlight=False, width=None if sys.stdout.isatty
 IDENTITY = ("id", "at", "event", "apiVersion", "kind", "namespace", "name", "uid", "lateness")
 # Entry fields that hold a time (epoch seconds), printed as RFC 3339.
 TIME_FIELDS = ("due", "newDue", "previousDue", "finishedAt", "deletedAt", "requestedAt", "wouldDeleteAt",
-               "scheduledAt", "started_at", "failedAt", "at")
+               "scheduledAt", "started_at", "failedAt", "at", "saidAt", "until")
 # ... and those that hold a duration in seconds (whole for TTLs, fractional for measurements).
 DURATION_FIELDS = ("ttl", "goneAfter", "stuckFor", "duration", "lateness")
 # Values that say nothing worth a column's room: the usual case is left out.
@@ -138,12 +138,15 @@ def show(data: dict[str, Any]) -> None:
     console.print(_object(data))
     now = time.time()
     for p in data["pending"]:
-        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"])
+        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True)
         console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left(p['due'] - now)}), "
                       f"TTL {ttl} from {p['ttlSource'] or '-'}, rules {', '.join(p['rules']) or '-'}"
                       f"{', dry run' if p['dryRun'] else ''}; uid {p['uid']}, job id {p['jobId']}")
     if not data["pending"]:
         console.print("  no pending deletion")
+    job = f"{data['namespace']}/{data['name']}"
+    for o in data.get("overrides", []):
+        console.print(f"  uid {o['uid']}: {_override(o, job)}")
     for d in data.get("decisions", []):
         console.print(f"  uid {d['uid']}: {decision(d)}")
     if data["history"]:
@@ -200,11 +203,52 @@ def retry(data: dict[str, Any]) -> None:
 
 
 def cancel(data: dict[str, Any]) -> None:
-    console.print(f"cancelled the deletion of {_object(data)} (was due {when(data['due'])}): the job will be kept")
+    if "undone" in data:
+        return undone(data)
+    job = f"{data['namespace']}/{data['name']}"
+    if data["wasPending"]:
+        console.print(f"cancelled the deletion of {_object(data)} (was due {when(data['due'])}): the job will be kept")
+    else:
+        console.print(f"nothing was pending for {_object(data)} (uid {data['uid']}); recorded the keep anyway: no "
+                      "deletion will be booked for it while the keep lasts (400 days from the last time it "
+                      "was read)")
+        kind = (data.get("kind") or "KIND").lower()
+        console.print(f"  to keep it whatever jobttl's Redis holds, annotate the job: "
+                      f"kubectl annotate {kind} -n {data['namespace']} {data['name']} jobttl.io/keep=true")
+    console.print(f"  undo: jobttl cancel --undo {job}")
 
 
 def postpone(data: dict[str, Any]) -> None:
+    if "undone" in data:
+        return undone(data)
     console.print(f"the deletion of {_object(data)} is now due {when(data['due'])} ({left(data['due'] - time.time())})")
+    console.print(f"  undo: jobttl postpone --undo {data['namespace']}/{data['name']}")
+
+
+def undone(data: dict[str, Any]) -> None:
+    """`cancel --undo`, `postpone --undo`: what was taken back, and what decides now."""
+    action = data["undone"]
+    for said in data["uids"]:
+        what = f"until {when(said['until'])}" if said.get("until") is not None else ""
+        console.print(f"took back the {action} of {_object(data)} (uid {said['uid']}"
+                      f"{', ' + what if what else ''}; said by {said.get('by') or '?'} {ago(said.get('at'))})")
+    for p in data["pending"]:
+        console.print(f"  still pending: due {when(p['due'])} ({left(p['due'] - time.time())}), until decided again")
+    console.print("  the deletion is decided again from the job and the policy: the workers were asked for a resync "
+                  "(or the next event about the job comes first); if its TTL has passed, it is deleted then. "
+                  f"`jobttl show {data['namespace']}/{data['name']}` shows the outcome")
+
+
+def _override(o: dict[str, Any], job: str) -> str:
+    """What an operator said about one UID, as `jobttl show` prints it."""
+    said = f"by {o.get('by') or '?'} {ago(o.get('at'))}" + (f" ({when(o['at'])})" if o.get("at") else "")
+    parts = []
+    if o["keep"]:
+        parts.append(f"kept (jobttl cancel) {said}: no deletion is booked; undo: jobttl cancel --undo {job}")
+    if o.get("until") is not None:
+        parts.append(f"postponed {said}: not deleted before {when(o['until'])} ({left(o['until'] - time.time())}); "
+                     f"undo: jobttl postpone --undo {job}")
+    return "; ".join(parts)
 
 
 def resync(report: dict[str, Any], held: list, settings) -> None:

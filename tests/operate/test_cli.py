@@ -207,6 +207,18 @@ def test_an_unknown_option_prints_the_usage_of_the_command_it_was_given_to():
     assert "unrecognized arguments: --namespce team-a; did you mean --namespace?" in done.stderr
 
 
+@pytest.mark.parametrize("duration", ["-5m", "-2h30m", "0s", "-90"])
+def test_postpone_by_a_negative_or_zero_duration_says_it_must_be_positive(duration):
+    done = jobttl("postpone", "team-a/mnist", duration)
+    assert done.returncode == 2 and done.stderr.startswith("usage: jobttl postpone "), done.stderr
+    assert "a duration must be positive" in done.stderr and "required" not in done.stderr
+
+
+def test_postpone_needs_a_duration_or_undo_but_not_both():
+    assert "give DURATION, or --undo" in jobttl("postpone", "team-a/mnist").stderr
+    assert "--undo takes no DURATION" in jobttl("postpone", "--undo", "team-a/mnist", "2h").stderr
+
+
 # --- a shell that sourced the .run/env of an earlier `make run` -----------------------------------------
 
 
