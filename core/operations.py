@@ -95,7 +95,9 @@ class Undone:
         newest = self.refs[0]
         return {**newest.as_dict(), "undone": self.action,
                 "uids": [{"uid": r.uid, "by": self.said[r.uid].get("by"), "at": _number(self.said[r.uid].get("at")),
-                          "until": _number(self.said[r.uid].get("until"))} for r in self.refs],
+                          # the time a postpone said; a cancel leaves a postpone standing, and says nothing of it
+                          "until": _number(self.said[r.uid].get("until")) if self.action == "postpone" else None}
+                         for r in self.refs],
                 "pending": self.pending}
 
 
@@ -323,7 +325,8 @@ class Operations:
             ref = JobRef(api_versions.get(uid, ""), decisions[uid].get("kind") or "", namespace, name, uid)
             self.schedule.clear_override(uid, field)
             self.audit.record(f"{action}-undone", ref, by=by, saidBy=override.get("by"),
-                              saidAt=_number(override.get("at")), until=_number(override.get("until")))
+                              saidAt=_number(override.get("at")),
+                              until=_number(override.get("until")) if field == "until" else None)
             refs.append(ref)
         # The CLI cannot read the object; a worker can. A resync is the one path that decides from
         # the object and the policy and books through the guard (one per second however many undos).

@@ -146,7 +146,8 @@ def show(data: dict[str, Any]) -> None:
         console.print("  no pending deletion")
     job = f"{data['namespace']}/{data['name']}"
     for o in data.get("overrides", []):
-        console.print(f"  uid {o['uid']}: {_override(o, job)}")
+        for line in _overrides(o, job):
+            console.print(f"  uid {o['uid']}: {line}")
     for d in data.get("decisions", []):
         console.print(f"  uid {d['uid']}: {decision(d)}")
     if data["history"]:
@@ -239,16 +240,16 @@ def undone(data: dict[str, Any]) -> None:
                   f"`jobttl show {data['namespace']}/{data['name']}` shows the outcome")
 
 
-def _override(o: dict[str, Any], job: str) -> str:
-    """What an operator said about one UID, as `jobttl show` prints it."""
+def _overrides(o: dict[str, Any], job: str) -> list[str]:
+    """What an operator said about one UID, as `jobttl show` prints it: a line for each."""
     said = f"by {o.get('by') or '?'} {ago(o.get('at'))}" + (f" ({when(o['at'])})" if o.get("at") else "")
-    parts = []
+    lines = []
     if o["keep"]:
-        parts.append(f"kept (jobttl cancel) {said}: no deletion is booked; undo: jobttl cancel --undo {job}")
+        lines.append(f"kept (jobttl cancel) {said}: no deletion is booked; undo: jobttl cancel --undo {job}")
     if o.get("until") is not None:
-        parts.append(f"postponed {said}: not deleted before {when(o['until'])} ({left(o['until'] - time.time())}); "
+        lines.append(f"postponed {said}: not deleted before {when(o['until'])} ({left(o['until'] - time.time())}); "
                      f"undo: jobttl postpone --undo {job}")
-    return "; ".join(parts)
+    return lines
 
 
 def resync(report: dict[str, Any], held: list, settings) -> None:
