@@ -254,6 +254,9 @@ def _stale_run_env(redis_url: str) -> str | None:
             current = words[1].partition("=")[2]
     if current is None or current == redis_url:
         return None
+    if not sourced:  # this shell may never have sourced it: say what the file says, no more
+        return (f"{path} names another Redis, {current} (`make run` picks new ports each time it starts): "
+                f"if that is the one meant, `. {path}` (or use .run/bin/jobttl, which reads it each time)")
     return (f"`make run` was restarted since this shell sourced {path}: its Redis is now at {current}. "
             f"Run `. {path}` again (or use .run/bin/jobttl, which reads it each time)")
 

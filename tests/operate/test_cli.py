@@ -247,6 +247,11 @@ def test_a_refused_connection_after_make_run_restarted_says_to_source_run_env_ag
     plain = jobttl("status", env={**env, "JOBTTL_REDIS_URL": old}, cwd=tmp_path)
     assert plain.returncode == 1 and "Connection refused" in plain.stderr and "make run" not in plain.stderr
 
+    # An env file of a make run from before JOBTTL_RUN_ENV, or none sourced: the .run/env here is read.
+    write_environment(run_dir, {"JOBTTL_REDIS_URL": new})
+    here = jobttl("status", env={**env, "JOBTTL_REDIS_URL": old}, cwd=tmp_path)
+    assert here.returncode == 1 and f".run/env names another Redis, {new}" in here.stderr, here.stderr
+
 
 def test_make_runs_countdown_prints_durations_as_jobttl_does():
     from jobttl_emulator.localstack import countdown
