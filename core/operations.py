@@ -46,6 +46,10 @@ class Ambiguous(LookupError):
     """Several jobs of different kinds share that name; the message lists the kinds."""
 
 
+class AlreadyKept(LookupError):
+    """An operator already said keep: a second cancel has nothing to do."""
+
+
 class UnknownRedis(LookupError):
     """This Redis holds no jobttl schedule: probably not the one meant (JOBTTL_REDIS_URL)."""
 
@@ -61,6 +65,42 @@ class Failure:
     def as_dict(self) -> dict[str, Any]:
         return {"jobId": self.job_id, **self.ref.as_dict(), "due": self.due, "failedAt": self.failed_at,
                 "error": self.error}
+
+
+# What `--undo` takes back: the action, and the field of the override hash it wrote.
+UNDOABLE = {"cancel": "keep", "postpone": "until"}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What `cancel` did: the job it keeps, and the deletion that was pending (None: nothing was)."""
+
+    ref: JobRef
+    pending: Pending | None
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        if self.pending is not None:
+            return {**self.pending.as_dict(now), "wasPending": True}
+        return {**self.ref.as_dict(), "due": None, "wasPending": False}
+
+
+@dataclass(frozen=True)
+class Undone:
+    """What `cancel --undo` or `postpone --undo` took back, and what is pending now."""
+
+    action: str
+    refs: list[JobRef]  # newest first
+    said: dict[str, dict[str, str]]  # by UID: the override as it was (keep/until, by, at)
+    pending: list[dict[str, Any]]  # what is still pending (a postponed deletion stays until decided again)
+
+    def as_dict(self) -> dict[str, Any]:
+        newest = self.refs[0]
+        return {**newest.as_dict(), "undone": self.action,
+                "uids": [{"uid": r.uid, "by": self.said[r.uid].get("by"), "at": _number(self.said[r.uid].get("at")),
+                          # the time a postpone said; a cancel leaves a postpone standing, and says nothing of it
+                          "until": _number(self.said[r.uid].get("until")) if self.action == "postpone" else None}
+                         for r in self.refs],
+                "pending": self.pending}
 
 
 class Operations:
@@ -129,8 +169,11 @@ class Operations:
             raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds_of))}); "
                             "say which with --kind")
         now = time.time()
+        overrides = self._overrides([uid for uid in uids if uid in decisions])
         return {"namespace": namespace, "name": name, "kind": kind or (kinds_of.pop() if kinds_of else None),
                 "pending": [p.as_dict(now) for p in pending],
+                "overrides": [{"uid": uid, "keep": o.get("keep") == "true", "until": _number(o.get("until")),
+                               "by": o.get("by"), "at": _number(o.get("at"))} for uid, o in overrides.items()],
                 "decisions": [{"uid": uid, **d} for uid, d in sorted(decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
                 "history": history, "tombstones": tombstones}
 
@@ -269,13 +312,101 @@ class Operations:
                             f"({', '.join(sorted({p.ref.kind for p in found}))}); say which with --kind")
         return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
 
-    def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Pending:
-        """Keep the job: its pending deletion is removed and no event or resync brings it back."""
-        found = self._pending_named(namespace, name, kind)
+    def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Kept:
+        """Keep the job: its pending deletion is removed and no event or resync brings it back.
+
+        With nothing pending (not finished yet, no TTL yet, a deletion already cancelled by the
+        worker) the keep is recorded all the same, against the newest UID that had the name: it
+        applies whenever a deletion would be booked. An unknown name has no UID to record it
+        against: the error says so, and names the annotation that keeps a job whatever jobttl knows.
+        """
+        try:
+            found = self._pending_named(namespace, name, kind)
+        except NotFound as missing:
+            ref = self._newest(namespace, name, kind, missing)
+            said = self.schedule.override(ref.uid)
+            if said.get("keep") == "true":
+                raise AlreadyKept(f"{ref.kind + ' ' if ref.kind else ''}{namespace}/{name} is already kept (jobttl cancel by "
+                                  f"{said.get('by', '?')}); `jobttl cancel --undo {namespace}/{name}` undoes it") from None
+            self.schedule.set_override(ref.uid, {"keep": "true"}, by)
+            self.audit.record("cancelled", ref, reason="kept-by-operator", by=by,
+                              detail="nothing was pending: the keep applies when a deletion would be booked")
+            return Kept(ref, None)
         for pending in found:
             self.schedule.set_override(pending.ref.uid, {"keep": "true"}, by)
             self._reconciler().forget(pending.ref, "kept-by-operator", by)
-        return found[0]
+        return Kept(found[0].ref, found[0])
+
+    def undo(self, namespace: str, name: str, action: str, kind: str | None = None, by: str = "operator") -> Undone:
+        """Take back an operator's `cancel` or `postpone` of every UID that had the name.
+
+        Only the override goes: the deletion is then decided again from the object and the
+        policy, which needs the cluster, so the workers are asked for a resync (which also
+        judges what it books with the blast-radius guard); until it runs, the next event
+        decides, and a postponed deletion still pending runs no later than it was postponed to,
+        when the worker's fresh read decides too.
+        """
+        check_namespace(namespace, "namespace")
+        check_name(name, "name")
+        field = UNDOABLE[action]
+        decisions = self._decided(namespace, name, kind)
+        said = {uid: o for uid, o in self._overrides(list(decisions)).items() if field in o}
+        if not said:
+            raise NotFound(f"no {action} of {kind + ' ' if kind else ''}{namespace}/{name} to undo")
+        kinds = {decisions[uid].get("kind") for uid in said}
+        if len(kinds) > 1:
+            raise Ambiguous(f"{namespace}/{name} has {action}s of several kinds ({', '.join(sorted(map(str, kinds)))}); "
+                            "say which with --kind")
+        api_versions = self._api_versions(namespace, name)
+        refs = []
+        for uid, override in sorted(said.items(), key=lambda i: -(decisions[i[0]]["at"] or 0)):
+            ref = JobRef(api_versions.get(uid, ""), decisions[uid].get("kind") or "", namespace, name, uid)
+            self.schedule.clear_override(uid, field)
+            self.audit.record(f"{action}-undone", ref, by=by, saidBy=override.get("by"),
+                              saidAt=_number(override.get("at")),
+                              until=_number(override.get("until")) if field == "until" else None)
+            refs.append(ref)
+        # The CLI cannot read the object; a worker can. A resync is the one path that decides from
+        # the object and the policy and books through the guard (one per second however many undos).
+        self.schedule.request_resync()
+        return Undone(action, refs, {r.uid: said[r.uid] for r in refs},
+                      [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])
+
+    def _decided(self, namespace: str, name: str, kind: str | None) -> dict[str, dict[str, Any]]:
+        """The latest decision about every UID that had the name (of `kind`, if given)."""
+        return {uid: d for uid, d in self.audit.decisions(namespace, name).items()
+                if kind is None or d.get("kind", kind) == kind}
+
+    def _newest(self, namespace: str, name: str, kind: str | None, missing: NotFound) -> JobRef:
+        """The newest UID that had the name, not deleted: what an operator means by it."""
+        decisions = self._decided(namespace, name, kind)
+        if not decisions:
+            where = f"{(kind or 'KIND').lower()} -n {namespace} {name}"
+            raise NotFound(f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
+                           f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true")
+        kinds = {str(d.get("kind")) for d in decisions.values()}
+        if len(kinds) > 1:
+            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds))}); "
+                            "say which with --kind")
+        uid, decided = max(decisions.items(), key=lambda i: i[1]["at"] or 0)
+        if decided.get("event") in ("deleted", "delete-requested", "stuck"):
+            raise NotFound(f"{missing}: jobttl has already deleted it ({decided.get('event')}, uid {uid})")
+        return JobRef(self._api_versions(namespace, name).get(uid, ""), decided.get("kind") or kind or "",
+                      namespace, name, uid)
+
+    def _api_versions(self, namespace: str, name: str) -> dict[str, str]:
+        """Each UID's apiVersion, from its audit entries (the history card keeps only the kind)."""
+        return {e.fields["uid"]: e.fields["apiVersion"] for e in reversed(self.audit.history(namespace, name))
+                if "uid" in e.fields and "apiVersion" in e.fields}
+
+    def _overrides(self, uids: list[str]) -> dict[str, dict[str, str]]:
+        """What operators said about each UID (keep, until, by, at), for those they said anything about."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for uid in uids:
+                pipe.hgetall(keys.override(uid))
+            found = pipe.execute()
+        return {uid: {k.decode(): v.decode() for k, v in raw.items()} for uid, raw in zip(uids, found)
+                if raw and (b"keep" in raw or b"until" in raw)}
 
     def postpone(self, namespace: str, name: str, seconds: int, kind: str | None = None,
                  by: str = "operator") -> Pending:
@@ -311,6 +442,10 @@ def _ref_of(job: Job) -> JobRef:
         uid, _ = split_member(str(job.args[0]))
         return JobRef(*ref, uid)
     return JobRef.from_dict(job.args[0])
+
+
+def _number(text: str | None) -> int | None:
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
 def _last_line(text: str) -> str:

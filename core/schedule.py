@@ -379,6 +379,19 @@ class Schedule:
         if pipeline is None:
             pipe.execute()
 
+    def clear_override(self, uid: str, field: str) -> None:
+        """Take back what an operator said (`keep` or `until`); a stage done for good stays done.
+
+        `by` and `at` go with the last thing said: they describe it and nothing else.
+        """
+        key = keys.override(uid)
+        with self.redis.pipeline() as pipe:
+            pipe.hdel(key, field)
+            pipe.hmget(key, "keep", "until")
+            left = pipe.execute()[1]
+        if left == [None, None]:
+            self.redis.hdel(key, "by", "at")
+
     def mark_done(self, uid: str, stage: str) -> None:
         """A stage that ran for good (the pods are gone): the reconcile script never books it again."""
         key = keys.override(uid)

@@ -164,13 +164,25 @@ DOCUMENT: dict[str, Any] = {
                            "at": {"type": "number", "nullable": True}},
             "additionalProperties": {"type": "string"},
         },
+        "Override": {
+            "type": "object", "required": ["uid", "keep", "until", "by", "at"],
+            "description": "An operator's keep (`jobttl cancel`) or later time (`jobttl postpone`) for one UID; "
+                           "`--undo` takes it back.",
+            "properties": {"uid": {"type": "string"}, "keep": {"type": "boolean"},
+                           "until": {"type": "integer", "nullable": True, "description": "not deleted before (epoch s)"},
+                           "by": {"type": "string", "nullable": True},
+                           "at": {"type": "integer", "nullable": True, "description": "when it was said (epoch s)"}},
+        },
         "Job": {
-            "type": "object", "required": ["namespace", "name", "kind", "pending", "decisions", "history", "tombstones"],
+            "type": "object",
+            "required": ["namespace", "name", "kind", "pending", "overrides", "decisions", "history", "tombstones"],
             "properties": {
                 "namespace": {"type": "string"},
                 "name": {"type": "string"},
                 "kind": {"type": "string", "nullable": True},
                 "pending": {"type": "array", "items": _ref("PendingDeletion")},
+                "overrides": {"type": "array", "items": _ref("Override"),
+                              "description": "what operators said (jobttl cancel, postpone) about each UID, if anything"},
                 "decisions": {"type": "array", "items": _ref("Decision"), "description": "newest first"},
                 "history": {"type": "array", "items": _ref("AuditEntry"), "description": "newest first"},
                 "tombstones": {"type": "array", "items": _ref("Tombstone"), "description": "newest first"},

@@ -185,6 +185,8 @@ def write_environment(workdir: Path, env: dict[str, str]) -> Path:
     path = workdir / "env"
     lines = [f"# The environment of `make run` (pid {os.getpid()}): `. {_shown(path)}`, then `jobttl status`."]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    # Names this file: after a restart of `make run`, `jobttl` tells a shell that sourced it to again.
+    lines.append(f"export JOBTTL_RUN_ENV={shlex.quote(str(path.resolve()))}")
     # The venv's bin (for jobttl and jobttl-emulator) after the wrapper's folder.
     lines.append(f'export PATH={shlex.quote(f"{bin_dir.resolve()}:{Path(sys.executable).parent}")}:"$PATH"')
     path.write_text("\n".join(lines) + "\n")
@@ -223,10 +225,12 @@ def rfc3339(epoch: float) -> str:
 
 
 def countdown(seconds: float) -> str:
+    # jobttl's one duration format (`in 1h59m`, `in 1m30s`): make run runs jobttl, so it is installed.
+    from jobttl.core.durations import format_duration
+
     if seconds <= 0:
         return "due now"
-    whole = int(seconds + 0.999)
-    return f"in {whole}s" if whole < 120 else f"in {whole // 60}m{whole % 60:02d}s"
+    return f"in {format_duration(int(seconds + 0.999))}"
 
 
 def _object(item: dict[str, Any]) -> str:

@@ -147,7 +147,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print(items: list[dict[str, Any]], now: float) -> None:
-    from jobttl.cli.tables import console, human
+    from jobttl.cli.tables import console
+    from jobttl.core.durations import format_duration
 
     for item in items:
         where = "/".join(str(item[k] or "-") for k in ("namespace", "name"))
@@ -156,10 +157,10 @@ def _print(items: list[dict[str, Any]], now: float) -> None:
         if item["finishedAt"]:
             console.print(f"  finished: {item['outcome']}, {item['finishedAt']} (from {item['finishedFrom']})")
         if item["ttl"] is not None:
-            console.print(f"  TTL: {human(item['ttl'])} from {item['ttlSource']}")
+            console.print(f"  TTL: {format_duration(item['ttl'], exact=True)} from {item['ttlSource']}")
         if item["expiresAt"]:
             expires = datetime.fromisoformat(item["expiresAt"].replace("Z", "+00:00")).timestamp()
-            when = "now (expired)" if item["expired"] else f"in {human(expires - now)}"
+            when = "now (expired)" if item["expired"] else f"in {format_duration(expires - now)}"
             console.print(f"  deleted: {item['expiresAt']}, {when}" + (" (dry run: only recorded)" if item["dryRun"]
                                                                         else ""))
         if item["rules"]:
