@@ -125,7 +125,14 @@ class Audit:
             "status": {k: status[k] for k in STATUS_FIELDS if isinstance(status, dict) and k in status},
             **{k: v for k, v in links.items() if v is not None},
         }
-        return jsoncodec.dumps_kept(tombstone, TOMBSTONE_LIMIT)
+        kept = jsoncodec.dumps_kept(tombstone, TOMBSTONE_LIMIT)
+        if kept.startswith('{"unkept":'):
+            # Too large or too deep: still a tombstone (who, when, and why nothing more is kept),
+            # in the shape the read API declares.
+            unkept = jsoncodec.loads(kept)["unkept"]
+            kept = jsoncodec.dumps_str({**ref.as_dict(), "deletedAt": deleted_at, "labels": {}, "annotations": {},
+                                        "creationTimestamp": None, "status": {}, "unkept": unkept})
+        return kept
 
     # --- reading ---------------------------------------------------------------------------
     def entries(self, since: float | None = None, limit: int | None = None) -> Iterator[AuditEntry]:

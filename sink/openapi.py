@@ -191,6 +191,8 @@ DOCUMENT: dict[str, Any] = {
                                                             "start and completion time"},
                 "archive": {"type": "string", "description": "where its archive is (a directory or s3:// URL), when "
                                                              "the policy archives; `jobttl logs` prints its logs"},
+                "unkept": {"type": "string", "description": "why its labels and status were not kept (too large or "
+                                                            "too deep); they are empty then"},
             },
         },
         "Decision": {

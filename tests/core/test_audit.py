@@ -30,8 +30,10 @@ def test_a_status_too_large_or_too_deep_to_keep_is_recorded_as_not_kept(redis):
         deep = {"a": deep}
     kept = json.loads(Audit(redis).tombstone(ref(), {"metadata": {}, "status": {"conditions": deep}}, 1.0))
     assert "unkept" in kept
-    huge = json.loads(Audit(redis).tombstone(ref(), {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
+    job = ref()
+    huge = json.loads(Audit(redis).tombstone(job, {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
     assert "unkept" in huge
+    assert huge | {**job.as_dict(), "deletedAt": 1.0, "status": {}, "labels": {}} == huge, "still says who and when"
 
 
 def test_each_job_name_has_its_own_history_newest_first(redis):

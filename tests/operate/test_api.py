@@ -22,7 +22,7 @@ from openapi_spec_validator import validate
 from jobttl.core.config import Settings
 from jobttl.sink.app import create_app
 from jobttl.sink.openapi import DOCUMENT
-from jobttl.core import keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
@@ -167,6 +167,14 @@ def test_the_document_refuses_an_entry_holding_redis_strings(example_app, field,
     scheduled[field] = stored
     with pytest.raises(ValidationError):
         validator("Job").validate(broken)
+
+
+def test_a_tombstone_too_large_to_keep_still_matches_the_document(example_app):
+    sink = example_app.extensions["jobttl"]
+    gone = JobRef("kubeflow.org/v1", "TFJob", "team-a", "huge", "5f0d1c1e-2a3b-4c35-9d1a-7c1e5c8e0f1b")
+    kept = jsoncodec.loads(sink.audit.tombstone(gone, {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
+    assert "unkept" in kept
+    validator("Tombstone").validate(shapes.with_times(kept))
 
 
 def test_an_unexpected_error_is_a_500_naming_no_python_class(app):
