@@ -34,11 +34,13 @@ FIELDS: dict[str, str] = {
     "maxDeletions": "integer", "maxBytes": "integer", "maxShare": "number",
     # ... of a resync's report (the `resync` entry).
     "scheduled": "integer", "moved": "integer", "unchanged": "integer", "cancelled": "integer",
-    "queued_now": "integer", "held": "integer", "rejected": "integer",
+    "queued_now": "integer", "held": "integer", "rejected": "integer", "first_run_held": "integer",
+    "firstRun": "integer",  # of a `deletions-held` entry: how many await the first-run review
     "dryRun": "boolean", "required": "boolean", "wasStuck": "boolean",
     # Lists of strings: policy rules, finalizers, pods, what was not archived, a resync's problems.
     "rules": "array", "finalizers": "array", "dependants": "array", "pods": "array", "unkept": "array",
     "rejections": "array", "missing_kinds": "array", "errors": "array",
+    "install": "object",  # the install record a resync's first-run review went by
 }
 
 # Fields that hold a time in Unix seconds, wherever they appear (entries, pending deletions,
@@ -88,9 +90,11 @@ def _parse(kind: str, raw: str) -> Any:
         value = jsoncodec.loads(raw)
     except jsoncodec.DecodeError:
         return None
-    if kind == "array" and isinstance(value, dict) and not value:
+    if kind == "object":
+        return value if isinstance(value, dict) else None
+    if isinstance(value, dict) and not value:
         return []  # Lua's cjson writes an empty list as {}
-    return [str(v) for v in value] if kind == "array" and isinstance(value, list) else None
+    return [str(v) for v in value] if isinstance(value, list) else None
 
 
 def _whole(raw: str) -> int | None:

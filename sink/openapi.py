@@ -37,7 +37,7 @@ _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
 
 def _typed(kind: str) -> dict[str, Any]:
-    return {"type": "array", "items": {"type": "string"}} if kind == "array" else {"type": kind}
+    return {"type": "array", "items": {"type": "string"}} if kind == "array" else {"type": kind}  # lists of strings
 
 
 def _times(*fields: str) -> dict[str, Any]:

@@ -18,8 +18,10 @@ def test_stored_strings_get_their_types_back_and_other_fields_stay_strings():
     assert typed(STORED)["name"] == "20" and typed(STORED)["reason"] == "123", "a name made of digits is a name"
 
 
-def test_an_empty_list_written_by_lua_as_an_object_is_a_list():
+def test_an_empty_list_written_by_lua_as_an_object_is_a_list_and_an_object_an_object():
     assert typed({"rules": "{}", "pods": "[]"}) == {"rules": [], "pods": []}
+    assert typed({"install": '{"origin": "first-install"}'}) == {"install": {"origin": "first-install"}}
+    assert typed({"install": "[]"}) == {"unparsed": {"install": "[]"}}
 
 
 def test_a_value_not_of_its_type_is_kept_as_written_apart_never_passed_off_as_its_type():
