@@ -24,7 +24,7 @@ from rq.registry import FailedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.install import InstallRecord
@@ -63,8 +63,8 @@ class Failure:
     error: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"jobId": self.job_id, **self.ref.as_dict(), "due": self.due, "failedAt": self.failed_at,
-                "error": self.error}
+        return shapes.with_times({"jobId": self.job_id, **self.ref.as_dict(), "due": self.due,
+                                  "failedAt": self.failed_at, "error": self.error})
 
 
 # What `--undo` takes back: the action, and the field of the override hash it wrote.
@@ -209,7 +209,7 @@ class Operations:
             result = job.latest_result()
             failures.append(Failure(job.id, _ref_of(job), job.args[1],
                                     job.ended_at.timestamp() if job.ended_at else None,
-                                    _last_line(result.exc_string) if result and result.exc_string else ""))
+                                    _error(result.exc_string if result else None)))
         return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
 
     def status(self) -> dict[str, Any]:
@@ -218,7 +218,8 @@ class Operations:
         workers = Worker.all(queue=self.queue)
         scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
         last_resync = self.redis.get(keys.RESYNC_LAST)
-        clocks = {k.decode(): jsoncodec.loads(v) for k, v in self.redis.hgetall(keys.CLOCKS).items()}
+        clocks = {k.decode(): shapes.with_times(jsoncodec.loads(v))
+                  for k, v in self.redis.hgetall(keys.CLOCKS).items()}
         redis_now = int(self.redis.time()[0])
         # Dry run deletes nothing, so nothing of it is due or overdue: it is what dry run would delete.
         due = self.schedule.due_counts(now - OVERDUE_AFTER, now + 3600, now)
@@ -233,15 +234,15 @@ class Operations:
             "deletedLast24h": self.audit.deleted_since(now - 86400),
             "queued": self.queue.count,
             "redis": "ok",  # reached, or RedisError would have been raised
-            "workers": [{"name": w.name, "state": w.get_state(),
-                         "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
-                         "clock": clocks.get(w.name)}
-                        for w in workers],
+            "workers": [shapes.with_times({
+                "name": w.name, "state": w.get_state(),
+                "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                "clock": clocks.get(w.name)}) for w in workers],
             # A worker waiting for its clock has not joined RQ yet: fresh readings count, live or not.
             "clockProblems": {name: c["problem"] for name, c in clocks.items()
                               if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
-            "lastResync": jsoncodec.loads(last_resync) if last_resync else None,
+            "lastResync": shapes.with_times(jsoncodec.loads(last_resync)) if last_resync else None,
             "install": self.install(),
         }
 
@@ -261,15 +262,17 @@ class Operations:
         for h in held:
             uid, stage = split_member(h.member)
             d = h.decision
-            items.append({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
-                          "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome, "ttl": d.ttl,
-                          "ttlSource": d.ttl_source, "rules": list(d.rules), "reason": d.reason})
+            items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
+                                            "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome,
+                                            "ttl": d.ttl, "ttlSource": d.ttl_source, "rules": list(d.rules),
+                                            "reason": d.reason}))
         items.sort(key=lambda i: (i["due"] or 0, i["namespace"], i["name"]))
         return {"heldId": HeldDeletions(self.redis).current_id() if held else None, "items": items,
                 "install": self.install()}
 
     def stuck(self) -> list[dict[str, Any]]:
-        return [{"member": m.decode(), **jsoncodec.loads(v)} for m, v in self.redis.hgetall(keys.STUCK).items()]
+        return [shapes.with_times({"member": m.decode(), **jsoncodec.loads(v)})
+                for m, v in self.redis.hgetall(keys.STUCK).items()]
 
     # --- actions -------------------------------------------------------------------------
     def retry(self, job_id: str | None = None) -> list[str]:
@@ -448,6 +451,8 @@ def _number(text: str | None) -> int | None:
     return int(text) if text is not None and text.lstrip("-").isdigit() else None
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def _error(exc_string: str | None) -> str:
+    """What a failed deletion's error says, from the traceback RQ kept: its last line (the
+    exception), without the Python class it names (the worker's log has the traceback)."""
+    lines = [line for line in (exc_string or "").strip().splitlines() if line.strip()]
+    return shapes.plain_error(lines[-1]) if lines else ""

@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from jobttl.core import jsoncodec, keys, scripts
+from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.history import HistoryIndex, limit_decision, membership
@@ -176,7 +176,7 @@ class Reconciler:
             except Exception as exc:  # one odd object must not stop the others
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 rejected.append(Rejected(kind.kind, meta.get("namespace"), meta.get("name"),
-                                         f"{type(exc).__name__}: {exc}"))
+                                         shapes.describe(exc)))
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind).inc()

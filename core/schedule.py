@@ -59,7 +59,7 @@ from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegis
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from jobttl.core import jsoncodec, keys, scripts
+from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
 
@@ -208,10 +208,11 @@ class Pending:
 
     def as_dict(self, now: float) -> dict[str, Any]:
         """The one public shape of a pending deletion: `jobttl pending --json` and the read API."""
-        return {**self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
-                "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
-                "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
-                "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra}
+        return shapes.with_times({
+            **self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
+            "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
+            "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
+            "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from jobttl.core import shapes
 from jobttl.core.config import Settings
 from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.kinds import ALL_KINDS, JobKind
@@ -88,7 +89,7 @@ def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
     try:
         decision = decide(obj, kind, policy)
     except Exception as exc:  # noqa: BLE001 - the resync rejects such an object the same way, and goes on
-        return {**item, **_not_decided(UNREADABLE, f"{type(exc).__name__}: {exc}")}
+        return {**item, **_not_decided(UNREADABLE, shapes.describe(exc))}
     return {**item, **_decided(decision, now)}
 
 

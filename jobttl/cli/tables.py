@@ -17,19 +17,20 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from jobttl.core import jsoncodec
 from jobttl.core.durations import format_duration
+from jobttl.core.shapes import TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 # Piped output is not cut to 80 columns, so that nothing is lost to grep or a pager.
 console = Console(markup=False, highlight=False, width=None if sys.stdout.isatty() else 200)
 
 IDENTITY = ("id", "at", "event", "apiVersion", "kind", "namespace", "name", "uid", "lateness")
-# Entry fields that hold a time (epoch seconds), printed as RFC 3339.
-TIME_FIELDS = ("due", "newDue", "previousDue", "finishedAt", "deletedAt", "requestedAt", "wouldDeleteAt",
-               "scheduledAt", "started_at", "failedAt", "at", "saidAt", "until")
-# ... and those that hold a duration in seconds (whole for TTLs, fractional for measurements).
+# The RFC 3339 twins of TIME_FIELDS (epoch seconds, which are printed as RFC 3339 themselves).
+TIME_TWINS = tuple(field + TIME_SUFFIX for field in TIME_FIELDS)
+# Fields that hold a duration in seconds (whole for TTLs, fractional for measurements).
 DURATION_FIELDS = ("ttl", "goneAfter", "stuckFor", "duration", "lateness")
 # Values that say nothing worth a column's room: the usual case is left out.
-UNREMARKABLE = ("[]", "{}", "false", "")
+UNREMARKABLE = ([], {}, False, "", None)
 
 
 def when(epoch: float | None) -> str:
@@ -75,6 +76,10 @@ def seconds(value: float) -> str:
 
 
 def _value(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return jsoncodec.dumps_str(value)
     text = str(value)
     try:
         if key in TIME_FIELDS:
@@ -139,9 +144,15 @@ def pending(data: dict[str, Any]) -> None:
     console.print(f"{shown} of {data['total']} pending deletions{more}{dry}")
 
 
+def _unremarkable(value: Any) -> bool:
+    # By type as well: 0 == False, and a count of 0 (retriesLeft=0) says something.
+    return any(type(value) is type(u) and value == u for u in UNREMARKABLE)
+
+
 def _details(entry: dict[str, Any], leave_out: tuple[str, ...] = IDENTITY) -> str:
-    return "  ".join(f"{k}={_value(k, v)}" for k, v in entry.items()
-                     if k not in leave_out and str(v) not in UNREMARKABLE)
+    shown = {**{k: v for k, v in entry.items() if k != UNPARSED}, **(entry.get(UNPARSED) or {})}
+    return "  ".join(f"{k}={_value(k, v)}" for k, v in shown.items()
+                     if k not in leave_out and k not in TIME_TWINS and not _unremarkable(v))
 
 
 def _lateness(entry: dict[str, Any]) -> str:
