@@ -1,0 +1,137 @@
+"""Kind declarations (jobttl.core.kinddecl): the schema shipped with the package, the errors that
+name the field, and the built-in kinds as the single source of truth."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator
+
+from jobttl.core import kinddecl
+from jobttl.core.decision import Verdict, decide
+from jobttl.core.kinddecl import KindError, compile_kinds, parse_path
+from jobttl.core.kinds import ALL_KINDS, BUILTIN_KINDS, TFJOB, WORKFLOW
+from jobttl.core.policy import parse_policy
+
+WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
+          "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"},
+                                      {"type": "Broken", "outcome": "failed"}]},
+          "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"]}
+
+
+def widget(**change) -> dict:
+    decl = copy.deepcopy(WIDGET)
+    decl.update(change)
+    return decl
+
+
+def refused(items, where="kinds") -> str:
+    with pytest.raises(KindError) as caught:
+        compile_kinds(items, "kinds.yaml", where)
+    return str(caught.value)
+
+
+def test_the_schema_is_a_valid_json_schema_and_the_builtin_file_follows_it():
+    schema = json.loads(kinddecl.SCHEMA_FILE.read_text())
+    Draft202012Validator.check_schema(schema)
+    assert not list(Draft202012Validator(schema).iter_errors(yaml.safe_load(kinddecl.BUILTIN_FILE.read_text())))
+
+
+def test_every_builtin_kind_comes_from_the_shipped_declarations():
+    declared = {kinddecl.key(d) for d in kinddecl.builtin_declarations().values()}
+    assert declared == {f"{k.api_version}/{k.kind}" for k in BUILTIN_KINDS}
+    assert set(ALL_KINDS) <= set(BUILTIN_KINDS)
+
+
+@pytest.mark.parametrize("items, message", [
+    ([widget(), widget(), widget(), {k: v for k, v in WIDGET.items() if k != "plural"}],
+     "kinds.yaml: kinds[3].plural: required"),
+    ([widget(finished={"conditions": [{"type": "Done", "status": "true", "outcome": "succeeded"}]})],
+     "kinds.yaml: kinds[0].finished.conditions[0].status: 'true' is not one of ['True', 'False']"),
+    ([widget(finished={"conditions": [{"type": "Done", "outcome": "finished"}]})],
+     "kinds.yaml: kinds[0].finished.conditions[0].outcome: 'finished' is not one of ['succeeded', 'failed']"),
+    ([widget(finished={"state": {"path": "status.phase", "values": {"Done": "success"}}})],
+     "kinds.yaml: kinds[0].finished.state.values.Done: 'success' is not one of ['succeeded', 'failed']"),
+    ([widget(finishedAt=["finishedAt"])],
+     "kinds.yaml: kinds[0].finishedAt[0]: 'finishedAt' is not a path to an RFC 3339 time"),
+    ([widget(suspend="spec..suspend")], "kinds.yaml: kinds[0].suspend: 'spec..suspend' is not a dotted path"),
+    ([widget(ttl={"paths": ["ttlSeconds"]})], "kinds.yaml: kinds[0].ttl.paths[0]: 'ttlSeconds' is not a dotted path"),
+    ([widget(finshed=1)], "kinds.yaml: kinds[0].finshed: unknown field"),
+    ([widget(finished={})], "kinds.yaml: kinds[0].finished: set exactly one of conditions or state"),
+    ([widget(finished={"state": {"path": "status.phase", "values": {"Done": "succeeded"}}},
+             finishedAt=["condition.lastTransitionTime"])],
+     "kinds.yaml: kinds[0].finishedAt[0]: 'condition.lastTransitionTime' reads the finishing condition"),
+    ([widget(ttl={"within": ["spec.ttlStrategy"], "keys": {"Finished": ["seconds"]}})],
+     "kinds.yaml: kinds[0].ttl.keys.Finished: names no state this kind finishes in (Broken, Done)"),
+    ([widget(ttl={"paths": ["spec.ttl"], "notAppliedFor": ["Done"]})],
+     "kinds.yaml: kinds[0].ttl.notAppliedFor: only with appliedBy"),
+    ([widget(ttl={"paths": ["spec.ttl"], "within": ["spec.ttlStrategy"]})],
+     "kinds.yaml: kinds[0].ttl: set exactly one of paths"),
+    ([widget(ttl={"cel": "self.spec.", "celWhen": "spec.x"})], "kinds.yaml: kinds[0].ttl.cel: not a valid CEL expression"),
+    ([widget(), widget()], "kinds.yaml: kinds[1]: widgets.example.com/v1/Widget is already declared at kinds[0]"),
+])
+def test_a_bad_declaration_is_refused_naming_the_field(items, message):
+    assert refused(items).startswith(message)
+
+
+def test_errors_name_the_policy_section_the_declaration_is_in():
+    assert refused([widget(plural=None)], "kindDeclarations").startswith("kinds.yaml: kindDeclarations[0].plural:")
+
+
+@pytest.mark.parametrize("text, path", [
+    ("status.completionTime", ("status", "completionTime")),
+    ('metadata.labels["workflows.argoproj.io/workflow-archiving-status"]',
+     ("metadata", "labels", "workflows.argoproj.io/workflow-archiving-status")),
+    ('metadata.annotations["a.b/c"].x', ("metadata", "annotations", "a.b/c", "x")),
+])
+def test_paths_read_dotted_and_bracketed_keys(text, path):
+    assert parse_path(text) == path
+
+
+def test_a_declared_kind_reads_conditions_states_and_finish_times_in_order():
+    kind, = compile_kinds([widget()], "t")
+    done = {"apiVersion": "widgets.example.com/v1", "kind": "Widget", "metadata": {"name": "w", "namespace": "n"},
+            "status": {"conditions": [{"type": "Done", "status": "True", "lastTransitionTime": "2030-01-01T00:00:10Z"}],
+                       "finishedAt": "2030-01-01T00:00:00Z"}}
+    finish = kind.finish(done)
+    assert (finish.outcome, finish.reason, finish.time, finish.field) == ("succeeded", "Done", 1893456000,
+                                                                          "status.finishedAt")
+    del done["status"]["finishedAt"]
+    assert kind.finish(done).field == "status.conditions[Done].lastTransitionTime"
+    done["status"]["conditions"][0]["status"] = "False"
+    assert kind.finish(done) is None
+    policy = parse_policy({"ttl": "1h"})
+    done["status"]["conditions"] = [{"type": "Broken", "status": "True", "lastTransitionTime": "2030-01-01T00:00:00Z"}]
+    decision = decide(done, kind, policy)
+    assert (decision.verdict, decision.outcome, decision.expires_at) == (Verdict.EXPIRES, "failed", 1893456000 + 3600)
+
+
+def test_a_condition_with_status_false_can_say_failed():
+    kind, = compile_kinds([widget(finished={"conditions": [
+        {"type": "Succeeded", "status": "True", "outcome": "succeeded"},
+        {"type": "Succeeded", "status": "False", "outcome": "failed"}]})], "t")
+    obj = {"status": {"conditions": [{"type": "Succeeded", "status": "False", "reason": "Cancelled",
+                                      "lastTransitionTime": "2030-01-01T00:00:00Z"}], "finishedAt": None}}
+    assert (kind.finish(obj).outcome, kind.finish(obj).reason) == ("failed", "Succeeded=False")
+    obj["status"]["conditions"][0]["status"] = "Unknown"
+    assert kind.finish(obj) is None
+
+
+def test_the_builtin_declarations_are_what_the_kinds_read():
+    """One source of truth: editing kinds.yaml's TFJob TTL path changes what a TFJob reads."""
+    decls = copy.deepcopy(list(kinddecl.builtin_declarations().values()))
+    tfjob = next(d for d in decls if kinddecl.key(d) == "kubeflow.org/v1/TFJob")
+    tfjob["ttl"] = {"paths": ["spec.someOtherTTL"]}
+    edited = next(k for k in compile_kinds(decls, "t") if k.kind == "TFJob")
+    obj = {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 5}, "someOtherTTL": 9}}
+    assert TFJOB.own_ttl(obj, None).value == 5
+    assert edited.own_ttl(obj, None).value == 9
+
+
+def test_argo_archiving_hold_names_the_label():
+    wf = {"metadata": {"labels": {"workflows.argoproj.io/workflow-archiving-status": "Pending"}}}
+    assert WORKFLOW.hold(wf).startswith("label workflows.argoproj.io/workflow-archiving-status is Pending: ")
+    assert WORKFLOW.hold({"metadata": {"labels": {}}}) is None
