@@ -20,13 +20,19 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from jobttl.core.kinds import Finish, JobKind, OwnTTL, get_path, no_hold, no_ttl_field, parse_time
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobttl.core.kinds import JobKind
+
+# jobttl.core.kinds builds its built-in kinds with this module at import, so this one takes what
+# it needs from there when compiling (by then defined), never at its own import.
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "kinds.schema.json"
@@ -113,6 +119,7 @@ class _Compiler:
         return KindError(f"{self.origin}: {where}: {problem}")
 
     def kind(self, decl: dict[str, Any], where: str, opted_in: tuple[str, ...] = ()) -> JobKind:
+        from jobttl.core.kinds import JobKind
         finished = decl["finished"]
         names = self.finish_names(finished)
         finish = self.finish(decl, where, opted_in)
@@ -168,12 +175,13 @@ class _Compiler:
         return _finished_by_state(parse_path(state["path"]), values, readers)
 
     def ttl(self, ttl: dict[str, Any] | None, where: str, names: set[str]) -> tuple[Any, str | None, tuple[str, ...]]:
+        from jobttl.core.kinds import no_ttl_field
         if not ttl:
             return no_ttl_field, None, ()
         ways = [w for w in ("paths", "within", "cel") if w in ttl]
         if len(ways) != 1:
             raise self.fail(where, "set exactly one of paths, within (with keys) or cel")
-        for key, needs in (("keys", "within"), ("celWhen", "cel"), ("field", "cel")):
+        for key, needs in (("keys", "within"), ("celWhen", "cel"), ("celInputs", "cel"), ("field", "cel")):
             if key in ttl and needs not in ttl:
                 raise self.fail(f"{where}.{key}", f"only with {needs}")
         if "within" in ttl and "keys" not in ttl:
@@ -193,11 +201,11 @@ class _Compiler:
         elif "within" in ttl:
             own = _ttl_within(tuple((parse_path(p), p) for p in ttl["within"]), {k: tuple(v) for k, v in ttl["keys"].items()})
         else:
-            if "celWhen" not in ttl:
-                raise self.fail(f"{where}.celWhen", "required with cel: a CEL evaluation takes milliseconds, so it "
-                                                    "runs only for objects where this path is set")
+            for key in ("celWhen", "celInputs"):
+                if key not in ttl:
+                    raise self.fail(f"{where}.{key}", "required with cel")
             own = _ttl_cel(self.cel(ttl["cel"], f"{where}.cel"), parse_path(ttl["celWhen"]),
-                           ttl.get("field", ttl["celWhen"]))
+                           tuple(parse_path(p) for p in ttl["celInputs"]), ttl.get("field", ttl["celWhen"]))
         return own, ttl.get("appliedBy"), not_applied
 
     def cel(self, expression: str, where: str) -> Any:
@@ -211,6 +219,7 @@ class _Compiler:
 
     @staticmethod
     def hold(rules: list[dict[str, Any]]) -> Any:
+        from jobttl.core.kinds import get_path, no_hold
         if not rules:
             return no_hold
         compiled = tuple((parse_path(r["path"]), frozenset(r["values"]), r["why"]) for r in rules)
@@ -224,23 +233,31 @@ class _Compiler:
         return hold
 
 
-def _read_time(obj: dict, condition: dict | None, kind: str | None,
-               readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> tuple[int | None, str | None]:
-    for path, name in readers:
-        if path is None:
-            value = condition.get(name) if condition is not None else None
-            where = f"status.conditions[{kind}].{name}"
-        else:
-            value, where = get_path(obj, path), name
-        time = parse_time(value)
-        if time is not None:
-            return time, where
-    return None, None
+def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
+    """The finish time: the first of `readers` (an object path, or None and a key of the finishing
+    condition) that holds a readable time, and the field it came from."""
+    from jobttl.core.kinds import get_path, parse_time
+
+    def read(obj: dict, condition: dict | None, kind: str | None) -> tuple[int | None, str | None]:
+        for path, name in readers:
+            if path is None:
+                value = condition.get(name) if condition is not None else None
+                where = f"status.conditions[{kind}].{name}"
+            else:
+                value, where = get_path(obj, path), name
+            time = parse_time(value)
+            if time is not None:
+                return time, where
+        return None, None
+    return read
 
 
 def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) -> Any:
     """Finished when a condition has one of the declared (type, status) pairs; the object's
     first such condition decides. The reason is the type (``type=status`` when not True)."""
+    from jobttl.core.kinds import Finish, get_path
+    read_time = _time_reader(readers)
+
     def finish(obj: dict) -> Finish | None:
         conditions = get_path(obj, ("status", "conditions"))
         for condition in conditions if isinstance(conditions, list) else ():
@@ -250,25 +267,30 @@ def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) 
             outcome = wanted.get((kind, status))  # type: ignore[arg-type]
             if outcome is None:
                 continue
-            time, field = _read_time(obj, condition, kind, readers)
+            time, field = read_time(obj, condition, kind)
             return Finish(outcome, kind if status == "True" else f"{kind}={status}", time, field)
         return None
     return finish
 
 
 def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple) -> Any:
+    from jobttl.core.kinds import Finish, get_path
+    read_time = _time_reader(readers)
+
     def finish(obj: dict) -> Finish | None:
         state = get_path(obj, path)
         outcome = values.get(state) if isinstance(state, str) else None
         if outcome is None:
             return None
-        time, field = _read_time(obj, None, None, readers)
+        time, field = read_time(obj, None, None)
         return Finish(outcome, state, time, field)
     return finish
 
 
 def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
     """The object's TTL is at the first of `paths` that is set."""
+    from jobttl.core.kinds import Finish, OwnTTL, get_path
+
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
         for path, name in paths:
             value = get_path(obj, path)
@@ -281,6 +303,8 @@ def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
 def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str, tuple[str, ...]]) -> Any:
     """A TTL object (Argo's ttlStrategy): the first of `objects` that is set, taken whole (never
     merged key by key), then the keys listed for the finishing state, in order."""
+    from jobttl.core.kinds import Finish, OwnTTL, get_path
+
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
         found = next(((get_path(obj, p), name) for p, name in objects if get_path(obj, p) is not None), None)
         if found is None:
@@ -295,18 +319,37 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
     return own_ttl
 
 
-def _ttl_cel(program: Any, when: tuple[str, ...], field: str) -> Any:
+def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[tuple[str, ...], ...], field: str) -> Any:
+    """A TTL computed by CEL over `self`, built from the `inputs` paths alone.
+
+    A CEL evaluation takes milliseconds (cel-python interprets its parse tree), a decision
+    tens of microseconds: it runs only when `when` is set, reads only the declared inputs, and
+    its result is remembered by their values (objects from one template share them)."""
+    from jobttl.core.kinds import Finish, OwnTTL, get_path
+
+    @lru_cache(maxsize=1024)
+    def evaluate(key: str) -> Any:
+        import celpy
+        values = json.loads(key)
+        scope: dict[str, Any] = {}
+        for path, value in zip(inputs, values):
+            if value is None:
+                continue
+            node = scope
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
+        try:
+            result = program.evaluate({"self": celpy.json_to_cel(scope)})
+        except Exception as exc:  # noqa: BLE001 - a CEL runtime error: the TTL is unreadable, not absent
+            return f"<CEL error: {exc}>"
+        return int(result) if isinstance(result, int) and not isinstance(result, bool) else result
+
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
         if get_path(obj, when) is None:
             return None  # the common case: no CEL evaluation at all
-        import celpy
-        try:
-            value = program.evaluate({"self": celpy.json_to_cel(obj)})
-        except Exception as exc:  # noqa: BLE001 - a CEL runtime error: the TTL is unreadable, not absent
-            return OwnTTL(f"<CEL error: {exc}>", field)
-        if value is None:
-            return None
-        return OwnTTL(int(value) if isinstance(value, int) and not isinstance(value, bool) else value, field)
+        value = evaluate(json.dumps([get_path(obj, p) for p in inputs], sort_keys=True, separators=(",", ":")))
+        return None if value is None else OwnTTL(value, field)
     return own_ttl
 
 

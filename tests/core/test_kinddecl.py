@@ -70,7 +70,9 @@ def test_every_builtin_kind_comes_from_the_shipped_declarations():
      "kinds.yaml: kinds[0].ttl.notAppliedFor: only with appliedBy"),
     ([widget(ttl={"paths": ["spec.ttl"], "within": ["spec.ttlStrategy"]})],
      "kinds.yaml: kinds[0].ttl: set exactly one of paths"),
-    ([widget(ttl={"cel": "self.spec.", "celWhen": "spec.x"})], "kinds.yaml: kinds[0].ttl.cel: not a valid CEL expression"),
+    ([widget(ttl={"cel": "self.spec.", "celWhen": "spec.x", "celInputs": ["spec.x"]})],
+     "kinds.yaml: kinds[0].ttl.cel: not a valid CEL expression"),
+    ([widget(ttl={"cel": "1", "celWhen": "spec.x"})], "kinds.yaml: kinds[0].ttl.celInputs: required with cel"),
     ([widget(), widget()], "kinds.yaml: kinds[1]: widgets.example.com/v1/Widget is already declared at kinds[0]"),
 ])
 def test_a_bad_declaration_is_refused_naming_the_field(items, message):
