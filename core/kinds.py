@@ -174,7 +174,8 @@ BUILTIN_KINDS: tuple[JobKind, ...] = tuple(_BUILTIN.values())
 class KindRegistry:
     """The enabled kinds, looked up the ways events and tasks name them."""
 
-    def __init__(self, kinds: tuple[JobKind, ...] = ALL_KINDS):
+    def __init__(self, kinds: tuple[JobKind, ...] | None = None):
+        kinds = BUILTIN_KINDS if kinds is None else kinds
         self.kinds = kinds
         self._by_api_kind = {(k.api_version, k.kind): k for k in kinds}
 

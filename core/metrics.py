@@ -9,6 +9,7 @@ every process reports the same, true numbers; alerts can use any one of them.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -45,7 +46,8 @@ class _ScheduleCollector:
                 pipe.scard(f"rq:workers:{self.queue_name}")
                 pipe.exists(f"rq:scheduler-lock:{self.queue_name}")
                 pipe.get(keys.RESYNC_LAST_SUCCESS)
-                pending, overdue, held, terminating, stuck, workers, scheduler, last = pipe.execute()
+                pipe.get(keys.RESYNC_LAST)
+                pending, overdue, held, terminating, stuck, workers, scheduler, last, report = pipe.execute()
         except RedisError:
             return  # no sample is better than a wrong one; alerts on absent() catch it
         for name, help_, value in (
@@ -61,6 +63,16 @@ class _ScheduleCollector:
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge
+        # The kinds the last resync found the cluster does not serve (no CRD): 1 each, by apiVersion/Kind.
+        gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
+                                                            "cluster does not serve (no CRD installed)", labels=["kind"])
+        try:
+            missing = json.loads(report).get("missing_kinds") or [] if report else []
+        except ValueError:
+            missing = []
+        for kind in missing:
+            gauge.add_metric([str(kind)], 1.0)
+        yield gauge
 
 
 class _HeartbeatCollector:

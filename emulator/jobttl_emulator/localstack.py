@@ -36,6 +36,11 @@ from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parent / "seeds" / "tfjobs.yaml"
 EXPECTED_GONE = {"mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s"}
+# `--all-kinds`: one finished object of each kind built in since (KubeRay, JobSet, Volcano, Spark,
+# Tekton), each asking a 15 s TTL (seeds/kinds.yaml); the emulator serves all of them regardless.
+ALL_KINDS_EXAMPLES = EXAMPLES.with_name("kinds.yaml")
+ALL_KINDS_GONE = {"rayjob-sample-ttl-15s", "jobset-ttl-15s", "volcano-job-ttl-15s", "spark-pi-ttl-15s",
+                  "pipelinerun-failed-ttl-15s", "taskrun-ttl-15s"}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE = 10.0  # seconds each process gets to stop after SIGTERM, before SIGKILL
 QUEUE = "jobttl"
@@ -332,6 +337,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="exit once jobttl has deleted the expected jobs and nothing is pending (0), or when "
                              "--timeout passes (1)")
     parser.add_argument("--timeout", type=float, default=90, help="seconds, with --exit-when-done (default: 90)")
+    parser.add_argument("--all-kinds", action="store_true",
+                        help="also seed one finished RayJob, JobSet, Volcano Job, SparkApplication, PipelineRun and "
+                             "TaskRun (seeds/kinds.yaml), each deleted 15 s after it finished")
     parser.add_argument("--workdir", type=Path, default=Path(".run"),
                         help="where the logs, kubeconfig, env file and wrapper go (default: .run)")
     return parser.parse_args(argv)
@@ -376,8 +384,9 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
 
     stack.spawn("redis", redis_command(redis_server, ports["redis"], stack.temp_dir("jobttl-redis-")))
+    seeds = ["--seed", str(EXAMPLES)] + (["--seed", str(ALL_KINDS_EXAMPLES)] if args.all_kinds else [])
     emulator = stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
-                                        "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
+                                        *seeds, "--write-kubeconfig", str(kubeconfig)], env)
     _until(kubeconfig.exists, 20, "the API emulator", emulator)
     start = time.time()  # the seeded jobs finished as the emulator started
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
@@ -432,7 +441,8 @@ def _follow(jobttl: Jobttl, screen: Screen, start: float, dues: dict[str, int], 
                     screen.say(deletion_line(entry, start, dues))
         screen.pending(pending, now)
         if args.exit_when_done:
-            if EXPECTED_GONE <= set(reported.values()) and not pending:
+            expected = EXPECTED_GONE | (ALL_KINDS_GONE if args.all_kinds else set())
+            if expected <= set(reported.values()) and not pending:
                 screen.say(f"  done: jobttl deleted the finished jobs after their TTL; "
                            f"kept: {', '.join(jobttl.in_cluster())}")
                 return 0

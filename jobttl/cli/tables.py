@@ -95,6 +95,8 @@ def status(data: dict[str, Any]) -> None:
     if last:
         console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
                       + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
+        for kind in last.get("missing_kinds") or ():
+            console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     if not data["workers"]:
