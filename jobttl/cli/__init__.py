@@ -82,7 +82,9 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     from jobttl.core.kube import KubeClient, load_api_client
     from jobttl.watcher.watch import run
 
-    kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, component="watch")
+    # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
+    api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
+    kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
     run(kube, settings.policy.kinds, args.sink)
 
 
