@@ -137,3 +137,49 @@ def test_argo_archiving_hold_names_the_label():
     wf = {"metadata": {"labels": {"workflows.argoproj.io/workflow-archiving-status": "Pending"}}}
     assert WORKFLOW.hold(wf).startswith("label workflows.argoproj.io/workflow-archiving-status is Pending: ")
     assert WORKFLOW.hold({"metadata": {"labels": {}}}) is None
+
+
+# --- in the policy: kindDeclarations and optIn -----------------------------------------------------
+
+from jobttl.core.policy import PolicyError  # noqa: E402
+
+
+def policy_error(data) -> str:
+    with pytest.raises(PolicyError) as caught:
+        parse_policy(data, "policy.yaml")
+    return str(caught.value)
+
+
+def test_a_declared_kind_is_known_and_enabled_unless_kinds_says_otherwise():
+    policy = parse_policy({"kindDeclarations": [WIDGET]})
+    widget_kind = [k for k in policy.known_kinds if k.kind == "Widget"]
+    assert widget_kind and widget_kind[0] in policy.kinds
+    assert set(BUILTIN_KINDS) <= set(policy.kinds)
+    chosen = parse_policy({"kindDeclarations": [WIDGET], "kinds": ["widgets.example.com/v1/Widget"]})
+    assert [k.kind for k in chosen.kinds] == ["Widget"]
+    assert policy_error({"kinds": ["Widget"]}).startswith("policy.yaml: kinds[0]: unknown kind 'Widget'")
+
+
+def test_a_declaration_of_a_builtin_kind_replaces_it():
+    tfjob = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
+    tfjob["ttl"] = {"paths": ["spec.runPolicy.ttlSecondsAfterFinished"], "appliedBy": "our own TFJob reaper"}
+    policy = parse_policy({"kindDeclarations": [tfjob]})
+    replaced, = [k for k in policy.known_kinds if (k.api_version, k.kind) == ("kubeflow.org/v1", "TFJob")]
+    assert replaced is not TFJOB and replaced in policy.kinds and TFJOB not in policy.kinds
+    assert replaced.builtin_ttl_controller and replaced.ttl_controller == "our own TFJob reaper"
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"kindDeclarations": {"kind": "Widget"}}, "policy.yaml: kindDeclarations: expected a list"),
+    ({"kindDeclarations": [widget(plural=None)]}, "policy.yaml: kindDeclarations[0].plural: None is not of type"),
+    ({"kindDeclarations": [{k: v for k, v in WIDGET.items() if k != "finished"}]},
+     "policy.yaml: kindDeclarations[0].finished: required"),
+    ({"optIn": ["Aborted"]}, "policy.yaml: optIn: expected a mapping"),
+    ({"optIn": {"Job": ["Aborted"]}}, "policy.yaml: optIn.Job: names no known kind"),
+    ({"optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborting"]}},
+     "policy.yaml: optIn.batch.volcano.sh/v1alpha1/Job[0]: 'Aborting' is not an opt-in state of "
+     "batch.volcano.sh/v1alpha1/Job (it has: Aborted)"),
+    ({"optIn": {"batch/v1/Job": ["Failed"]}}, "policy.yaml: optIn.batch/v1/Job[0]: 'Failed' is not an opt-in state"),
+])
+def test_a_bad_kind_section_of_the_policy_is_refused_naming_the_field(data, message):
+    assert policy_error(data).startswith(message)
