@@ -183,3 +183,69 @@ def test_a_declaration_of_a_builtin_kind_replaces_it():
 ])
 def test_a_bad_kind_section_of_the_policy_is_refused_naming_the_field(data, message):
     assert policy_error(data).startswith(message)
+
+
+# --- every path of a built-in declaration names a field of its upstream CRD ------------------------
+
+from pathlib import Path  # noqa: E402
+
+REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
+UPSTREAM_CRDS = {
+    "kubeflow.org/v1/TFJob": "kubeflow/kubeflow.org_tfjobs.yaml",
+    "kubeflow.org/v1/PyTorchJob": "kubeflow/kubeflow.org_pytorchjobs.yaml",
+    "argoproj.io/v1alpha1/Workflow": "kubeflow/argoproj.io_workflows.yaml",
+    "ray.io/v1/RayJob": "rayjob/ray.io_rayjobs.yaml",
+    "jobset.x-k8s.io/v1alpha2/JobSet": "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "batch.volcano.sh/v1alpha1/Job": "volcano/batch.volcano.sh_jobs.yaml",
+    "sparkoperator.k8s.io/v1beta2/SparkApplication": "spark/sparkoperator.k8s.io_sparkapplications.yaml",
+    "tekton.dev/v1/PipelineRun": "tekton/300-pipelinerun.yaml",
+    "tekton.dev/v1/TaskRun": "tekton/300-taskrun.yaml",
+}
+
+
+# Deliberately beyond the CRD: the pre-1.2 TTL older Kubeflow objects still carry (README, "Where
+# jobttl differs from upstream").
+BEYOND_THE_CRD = {("kubeflow.org", "spec.ttlSecondsAfterFinished")}
+
+
+def declared_paths(decl: dict) -> list[tuple[str, str]]:
+    """(where, path) of every object path a declaration reads (condition.X as status.conditions[].X)."""
+    finished, ttl = decl["finished"], decl.get("ttl") or {}
+    paths = [("finished.state.path", finished["state"]["path"])] if "state" in finished else \
+        [("finished.conditions", "status.conditions")]
+    paths += [(f"finishedAt[{i}]", "status.conditions.*." + p[len("condition."):] if p.startswith("condition.") else p)
+              for i, p in enumerate(decl["finishedAt"])]
+    for key in ("paths", "within", "celInputs"):
+        paths += [(f"ttl.{key}[{i}]", p) for i, p in enumerate(ttl.get(key, ()))]
+    paths += [("managedBy.path", decl["managedBy"]["path"])] if "managedBy" in decl else []
+    paths += [("suspend", decl["suspend"])] if "suspend" in decl else []
+    return paths
+
+
+def names_a_field(schema: dict, path: tuple[str, ...]) -> bool:
+    for key in path:
+        if schema.get("x-kubernetes-preserve-unknown-fields") and not schema.get("properties"):
+            return True  # Argo's minimal CRD: spec and status hold anything
+        if key == "*":
+            schema = schema.get("items") or {}
+        elif key in (schema.get("properties") or {}):
+            schema = schema["properties"][key]
+        elif isinstance(schema.get("additionalProperties"), dict):
+            schema = schema["additionalProperties"]
+        else:
+            return False
+    return True
+
+
+@pytest.mark.skipif(not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here")
+@pytest.mark.parametrize("name", sorted(UPSTREAM_CRDS))
+def test_every_path_of_a_builtin_declaration_names_a_field_of_its_upstream_crd(name):
+    decl = kinddecl.builtin_declarations()[name]
+    crd = yaml.safe_load((REFERENCE / UPSTREAM_CRDS[name]).read_text())
+    version, = [v for v in crd["spec"]["versions"] if v["name"] == decl["version"]]
+    schema = version["schema"]["openAPIV3Schema"]
+    for where, text in declared_paths(decl):
+        path = parse_path(text) if "*" not in text else tuple(text.split("."))
+        if path[0] == "metadata" or (decl["group"], text) in BEYOND_THE_CRD:
+            continue  # labels and annotations: any key
+        assert names_a_field(schema, path), f"{name}: {where} {text!r} names no field of the CRD"
