@@ -111,9 +111,8 @@ def _deepest(error: Any) -> Any:
 # --- compiling ------------------------------------------------------------------------------------
 
 class _Compiler:
-    def __init__(self, origin: str, where: str):
+    def __init__(self, origin: str):
         self.origin = origin
-        self.where = where
 
     def fail(self, where: str, problem: str) -> KindError:
         return KindError(f"{self.origin}: {where}: {problem}")
@@ -126,8 +125,6 @@ class _Compiler:
         own_ttl, left_to, not_applied = self.ttl(decl.get("ttl"), f"{where}.ttl", names)
         managed = decl.get("managedBy")
         pods = decl.get("pods") or {}
-        state_values = (finished.get("state") or {}).get("values", {})
-        opt_ins = tuple(v for v, o in state_values.items() if isinstance(o, dict) and o.get("optIn"))
         return JobKind(
             decl.get("group", ""), decl["version"], decl["kind"], decl["plural"], finish, own_ttl,
             builtin_ttl_controller=left_to is not None,
@@ -139,7 +136,6 @@ class _Compiler:
             suspend=parse_path(decl["suspend"]) if "suspend" in decl else None,
             hold=self.hold(decl.get("notYet") or []),
             pod_cleanup_safe=bool(pods.get("deleteBeforeJob")),
-            opt_in_states=opt_ins,
             opted_in=opted_in,
         )
 
@@ -363,7 +359,7 @@ def compile_kinds(items: Any, origin: str, where: str = "kinds",
         validate({"kinds": items}, origin)
     except KindError as exc:
         raise KindError(str(exc).replace(f"{origin}: kinds", f"{origin}: {where}", 1)) from None
-    compiler = _Compiler(origin, where)
+    compiler = _Compiler(origin)
     kinds: list[JobKind] = []
     seen: dict[str, int] = {}
     for i, decl in enumerate(items):

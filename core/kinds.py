@@ -109,9 +109,7 @@ class JobKind:
     # pods for a finished job, and the pods are owned (controller ownerReference) by the job
     # itself. Only then may the policy's podTTL delete them first (jobttl.core.stages).
     pod_cleanup_safe: bool = False
-
-    # The finishing states that count only where the policy's optIn names them, and those it does.
-    opt_in_states: tuple[str, ...] = ()
+    # The opt-in finishing states this kind counts because the policy's optIn names them.
     opted_in: tuple[str, ...] = ()
 
     def ttl_left_to_controller(self, finish: Finish) -> bool:

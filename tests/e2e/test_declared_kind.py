@@ -25,7 +25,7 @@ from jobttl_emulator import EVENT, POD
 from jobttl_emulator.crds import load_crds
 from tests.e2e.conftest import stack_environment
 from tests.fixtures import rfc3339
-from tests.services import ROOT, JobttlProcess, free_port, start_emulator, start_sink, wait_for
+from tests.services import ROOT, JobttlProcess, RedisServer, free_port, start_emulator, start_sink, wait_for
 
 QUEUE = "widgets"
 GROUP, VERSION, PLURAL = "widgets.example.com", "v1", "widgets"
@@ -65,8 +65,17 @@ def policy_file(tmp_path_factory, archive_dir) -> Path:
 
 
 @pytest.fixture(scope="module")
-def env(redis_server, kube, policy_file):
-    return stack_environment(redis_server, kube, QUEUE, free_port(), JOBTTL_POLICY=str(policy_file))
+def own_redis():
+    """A Redis of its own: deletion follow-ups are one set per Redis, and another package's worker
+    (whose policy declares no Widget) must not be the one that claims this stack's."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def env(own_redis, kube, policy_file):
+    return stack_environment(own_redis, kube, QUEUE, free_port(), JOBTTL_POLICY=str(policy_file))
 
 
 @pytest.fixture(scope="module")
