@@ -111,8 +111,11 @@ def _deepest(error: Any) -> Any:
 # --- compiling ------------------------------------------------------------------------------------
 
 class _Compiler:
-    def __init__(self, origin: str):
+    def __init__(self, origin: str, eager_cel: bool = True):
         self.origin = origin
+        # The built-in declarations' CEL (tested) is compiled on first use: every process would
+        # otherwise import cel-python and its parser (~90 ms, ~9 MB) at start, RayJobs or not.
+        self.eager_cel = eager_cel
 
     def fail(self, where: str, problem: str) -> KindError:
         return KindError(f"{self.origin}: {where}: {problem}")
@@ -205,6 +208,11 @@ class _Compiler:
         return own, ttl.get("appliedBy"), not_applied
 
     def cel(self, expression: str, where: str) -> Any:
+        if not self.eager_cel:
+            return _LazyProgram(lambda: self.cel_program(expression, where))
+        return self.cel_program(expression, where)
+
+    def cel_program(self, expression: str, where: str) -> Any:
         import celpy  # only kinds that use CEL pay for its import
         env = celpy.Environment()
         try:
@@ -227,6 +235,19 @@ class _Compiler:
                     return f"{describe(path)} is {value}: {why}"
             return None
         return hold
+
+
+class _LazyProgram:
+    """A CEL program compiled the first time it is evaluated, then kept."""
+
+    def __init__(self, compile_: Any):
+        self._compile = compile_
+        self._program: Any = None
+
+    def evaluate(self, activation: dict[str, Any]) -> Any:
+        if self._program is None:
+            self._program = self._compile()
+        return self._program.evaluate(activation)
 
 
 def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
@@ -352,14 +373,15 @@ def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[tuple[str, ...],
 # --- loading --------------------------------------------------------------------------------------
 
 def compile_kinds(items: Any, origin: str, where: str = "kinds",
-                  opt_ins: dict[str, tuple[str, ...]] | None = None) -> tuple[JobKind, ...]:
+                  opt_ins: dict[str, tuple[str, ...]] | None = None, eager_cel: bool = True) -> tuple[JobKind, ...]:
     """Validate a list of declarations (`where` is how errors name it) and build their JobKinds.
-    `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it."""
+    `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it; without
+    `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested)."""
     try:
         validate({"kinds": items}, origin)
     except KindError as exc:
         raise KindError(str(exc).replace(f"{origin}: kinds", f"{origin}: {where}", 1)) from None
-    compiler = _Compiler(origin)
+    compiler = _Compiler(origin, eager_cel)
     kinds: list[JobKind] = []
     seen: dict[str, int] = {}
     for i, decl in enumerate(items):
@@ -396,5 +418,5 @@ def builtin_declarations() -> dict[str, dict[str, Any]]:
 def builtin_kinds() -> dict[str, JobKind]:
     """The built-in kinds by ``apiVersion/Kind``, in kinds.yaml's order."""
     items, origin = load_file(BUILTIN_FILE)
-    return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin)}
+    return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin, eager_cel=False)}
 

@@ -249,3 +249,10 @@ def test_every_path_of_a_builtin_declaration_names_a_field_of_its_upstream_crd(n
         if path[0] == "metadata" or (decl["group"], text) in BEYOND_THE_CRD:
             continue  # labels and annotations: any key
         assert names_a_field(schema, path), f"{name}: {where} {text!r} names no field of the CRD"
+
+
+def test_the_builtin_cel_expressions_compile():
+    """Built-in CEL is compiled on first use (no cel-python import at every start): compiled here."""
+    decls = [d for d in kinddecl.builtin_declarations().values() if "cel" in (d.get("ttl") or {})]
+    assert decls, "RayJob's DeleteSelf rules"
+    compile_kinds(decls, "kinds.yaml")  # eager: a bad expression raises KindError naming ttl.cel
