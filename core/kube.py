@@ -103,9 +103,12 @@ def permissions(component: str, archive: bool = False, pod_cleanup: bool = False
     return {resource: frozenset(verbs) for resource, verbs in granted.items()}
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config."""
+def load_api_client(kubeconfig: str | None = None, pool_size: int | None = None) -> client.ApiClient:
+    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config.
+    `pool_size`: connections kept open (one per thread that holds one, e.g. a watch per kind)."""
     configuration = client.Configuration()
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = max(pool_size, configuration.connection_pool_maxsize)
     if kubeconfig is None:
         try:
             config.load_incluster_config(client_configuration=configuration)

@@ -9,6 +9,7 @@ in one round trip, so every process reports the same, true numbers; alerts can u
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -49,7 +50,8 @@ class _ScheduleCollector:
                 pipe.scard(f"rq:workers:{self.queue_name}")
                 pipe.exists(f"rq:scheduler-lock:{self.queue_name}")
                 pipe.get(keys.RESYNC_LAST_SUCCESS)
-                pending, due, held, terminating, stuck, workers, scheduler, last = scripts.execute(pipe)
+                pipe.get(keys.RESYNC_LAST)
+                pending, due, held, terminating, stuck, workers, scheduler, last, report = scripts.execute(pipe)
         except RedisError:
             return  # no sample is better than a wrong one; alerts on absent() catch it
         counts = DueCounts.parse(due, 2)
@@ -74,6 +76,16 @@ class _ScheduleCollector:
         for kind, (_, due_now) in sorted(counts.dry_run.items()):
             would_delete.add_metric([kind], due_now)
         yield would_delete
+        # The kinds the last resync found the cluster does not serve (no CRD): 1 each, by apiVersion/Kind.
+        gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
+                                                            "cluster does not serve (no CRD installed)", labels=["kind"])
+        try:
+            missing = json.loads(report).get("missing_kinds") or [] if report else []
+        except ValueError:
+            missing = []
+        for kind in missing:
+            gauge.add_metric([str(kind)], 1.0)
+        yield gauge
 
 
 class _HeartbeatCollector:

@@ -36,6 +36,7 @@ COMMAND_ENV = {
                "JOBTTL_RESYNC_MAX_SHARE"),
     "explain": ("JOBTTL_POLICY",),
     "logs": ("JOBTTL_POLICY",),
+    "manifests": ("JOBTTL_POLICY",),
 }
 
 
@@ -87,7 +88,9 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     from jobttl.core.kube import KubeClient, load_api_client
     from jobttl.watcher.watch import run
 
-    kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, component="watch")
+    # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
+    api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
+    kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
     run(kube, settings.policy.kinds, args.sink)
 
 
@@ -132,6 +135,12 @@ def _explain(args: argparse.Namespace, settings: Settings) -> int:
     from jobttl.cli import explain
 
     return explain.main(args, settings)
+
+
+def _manifests(args: argparse.Namespace, settings: Settings) -> int:
+    from jobttl.cli import manifests
+
+    return manifests.main(args, settings)
 
 
 # --- operator commands: Redis only, never the cluster -----------------------------------------
@@ -486,6 +495,16 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--previous", action="store_true", help="the previous instance of a container that restarted")
     logs.add_argument("--list", action="store_true", help="list what the archive holds instead")
 
+    manifests = process("manifests", _manifests, "the RBAC and event sources the policy's kinds need, or what "
+                                                  "rendered manifests lack for them (offline)")
+    manifests.add_argument("what", choices=("rbac", "sources", "check"),
+                           help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
+                                "check: what -f FILE lacks (exit 1 if anything)")
+    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: JOBTTL_POLICY's, else the built-in "
+                                                            "defaults: every built-in kind)")
+    manifests.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
+                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin")
+
     _add_operator_commands(commands)
     return parser
 
@@ -504,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # An operator command's output is its table; its audit records are kept in Redis, and
     # logging them here too would only interleave JSON lines with it.
-    quiet = args.run in (_operate, _explain, _logs)
+    quiet = args.run in (_operate, _explain, _logs, _manifests)
     logs.configure("WARNING" if quiet else settings.log_level)
     try:
         return args.run(args, settings) or 0

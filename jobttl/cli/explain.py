@@ -27,7 +27,7 @@ import yaml
 from jobttl.core import shapes
 from jobttl.core.config import Settings
 from jobttl.core.decision import Decision, Verdict, decide
-from jobttl.core.kinds import ALL_KINDS, JobKind
+from jobttl.core.kinds import BUILTIN_KINDS, JobKind
 from jobttl.core.policy import Policy, PolicyError, load_policy
 
 API_VERSION = "jobttl.io/explain/v1"
@@ -70,8 +70,9 @@ def objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def kind_of(obj: dict[str, Any]) -> JobKind | None:
-    return next((k for k in ALL_KINDS if (k.api_version, k.kind) == (obj.get("apiVersion"), obj.get("kind"))), None)
+def kind_of(obj: dict[str, Any], known: tuple[JobKind, ...] = BUILTIN_KINDS) -> JobKind | None:
+    """The kind of `obj` among `known` (the policy's: built in, and declared in kindDeclarations)."""
+    return next((k for k in known if (k.api_version, k.kind) == (obj.get("apiVersion"), obj.get("kind"))), None)
 
 
 def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
@@ -79,7 +80,7 @@ def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     item = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "namespace": meta.get("namespace"),
             "name": meta.get("name"), "uid": meta.get("uid")}
-    kind = kind_of(obj)
+    kind = kind_of(obj, policy.known_kinds)
     if kind is None:
         known = f"jobttl does not know {obj.get('apiVersion')} {obj.get('kind')}" if obj.get("kind") else \
             "not a Kubernetes object: it has no kind"

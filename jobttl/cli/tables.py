@@ -110,6 +110,8 @@ def status(data: dict[str, Any]) -> None:
     if last:
         console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
                       + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
+        for kind in last.get("missing_kinds") or ():
+            console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
     install = data.get("install")
     if install and install.get("underReview"):
         console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already due "

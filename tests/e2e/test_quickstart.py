@@ -179,6 +179,22 @@ def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(loca
     assert not redis_folder.exists() and not stack.env_file.exists()
 
 
+ANY_DELETION = re.compile(r"^\s+([\d.]+)s  jobttl deleted (\S+) (\S+)/(\S+) ")
+
+
+def test_make_run_all_kinds_deletes_a_finished_object_of_each_kind_built_in_since(local_stack):
+    """`make run RUN_ARGS=--all-kinds`: one RayJob, JobSet, Volcano Job, SparkApplication,
+    PipelineRun and TaskRun, each deleted through sink, worker and the deletion's follow-up."""
+    stack = local_stack("--all-kinds", "--exit-when-done", "--timeout", "60")
+    stack.wait_up()
+    assert stack.finish(timeout=90) == 0, stack.output
+    deleted = {(m.group(2), m.group(4)): float(m.group(1)) for line in stack.lines if (m := ANY_DELETION.match(line))}
+    assert {("RayJob", "rayjob-sample-ttl-15s"), ("JobSet", "jobset-ttl-15s"), ("Job", "volcano-job-ttl-15s"),
+            ("SparkApplication", "spark-pi-ttl-15s"), ("PipelineRun", "pipelinerun-failed-ttl-15s"),
+            ("TaskRun", "taskrun-ttl-15s")} <= set(deleted), stack.output
+    assert all(13.5 <= after <= 21 for (kind, _), after in deleted.items() if kind != "TFJob"), stack.output
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_stop_signal_stops_every_process_and_removes_its_files(local_stack, stop):
     stack = local_stack()

@@ -175,6 +175,28 @@ def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, t
     assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
 
 
+def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_server, tmp_path):
+    """PyTorchJob (enabled by default) on a cluster without the training operator's PyTorchJob CRD,
+    RayJob (enabled by the policy) without KubeRay: `jobttl status` and jobttl_kind_not_served say so."""
+    from jobttl.core.metrics import _ScheduleCollector
+    small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
+    try:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("kinds: [TFJob, PyTorchJob, RayJob, TaskRun]\n")
+        resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small", JOBTTL_POLICY=policy))
+        status = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env(small, redis_server,
+                                JOBTTL_QUEUE="small"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        small.stop()
+    assert "Kind not served by this cluster (skipped; no CRD?): ray.io/v1/RayJob" in status.stdout, status.stdout
+    assert "kubeflow.org/v1/TFJob" not in status.stdout.split("Kind not served", 1)[1]
+    family, = [f for f in _ScheduleCollector(redis_server.client(), "small").collect()
+               if f.name == "jobttl_kind_not_served"]
+    kinds = {sample.labels["kind"] for sample in family.samples}
+    assert {"ray.io/v1/RayJob", "tekton.dev/v1/TaskRun", "kubeflow.org/v1/PyTorchJob"} <= kinds
+    assert "kubeflow.org/v1/TFJob" not in kinds
+
+
 @pytest.fixture
 def worker(cluster, redis_server, tmp_path):
     process = JobttlProcess(["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20), tmp_path,
