@@ -1,0 +1,387 @@
+"""The Helm chart (charts/jobttl/), through Helm's own engine: helm-python-sdk binds Helm 4's Go
+SDK, so lint, the values schema, rendering (`lookup` included) and install/upgrade are Helm's
+code, not an imitation.
+
+- lint, and render the defaults and every file in ci/ (chart-testing's convention), each object
+  validated: built-in kinds strictly against Kubernetes' schemas, Knative kinds against the
+  reference CRDs, prometheus-operator kinds against the hand-written CRD subsets of
+  tests/deploy/monitoring.py, the alerts with promtool;
+- the values schema refuses bad values with a message naming them;
+- the RBAC equals what jobttl.core.kube.permissions() declares, for each intake mode and each
+  feature the policy can enable;
+- knative/base (and the direct and evidence overlays) equal the chart rendered with matching
+  values, object by object: the two cannot drift;
+- the bundled Redis password: random at install, kept by an upgrade (a real Helm install and
+  upgrade against the API emulator), and an upgrade rendered without the cluster is refused.
+
+The rendered configuration running for real is test_chart_run.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import functools
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
+
+from jobttl.core.install import CONFIGMAP  # noqa: E402
+from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
+from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.policy import parse_policy  # noqa: E402
+from tests.deploy.manifests import KNATIVE, REPO, object_id, pod_spec, rendered, validate  # noqa: E402
+from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
+from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
+from tests.deploy.monitoring import prometheus_binary  # noqa: E402
+from tests.deploy.test_rbac import Violation, grants  # noqa: E402
+
+CHART = REPO / "charts" / "jobttl"
+CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
+RELEASE = NAMESPACE = "jobttl"
+# The labels Helm charts add that kustomize's base does not carry.
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/managed-by"}
+DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k is not MPIJOB_V2BETA1)
+
+
+@functools.cache
+def chart() -> Any:
+    return helm.Chart.load(str(CHART))
+
+
+def ci_values(path: Path) -> dict[str, Any]:
+    return yaml.safe_load(path.read_text()) or {}
+
+
+@functools.cache
+def _render(values_json: str, name: str, namespace: str) -> tuple[dict[str, Any], ...]:
+    manifests = chart().render(json.loads(values_json), name=name, namespace=namespace, is_install=True)
+    objects = []
+    for path, text in sorted(manifests.items()):
+        if not path.endswith(".txt"):
+            objects += [doc for doc in yaml.safe_load_all(text) if doc]
+    return tuple(objects)
+
+
+def render(values: dict[str, Any] | None = None, name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+    """The objects `helm template` would print (cached; a deep copy, so a test may change them)."""
+    return copy.deepcopy(list(_render(json.dumps(values or {}, sort_keys=True), name, namespace)))
+
+
+def find(objects, kind: str, name: str) -> dict[str, Any]:
+    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
+    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
+    return found[0]
+
+
+def notes(values: dict[str, Any] | None = None) -> str:
+    manifests = chart().render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
+
+
+RENDERINGS = [pytest.param({}, id="defaults")] + [pytest.param(ci_values(p), id=p.name) for p in CI_VALUES]
+
+
+# --- lint and schemas --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_the_chart_lints_without_warnings(values):
+    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_ci_values_cover_every_intake_mode_and_redis_mode():
+    modes = {(v.get("intake", {}).get("mode", "broker"), v.get("redis", {}).get("mode", "bundled"))
+             for v in map(ci_values, CI_VALUES)}
+    assert {intake for intake, _ in modes} == {"broker", "direct", "watch"}
+    assert {redis for _, redis in modes} == {"bundled", "sentinel", "external"}
+
+
+def problems(obj: dict[str, Any]) -> list[str]:
+    """What the real schema of its kind finds wrong with a rendered object."""
+    if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+        schema = MONITORING_SCHEMAS.get(obj["kind"])
+        if schema is None:
+            return [f"no schema for {obj['kind']}"]
+        return [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(obj)]
+    return validate(obj)
+
+
+def _objects_of_every_rendering():
+    return [pytest.param(values, obj, id=f"{rendering.id}:{obj['kind']}/{obj['metadata']['name']}")
+            for rendering in RENDERINGS for values in rendering.values for obj in render(values)]
+
+
+@pytest.mark.parametrize("values, obj", _objects_of_every_rendering())
+def test_every_rendered_object_is_valid_against_its_schema(values, obj):
+    assert problems(obj) == []
+
+
+def test_the_validators_catch_a_broken_rendered_object():
+    objects = render({"intake": {"mode": "watch"}, "monitoring": {"enabled": True}})
+    worker = find(objects, "Deployment", "jobttl-worker")
+    pod_spec(worker)["containers"][0]["imagepullPolicy"] = "Always"
+    monitor = find(objects, "PodMonitor", "jobttl-worker")
+    monitor["spec"]["podMetricsEndpoints"][0]["interval"] = "30 seconds"
+    assert problems(worker) and problems(monitor)
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_the_rendered_policy_is_one_jobttl_accepts_with_the_configured_kinds(values):
+    objects = render(values)
+    text = find(objects, "ConfigMap", "jobttl-policy" if "fullnameOverride" not in values
+                else f"{values['fullnameOverride']}-policy")["data"]["policy.yaml"]
+    policy = parse_policy(yaml.safe_load(text), "the chart's policy")
+    kinds = values.get("kinds") or chart().values["kinds"]
+    assert {(k.api_version, k.kind) for k in policy.kinds} == {(k["apiVersion"], k["kind"]) for k in kinds}
+
+
+def test_the_default_kinds_are_jobttls_kinds_with_one_mpijob_version():
+    assert [(k["apiVersion"], k["kind"], k["plural"]) for k in chart().values["kinds"]] == \
+        [(k.api_version, k.kind, k.plural) for k in DEFAULT_KINDS]
+
+
+def test_the_default_policy_has_the_first_run_review_on():
+    worker = find(render(), "Deployment", "jobttl-worker")
+    env = {e["name"]: e.get("value") for e in pod_spec(worker)["containers"][0]["env"]}
+    assert env["JOBTTL_FIRST_RUN_REVIEW"] == "on"
+    assert "jobttl resync --confirm HELD_ID" in notes() and "jobttl held" in notes()
+    off = find(render({"firstRunReview": False}), "Deployment", "jobttl-worker")
+    assert {e["name"]: e.get("value") for e in pod_spec(off)["containers"][0]["env"]}["JOBTTL_FIRST_RUN_REVIEW"] == "off"
+
+
+def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
+    rule = find(render({"monitoring": {"enabled": True}}), "PrometheusRule", "jobttl")
+    assert [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r] == knative_alerts()
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run([prometheus_binary("promtool"), "check", "rules", str(rules_file)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    dashboard = find(render({"monitoring": {"enabled": True}}), "ConfigMap", "jobttl-dashboard")
+    assert json.loads(dashboard["data"]["jobttl.json"]) == json.loads((KNATIVE / "monitoring" / "dashboard.json").read_text())
+
+
+# --- bad values --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"intake": {"mode": "knative"}}, "/intake/mode"),
+    ({"redis": {"mode": "external"}}, "/redis/external/existingSecret"),
+    ({"redis": {"mode": "sentinel"}}, "/redis/sentinel/hosts"),
+    ({"worker": {"replicas": "2"}}, "/worker/replicas"),
+    ({"sink": {"replicas": 0}}, "/sink/replicas"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
+    ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
+    ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
+    ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
+    ({"replicas": 2}, "'replicas'"),
+], ids=lambda v: json.dumps(v) if isinstance(v, dict) else None)
+def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
+    with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
+        chart().render(values, name=RELEASE, namespace=NAMESPACE)
+    assert message in str(refused.value)
+
+
+def test_two_versions_of_one_kind_are_refused_naming_both():
+    kinds = [{"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "plural": "mpijobs"},
+             {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"}]
+    with pytest.raises(helm.HelmRenderError, match="MPIJob is listed twice .kubeflow.org/v1 and kubeflow.org/v2beta1"):
+        chart().render({"kinds": kinds}, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+def on_kinds(kinds, verbs) -> set[tuple[str, str, str]]:
+    return {(k["apiVersion"].rpartition("/")[0], k["plural"], verb) for k in kinds for verb in verbs}
+
+
+def declared(component: str, kinds, **features) -> set[tuple[str, str, str]]:
+    granted = set()
+    for resource, verbs in permissions(component, **features).items():
+        if resource == JOBS:
+            granted |= on_kinds(kinds, verbs)
+        elif resource != VERSION:  # a non-resource URL every authenticated client may read
+            granted |= {("", resource, verb) for verb in verbs}
+    return granted
+
+
+def accounts(objects, mode: str) -> dict[str, str]:
+    sink = find(objects, "Service" if mode != "watch" else "Deployment", "jobttl-sink")
+    reader = (find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["serviceAccountName"] if mode != "watch"
+              else pod_spec(find(objects, "Deployment", "jobttl-watcher"))["serviceAccountName"])
+    return {"sink": pod_spec(sink)["serviceAccountName"],
+            "worker": pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"],
+            "watch": reader}
+
+
+FEATURES = {
+    "base": {},
+    "archive": {"archive": {"store": "s3://evidence/jobttl"}},
+    "archive-in-a-rule": {"archive": {"store": "/archive", "enabled": False},
+                          "rules": [{"name": "keep", "namespaces": ["ml"], "archive": True}]},
+    "archive-off": {"archive": {"store": "/archive", "enabled": False}},
+    "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
+    "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
+}
+MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
+                      {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]
+
+
+@pytest.mark.parametrize("kinds", [None, MPI_OPERATOR_KINDS], ids=["default-kinds", "two-kinds"])
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+@pytest.mark.parametrize("mode", ["broker", "direct", "watch"])
+def test_each_account_gets_exactly_what_permissions_declares_for_the_kinds_and_policy(mode, feature, kinds):
+    values = {"intake": {"mode": mode}, "policy": {"ttl": "7d", **FEATURES[feature]}}
+    if kinds:
+        values["kinds"] = kinds
+    objects = render(values)
+    policy = parse_policy(yaml.safe_load(find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]))
+    features = {"archive": policy.archiving, "pod_cleanup": policy.pod_stages}
+    kinds = kinds or chart().values["kinds"]
+    names = accounts(objects, mode)
+    assert len(set(names.values())) == 3
+    for component, account in names.items():
+        assert grants(objects, account) == declared(component, kinds, **features), component
+    if feature in ("archive", "archive-in-a-rule", "both"):
+        assert policy.archiving and ("", "pods/log", "get") in grants(objects, names["worker"])
+    if feature in ("pod-stage", "both"):
+        assert policy.pod_stages and ("", "pods", "delete") in grants(objects, names["worker"])
+    if feature in ("base", "archive-off"):
+        assert not any(resource.startswith("pods") for _, resource, _ in grants(objects, names["worker"]))
+
+
+def test_the_install_record_role_is_the_only_one_naming_a_resource():
+    role = find(render(), "Role", "jobttl-worker-install")
+    assert role["rules"][0]["resourceNames"] == [CONFIGMAP]
+
+
+def test_no_rbac_and_no_accounts_when_switched_off():
+    objects = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}})
+    assert not [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                     "RoleBinding")]
+    assert pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"] == "mine-worker"
+
+
+def test_a_wider_rendered_role_would_be_caught():
+    objects = render()
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["verbs"].append("watch")
+    assert grants(objects, "jobttl-worker") != declared("worker", chart().values["kinds"])
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["verbs"] = ["*"]
+    with pytest.raises(Violation, match="wildcard"):
+        grants(objects, "jobttl-worker")
+
+
+# --- knative/ and the chart say the same -----------------------------------------------------
+
+
+def _strip_helm(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strip_helm(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {}
+    for key, value in node.items():
+        if key == "imagePullPolicy":  # the chart says it; kustomize's base leaves the default
+            continue
+        plain_selector = key == "selector" and isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        if (key in ("labels", "matchLabels") or plain_selector) and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in HELM_LABELS}
+        elif key == "matchExpressions":
+            value = [e for e in value if e.get("key") not in HELM_LABELS]
+        elif key == "annotations" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not k.startswith("checksum/")}
+            if not value:
+                continue
+        result[key] = _strip_helm(value)
+    return result
+
+
+def normalised(obj: dict[str, Any]) -> dict[str, Any]:
+    """What an object means, without what only Helm adds or what is text around the same data."""
+    obj = _strip_helm(obj)
+    if obj["kind"] == "ConfigMap" and "policy.yaml" in obj.get("data", {}):
+        obj["data"]["policy.yaml"] = yaml.safe_load(obj["data"]["policy.yaml"])
+    if obj["kind"] == "Secret":  # the values: a generated password in the chart (tested below)
+        obj["data"] = sorted({**obj.pop("data", {}), **obj.pop("stringData", {})})
+    return obj
+
+
+# knative/base's choices, as values: Redis's image by its short name, and the kinds it lists.
+KNATIVE_VALUES = {"redis": {"bundled": {"image": {"registry": "", "repository": "redis"}}}}
+
+
+def knative_policy() -> dict[str, Any]:
+    policy_map = next(o for o in rendered(KNATIVE) if o["kind"] == "ConfigMap")
+    policy = yaml.safe_load(policy_map["data"]["policy.yaml"])
+    del policy["kinds"]  # the chart's `kinds` value
+    return policy
+
+
+@pytest.mark.parametrize("variant, values, skip", [
+    ("base", {"intake": {"mode": "broker"}}, set()),
+    ("overlays/direct", {"intake": {"mode": "direct"}}, set()),
+    # The evidence overlay adds the roles only; the chart derives them from a policy that archives
+    # and stages pods, so its policy differs from the base's, and nothing else.
+    ("overlays/evidence", {"policy": {**knative_policy(), "archive": {"store": "/archive"}, "podTTL": "1d"}},
+     {("v1", "ConfigMap", "jobttl", "jobttl-policy")}),
+])
+def test_knative_manifests_equal_the_chart_rendered_with_their_values(variant, values, skip):
+    values = {**KNATIVE_VALUES, **values}
+    chart_objects = {object_id(o): normalised(o) for o in render(values) if object_id(o) not in skip}
+    # The Namespace: Helm installs into one (`--create-namespace`); knative/base creates it.
+    knative_objects = {object_id(o): normalised(o) for o in rendered(KNATIVE / variant)
+                       if o["kind"] != "Namespace" and object_id(o) not in skip}
+    assert sorted(chart_objects) == sorted(knative_objects)
+    for key, obj in knative_objects.items():
+        assert chart_objects[key] == obj, key
+
+
+def test_the_comparison_sees_a_difference():
+    objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "worker": {"apiTimeout": 20}})}
+    knative = {object_id(o): normalised(o) for o in rendered(KNATIVE)}
+    key = ("apps/v1", "Deployment", "jobttl", "jobttl-worker")
+    assert objects[key] != knative[key]
+
+
+# --- the bundled Redis password ---------------------------------------------------------------
+
+
+def password(objects) -> str:
+    return base64.b64decode(find(objects, "Secret", "jobttl-redis")["data"]["password"]).decode()
+
+
+def test_the_bundled_password_is_generated_never_a_placeholder():
+    first = password(render({"logLevel": "DEBUG"}))
+    second = password(render({"logLevel": "WARNING"}))
+    assert first != second and len(first) == len(second) == 40 and first.isalnum()
+    for obj in render():
+        assert "change-me" not in json.dumps(obj)
+
+
+def test_an_existing_secret_is_used_and_no_secret_rendered():
+    objects = render({"redis": {"auth": {"existingSecret": "mine", "existingSecretKey": "pw"}}})
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
+    assert env[0] == {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "pw"}}}
+
+
+def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing_the_password():
+    with pytest.raises(helm.HelmRenderError, match="cannot read the Redis password .* redis.auth.existingSecret"):
+        chart().render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True, is_install=False)
+    # With a Secret of yours there is nothing to read back.
+    chart().render({"redis": {"auth": {"existingSecret": "mine"}}}, name=RELEASE, namespace=NAMESPACE,
+                   is_upgrade=True, is_install=False)
