@@ -20,11 +20,8 @@ The rendered configuration running for real is test_chart_run.py.
 from __future__ import annotations
 
 import base64
-import copy
-import functools
 import json
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -33,58 +30,23 @@ import yaml
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
+
 from jobttl.core.install import CONFIGMAP  # noqa: E402
 from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
 from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.policy import parse_policy  # noqa: E402
-from tests.deploy.manifests import KNATIVE, REPO, object_id, pod_spec, rendered, validate  # noqa: E402
+from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
+                                render)
+from tests.deploy.manifests import KNATIVE, object_id, pod_spec, rendered, validate  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
 from tests.deploy.monitoring import prometheus_binary  # noqa: E402
 from tests.deploy.test_rbac import Violation, grants  # noqa: E402
 
-CHART = REPO / "charts" / "jobttl"
-CI_VALUES = sorted((CHART / "ci").glob("*-values.yaml"))
-RELEASE = NAMESPACE = "jobttl"
 # The labels Helm charts add that kustomize's base does not carry.
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                "app.kubernetes.io/managed-by"}
 DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k is not MPIJOB_V2BETA1)
-
-
-@functools.cache
-def chart() -> Any:
-    return helm.Chart.load(str(CHART))
-
-
-def ci_values(path: Path) -> dict[str, Any]:
-    return yaml.safe_load(path.read_text()) or {}
-
-
-@functools.cache
-def _render(values_json: str, name: str, namespace: str) -> tuple[dict[str, Any], ...]:
-    manifests = chart().render(json.loads(values_json), name=name, namespace=namespace, is_install=True)
-    objects = []
-    for path, text in sorted(manifests.items()):
-        if not path.endswith(".txt"):
-            objects += [doc for doc in yaml.safe_load_all(text) if doc]
-    return tuple(objects)
-
-
-def render(values: dict[str, Any] | None = None, name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
-    """The objects `helm template` would print (cached; a deep copy, so a test may change them)."""
-    return copy.deepcopy(list(_render(json.dumps(values or {}, sort_keys=True), name, namespace)))
-
-
-def find(objects, kind: str, name: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"expected one {kind} {name}, found {len(found)}"
-    return found[0]
-
-
-def notes(values: dict[str, Any] | None = None) -> str:
-    manifests = chart().render(values or {}, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    return next(text for path, text in manifests.items() if path.endswith("NOTES.txt"))
 
 
 RENDERINGS = [pytest.param({}, id="defaults")] + [pytest.param(ci_values(p), id=p.name) for p in CI_VALUES]
@@ -385,3 +347,50 @@ def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing
     # With a Secret of yours there is nothing to read back.
     chart().render({"redis": {"auth": {"existingSecret": "mine"}}}, name=RELEASE, namespace=NAMESPACE,
                    is_upgrade=True, is_install=False)
+
+
+# Served by the emulator for a real `helm install` and `helm upgrade` in watch mode: every kind the
+# chart creates there (schema-less: the schemas are checked above).
+def _helm_resources():
+    from jobttl_emulator import CONFIG_MAP, Resource
+
+    def core(kind, plural):
+        return Resource("", "v1", kind, plural, status_subresource=False, builtin=True)
+
+    def rbac(kind, plural, namespaced=True):
+        return Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced=namespaced,
+                        status_subresource=False, builtin=True)
+
+    return (CONFIG_MAP, core("Secret", "secrets"), core("ServiceAccount", "serviceaccounts"), core("Service", "services"),
+            Resource("apps", "v1", "Deployment", "deployments", builtin=True),
+            Resource("apps", "v1", "StatefulSet", "statefulsets", builtin=True),
+            rbac("ClusterRole", "clusterroles", False), rbac("ClusterRoleBinding", "clusterrolebindings", False),
+            rbac("Role", "roles"), rbac("RoleBinding", "rolebindings"),
+            Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", status_subresource=False,
+                     builtin=True))
+
+
+def test_a_helm_upgrade_keeps_the_password_the_install_generated(tmp_path):
+    from kubernetes import client, config as kube_config
+
+    from tests.services import start_emulator
+
+    emulator = start_emulator(tmp_path, _helm_resources())
+    # Release records in memory: Helm's storage drivers write Secrets or ConfigMaps with client-go's
+    # typed clients, in protobuf, which the emulator does not decode (it answers 415). The chart's
+    # own objects go through Helm's JSON clients, and `lookup` reads the live Secret.
+    helm_config = helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=NAMESPACE, storage_driver="memory")
+    try:
+        core = client.CoreV1Api(kube_config.new_client_from_config(str(emulator.kubeconfig)))
+        apps = client.AppsV1Api(core.api_client)
+        values = {"intake": {"mode": "watch"}}
+        helm_config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=60)
+        installed = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
+        helm_config.upgrade(str(CHART), RELEASE, {**values, "worker": {"replicas": 2}}, namespace=NAMESPACE, timeout=60)
+        assert apps.read_namespaced_deployment("jobttl-worker", NAMESPACE).spec.replicas == 2  # the upgrade applied
+        upgraded = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
+        assert len(installed) == 40 and upgraded == installed
+        assert [r["status"] for r in helm_config.history(RELEASE)] == ["superseded", "deployed"]
+    finally:
+        helm_config.close()
+        emulator.stop()
