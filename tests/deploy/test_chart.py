@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import json
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonschema
@@ -394,3 +395,15 @@ def test_a_helm_upgrade_keeps_the_password_the_install_generated(tmp_path):
     finally:
         helm_config.close()
         emulator.stop()
+
+
+def test_the_packaged_chart_is_self_contained_and_renders_the_same(tmp_path):
+    """`helm package` copies the linked monitoring files in: the archive renders without the checkout."""
+    archive = Path(helm.package(str(CHART), destination=str(tmp_path)))
+    assert archive.name == f"jobttl-{chart().version}.tgz"
+    packaged = helm.Chart.load_archive(archive.read_bytes())
+    values = {"monitoring": {"enabled": True}, "redis": {"auth": {"existingSecret": "mine"}}}
+    manifests = packaged.render(values, name=RELEASE, namespace=NAMESPACE)
+    rule = next(d for path, text in manifests.items() if not path.endswith(".txt")
+                for d in yaml.safe_load_all(text) if d and d["kind"] == "PrometheusRule")
+    assert rule == find(render(values), "PrometheusRule", "jobttl")

@@ -185,7 +185,7 @@ affinity:
 {{- end }}
 {{- if or $redis.tls.caSecret $redis.tls.caConfigMap }}
 - name: JOBTTL_REDIS_CA_FILE
-  value: /etc/jobttl/redis-ca/{{ $redis.tls.caKey }}
+  value: /etc/jobttl-redis-ca/{{ $redis.tls.caKey }}
 {{- end }}
 {{- end }}
 
@@ -197,8 +197,9 @@ affinity:
 - name: tmp
   mountPath: /tmp
 {{- if or .Values.redis.tls.caSecret .Values.redis.tls.caConfigMap }}
+# Beside the policy's mount, not inside it: a mount point cannot be made in a read-only volume.
 - name: redis-ca
-  mountPath: /etc/jobttl/redis-ca
+  mountPath: /etc/jobttl-redis-ca
   readOnly: true
 {{- end }}
 {{- end }}
