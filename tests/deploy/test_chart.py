@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,7 @@ from jobttl.core.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)
 from tests.deploy.manifests import KNATIVE, object_id, pod_spec, rendered, validate  # noqa: E402
+from tests.deploy.manifests import render as kustomize_render  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
 from tests.deploy.monitoring import prometheus_binary  # noqa: E402
@@ -278,6 +280,8 @@ def normalised(obj: dict[str, Any]) -> dict[str, Any]:
     obj = _strip_helm(obj)
     if obj["kind"] == "ConfigMap" and "policy.yaml" in obj.get("data", {}):
         obj["data"]["policy.yaml"] = yaml.safe_load(obj["data"]["policy.yaml"])
+    if obj["kind"] == "ConfigMap":  # a dashboard: the same JSON, whatever the block's trailing newline
+        obj["data"] = {k: json.loads(v) if k.endswith(".json") else v for k, v in obj.get("data", {}).items()}
     if obj["kind"] == "Secret":  # the values: a generated password in the chart (tested below)
         obj["data"] = sorted({**obj.pop("data", {}), **obj.pop("stringData", {})})
     return obj
@@ -308,6 +312,18 @@ def test_knative_manifests_equal_the_chart_rendered_with_their_values(variant, v
     # The Namespace: Helm installs into one (`--create-namespace`); knative/base creates it.
     knative_objects = {object_id(o): normalised(o) for o in rendered(KNATIVE / variant)
                        if o["kind"] != "Namespace" and object_id(o) not in skip}
+    assert sorted(chart_objects) == sorted(knative_objects)
+    for key, obj in knative_objects.items():
+        assert chart_objects[key] == obj, key
+
+
+def test_the_monitoring_component_equals_the_chart_with_monitoring_on(tmp_path):
+    """knative/monitoring/ as its kustomization.yaml tells users to turn it on, and the chart's switch."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(KNATIVE / "base", tmp_path)],
+        "components": [os.path.relpath(KNATIVE / "monitoring", tmp_path)]}))
+    knative_objects = {object_id(o): normalised(o) for o in kustomize_render(tmp_path) if o["kind"] != "Namespace"}
+    chart_objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "monitoring": {"enabled": True}})}
     assert sorted(chart_objects) == sorted(knative_objects)
     for key, obj in knative_objects.items():
         assert chart_objects[key] == obj, key
