@@ -30,7 +30,7 @@ from typing import Any
 
 from rq.job import Job
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.archive import plan_for
 from jobttl.core.audit import entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
@@ -267,7 +267,7 @@ class Deletion:
         except ArchiveFailed as exc:
             ctx.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
                              logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                             failure="archive-failed", required=plan.required, error=str(exc.__cause__ or exc))
+                             failure="archive-failed", required=plan.required, error=shapes.describe(exc.__cause__ or exc))
             if plan.required:
                 raise
             return None

@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Any
 
-from jobttl.core import jsoncodec, keys, logs
+from jobttl.core import jsoncodec, keys, logs, shapes
 from jobttl.core.audit import entry_fields
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import KindRegistry
@@ -136,7 +136,7 @@ class Follower:
                                  reason="stuck-fallback")
             except Exception as exc:  # noqa: BLE001 - a failed fallback leaves it stuck, and says so
                 ctx.audit.record("failed", ref, logging.ERROR, logger=log, by="worker", reason="stuck-fallback",
-                                 error=str(exc), failure="stuck")
+                                 error=shapes.describe(exc), failure="stuck")
             info = {**info, "fellBack": True}
         return {**info, "stuck": True}
 

@@ -34,7 +34,7 @@ from jobttl.core.kinds import JobKind
 from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.prefetch import prefetched
 from jobttl.core.reconcile import COLLECT, Outcome
-from jobttl.core.schedule import Change, member_for, split_member
+from jobttl.core.schedule import Change, file_dry_run, member_for, split_member
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.resync")
@@ -115,12 +115,17 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             if _list_kind(ctx, kind, report, seen, due_now, dues, lock):
                 listed.add((kind.api_version, kind.kind))
         _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
+        # The dry-run records the gauges count by, made to match the index again, should anything
+        # have written it without them (a process of an earlier release during a rollout).
+        file_dry_run(ctx.redis)
         _drop_vanished_from_history(ctx, listed, seen)
         review = {m for m in due_now if install is not None and install.holds(dues[m])}
         _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
                          bool(confirm), report)
         if report.errors:
             report.status = "incomplete"
+        elif report.status == "done" and install is not None and install.under_review:
+            _close_an_empty_review(ctx, held, install, report)
     finally:
         lock.release()
         _record(ctx, report)
@@ -189,7 +194,7 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
         if ctx.reconciler.forget(ref, "not-in-cluster", "resync").change is Change.CANCELLED:
             report.counts["cancelled"] += 1
     for member in orphans:
-        if ctx.redis.zrem(keys.PENDING_INDEX, member):
+        if ctx.schedule.drop_orphan(member):
             report.counts["cancelled"] += 1
             ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
                              reason="no-record", detail="an index entry without its RQ job, for an object no "
@@ -263,6 +268,19 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
     for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
+
+
+def _close_an_empty_review(ctx: WorkerContext, held: HeldDeletions, install, report: ResyncReport) -> None:
+    """A first install where nothing was overdue: every kind listed completely found nothing due at
+    install, nothing is held for the review, and nothing in the schedule is due at or before the
+    install time (a booking an event made before the first worker started). Nothing to review:
+    the review ends, so that `jobttl status` does not ask for one."""
+    if any(h.by == FIRST_RUN for h in held.all()):
+        return
+    if ctx.redis.zcount(keys.PENDING_INDEX, "-inf", install.installed_at):
+        return
+    record = ctx.install.mark_reviewed("resync: nothing was due at install", ctx.clock.now())
+    report.install = record.as_dict() if record is not None else None
 
 
 def _record(ctx: WorkerContext, report: ResyncReport) -> None:

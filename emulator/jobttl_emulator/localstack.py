@@ -185,6 +185,8 @@ def write_environment(workdir: Path, env: dict[str, str]) -> Path:
     path = workdir / "env"
     lines = [f"# The environment of `make run` (pid {os.getpid()}): `. {_shown(path)}`, then `jobttl status`."]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    # Names this file: after a restart of `make run`, `jobttl` tells a shell that sourced it to again.
+    lines.append(f"export JOBTTL_RUN_ENV={shlex.quote(str(path.resolve()))}")
     # The venv's bin (for jobttl and jobttl-emulator) after the wrapper's folder.
     lines.append(f'export PATH={shlex.quote(f"{bin_dir.resolve()}:{Path(sys.executable).parent}")}:"$PATH"')
     path.write_text("\n".join(lines) + "\n")
@@ -223,14 +225,25 @@ def rfc3339(epoch: float) -> str:
 
 
 def countdown(seconds: float) -> str:
+    # jobttl's one duration format (`in 1h59m`, `in 1m30s`): make run runs jobttl, so it is installed.
+    from jobttl.core.durations import format_duration
+
     if seconds <= 0:
         return "due now"
-    whole = int(seconds + 0.999)
-    return f"in {whole}s" if whole < 120 else f"in {whole // 60}m{whole % 60:02d}s"
+    return f"in {format_duration(int(seconds + 0.999))}"
 
 
 def _object(item: dict[str, Any]) -> str:
     return f"{item.get('kind')} {item.get('namespace')}/{item.get('name')}"
+
+
+def would_delete(item: dict[str, Any], now: float) -> bool:
+    """A dry-run record past its due time: what dry run would have deleted by now (and kept)."""
+    return bool(item.get("dryRun")) and item["due"] <= now
+
+
+def time_left(item: dict[str, Any], now: float) -> str:
+    return "dry run: would delete" if would_delete(item, now) else countdown(item["due"] - now)
 
 
 class Jobttl:
@@ -284,15 +297,15 @@ class Screen:
         if self.live:
             width = shutil.get_terminal_size().columns - 1
             lines = [f"  pending ({len(items)}):" if items else "  nothing pending"]
-            lines += [f"    {countdown(p['due'] - now):<10} {_object(p)}  due {rfc3339(p['due'])}" for p in items]
+            lines += [f"    {time_left(p, now):<10} {_object(p)}  due {rfc3339(p['due'])}" for p in items]
             self._erase()
             print("\n".join(line[:width] for line in lines), file=self.out, flush=True)
             self.drawn = len(lines)
             return
-        members = [p["jobId"] for p in items]
+        members = [(p["jobId"], would_delete(p, now)) for p in items]
         if members != self.last:
             self.last = members
-            shown = ", ".join(f"{_object(p)} {countdown(p['due'] - now)} ({rfc3339(p['due'])})" for p in items)
+            shown = ", ".join(f"{_object(p)} {time_left(p, now)} ({rfc3339(p['due'])})" for p in items)
             print(f"  pending: {shown or 'nothing'}", file=self.out, flush=True)
 
     def _erase(self) -> None:
@@ -318,6 +331,12 @@ def summary(jobttl: Jobttl, start: float, dues: dict[str, int]) -> list[str]:
              + (":" if deleted else "")]
     lines += [deletion_line(e, start, dues) for e in deleted]
     pending = jobttl.pending()
+    # Dry run deletes nothing: what it decided is not pending, it is what it would have deleted.
+    dry = [p for p in pending if would_delete(p, now)]
+    pending = [p for p in pending if not would_delete(p, now)]
+    if dry:
+        lines.append(f"  dry run: would delete {len(dry)}:")
+        lines += [f"    {rfc3339(p['due'])} (due, kept: dry run)  {_object(p)}" for p in dry]
     lines.append(f"  still pending: {len(pending) or 'nothing'}" + (":" if pending else ""))
     lines += [f"    {rfc3339(p['due'])} ({countdown(p['due'] - now)})  {_object(p)}" for p in pending]
     return lines

@@ -115,20 +115,51 @@ CONFIG_MAP = Resource(
 )
 
 
-def _kubeflow(kind: str, version: str = "v1") -> Resource:
-    return Resource("kubeflow.org", version, kind, kind.lower() + "s")
+# Printer columns (`kubectl get`) as the real CRDs declare them; kube-apiserver serves a CRD
+# version's additionalPrinterColumns, and the Age column alone when it declares none. They are
+# written out here, not read from the CRD files, so that the command serves them on any checkout;
+# tests/emulator/test_emulator_kinds.py compares them with the CRDs in ../shared/reference.
+STATE = {"jsonPath": ".status.conditions[-1:].type", "name": "State", "type": "string"}
+AGE = {"jsonPath": ".metadata.creationTimestamp", "name": "Age", "type": "date"}
+# kubeflow/training-operator v1.9.0 (6f74c7f6b2ed6c27aabd82d0a316b23f0646059c),
+# manifests/base/crds/kubeflow.org_{tfjobs,pytorchjobs,xgboostjobs,paddlejobs,jaxjobs}.yaml; and
+# kubeflow/trainer v2.3.0 (658725bdae5c7e3a0854d93ac6ff492e109a22ab),
+# manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml.
+STATE_AGE = (STATE, AGE)
+# training-operator v1.9.0, manifests/base/crds/kubeflow.org_mpijobs.yaml: its MPIJob v1 lists
+# Age first.
+AGE_STATE = (AGE, STATE)
+# argoproj/argo-workflows f016ad89eb269d282aec06dc491c29f396a38df4,
+# manifests/base/crds/minimal/argoproj.io_workflows.yaml (the full CRD declares the same).
+WORKFLOW_COLUMNS = (
+    {"description": "Status of the workflow", "jsonPath": ".status.phase", "name": "Status", "type": "string"},
+    {"description": "When the workflow was started", "format": "date-time", "jsonPath": ".status.startedAt",
+     "name": "Age", "type": "date"},
+    {"description": "Human readable message indicating details about why the workflow is in this condition.",
+     "jsonPath": ".status.message", "name": "Message", "type": "string"},
+)
+
+
+def _kubeflow(kind: str, columns: tuple[dict, ...], version: str = "v1") -> Resource:
+    return Resource("kubeflow.org", version, kind, kind.lower() + "s", printer_columns=columns)
 
 
 # What a cluster running jobttl typically serves: the job kinds' CRDs installed (Kubeflow's
 # training operator and mpi-operator, Trainer, Argo), batch Jobs, their pods, core Events and
-# Namespaces. The emulator's command serves these unless told otherwise; `--crd` files replace
+# Namespaces, each with its CRD's names and printer columns (not its schema: such a kind accepts
+# any field). The emulator's command serves these unless told otherwise; `--crd` files replace
 # the registration of the kind they define.
 WELL_KNOWN: tuple[Resource, ...] = (
-    *(_kubeflow(k) for k in ("TFJob", "PyTorchJob", "MPIJob", "XGBoostJob", "PaddleJob", "JAXJob")),
-    _kubeflow("MPIJob", "v2beta1"),
-    Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs"),
+    *(_kubeflow(k, STATE_AGE) for k in ("TFJob", "PyTorchJob")),
+    _kubeflow("MPIJob", AGE_STATE),
+    *(_kubeflow(k, STATE_AGE) for k in ("XGBoostJob", "PaddleJob", "JAXJob")),
+    # kubeflow/mpi-operator v0.8.0 (101db144e019e1de65aaded07745e9d805c2852a),
+    # manifests/base/kubeflow.org_mpijobs.yaml declares no printer columns: Age alone.
+    _kubeflow("MPIJob", (), "v2beta1"),
+    Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", printer_columns=STATE_AGE),
     JOB,
-    Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False),
+    Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False, short_names=("wf",),
+             printer_columns=WORKFLOW_COLUMNS),
     EVENT,
     POD,
     NAMESPACE,

@@ -7,6 +7,7 @@ Sentinel where one is named).
 
 from __future__ import annotations
 
+import functools
 import pickle
 import re
 import signal
@@ -211,3 +212,51 @@ def test_without_min_replicas_the_sink_does_not_wait(redis_server):
     client = redisconn.connect(redis_server.url, redisconn.SINK)
     assert type(client).__name__ == "Redis"
     client.set("no-wait", 1)  # no replica, no NotReplicated
+
+
+# --- the redis-py internals jobttl overrides ------------------------------------------------------
+
+def test_the_redis_py_internals_that_replicated_writes_override_keep_their_shape():
+    """ReplicatedRedis and ReplicatedPipeline hook private methods (redis-py has no public hook that
+    gives the connection a command or a pipeline just ran on, and WAIT must run on that one):
+    if redis-py renames them, changes their arguments or stops calling them, writes would
+    silently stop waiting for replicas."""
+    import redis
+    from redis import Redis
+    from redis.client import Pipeline
+
+    from tests.internals import parameters, recheck, source
+
+    where = "ReplicatedRedis and ReplicatedPipeline in core/redisconn.py"
+    failed = functools.partial(recheck, "redis-py", redis.__version__, where=where)
+    assert parameters(Redis, "_send_command_parse_response") == ["self", "conn", "command_name", "args", "options"], \
+        failed("Redis._send_command_parse_response's arguments")
+    assert "self._send_command_parse_response(" in source(Redis, "_execute_command"), \
+        failed("how Redis._execute_command sends a command")
+    for name in ("_execute_transaction", "_execute_pipeline"):
+        assert parameters(Pipeline, name) == ["self", "connection", "commands", "raise_on_error"], \
+            failed(f"Pipeline.{name}'s arguments")
+        assert f"self.{name}" in source(Pipeline, "execute"), failed(f"whether Pipeline.execute calls {name}")
+    assert "self.command_stack.append((args, options))" in source(Pipeline, "pipeline_execute_command"), \
+        failed("the shape of a pipeline's queued commands")
+    assert parameters(Pipeline, "__init__") == ["self", "connection_pool", "response_callbacks", "transaction",
+                                             "shard_hint"], failed("Pipeline's constructor")
+
+
+def test_the_redis_py_internals_that_sentinel_connections_override_keep_their_shape():
+    """SentinelPrimaryConnection asks the Sentinels in connect_check_health, which every
+    (re)connect goes through, and tests `_sock` for an open connection."""
+    import redis
+    from redis.connection import Connection
+
+    from tests.internals import parameters, recheck, source
+
+    failed = functools.partial(recheck, "redis-py", redis.__version__, where="SentinelPrimaryConnection in core/redisconn.py")
+    assert parameters(Connection, "connect_check_health") == ["self", "check_health", "retry_socket_connect"], \
+        failed("Connection.connect_check_health's arguments")
+    for caller in ("connect", "send_packed_command"):
+        assert "self.connect_check_health(" in source(Connection, caller), failed(f"whether Connection.{caller} connects through it")
+    assert "self._sock = None" in source(Connection, "__init__") + source(Connection, "disconnect"), \
+        failed("how a connection records that it is closed (`_sock`)")
+    assert (parameters(Connection, "read_response") or [])[:2] == ["self", "disable_decoding"], \
+        failed("Connection.read_response's arguments")

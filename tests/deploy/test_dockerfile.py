@@ -112,6 +112,9 @@ def problems(text: str) -> list[str]:
             found.append(f"the build stage does not copy package {folder}")
     if PYPROJECT["project"]["readme"] not in copied:
         found.append("the build stage does not copy the readme pyproject.toml names")
+    for license_file in PYPROJECT["project"].get("license-files", []):
+        if license_file not in copied:
+            found.append(f"the build stage does not copy {license_file}, which pyproject.toml's license-files names")
     # The final stage (and the dashboard): nothing compiled, nothing copied from the context.
     for stage in (final, by_name.get("dashboard")):
         if stage is None:
@@ -158,6 +161,7 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
     (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
     (("COPY pyproject.toml ./\nRUN python", "COPY . ./\nRUN python"), "`deps` stage"),
     (("COPY watcher ./watcher\n", ""), "package watcher"),
+    (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),
     (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),
 ])
 def test_the_checks_catch_a_broken_dockerfile(change, complaint):

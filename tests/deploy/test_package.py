@@ -1,4 +1,5 @@
-"""What the wheel ships: one `jobttl.*` namespace, no test tooling, and imports that go one way.
+"""What the wheel ships: one `jobttl.*` namespace, no test tooling, imports that go one way, and
+the license (in the sdist too).
 
 The wheel is built as `pip wheel` builds it, unpacked, and checked there: that is the tree
 the import-linter contracts in pyproject.toml are about (the repository's folders become
@@ -7,9 +8,11 @@ the import-linter contracts in pyproject.toml are about (the repository's folder
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import subprocess
 import sys
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -50,6 +53,29 @@ def test_everything_installs_under_one_namespace(unpacked):
     assert top == {"jobttl"}, "no top-level sink, worker, watcher or emulator packages to collide with"
     assert {p.name for p in (unpacked / "jobttl").iterdir() if p.is_dir() and p.name != "__pycache__"} == {
         "cli", "core", "sink", "worker", "watcher"}
+
+
+@pytest.fixture(scope="module")
+def sdist(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("sdist")
+    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)],
+                   check=True, capture_output=True, timeout=300)
+    [built] = out.glob("jobttl-*.tar.gz")
+    return built
+
+
+def test_the_wheel_and_the_sdist_carry_the_apache_license(wheel, unpacked, sdist):
+    license_text = (REPO / "LICENSE").read_text()
+    # The SHA-256 of https://www.apache.org/licenses/LICENSE-2.0.txt: the whole text, verbatim.
+    assert hashlib.sha256(license_text.encode()).hexdigest() == \
+        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+    [dist_info] = unpacked.glob("jobttl-*.dist-info")
+    assert (dist_info / "licenses" / "LICENSE").read_text() == license_text
+    metadata = (dist_info / "METADATA").read_text()
+    assert "License-Expression: Apache-2.0" in metadata and "License-File: LICENSE" in metadata
+    with tarfile.open(sdist) as archive:
+        [member] = [m for m in archive.getmembers() if m.name.endswith("/LICENSE") and m.name.count("/") == 1]
+        assert archive.extractfile(member).read().decode() == license_text
 
 
 def test_the_wheel_carries_no_test_tooling(unpacked):

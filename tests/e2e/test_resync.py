@@ -21,6 +21,7 @@ from jobttl.worker import resync as resync_run
 from jobttl.worker.context import WorkerContext
 from jobttl.core.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
 from jobttl.core.keys import HELD as HELD_KEY
+from jobttl.core import keys
 from jobttl.core.keys import PENDING_INDEX
 
 QUEUE = "resync"
@@ -302,3 +303,17 @@ def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server,
     assert report.status == "held" and uid.encode() in redis_server.client().hkeys(HELD_KEY)
     canary(cluster, redis_server, "dry-off")
     assert deletes_but_canaries(cluster) == []
+
+
+def test_a_resync_makes_the_dry_run_records_match_the_index_again(cluster, redis_server):
+    """The gauges count dry run by the sets beside the index; whatever wrote the index without
+    them (a process of the previous release, during a rollout) is repaired by the next resync."""
+    [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="repaired")
+    uid, redis, ctx = obj["metadata"]["uid"], redis_server.client(), context(cluster, redis_server)
+    resync_run.run(ctx)
+    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    redis.zrem(keys.dry_run("TFJob"), uid)  # booked without its entry
+    redis.zadd(keys.dry_run("TFJob"), {"a-uid-long-gone": 1})  # an entry for nothing pending
+    resync_run.run(ctx)
+    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    assert redis.zscore(keys.dry_run("TFJob"), "a-uid-long-gone") is None

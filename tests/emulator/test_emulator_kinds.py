@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from jobttl_emulator import EmulatorServer, Resource
+from jobttl_emulator import WELL_KNOWN, EmulatorServer, Resource
 from jobttl_emulator.crds import CRDError, load_crds, resources_from_crd
 
 from .emulator_testlib import REFERENCE, TFJOB_CRD, Cluster, pod, tfjob, wait_until
@@ -30,6 +30,16 @@ def test_a_crd_gives_names_scope_subresources_columns_and_schema():
     assert "runPolicy" in tfjobs.schema["properties"]["spec"]["properties"]
     (workflows,) = load_crds([REFERENCE / "kubeflow" / "argoproj.io_workflows.yaml"])
     assert workflows.short_names == ("wf",) and not workflows.status_subresource
+
+
+@pytest.mark.parametrize("crd", ["kubeflow.org_tfjobs.yaml", "kubeflow.org_pytorchjobs.yaml", "argoproj.io_workflows.yaml"])
+def test_a_well_known_kind_is_registered_as_its_real_crd_declares_it(crd):
+    """WELL_KNOWN writes out the names, scope, status subresource and printer columns of the real
+    CRDs (so the command serves them without CRD files); they must not drift from the CRDs here."""
+    for real in load_crds([REFERENCE / "kubeflow" / crd]):
+        (ours,) = [r for r in WELL_KNOWN if (r.group, r.version, r.kind) == (real.group, real.version, real.kind)]
+        assert ours == real  # every field but the schema and the printer columns
+        assert ours.printer_columns == real.printer_columns
 
 
 def test_crd_versions_scope_and_bad_documents():

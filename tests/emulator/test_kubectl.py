@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,7 @@ import yaml
 from kubernetes import client
 
 from jobttl_emulator import WELL_KNOWN, EmulatorServer
+from jobttl_emulator.localstack import EXAMPLES as MAKE_RUN_SEEDS
 
 from .emulator_testlib import REFERENCE, TFJOB_CRD, pod, wait_until
 
@@ -25,9 +29,8 @@ NS = "kubeflow"
 class Kubectl:
     """Runs kubectl with its own kubeconfig, HOME and discovery cache, so nothing leaks between tests."""
 
-    def __init__(self, server: EmulatorServer, home: Path) -> None:
-        self.server = server
-        self.env = {**os.environ, "HOME": str(home), "KUBECONFIG": server.write_kubeconfig(str(home / "kubeconfig"))}
+    def __init__(self, kubeconfig: str, home: Path) -> None:
+        self.env = {**os.environ, "HOME": str(home), "KUBECONFIG": kubeconfig}
         self.cache = str(home / "cache")
 
     def __call__(self, *args: str, stdin: str | None = None, ok: bool = True) -> subprocess.CompletedProcess:
@@ -57,7 +60,7 @@ def emulator():
 
 @pytest.fixture
 def kubectl(emulator, tmp_path):
-    return Kubectl(emulator, tmp_path)
+    return Kubectl(emulator.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path)
 
 
 @pytest.fixture
@@ -197,10 +200,73 @@ def test_jobs_pods_logs_namespaces_and_can_i(kubectl, emulator, api, tmp_path):
 
 
 def test_a_kind_registered_without_a_crd(kubectl):
-    """PyTorchJob is served without its CRD: a schema that takes anything, and the default columns."""
+    """PyTorchJob is served without its CRD: a schema that takes anything, and its CRD's columns."""
     job = {"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": "pt", "namespace": "default"},
            "spec": {"anything": {"goes": True}}}
     assert kubectl.out("apply", "-f", "-", stdin=json.dumps(job)).strip() == "pytorchjob.kubeflow.org/pt created"
-    assert _rows(kubectl.out("get", "pytorchjobs"))[0] == ["NAME", "AGE"]
+    assert _rows(kubectl.out("get", "pytorchjobs"))[0] == ["NAME", "STATE", "AGE"]
     assert "KIND:       PyTorchJob" in kubectl.out("explain", "pytorchjobs")
     assert "serverside-applied" in kubectl.out("apply", "--server-side", "-f", "-", stdin=json.dumps(job))
+
+
+def test_make_runs_emulator_shows_each_tfjobs_state(tmp_path):
+    """`make run` starts the emulator command with its seeds and no --crd; `kubectl get tfjobs -A`
+    shows the State column a cluster with the training operator shows: the last condition's type."""
+    kubeconfig = tmp_path / "kubeconfig"
+    emulator = subprocess.Popen([sys.executable, "-m", "jobttl_emulator", "--port", "0", "--seed", str(MAKE_RUN_SEEDS),
+                                 "--write-kubeconfig", str(kubeconfig)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_until(lambda: kubeconfig.exists() or emulator.poll() is not None, timeout=20)
+        rows = _rows(Kubectl(str(kubeconfig), tmp_path).out("get", "tfjobs", "-A"))
+    finally:
+        emulator.send_signal(signal.SIGTERM)
+        emulator.wait(timeout=10)
+    assert rows[0] == ["NAMESPACE", "NAME", "STATE", "AGE"]
+    assert [row[:3] for row in rows[1:]] == [
+        ["kubeflow", "mnist-failed-ttl-20s", "Failed"], ["kubeflow", "mnist-no-ttl", "Succeeded"],
+        ["kubeflow", "mnist-running", "Running"], ["kubeflow", "mnist-succeeded-ttl-10s", "Succeeded"]]
+
+
+# What `kubectl get` prints for each job kind the emulator's command serves, as on a cluster with the
+# kind's real CRD installed (the CRDs are cited in jobttl_emulator/resources.py); AGE is any age.
+STATE_AGE = (["NAME", "STATE", "AGE"], ["j", "Succeeded", "AGE"])
+COLUMNS = {
+    ("kubeflow.org/v1", "TFJob"): STATE_AGE,
+    ("kubeflow.org/v1", "PyTorchJob"): STATE_AGE,
+    ("kubeflow.org/v1", "MPIJob"): (["NAME", "AGE", "STATE"], ["j", "AGE", "Succeeded"]),
+    ("kubeflow.org/v1", "XGBoostJob"): STATE_AGE,
+    ("kubeflow.org/v1", "PaddleJob"): STATE_AGE,
+    ("kubeflow.org/v1", "JAXJob"): STATE_AGE,
+    ("kubeflow.org/v2beta1", "MPIJob"): (["NAME", "AGE"], ["j", "AGE"]),  # mpi-operator's CRD declares no columns
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): STATE_AGE,
+    # Argo's Age is the time the workflow started, not the object's.
+    ("argoproj.io/v1alpha1", "Workflow"): (["NAME", "STATUS", "AGE", "MESSAGE"], ["j", "Failed", "2d", "OOMKilled"]),
+}
+
+
+@pytest.fixture
+def well_known_kubectl(tmp_path):
+    """kubectl against the emulator as its command serves it: the well-known kinds, no CRD file."""
+    with EmulatorServer(resources=WELL_KNOWN, gc_delay=0.1) as server:
+        yield Kubectl(server.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path)
+
+
+def test_every_job_kind_is_served_with_its_crds_columns(well_known_kubectl):
+    served = {(r.api_version, r.kind): r for r in WELL_KNOWN if not r.builtin}
+    assert set(served) == set(COLUMNS)
+    started = (datetime.now(timezone.utc) - timedelta(days=2, minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
+    status = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}],
+              "phase": "Failed", "startedAt": started, "message": "OOMKilled"}
+    for (api_version, kind), (header, expected) in COLUMNS.items():
+        res = served[api_version, kind]
+        resource = f"{res.plural}.{res.version}.{res.group}"  # MPIJob has two versions
+        job = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "j", "namespace": "default"}, "status": status}
+        well_known_kubectl("apply", "-f", "-", stdin=json.dumps(job))
+        if res.status_subresource:  # a create drops the status it carries; the controller writes it
+            well_known_kubectl("patch", resource, "j", "--subresource=status", "--type=merge",
+                               "-p", json.dumps({"status": status}))
+        rows = _rows(well_known_kubectl.out("get", resource))
+        assert rows[0] == header, (api_version, kind)
+        assert len(rows[1]) == len(expected), (api_version, kind, rows[1])
+        assert [cell for cell, want in zip(rows[1], expected) if want != "AGE"] == [
+            want for want in expected if want != "AGE"], (api_version, kind, rows[1])

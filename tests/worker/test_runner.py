@@ -51,3 +51,41 @@ def test_rqs_own_per_job_lines_show_only_at_debug_and_its_warnings_always():
     assert rq_logging_level("DEBUG") == "DEBUG"
     assert rq_logging_level("WARNING") == "WARNING"
     assert rq_logging_level("ERROR") == "ERROR"
+
+
+# --- the RQ internals jobttl overrides or copies --------------------------------------------------
+
+def test_the_rq_internals_the_worker_overrides_keep_their_shape():
+    """JobttlWorker replaces RQ's private `_start_scheduler` and JobttlScheduler copies RQ's
+    scheduler loop with a shorter sleep; both read RQ's private state. A release that changes
+    these fails here, naming what to re-read, rather than changing how deletions are released."""
+    import inspect
+    from functools import partial
+
+    import rq
+    from rq.scheduler import RQScheduler
+    from rq.worker import Worker
+
+    from tests.internals import fingerprint, parameters, recheck, source
+
+    failed = partial(recheck, "RQ", rq.__version__)
+    # The copies: RQ's own code, as it was when jobttl's was written from it (rq 3.0.0).
+    assert fingerprint(RQScheduler, "work") == "34b80e05ebc5bc8f", \
+        failed("RQScheduler.work", where="JobttlScheduler.work in worker/runner.py, a copy of it")
+    assert fingerprint(Worker, "_start_scheduler") == "a13b7b6ec099d91d", \
+        failed("Worker._start_scheduler", where="JobttlWorker._start_scheduler in worker/runner.py, a copy of it")
+    where = "JobttlWorker in worker/runner.py"
+    assert parameters(Worker, "_start_scheduler") == ["self", "burst", "logging_level", "date_format", "log_format"], \
+        failed("Worker._start_scheduler's arguments", where=where)
+    assert "self._start_scheduler(burst, logging_level, date_format, log_format)" in source(Worker, "work"), \
+        failed("how Worker.work starts its scheduler", where=where)
+    assert parameters(Worker, "dequeue_job_and_maintain_ttl") == ["self", "timeout", "max_idle_time"], \
+        failed("Worker.dequeue_job_and_maintain_ttl's arguments", where=where)
+    assert isinstance(inspect.getattr_static(Worker, "should_run_maintenance_tasks"), property), \
+        failed("Worker.should_run_maintenance_tasks (no longer a property)", where=where)
+    assert "self.scheduler._process" in source(Worker, "run_maintenance_tasks"), \
+        failed("how Worker.run_maintenance_tasks finds a dead scheduler", where=where)
+    assert "self.last_cleaned_at = " in source(Worker, "clean_registries"), \
+        failed("where the worker records its last maintenance (last_cleaned_at)", where=where)
+    for setting in ("exponential_backoff_factor", "max_connection_wait_time", "job_class"):
+        assert hasattr(Worker, setting), failed(f"the worker setting {setting}", where=where)
