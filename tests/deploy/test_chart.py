@@ -393,10 +393,8 @@ def test_a_helm_upgrade_keeps_the_password_the_install_generated(tmp_path):
     from tests.services import start_emulator
 
     emulator = start_emulator(tmp_path, _helm_resources())
-    # Release records in memory: Helm's storage drivers write Secrets or ConfigMaps with client-go's
-    # typed clients, in protobuf, which the emulator does not decode (it answers 415). The chart's
-    # own objects go through Helm's JSON clients, and `lookup` reads the live Secret.
-    helm_config = helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=NAMESPACE, storage_driver="memory")
+    # Helm's default release storage: a Secret per revision (sh.helm.release.v1.jobttl.vN).
+    helm_config = helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=NAMESPACE)
     try:
         core = client.CoreV1Api(kube_config.new_client_from_config(str(emulator.kubeconfig)))
         apps = client.AppsV1Api(core.api_client)
@@ -408,6 +406,8 @@ def test_a_helm_upgrade_keeps_the_password_the_install_generated(tmp_path):
         upgraded = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
         assert len(installed) == 40 and upgraded == installed
         assert [r["status"] for r in helm_config.history(RELEASE)] == ["superseded", "deployed"]
+        assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == \
+            {"sh.helm.release.v1.jobttl.v1", "sh.helm.release.v1.jobttl.v2"}
     finally:
         helm_config.close()
         emulator.stop()
