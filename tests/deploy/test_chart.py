@@ -11,8 +11,10 @@ code, not an imitation.
   feature the policy can enable;
 - knative/base (and the direct and evidence overlays) equal the chart rendered with matching
   values, object by object: the two cannot drift;
-- the bundled Redis password: random at install, kept by an upgrade (a real Helm install and
-  upgrade against the API emulator), and an upgrade rendered without the cluster is refused.
+- a real `helm install` of every rendering against the API emulator (Knative's kinds served from
+  their CRDs), release records in Secrets as Helm keeps them;
+- the bundled Redis password: random at install, kept by a real `helm upgrade`, and an upgrade
+  rendered without the cluster is refused.
 
 The rendered configuration running for real is test_chart_run.py.
 """
@@ -20,6 +22,7 @@ The rendered configuration running for real is test_chart_run.py.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import os
 import subprocess
@@ -39,7 +42,7 @@ from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)
-from tests.deploy.manifests import KNATIVE, object_id, pod_spec, rendered, validate  # noqa: E402
+from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, rendered, validate  # noqa: E402
 from tests.deploy.manifests import render as kustomize_render  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
@@ -366,51 +369,87 @@ def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing
                    is_upgrade=True, is_install=False)
 
 
-# Served by the emulator for a real `helm install` and `helm upgrade` in watch mode: every kind the
-# chart creates there (schema-less: the schemas are checked above).
+# --- a real helm install and upgrade, against the API emulator ---------------------------------
+
+
+@functools.cache
 def _helm_resources():
+    """Every kind the chart creates in any mode: Knative's from the reference CRDs, the others
+    registered without a schema (the schemas are checked above, offline)."""
     from jobttl_emulator import CONFIG_MAP, Resource
+    from jobttl_emulator.crds import load_crds
 
-    def core(kind, plural):
-        return Resource("", "v1", kind, plural, status_subresource=False, builtin=True)
+    def kind(group, kind, plural, namespaced=True):
+        return Resource(group, "v1", kind, plural, namespaced=namespaced, status_subresource=False, builtin=True)
 
-    def rbac(kind, plural, namespaced=True):
-        return Resource("rbac.authorization.k8s.io", "v1", kind, plural, namespaced=namespaced,
-                        status_subresource=False, builtin=True)
+    return (CONFIG_MAP, kind("", "Secret", "secrets"), kind("", "ServiceAccount", "serviceaccounts"),
+            kind("", "Service", "services"), kind("apps", "Deployment", "deployments"),
+            kind("apps", "StatefulSet", "statefulsets"),
+            kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
+            kind("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
+            kind("rbac.authorization.k8s.io", "Role", "roles"), kind("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
+            kind("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
+            Resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors", status_subresource=False),
+            Resource("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", status_subresource=False),
+            *load_crds(sorted(KNATIVE_CRDS.glob("*.yaml"))))
 
-    return (CONFIG_MAP, core("Secret", "secrets"), core("ServiceAccount", "serviceaccounts"), core("Service", "services"),
-            Resource("apps", "v1", "Deployment", "deployments", builtin=True),
-            Resource("apps", "v1", "StatefulSet", "statefulsets", builtin=True),
-            rbac("ClusterRole", "clusterroles", False), rbac("ClusterRoleBinding", "clusterrolebindings", False),
-            rbac("Role", "roles"), rbac("RoleBinding", "rolebindings"),
-            Resource("networking.k8s.io", "v1", "NetworkPolicy", "networkpolicies", status_subresource=False,
-                     builtin=True))
 
-
-def test_a_helm_upgrade_keeps_the_password_the_install_generated(tmp_path):
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
     from kubernetes import client, config as kube_config
 
     from tests.services import start_emulator
 
-    emulator = start_emulator(tmp_path, _helm_resources())
-    # Helm's default release storage: a Secret per revision (sh.helm.release.v1.jobttl.vN).
-    helm_config = helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=NAMESPACE)
-    try:
-        core = client.CoreV1Api(kube_config.new_client_from_config(str(emulator.kubeconfig)))
-        apps = client.AppsV1Api(core.api_client)
+    emulator = start_emulator(tmp_path_factory.mktemp("helm"), _helm_resources())
+    api_client = kube_config.new_client_from_config(str(emulator.kubeconfig))
+    yield emulator, client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    emulator.stop()
+
+
+def helm_config(emulator, namespace: str):
+    """Helm's default release storage: a Secret per revision (sh.helm.release.v1.NAME.vN)."""
+    return helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=namespace)
+
+
+@pytest.mark.parametrize("index, values", [(i, p.values[0]) for i, p in enumerate(RENDERINGS)],
+                         ids=[p.id for p in RENDERINGS])
+def test_helm_installs_every_rendering(cluster, index, values):
+    emulator, core, _ = cluster
+    namespace, name = f"install-{index}", f"jobttl{index}"
+    with helm_config(emulator, namespace) as config:
+        release = config.install(str(CHART), name, values, namespace=namespace, timeout=60)
+        assert release["status"] == "deployed"
+        created = [d for d in yaml.safe_load_all(release["manifest"]) if d]
+        assert created and {o["kind"] for o in created} >= {"Deployment", "ConfigMap"}
+        # Every object is there: Helm found each kind through discovery, namespaced or not.
+        for obj in created:
+            assert emulator_get(emulator, obj) == 200, object_id(obj)
+
+
+def emulator_get(emulator, obj) -> int:
+    import requests
+
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = next(r.plural for r in _helm_resources() if (r.group, r.version, r.kind) == (group, version, obj["kind"]))
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    namespace = obj["metadata"].get("namespace")
+    path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+    return requests.get(f"{emulator.url}{path}/{obj['metadata']['name']}", timeout=10).status_code
+
+
+def test_a_helm_upgrade_keeps_the_password_the_install_generated(cluster):
+    emulator, core, apps = cluster
+    with helm_config(emulator, NAMESPACE) as config:
         values = {"intake": {"mode": "watch"}}
-        helm_config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=60)
+        config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=60)
         installed = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
-        helm_config.upgrade(str(CHART), RELEASE, {**values, "worker": {"replicas": 2}}, namespace=NAMESPACE, timeout=60)
+        config.upgrade(str(CHART), RELEASE, {**values, "worker": {"replicas": 2}}, namespace=NAMESPACE, timeout=60)
         assert apps.read_namespaced_deployment("jobttl-worker", NAMESPACE).spec.replicas == 2  # the upgrade applied
         upgraded = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
         assert len(installed) == 40 and upgraded == installed
-        assert [r["status"] for r in helm_config.history(RELEASE)] == ["superseded", "deployed"]
+        assert [r["status"] for r in config.history(RELEASE)] == ["superseded", "deployed"]
         assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == \
             {"sh.helm.release.v1.jobttl.v1", "sh.helm.release.v1.jobttl.v2"}
-    finally:
-        helm_config.close()
-        emulator.stop()
 
 
 def test_the_packaged_chart_is_self_contained_and_renders_the_same(tmp_path):
