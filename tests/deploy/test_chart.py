@@ -114,6 +114,45 @@ def test_the_rendered_policy_is_one_jobttl_accepts_with_the_configured_kinds(val
     assert {(k.api_version, k.kind) for k in policy.kinds} == {(k["apiVersion"], k["kind"]) for k in kinds}
 
 
+# What a Secret of the operator's holds, for the renderings that name one.
+SECRET_VALUES = {"url": "rediss://:0123abcd@redis.example.internal:6380/0"}
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_every_process_accepts_the_rendered_settings(values, tmp_path):
+    """Each jobttl container's environment, as Kubernetes would resolve it, passes jobttl's own
+    checks at start (jobttl.core.config), the policy file and the Redis CA included."""
+    from jobttl.core.config import Settings
+    from tests.deploy.manifests import ENV_REFERENCE
+    from tests.services import tls_files
+
+    objects = render(values)
+    secrets = {o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
+               for o in objects if o["kind"] == "Secret"}
+    ca = tls_files(tmp_path / "tls")["ca"]
+    workloads = [o for o in objects if o["kind"] == "Deployment" or
+                 (o["kind"] == "Service" and o["apiVersion"] == "serving.knative.dev/v1" and o["metadata"]["name"].endswith("-sink"))]
+    assert len(workloads) == (3 if values.get("intake", {}).get("mode") == "watch" else 2)
+    for workload in workloads:
+        [container] = pod_spec(workload)["containers"]
+        env: dict[str, str] = {}
+        for item in container.get("env", []):
+            if "valueFrom" in item:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = secrets.get(ref["name"], SECRET_VALUES).get(ref["key"], "0123abcd")
+            else:
+                env[item["name"]] = ENV_REFERENCE.sub(lambda m, env=env: env[m.group(1)], item["value"])
+        policy = find(objects, "ConfigMap", pod_spec(workload)["volumes"][0]["configMap"]["name"])["data"]["policy.yaml"]
+        (tmp_path / "policy.yaml").write_text(policy)
+        assert env["JOBTTL_POLICY"] == "/etc/jobttl/policy.yaml"
+        env["JOBTTL_POLICY"] = str(tmp_path / "policy.yaml")
+        if "JOBTTL_REDIS_CA_FILE" in env:
+            assert env["JOBTTL_REDIS_CA_FILE"].startswith("/etc/jobttl-redis-ca/")
+            env["JOBTTL_REDIS_CA_FILE"] = ca
+        settings = Settings.from_env(env)  # raises ConfigError naming the variable
+        assert settings.redis_url.startswith(("redis", "rediss")) or container["args"][0] == "watch"
+
+
 def test_the_default_kinds_are_jobttls_kinds_with_one_mpijob_version():
     assert [(k["apiVersion"], k["kind"], k["plural"]) for k in chart().values["kinds"]] == \
         [(k.api_version, k.kind, k.plural) for k in DEFAULT_KINDS]
@@ -161,6 +200,14 @@ def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
     with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
         chart().render(values, name=RELEASE, namespace=NAMESPACE)
     assert message in str(refused.value)
+
+
+def test_a_ca_for_a_redis_without_tls_is_refused():
+    """jobttl refuses JOBTTL_REDIS_CA_FILE with a redis:// URL at start: the chart says so at install."""
+    for redis in ({"tls": {"caSecret": "ca"}},
+                  {"mode": "sentinel", "sentinel": {"hosts": ["s:26379"]}, "tls": {"caConfigMap": "ca"}}):
+        with pytest.raises(helm.HelmValuesError, match="/redis/tls/ca"):
+            chart().render({"redis": redis}, name=RELEASE, namespace=NAMESPACE)
 
 
 def test_two_versions_of_one_kind_are_refused_naming_both():
