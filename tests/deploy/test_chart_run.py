@@ -162,6 +162,7 @@ def stack(tmp_path):
         wait_for(lambda: requests.get(f"http://127.0.0.1:{sink_port}{readiness['path']}", timeout=1).ok, timeout=30,
                  what=f"the sink's readiness ({sink.log()})")
         probe = pod_spec(worker_deployment)["containers"][0]["startupProbe"]["exec"]["command"]
+        assert probe[0] == "python"  # the image's; here this interpreter, which has jobttl installed
         wait_for(lambda: subprocess.run([sys.executable, *probe[1:]], env={**os.environ, **worker_env}, cwd=ROOT,
                                         capture_output=True, timeout=20).returncode == 0,
                  timeout=30, interval=0.5, what=f"the worker's startup probe ({worker.log()})")
