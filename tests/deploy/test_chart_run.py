@@ -187,7 +187,9 @@ def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
     # from now on is not held.
     wait_for(lambda: core.read_namespaced_config_map("jobttl-install", NAMESPACE), timeout=20, interval=0.2,
              what=f"the install record ({logs['worker'].log()})")
-    # Redis runs with the rendered settings: a password, AOF, the listpack size.
+    # Redis runs with the rendered settings: the generated password (nothing without it), AOF, the listpack size.
+    with pytest.raises(redis_lib.AuthenticationError):
+        redis_lib.Redis(port=redis.connection_pool.connection_kwargs["port"]).ping()
     assert redis.config_get("appendonly") == {"appendonly": "yes"}
     assert redis.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "512"}
 
