@@ -47,6 +47,7 @@ NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when 
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
 # Locks held for a moment by one process
+SWEEP_CURSOR = "jobttl:sweep:cursor"  # where in the overdue part of the index the next sweep looks
 SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.worker.sweep)
 UPGRADE_LOCK = "jobttl:upgrade:lock"  # one process at a time upgrades the layout (jobttl.core.upgrade)
 

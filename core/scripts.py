@@ -357,14 +357,15 @@ return {due or '', t[1], t[2], override[1] or '', override[2] or '', redis.call(
 # The worker, after deciding: record the outcome (deleted, delete-requested, would-delete, ...).
 # KEYS: pending index, audit stream, history card, tombstone key, terminating set, terminating
 #       info, claim, intent, override hash, the dry-run kinds.
-# ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one),
+# ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one, and the job's pods
+#       stage with the job; "2": only the entry; "0": it stays),
 #       audit maxlen, card TTL, tombstone JSON or "", tombstone TTL, follow-up time or "",
 #       follow-up info JSON or "", a stage done for good ("" for none), the override's TTL, then
 #       the audit entry's fields as key, value, ... (event first).
 # Returns the audit entry's id.
 FINISH = _PRELUDE + r"""
 local member, uid, due = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if ARGV[4] == '1' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') == due then
+if ARGV[4] ~= '0' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') == due then
   redis.call('ZREM', KEYS[1], member)
   undry(KEYS[10], member)
 end
@@ -604,9 +605,12 @@ class Scripts:
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
                        max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,
                        follow: float | None = None, info: str | None = None, done: str | None = None,
-                       override_ttl: int = 0) -> Any:
-        """FINISH, with its keys and arguments in the order the script reads them."""
-        args: list[Any] = [member, ref.uid, due, "1" if forget else "0", max_entries, card_ttl, tombstone or "",
+                       override_ttl: int = 0, stages_too: bool = True) -> Any:
+        """FINISH, with its keys and arguments in the order the script reads them. `forget`: the
+        pending entry ends (if still this one) and, for the job itself, its pods stage with it,
+        unless not `stages_too` (the job is held, not gone: its pods stage is its own run's)."""
+        forgets = ("1" if stages_too else "2") if forget else "0"
+        args: list[Any] = [member, ref.uid, due, forgets, max_entries, card_ttl, tombstone or "",
                            tombstone_ttl, "" if follow is None else follow, info or "", done or "", override_ttl]
         for key, value in entry.items():
             args += [key, value]

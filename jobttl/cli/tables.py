@@ -285,8 +285,9 @@ def _overrides(o: dict[str, Any], job: str) -> list[str]:
     return lines
 
 
+# HeldDeletion.by: who held it, and why.
 _HELD_BY = {"first-run": "first run: due at install", "resync": "resync: over the thresholds",
-            "resync-confirmed": "resync", "event": "events: burst"}
+            "event": "events: burst", "worker": "worker: burst"}
 
 
 def held(data: dict[str, Any]) -> None:

@@ -47,7 +47,7 @@ def env(cluster, redis_server, **overrides) -> dict[str, str]:
     values = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
               "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_POLICY": str(ROOT / "tests" / "e2e" / "resync-policy.yaml"),
               "JOBTTL_RESYNC_MAX_DELETIONS": "100000", "JOBTTL_RESYNC_MAX_SHARE": "1",
-              "JOBTTL_WORKER_METRICS_PORT": "0"}
+              "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
     return {**values, **{k: str(v) for k, v in overrides.items()}}
 
 
