@@ -144,16 +144,47 @@ def _kubeflow(kind: str, columns: tuple[dict, ...], version: str = "v1") -> Reso
     return Resource("kubeflow.org", version, kind, kind.lower() + "s", printer_columns=columns)
 
 
+def _columns(*columns: tuple) -> tuple[dict, ...]:
+    """(name, jsonPath, type[, priority]) as a CRD's additionalPrinterColumns."""
+    return tuple({"name": c[0], "jsonPath": c[1], "type": c[2], **({"priority": c[3]} if len(c) > 3 else {})}
+                 for c in columns)
+
+
+_CREATED = (".metadata.creationTimestamp", "date")
+_SUCCEEDED = '.status.conditions[?(@.type=="Succeeded")]'
+# The columns of the CRDs in ../shared/reference/{rayjob,jobset,volcano,spark,tekton}/ (each README
+# names its upstream file and commit); tests/emulator/test_new_kinds.py compares them.
 NEW_KINDS: tuple[Resource, ...] = (
-    Resource("ray.io", "v1", "RayJob", "rayjobs", singular="rayjob", categories=("all",)),
-    Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", singular="jobset"),
-    Resource("batch.volcano.sh", "v1alpha1", "Job", "jobs", singular="job", short_names=("vcjob", "vj")),
+    Resource("ray.io", "v1", "RayJob", "rayjobs", singular="rayjob", categories=("all",),
+             printer_columns=_columns(("job status", ".status.jobStatus", "string"),
+                                      ("deployment status", ".status.jobDeploymentStatus", "string"),
+                                      ("ray cluster name", ".status.rayClusterName", "string"),
+                                      ("start time", ".status.startTime", "string"),
+                                      ("end time", ".status.endTime", "string"), ("age", *_CREATED))),
+    Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", singular="jobset",
+             printer_columns=_columns(("TerminalState", ".status.terminalState", "string"),
+                                      ("Restarts", ".status.restarts", "string"),
+                                      ("Completed", '.status.conditions[?(@.type=="Completed")].status', "string"),
+                                      ("Suspended", ".spec.suspend", "string"), ("Age", *_CREATED))),
+    Resource("batch.volcano.sh", "v1alpha1", "Job", "jobs", singular="job", short_names=("vcjob", "vj"),
+             printer_columns=_columns(("STATUS", ".status.state.phase", "string"),
+                                      ("minAvailable", ".status.minAvailable", "integer"),
+                                      ("RUNNINGS", ".status.running", "integer"), ("AGE", *_CREATED),
+                                      ("QUEUE", ".spec.queue", "string", 1))),
     Resource("sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications", singular="sparkapplication",
-             short_names=("sparkapp",)),
-    Resource("tekton.dev", "v1", "PipelineRun", "pipelineruns", singular="pipelinerun", short_names=("pr", "prs"),
-             categories=("tekton", "tekton-pipelines")),
-    Resource("tekton.dev", "v1", "TaskRun", "taskruns", singular="taskrun", short_names=("tr", "trs"),
-             categories=("tekton", "tekton-pipelines")),
+             short_names=("sparkapp",),
+             printer_columns=_columns(("Suspend", ".spec.suspend", "boolean"),
+                                      ("Status", ".status.applicationState.state", "string"),
+                                      ("Attempts", ".status.executionAttempts", "string"),
+                                      ("Start", ".status.lastSubmissionAttemptTime", "string"),
+                                      ("Finish", ".status.terminationTime", "string"), ("Age", *_CREATED))),
+    *(Resource("tekton.dev", "v1", kind, kind.lower() + "s", singular=kind.lower(), short_names=short,
+               categories=("tekton", "tekton-pipelines"),
+               printer_columns=_columns(("Succeeded", f"{_SUCCEEDED}.status", "string"),
+                                        ("Reason", f"{_SUCCEEDED}.reason", "string"),
+                                        ("StartTime", ".status.startTime", "date"),
+                                        ("CompletionTime", ".status.completionTime", "date")))
+      for kind, short in (("PipelineRun", ("pr", "prs")), ("TaskRun", ("tr", "trs")))),
 )
 
 

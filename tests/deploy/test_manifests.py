@@ -22,13 +22,22 @@ WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "pl
           "finished": {"conditions": [{"type": "Done", "outcome": "succeeded"}]}, "finishedAt": ["status.finishedAt"]}
 
 
-def test_knative_grants_and_watches_every_kind_the_default_policy_enables():
-    assert missing(parse_policy(None), rendered(KNATIVE)) == []
-    assert missing(parse_policy(None), rendered(KNATIVE / "overlays" / "direct")) == []
+def shipped_policy(**extra) -> dict:
+    """The policy knative/base ships (it names its kinds: one MPIJob version), with `extra`."""
+    [configmap] = [o for o in rendered(KNATIVE) if o["kind"] == "ConfigMap" and o["metadata"]["name"] == "jobttl-policy"]
+    data = yaml.safe_load(configmap["data"]["policy.yaml"])
+    if "kindDeclarations" in extra:
+        data["kinds"] = data["kinds"] + [f"{d['group']}/{d['version']}/{d['kind']}" for d in extra["kindDeclarations"]]
+    return {**data, **extra}
+
+
+def test_knative_grants_and_watches_every_kind_its_policy_enables():
+    assert missing(parse_policy(shipped_policy()), rendered(KNATIVE)) == []
+    assert missing(parse_policy(shipped_policy()), rendered(KNATIVE / "overlays" / "direct")) == []
 
 
 def test_a_declared_kind_without_its_rbac_or_its_source_is_caught():
-    problems = missing(parse_policy({"kindDeclarations": [WIDGET]}), rendered(KNATIVE))
+    problems = missing(parse_policy(shipped_policy(kindDeclarations=[WIDGET])), rendered(KNATIVE))
     assert problems == [
         "RBAC: service account jobttl-source may not get, list, watch widgets.widgets.example.com "
         "(widgets.example.com/v1 Widget)",
@@ -39,10 +48,10 @@ def test_a_declared_kind_without_its_rbac_or_its_source_is_caught():
 
 def test_the_generated_manifests_are_what_knative_ships_for_the_job_kinds():
     objects = rendered(KNATIVE)
-    policy = parse_policy(None)
+    policy = parse_policy(shipped_policy())
     for generated in cluster_roles(policy):
-        shipped = find(objects, "ClusterRole", generated["metadata"]["name"])
-        flat = {(g, r, v) for rule in shipped["rules"] for g in rule["apiGroups"] for r in rule["resources"]
+        role = find(objects, "ClusterRole", generated["metadata"]["name"])
+        flat = {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                 for v in rule["verbs"]}
         made = {(g, r, v) for rule in generated["rules"] for g in rule["apiGroups"] for r in rule["resources"]
                 for v in rule["verbs"]}
@@ -55,7 +64,7 @@ def test_the_generated_manifests_are_what_knative_ships_for_the_job_kinds():
 
 
 def test_generated_manifests_cover_a_declared_kind(tmp_path):
-    policy = parse_policy({"kindDeclarations": [WIDGET]})
+    policy = parse_policy(shipped_policy(kindDeclarations=[WIDGET]))
     objects = rendered(KNATIVE)
     for role in cluster_roles(policy):
         find(objects, "ClusterRole", role["metadata"]["name"])["rules"] = role["rules"]
@@ -67,14 +76,19 @@ def test_the_command_checks_rendered_manifests_and_exits_1_on_a_gap(tmp_path):
     manifests = tmp_path / "all.yaml"
     manifests.write_text(yaml.safe_dump_all(rendered(KNATIVE)))
     policy = tmp_path / "policy.yaml"
-    policy.write_text(yaml.safe_dump({"kindDeclarations": [WIDGET]}))
+    policy.write_text(yaml.safe_dump(shipped_policy(kindDeclarations=[WIDGET])))
+    base = tmp_path / "base-policy.yaml"
+    base.write_text(yaml.safe_dump(shipped_policy()))
 
     def run(*args):
         return subprocess.run([sys.executable, "-m", "jobttl", "manifests", *args], cwd=ROOT, capture_output=True,
                               text=True, timeout=60)
 
-    fine = run("check", "-f", str(manifests))
-    assert fine.returncode == 0 and f"every enabled kind ({len(DEFAULT_KINDS)})" in fine.stdout, fine.stdout + fine.stderr
+    fine = run("check", "-f", str(manifests), "--policy", str(base))
+    assert fine.returncode == 0 and f"every enabled kind ({len(DEFAULT_KINDS) - 1})" in fine.stdout, \
+        fine.stdout + fine.stderr  # one MPIJob version of the two
+    default = run("check", "-f", str(manifests))  # the built-in default enables both MPIJob versions
+    assert default.returncode == 1 and "does not watch kubeflow.org/v2beta1 MPIJob" in default.stdout, default.stdout
     gap = run("check", "-f", str(manifests), "--policy", str(policy))
     assert gap.returncode == 1 and "does not watch widgets.example.com/v1 Widget" in gap.stdout, gap.stdout
     rbac = run("rbac", "--policy", str(policy))

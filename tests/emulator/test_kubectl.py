@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 import signal
@@ -251,9 +252,32 @@ def well_known_kubectl(tmp_path):
         yield Kubectl(server.write_kubeconfig(str(tmp_path / "kubeconfig")), tmp_path)
 
 
+# The kinds built in since: their headers (the cells are their controllers' own status fields).
+HEADERS = {
+    ("ray.io/v1", "RayJob"): ["NAME", "JOB STATUS", "DEPLOYMENT STATUS", "RAY CLUSTER NAME", "START TIME", "END TIME",
+                              "AGE"],
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ["NAME", "TERMINALSTATE", "RESTARTS", "COMPLETED", "SUSPENDED", "AGE"],
+    ("batch.volcano.sh/v1alpha1", "Job"): ["NAME", "STATUS", "MINAVAILABLE", "RUNNINGS", "AGE"],
+    ("sparkoperator.k8s.io/v1beta2", "SparkApplication"): ["NAME", "SUSPEND", "STATUS", "ATTEMPTS", "START", "FINISH",
+                                                           "AGE"],
+    ("tekton.dev/v1", "PipelineRun"): ["NAME", "SUCCEEDED", "REASON", "STARTTIME", "COMPLETIONTIME"],
+    ("tekton.dev/v1", "TaskRun"): ["NAME", "SUCCEEDED", "REASON", "STARTTIME", "COMPLETIONTIME"],
+}
+
+
+def test_the_kinds_built_in_since_print_their_crds_headers(well_known_kubectl):
+    served = {(r.api_version, r.kind): r for r in WELL_KNOWN if not r.builtin}
+    for (api_version, kind), header in HEADERS.items():
+        res = served[api_version, kind]
+        job = {"apiVersion": api_version, "kind": kind, "metadata": {"name": "j", "namespace": "default"}}
+        well_known_kubectl("apply", "-f", "-", stdin=json.dumps(job))
+        out = well_known_kubectl.out("get", f"{res.plural}.{res.version}.{res.group}")
+        assert re.split(r"\s{2,}", out.splitlines()[0].strip()) == header, (api_version, kind, out)
+
+
 def test_every_job_kind_is_served_with_its_crds_columns(well_known_kubectl):
     served = {(r.api_version, r.kind): r for r in WELL_KNOWN if not r.builtin}
-    assert set(served) == set(COLUMNS)
+    assert set(served) == set(COLUMNS) | set(HEADERS)
     started = (datetime.now(timezone.utc) - timedelta(days=2, minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     status = {"conditions": [{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}],
               "phase": "Failed", "startedAt": started, "message": "OOMKilled"}

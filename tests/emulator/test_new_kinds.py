@@ -39,6 +39,9 @@ def test_each_minimal_registration_is_what_its_upstream_crd_registers(resource):
     crd, = [r for r in load_crds([REFERENCE / CRDS[(resource.group, resource.kind)]]) if r.version == resource.version]
     for attribute in ("plural", "singular", "status_subresource", "namespaced", "short_names", "categories"):
         assert getattr(resource, attribute) == getattr(crd, attribute), attribute
+    shown = ("name", "jsonPath", "type", "priority")
+    assert [{k: c[k] for k in shown if c.get(k)} for c in resource.printer_columns] == \
+        [{k: c[k] for k in shown if c.get(k)} for c in crd.printer_columns], "printer columns"
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here")
