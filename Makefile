@@ -10,13 +10,20 @@
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
+# `make run` installs what running needs; `make test` adds the test extras (Helm's SDK, schemathesis,
+# moto, ...: several hundred MB more).
+RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
 
 .PHONY: run shell test redis-server prometheus bench wrk
 
-$(INSTALLED): pyproject.toml emulator/pyproject.toml
+$(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e . -e ./emulator
+	touch $@
+
+$(INSTALLED): $(RUN_INSTALLED) pyproject.toml emulator/pyproject.toml
 	$(PY) -m pip install --quiet -e '.[test]' -e ./emulator
 	touch $@
 
@@ -38,7 +45,7 @@ prometheus:
 test: $(INSTALLED) redis-server prometheus
 	$(PY) -m pytest -n 2 --dist loadfile
 
-run: $(INSTALLED) redis-server
+run: $(RUN_INSTALLED) redis-server
 	$(PY) -m jobttl_emulator.localstack $(RUN_ARGS)
 
 # A shell with the environment `make run` (in another terminal) started: jobttl and kubectl

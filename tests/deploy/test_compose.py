@@ -449,7 +449,7 @@ def test_compose_refuses_a_broken_file(compose, tmp_path, break_it, complaint):
 
 def test_the_readme_walkthrough_writes_status_as_a_real_server_needs(apply_crds):
     """A CRD with a status subresource ignores `status` in a main-resource patch, as the real ones do."""
-    walkthrough = (REPO / "README.md").read_text().split("docker compose up -d --build", 1)[1].split("```", 2)[1]
+    walkthrough = (REPO / "docs" / "deploying.md").read_text().split("docker compose up -d --build", 1)[1].split("```", 2)[1]
     patches = [line for line in walkthrough.splitlines() if " patch " in line]
     assert patches and all("--subresource=status" in line for line in patches), patches
     for crd in apply_crds.build_crds():
