@@ -46,6 +46,8 @@ RUN --mount=type=bind,from=deps,source=/wheels,target=/wheels \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin dashboard
 USER 10001:10001
 EXPOSE 9181
+# SIGINT, not SIGTERM: see the runtime stage.
+STOPSIGNAL SIGINT
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9181/', timeout=4)"]
 ENTRYPOINT ["rq-dashboard"]
@@ -71,6 +73,13 @@ RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080
+# The signal `docker stop`, Compose and Kubernetes' container runtimes (containerd, CRI-O) send
+# first. The process is PID 1 in its container, and the kernel gives PID 1 only the signals it
+# handles: the sink (waitress) and `jobttl watch` handle none but Python's own SIGINT, so they
+# ignored SIGTERM and were killed at the end of the grace period (measured: 60 s of 60 s, exit
+# 137). On SIGINT they stop in about a second; RQ's worker takes either as its warm shutdown
+# (the deletion in progress finishes).
+STOPSIGNAL SIGINT
 # The sink's health endpoint. For other commands point JOBTTL_HEALTHCHECK_URL elsewhere or
 # override the healthcheck (docker-compose.yml does). Kubernetes ignores HEALTHCHECK and uses
 # the probes in knative/.

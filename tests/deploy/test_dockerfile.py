@@ -1,10 +1,11 @@
 """The Dockerfile and .dockerignore, checked as text.
 
-No Docker engine runs on the machines this project is developed and tested on, so
-`docker build` cannot run here: these tests parse the Dockerfile instead and check the
-properties the image must have (slim base, dependencies in their own cached layer, non-root
-user, no build tools in the final stage, a HEALTHCHECK, `jobttl` as the entry point), and
-that everything the build copies is in the build context.
+No Docker engine runs on the machines this project is developed and tested on, and `make
+test` builds no image (`make e2e` builds and runs it with podman): these tests parse the
+Dockerfile instead and check the properties the image must have (slim base, dependencies in
+their own cached layer, exactly the lock's, non-root user, no build tools in the final stage,
+a HEALTHCHECK, a stop signal PID 1 answers, `jobttl` as the entry point), and that everything
+the build copies is in the build context.
 """
 
 from __future__ import annotations
@@ -134,6 +135,10 @@ def problems(text: str) -> list[str]:
         user = users[-1].split(":")[0] if users else "root"
         if not user.isdigit() or int(user) == 0:
             found.append(f"stage {stage.name}: runs as {user!r}, not a numeric non-root user")
+        # PID 1 gets only the signals it handles: Python handles SIGINT, not SIGTERM (Dockerfile).
+        stopsignals = stage.all("STOPSIGNAL")
+        if not stopsignals or stopsignals[-1] not in ("SIGINT", "2"):
+            found.append(f"stage {stage.name}: no STOPSIGNAL SIGINT (SIGTERM would go unanswered until SIGKILL)")
         healthchecks = stage.all("HEALTHCHECK")
         if not healthchecks or "CMD" not in healthchecks[-1].split() or healthchecks[-1].upper() == "NONE":
             found.append(f"stage {stage.name}: no HEALTHCHECK")
@@ -173,6 +178,8 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
     (("COPY watcher ./watcher\n", ""), "package watcher"),
     (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),
     (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),
+    (("STOPSIGNAL SIGINT\n", ""), "stage runtime: no STOPSIGNAL SIGINT"),
+    (("STOPSIGNAL SIGINT\n", "STOPSIGNAL SIGTERM\n"), "stage runtime: no STOPSIGNAL SIGINT"),
 ])
 def test_the_checks_catch_a_broken_dockerfile(change, complaint):
     old, new = change

@@ -10,7 +10,8 @@
 3. the image run as its own user, uid 10001, with a read-only root filesystem and no tmpfs:
    `jobttl --help`, and `jobttl sink` answering /healthz;
 4. docker-compose.yml with docker-compose.podman.yml brought up by the Docker Compose v2 CLI
-   through `podman system service`; a TFJob created, finished, and seen deleted by the worker;
+   through `podman system service`, every health check passing; a TFJob created, finished, and
+   seen deleted by the worker; jobttl's services stopped, each by the image's stop signal;
 5. everything torn down (containers, network, Redis's volume, the API service), pass or fail.
 
 Not part of `make test`: it needs root, podman, runc and debootstrap, and several minutes.
@@ -105,18 +106,27 @@ def preflight() -> None:
 def build() -> None:
     run(str(HERE / "base.sh"), BASE, env={**os.environ, "E2E_CACHE": str(CACHE)})
     say(f"base image {BASE} ready")
+    previous = image_ids(IMAGE, DASHBOARD, EMULATOR)
     common = ["podman", "build", "--quiet", "--build-arg", f"PYTHON_IMAGE={BASE}"]
-    run(*common, "--no-cache", "--target", "runtime", "-t", IMAGE, str(REPO), quiet=True)
+    # --layers=false: nothing cached to reuse, and no intermediate images left behind per run.
+    fresh = ["--no-cache", "--layers=false"]
+    run(*common, *fresh, "--target", "runtime", "-t", IMAGE, str(REPO), quiet=True)
     say(f"built {IMAGE} (Dockerfile, target runtime)")
-    run(*common, "--no-cache", "--target", "dashboard", "-t", DASHBOARD, str(REPO), quiet=True)
+    run(*common, *fresh, "--target", "dashboard", "-t", DASHBOARD, str(REPO), quiet=True)
     say(f"built {DASHBOARD} (Dockerfile, target dashboard)")
     run(*common, "--build-arg", f"BASE={BASE}", "-f", str(HERE / "redis.Containerfile"), "-t", REDIS, str(HERE),
-        quiet=True)
-    run(*common, "--build-arg", f"JOBTTL_IMAGE={IMAGE}", "-f", str(HERE / "emulator.Containerfile"), "-t", EMULATOR,
-        str(REPO / "emulator"), quiet=True)
+        quiet=True)  # Debian's package on a fixed base: its cached layers stay right
+    run(*common, *fresh, "--build-arg", f"JOBTTL_IMAGE={IMAGE}", "-f", str(HERE / "emulator.Containerfile"),
+        "-t", EMULATOR, str(REPO / "emulator"), quiet=True)
     say(f"built {REDIS} and {EMULATOR}")
-    # --no-cache leaves the previous build's images untagged: drop those of ours no container uses.
-    run("podman", "image", "prune", "--force", "--filter", "dangling=true", check=False, quiet=True)
+    # The images these tags named before are untagged now: remove them (not those a container uses).
+    for old in previous - image_ids(IMAGE, DASHBOARD, EMULATOR):
+        run("podman", "rmi", old, check=False, quiet=True)
+
+
+def image_ids(*names: str) -> set[str]:
+    done = run("podman", "image", "inspect", "--format", "{{.Id}}", *names, check=False, quiet=True)
+    return set(done.stdout.split())
 
 
 def published(name: str, port: int = 8080) -> str:
@@ -236,6 +246,24 @@ def wait_healthy(timeout: float = 120) -> None:
         time.sleep(1)
 
 
+def stop_promptly(services: list[str], grace: int = 20) -> None:
+    """Each service stops on the image's stop signal well within its grace period, rather than
+    being killed at its end (exit status 137), as a process ignoring the signal would be."""
+    report, slow = [], []
+    for service in services:
+        name = f"{PROJECT}-{service}-1"
+        started = time.monotonic()
+        run("podman", "stop", "--time", str(grace), name, quiet=True)
+        seconds = time.monotonic() - started
+        status = int(run("podman", "inspect", "--format", "{{.State.ExitCode}}", name, quiet=True).stdout)
+        report.append(f"{service} {seconds:.1f} s (exit {status})")
+        if status == 137 or seconds > grace * 0.75:
+            slow.append(service)
+    say("stopped on the stop signal: " + ", ".join(report))
+    if slow:
+        raise SystemExit(f"e2e: killed at the end of the grace period, not stopped by the signal: {', '.join(slow)}")
+
+
 def tfjob_lifecycle(api_url: str, ttl: int = 5, timeout: float = 120) -> float:
     """Create a TFJob, finish it as the training operator would, and wait for jobttl to delete
     it. Returns the seconds from finish to deletion."""
@@ -287,6 +315,7 @@ def stack(keep_up: bool) -> None:
             if not deleted:
                 raise SystemExit("e2e: the worker's log does not say it deleted the TFJob")
             print(deleted[-1][:400], flush=True)
+            stop_promptly(["sink", "worker", "watcher", "rq-dashboard"])
         except BaseException:
             for service in ("crds", "sink", "worker", "watcher"):
                 tail = compose(docker_host, "logs", "--no-color", "--tail", "30", service, check=False).stdout
