@@ -1,6 +1,7 @@
 # Two commands for a fresh machine:
 #   make run    the whole service locally (Redis, emulator, sink, worker, watcher); it writes
 #               .run/env: `. .run/env` (or `make shell`) in another terminal, then `jobttl status`
+#               (`make run RUN_ARGS=--all-kinds` seeds one finished object of every built-in kind)
 #   make test   the full test suite
 #   make bench  the benchmark (bench/; not part of make test): jobttl against plain baselines
 #   make e2e    the image built and run with podman + runc, the compose stack deleting a TFJob
@@ -41,7 +42,7 @@ test: $(INSTALLED) redis-server prometheus
 	$(PY) -m pytest -n 2 --dist loadfile
 
 run: $(INSTALLED) redis-server
-	$(PY) -m jobttl_emulator.localstack
+	$(PY) -m jobttl_emulator.localstack $(RUN_ARGS)
 
 # A shell with the environment `make run` (in another terminal) started: jobttl and kubectl
 # reach that stack. The same as `. .run/env` in the shell you have.

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from jobttl.core import jsoncodec
+from jobttl.core import jsoncodec, shapes
 from jobttl.core.identity import JobRef, check_name
 from jobttl.core.policy import DEFAULT_LOG_KIB, Policy
 
@@ -260,8 +260,8 @@ def to_yaml(value: Any, what: str) -> tuple[bytes, list[str]]:
         text = yaml.dump(pruned, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
                          width=4096)
     except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
-        return f"# {what} could not be encoded: {type(exc).__name__}\n".encode(), \
-            unkept + [f"{what}: could not be encoded ({type(exc).__name__}: {exc})"]
+        return f"# {what} could not be encoded\n".encode(), \
+            unkept + [f"{what}: could not be encoded ({shapes.describe(exc)})"]
     return text.encode("utf-8", "replace"), unkept
 
 

@@ -27,7 +27,7 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
-from jobttl.core import jsoncodec, keys, logs
+from jobttl.core import jsoncodec, keys, logs, shapes
 from jobttl.core.identity import JobRef
 from jobttl.core.metrics import Metrics
 from jobttl.core.scripts import Scripts
@@ -50,7 +50,8 @@ class AuditEntry:
         return int(self.id.split("-")[0]) / 1000
 
     def as_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "at": self.at, **self.fields}
+        """The public shape (`jobttl history --json`, the read API): typed, times in RFC 3339 beside."""
+        return shapes.entry(self.fields, id=self.id, at=self.at)
 
 
 def entry_fields(event: str, ref: JobRef | None, **fields: Any) -> dict[str, str]:
@@ -104,6 +105,8 @@ class Audit:
         self.metrics.decisions.labels(event, fields.get("reason") or "").inc()
         if event == "deleted" and ref is not None:
             self.metrics.deletions.labels(ref.kind, ref.namespace).inc()
+        if event == "would-delete" and ref is not None:
+            self.metrics.would_delete.labels(ref.kind).inc()
         if event in ("deleted", "delete-requested") and fields.get("lateness") is not None:
             # When jobttl acted (its DELETE), however long finalizers then take.
             self.metrics.lateness.observe(max(0.0, float(fields["lateness"])))
@@ -124,7 +127,14 @@ class Audit:
             "status": {k: status[k] for k in STATUS_FIELDS if isinstance(status, dict) and k in status},
             **{k: v for k, v in links.items() if v is not None},
         }
-        return jsoncodec.dumps_kept(tombstone, TOMBSTONE_LIMIT)
+        kept = jsoncodec.dumps_kept(tombstone, TOMBSTONE_LIMIT)
+        if kept.startswith('{"unkept":'):
+            # Too large or too deep: still a tombstone (who, when, and why nothing more is kept),
+            # in the shape the read API declares.
+            unkept = jsoncodec.loads(kept)["unkept"]
+            kept = jsoncodec.dumps_str({**ref.as_dict(), "deletedAt": deleted_at, "labels": {}, "annotations": {},
+                                        "creationTimestamp": None, "status": {}, "unkept": unkept})
+        return kept
 
     # --- reading ---------------------------------------------------------------------------
     def entries(self, since: float | None = None, limit: int | None = None) -> Iterator[AuditEntry]:
@@ -144,8 +154,8 @@ class Audit:
         return [AuditEntry(rows[0][0].decode(), _decoded(rows[0][1])) for rows in found if rows]
 
     def decisions(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
-        """The latest decision about every UID that had this name, by UID."""
-        return {uid: {**{k: v for k, v in card.items() if k not in ("log", "at")}, "at": _at(card.get("at"))}
+        """The latest decision about every UID that had this name, by UID, in the public shape of an entry."""
+        return {uid: shapes.entry({k: v for k, v in card.items() if k not in ("log", "at")}, at=_at(card.get("at")))
                 for uid, card in self._card(namespace, name).items()}
 
     def _card(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
@@ -163,7 +173,7 @@ class Audit:
         """Tombstones of one job name, newest first."""
         uids = list(self.decisions(namespace, name)) if uids is None else uids
         raws = self.redis.mget([keys.tombstone(namespace, name, uid) for uid in uids]) if uids else []
-        found = [jsoncodec.loads(raw) for raw in raws if raw is not None]
+        found = [shapes.with_times(jsoncodec.loads(raw)) for raw in raws if raw is not None]
         return sorted(found, key=lambda t: t.get("deletedAt") or 0, reverse=True)
 
     def deleted_since(self, since: float) -> int:

@@ -55,7 +55,7 @@ class Verdict(enum.Enum):
     NO_FINISH_TIME = "no-finish-time"  # finished, but no timestamp to count the TTL from
     EXCLUDED = "excluded"  # its namespace is out of the policy's scope
     KEPT = "kept"  # opted out by annotation or policy rule
-    BUILTIN_TTL = "builtin-ttl"  # Kubernetes' own TTL controller handles it
+    BUILTIN_TTL = "builtin-ttl"  # the kind's own controller applies its TTL (Kubernetes' TTL controller, ...)
     # Someone else's: each is re-decided on the next event or resync, like any verdict.
     MANAGED_ELSEWHERE = "managed-elsewhere"  # managedBy names another controller (e.g. MultiKueue)
     SUSPENDED = "suspended"  # may be resumed; its controller does not expire it meanwhile
@@ -136,9 +136,8 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
         return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished", **scope)
     done = dict(outcome=finish.outcome, finished_at=finish.time, finished_from=finish.field, **scope)
     own = kind.own_ttl(obj, finish)
-    if kind.builtin_ttl_controller and own is not None:
-        return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: Kubernetes' TTL-after-finished controller "
-                                             "deletes it", **done)
+    if own is not None and kind.ttl_left_to_controller(finish):
+        return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: {kind.ttl_controller} deletes it", **done)
     skip = _someone_elses(obj, kind, meta, effective, notes)
     if skip is not None:
         return Decision(skip[0], skip[1], **done)

@@ -29,13 +29,19 @@ def parse_duration(text: str) -> int:
     return sum(int(n) * UNITS[u] for n, u in parts)
 
 
-def format_duration(seconds: int) -> str:
-    """The inverse, for humans: 93784 → 1d2h3m4s."""
-    if seconds == 0:
+def format_duration(seconds: float, exact: bool = False) -> str:
+    """For humans, the one way jobttl prints a duration: its largest two units, cut down
+    (7195 → 1h59m, 183600 → 2d3h, 90 → 1m30s, 45s, 3630 → 1h); the sign is the caller's.
+
+    `exact` keeps every unit (93784 → 1d2h3m4s), the inverse of parse_duration: a TTL is
+    shown as it was configured.
+    """
+    whole = int(abs(seconds))
+    if whole == 0:
         return "0s"
-    out = []
+    parts: list[tuple[int, str]] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        count, seconds = divmod(seconds, size)
-        if count:
-            out.append(f"{count}{unit}")
-    return "".join(out)
+        count, whole = divmod(whole, size)
+        if parts or count:  # from the largest unit present down
+            parts.append((count, unit))
+    return "".join(f"{count}{unit}" for count, unit in (parts if exact else parts[:2]) if count)

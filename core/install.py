@@ -33,7 +33,7 @@ from datetime import datetime, timezone
 from redis import Redis
 
 from jobttl.core import keys, logs
-from jobttl.core.kube import Conflict, KubeClient, ObjectGone
+from jobttl.core.kube import Conflict, KubeClient, ObjectGone, PermanentApiError
 
 log = logging.getLogger("jobttl.install")
 
@@ -151,7 +151,8 @@ class InstallReview:
 
     # --- writing ------------------------------------------------------------------------------------
     def establish(self, now: float) -> InstallRecord | None:
-        """At a worker's start (and a `jobttl resync`'s): the record from the cluster, or made now.
+        """At a worker's start (and a resync's, when Redis has no record): the record from the cluster,
+        or made now.
 
         The ConfigMap wins; without one, Redis's mirror (re-written to the cluster), else the audit
         trail decides between "ran before" and a first install at `now` (the API server's clock).
@@ -194,15 +195,16 @@ class InstallReview:
                 record = current
                 break
             try:
-                self.kube.replace_configmap(self.namespace, CONFIGMAP, current.reviewed(by, int(now)).as_data(),
-                                            found["metadata"]["resourceVersion"])
+                self.kube.replace_configmap(found, current.reviewed(by, int(now)).as_data())
             except Conflict:
                 continue  # someone else wrote it meanwhile: read again
             record = current.reviewed(by, int(now))
             break
+        else:
+            raise Conflict(f"ConfigMap {self.namespace}/{CONFIGMAP} kept changing: the review is not marked done")
         self._mirror(record)
         self._established = record
-        logs.record(log, "first-run-reviewed", by=by, installedAt=_rfc3339(record.installed_at))
+        logs.record(log, "first-run-reviewed", by=record.reviewed_by, installedAt=_rfc3339(record.installed_at))
         return record
 
     # --- the parts ----------------------------------------------------------------------------------
@@ -219,6 +221,10 @@ class InstallReview:
                                        labels={"app.kubernetes.io/name": "jobttl",
                                                "app.kubernetes.io/component": "install-record"})
             return record
+        except ObjectGone as exc:
+            # A real API server refuses objects in a namespace that does not exist (NamespaceLifecycle).
+            raise PermanentApiError(f"cannot create ConfigMap {self.namespace}/{CONFIGMAP}: {exc}; set "
+                                    "JOBTTL_NAMESPACE to jobttl's own namespace") from None
         except Conflict:
             # Another worker created it first (AlreadyExists): its record is the record.
             found = self.kube.get_configmap(self.namespace, CONFIGMAP)

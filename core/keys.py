@@ -8,6 +8,9 @@ SCHEMA = "jobttl:schema"  # the layout version of everything below ("2"); see jo
 # The schedule (jobttl.core.schedule)
 PENDING_INDEX = "jobttl:pending"  # zset: member (uid, or pods:<uid>) → due time
 OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
+# The dry-run records beside the index: what dry run would delete, counted without reading records.
+DRY_RUN = "jobttl:dry-run"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
+DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # set once an older layout's dry-run records are filed (upgrade)
 
 # The audit trail and each job's history (jobttl.core.audit)
 AUDIT_STREAM = "jobttl:audit"
@@ -44,6 +47,7 @@ NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when 
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
 # Locks held for a moment by one process
+SWEEP_CURSOR = "jobttl:sweep:cursor"  # where in the overdue part of the index the next sweep looks
 SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.worker.sweep)
 UPGRADE_LOCK = "jobttl:upgrade:lock"  # one process at a time upgrades the layout (jobttl.core.upgrade)
 
@@ -54,6 +58,11 @@ RATE_LIMIT = "jobttl:ratelimit:delete"
 
 def override(uid: str) -> str:
     return OVERRIDE_PREFIX + uid
+
+
+def dry_run(kind: str) -> str:
+    """zset per kind: the index's dry-run members → the same due time (a subset of the index)."""
+    return f"{DRY_RUN}:{kind}"
 
 
 def card(namespace: str, name: str) -> str:

@@ -103,9 +103,12 @@ def permissions(component: str, archive: bool = False, pod_cleanup: bool = False
     return {resource: frozenset(verbs) for resource, verbs in granted.items()}
 
 
-def load_api_client(kubeconfig: str | None = None) -> client.ApiClient:
-    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config."""
+def load_api_client(kubeconfig: str | None = None, pool_size: int | None = None) -> client.ApiClient:
+    """The standard loaders: an explicit KUBECONFIG, else the in-cluster service account, else ~/.kube/config.
+    `pool_size`: connections kept open (one per thread that holds one, e.g. a watch per kind)."""
     configuration = client.Configuration()
+    if pool_size is not None:
+        configuration.connection_pool_maxsize = max(pool_size, configuration.connection_pool_maxsize)
     if kubeconfig is None:
         try:
             config.load_incluster_config(client_configuration=configuration)
@@ -410,13 +413,12 @@ class KubeClient:
                 "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "data": data}
         self._request("create", CONFIGMAPS, "POST", self._configmaps(namespace), "configmaps", body=body)
 
-    def replace_configmap(self, namespace: str, name: str, data: dict[str, str], resource_version: str) -> None:
-        """Replace its data if it is still at `resource_version`; Conflict otherwise."""
-        found = self.get_configmap(namespace, name)
-        if found is None:
-            raise ObjectGone(f"configmaps {name} not found")
-        body = {**found, "data": data, "metadata": {**found["metadata"], "resourceVersion": resource_version}}
-        path = f"{self._configmaps(namespace)}/{quote(check_name(name), safe='')}"
+    def replace_configmap(self, found: dict[str, Any], data: dict[str, str]) -> None:
+        """Replace the data of a ConfigMap as read (`found`), if it is still at the resourceVersion read
+        (the API server checks it); Conflict otherwise."""
+        meta = found["metadata"]
+        body = {**found, "data": data}
+        path = f"{self._configmaps(meta['namespace'])}/{quote(check_name(meta['name']), safe='')}"
         self._request("update", CONFIGMAPS, "PUT", path, "configmaps", body=body)
 
     def delete_pod(self, namespace: str, pod: str, uid: str) -> None:

@@ -2,13 +2,14 @@
 
 Each process exposes its own: the sink at ``/metrics``, a worker on its metrics port.
 Counters are incremented where things happen (the audit trail counts decisions, the API
-client times requests). The schedule's gauges (pending, overdue, held, stuck, workers, the
-scheduler lock, the last resync) are read from Redis at scrape time in one round trip, so
-every process reports the same, true numbers; alerts can use any one of them.
+client times requests). The schedule's gauges (pending, overdue, what dry run would delete,
+held, stuck, workers, the scheduler lock, the last resync) are read from Redis at scrape time
+in one round trip, so every process reports the same, true numbers; alerts can use any one of them.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -18,12 +19,13 @@ from redis import Redis
 from redis.exceptions import RedisError
 from rq.utils import utcparse
 
-from jobttl.core import keys
+from jobttl.core import keys, scripts
+from jobttl.core.schedule import DueCounts
 
 LATENESS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
-# An overdue deletion: due more than this long ago and still pending.
+# An overdue deletion: due more than this long ago and still pending (a dry-run record never is:
+# dry run deletes nothing, so nothing of it is late; it is counted as what dry run would delete).
 OVERDUE_AFTER = 60
-
 
 
 class _ScheduleCollector:
@@ -32,25 +34,32 @@ class _ScheduleCollector:
     def __init__(self, redis: Redis, queue_name: str):
         self.redis = redis
         self.queue_name = queue_name
+        self.scripts = scripts.Scripts(redis)
 
     def collect(self):
         now = time.time()
         try:
             with self.redis.pipeline(transaction=False) as pipe:
                 pipe.zcard(keys.PENDING_INDEX)
-                pipe.zcount(keys.PENDING_INDEX, "-inf", now - OVERDUE_AFTER)
+                # Overdue, and dry-run records due now, from the index and the dry-run sets
+                # beside it: a handful of ZCOUNTs, however many records there are.
+                self.scripts.count_due((now - OVERDUE_AFTER, now), pipe)
                 pipe.hlen(keys.HELD)
                 pipe.zcard(keys.TERMINATING)
                 pipe.hlen(keys.STUCK)
                 pipe.scard(f"rq:workers:{self.queue_name}")
                 pipe.exists(f"rq:scheduler-lock:{self.queue_name}")
                 pipe.get(keys.RESYNC_LAST_SUCCESS)
-                pending, overdue, held, terminating, stuck, workers, scheduler, last = pipe.execute()
+                pipe.get(keys.RESYNC_LAST)
+                pending, due, held, terminating, stuck, workers, scheduler, last, report = scripts.execute(pipe)
         except RedisError:
             return  # no sample is better than a wrong one; alerts on absent() catch it
+        counts = DueCounts.parse(due, 2)
+        overdue = counts.due[0]
         for name, help_, value in (
                 ("jobttl_pending_deletions", "Deletions scheduled and not yet done", pending),
-                ("jobttl_overdue_deletions", f"Pending deletions due more than {OVERDUE_AFTER}s ago", overdue),
+                ("jobttl_overdue_deletions",
+                 f"Pending deletions due more than {OVERDUE_AFTER}s ago (dry-run records not counted)", overdue),
                 ("jobttl_held_deletions", "Deletions held by the blast-radius guard until confirmed", held),
                 ("jobttl_terminating_deletions", "Deleted jobs still present (finalizers running)", terminating),
                 ("jobttl_stuck_deletions", "Deleted jobs still present after JOBTTL_STUCK_AFTER", stuck),
@@ -61,6 +70,22 @@ class _ScheduleCollector:
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge
+        would_delete = GaugeMetricFamily("jobttl_dry_run_would_delete",
+                                         "Dry-run records due now: what dry run would have deleted by now, by kind",
+                                         labels=["kind"])
+        for kind, (_, due_now) in sorted(counts.dry_run.items()):
+            would_delete.add_metric([kind], due_now)
+        yield would_delete
+        # The kinds the last resync found the cluster does not serve (no CRD): 1 each, by apiVersion/Kind.
+        gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
+                                                            "cluster does not serve (no CRD installed)", labels=["kind"])
+        try:
+            missing = json.loads(report).get("missing_kinds") or [] if report else []
+        except ValueError:
+            missing = []
+        for kind in missing:
+            gauge.add_metric([str(kind)], 1.0)
+        yield gauge
 
 
 class _HeartbeatCollector:
@@ -116,6 +141,8 @@ class Metrics:
                                  ["event", "reason"], registry=r)
         self.deletions = Counter("jobttl_deletions", "Jobs deleted, by kind and namespace", ["kind", "namespace"],
                                  registry=r)
+        self.would_delete = Counter("jobttl_would_delete", "What dry run would have deleted (recorded, not deleted), "
+                                    "by kind", ["kind"], registry=r)
         self.failures = Counter("jobttl_failures", "Failed or refused deletion attempts, by reason", ["reason"],
                                 registry=r)
         self.invalid_ttls = Counter("jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer",

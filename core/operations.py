@@ -24,11 +24,12 @@ from rq.registry import FailedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
+from jobttl.core.metrics import OVERDUE_AFTER
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
 
@@ -45,6 +46,10 @@ class Ambiguous(LookupError):
     """Several jobs of different kinds share that name; the message lists the kinds."""
 
 
+class AlreadyKept(LookupError):
+    """An operator already said keep: a second cancel has nothing to do."""
+
+
 class UnknownRedis(LookupError):
     """This Redis holds no jobttl schedule: probably not the one meant (JOBTTL_REDIS_URL)."""
 
@@ -58,8 +63,44 @@ class Failure:
     error: str
 
     def as_dict(self) -> dict[str, Any]:
-        return {"jobId": self.job_id, **self.ref.as_dict(), "due": self.due, "failedAt": self.failed_at,
-                "error": self.error}
+        return shapes.with_times({"jobId": self.job_id, **self.ref.as_dict(), "due": self.due,
+                                  "failedAt": self.failed_at, "error": self.error})
+
+
+# What `--undo` takes back: the action, and the field of the override hash it wrote.
+UNDOABLE = {"cancel": "keep", "postpone": "until"}
+
+
+@dataclass(frozen=True)
+class Kept:
+    """What `cancel` did: the job it keeps, and the deletion that was pending (None: nothing was)."""
+
+    ref: JobRef
+    pending: Pending | None
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        if self.pending is not None:
+            return {**self.pending.as_dict(now), "wasPending": True}
+        return {**self.ref.as_dict(), "due": None, "wasPending": False}
+
+
+@dataclass(frozen=True)
+class Undone:
+    """What `cancel --undo` or `postpone --undo` took back, and what is pending now."""
+
+    action: str
+    refs: list[JobRef]  # newest first
+    said: dict[str, dict[str, str]]  # by UID: the override as it was (keep/until, by, at)
+    pending: list[dict[str, Any]]  # what is still pending (a postponed deletion stays until decided again)
+
+    def as_dict(self) -> dict[str, Any]:
+        newest = self.refs[0]
+        return {**newest.as_dict(), "undone": self.action,
+                "uids": [{"uid": r.uid, "by": self.said[r.uid].get("by"), "at": _number(self.said[r.uid].get("at")),
+                          # the time a postpone said; a cancel leaves a postpone standing, and says nothing of it
+                          "until": _number(self.said[r.uid].get("until")) if self.action == "postpone" else None}
+                         for r in self.refs],
+                "pending": self.pending}
 
 
 class Operations:
@@ -96,6 +137,15 @@ class Operations:
         end = None if limit is None else offset + limit
         return matching[offset:end], len(matching)
 
+    def would_delete(self, namespace: str | None = None, kind: str | None = None) -> int:
+        """Dry-run records due now (what dry run would have deleted by now), filtered as `pending`."""
+        now = time.time()
+        if namespace:
+            return sum(1 for batch in self.schedule.scan() for p in batch if p.dry_run and p.due <= now
+                       and p.ref.namespace == namespace and (not kind or p.ref.kind == kind))
+        due = self.schedule.due_counts(now)
+        return due.dry_run.get(kind, (0,))[0] if kind else due.dry_run_total()
+
     def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
         """Everything known about one job name: pending deletions, the latest decision per UID,
         its history and tombstones. Reads only that job's keys."""
@@ -119,8 +169,11 @@ class Operations:
             raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds_of))}); "
                             "say which with --kind")
         now = time.time()
+        overrides = self._overrides([uid for uid in uids if uid in decisions])
         return {"namespace": namespace, "name": name, "kind": kind or (kinds_of.pop() if kinds_of else None),
                 "pending": [p.as_dict(now) for p in pending],
+                "overrides": [{"uid": uid, "keep": o.get("keep") == "true", "until": _number(o.get("until")),
+                               "by": o.get("by"), "at": _number(o.get("at"))} for uid, o in overrides.items()],
                 "decisions": [{"uid": uid, **d} for uid, d in sorted(decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
                 "history": history, "tombstones": tombstones}
 
@@ -156,7 +209,7 @@ class Operations:
             result = job.latest_result()
             failures.append(Failure(job.id, _ref_of(job), job.args[1],
                                     job.ended_at.timestamp() if job.ended_at else None,
-                                    _last_line(result.exc_string) if result and result.exc_string else ""))
+                                    _error(result.exc_string if result else None)))
         return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
 
     def status(self) -> dict[str, Any]:
@@ -165,27 +218,31 @@ class Operations:
         workers = Worker.all(queue=self.queue)
         scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
         last_resync = self.redis.get(keys.RESYNC_LAST)
-        clocks = {k.decode(): jsoncodec.loads(v) for k, v in self.redis.hgetall(keys.CLOCKS).items()}
+        clocks = {k.decode(): shapes.with_times(jsoncodec.loads(v))
+                  for k, v in self.redis.hgetall(keys.CLOCKS).items()}
         redis_now = int(self.redis.time()[0])
+        # Dry run deletes nothing, so nothing of it is due or overdue: it is what dry run would delete.
+        due = self.schedule.due_counts(now - OVERDUE_AFTER, now + 3600, now)
         return {
             "pending": self.schedule.count(),
-            "dueWithinHour": self.schedule.count_due_by(now + 3600),
-            "overdue": self.schedule.count_due_by(now - 60),
+            "dueWithinHour": due.due[1],
+            "overdue": due.due[0],
+            "dryRunWouldDelete": due.dry_run_total(2),
             "failed": FailedJobRegistry(queue=self.queue).count,
             "held": HeldDeletions(self.redis).count(),
             "stuck": self.redis.hlen(keys.STUCK),
             "deletedLast24h": self.audit.deleted_since(now - 86400),
             "queued": self.queue.count,
             "redis": "ok",  # reached, or RedisError would have been raised
-            "workers": [{"name": w.name, "state": w.get_state(),
-                         "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
-                         "clock": clocks.get(w.name)}
-                        for w in workers],
+            "workers": [shapes.with_times({
+                "name": w.name, "state": w.get_state(),
+                "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                "clock": clocks.get(w.name)}) for w in workers],
             # A worker waiting for its clock has not joined RQ yet: fresh readings count, live or not.
             "clockProblems": {name: c["problem"] for name, c in clocks.items()
                               if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
-            "lastResync": jsoncodec.loads(last_resync) if last_resync else None,
+            "lastResync": shapes.with_times(jsoncodec.loads(last_resync)) if last_resync else None,
             "install": self.install(),
         }
 
@@ -205,15 +262,17 @@ class Operations:
         for h in held:
             uid, stage = split_member(h.member)
             d = h.decision
-            items.append({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
-                          "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome, "ttl": d.ttl,
-                          "ttlSource": d.ttl_source, "rules": list(d.rules), "reason": d.reason})
+            items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
+                                            "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome,
+                                            "ttl": d.ttl, "ttlSource": d.ttl_source, "rules": list(d.rules),
+                                            "reason": d.reason}))
         items.sort(key=lambda i: (i["due"] or 0, i["namespace"], i["name"]))
         return {"heldId": HeldDeletions(self.redis).current_id() if held else None, "items": items,
                 "install": self.install()}
 
     def stuck(self) -> list[dict[str, Any]]:
-        return [{"member": m.decode(), **jsoncodec.loads(v)} for m, v in self.redis.hgetall(keys.STUCK).items()]
+        return [shapes.with_times({"member": m.decode(), **jsoncodec.loads(v)})
+                for m, v in self.redis.hgetall(keys.STUCK).items()]
 
     # --- actions -------------------------------------------------------------------------
     def retry(self, job_id: str | None = None) -> list[str]:
@@ -256,13 +315,101 @@ class Operations:
                             f"({', '.join(sorted({p.ref.kind for p in found}))}); say which with --kind")
         return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
 
-    def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Pending:
-        """Keep the job: its pending deletion is removed and no event or resync brings it back."""
-        found = self._pending_named(namespace, name, kind)
+    def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Kept:
+        """Keep the job: its pending deletion is removed and no event or resync brings it back.
+
+        With nothing pending (not finished yet, no TTL yet, a deletion already cancelled by the
+        worker) the keep is recorded all the same, against the newest UID that had the name: it
+        applies whenever a deletion would be booked. An unknown name has no UID to record it
+        against: the error says so, and names the annotation that keeps a job whatever jobttl knows.
+        """
+        try:
+            found = self._pending_named(namespace, name, kind)
+        except NotFound as missing:
+            ref = self._newest(namespace, name, kind, missing)
+            said = self.schedule.override(ref.uid)
+            if said.get("keep") == "true":
+                raise AlreadyKept(f"{ref.kind + ' ' if ref.kind else ''}{namespace}/{name} is already kept (jobttl cancel by "
+                                  f"{said.get('by', '?')}); `jobttl cancel --undo {namespace}/{name}` undoes it") from None
+            self.schedule.set_override(ref.uid, {"keep": "true"}, by)
+            self.audit.record("cancelled", ref, reason="kept-by-operator", by=by,
+                              detail="nothing was pending: the keep applies when a deletion would be booked")
+            return Kept(ref, None)
         for pending in found:
             self.schedule.set_override(pending.ref.uid, {"keep": "true"}, by)
             self._reconciler().forget(pending.ref, "kept-by-operator", by)
-        return found[0]
+        return Kept(found[0].ref, found[0])
+
+    def undo(self, namespace: str, name: str, action: str, kind: str | None = None, by: str = "operator") -> Undone:
+        """Take back an operator's `cancel` or `postpone` of every UID that had the name.
+
+        Only the override goes: the deletion is then decided again from the object and the
+        policy, which needs the cluster, so the workers are asked for a resync (which also
+        judges what it books with the blast-radius guard); until it runs, the next event
+        decides, and a postponed deletion still pending runs no later than it was postponed to,
+        when the worker's fresh read decides too.
+        """
+        check_namespace(namespace, "namespace")
+        check_name(name, "name")
+        field = UNDOABLE[action]
+        decisions = self._decided(namespace, name, kind)
+        said = {uid: o for uid, o in self._overrides(list(decisions)).items() if field in o}
+        if not said:
+            raise NotFound(f"no {action} of {kind + ' ' if kind else ''}{namespace}/{name} to undo")
+        kinds = {decisions[uid].get("kind") for uid in said}
+        if len(kinds) > 1:
+            raise Ambiguous(f"{namespace}/{name} has {action}s of several kinds ({', '.join(sorted(map(str, kinds)))}); "
+                            "say which with --kind")
+        api_versions = self._api_versions(namespace, name)
+        refs = []
+        for uid, override in sorted(said.items(), key=lambda i: -(decisions[i[0]]["at"] or 0)):
+            ref = JobRef(api_versions.get(uid, ""), decisions[uid].get("kind") or "", namespace, name, uid)
+            self.schedule.clear_override(uid, field)
+            self.audit.record(f"{action}-undone", ref, by=by, saidBy=override.get("by"),
+                              saidAt=_number(override.get("at")),
+                              until=_number(override.get("until")) if field == "until" else None)
+            refs.append(ref)
+        # The CLI cannot read the object; a worker can. A resync is the one path that decides from
+        # the object and the policy and books through the guard (one per second however many undos).
+        self.schedule.request_resync()
+        return Undone(action, refs, {r.uid: said[r.uid] for r in refs},
+                      [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])
+
+    def _decided(self, namespace: str, name: str, kind: str | None) -> dict[str, dict[str, Any]]:
+        """The latest decision about every UID that had the name (of `kind`, if given)."""
+        return {uid: d for uid, d in self.audit.decisions(namespace, name).items()
+                if kind is None or d.get("kind", kind) == kind}
+
+    def _newest(self, namespace: str, name: str, kind: str | None, missing: NotFound) -> JobRef:
+        """The newest UID that had the name, not deleted: what an operator means by it."""
+        decisions = self._decided(namespace, name, kind)
+        if not decisions:
+            where = f"{(kind or 'KIND').lower()} -n {namespace} {name}"
+            raise NotFound(f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
+                           f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true")
+        kinds = {str(d.get("kind")) for d in decisions.values()}
+        if len(kinds) > 1:
+            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds))}); "
+                            "say which with --kind")
+        uid, decided = max(decisions.items(), key=lambda i: i[1]["at"] or 0)
+        if decided.get("event") in ("deleted", "delete-requested", "stuck"):
+            raise NotFound(f"{missing}: jobttl has already deleted it ({decided.get('event')}, uid {uid})")
+        return JobRef(self._api_versions(namespace, name).get(uid, ""), decided.get("kind") or kind or "",
+                      namespace, name, uid)
+
+    def _api_versions(self, namespace: str, name: str) -> dict[str, str]:
+        """Each UID's apiVersion, from its audit entries (the history card keeps only the kind)."""
+        return {e.fields["uid"]: e.fields["apiVersion"] for e in reversed(self.audit.history(namespace, name))
+                if "uid" in e.fields and "apiVersion" in e.fields}
+
+    def _overrides(self, uids: list[str]) -> dict[str, dict[str, str]]:
+        """What operators said about each UID (keep, until, by, at), for those they said anything about."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for uid in uids:
+                pipe.hgetall(keys.override(uid))
+            found = pipe.execute()
+        return {uid: {k.decode(): v.decode() for k, v in raw.items()} for uid, raw in zip(uids, found)
+                if raw and (b"keep" in raw or b"until" in raw)}
 
     def postpone(self, namespace: str, name: str, seconds: int, kind: str | None = None,
                  by: str = "operator") -> Pending:
@@ -300,6 +447,12 @@ def _ref_of(job: Job) -> JobRef:
     return JobRef.from_dict(job.args[0])
 
 
-def _last_line(text: str) -> str:
-    lines = [line for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
+def _number(text: str | None) -> int | None:
+    return int(text) if text is not None and text.lstrip("-").isdigit() else None
+
+
+def _error(exc_string: str | None) -> str:
+    """What a failed deletion's error says, from the traceback RQ kept: its last line (the
+    exception), without the Python class it names (the worker's log has the traceback)."""
+    lines = [line for line in (exc_string or "").strip().splitlines() if line.strip()]
+    return shapes.plain_error(lines[-1]) if lines else ""

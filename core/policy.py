@@ -46,7 +46,8 @@ from typing import Any
 import yaml
 
 from jobttl.core.durations import parse_duration
-from jobttl.core.kinds import ALL_KINDS, JobKind
+from jobttl.core import kinddecl
+from jobttl.core.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
 VALUE_KEYS = {"ttl": "ttl", "maxTTL": "max_ttl", "ttlAfterSuccess": "ttl_after_success",
@@ -56,7 +57,7 @@ FLAG_KEYS = ("keep", "dry_run")
 # Whether jobs that someone else runs are jobttl's to expire: "skip" (the default) or "delete".
 OPT_IN_KEYS = ("owned", "managed_by")
 SKIP, DELETE = "skip", "delete"
-TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "namespaces", "rules", "stuckDeletion"}
+TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "kindDeclarations", "optIn", "namespaces", "rules", "stuckDeletion"}
 RULE_KEYS = set(VALUE_KEYS) | {"name", "namespaces", "selector"}
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 # Keeping the evidence (issue 12): parsed by `_Reader.cleanup` into `Cleanup`, apart from `Values`.
@@ -188,7 +189,11 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     include_namespaces: tuple[str, ...] = ()
     exclude_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
-    kinds: tuple[JobKind, ...] = ALL_KINDS
+    # The enabled kinds (the policy's `kinds`, default: every known one), and every kind known:
+    # the built-in ones and those of `kindDeclarations` (which may replace a built-in one), with
+    # the finishing states `optIn` enables.
+    kinds: tuple[JobKind, ...] = DEFAULT_KINDS
+    known_kinds: tuple[JobKind, ...] = BUILTIN_KINDS
     # A deletion still present after JOBTTL_STUCK_AFTER is deleted once more with this
     # propagation policy (only "Background" makes sense); None: it is reported, nothing more.
     stuck_fallback: str | None = None
@@ -331,18 +336,65 @@ class _Reader:
             requirements.append(Requirement(expr["key"], operator, values))
         return tuple(requirements)
 
-    def kinds(self, value: Any) -> tuple[JobKind, ...]:
+    def kinds(self, value: Any, known: tuple[JobKind, ...]) -> tuple[JobKind, ...]:
         names = self.strings(value, "kinds")
         chosen = []
         for i, name in enumerate(names):
-            found = [k for k in ALL_KINDS if name in (k.kind, f"{k.api_version}/{k.kind}")]
+            found = [k for k in known if name in (k.kind, f"{k.api_version}/{k.kind}")]
             if not found:
-                known = ", ".join(sorted({k.kind for k in ALL_KINDS}))
-                raise self.fail(f"kinds[{i}]", f"unknown kind {name!r}; known kinds: {known} "
+                listed = ", ".join(sorted({k.kind for k in known}))
+                raise self.fail(f"kinds[{i}]", f"unknown kind {name!r}; known kinds: {listed} "
                                                f"(or apiVersion/Kind, e.g. kubeflow.org/v2beta1/MPIJob)")
             chosen += [k for k in found if k not in chosen]
         return tuple(chosen)
 
+    def known_kinds(self, declarations: Any, opt_in: Any) -> tuple[JobKind, ...]:
+        """The built-in kinds, replaced where `kindDeclarations` declares the same apiVersion/Kind,
+        then the declared new ones; each with the finishing states `optIn` enables for it."""
+        if declarations is not None and not isinstance(declarations, list):
+            raise self.fail("kindDeclarations", "expected a list of kind declarations (README: Declaring a kind)")
+        declared = declarations or []
+        builtin = kinddecl.builtin_declarations()
+        by_key = {**builtin, **{kinddecl.key(d): d for d in declared if isinstance(d, dict) and _named(d)}}
+        opt_ins = self.opt_ins(opt_in, by_key)
+        try:
+            compiled = kinddecl.compile_kinds(declared, self.origin, "kindDeclarations", opt_ins)
+        except kinddecl.KindError as exc:
+            raise PolicyError(str(exc)) from None
+        own = {f"{k.api_version}/{k.kind}": k for k in compiled}
+        kinds = []
+        for kind in BUILTIN_KINDS:
+            name = f"{kind.api_version}/{kind.kind}"
+            if name in own:
+                kinds.append(own.pop(name))  # the operator's declaration replaces the built-in one
+            elif name in opt_ins:
+                kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins)
+            else:
+                kinds.append(kind)
+        return tuple(kinds) + tuple(own.values())
+
+    def opt_ins(self, value: Any, declarations: dict[str, dict[str, Any]]) -> dict[str, tuple[str, ...]]:
+        """`optIn: {apiVersion/Kind: [State, ...]}`: finishing states a kind counts only when named here."""
+        if value is None:
+            return {}
+        if not isinstance(value, dict):
+            raise self.fail("optIn", "expected a mapping of apiVersion/Kind to the states to count as finished, "
+                                     "e.g. {batch.volcano.sh/v1alpha1/Job: [Aborted]}")
+        chosen = {}
+        for name, states in value.items():
+            decl = declarations.get(name)
+            if decl is None:
+                raise self.fail(f"optIn.{name}", "names no known kind; use apiVersion/Kind, e.g. "
+                                                 "batch.volcano.sh/v1alpha1/Job")
+            values = (decl.get("finished") or {}).get("state", {}).get("values", {})
+            available = sorted(v for v, o in values.items() if isinstance(o, dict) and o.get("optIn"))
+            states = self.strings(states, f"optIn.{name}")
+            for i, state in enumerate(states):
+                if state not in available:
+                    raise self.fail(f"optIn.{name}[{i}]", f"{state!r} is not an opt-in state of {name} "
+                                                          f"(it has: {', '.join(available) or 'none'})")
+            chosen[name] = states
+        return chosen
 
     def stuck_fallback(self, value: Any) -> str | None:
         if value is None:
@@ -448,6 +500,11 @@ class _Reader:
                                        "or s3://BUCKET[/PREFIX])")
 
 
+def _named(declaration: dict[str, Any]) -> bool:
+    """Whether a declaration has what its key needs (else the schema names what is missing)."""
+    return isinstance(declaration.get("version"), str) and isinstance(declaration.get("kind"), str)
+
+
 def parse_policy(data: Any, origin: str = "policy") -> Policy:
     reader = _Reader(origin)
     if data is None:
@@ -472,13 +529,15 @@ def parse_policy(data: Any, origin: str = "policy") -> Policy:
             raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
         rules.append(Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}."),
                           reader.cleanup(raw, f"{where}.", top=False)))
+    known = reader.known_kinds(data.get("kindDeclarations"), data.get("optIn"))
     policy = Policy(
         values=reader.values(data, ""),
         rules=tuple(rules),
         include_namespaces=reader.strings(namespaces["include"], "namespaces.include") if "include" in namespaces else (),
         exclude_namespaces=(reader.strings(namespaces["exclude"], "namespaces.exclude")
                             if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
-        kinds=reader.kinds(data["kinds"]) if "kinds" in data else ALL_KINDS,
+        kinds=reader.kinds(data["kinds"], known) if "kinds" in data else _enabled_by_default(known, data),
+        known_kinds=known,
         stuck_fallback=reader.stuck_fallback(data.get("stuckDeletion")),
         cleanup=reader.cleanup(data, "", top=True),
         archive_store=reader.archive_store(data.get("archive")),
@@ -499,3 +558,12 @@ def load_policy(path: str | Path | None) -> Policy:
     except yaml.YAMLError as exc:
         raise PolicyError(f"{path}: not valid YAML: {exc}") from None
     return parse_policy(data, str(path))
+
+
+def _enabled_by_default(known: tuple[JobKind, ...], data: dict[str, Any]) -> tuple[JobKind, ...]:
+    """Without `kinds`: the default kinds (kinds.DEFAULT_KINDS), and those the policy declares
+    (`kindDeclarations`) or opts into (`optIn`): naming a kind there is asking for it."""
+    asked = {f"{k.api_version}/{k.kind}" for k in DEFAULT_KINDS}
+    asked |= {kinddecl.key(d) for d in data.get("kindDeclarations") or () if isinstance(d, dict) and _named(d)}
+    asked |= set(data.get("optIn") or {})
+    return tuple(k for k in known if f"{k.api_version}/{k.kind}" in asked)

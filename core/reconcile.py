@@ -28,7 +28,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from jobttl.core import jsoncodec, keys, scripts
+from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.history import HistoryIndex, limit_decision, membership
@@ -176,7 +176,7 @@ class Reconciler:
             except Exception as exc:  # one odd object must not stop the others
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 rejected.append(Rejected(kind.kind, meta.get("namespace"), meta.get("name"),
-                                         f"{type(exc).__name__}: {exc}"))
+                                         shapes.describe(exc)))
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind).inc()
@@ -285,7 +285,8 @@ class Reconciler:
                 self._invalid_notice(request), *self._fields(request)]
         self.scripts.reconcile(keys=[keys.PENDING_INDEX, keys.override(ref.uid), keys.AUDIT_STREAM,
                                      keys.card(ref.namespace, ref.name), keys.HELD, keys.RECENT_DUE,
-                                     keys.tombstone(ref.namespace, ref.name, ref.uid), self.outbox],
+                                     keys.tombstone(ref.namespace, ref.name, ref.uid), self.outbox,
+                                     keys.DRY_RUN],
                                args=args, client=pipe)
 
     @staticmethod
@@ -343,9 +344,10 @@ class Reconciler:
         ref = request.ref
         seen = "" if planned.previous_due is None else str(planned.previous_due)
         self.scripts.commit(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
-                                  keys.override(ref.uid)],
+                                  keys.override(ref.uid), keys.DRY_RUN],
                             args=[request.member, ref.uid, planned.due, seen, self.audit.max_entries,
-                                  self.audit.tombstone_seconds, *self._fields(request)], client=pipe)
+                                  self.audit.tombstone_seconds, "1" if request.decision.dry_run else "0",
+                                  *self._fields(request)], client=pipe)
 
     @staticmethod
     def _record(request: _Request, planned: Planned, now: float) -> Pending | None:

@@ -15,6 +15,11 @@ Layout in Redis:
   from, the policy rules that matched. Nothing else is stored per pending deletion; the job
   id and the due time are derived from the member and its score.
 - ``jobttl:override:<uid>``: what an operator said (keep, or not before a time).
+- ``jobttl:dry-run:<kind>``: sorted sets beside the index, its dry-run members at the same due
+  time (``jobttl:dry-run`` lists the kinds). Nothing that decides a deletion reads them: they
+  tell what dry run would delete from what is overdue without reading a record (`due_counts`).
+  The scripts that write the index keep them, in the same atomic step; every resync repairs
+  what anything else wrote (`file_dry_run`).
 
 Every reconcile starts with one atomic Lua script (RECONCILE, `jobttl.core.scripts`) that
 compares the decision with what is pending, on Redis's clock. What needs no RQ job (a
@@ -37,6 +42,7 @@ scheduler rather than behind the workers.
 from __future__ import annotations
 
 import enum
+import itertools
 import json
 import time
 from collections.abc import Iterable, Iterator
@@ -53,7 +59,7 @@ from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegis
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from jobttl.core import jsoncodec, keys, scripts
+from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
 
@@ -202,10 +208,29 @@ class Pending:
 
     def as_dict(self, now: float) -> dict[str, Any]:
         """The one public shape of a pending deletion: `jobttl pending --json` and the read API."""
-        return {**self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
-                "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
-                "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
-                "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra}
+        return shapes.with_times({
+            **self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
+            "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
+            "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
+            "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
+
+
+@dataclass(frozen=True)
+class DueCounts:
+    """What is due by some times (`Schedule.due_counts`): deletions, and dry-run records by kind."""
+
+    due: tuple[int, ...]  # per time: pending deletions due by then, dry-run records not counted
+    dry_run: dict[str, tuple[int, ...]]  # per kind, per time: dry-run records due by then
+
+    @classmethod
+    def parse(cls, reply: list[Any], times: int) -> DueCounts:
+        kinds = reply[times:]
+        return cls(tuple(int(n) for n in reply[:times]),
+                   {(kinds[i].decode() if isinstance(kinds[i], bytes) else kinds[i]):
+                    tuple(int(n) for n in kinds[i + 1:i + 1 + times]) for i in range(0, len(kinds), times + 1)})
+
+    def dry_run_total(self, time_index: int = 0) -> int:
+        return sum(counts[time_index] for counts in self.dry_run.values())
 
 
 @dataclass(frozen=True)
@@ -330,8 +355,18 @@ class Schedule:
     def count(self) -> int:
         return self.redis.zcard(keys.PENDING_INDEX)
 
-    def count_due_by(self, when: float) -> int:
-        return self.redis.zcount(keys.PENDING_INDEX, "-inf", when)
+    def due_counts(self, *times: float) -> DueCounts:
+        """How many are due by each of `times`, dry-run records apart, in one read."""
+        return DueCounts.parse(self.scripts.count_due(times, self.redis), len(times))
+
+    def drop_orphan(self, member: str) -> bool:
+        """Take out an index entry whose RQ job (and record) is gone; True if it was there."""
+        kinds = [k.decode() for k in self.redis.smembers(keys.DRY_RUN)]
+        with self.redis.pipeline() as pipe:
+            pipe.zrem(keys.PENDING_INDEX, member)
+            for kind in kinds:
+                pipe.zrem(keys.dry_run(kind), member)
+            return bool(pipe.execute()[0])
 
     # --- operator overrides: keyed by UID, consulted by every reconcile and by the worker -------
     def override(self, uid: str) -> dict[str, str]:
@@ -344,6 +379,19 @@ class Schedule:
         pipe.expire(key, OVERRIDE_SECONDS)
         if pipeline is None:
             pipe.execute()
+
+    def clear_override(self, uid: str, field: str) -> None:
+        """Take back what an operator said (`keep` or `until`); a stage done for good stays done.
+
+        `by` and `at` go with the last thing said: they describe it and nothing else.
+        """
+        key = keys.override(uid)
+        with self.redis.pipeline() as pipe:
+            pipe.hdel(key, field)
+            pipe.hmget(key, "keep", "until")
+            left = pipe.execute()[1]
+        if left == [None, None]:
+            self.redis.hdel(key, "by", "at")
 
     def mark_done(self, uid: str, stage: str) -> None:
         """A stage that ran for good (the pods are gone): the reconcile script never books it again."""
@@ -454,6 +502,31 @@ class Schedule:
     def mark_permanent_failure(self, job: Job) -> None:
         job.meta[PERMANENT_FAILURE] = True
         job.save_meta()
+
+
+def file_dry_run(redis: Redis, batch: int = 1000) -> int:
+    """File every index member among the dry-run records as its RQ job's meta says, and take out
+    whatever they hold that the index does not (DRY_RUN_FILE, atomic per member): the upgrade
+    from a layout without those records, and the resync's repair after anything wrote the index
+    without them (a process of an earlier release, a hand edit). How many dry-run records there are."""
+    lua, filed = scripts.Scripts(redis).dry_run_file, 0
+    kinds = [k.decode() for k in redis.smembers(keys.DRY_RUN)]
+
+    def members() -> Iterator[tuple[str, bool]]:
+        """(member, in the index?): the index's, then the dry-run sets'. ZSCAN: members moved or
+        added meanwhile are filed by the scripts that write them; one in both is filed twice, alike."""
+        for key in (keys.PENDING_INDEX, *map(keys.dry_run, kinds)):
+            for member, _ in redis.zscan_iter(key, count=batch):
+                yield member.decode(), key == keys.PENDING_INDEX
+    scanned = members()
+    while page := list(itertools.islice(scanned, batch)):
+        with redis.pipeline(transaction=False) as pipe:
+            for member, _ in page:
+                uid, stage = split_member(member)
+                lua(keys=[keys.PENDING_INDEX, keys.DRY_RUN],
+                    args=[member, f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"], client=pipe)
+            filed += sum(dry for (_, indexed), dry in zip(page, scripts.execute(pipe)) if indexed)
+    return filed
 
 
 def _utc(epoch: int) -> datetime:

@@ -102,12 +102,26 @@ local function meta_of(raw)
   if ok and type(meta) == 'table' then return meta end
   return nil
 end
+
+-- The dry-run records beside the index: `kinds` (keys.DRY_RUN) lists the kinds, and a sorted
+-- set per kind (kinds .. ':' .. kind) holds the index's dry-run members at the same due time.
+-- Nothing that decides a deletion reads them: they let the gauges tell what dry run would
+-- delete from what is overdue without reading a record. Every write of the index keeps them.
+local function undry(kinds, member)
+  for _, kind in ipairs(redis.call('SMEMBERS', kinds)) do redis.call('ZREM', kinds .. ':' .. kind, member) end
+end
+
+local function mark_dry(kinds, kind, member, due)
+  if kind == '' then kind = '?' end
+  redis.call('SADD', kinds, kind)
+  redis.call('ZADD', kinds .. ':' .. kind, due, member)
+end
 """
 
 # Reconcile one decision about one member (a UID, or a UID's pod stage) with the schedule.
 #
 # KEYS: pending index, override hash, audit stream, history card, held hash, the guard's
-#       recent-newly-due set, the UID's tombstone, the notices outbox
+#       recent-newly-due set, the UID's tombstone, the notices outbox, the dry-run kinds
 # ARGV: member, uid, verdict ("expires" or why not), expires_at, mode (guarded | collect |
 #       release), burst limit (-1: none), RQ job key prefix of the stage ("rq:job:delete-"), dry run
 #       ("1"/"0"), decision JSON for the card when nothing changes, held JSON, audit maxlen,
@@ -183,6 +197,7 @@ if verdict ~= 'expires' then
   -- recorded it). The running job re-reads the object and records the outcome itself.
   if echo and state == 'started' then return result('running', cur) end
   redis.call('ZREM', KEYS[1], member)
+  undry(KEYS[9], member)
   change('cancelled', nil, cur, verdict)
   return result('cancelled')
 end
@@ -198,6 +213,7 @@ if override[3] then
   -- This stage ran for good (Schedule.mark_done): nothing to book again.
   if not cur then return result('ignored') end
   redis.call('ZREM', KEYS[1], member)
+  undry(KEYS[9], member)
   change('cancelled', nil, cur, 'done')
   return result('cancelled')
 end
@@ -208,6 +224,7 @@ if override[1] == 'true' then
     return result('kept')
   end
   redis.call('ZREM', KEYS[1], member)
+  undry(KEYS[9], member)
   change('cancelled', nil, cur, 'kept-by-operator')
   return result('cancelled')
 end
@@ -249,9 +266,9 @@ return result('schedule', due)
 """
 
 # Record a deletion RECONCILE said to schedule, in the same MULTI as RQ's write of its job.
-# KEYS: pending index, audit stream, history card, override hash.
-# ARGV: member, uid, due, the due RECONCILE saw ("" for none), audit maxlen, card TTL, then the
-#       audit entry's fields as key, value, ...
+# KEYS: pending index, audit stream, history card, override hash, the dry-run kinds.
+# ARGV: member, uid, due, the due RECONCILE saw ("" for none), audit maxlen, card TTL, dry run
+#       ("1"/"0"), then the audit entry's fields as key, value, ...
 # Returns: {change, due, previous due}: "unchanged" if a concurrent reconcile committed the same,
 # "kept" if an operator said keep meanwhile (the RQ job then finds itself superseded).
 COMMIT = _PRELUDE + r"""
@@ -259,11 +276,14 @@ local member, uid, due, seen = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local cur = redis.call('ZSCORE', KEYS[1], member)
 local shown = cur and string.format('%d', tonumber(cur)) or ''
 if redis.call('HGET', KEYS[4], 'keep') == 'true' then return {'kept', ARGV[3], shown} end
+-- Even when a concurrent reconcile committed the same due time: the RQ job of that time is
+-- the one written in this MULTI, whose meta says dry run or not.
+if ARGV[7] == '1' then mark_dry(KEYS[5], field_of(ARGV, 'kind', 8), member, due) else undry(KEYS[5], member) end
 if shown ~= seen and cur and tonumber(cur) == due then return {'unchanged', ARGV[3], shown} end
 redis.call('ZADD', KEYS[1], due, member)
 local event = (cur and tonumber(cur) ~= due) and 'moved' or 'scheduled'
 local entry = {'event', event}
-for i = 7, #ARGV do entry[#entry + 1] = ARGV[i] end
+for i = 8, #ARGV do entry[#entry + 1] = ARGV[i] end
 entry[#entry + 1] = 'due'; entry[#entry + 1] = ARGV[3]
 if cur then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = shown end
 local id = audit(KEYS[2], ARGV[5], entry)
@@ -336,20 +356,23 @@ return {due or '', t[1], t[2], override[1] or '', override[2] or '', redis.call(
 
 # The worker, after deciding: record the outcome (deleted, delete-requested, would-delete, ...).
 # KEYS: pending index, audit stream, history card, tombstone key, terminating set, terminating
-#       info, claim, intent, override hash.
-# ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one),
+#       info, claim, intent, override hash, the dry-run kinds.
+# ARGV: member, uid, due, forget ("1": the pending entry ends if it is still this one, and the job's pods
+#       stage with the job; "2": only the entry; "0": it stays),
 #       audit maxlen, card TTL, tombstone JSON or "", tombstone TTL, follow-up time or "",
 #       follow-up info JSON or "", a stage done for good ("" for none), the override's TTL, then
 #       the audit entry's fields as key, value, ... (event first).
 # Returns the audit entry's id.
 FINISH = _PRELUDE + r"""
 local member, uid, due = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if ARGV[4] == '1' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') == due then
+if ARGV[4] ~= '0' and tonumber(redis.call('ZSCORE', KEYS[1], member) or '-1') == due then
   redis.call('ZREM', KEYS[1], member)
+  undry(KEYS[10], member)
 end
 if ARGV[4] == '1' and member == uid then
   -- The job itself is going: its pods stage goes with it (its RQ job finds itself superseded).
   redis.call('ZREM', KEYS[1], 'pods:' .. uid)
+  undry(KEYS[10], 'pods:' .. uid)
 end
 if ARGV[11] ~= '' then
   -- A stage that ran for good: RECONCILE never books it again (see its done:<stage> check).
@@ -441,7 +464,42 @@ return out
 """
 
 
-ALL = (RECONCILE, COMMIT, RETIRE, BOOKED, BEGIN, FINISH, RELEASE, RECORD, HISTORY)
+# File one index member among the dry-run records as its RQ job's meta says (or take it out):
+# the upgrade from a layout without them (jobttl.core.upgrade), and the resync's repair.
+# KEYS: pending index, the dry-run kinds.
+# ARGV: member, the key of its RQ job without the due time ("rq:job:delete-<uid>-").
+# Returns 1 if it is a dry-run record.
+DRY_RUN_FILE = _PRELUDE + r"""
+local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
+local meta = due and meta_of(redis.call('HGET', ARGV[2] .. string.format('%d', tonumber(due)), 'meta'))
+if meta and meta['dryRun'] == true and type(meta['ref']) == 'table' and type(meta['ref'][2]) == 'string' then
+  mark_dry(KEYS[2], meta['ref'][2], ARGV[1], tonumber(due))
+  return 1
+end
+undry(KEYS[2], ARGV[1])
+return 0
+"""
+
+# Count what is due, dry run apart, in one read (the gauges, `jobttl status`).
+# KEYS: pending index, the dry-run kinds.  ARGV: times (epoch seconds).
+# Returns: for each time, the index's members due by then that are not dry-run records; then
+# for each kind with dry-run records: the kind, and for each time, its dry-run records due by then.
+DUE_COUNTS = r"""
+local out, kinds = {}, redis.call('SMEMBERS', KEYS[2])
+for i, at in ipairs(ARGV) do out[i] = redis.call('ZCOUNT', KEYS[1], '-inf', at) end
+for _, kind in ipairs(kinds) do
+  out[#out + 1] = kind
+  for i, at in ipairs(ARGV) do
+    local dry = redis.call('ZCOUNT', KEYS[2] .. ':' .. kind, '-inf', at)
+    out[i] = math.max(out[i] - dry, 0)
+    out[#out + 1] = dry
+  end
+end
+return out
+"""
+
+
+ALL = (RECONCILE, COMMIT, RETIRE, BOOKED, BEGIN, FINISH, RELEASE, RECORD, HISTORY, DRY_RUN_FILE, DUE_COUNTS)
 _SOURCES: dict[str, str] = {}  # SHA1 → source of the scripts in use: a NOSCRIPT of one of them loads ALL
 
 
@@ -537,17 +595,26 @@ class Scripts:
         self.finish = Lua(redis, FINISH)
         self.record = Lua(redis, RECORD)
         self.history = Lua(redis, HISTORY)
+        self.dry_run_file = Lua(redis, DRY_RUN_FILE)
+        self.due_counts = Lua(redis, DUE_COUNTS)
+
+    def count_due(self, times: Sequence[float], client: Any) -> Any:
+        """DUE_COUNTS, on `client` (a pipeline queues it)."""
+        return self.due_counts(keys=[keys.PENDING_INDEX, keys.DRY_RUN], args=list(times), client=client)
 
     def record_outcome(self, ref: JobRef, member: str, due: int, entry: dict[str, Any], *, forget: bool,
                        max_entries: int, card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0,
                        follow: float | None = None, info: str | None = None, done: str | None = None,
-                       override_ttl: int = 0) -> Any:
-        """FINISH, with its keys and arguments in the order the script reads them."""
-        args: list[Any] = [member, ref.uid, due, "1" if forget else "0", max_entries, card_ttl, tombstone or "",
+                       override_ttl: int = 0, stages_too: bool = True) -> Any:
+        """FINISH, with its keys and arguments in the order the script reads them. `forget`: the
+        pending entry ends (if still this one) and, for the job itself, its pods stage with it,
+        unless not `stages_too` (the job is held, not gone: its pods stage is its own run's)."""
+        forgets = ("1" if stages_too else "2") if forget else "0"
+        args: list[Any] = [member, ref.uid, due, forgets, max_entries, card_ttl, tombstone or "",
                            tombstone_ttl, "" if follow is None else follow, info or "", done or "", override_ttl]
         for key, value in entry.items():
             args += [key, value]
         return self.finish(keys=[keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name),
                                  keys.tombstone(ref.namespace, ref.name, ref.uid), keys.TERMINATING,
                                  keys.TERMINATING_INFO, keys.claim(member), keys.intent(member),
-                                 keys.override(ref.uid)], args=args)
+                                 keys.override(ref.uid), keys.DRY_RUN], args=args)

@@ -143,5 +143,5 @@ def scheduled_message(kind: str, stage: str, due: int, ttl: int | None, ttl_sour
     if ttl_source and ttl_source.startswith(SOURCE_PREFIX):
         why = ttl_source  # keepLast of rule research (3 succeeded)
     else:
-        why = f"TTL {format_duration(ttl)} from {ttl_source}" if ttl is not None and ttl_source else "policy"
+        why = f"TTL {format_duration(ttl, exact=True)} from {ttl_source}" if ttl is not None and ttl_source else "policy"
     return f"jobttl {verb} {what} at {when} ({why})"

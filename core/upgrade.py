@@ -12,6 +12,11 @@ as version 2. The index (``jobttl:pending``), the overrides, the audit stream an
 tombstones keep their keys. The RQ jobs themselves are left as they are: the worker's job
 class (`LEGACY_TASKS`) runs a 0.1 task name as its 0.2 task, which accepts 0.1 arguments,
 so every pending deletion still runs at its due time.
+
+A Redis written before the dry-run records were kept beside the index (``jobttl:dry-run:<kind>``,
+`jobttl.core.schedule`) has them filed once, from each pending deletion's RQ job meta, and is
+marked (``jobttl:schema:dry-run``). The layout version stays 2: a process of an earlier 0.2
+release reads the same layout, and only the gauges count by those records.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from jobttl.core import jsoncodec, keys, logs
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.guard import HeldDeletion
 from jobttl.core.identity import JobRef
-from jobttl.core.schedule import DELETE_TASK, RESYNC_TASK, WARN_TASK, Pending
+from jobttl.core.schedule import DELETE_TASK, RESYNC_TASK, WARN_TASK, Pending, file_dry_run
 
 log = logging.getLogger("jobttl.upgrade")
 
@@ -51,20 +56,33 @@ def ensure(redis: Redis, card_ttl: int = 7 * 86400, mark: bool = True) -> bool:
     `mark` records the layout version even in an empty Redis (the sink and worker do, so the
     command line recognises the Redis as jobttl's); the command line itself never marks one.
     """
-    if (redis.get(keys.SCHEMA) or b"").decode() == SCHEMA_VERSION:
+    if _current(redis) == (True, True):
         return False
     if not mark and not redis.exists(keys.PENDING_INDEX, keys.AUDIT_STREAM, keys.HELD):
         return False
     lock = redis.lock(LOCK, timeout=600, blocking_timeout=600)
     with lock:
-        if (redis.get(keys.SCHEMA) or b"").decode() == SCHEMA_VERSION:
+        layout, filed = _current(redis)
+        if layout and filed:
             return False  # another process did it while we waited
-        counts = {"records": _records(redis, card_ttl), "held": _held(redis),
-                  "tombstones": _tombstones(redis, card_ttl), "audit": _audit(redis, card_ttl)}
-        redis.set(keys.SCHEMA, SCHEMA_VERSION)
+        counts = {}
+        if not layout:
+            counts = {"records": _records(redis, card_ttl), "held": _held(redis),
+                      "tombstones": _tombstones(redis, card_ttl), "audit": _audit(redis, card_ttl)}
+            redis.set(keys.SCHEMA, SCHEMA_VERSION)
+        # After the 0.1 records are in their RQ jobs' meta: the dry-run records are filed from it.
+        counts["dryRunRecords"] = file_dry_run(redis)
+        redis.set(keys.DRY_RUN_INDEXED, "1")
     if any(counts.values()):
-        logs.record(log, "upgraded", level=logging.WARNING, fromVersion="0.1", toVersion=SCHEMA_VERSION, **counts)
+        logs.record(log, "upgraded", level=logging.WARNING, fromVersion=SCHEMA_VERSION if layout else "0.1",
+                    toVersion=SCHEMA_VERSION, **counts)
     return any(counts.values())
+
+
+def _current(redis: Redis) -> tuple[bool, bool]:
+    """(the layout is version 2, its dry-run records are filed), in one round trip."""
+    schema, filed = redis.mget(keys.SCHEMA, keys.DRY_RUN_INDEXED)
+    return (schema or b"").decode() == SCHEMA_VERSION, filed is not None
 
 
 def _legacy_record(data: dict[str, str]) -> Pending:

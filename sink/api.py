@@ -3,7 +3,8 @@
 The answers are those of `jobttl pending` and `jobttl show`, from the same code
 (`jobttl.core.operations`), for dashboards and scripts that cannot reach Redis. Errors
 are raised as HTTP exceptions so that the app's one error handler renders them as the
-sink's usual JSON error (``{"error": ..., "code": ...}``). Described by `jobttl.sink.openapi`. Off with ``JOBTTL_READ_API=off``.
+sink's usual JSON error (``{"error": ..., "code": ...}``). Described by `jobttl.sink.openapi`,
+which ``GET /`` and ``GET /api/v1`` point at. Off with ``JOBTTL_READ_API=off``.
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def get_deletion(namespace: str, name: str) -> Response:
         raise Conflict(str(exc)) from None
     except InvalidIdentity as exc:
         raise BadRequest(str(exc)) from None
+
+
+@blueprint.get("/")
+@blueprint.get("/api/v1", strict_slashes=False)
+def index() -> Response:
+    """Where to look: a browser or `curl` pointed at the sink finds the document, not a 405."""
+    return jsonify(name="jobttl", openapi="/openapi.json", paths=list(DOCUMENT["paths"]),
+                   events="POST / (CloudEvents)", metrics="/metrics")
 
 
 @blueprint.get("/openapi.json")

@@ -2,12 +2,15 @@
 
 Written by hand, next to the routes in `jobttl.sink.api`: the tests check that it is a valid
 OpenAPI document and that every answer the sink gives matches it. The CloudEvents endpoint
-(``POST /``) and ``/metrics`` follow other specifications and are not described here.
+(``POST /``) and ``/metrics`` follow other specifications and are not described here, and so
+neither is ``GET /``, the same index as ``GET /api/v1`` on the path CloudEvents are posted to.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from jobttl.core.shapes import FIELDS, TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
@@ -32,6 +35,22 @@ _IDENTITY = {
 
 _STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
 
+
+def _typed(kind: str) -> dict[str, Any]:
+    return {"type": "array", "items": {"type": "string"}} if kind == "array" else {"type": kind}  # lists of strings
+
+
+def _times(*fields: str) -> dict[str, Any]:
+    """The RFC 3339 twins of these epoch fields (jobttl.core.shapes.with_times)."""
+    return {field + TIME_SUFFIX: {"type": "string", "format": "date-time", "description": f"{field}, in RFC 3339 UTC"}
+            for field in fields}
+
+
+# An audit entry's fields that have a type of their own (jobttl.core.shapes.FIELDS), the RFC
+# 3339 twins of its times, and what did not parse as its type; every other field is a string.
+_ENTRY_FIELDS = {**{name: _typed(kind) for name, kind in FIELDS.items()}, **_times(*TIME_FIELDS),
+                 UNPARSED: {**_STRING_MAP, "description": "fields whose stored value is not of their type, as stored"}}
+
 # Kubernetes object names are DNS-1123 subdomains of at most 253 characters; namespaces
 # DNS-1123 labels of at most 63 (jobttl.core.identity checks the same).
 _NAME = {"type": "string", "minLength": 1, "maxLength": 253,
@@ -44,9 +63,15 @@ DOCUMENT: dict[str, Any] = {
         "title": "jobttl",
         "version": "1",
         "description": "What jobttl will delete, when and why: the pending deletions of finished Kubernetes "
-                       "training jobs, and everything known about one job. Read-only; times are Unix seconds.",
+                       "training jobs, and everything known about one job. Read-only. Every time is given in Unix "
+                       "seconds (`due`) and, beside it, in RFC 3339 UTC (`dueTime`).",
     },
     "paths": {
+        "/api/v1": {"get": {
+            "summary": "Where the API is: this document and its paths",
+            "operationId": "apiIndex",
+            "responses": {"200": _json(_ref("Index"), "links")},
+        }},
         "/healthz": {"get": {
             "summary": "The process is alive (checks nothing else)",
             "operationId": "healthz",
@@ -98,14 +123,23 @@ DOCUMENT: dict[str, Any] = {
                    "properties": {"status": {"type": "string"},
                                   "redisClockOffset": {"type": "number",
                                                        "description": "Redis's clock minus this host's, seconds"}}},
+        "Index": {
+            "type": "object", "required": ["name", "openapi", "paths"], "additionalProperties": False,
+            "properties": {"name": {"type": "string"},
+                           "openapi": {"type": "string", "description": "where the OpenAPI document is"},
+                           "paths": {"type": "array", "items": {"type": "string"},
+                                     "description": "the paths it describes"},
+                           "events": {"type": "string", "description": "where CloudEvents go"},
+                           "metrics": {"type": "string", "description": "Prometheus metrics"}},
+        },
         "Error": {
             "type": "object", "required": ["error", "code"],
             "properties": {"error": {"type": "string"}, "code": {"type": "integer"}},
         },
         "PendingDeletion": {
             "type": "object",
-            "required": [*_IDENTITY, "stage", "due", "dueIn", "jobId", "state", "finishedAt", "ttl", "ttlSource",
-                         "rules", "dryRun", "scheduledAt"],
+            "required": [*_IDENTITY, "stage", "due", "dueTime", "dueIn", "jobId", "state", "finishedAt", "ttl",
+                         "ttlSource", "rules", "dryRun", "scheduledAt"],
             "properties": {
                 **_IDENTITY,
                 "stage": {"type": "string", "enum": ["job", "pods"],
@@ -123,6 +157,7 @@ DOCUMENT: dict[str, Any] = {
                 "scheduledAt": {"type": "integer", "nullable": True},
                 "wouldDeleteAt": {"type": "integer", "nullable": True,
                                   "description": "dry-run: when a real run would have deleted it"},
+                **_times("due", "finishedAt", "scheduledAt", "wouldDeleteAt"),
             },
         },
         "DeletionList": {
@@ -135,10 +170,11 @@ DOCUMENT: dict[str, Any] = {
             },
         },
         "AuditEntry": {
-            "type": "object", "required": ["id", "at", "event"],
-            "description": "One decision from the audit trail; other fields (reason, due, lateness, error, ...) "
-                           "are strings as recorded.",
-            "properties": {"id": {"type": "string"}, "at": {"type": "number"}, "event": {"type": "string"}},
+            "type": "object", "required": ["id", "at", "atTime", "event"],
+            "description": "One decision from the audit trail: the job's identity, what happened and its details "
+                           "(reason, due, lateness, error, ...). Fields not listed here are strings.",
+            "properties": {"id": {"type": "string", "description": "the stream id; its first part is `at` in ms"},
+                           "at": {"type": "number"}, "event": {"type": "string"}, **_IDENTITY, **_ENTRY_FIELDS},
             "additionalProperties": {"type": "string"},
         },
         "Tombstone": {
@@ -147,6 +183,7 @@ DOCUMENT: dict[str, Any] = {
             "properties": {
                 **_IDENTITY,
                 "deletedAt": {"type": "number"},
+                **_times("deletedAt"),
                 "labels": _STRING_MAP,
                 "annotations": _STRING_MAP,
                 "creationTimestamp": {"type": "string", "nullable": True},
@@ -154,23 +191,37 @@ DOCUMENT: dict[str, Any] = {
                                                             "start and completion time"},
                 "archive": {"type": "string", "description": "where its archive is (a directory or s3:// URL), when "
                                                              "the policy archives; `jobttl logs` prints its logs"},
+                "unkept": {"type": "string", "description": "why its labels and status were not kept (too large or "
+                                                            "too deep); they are empty then"},
             },
         },
         "Decision": {
             "type": "object", "required": ["uid", "event", "at"],
             "description": "The latest decision about one UID that had the name: why it is kept, or what happened.",
-            "properties": {"uid": {"type": "string"}, "event": {"type": "string"},
+            "properties": {"uid": {"type": "string"}, "event": {"type": "string"}, "kind": {"type": "string"},
                            "reason": {"type": "string"}, "detail": {"type": "string"},
-                           "at": {"type": "number", "nullable": True}},
+                           "at": {"type": "number", "nullable": True}, **_ENTRY_FIELDS},
             "additionalProperties": {"type": "string"},
         },
+        "Override": {
+            "type": "object", "required": ["uid", "keep", "until", "by", "at"],
+            "description": "An operator's keep (`jobttl cancel`) or later time (`jobttl postpone`) for one UID; "
+                           "`--undo` takes it back.",
+            "properties": {"uid": {"type": "string"}, "keep": {"type": "boolean"},
+                           "until": {"type": "integer", "nullable": True, "description": "not deleted before (epoch s)"},
+                           "by": {"type": "string", "nullable": True},
+                           "at": {"type": "integer", "nullable": True, "description": "when it was said (epoch s)"}},
+        },
         "Job": {
-            "type": "object", "required": ["namespace", "name", "kind", "pending", "decisions", "history", "tombstones"],
+            "type": "object",
+            "required": ["namespace", "name", "kind", "pending", "overrides", "decisions", "history", "tombstones"],
             "properties": {
                 "namespace": {"type": "string"},
                 "name": {"type": "string"},
                 "kind": {"type": "string", "nullable": True},
                 "pending": {"type": "array", "items": _ref("PendingDeletion")},
+                "overrides": {"type": "array", "items": _ref("Override"),
+                              "description": "what operators said (jobttl cancel, postpone) about each UID, if anything"},
                 "decisions": {"type": "array", "items": _ref("Decision"), "description": "newest first"},
                 "history": {"type": "array", "items": _ref("AuditEntry"), "description": "newest first"},
                 "tombstones": {"type": "array", "items": _ref("Tombstone"), "description": "newest first"},

@@ -186,4 +186,4 @@ def unexpected(exc: Exception) -> Response:
         return error(503, f"Redis is unavailable, retry later: {exc}", {"Retry-After": "1"})
     log.exception("unexpected error handling %s %s", request.method, request.path,
                   extra={"event": "unexpected-error", "detail": str(exc)})
-    return error(500, f"internal error: {type(exc).__name__}")
+    return error(500, "internal error; the sink's log has the details")

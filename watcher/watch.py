@@ -26,11 +26,14 @@ import requests
 from jobttl.core import logs
 from jobttl.core.apiserversource import resource_event
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import KubeClient, ListExpired
+from jobttl.core.kube import KubeClient, ListExpired, NotServed
 
 log = logging.getLogger("jobttl.watch")
 
 ACTIONS = {"ADDED": "add", "MODIFIED": "update", "DELETED": "delete"}
+
+
+NOT_SERVED_RECHECK = 300.0  # seconds between looks for a kind the cluster does not serve
 
 
 class Backoff:
@@ -111,6 +114,7 @@ class KindWatcher:
         self.last: dict[str, dict[str, Any]] = {}  # uid → last seen object, to report deletions on relist
         self.resource_version: str | None = None
         self.listed = False  # the first list only takes stock
+        self.not_served = False  # reported once that the cluster does not serve this kind
 
     def run(self) -> None:
         backoff = Backoff()
@@ -123,6 +127,17 @@ class KindWatcher:
             except ListExpired:
                 logs.record(log, "relist", kind=self.kind.kind, detail="watch expired (410)")
                 self.resource_version = None
+            except NotServed as exc:
+                # No CRD for this kind here (RayJob without KubeRay): said once, then looked for
+                # quietly, and watched from the moment it is installed.
+                if not self.not_served:
+                    logs.record(log, "kind-not-served", level=logging.WARNING, kind=self.kind.kind,
+                                apiVersion=self.kind.api_version, detail=f"{exc}; looking again every "
+                                                                          f"{NOT_SERVED_RECHECK:.0f}s")
+                self.not_served = True
+                self.resource_version = None
+                self.stop.wait(NOT_SERVED_RECHECK)
+                continue
             except Exception as exc:  # connection reset, timeouts, 5xx: keep the resourceVersion, retry
                 logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind, detail=str(exc))
                 backoff.wait(self.stop)
@@ -142,6 +157,9 @@ class KindWatcher:
         for uid, obj in self.last.items():
             if uid not in seen:
                 self.poster.post(self.kind, "delete", obj)
+        if self.not_served:
+            logs.record(log, "kind-served", kind=self.kind.kind, apiVersion=self.kind.api_version)
+            self.not_served = False
         self.listed = True
         self.last = seen
         self.known = {uid: obj["metadata"].get("resourceVersion") for uid, obj in seen.items()}

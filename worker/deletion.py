@@ -30,7 +30,7 @@ from typing import Any
 
 from rq.job import Job
 
-from jobttl.core import jsoncodec, keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.archive import plan_for
 from jobttl.core.audit import entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
@@ -267,7 +267,7 @@ class Deletion:
         except ArchiveFailed as exc:
             ctx.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
                              logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                             failure="archive-failed", required=plan.required, error=str(exc.__cause__ or exc))
+                             failure="archive-failed", required=plan.required, error=shapes.describe(exc.__cause__ or exc))
             if plan.required:
                 raise
             return None
@@ -332,7 +332,7 @@ class Deletion:
     def hold_for_review(self, target: Target, decision: Decision) -> str:
         """Into the guard's held set, out of the schedule: `jobttl resync --confirm HELD_ID` releases it."""
         HeldDeletions(self.ctx.redis).hold([HeldDeletion(target.member, target.ref, decision, FIRST_RUN)])
-        self._finish("held", target, forget=True, reason="first-run-review",
+        self._finish("held", target, forget=True, stages_too=False, reason="first-run-review",
                      detail="already due when jobttl was installed: held until an operator reviews it "
                             "(`jobttl held`, then `jobttl resync --confirm HELD_ID`)",
                      **_details(target, decision, self.ctx.clock.now()))
@@ -366,7 +366,7 @@ class Deletion:
 
     def _finish(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
                 follow: float | None = None, info: str | None = None, done: str | None = None,
-                **fields: Any) -> None:
+                stages_too: bool = True, **fields: Any) -> None:
         """The one write of an outcome: the index, the audit entry, the history card, the tombstone,
         the follow-up, a stage done for good; the claim and the intent end with it."""
         ctx = self.ctx
@@ -374,7 +374,7 @@ class Deletion:
         ctx.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
                                    max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds,
                                    tombstone=tombstone, tombstone_ttl=ctx.audit.tombstone_seconds, follow=follow,
-                                   info=info, done=done, override_ttl=OVERRIDE_SECONDS)
+                                   info=info, done=done, override_ttl=OVERRIDE_SECONDS, stages_too=stages_too)
         ctx.audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
 
     def _forget(self, target: Target, reason: str) -> str:

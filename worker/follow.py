@@ -21,7 +21,7 @@ import logging
 import threading
 from typing import Any
 
-from jobttl.core import jsoncodec, keys, logs
+from jobttl.core import jsoncodec, keys, logs, shapes
 from jobttl.core.audit import entry_fields
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import KindRegistry
@@ -31,9 +31,6 @@ from jobttl.worker.context import WorkerContext
 log = logging.getLogger("jobttl.follow")
 
 LEASE = 30  # seconds a claimed member is left alone by the other workers
-# A deletion is followed whatever the policy enables now: a kind dropped from `kinds` since the
-# DELETE does not make its object gone.
-EVERY_KIND = KindRegistry()
 BATCH = 50
 MAX_BACKOFF = 60
 
@@ -52,6 +49,9 @@ class Follower:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="follow-deletions", daemon=True)
         self._claim = ctx.redis.register_script(_CLAIM)
+        # A deletion is followed whatever the policy enables now: a kind dropped from `kinds` since
+        # the DELETE does not make its object gone. Every kind known: built in, or declared.
+        self.every_kind = KindRegistry(ctx.settings.policy.known_kinds)
 
     def start(self) -> None:
         self._thread.start()
@@ -86,7 +86,7 @@ class Follower:
     def check(self, member: str, info: dict[str, Any]) -> None:
         ctx = self.ctx
         ref = JobRef.from_dict(info["ref"])
-        kind = EVERY_KIND.get(ref.api_version, ref.kind)
+        kind = self.every_kind.get(ref.api_version, ref.kind)
         if kind is None:  # written by another version of jobttl: no way to look, so never "deleted"
             raise ValueError(f"cannot follow {ref}: this jobttl does not know {ref.api_version} {ref.kind}")
         try:
@@ -129,21 +129,21 @@ class Follower:
                           f"and dependants {blocking['dependants'] or 'unknown'}", warning=True)
         fallback = ctx.settings.policy.stuck_fallback
         if fallback and not info.get("fellBack"):
-            kind = EVERY_KIND.get(ref.api_version, ref.kind)
+            kind = self.every_kind.get(ref.api_version, ref.kind)
             try:
                 ctx.kube.delete(kind, ref.namespace, ref.name, ref.uid, meta.get("resourceVersion", ""), fallback)
                 ctx.audit.record("delete-requested", ref, logger=log, by="worker", propagationPolicy=fallback,
                                  reason="stuck-fallback")
             except Exception as exc:  # noqa: BLE001 - a failed fallback leaves it stuck, and says so
                 ctx.audit.record("failed", ref, logging.ERROR, logger=log, by="worker", reason="stuck-fallback",
-                                 error=str(exc), failure="stuck")
+                                 error=shapes.describe(exc), failure="stuck")
             info = {**info, "fellBack": True}
         return {**info, "stuck": True}
 
     def _dependants(self, ref: JobRef) -> list[str]:
         """Pods still owned by the job (when the worker may list pods), with their finalizers."""
         ctx = self.ctx
-        kind = EVERY_KIND.get(ref.api_version, ref.kind)
+        kind = self.every_kind.get(ref.api_version, ref.kind)
         if kind is None or not kind.pod_label or "list" not in ctx.kube.granted.get("pods", ()):
             return []
         try:

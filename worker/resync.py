@@ -30,11 +30,12 @@ from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision
 from jobttl.core.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.identity import JobRef
+from jobttl.core.install import InstallRecord
 from jobttl.core.kinds import JobKind
 from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.prefetch import prefetched
 from jobttl.core.reconcile import COLLECT, Outcome
-from jobttl.core.schedule import Change, member_for, split_member
+from jobttl.core.schedule import Change, file_dry_run, member_for, split_member
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.resync")
@@ -105,22 +106,38 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             report.status, report.held_id = "stale-confirmation", held_id(sorted(before))
             return report
         confirmed = before if confirm else set()
-        install = ctx.install.current()
+        try:
+            # A resync before any worker (`jobttl resync` on a new cluster) starts the review as a
+            # worker would: it must not book, unreviewed, what was overdue at install.
+            install = ctx.install.current() or ctx.install.establish(ctx.clock.now())
+        except (TransientApiError, PermanentApiError, ValueError) as exc:
+            # Without the install record nobody can tell what the review holds: nothing is decided.
+            report.errors.append(f"the install record (jobttl.core.install): {exc}")
+            report.status = "incomplete"
+            return report
         report.install = install.as_dict() if install is not None else None
         due_now: dict[str, tuple[JobRef, Decision, str]] = {}
         dues: dict[str, int] = {}
         seen: set[str] = set()
         listed = set()
         for kind in ctx.settings.policy.kinds:
-            if _list_kind(ctx, kind, report, seen, due_now, dues, lock):
+            if _list_kind(ctx, kind, report, seen, due_now, dues, lock, install):
                 listed.add((kind.api_version, kind.kind))
         _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
+        # The dry-run records the gauges count by, made to match the index again, should anything
+        # have written it without them (a process of an earlier release during a rollout).
+        file_dry_run(ctx.redis)
         _drop_vanished_from_history(ctx, listed, seen)
         review = {m for m in due_now if install is not None and install.holds(dues[m])}
         _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
-                         bool(confirm), report)
+                         bool(confirm), report, install)
         if report.errors:
             report.status = "incomplete"
+        elif report.status == "done" and install is not None and install.under_review \
+                and _nothing_left_to_review(ctx, held, install, confirmed=set()):
+            # A first install where nothing was overdue: nothing to review, so the review ends, and
+            # `jobttl status` does not ask for one.
+            _mark_reviewed(ctx, "resync: nothing was due at install", report)
     finally:
         lock.release()
         _record(ctx, report)
@@ -128,13 +145,14 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
 
 
 def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: set[str],
-               due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], lock) -> bool:
+               due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], lock,
+               install: InstallRecord | None) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
         # The next page is listed while this one is reconciled (jobttl.core.prefetch).
         with closing(prefetched(ctx.kube.pages(kind, PAGE_SIZE), name=f"resync-list-{kind.kind}")) as pages:
             for page in pages:
-                _reconcile_page(ctx, kind, page, report, seen, due_now, dues)
+                _reconcile_page(ctx, kind, page, report, seen, due_now, dues, install)
                 lock.extend(LOCK_SECONDS, replace_ttl=True)
         return True
     except NotServed:
@@ -145,7 +163,8 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
 
 
 def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, seen: set[str],
-                    due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int]) -> None:
+                    due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int],
+                    install: InstallRecord | None) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
         report.reject(f"{kind.kind}: an object the API server sent could not be decoded")
@@ -156,7 +175,11 @@ def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: Resyn
             seen.add(uid)  # rejected objects too: their pending deletions are not "vanished"
     for outcome in outcomes:
         report.count(outcome)
-        if outcome.change is Change.DUE_NOW:
+        # While the first-run review is open, a deletion already booked (an event before the first
+        # worker started) that was due at install is the review's too: it is held with the rest.
+        booked_for_review = outcome.change is Change.UNCHANGED and install is not None and outcome.due is not None \
+            and install.holds(outcome.due) and not (outcome.decision and outcome.decision.dry_run)
+        if outcome.change is Change.DUE_NOW or booked_for_review:
             member = member_for(outcome.ref.uid, outcome.stage)
             due_now[member] = (outcome.ref, outcome.decision, outcome.stage)
             dues[member] = outcome.due
@@ -189,7 +212,7 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
         if ctx.reconciler.forget(ref, "not-in-cluster", "resync").change is Change.CANCELLED:
             report.counts["cancelled"] += 1
     for member in orphans:
-        if ctx.redis.zrem(keys.PENDING_INDEX, member):
+        if ctx.schedule.drop_orphan(member):
             report.counts["cancelled"] += 1
             ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
                              reason="no-record", detail="an index entry without its RQ job, for an object no "
@@ -207,16 +230,17 @@ def _drop_vanished_from_history(ctx: WorkerContext, listed: set, seen: set[str])
 
 def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
                      due_now: dict[str, tuple[JobRef, Decision, str]], review: set[str], confirmed: set[str],
-                     confirming: bool, report: ResyncReport) -> None:
+                     confirming: bool, report: ResyncReport, install: InstallRecord | None) -> None:
     """Queue the deletions found due, or hold them.
 
-    `review`: those the first-run review holds (already due at install, not yet reviewed). They
-    are held whatever the thresholds; the others go through the guard as a set, and all are held
-    when there are too many. A confirmation releases exactly what was held (and the operator
-    reviewed), where still due, and ends the first-run review; should the review find more that
-    was due at install and not in the confirmed set, nothing is released: the operator looks
-    again. Only what this resync holds or releases changes in the held set: what events held
-    meanwhile stays.
+    `review`: those the first-run review holds (due at install, not yet reviewed). They are held
+    whatever the thresholds, and never released while the review is open; the others go through
+    the guard as a set, and all are held when there are too many. A confirmation releases exactly
+    what was held (and the operator reviewed), where still due, and ends the first-run review,
+    but only when the listing was complete and nothing due at install is left that the operator
+    has not seen (found since, or booked and not yet held): else the review stays open and what
+    it holds stays held. Only what this resync holds or releases changes in the held set: what
+    events held meanwhile stays.
     """
     fresh = {m: v for m, v in due_now.items() if m not in confirmed}
     first_run = {m: v for m, v in fresh.items() if m in review}
@@ -244,18 +268,14 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
                          installedAt=(report.install or {}).get("installedAt"),
                          detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
                                 f"run `jobttl resync --confirm {report.held_id}`")
-    if why == FIRST_RUN and confirming:
-        release = {}  # more was due at install than the operator confirmed: nothing goes before a new look
-    elif why == "thresholds":
-        release = {m: v for m, v in due_now.items() if m in confirmed}
-    else:
-        release = {m: v for m, v in due_now.items() if m not in hold}
-    if confirming and not first_run and report.install is not None and report.install.get("underReview"):
-        # The operator has seen what was due at install, and said go: the review is done, before
+    reviewing = install is not None and install.under_review
+    if reviewing and confirming and not first_run and not report.errors \
+            and _nothing_left_to_review(ctx, held, install, confirmed):
+        # The operator has seen all that was due at install, and said go: the review ends before
         # the release, so that no worker holds what was just confirmed.
-        record = ctx.install.mark_reviewed(f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}",
-                                           ctx.clock.now())
-        report.install = record.as_dict() if record is not None else None
+        _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report)
+        reviewing = False
+    release = {m: v for m, v in due_now.items() if m not in hold and not (reviewing and m in review)}
     # Held before, and listed now without being due: nothing to hold any more.
     settled = {m for m in before if split_member(m)[0] in seen and m not in due_now}
     held.release(set(release) | settled)
@@ -263,6 +283,27 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
     for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
+
+
+def _nothing_left_to_review(ctx: WorkerContext, held: HeldDeletions, install: InstallRecord,
+                            confirmed: set[str]) -> bool:
+    """Whether all that was due at install is in `confirmed`: nothing in the schedule is due by the
+    install time (a booking no worker has held yet; dry-run records delete nothing and do not count),
+    and nothing held for the review is outside `confirmed`. The schedule is read first: a worker's
+    hold writes the held set before it takes the booking out of the schedule."""
+    booked = ctx.schedule.due_counts(install.installed_at).due[0]  # dry-run records apart
+    if booked:
+        # Each a booking due at install: fine only if the operator has seen it (held, and confirmed;
+        # what the review holds is never a dry-run record).
+        members = {m.decode() for m in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", install.installed_at)}
+        if booked > len(members & confirmed):
+            return False
+    return all(h.member in confirmed for h in held.all() if h.by == FIRST_RUN)
+
+
+def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport) -> None:
+    record = ctx.install.mark_reviewed(by, ctx.clock.now())
+    report.install = record.as_dict() if record is not None else None
 
 
 def _record(ctx: WorkerContext, report: ResyncReport) -> None:

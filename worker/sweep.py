@@ -30,8 +30,12 @@ def sweep(ctx: WorkerContext, interval: int = 5) -> int:
     if not ctx.redis.set(LOCK, "1", nx=True, ex=interval):
         return 0
     now = ctx.clock.now()  # due times are the API server's
+    # A batch at a time, further on each sweep: what is overdue and not stalled (dry-run records,
+    # failed deletions left to operators) must not hide, for good, the stalled deletions behind it.
+    offset = int(ctx.redis.get(keys.SWEEP_CURSOR) or 0)
     overdue = [(m.decode(), int(s)) for m, s in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", now - GRACE,
-                                                                          start=0, num=BATCH, withscores=True)]
+                                                                          start=offset, num=BATCH, withscores=True)]
+    ctx.redis.set(keys.SWEEP_CURSOR, offset + BATCH if len(overdue) == BATCH else 0, ex=3600)
     stalled = [p for p in ctx.schedule.records(overdue)
                if p.state == JobStatus.FINISHED.value and p.ref.kind and p.would_delete_at is None]
     if not stalled:

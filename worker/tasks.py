@@ -14,6 +14,7 @@ import time
 from rq import get_current_job
 from rq.job import Job
 
+from jobttl.core import shapes
 from jobttl.core.config import Settings
 from jobttl.core.identity import JobRef
 from jobttl.core.kube import Conflict, PermanentApiError, TransientApiError, Undecodable
@@ -84,13 +85,13 @@ def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception)
             type(exc), "error")
     pods = target.stage == PODS_STAGE
     ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                     error=str(exc), failure=failure, retriesLeft=retries_left or 0, jobId=job.id if job else None)
+                     error=shapes.describe(exc), failure=failure, retriesLeft=retries_left or 0, jobId=job.id if job else None)
     if not retries_left:
         if pods:
             ctx.events.record(ref, "FailedDeletePods", f"jobttl could not delete the pods of {ref.kind} {ref.name}: "
-                              f"{exc}", warning=True)
+                              f"{shapes.describe(exc)}", warning=True)
         else:
-            ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {exc}",
+            ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {shapes.describe(exc)}",
                               warning=True)
 
 

@@ -36,6 +36,18 @@ from typing import Any
 
 EXAMPLES = Path(__file__).resolve().parent / "seeds" / "tfjobs.yaml"
 EXPECTED_GONE = {"mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s"}
+# The policy `--all-kinds` runs with (unless JOBTTL_POLICY names one): the built-in default, with
+# every built-in kind enabled (the first ten, and those the seeds below add).
+ALL_KINDS_POLICY = """\
+kinds: [TFJob, PyTorchJob, kubeflow.org/v1/MPIJob, kubeflow.org/v2beta1/MPIJob, XGBoostJob, PaddleJob, JAXJob,
+        TrainJob, batch/v1/Job, Workflow, RayJob, JobSet, batch.volcano.sh/v1alpha1/Job, SparkApplication,
+        PipelineRun, TaskRun]
+"""
+# `--all-kinds`: one finished object of each kind built in since (KubeRay, JobSet, Volcano, Spark,
+# Tekton), each asking a 15 s TTL (seeds/kinds.yaml); the emulator serves all of them regardless.
+ALL_KINDS_EXAMPLES = EXAMPLES.with_name("kinds.yaml")
+ALL_KINDS_GONE = {"rayjob-sample-ttl-15s", "jobset-ttl-15s", "volcano-job-ttl-15s", "spark-pi-ttl-15s",
+                  "pipelinerun-failed-ttl-15s", "taskrun-ttl-15s"}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE = 10.0  # seconds each process gets to stop after SIGTERM, before SIGKILL
 QUEUE = "jobttl"
@@ -185,6 +197,8 @@ def write_environment(workdir: Path, env: dict[str, str]) -> Path:
     path = workdir / "env"
     lines = [f"# The environment of `make run` (pid {os.getpid()}): `. {_shown(path)}`, then `jobttl status`."]
     lines += [f"export {name}={shlex.quote(value)}" for name, value in env.items()]
+    # Names this file: after a restart of `make run`, `jobttl` tells a shell that sourced it to again.
+    lines.append(f"export JOBTTL_RUN_ENV={shlex.quote(str(path.resolve()))}")
     # The venv's bin (for jobttl and jobttl-emulator) after the wrapper's folder.
     lines.append(f'export PATH={shlex.quote(f"{bin_dir.resolve()}:{Path(sys.executable).parent}")}:"$PATH"')
     path.write_text("\n".join(lines) + "\n")
@@ -223,14 +237,25 @@ def rfc3339(epoch: float) -> str:
 
 
 def countdown(seconds: float) -> str:
+    # jobttl's one duration format (`in 1h59m`, `in 1m30s`): make run runs jobttl, so it is installed.
+    from jobttl.core.durations import format_duration
+
     if seconds <= 0:
         return "due now"
-    whole = int(seconds + 0.999)
-    return f"in {whole}s" if whole < 120 else f"in {whole // 60}m{whole % 60:02d}s"
+    return f"in {format_duration(int(seconds + 0.999))}"
 
 
 def _object(item: dict[str, Any]) -> str:
     return f"{item.get('kind')} {item.get('namespace')}/{item.get('name')}"
+
+
+def would_delete(item: dict[str, Any], now: float) -> bool:
+    """A dry-run record past its due time: what dry run would have deleted by now (and kept)."""
+    return bool(item.get("dryRun")) and item["due"] <= now
+
+
+def time_left(item: dict[str, Any], now: float) -> str:
+    return "dry run: would delete" if would_delete(item, now) else countdown(item["due"] - now)
 
 
 class Jobttl:
@@ -284,15 +309,15 @@ class Screen:
         if self.live:
             width = shutil.get_terminal_size().columns - 1
             lines = [f"  pending ({len(items)}):" if items else "  nothing pending"]
-            lines += [f"    {countdown(p['due'] - now):<10} {_object(p)}  due {rfc3339(p['due'])}" for p in items]
+            lines += [f"    {time_left(p, now):<10} {_object(p)}  due {rfc3339(p['due'])}" for p in items]
             self._erase()
             print("\n".join(line[:width] for line in lines), file=self.out, flush=True)
             self.drawn = len(lines)
             return
-        members = [p["jobId"] for p in items]
+        members = [(p["jobId"], would_delete(p, now)) for p in items]
         if members != self.last:
             self.last = members
-            shown = ", ".join(f"{_object(p)} {countdown(p['due'] - now)} ({rfc3339(p['due'])})" for p in items)
+            shown = ", ".join(f"{_object(p)} {time_left(p, now)} ({rfc3339(p['due'])})" for p in items)
             print(f"  pending: {shown or 'nothing'}", file=self.out, flush=True)
 
     def _erase(self) -> None:
@@ -318,6 +343,12 @@ def summary(jobttl: Jobttl, start: float, dues: dict[str, int]) -> list[str]:
              + (":" if deleted else "")]
     lines += [deletion_line(e, start, dues) for e in deleted]
     pending = jobttl.pending()
+    # Dry run deletes nothing: what it decided is not pending, it is what it would have deleted.
+    dry = [p for p in pending if would_delete(p, now)]
+    pending = [p for p in pending if not would_delete(p, now)]
+    if dry:
+        lines.append(f"  dry run: would delete {len(dry)}:")
+        lines += [f"    {rfc3339(p['due'])} (due, kept: dry run)  {_object(p)}" for p in dry]
     lines.append(f"  still pending: {len(pending) or 'nothing'}" + (":" if pending else ""))
     lines += [f"    {rfc3339(p['due'])} ({countdown(p['due'] - now)})  {_object(p)}" for p in pending]
     return lines
@@ -332,6 +363,9 @@ def _arguments(argv: list[str] | None) -> argparse.Namespace:
                         help="exit once jobttl has deleted the expected jobs and nothing is pending (0), or when "
                              "--timeout passes (1)")
     parser.add_argument("--timeout", type=float, default=90, help="seconds, with --exit-when-done (default: 90)")
+    parser.add_argument("--all-kinds", action="store_true",
+                        help="also seed one finished RayJob, JobSet, Volcano Job, SparkApplication, PipelineRun and "
+                             "TaskRun (seeds/kinds.yaml), each deleted 15 s after it finished")
     parser.add_argument("--workdir", type=Path, default=Path(".run"),
                         help="where the logs, kubeconfig, env file and wrapper go (default: .run)")
     return parser.parse_args(argv)
@@ -372,12 +406,18 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     shared = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "JOBTTL_QUEUE": queue,
               "KUBECONFIG": str(kubeconfig)}
     env = {**shared, "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
+    if args.all_kinds and not os.environ.get("JOBTTL_POLICY"):
+        # The kinds built in since the first ten are enabled only when a policy names them.
+        policy = stack.workdir / "all-kinds-policy.yaml"
+        policy.write_text(ALL_KINDS_POLICY)
+        env["JOBTTL_POLICY"] = str(policy)
     sink_url, emulator_url = f"http://127.0.0.1:{ports['sink']}", f"http://127.0.0.1:{ports['emulator']}"
     metrics_url = f"http://127.0.0.1:{ports['metrics']}/metrics"
 
     stack.spawn("redis", redis_command(redis_server, ports["redis"], stack.temp_dir("jobttl-redis-")))
+    seeds = ["--seed", str(EXAMPLES)] + (["--seed", str(ALL_KINDS_EXAMPLES)] if args.all_kinds else [])
     emulator = stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
-                                        "--seed", str(EXAMPLES), "--write-kubeconfig", str(kubeconfig)], env)
+                                        *seeds, "--write-kubeconfig", str(kubeconfig)], env)
     _until(kubeconfig.exists, 20, "the API emulator", emulator)
     start = time.time()  # the seeded jobs finished as the emulator started
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
@@ -432,7 +472,8 @@ def _follow(jobttl: Jobttl, screen: Screen, start: float, dues: dict[str, int], 
                     screen.say(deletion_line(entry, start, dues))
         screen.pending(pending, now)
         if args.exit_when_done:
-            if EXPECTED_GONE <= set(reported.values()) and not pending:
+            expected = EXPECTED_GONE | (ALL_KINDS_GONE if args.all_kinds else set())
+            if expected <= set(reported.values()) and not pending:
                 screen.say(f"  done: jobttl deleted the finished jobs after their TTL; "
                            f"kept: {', '.join(jobttl.in_cluster())}")
                 return 0

@@ -2,8 +2,9 @@
 
 kubectl's typed clients send ``Content-Type: application/vnd.kubernetes.protobuf``
 (they accept JSON back): ``kubectl auth can-i`` creates a
-SelfSubjectAccessReview, ``kubectl create namespace`` a Namespace. A real server
-decodes those; the emulator decodes just these two kinds (the
+SelfSubjectAccessReview, ``kubectl create namespace`` a Namespace; Helm stores its
+releases in Secrets (or ConfigMaps) the same way. A real server decodes those; the
+emulator decodes just these kinds (the
 ``runtime.Unknown`` envelope after the ``k8s\\x00`` magic, then the message by the
 field numbers of ``k8s.io/api``'s ``generated.proto``) and answers in JSON.
 Other protobuf bodies get 415.
@@ -11,12 +12,14 @@ Other protobuf bodies get 415.
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 MAGIC = b"k8s\x00"
 CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 
 # A schema maps field numbers to (name, kind); kind is "string", "int", "bool", "map" (map<string,string>),
+# "bytesmap" (map<string,bytes>, base64 in JSON),
 # a nested schema, or a one-element list [kind] for a repeated field.
 _OWNER_REFERENCE = {1: ("kind", "string"), 3: ("name", "string"), 4: ("uid", "string"), 5: ("apiVersion", "string"),
                     6: ("controller", "bool"), 7: ("blockOwnerDeletion", "bool")}
@@ -34,6 +37,11 @@ SCHEMAS = {
                      2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")})}),
     },
     ("v1", "Namespace"): {1: ("metadata", _OBJECT_META), 2: ("spec", {1: ("finalizers", ["string"])})},
+    # Helm's release storage (its default "secret" driver, or "configmap") writes with client-go's typed clients.
+    ("v1", "Secret"): {1: ("metadata", _OBJECT_META), 2: ("data", "bytesmap"), 3: ("type", "string"),
+                       5: ("immutable", "bool")},
+    ("v1", "ConfigMap"): {1: ("metadata", _OBJECT_META), 2: ("data", "map"), 3: ("binaryData", "bytesmap"),
+                          4: ("immutable", "bool")},
 }
 _UNKNOWN = {1: ("typeMeta", {1: ("apiVersion", "string"), 2: ("kind", "string")}), 2: ("raw", "bytes")}
 
@@ -101,6 +109,9 @@ def decode_message(data: bytes, schema: dict) -> dict:
         if kind == "map":
             entry = decode_message(_bytes(raw), {1: ("key", "string"), 2: ("value", "string")})
             message.setdefault(name, {})[entry.get("key", "")] = entry.get("value", "")
+        elif kind == "bytesmap":  # map<string, bytes>: base64 in JSON, as []byte is
+            entry = decode_message(_bytes(raw), {1: ("key", "string"), 2: ("value", "bytes")})
+            message.setdefault(name, {})[entry.get("key", "")] = base64.b64encode(entry.get("value", b"")).decode()
         elif isinstance(kind, list):
             message.setdefault(name, []).append(_value(kind[0], raw))
         elif (value := _value(kind, raw)) not in ("", 0, b""):  # Go's JSON omits empty fields

@@ -144,6 +144,19 @@ def _kubeflow(kind: str, columns: tuple[dict, ...], version: str = "v1") -> Reso
     return Resource("kubeflow.org", version, kind, kind.lower() + "s", printer_columns=columns)
 
 
+NEW_KINDS: tuple[Resource, ...] = (
+    Resource("ray.io", "v1", "RayJob", "rayjobs", singular="rayjob", categories=("all",)),
+    Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", singular="jobset"),
+    Resource("batch.volcano.sh", "v1alpha1", "Job", "jobs", singular="job", short_names=("vcjob", "vj")),
+    Resource("sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications", singular="sparkapplication",
+             short_names=("sparkapp",)),
+    Resource("tekton.dev", "v1", "PipelineRun", "pipelineruns", singular="pipelinerun", short_names=("pr", "prs"),
+             categories=("tekton", "tekton-pipelines")),
+    Resource("tekton.dev", "v1", "TaskRun", "taskruns", singular="taskrun", short_names=("tr", "trs"),
+             categories=("tekton", "tekton-pipelines")),
+)
+
+
 # What a cluster running jobttl typically serves: the job kinds' CRDs installed (Kubeflow's
 # training operator and mpi-operator, Trainer, Argo), batch Jobs, their pods, core Events and
 # Namespaces, each with its CRD's names and printer columns (not its schema: such a kind accepts
@@ -160,6 +173,11 @@ WELL_KNOWN: tuple[Resource, ...] = (
     JOB,
     Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False, short_names=("wf",),
              printer_columns=WORKFLOW_COLUMNS),
+    # The kinds built in since (jobttl's core/kinds.yaml), registered as their upstream CRDs do
+    # (names, short names, categories, the status subresource; tests/emulator/test_new_kinds.py
+    # checks each against the CRD in ../shared/reference/ where that is present). `--crd` serves
+    # the real CRD, schema and printer columns included.
+    *NEW_KINDS,
     EVENT,
     POD,
     NAMESPACE,

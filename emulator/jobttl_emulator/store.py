@@ -10,7 +10,8 @@ What is reproduced, and from where (kubernetes/apiserver unless noted):
   updates keep the stored status, and ``/status`` updates change only status.
   ``generation`` starts at 1 and is bumped whenever anything outside
   ``metadata`` changes. Updates must carry the current ``resourceVersion``
-  (``AllowUnconditionalUpdate`` is false for custom resources) and cannot
+  (``AllowUnconditionalUpdate`` is false for custom resources; built-in kinds
+  allow an update without one) and cannot
   create (``AllowCreateOnUpdate`` is false). So tests that want a finished
   job create it first and then write its status through ``/status``.
 * Deletion (``registry/generic/registry/store.go``): DeleteOptions
@@ -986,6 +987,10 @@ class Store:
         old = self._existing(res, namespace, name)
         old_meta = old["metadata"]
         rv = str(meta.get("resourceVersion") or "")
+        if not rv and res.builtin:
+            # Built-in kinds' strategies allow an unconditional update (AllowUnconditionalUpdate):
+            # no resourceVersion, no optimistic lock. Helm updates its release Secrets so.
+            rv = old_meta["resourceVersion"]
         if not rv:
             raise invalid(res.plural, res.group, name, [
                 FieldError("Invalid", "metadata.resourceVersion", "must be specified for an update", _Literal("0x0"))

@@ -7,12 +7,17 @@ Layers: this command imports the processes (`jobttl.sink`, `jobttl.worker`,
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import logging
+import os
+import re
+import shlex
 import sys
 import textwrap
 import time
 from datetime import datetime
+from pathlib import Path
 
 from jobttl.core import config, logs, operations, redisconn
 from jobttl.core.config import ConfigError, Settings
@@ -31,6 +36,7 @@ COMMAND_ENV = {
                "JOBTTL_RESYNC_MAX_SHARE"),
     "explain": ("JOBTTL_POLICY",),
     "logs": ("JOBTTL_POLICY",),
+    "manifests": ("JOBTTL_POLICY",),
 }
 
 
@@ -82,7 +88,9 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     from jobttl.core.kube import KubeClient, load_api_client
     from jobttl.watcher.watch import run
 
-    kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, component="watch")
+    # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
+    api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
+    kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
     run(kube, settings.policy.kinds, args.sink)
 
 
@@ -129,6 +137,12 @@ def _explain(args: argparse.Namespace, settings: Settings) -> int:
     return explain.main(args, settings)
 
 
+def _manifests(args: argparse.Namespace, settings: Settings) -> int:
+    from jobttl.cli import manifests
+
+    return manifests.main(args, settings)
+
+
 # --- operator commands: Redis only, never the cluster -----------------------------------------
 # Each returns what it prints with --json; jobttl/cli/tables.py has the same-named function
 # that prints it for humans.
@@ -160,7 +174,8 @@ def _held(args, ops) -> dict:
 def _pending(args, ops) -> dict:
     items, total = ops.pending(args.namespace, args.kind, limit=args.limit)
     now = time.time()
-    return {"items": [p.as_dict(now) for p in items], "total": total}
+    return {"items": [p.as_dict(now) for p in items], "total": total,
+            "dryRunWouldDelete": ops.would_delete(args.namespace, args.kind)}
 
 
 def _show(args, ops) -> dict:
@@ -181,10 +196,14 @@ def _retry(args, ops) -> dict:
 
 
 def _cancel(args, ops) -> dict:
+    if args.undo:
+        return ops.undo(*args.job, "cancel", args.kind).as_dict()
     return ops.cancel(*args.job, args.kind).as_dict(time.time())
 
 
 def _postpone(args, ops) -> dict:
+    if args.undo:
+        return ops.undo(*args.job, "postpone", args.kind).as_dict()
     return ops.postpone(*args.job, args.duration, args.kind).as_dict(time.time())
 
 
@@ -199,7 +218,7 @@ def _operate(args: argparse.Namespace, settings: Settings) -> int:
         data = args.operation(args, _connect(settings, args.force))
     except (operations.UnknownRedis, RedisError) as exc:
         return _redis_problem(exc, settings)
-    except (operations.NotFound, operations.Ambiguous, InvalidIdentity) as exc:
+    except (operations.NotFound, operations.Ambiguous, operations.AlreadyKept, InvalidIdentity) as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
         return 1
     if args.json:
@@ -216,7 +235,44 @@ def _redis_problem(exc: Exception, settings: Settings) -> int:
               file=sys.stderr)
     else:
         print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}): {exc}", file=sys.stderr)
+        from redis.exceptions import ConnectionError as RedisConnectionError
+
+        hint = _stale_run_env(settings.redis_url) if isinstance(exc, RedisConnectionError) else None
+        if hint:
+            print(f"jobttl: {hint}", file=sys.stderr)
     return 1
+
+
+def _stale_run_env(redis_url: str) -> str | None:
+    """Why a Redis of `make run` may not answer: the shell sourced the `.run/env` of an earlier run.
+
+    `.run/env` names itself in JOBTTL_RUN_ENV; without it (a file from before that), `.run/env`
+    in the current folder is looked at. `make run` picks new ports each time and removes the
+    file when it stops, so a file now gone or naming another Redis says what happened.
+    """
+    sourced = os.environ.get("JOBTTL_RUN_ENV")
+    path = Path(sourced) if sourced else Path(".run", "env")
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        if not sourced:
+            return None
+        return (f"{path} is gone: the `make run` that wrote it has stopped. Start it again (`make run`), "
+                f"then `. {path}` again in this shell")
+    except OSError:
+        return None
+    current = None
+    for line in text.splitlines():
+        words = shlex.split(line, comments=True)
+        if len(words) == 2 and words[0] == "export" and words[1].startswith("JOBTTL_REDIS_URL="):
+            current = words[1].partition("=")[2]
+    if current is None or current == redis_url:
+        return None
+    if not sourced:  # this shell may never have sourced it: say what the file says, no more
+        return (f"{path} names another Redis, {current} (`make run` picks new ports each time it starts): "
+                f"if that is the one meant, `. {path}` (or use .run/bin/jobttl, which reads it each time)")
+    return (f"`make run` was restarted since this shell sourced {path}: its Redis is now at {current}. "
+            f"Run `. {path}` again (or use .run/bin/jobttl, which reads it each time)")
 
 
 def _job(text: str) -> tuple[str, str]:
@@ -233,6 +289,14 @@ def _duration(text: str) -> int:
         return parse_duration(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _later(text: str) -> int:
+    """How much later: a duration above zero (`-5m` reaches here as a value: see _CommandParser)."""
+    if text.startswith("-") or _duration(text) == 0:
+        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r} (to take a postpone back: "
+                                         "jobttl postpone --undo NAMESPACE/NAME)")
+    return _duration(text)
 
 
 def _count(text: str) -> int:
@@ -281,6 +345,29 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
         if action.default is None:
             return text  # the help must say what happens without it
         return f"{text} (default: %(default)s)"
+
+
+class _CommandParser(argparse.ArgumentParser):
+    """A subcommand's parser: its own mistakes are reported with its own usage.
+
+    argparse leaves an unknown option to the top-level parser, which prints `jobttl`'s usage:
+    `jobttl pending --namespce x` would not show what `pending` takes. Values that look like a
+    negative duration (`-5m`) are values, so that their check can say what is wrong with them.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = re.compile(r"^-\d+$|^-\d*\.\d+$|^-(\d+[smhdw])+$")
+
+    def parse_known_args(self, args=None, namespace=None):
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            known = [option for action in self._actions for option in action.option_strings]
+            guesses = [difflib.get_close_matches(extra.split("=")[0], known, n=1) for extra in extras
+                       if extra.startswith("-")]
+            hint = "; did you mean " + ", ".join(g[0] for g in guesses if g) + "?" if any(guesses) else ""
+            self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return parsed, extras
 
 
 def _add_operator_commands(commands) -> None:
@@ -333,11 +420,20 @@ def _add_operator_commands(commands) -> None:
                        help="the RQ job id, from `jobttl failed` (or --all-failed)")
     which.add_argument("--all-failed", action="store_true", help="every failed deletion")
 
-    job_arguments(command("cancel", _cancel, "never delete this job (recorded in history)"))
+    cancel = command("cancel", _cancel, "never delete this job (recorded in history); with nothing pending, the "
+                                        "keep is recorded for when a deletion would be booked")
+    job_arguments(cancel)
+    cancel.add_argument("--undo", action="store_true",
+                        help="take a cancel back: the deletion is decided again from the job and the policy (the "
+                             "workers are asked for a resync)")
 
     postpone = command("postpone", _postpone, "delete this job later than planned")
     job_arguments(postpone)
-    postpone.add_argument("duration", type=_duration, metavar="DURATION", help="how much later, e.g. 2h or 3d")
+    postpone.add_argument("duration", type=_later, nargs="?", metavar="DURATION",
+                          help="how much later, e.g. 2h or 3d (required, unless --undo)")
+    postpone.add_argument("--undo", action="store_true",
+                          help="take a postpone back: the deletion is decided again from the job and the policy "
+                               "(the workers are asked for a resync)")
 
 
 def _settings_epilog() -> str:
@@ -352,7 +448,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Delete finished Kubernetes training jobs a time-to-live after they finish.",
         epilog=_settings_epilog(),
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", parser_class=_CommandParser)
 
     def process(name: str, run, help: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help, description=help, formatter_class=_Formatter,
@@ -399,12 +495,27 @@ def build_parser() -> argparse.ArgumentParser:
     logs.add_argument("--previous", action="store_true", help="the previous instance of a container that restarted")
     logs.add_argument("--list", action="store_true", help="list what the archive holds instead")
 
+    manifests = process("manifests", _manifests, "the RBAC and event sources the policy's kinds need, or what "
+                                                  "rendered manifests lack for them (offline)")
+    manifests.add_argument("what", choices=("rbac", "sources", "check"),
+                           help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
+                                "check: what -f FILE lacks (exit 1 if anything)")
+    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: JOBTTL_POLICY's, else the built-in "
+                                                            "defaults: every built-in kind)")
+    manifests.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
+                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin")
+
     _add_operator_commands(commands)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == "postpone" and (args.duration is None) != args.undo:
+        commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        commands.choices["postpone"].error("give DURATION, or --undo" if not args.undo
+                                           else "--undo takes no DURATION")
     try:
         settings = Settings.from_env()
     except ConfigError as exc:
@@ -412,7 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     # An operator command's output is its table; its audit records are kept in Redis, and
     # logging them here too would only interleave JSON lines with it.
-    quiet = args.run in (_operate, _explain, _logs)
+    quiet = args.run in (_operate, _explain, _logs, _manifests)
     logs.configure("WARNING" if quiet else settings.log_level)
     try:
         return args.run(args, settings) or 0

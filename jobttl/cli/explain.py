@@ -24,9 +24,10 @@ from typing import Any
 
 import yaml
 
+from jobttl.core import shapes
 from jobttl.core.config import Settings
 from jobttl.core.decision import Decision, Verdict, decide
-from jobttl.core.kinds import ALL_KINDS, JobKind
+from jobttl.core.kinds import BUILTIN_KINDS, JobKind
 from jobttl.core.policy import Policy, PolicyError, load_policy
 
 API_VERSION = "jobttl.io/explain/v1"
@@ -69,8 +70,9 @@ def objects(text: str) -> list[dict[str, Any]]:
     return found
 
 
-def kind_of(obj: dict[str, Any]) -> JobKind | None:
-    return next((k for k in ALL_KINDS if (k.api_version, k.kind) == (obj.get("apiVersion"), obj.get("kind"))), None)
+def kind_of(obj: dict[str, Any], known: tuple[JobKind, ...] = BUILTIN_KINDS) -> JobKind | None:
+    """The kind of `obj` among `known` (the policy's: built in, and declared in kindDeclarations)."""
+    return next((k for k in known if (k.api_version, k.kind) == (obj.get("apiVersion"), obj.get("kind"))), None)
 
 
 def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
@@ -78,7 +80,7 @@ def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
     item = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "namespace": meta.get("namespace"),
             "name": meta.get("name"), "uid": meta.get("uid")}
-    kind = kind_of(obj)
+    kind = kind_of(obj, policy.known_kinds)
     if kind is None:
         known = f"jobttl does not know {obj.get('apiVersion')} {obj.get('kind')}" if obj.get("kind") else \
             "not a Kubernetes object: it has no kind"
@@ -88,7 +90,7 @@ def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
     try:
         decision = decide(obj, kind, policy)
     except Exception as exc:  # noqa: BLE001 - the resync rejects such an object the same way, and goes on
-        return {**item, **_not_decided(UNREADABLE, f"{type(exc).__name__}: {exc}")}
+        return {**item, **_not_decided(UNREADABLE, shapes.describe(exc))}
     return {**item, **_decided(decision, now)}
 
 
@@ -147,7 +149,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print(items: list[dict[str, Any]], now: float) -> None:
-    from jobttl.cli.tables import console, human
+    from jobttl.cli.tables import console
+    from jobttl.core.durations import format_duration
 
     for item in items:
         where = "/".join(str(item[k] or "-") for k in ("namespace", "name"))
@@ -156,10 +159,10 @@ def _print(items: list[dict[str, Any]], now: float) -> None:
         if item["finishedAt"]:
             console.print(f"  finished: {item['outcome']}, {item['finishedAt']} (from {item['finishedFrom']})")
         if item["ttl"] is not None:
-            console.print(f"  TTL: {human(item['ttl'])} from {item['ttlSource']}")
+            console.print(f"  TTL: {format_duration(item['ttl'], exact=True)} from {item['ttlSource']}")
         if item["expiresAt"]:
             expires = datetime.fromisoformat(item["expiresAt"].replace("Z", "+00:00")).timestamp()
-            when = "now (expired)" if item["expired"] else f"in {human(expires - now)}"
+            when = "now (expired)" if item["expired"] else f"in {format_duration(expires - now)}"
             console.print(f"  deleted: {item['expiresAt']}, {when}" + (" (dry run: only recorded)" if item["dryRun"]
                                                                         else ""))
         if item["rules"]:

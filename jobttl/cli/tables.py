@@ -17,19 +17,20 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from jobttl.core import jsoncodec
 from jobttl.core.durations import format_duration
+from jobttl.core.shapes import TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 # Piped output is not cut to 80 columns, so that nothing is lost to grep or a pager.
 console = Console(markup=False, highlight=False, width=None if sys.stdout.isatty() else 200)
 
 IDENTITY = ("id", "at", "event", "apiVersion", "kind", "namespace", "name", "uid", "lateness")
-# Entry fields that hold a time (epoch seconds), printed as RFC 3339.
-TIME_FIELDS = ("due", "newDue", "previousDue", "finishedAt", "deletedAt", "requestedAt", "wouldDeleteAt",
-               "scheduledAt", "started_at", "failedAt", "at")
-# ... and those that hold a duration in seconds (whole for TTLs, fractional for measurements).
+# The RFC 3339 twins of TIME_FIELDS (epoch seconds, which are printed as RFC 3339 themselves).
+TIME_TWINS = tuple(field + TIME_SUFFIX for field in TIME_FIELDS)
+# Fields that hold a duration in seconds (whole for TTLs, fractional for measurements).
 DURATION_FIELDS = ("ttl", "goneAfter", "stuckFor", "duration", "lateness")
 # Values that say nothing worth a column's room: the usual case is left out.
-UNREMARKABLE = ("[]", "{}", "false", "")
+UNREMARKABLE = ([], {}, False, "", None)
 
 
 def when(epoch: float | None) -> str:
@@ -38,18 +39,24 @@ def when(epoch: float | None) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def human(seconds: float) -> str:
-    """`1h2m` rather than `1h2m7s`: to the minute past an hour, to the second below."""
-    whole = int(abs(seconds))
-    return format_duration(whole - whole % 60 if whole >= 3600 else whole)
-
-
 def left(seconds: float) -> str:
-    return f"in {human(seconds)}" if seconds >= 0 else f"overdue {human(seconds)}"
+    return f"in {format_duration(seconds)}" if seconds >= 0 else f"overdue {format_duration(seconds)}"
+
+
+def left_of(pending: dict[str, Any], now: float) -> str:
+    """A pending deletion's time left; a dry-run record past its due time is not overdue: dry run
+    deletes nothing, so it says what dry run decided."""
+    if pending.get("dryRun") and pending["due"] <= now:
+        return "dry run: would delete"
+    return left(pending["due"] - now)
+
+
+def would_delete(count: int) -> str:
+    return f"dry run: would delete {count}"
 
 
 def ago(epoch: float | None) -> str:
-    return "-" if epoch is None else f"{human(time.time() - epoch)} ago"
+    return "-" if epoch is None else f"{format_duration(time.time() - epoch)} ago"
 
 
 def _table(*columns: str, title: str | None = None) -> Table:
@@ -65,17 +72,22 @@ def _object(item: dict[str, Any]) -> str:
 
 def seconds(value: float) -> str:
     """A measured duration: `0.5s`, `12.3s`, `2m5s`, `1h2m`."""
-    return f"{value:.1f}s" if abs(value) < 60 else human(value)
+    return f"{value:.1f}s" if abs(value) < 60 else format_duration(value)
 
 
 def _value(key: str, value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, dict)):
+        return jsoncodec.dumps_str(value)
     text = str(value)
     try:
         if key in TIME_FIELDS:
             return when(float(text))
         if key in DURATION_FIELDS:
             number = float(text)
-            return format_duration(int(number)) if number == int(number) else seconds(number)
+            # A TTL exactly as configured; anything else, like every duration, to its two largest units.
+            return format_duration(number, exact=key == "ttl") if number == int(number) else seconds(number)
     except (ValueError, OverflowError):
         pass
     return text
@@ -89,12 +101,17 @@ def status(data: dict[str, Any]) -> None:
                        ("stuck (deleted, still present)", "stuck"), ("deleted in the last 24 h", "deletedLast24h")):
         counts.add_row(label, str(data[key]))
     console.print(counts)
+    if data.get("dryRunWouldDelete"):
+        console.print(f"{would_delete(data['dryRunWouldDelete'])} (due, and kept: dry run deletes nothing; "
+                      "not counted as due or overdue)")
     console.print(f"Redis: {data['redis']}")
     console.print(f"Scheduler: {data['scheduler'] or 'none: no worker holds the scheduler lock, due deletions are not queued'}")
     last = data.get("lastResync")
     if last:
         console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
                       + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
+        for kind in last.get("missing_kinds") or ():
+            console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
     install = data.get("install")
     if install and install.get("underReview"):
         console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already due "
@@ -119,17 +136,25 @@ def pending(data: dict[str, Any]) -> None:
     table = _table("due (UTC)", "time left", "job", "stage", "state", "TTL", "TTL from", "rules", "dry run")
     now = time.time()
     for p in data["items"]:
-        table.add_row(when(p["due"]), left(p["due"] - now), _object(p), p.get("stage") or "job", p.get("state") or "-",
-                      "-" if p["ttl"] is None else format_duration(p["ttl"]), p["ttlSource"] or "-",
+        table.add_row(when(p["due"]), left_of(p, now), _object(p), p.get("stage") or "job", p.get("state") or "-",
+                      "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True), p["ttlSource"] or "-",
                       ", ".join(p["rules"]) or "-", "yes" if p["dryRun"] else "")
     console.print(table)
     shown = len(data["items"])
-    console.print(f"{shown} of {data['total']} pending deletions" + (" (--limit to see more)" if shown < data["total"] else ""))
+    more = " (--limit to see more)" if shown < data["total"] else ""
+    dry = f"; {would_delete(data['dryRunWouldDelete'])}" if data.get("dryRunWouldDelete") else ""
+    console.print(f"{shown} of {data['total']} pending deletions{more}{dry}")
+
+
+def _unremarkable(value: Any) -> bool:
+    # By type as well: 0 == False, and a count of 0 (retriesLeft=0) says something.
+    return any(type(value) is type(u) and value == u for u in UNREMARKABLE)
 
 
 def _details(entry: dict[str, Any], leave_out: tuple[str, ...] = IDENTITY) -> str:
-    return "  ".join(f"{k}={_value(k, v)}" for k, v in entry.items()
-                     if k not in leave_out and str(v) not in UNREMARKABLE)
+    shown = {**{k: v for k, v in entry.items() if k != UNPARSED}, **(entry.get(UNPARSED) or {})}
+    return "  ".join(f"{k}={_value(k, v)}" for k, v in shown.items()
+                     if k not in leave_out and k not in TIME_TWINS and not _unremarkable(v))
 
 
 def _lateness(entry: dict[str, Any]) -> str:
@@ -148,12 +173,16 @@ def show(data: dict[str, Any]) -> None:
     console.print(_object(data))
     now = time.time()
     for p in data["pending"]:
-        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"])
-        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left(p['due'] - now)}), "
+        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True)
+        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left_of(p, now)}), "
                       f"TTL {ttl} from {p['ttlSource'] or '-'}, rules {', '.join(p['rules']) or '-'}"
                       f"{', dry run' if p['dryRun'] else ''}; uid {p['uid']}, job id {p['jobId']}")
     if not data["pending"]:
         console.print("  no pending deletion")
+    job = f"{data['namespace']}/{data['name']}"
+    for o in data.get("overrides", []):
+        for line in _overrides(o, job):
+            console.print(f"  uid {o['uid']}: {line}")
     for d in data.get("decisions", []):
         console.print(f"  uid {d['uid']}: {decision(d)}")
     if data["history"]:
@@ -210,15 +239,57 @@ def retry(data: dict[str, Any]) -> None:
 
 
 def cancel(data: dict[str, Any]) -> None:
-    console.print(f"cancelled the deletion of {_object(data)} (was due {when(data['due'])}): the job will be kept")
+    if "undone" in data:
+        return undone(data)
+    job = f"{data['namespace']}/{data['name']}"
+    if data["wasPending"]:
+        console.print(f"cancelled the deletion of {_object(data)} (was due {when(data['due'])}): the job will be kept")
+    else:
+        console.print(f"nothing was pending for {_object(data)} (uid {data['uid']}); recorded the keep anyway: no "
+                      "deletion will be booked for it while the keep lasts (400 days from the last time it "
+                      "was read)")
+        kind = (data.get("kind") or "KIND").lower()
+        console.print(f"  to keep it whatever jobttl's Redis holds, annotate the job: "
+                      f"kubectl annotate {kind} -n {data['namespace']} {data['name']} jobttl.io/keep=true")
+    console.print(f"  undo: jobttl cancel --undo {job}")
 
 
 def postpone(data: dict[str, Any]) -> None:
+    if "undone" in data:
+        return undone(data)
     console.print(f"the deletion of {_object(data)} is now due {when(data['due'])} ({left(data['due'] - time.time())})")
+    console.print(f"  undo: jobttl postpone --undo {data['namespace']}/{data['name']}")
 
 
+def undone(data: dict[str, Any]) -> None:
+    """`cancel --undo`, `postpone --undo`: what was taken back, and what decides now."""
+    action = data["undone"]
+    for said in data["uids"]:
+        what = f"until {when(said['until'])}" if said.get("until") is not None else ""
+        console.print(f"took back the {action} of {_object(data)} (uid {said['uid']}"
+                      f"{', ' + what if what else ''}; said by {said.get('by') or '?'} {ago(said.get('at'))})")
+    for p in data["pending"]:
+        console.print(f"  still pending: due {when(p['due'])} ({left(p['due'] - time.time())}), until decided again")
+    console.print("  the deletion is decided again from the job and the policy: the workers were asked for a resync "
+                  "(or the next event about the job comes first); if its TTL has passed, it is deleted then. "
+                  f"`jobttl show {data['namespace']}/{data['name']}` shows the outcome")
+
+
+def _overrides(o: dict[str, Any], job: str) -> list[str]:
+    """What an operator said about one UID, as `jobttl show` prints it: a line for each."""
+    said = f"by {o.get('by') or '?'} {ago(o.get('at'))}" + (f" ({when(o['at'])})" if o.get("at") else "")
+    lines = []
+    if o["keep"]:
+        lines.append(f"kept (jobttl cancel) {said}: no deletion is booked; undo: jobttl cancel --undo {job}")
+    if o.get("until") is not None:
+        lines.append(f"postponed {said}: not deleted before {when(o['until'])} ({left(o['until'] - time.time())}); "
+                     f"undo: jobttl postpone --undo {job}")
+    return lines
+
+
+# HeldDeletion.by: who held it, and why.
 _HELD_BY = {"first-run": "first run: due at install", "resync": "resync: over the thresholds",
-            "resync-confirmed": "resync", "event": "events: burst"}
+            "event": "events: burst", "worker": "worker: burst"}
 
 
 def held(data: dict[str, Any]) -> None:
@@ -235,7 +306,7 @@ def held(data: dict[str, Any]) -> None:
         table.add_row(_object(h), h["stage"] or "job", _HELD_BY.get(h["heldBy"], h["heldBy"] or "-"), when(h["due"]),
                       ago(h["due"]) if h["due"] and h["due"] <= now else "-",
                       f"{h['outcome'] or '-'} {when(_epoch(h['finishedAt']))}",
-                      "-" if h["ttl"] is None else format_duration(h["ttl"]), h["ttlSource"] or "-",
+                      "-" if h["ttl"] is None else format_duration(h["ttl"], exact=True), h["ttlSource"] or "-",
                       ", ".join(h["rules"]) or "-")
     console.print(table)
     console.print(f"{len(data['items'])} held; to delete exactly these: jobttl resync --confirm {data['heldId']}")

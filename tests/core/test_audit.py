@@ -30,8 +30,10 @@ def test_a_status_too_large_or_too_deep_to_keep_is_recorded_as_not_kept(redis):
         deep = {"a": deep}
     kept = json.loads(Audit(redis).tombstone(ref(), {"metadata": {}, "status": {"conditions": deep}}, 1.0))
     assert "unkept" in kept
-    huge = json.loads(Audit(redis).tombstone(ref(), {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
+    job = ref()
+    huge = json.loads(Audit(redis).tombstone(job, {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
     assert "unkept" in huge
+    assert huge | {**job.as_dict(), "deletedAt": 1.0, "status": {}, "labels": {}} == huge, "still says who and when"
 
 
 def test_each_job_name_has_its_own_history_newest_first(redis):
@@ -42,3 +44,17 @@ def test_each_job_name_has_its_own_history_newest_first(redis):
     assert [e.fields["event"] for e in audit.history(job.namespace, job.name)] == [
         "delete-requested", "moved", "scheduled"]
     assert audit.decisions(job.namespace, job.name)[job.uid]["event"] == "delete-requested"
+
+
+def test_entries_and_decisions_read_back_with_the_types_they_were_recorded_with(redis):
+    audit, job = Audit(redis), ref("typed")
+    audit.record("delete-requested", job, by="worker", due=1796121233, ttl=20, lateness=0.25, dryRun=False,
+                 rules=["short-lived"], retriesLeft=0, reason="ttl-expired")
+    [entry] = [e.as_dict() for e in audit.history(job.namespace, job.name)]
+    assert redis.xrange("jobttl:audit", entry["id"], entry["id"])[0][1][b"dryRun"] == b"false", "stored as a string"
+    assert entry | {"due": 1796121233, "dueTime": "2026-12-01T10:33:53Z", "ttl": 20, "lateness": 0.25, "dryRun": False,
+                    "rules": ["short-lived"], "retriesLeft": 0, "reason": "ttl-expired", "name": job.name} == entry
+    assert isinstance(entry["at"], float) and entry["atTime"].endswith("Z")
+    decision = audit.decisions(job.namespace, job.name)[job.uid]
+    assert decision | {"event": "delete-requested", "due": 1796121233, "dueTime": "2026-12-01T10:33:53Z",
+                       "reason": "ttl-expired", "atTime": entry["atTime"]} == decision

@@ -474,3 +474,332 @@ def test_each_kind_declares_where_its_controller_is_named(kind):
     assert decide(job, kind, POLICY_TTL).verdict is Verdict.EXPIRES
     parent[kind.managed_by[-1]] = "kueue.x-k8s.io/multikueue"
     assert decide(copy.deepcopy(job), kind, POLICY_TTL).verdict is Verdict.MANAGED_ELSEWHERE
+
+
+# --- the kinds declared since (core/kinds.yaml) --------------------------------------------------------
+# Upstream snapshots (each kind's README in ../shared/reference/ gives file:line for the rules):
+# - ray-project/kuberay @ feeaf72facab4881ba2b179248bb67315634e229:
+#   ray-operator/controllers/ray/rayjob_controller.go, rayjob_controller_test.go,
+#   ray-operator/test/e2erayjob/rayjob_deletion_strategy_test.go
+# - kubernetes-sigs/jobset @ 08dfbdfd682714a9ab929633eca8dc95315187e7:
+#   pkg/controllers/ttl_after_finished.go, ttl_after_finished_test.go
+# - volcano-sh/volcano @ ed72c7c815a9fd547a787134676f73d42e9d049c:
+#   pkg/controllers/garbagecollector/garbagecollector.go, garbagecollector_test.go
+# - kubeflow/spark-operator @ 38082f3318e9d33f3e4a940c7cf165df6e40b422:
+#   pkg/util/sparkapplication.go, pkg/util/sparkapplication_test.go,
+#   internal/controller/sparkapplication/controller_test.go
+# - tektoncd/pipeline @ 3ee1745ae5b2d9175b11917d7c1935eaad44910c: pkg/apis/pipeline/v1/*_types_test.go;
+#   tektoncd/pruner @ ed6a2c6aafbbb44f77f3903bdaec14f477eed679: pkg/reconciler/{pipelinerun,taskrun}/*_test.go
+
+from jobttl.core.kinds import BUILTIN_KINDS  # noqa: E402
+
+KINDS = {f"{k.api_version}/{k.kind}": k for k in BUILTIN_KINDS}
+RAYJOB = KINDS["ray.io/v1/RayJob"]
+JOBSET = KINDS["jobset.x-k8s.io/v1alpha2/JobSet"]
+VOLCANO_JOB = KINDS["batch.volcano.sh/v1alpha1/Job"]
+SPARK_APP = KINDS["sparkoperator.k8s.io/v1beta2/SparkApplication"]
+PIPELINERUN = KINDS["tekton.dev/v1/PipelineRun"]
+TASKRUN = KINDS["tekton.dev/v1/TaskRun"]
+
+
+def new_kind_obj(kind, spec=None, status=None, **meta):
+    return with_server_fields({"apiVersion": kind.api_version, "kind": kind.kind,
+                               "metadata": {"name": "j", "namespace": "team", **meta},
+                               "spec": spec or {}, "status": status or {}})
+
+
+def own_ttl_left_then_policy(job, kind, ttl_path, expected):
+    """For a kind whose own controller applies its TTL: jobttl leaves such objects to it
+    (builtin-ttl, like batch Jobs); the same arithmetic is what it applies to a policy TTL."""
+    parent = job
+    for key in ttl_path[:-1]:
+        parent = parent[key]
+    ttl = parent.get(ttl_path[-1])
+    if ttl is not None and expected is not Verdict.NOT_FINISHED:
+        assert decide(job, kind).verdict is Verdict.BUILTIN_TTL, "its own controller applies its own TTL"
+        del parent[ttl_path[-1]]
+    policy = parse_policy({"ttl": f"{ttl}s"}) if ttl is not None else NO_POLICY
+    check(decide(job, kind, policy), expected)
+
+
+# KubeRay: finished by status.jobDeploymentStatus, finish time status.endTime; its TTL deletes the
+# RayCluster (not the RayJob) unless a DeleteSelf policy applies; then the operator deletes the RayJob.
+def rayjob(deployment="Complete", job_status="SUCCEEDED", end="now", shutdown=None, ttl=None, strategy=None, **spec):
+    status = {"jobDeploymentStatus": deployment, "jobStatus": job_status, "rayClusterName": "j-raycluster-x"}
+    if end:
+        status["endTime"] = at(end)
+    spec = {"entrypoint": "python /home/ray/samples/sample_code.py", **spec}
+    for key, value in (("shutdownAfterJobFinishes", shutdown), ("ttlSecondsAfterFinished", ttl),
+                       ("deletionStrategy", strategy)):
+        if value is not None:
+            spec[key] = value
+    return new_kind_obj(RAYJOB, spec, status)
+
+
+def rule(policy, ttl=0, job_status=None, deployment=None):
+    condition = {"ttlSeconds": ttl, **({"jobStatus": job_status} if job_status else {}),
+                 **({"jobDeploymentStatus": deployment} if deployment else {})}
+    return {"policy": policy, "condition": condition}
+
+
+RAYJOB_CASES = [
+    # rayjob_controller_test.go
+    pytest.param(rayjob(shutdown=True, ttl=0), expires(3600),
+                 id="If shutdownAfterJobFinishes is true, RayCluster should be deleted but not the submitter Job. "
+                    "(the RayJob stays: the policy's TTL applies)"),
+    pytest.param(rayjob(strategy={"onSuccess": {"policy": "DeleteCluster"}, "onFailure": {"policy": "DeleteCluster"}}),
+                 expires(3600), id="Delete cluster on success (the RayJob stays: the policy's TTL applies)"),
+    pytest.param(rayjob(strategy={"onSuccess": {"policy": "DeleteWorkers"}, "onFailure": {"policy": "DeleteCluster"}}),
+                 expires(3600), id="Delete workers on success"),
+    pytest.param(rayjob(ttl=0, strategy={"onSuccess": {"policy": "DeleteSelf"}, "onFailure": {"policy": "DeleteNone"}}),
+                 Verdict.BUILTIN_TTL, id="Delete self on success"),
+    pytest.param(rayjob("Failed", "FAILED", ttl=0,
+                        strategy={"onSuccess": {"policy": "DeleteNone"}, "onFailure": {"policy": "DeleteSelf"}}),
+                 Verdict.BUILTIN_TTL, id="Delete self on failure"),
+    pytest.param(rayjob(strategy={"onSuccess": {"policy": "DeleteNone"}, "onFailure": {"policy": "DeleteNone"}}),
+                 expires(3600), id="Delete none on success"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteSelf", 0, job_status="SUCCEEDED")]}),
+                 Verdict.BUILTIN_TTL, id="Should delete self on success when a single 'DeleteSelf' rule is set"),
+    pytest.param(rayjob("Failed", "FAILED", strategy={"deletionRules": [rule("DeleteSelf", 0, job_status="FAILED")]}),
+                 Verdict.BUILTIN_TTL, id="Should delete self on failure when a single 'DeleteSelf' rule is set"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteCluster", 0, job_status="SUCCEEDED")]}),
+                 expires(3600), id="Should delete cluster on success when a single 'DeleteCluster' rule is set"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteNone", 0, job_status="SUCCEEDED")]}),
+                 expires(3600), id="Should delete none on success when a single 'DeleteNone' rule is set"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteWorkers", 0, job_status="SUCCEEDED"),
+                                                    rule("DeleteCluster", 10, job_status="SUCCEEDED"),
+                                                    rule("DeleteSelf", 20, job_status="SUCCEEDED")]}),
+                 Verdict.BUILTIN_TTL,
+                 id="Should process multi-stage deletions in order on success: Workers, then Cluster, then Self"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteSelf", 0, job_status="FAILED")]}),
+                 expires(3600), id="code-derived: isDeletionRuleMatched, a DeleteSelf rule for another jobStatus"),
+    # rayjob_deletion_strategy_test.go
+    pytest.param(rayjob("Failed", "", strategy={"deletionRules": [rule("DeleteSelf", 0, deployment="Failed")]}),
+                 Verdict.BUILTIN_TTL,
+                 id="DeletionRules with JobDeploymentStatus Failed and DeleteSelf policy should delete RayJob and cluster"),
+    pytest.param(rayjob(strategy={"deletionRules": [rule("DeleteSelf", 0, job_status="SUCCEEDED")]},
+                        clusterSelector={"ray.io/cluster": "shared"}),
+                 expires(3600), id="code-derived: with clusterSelector nothing is deleted (C:429-432)"),
+    pytest.param(rayjob("Complete", "STOPPED", strategy={"onSuccess": {"policy": "DeleteSelf"},
+                                                         "onFailure": {"policy": "DeleteSelf"}}),
+                 expires(3600), id="code-derived: a STOPPED job matches neither legacy policy (C:1475-1484)"),
+    pytest.param(rayjob("ValidationFailed", ""), Verdict.NOT_FINISHED,
+                 id="code-derived: ValidationFailed is not terminal (T:63-64)"),
+    pytest.param(rayjob("Running", "SUCCEEDED"), Verdict.NOT_FINISHED,
+                 id="code-derived: jobStatus terminal but the submitter not done (C:336-340)"),
+    pytest.param(rayjob("Retrying", "FAILED"), Verdict.NOT_FINISHED, id="code-derived: Retrying is not finished"),
+    pytest.param(rayjob(end="now-10s"), expires(3590), id="code-derived: the finish time is status.endTime"),
+    pytest.param(rayjob(end=None), Verdict.NO_FINISH_TIME, id="code-derived: no endTime"),
+]
+
+
+@pytest.mark.parametrize("job, expected", RAYJOB_CASES)
+def test_kuberay_rayjob_cases(job, expected):
+    check(decide(job, RAYJOB, POLICY_TTL), expected)
+
+
+def test_a_rayjob_left_to_kuberay_says_which_policy_deletes_it():
+    job = rayjob(strategy={"deletionRules": [rule("DeleteSelf", 30, job_status="SUCCEEDED")]})
+    decision = decide(job, RAYJOB, POLICY_TTL)
+    assert decision.reason == "spec.deletionStrategy (DeleteSelf) is set: the KubeRay operator deletes it"
+
+
+@pytest.mark.parametrize("managed_by, verdict", [
+    pytest.param("ray.io/kuberay-operator", Verdict.EXPIRES, id="code-derived: its own name (C:107-110)"),
+    pytest.param("kueue.x-k8s.io/multikueue", Verdict.MANAGED_ELSEWHERE, id="code-derived: MultiKueue (T:238-239)"),
+])
+def test_kuberay_rayjob_managed_by(managed_by, verdict):
+    assert decide(rayjob(managedBy=managed_by), RAYJOB, POLICY_TTL).verdict is verdict
+
+
+# JobSet: ttl_after_finished_test.go. Its controller applies spec.ttlSecondsAfterFinished itself
+# (builtin-ttl); the same arithmetic (the Completed/Failed condition's time + TTL) under a policy TTL.
+def jobset(conditions=(), ttl=None, **spec):
+    return new_kind_obj(JOBSET, {"replicatedJobs": [], **({"ttlSecondsAfterFinished": ttl} if ttl is not None else {}),
+                                 **spec}, {"conditions": list(conditions)})
+
+
+JOBSET_CASES = [
+    pytest.param(jobset(), Verdict.NOT_FINISHED, id="TestTimeLeft/jobset not finished"),
+    pytest.param(jobset([condition("Completed")], 0), expires(0), id="TestTimeLeft/jobset completed now, 0s TTL"),
+    pytest.param(jobset([condition("Completed")], 10), expires(10), id="TestTimeLeft/jobset completed now, 10s TTL"),
+    pytest.param(jobset([condition("Completed", "now-10s")], 15), expires(5),
+                 id="TestTimeLeft/jobset completed 10s ago, 15s TTL"),
+    pytest.param(jobset([condition("Failed")], 0), expires(0), id="TestTimeLeft/jobset failed now, 0s TTL"),
+    pytest.param(jobset([condition("Failed")], 10), expires(10), id="TestTimeLeft/jobset failed now, 10s TTL"),
+    pytest.param(jobset([condition("Failed", "now-10s")], 15), expires(5),
+                 id="TestTimeLeft/jobset failed 10s ago, 15s TTL"),
+    pytest.param(jobset([condition("Completed")]), Verdict.NO_TTL, id="TestCheckIfTTLExpired/jobset completed, TTL not set"),
+    pytest.param(jobset([], 10), Verdict.NOT_FINISHED, id="TestCheckIfTTLExpired/jobset running, TTL set"),
+    pytest.param(jobset([condition("Completed", None)], 10), Verdict.NO_FINISH_TIME,
+                 id="TestCheckIfTTLExpired/invalid jobset completion time"),
+    pytest.param(jobset([condition("Completed", "now-10s")], 5), expires(-5),
+                 id="TestExecuteTTLAfterFinishedPolicy/jobset completed 10s ago, TTL 5s"),
+    pytest.param(jobset([condition("Completed", "now-2s")], 5), expires(3),
+                 id="TestExecuteTTLAfterFinishedPolicy/jobset completed 2s ago, TTL 5s"),
+    pytest.param(jobset([condition("Suspended"), condition("Completed", status="False")]), Verdict.NOT_FINISHED,
+                 id="code-derived: Completed False is not finished (C:1129-1136)"),
+]
+
+
+@pytest.mark.parametrize("job, expected", JOBSET_CASES)
+def test_jobset_ttl_after_finished_cases(job, expected):
+    own_ttl_left_then_policy(job, JOBSET, ("spec", "ttlSecondsAfterFinished"), expected)
+
+
+def test_jobset_being_deleted_is_left_alone():
+    """TestCheckIfTTLExpired/jobset completed, deletion in progress."""
+    job = jobset([condition("Completed")], 10)
+    job["metadata"]["deletionTimestamp"] = at("now")
+    assert decide(job, JOBSET, POLICY_TTL).verdict is Verdict.BEING_DELETED
+
+
+@pytest.mark.parametrize("spec, verdict", [
+    pytest.param({"managedBy": "jobset.sigs.k8s.io/jobset-controller"}, Verdict.EXPIRES, id="code-derived: own name"),
+    pytest.param({"managedBy": "kueue.x-k8s.io/multikueue"}, Verdict.MANAGED_ELSEWHERE,
+                 id="code-derived: another controller: the whole reconcile is skipped (C:144-147)"),
+    pytest.param({"suspend": True}, Verdict.SUSPENDED, id="code-derived: spec.suspend"),
+])
+def test_jobset_someone_elses(spec, verdict):
+    assert decide(jobset([condition("Completed", "now-1d")], **spec), JOBSET, POLICY_TTL).verdict is verdict
+
+
+# Volcano: garbagecollector_test.go. The gc-controller applies spec.ttlSecondsAfterFinished to
+# Completed/Failed/Terminated jobs (builtin-ttl); from status.state.lastTransitionTime.
+def vcjob(phase="Completed", when="now", ttl=None):
+    state = {"phase": phase, **({"lastTransitionTime": at(when)} if when else {})}
+    return new_kind_obj(VOLCANO_JOB, {"minAvailable": 1, "tasks": [],
+                                      **({"ttlSecondsAfterFinished": ttl} if ttl is not None else {})},
+                        {"state": state})
+
+
+VOLCANO_CASES = [
+    pytest.param(vcjob("Completed", "now", 3), expires(3), id="TestGarbageCollector_ProcessTTL/False Case"),
+    pytest.param(vcjob("Completed", "now", 0), expires(0), id="TestGarbageCollector_ProcessTTL/True Case"),
+    pytest.param(vcjob("Completed", "now", 3), expires(3), id="TestGarbageCollector_NeedsCleanup/Success Case"),
+    pytest.param(vcjob("Running", "now", 3), Verdict.NOT_FINISHED, id="TestGarbageCollector_NeedsCleanup/Failure Case"),
+    pytest.param(vcjob("Running", "now"), Verdict.NOT_FINISHED, id="TestGarbageCollector_IsJobFinished/False Case"),
+    pytest.param(vcjob("Completed", "now-1d"), Verdict.NO_TTL, id="TestGarbageCollector_IsJobFinished/True Case"),
+    pytest.param(vcjob("Completed", "now-10s", 3), expires(-7),
+                 id="TestGarbageCollector_GetFinishAndExpireTime/Success case"),
+    pytest.param(vcjob("Completed", None, 3), Verdict.NO_FINISH_TIME, id="TestGarbageCollector_JobFinishTime/Failure Case"),
+    pytest.param(vcjob("Failed", "now", 3), expires(3), id="code-derived: Failed is finished (G:271-275)"),
+    pytest.param(vcjob("Terminated", "now", 3), expires(3), id="code-derived: Terminated is finished (G:271-275)"),
+    pytest.param(vcjob("Aborted", "now-1d", 3), Verdict.NOT_FINISHED,
+                 id="code-derived: Aborted is never collected (G:271-275; resumable, S/aborted.go:31-33)"),
+    pytest.param(vcjob("Completing", "now", 3), Verdict.NOT_FINISHED, id="code-derived: Completing is transient"),
+]
+
+
+@pytest.mark.parametrize("job, expected", VOLCANO_CASES)
+def test_volcano_garbage_collector_cases(job, expected):
+    own_ttl_left_then_policy(job, VOLCANO_JOB, ("spec", "ttlSecondsAfterFinished"), expected)
+
+
+def test_volcano_terminated_is_a_failure_for_the_policy():
+    decision = decide(vcjob("Terminated", "now-10s"), VOLCANO_JOB, parse_policy({"ttlAfterSuccess": "1h",
+                                                                                 "ttlAfterFailure": "2h"}))
+    assert (decision.outcome, decision.expires_at) == (FAILED, NOW - 10 + 7200)
+
+
+def test_volcano_aborted_counts_only_where_the_policy_opts_in_and_then_its_own_ttl_is_jobttls():
+    policy = parse_policy({"ttl": "1h", "optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborted"]}})
+    kind = next(k for k in policy.kinds if k.group == "batch.volcano.sh")
+    assert decide(vcjob("Aborted", "now-10s"), VOLCANO_JOB, policy).verdict is Verdict.NOT_FINISHED
+    decision = decide(vcjob("Aborted", "now-10s"), kind, policy)
+    assert (decision.verdict, decision.outcome, decision.expires_at) == (Verdict.EXPIRES, FAILED, NOW - 10 + 3600)
+    # Volcano's gc-controller never collects Aborted jobs: their own TTL is applied by jobttl.
+    decision = decide(vcjob("Aborted", "now-10s", ttl=30), kind, policy)
+    assert (decision.verdict, decision.expires_at, decision.ttl_source) == (Verdict.EXPIRES, NOW + 20,
+                                                                            "spec.ttlSecondsAfterFinished")
+    assert decide(vcjob("Completed", "now-10s", ttl=30), kind, policy).verdict is Verdict.BUILTIN_TTL
+
+
+# Spark operator: pkg/util/sparkapplication_test.go IsExpired / EffectiveTimeToLiveSeconds and
+# controller_test.go. The operator applies spec.timeToLiveSeconds itself (builtin-ttl). Its boundary
+# is strict (now - terminationTime > ttl); jobttl's is finish + TTL, one rule for every kind (README).
+def spark_app(state="COMPLETED", terminated="now", ttl=None):
+    status = {"applicationState": {"state": state}, **({"terminationTime": at(terminated)} if terminated else {})}
+    return new_kind_obj(SPARK_APP, {"type": "Scala", "mode": "cluster", "mainClass": "org.apache.spark.examples.SparkPi",
+                                    **({"timeToLiveSeconds": ttl} if ttl is not None else {})}, status)
+
+
+SPARK_CASES = [
+    pytest.param(spark_app(terminated="now-60s"), Verdict.NO_TTL, id="IsExpired/with a nil TTL/never expires"),
+    pytest.param(spark_app(terminated="now-30s", ttl=60), expires(30),
+                 id="IsExpired/with a positive TTL/returns false before the TTL elapses"),
+    pytest.param(spark_app(terminated="now-120s", ttl=60), expires(-60),
+                 id="IsExpired/with a positive TTL/returns true after the TTL elapses"),
+    pytest.param(spark_app(terminated="now-1s", ttl=0), expires(-1),
+                 id="IsExpired/with a non-positive TTL on a terminated app/expires immediately for a zero TTL"),
+    pytest.param(spark_app(terminated=None, ttl=0), Verdict.NO_FINISH_TIME,
+                 id="IsExpired/with no termination time/does not expire even for a zero TTL"),
+    pytest.param(spark_app("FAILED", "now-120s", ttl=60), expires(-60),
+                 id="controller_test: Set TimeToLiveSeconds and make the SparkApplication expired (failed)"),
+    pytest.param(spark_app("SUCCEEDING", "now-120s", ttl=60), Verdict.NOT_FINISHED,
+                 id="code-derived: SUCCEEDING is not terminated (IsTerminated, U:58-61)"),
+    pytest.param(spark_app("SUBMISSION_FAILED", "now-120s", ttl=60), Verdict.NOT_FINISHED,
+                 id="code-derived: SUBMISSION_FAILED is retried (C:447-500)"),
+    pytest.param(spark_app("INVALIDATING", None, ttl=60), Verdict.NOT_FINISHED,
+                 id="code-derived: a spec edit re-runs a terminal app (event_filter.go:186-230)"),
+]
+
+
+@pytest.mark.parametrize("job, expected", SPARK_CASES)
+def test_spark_operator_ttl_cases(job, expected):
+    own_ttl_left_then_policy(job, SPARK_APP, ("spec", "timeToLiveSeconds"), expected)
+
+
+def test_a_negative_spark_ttl_is_the_operators_not_an_invalid_one():
+    """IsExpired/... expires immediately for a negative TTL: the operator's to apply, so not judged here."""
+    assert decide(spark_app(ttl=-5), SPARK_APP, POLICY_TTL).verdict is Verdict.BUILTIN_TTL
+
+
+# Tekton: pipeline's IsDone (Succeeded not Unknown) and the pruner's completion time; the pruner's
+# TTL annotation means the pruner deletes the run (builtin-ttl).
+def tekton_run(kind, status="True", reason="Succeeded", completion="now", condition_at="now-5s", annotations=None):
+    cond = {"type": "Succeeded", "status": status, "reason": reason, "lastTransitionTime": at(condition_at)}
+    fields = {"startTime": at("now-1h"), "conditions": [cond] if status else [],
+              **({"completionTime": at(completion)} if completion else {})}
+    return new_kind_obj(kind, {"pipelineRef": {"name": "p"}} if kind is PIPELINERUN else {"taskRef": {"name": "t"}},
+                        fields, **({"annotations": annotations} if annotations else {}))
+
+
+TEKTON_CASES = [
+    pytest.param(tekton_run(PIPELINERUN), expires(3600), id="TestPipelineRunIsDone (Succeeded True)"),
+    pytest.param(tekton_run(PIPELINERUN, "False", "Failed"), ("expires", NOW + 3600),
+                 id="TestPipelineRunIsDone (Succeeded False: failed)"),
+    pytest.param(tekton_run(PIPELINERUN, "False", "Cancelled"), expires(3600),
+                 id="TestPipelineRunIsCancelled (done: Succeeded False)"),
+    pytest.param(tekton_run(PIPELINERUN, "Unknown", "Running", completion=None), Verdict.NOT_FINISHED,
+                 id="TestPrFuncs_IsCompleted/Not completed - pending"),
+    pytest.param(tekton_run(PIPELINERUN, None, completion=None), Verdict.NOT_FINISHED,
+                 id="TestPrFuncs_IsCompleted/Not completed - no start time"),
+    pytest.param(tekton_run(PIPELINERUN, completion=None), expires(3595),
+                 id="TestGetCompletionTime/PipelineRun without completion time (the condition's time)"),
+    pytest.param(tekton_run(TASKRUN), expires(3600), id="TestTaskRunIsDone (Succeeded True)"),
+    pytest.param(tekton_run(TASKRUN, "False", "TaskRunTimeout"), expires(3600), id="TestTaskRunIsDone (timeout)"),
+    pytest.param(tekton_run(TASKRUN, "Unknown", "ToBeRetried", completion=None), Verdict.NOT_FINISHED,
+                 id="code-derived: a retried TaskRun is Unknown/ToBeRetried (TR:1402-1412)"),
+    pytest.param(tekton_run(TASKRUN, annotations={"pruner.tekton.dev/ttlSecondsAfterFinished": "600"}),
+                 Verdict.BUILTIN_TTL, id="code-derived: the pruner's TTL annotation: the pruner deletes it"),
+]
+
+
+@pytest.mark.parametrize("job, expected", TEKTON_CASES)
+def test_tekton_run_cases(job, expected):
+    check(decide(job, KINDS[f"{job['apiVersion']}/{job['kind']}"], POLICY_TTL), expected)
+
+
+def test_a_failed_tekton_run_is_a_failure_for_the_policy():
+    decision = decide(tekton_run(PIPELINERUN, "False", "Failed"), PIPELINERUN,
+                      parse_policy({"ttlAfterSuccess": "1h", "ttlAfterFailure": "2h"}))
+    assert (decision.outcome, decision.expires_at, decision.finished_from) == (FAILED, NOW + 7200,
+                                                                               "status.completionTime")
+
+
+def test_a_taskrun_of_a_pipelinerun_is_its_owners():
+    run = tekton_run(TASKRUN)
+    run["metadata"]["ownerReferences"] = [{"apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "name": "p",
+                                           "uid": "u", "controller": True}]
+    assert decide(run, TASKRUN, POLICY_TTL).verdict is Verdict.OWNED

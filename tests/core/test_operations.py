@@ -111,3 +111,41 @@ def test_postpone_moves_every_stage_to_one_time_from_the_latest(redis, queue_nam
     outcomes, _ = ops.reconciler.reconcile_many([(obj, TFJOB)], "resync")  # events and resyncs keep the new time
     assert {o.change for o in outcomes} == {Change.UNCHANGED}
     assert ops.schedule.due_of(member_for(uid, PODS_STAGE)) == until
+
+
+# --- taking an operator's word back ---------------------------------------------------------------
+
+
+def test_undoing_a_cancel_takes_back_only_the_keep(ops):
+    """A postpone said too, and a stage done for good, stand; the next reconcile books at the postponed time."""
+    name = f"undo-{uuid.uuid4().hex[:6]}"
+    obj = scheduled(ops, name, time.time(), ttl=600)
+    uid = obj["metadata"]["uid"]
+    until = ops.postpone("team", name, 3600).due
+    ops.cancel("team", name)
+    ops.schedule.mark_done(uid, PODS_STAGE)
+    undone = ops.undo("team", name, "cancel")
+    assert [r.uid for r in undone.refs] == [uid]
+    said = ops.schedule.override(uid)
+    assert "keep" not in said and said["until"] == str(until) and f"done:{PODS_STAGE}" in said
+    assert ops.reconciler.reconcile(obj, TFJOB, "resync").change is Change.SCHEDULED
+    assert ops.schedule.due_of(uid) == until
+    [entry] = [e.fields for e in ops.audit.history("team", name) if e.fields["event"] == "cancel-undone"]
+    assert entry["by"] == "operator" and entry["saidBy"] == "operator" and "until" not in entry
+
+    ops.undo("team", name, "postpone")
+    assert set(ops.schedule.override(uid)) == {f"done:{PODS_STAGE}"}, "by and at went with what they described"
+    assert ops.reconciler.reconcile(obj, TFJOB, "resync").change is Change.MOVED
+    with pytest.raises(NotFound):
+        ops.undo("team", name, "postpone")
+
+
+def test_an_undo_asks_the_workers_for_a_resync(ops):
+    name = f"undo-{uuid.uuid4().hex[:6]}"
+    scheduled(ops, name, time.time(), ttl=600)
+    ops.cancel("team", name)
+    time.sleep(1.01 - time.time() % 1)  # resyncs are asked for once a second: not one an earlier test asked for
+    start = int(time.time())
+    ops.undo("team", name, "cancel")
+    asked = [f"resync-{slot}" for slot in range(start, int(time.time()) + 1)]
+    assert set(asked) & set(ops.queue.job_ids), (asked, ops.queue.job_ids)

@@ -63,8 +63,15 @@ def test_a_bad_duration_names_the_value_and_forms_the_parser_accepts():
 
 
 def test_format_duration_is_the_inverse():
-    assert format_duration(DAY + 2 * HOUR + 3 * 60 + 4) == "1d2h3m4s"
-    assert parse_duration(format_duration(93784)) == 93784
+    assert format_duration(DAY + 2 * HOUR + 3 * 60 + 4, exact=True) == "1d2h3m4s"
+    assert parse_duration(format_duration(93784, exact=True)) == 93784
+
+
+@pytest.mark.parametrize("seconds, shown", [(7195, "1h59m"), (2 * DAY + 3 * HOUR + 59, "2d3h"), (45, "45s"),
+                                            (90, "1m30s"), (3630, "1h"), (HOUR, "1h"), (0, "0s"), (-125, "2m5s"),
+                                            (400 * DAY + 5, "400d"), (59.9, "59s")])
+def test_durations_print_as_their_two_largest_units(seconds, shown):
+    assert format_duration(seconds) == shown
 
 
 def test_the_default_ttl_applies_to_jobs_that_set_none():

@@ -452,14 +452,14 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
 def _known(redis) -> list[bool]:
     """Whether Redis knows each script a process uses (every `Lua` of `Scripts`)."""
     used = [lua.sha for lua in vars(scripts.Scripts(redis)).values() if isinstance(lua, scripts.Lua)]
-    assert len(used) == 9
+    assert len(used) == 11
     return redis.script_exists(*used)
 
 
 def test_loading_the_scripts_at_start_loads_every_one_and_a_redis_that_refuses_is_only_a_warning(own_redis, caplog):
     own_redis.script_flush()
     assert scripts.load(own_redis) is True
-    assert _known(own_redis) == [True] * 9
+    assert _known(own_redis) == [True] * 11
     assert scripts.load(Redis(port=1, socket_connect_timeout=0.2, retry=None)) is False
     assert "scripts-not-loaded" in caplog.text
 
@@ -473,8 +473,8 @@ def test_after_a_noscript_every_script_is_loaded_not_only_the_missing_one(own_re
     loads = lambda: own_redis.info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)  # noqa: E731
     before = loads()
     assert reconciler.reconcile(finished(), TFJOB, "event").change is Change.SCHEDULED
-    assert loads() - before == 9, "one load of all nine, before the MULTI: the MULTI met no NOSCRIPT"
-    assert _known(own_redis) == [True] * 9
+    assert loads() - before == 11, "one load of all eleven, before the MULTI: the MULTI met no NOSCRIPT"
+    assert _known(own_redis) == [True] * 11
 
 
 # --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------

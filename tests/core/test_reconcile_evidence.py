@@ -47,7 +47,7 @@ def test_a_pods_stage_is_its_own_pending_entry_and_goes_with_the_job(schedule):
     assert sorted(outbox) == sorted([notice_member(uid, int(now) + 7200).encode(),
                                      notice_member(f"pods:{uid}", int(now) + 3600).encode()])
     card = reconciler.audit.decisions(obj["metadata"]["namespace"], "train")[uid]
-    assert card["event"] == "scheduled" and card["due"] == str(int(now) + 7200)  # the job's, not the pods'
+    assert card["event"] == "scheduled" and card["due"] == int(now) + 7200  # the job's, not the pods'
     schedule.mark_done(uid, PODS_STAGE)  # the worker deleted the pods: no event books them again
     assert reconciler.reconcile(obj, reconciler.policy.kinds[0], "event").change is Change.UNCHANGED
     assert schedule.due_of(member_for(uid, PODS_STAGE)) is None

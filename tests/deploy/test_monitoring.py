@@ -43,7 +43,8 @@ from tests.services import JobttlProcess, RedisServer, free_port, start_emulator
 
 SEVERITIES = {"critical", "warning"}
 DASHBOARD_PANELS = {"Pending deletions", "Deletions per minute by kind", "Deletion lateness",
-                    "Failures per minute by reason", "Resync duration", "Kubernetes API latency p99 by verb"}
+                    "Failures per minute by reason", "Resync duration", "Kubernetes API latency p99 by verb",
+                    "Dry run: would delete by kind"}
 
 
 # --- the manifests ----------------------------------------------------------------------------
@@ -204,6 +205,47 @@ def _mutant(directory, name: str, expr: str) -> Path:
     return path
 
 
+# The series dry run moves (`dryRun: true`, globally or in a rule): what it decided, by kind,
+# pending and never deleted. An alert that reads any of them as trouble fires in every dry run.
+DRY_RUN_SERIES = ("sum(jobttl_dry_run_would_delete) > 0", "sum(increase(jobttl_would_delete_total[15m])) > 0",
+                  'sum(increase(jobttl_decisions_total{event="would-delete"}[15m])) > 0',
+                  "max(jobttl_pending_deletions) > 0")
+# The alerts that read the deletion series: each has a unit test of the dry-run case.
+DELETION_ALERTS = {"JobttlMetricsAbsent", "JobttlDeletionsStalled", "JobttlDeletionsFailing", "JobttlDeletionsStuck",
+                   "JobttlDeletionsHeld", "JobttlDeletionsLate"}
+
+
+def _dry_run_cases() -> list[dict]:
+    return [group for group in yaml.safe_load(RULES_TEST.read_text())["tests"] if group["name"].startswith("dry run")]
+
+
+def test_every_alert_on_the_deletion_series_has_a_dry_run_unit_test_that_it_stays_quiet():
+    reads = {a["alert"] for a in alerts() if re.search(r"jobttl_\w*(deletion|decisions)", a["expr"])}
+    assert reads == DELETION_ALERTS, "an alert reads the deletion series: give it a dry-run case in alerts.test.yaml"
+    [case] = _dry_run_cases()
+    quiet = {c["alertname"] for c in case["alert_rule_test"] if not c["exp_alerts"]}
+    assert quiet == DELETION_ALERTS
+
+
+def test_the_dry_run_unit_tests_catch_an_alert_that_fires_on_what_dry_run_decided(tmp_path):
+    """Each deletion alert, made to fire on a series dry run moves, fails its dry-run case."""
+    mutants = {}
+    for i, broken in enumerate(DRY_RUN_SERIES):
+        for j, name in enumerate(sorted(DELETION_ALERTS)):
+            path = _mutant(tmp_path / f"m{i}-{j}", name, broken)
+            suite = yaml.safe_load(path.read_text())
+            suite["tests"] = [{**g, "alert_rule_test": [c for c in g["alert_rule_test"] if c["alertname"] == name]}
+                              for g in _dry_run_cases()]
+            path.write_text(yaml.safe_dump(suite))
+            mutants[str(path)] = f"{name}: {broken}"
+    result = subprocess.run([prometheus_binary("promtool"), "test", "rules", *mutants], cwd=tmp_path, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    outcomes = dict(re.findall(r"Unit Testing:\s+(\S+)\s+(SUCCESS|FAILED)", result.stdout))
+    assert set(outcomes) == set(mutants), result.stdout
+    passed = [mutants[path] for path, outcome in outcomes.items() if outcome == "SUCCESS"]
+    assert not passed, f"the dry-run unit tests pass with these alerts firing on dry run: {passed}"
+
+
 def test_the_unit_tests_catch_an_alert_that_never_or_always_fires(tmp_path):
     mutants = {str(_mutant(tmp_path / f"m{i}-{j}", alert["alert"], broken)): f"{alert['alert']}: {broken}"
                for i, broken in enumerate(("vector(1) < 0", "vector(1)")) for j, alert in enumerate(alerts())}
@@ -228,15 +270,16 @@ class Stack:
     """Redis, the emulator, a sink and a worker of their own (held and stuck deletions would
     leak into other tests' schedule), scraped by a Prometheus that loads the kit's rules."""
 
-    def __init__(self, directory):
+    def __init__(self, directory, policy: str):
         self.started: list = []  # whatever runs, stopped in reverse order, even if starting fails
         try:
-            self._start(directory)
+            self._start(directory, policy)
         except BaseException:
             self.stop()
             raise
 
-    def _start(self, directory):
+    def _start(self, directory, policy: str):
+        (directory / "policy.yaml").write_text(policy)
         self.redis_server = self._started(RedisServer().start())
         self.redis = self.redis_server.client()
         self.emulator = self._started(start_emulator(directory, (TFJOB, CORE_EVENTS), gc_delay=0.2))
@@ -246,7 +289,7 @@ class Stack:
             self.redis_server, self.emulator, QUEUE, worker_port,
             JOBTTL_RESYNC_INTERVAL="3600",  # so the worker resyncs when it starts
             JOBTTL_RESYNC_MAX_DELETIONS="1", JOBTTL_RESYNC_MAX_SHARE="1",  # events: the 2nd due in a minute is held
-            JOBTTL_STUCK_AFTER="1s")
+            JOBTTL_STUCK_AFTER="1s", JOBTTL_POLICY=str(directory / "policy.yaml"))
         # Prometheus first, so it sees the processes from their first sample on.
         self.prometheus = self._started(Prometheus(directory, {"jobttl-sink": f"127.0.0.1:{sink_port}",
                                                                "jobttl-worker": f"127.0.0.1:{worker_port}"},
@@ -281,17 +324,24 @@ class Stack:
                  what="the resync")
 
 
+# A rule's dry run, as an admin tries a new rule: jobs labelled rehearsal=true are only rehearsed.
+REHEARSAL = 'rules:\n- name: rehearsal\n  selector: {matchLabels: {rehearsal: "true"}}\n  dryRun: true\n'
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = Stack(tmp_path_factory.mktemp("monitoring-stack"))
+    stack = Stack(tmp_path_factory.mktemp("monitoring-stack"), REHEARSAL)
     yield stack
     stack.stop()
 
 
-def _finished(cluster: Cluster, name: str, ttl: int, finished_at: float, finalizer: str | None = None):
+def _finished(cluster: Cluster, name: str, ttl: int, finished_at: float, finalizer: str | None = None,
+              labels: dict[str, str] | None = None):
     obj = cluster.create(name, ttl=ttl)
     if finalizer:
         cluster.patch(name, {"metadata": {"finalizers": [finalizer]}})
+    if labels:
+        cluster.patch(name, {"metadata": {"labels": labels}})
     obj = cluster.set_status(name, finished_status(finished_at))
     assert cluster.event("update", obj).status_code == 202
     return obj
@@ -308,6 +358,8 @@ def troubled(stack):
     _finished(late, "late", ttl=60, finished_at=time.time() - HOUR)
     _finished(late, "held", ttl=60, finished_at=time.time() - HOUR)
     late.wait_gone("late")
+    # Due an hour ago too, in a rule's dry run: would-delete, kept, not held (nor overdue, nor late).
+    _finished(late, "rehearsed", ttl=60, finished_at=time.time() - HOUR, labels={"rehearsal": "true"})
     # Due in 3 s (so not "newly due"): a 403 fails one for good; a finalizer keeps the other.
     failing.fail_next("delete", 403, 1)
     _finished(failing, "forbidden", ttl=3, finished_at=time.time())
@@ -317,7 +369,9 @@ def troubled(stack):
              what="Prometheus to scrape the stuck deletion")
     wait_for(lambda: stack.prometheus.value('sum(jobttl_decisions_total{event="failed"})') == 1, timeout=10,
              what="Prometheus to scrape the failed deletion")
-    assert stack.redis.hlen(keys.HELD) == 1 and late.get("held") is not None
+    wait_for(lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 1, timeout=10,
+             what="Prometheus to scrape the dry run's would-delete")
+    assert stack.redis.hlen(keys.HELD) == 1 and late.get("held") is not None and late.get("rehearsed") is not None
     assert failing.get("forbidden") is not None
     return stack
 
@@ -372,6 +426,8 @@ def test_the_dashboard_shows_what_happened(troubled):
     assert prometheus.value(_panel("Deletion lateness p50 / p99")["p99"]) > 900
     assert prometheus.value(_panel("Resync duration")["since the last complete resync"]) < 60
     assert prometheus.value(_panel("Workers and scheduler")["heartbeat age (s)"]) < 30
+    assert {s["metric"]["kind"]: float(s["value"][1])
+            for s in prometheus.query(_panel("Dry run: would delete by kind")["{{kind}}"])} == {"TFJob": 1}
 
 
 def test_exactly_the_alerts_for_the_trouble_go_off(troubled):
@@ -394,6 +450,50 @@ def test_the_heartbeat_gauge_reads_0_without_a_worker_and_skips_a_garbled_heartb
     stack.redis.hset("rq:worker:garbled", "last_heartbeat", "yesterday")
     text = generate_latest(Metrics(stack.redis, "unattended").registry).decode()
     assert "jobttl_worker_last_heartbeat_timestamp_seconds 0.0" in text
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    """A stack of its own in dry run (`dryRun: true`), with three jobs due an hour ago: what
+    every dry-run rollout looks like to Prometheus, once the worker has decided."""
+    stack = Stack(tmp_path_factory.mktemp("dry-run-stack"), "dryRun: true\n")
+    try:
+        cluster = stack.rehearsed = stack.cluster()
+        for i in range(3):
+            _finished(cluster, f"rehearsed-{i}", ttl=60, finished_at=time.time() - HOUR)
+        wait_for(lambda: stack.prometheus.value("sum(jobttl_would_delete_total)") == 3, timeout=30,
+                 what="the worker's 3 would-deletes, scraped")
+        wait_for(lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 3, timeout=10,
+                 what="the would-delete gauge, scraped")
+        yield stack
+    finally:
+        stack.stop()
+
+
+def test_in_dry_run_nothing_is_overdue_and_the_metrics_say_what_it_would_delete(dry_run):
+    prometheus = dry_run.prometheus
+    worker = _scraped_samples(dry_run.worker_metrics)
+    assert worker[("jobttl_overdue_deletions", ())] == 0
+    assert worker[("jobttl_pending_deletions", ())] == 3
+    assert worker[("jobttl_dry_run_would_delete", (("kind", "TFJob"),))] == 3
+    assert worker[("jobttl_would_delete_total", (("kind", "TFJob"),))] == 3
+    assert prometheus.value("max(jobttl_overdue_deletions)") == 0
+    assert prometheus.value("max(jobttl_held_deletions)") == 0  # the guard holds no dry run
+    assert dry_run.rehearsed.deletes() == [] and all(dry_run.rehearsed.get(f"rehearsed-{i}") for i in range(3))
+
+
+def test_in_dry_run_no_alert_reads_trouble(dry_run):
+    """Every rule's expression, evaluated on the dry-run stack, returns nothing: the `for:` of an
+    alert only delays what its expression says."""
+    for alert in alerts():
+        assert dry_run.prometheus.query(alert["expr"]) == [], alert["alert"]
+    assert dry_run.prometheus.active_alerts() == {}
+
+
+def _scraped_samples(url: str) -> dict[tuple[str, tuple], float]:
+    text = requests.get(url, timeout=5).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
 
 
 def _scraped(url: str) -> dict[str, float]:

@@ -1,7 +1,7 @@
 """The RBAC in knative/ grants each component exactly the verbs its code uses, nothing more.
 
 The truth is `jobttl.core.kube.PERMISSIONS` (KubeClient refuses any verb not declared there) and
-`jobttl.core.kinds.ALL_KINDS`. Service accounts are found from the workloads themselves (the
+`jobttl.core.kinds.DEFAULT_KINDS` (core/kinds.yaml). Service accounts are found from the workloads themselves (the
 sink's Knative Service, the worker's Deployment, the ApiServerSource), so a workload moved
 to another account is checked too.
 """
@@ -13,8 +13,8 @@ import itertools
 import pytest
 
 from tests.deploy.manifests import KNATIVE, find, load_yaml_documents, pod_spec, rendered
-from jobttl.core.kinds import ALL_KINDS
 from jobttl.core.install import CONFIGMAP
+from jobttl.core.kinds import DEFAULT_KINDS
 from jobttl.core.kube import JOBS, VERSION, permissions
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
@@ -27,7 +27,7 @@ SOURCE_VERBS = {"get", "list", "watch"}
 
 
 def on_job_kinds(verbs):
-    return {(kind.group, kind.plural, verb) for kind in ALL_KINDS for verb in verbs}
+    return {(kind.group, kind.plural, verb) for kind in DEFAULT_KINDS for verb in verbs}
 
 
 def declared(component: str, **features) -> set[tuple[str, str, str]]:

@@ -71,6 +71,7 @@ def stack_environment(redis_server, emulator, queue: str, metrics_port: int, **e
         "JOBTTL_RESYNC_INTERVAL": "0",
         "JOBTTL_DELETE_RATE": "0",
         "JOBTTL_WORKER_METRICS_PORT": str(metrics_port),
+        "JOBTTL_FIRST_RUN_REVIEW": "off",  # tested in test_first_run.py
         **extra,
     }
 

@@ -44,7 +44,8 @@ def stack(tmp_path_factory):
     redis_server = RedisServer().start()
     env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "burst",
            "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": "0",
-           "JOBTTL_RESYNC_MAX_DELETIONS": str(LIMIT), "JOBTTL_RESYNC_MAX_SHARE": "1"}
+           "JOBTTL_RESYNC_MAX_DELETIONS": str(LIMIT), "JOBTTL_RESYNC_MAX_SHARE": "1",
+           "JOBTTL_FIRST_RUN_REVIEW": "off"}
     log_dir = tmp_path_factory.mktemp("burst-logs")
     sink, url = start_sink(env, log_dir)
     worker = JobttlProcess(["worker"], env, log_dir, "burst-worker").start()

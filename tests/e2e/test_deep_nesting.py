@@ -56,6 +56,7 @@ def cluster(tmp_path_factory):
                "tfjob": seed_object(emulator.store, job_object(TFJOB, "expired", "ml", at=an_hour_ago, ttl=60)),
                "later": seed_object(emulator.store, job_object(TFJOB, "later", "ml", at=time.time(), ttl=3600))}
     env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "deep",
+           "JOBTTL_FIRST_RUN_REVIEW": "off",
            "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": "0",
            "JOBTTL_RESYNC_MAX_SHARE": "1"}  # two of three objects are due: not a blast here
     try:

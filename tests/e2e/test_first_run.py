@@ -141,3 +141,25 @@ def test_the_first_install_holds_what_was_overdue_until_the_operator_confirms(st
     finally:
         worker.stop()
         sink.stop()
+
+
+def test_a_first_install_with_nothing_overdue_ends_its_review_at_the_first_resync(stack):
+    emulator, env, redis_server, directory = stack
+    redis_server.client().flushall()
+    env = {**env, "JOBTTL_NAMESPACE": "jobttl-empty"}  # an install record of its own
+    namespace = f"new-{uuid.uuid4().hex[:6]}"
+    seed_object(emulator.store, job_object(TFJOB, "running", namespace, state="running", at=time.time()))
+    recent = seed_object(emulator.store, job_object(TFJOB, "recent", namespace, at=time.time()))  # due in 7 days
+    worker = JobttlProcess(["worker"], env, directory, "first-run-empty-worker").start()
+    try:
+        status = wait_for(lambda: (lambda s: s if s.get("lastResync") else None)(jobttl(env, "status")[1]),
+                          timeout=60, what="the first resync")
+        assert status["held"] == 0
+        assert not status["install"]["underReview"]
+        assert status["install"]["reviewedBy"] == "resync: nothing was due at install"
+        data = emulator.store.get(CONFIG_MAP, "jobttl-empty", CONFIGMAP)["data"]
+        assert data["reviewedBy"] == "resync: nothing was due at install"
+        pending = jobttl(env, "pending")[1]["items"]
+        assert [(p["name"], p["ttlSource"]) for p in pending] == [(recent["metadata"]["name"], "ttl of policy")]
+    finally:
+        worker.stop()

@@ -28,11 +28,11 @@ DELETION = re.compile(r"^\s+([\d.]+)s  jobttl deleted TFJob kubeflow/(\S+) ")
 class LocalStack:
     """`make run` in a process of its own; its output collected as it comes."""
 
-    def __init__(self, workdir: Path, *args: str):
+    def __init__(self, workdir: Path, *args: str, env: dict[str, str] | None = None):
         self.workdir = workdir
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jobttl_emulator.localstack", "--workdir", str(workdir), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -127,8 +127,8 @@ def local_stack(tmp_path):
     """Start `make run`; whatever happens in the test, it is stopped afterwards."""
     started = []
 
-    def start(*args: str) -> LocalStack:
-        started.append(LocalStack(tmp_path / "run", *args))
+    def start(*args: str, env: dict[str, str] | None = None) -> LocalStack:
+        started.append(LocalStack(tmp_path / "run", *args, env=env))
         return started[-1]
 
     yield start
@@ -179,6 +179,22 @@ def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(loca
     assert not redis_folder.exists() and not stack.env_file.exists()
 
 
+ANY_DELETION = re.compile(r"^\s+([\d.]+)s  jobttl deleted (\S+) (\S+)/(\S+) ")
+
+
+def test_make_run_all_kinds_deletes_a_finished_object_of_each_kind_built_in_since(local_stack):
+    """`make run RUN_ARGS=--all-kinds`: one RayJob, JobSet, Volcano Job, SparkApplication,
+    PipelineRun and TaskRun, each deleted through sink, worker and the deletion's follow-up."""
+    stack = local_stack("--all-kinds", "--exit-when-done", "--timeout", "60")
+    stack.wait_up()
+    assert stack.finish(timeout=90) == 0, stack.output
+    deleted = {(m.group(2), m.group(4)): float(m.group(1)) for line in stack.lines if (m := ANY_DELETION.match(line))}
+    assert {("RayJob", "rayjob-sample-ttl-15s"), ("JobSet", "jobset-ttl-15s"), ("Job", "volcano-job-ttl-15s"),
+            ("SparkApplication", "spark-pi-ttl-15s"), ("PipelineRun", "pipelinerun-failed-ttl-15s"),
+            ("TaskRun", "taskrun-ttl-15s")} <= set(deleted), stack.output
+    assert all(13.5 <= after <= 21 for (kind, _), after in deleted.items() if kind != "TFJob"), stack.output
+
+
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_stop_signal_stops_every_process_and_removes_its_files(local_stack, stop):
     stack = local_stack()
@@ -191,3 +207,23 @@ def test_a_stop_signal_stops_every_process_and_removes_its_files(local_stack, st
     assert survivors(processes) == [], stack.output
     assert not redis_folder.exists() and not stack.env_file.exists()
     assert f"stopping ({stop.name})" in stack.output and "still pending:" in stack.output
+
+
+def test_in_dry_run_the_local_stack_says_what_dry_run_would_delete_and_deletes_nothing(local_stack, tmp_path):
+    """`JOBTTL_POLICY=dry-run.yaml make run`: the finished examples come due and stay; the live view
+    and the summary say what dry run would delete, never that it is due or overdue."""
+    policy = tmp_path / "dry-run.yaml"
+    policy.write_text("dryRun: true\n")
+    stack = local_stack(env={"JOBTTL_POLICY": str(policy)})
+    stack.wait_up()
+    expected = ("mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s")
+    wait_for(lambda: any(all(f"kubeflow/{name} dry run: would delete" in line for name in expected)
+                         for line in stack.lines if line.startswith("  pending:")),
+             timeout=60, what=f"both examples to be dry run's would-deletes; it said:\n{stack.output}")
+    stack.process.send_signal(signal.SIGTERM)
+    assert stack.finish(timeout=30) == 0, stack.output
+    summary = stack.output.split("Summary after", 1)[1]
+    assert "jobttl deleted nothing" in summary and "dry run: would delete 2:" in summary, summary
+    assert all(f"(due, kept: dry run)  TFJob kubeflow/{name}" in summary for name in expected), summary
+    assert "due now" not in summary and "still pending: nothing" in summary, summary
+    assert not any(DELETION.match(line) for line in stack.lines), stack.output

@@ -21,6 +21,7 @@ from jobttl.worker import resync as resync_run
 from jobttl.worker.context import WorkerContext
 from jobttl.core.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
 from jobttl.core.keys import HELD as HELD_KEY
+from jobttl.core import keys
 from jobttl.core.keys import PENDING_INDEX
 
 QUEUE = "resync"
@@ -46,7 +47,7 @@ def env(cluster, redis_server, **overrides) -> dict[str, str]:
     values = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
               "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_POLICY": str(ROOT / "tests" / "e2e" / "resync-policy.yaml"),
               "JOBTTL_RESYNC_MAX_DELETIONS": "100000", "JOBTTL_RESYNC_MAX_SHARE": "1",
-              "JOBTTL_WORKER_METRICS_PORT": "0"}
+              "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
     return {**values, **{k: str(v) for k, v in overrides.items()}}
 
 
@@ -172,6 +173,28 @@ def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, t
         small.stop()
     assert report.status == "done"
     assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
+
+
+def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_server, tmp_path):
+    """PyTorchJob (enabled by default) on a cluster without the training operator's PyTorchJob CRD,
+    RayJob (enabled by the policy) without KubeRay: `jobttl status` and jobttl_kind_not_served say so."""
+    from jobttl.core.metrics import _ScheduleCollector
+    small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
+    try:
+        policy = tmp_path / "policy.yaml"
+        policy.write_text("kinds: [TFJob, PyTorchJob, RayJob, TaskRun]\n")
+        resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small", JOBTTL_POLICY=policy))
+        status = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env(small, redis_server,
+                                JOBTTL_QUEUE="small"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+    finally:
+        small.stop()
+    assert "Kind not served by this cluster (skipped; no CRD?): ray.io/v1/RayJob" in status.stdout, status.stdout
+    assert "kubeflow.org/v1/TFJob" not in status.stdout.split("Kind not served", 1)[1]
+    family, = [f for f in _ScheduleCollector(redis_server.client(), "small").collect()
+               if f.name == "jobttl_kind_not_served"]
+    kinds = {sample.labels["kind"] for sample in family.samples}
+    assert {"ray.io/v1/RayJob", "tekton.dev/v1/TaskRun", "kubeflow.org/v1/PyTorchJob"} <= kinds
+    assert "kubeflow.org/v1/TFJob" not in kinds
 
 
 @pytest.fixture
@@ -302,3 +325,17 @@ def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server,
     assert report.status == "held" and uid.encode() in redis_server.client().hkeys(HELD_KEY)
     canary(cluster, redis_server, "dry-off")
     assert deletes_but_canaries(cluster) == []
+
+
+def test_a_resync_makes_the_dry_run_records_match_the_index_again(cluster, redis_server):
+    """The gauges count dry run by the sets beside the index; whatever wrote the index without
+    them (a process of the previous release, during a rollout) is repaired by the next resync."""
+    [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="repaired")
+    uid, redis, ctx = obj["metadata"]["uid"], redis_server.client(), context(cluster, redis_server)
+    resync_run.run(ctx)
+    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    redis.zrem(keys.dry_run("TFJob"), uid)  # booked without its entry
+    redis.zadd(keys.dry_run("TFJob"), {"a-uid-long-gone": 1})  # an entry for nothing pending
+    resync_run.run(ctx)
+    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    assert redis.zscore(keys.dry_run("TFJob"), "a-uid-long-gone") is None

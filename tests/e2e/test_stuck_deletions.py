@@ -101,7 +101,7 @@ def test_a_foreground_deletion_held_by_a_finalizer_is_reported_stuck_then_delete
     wait_for(lambda: "deleted" in events_of(plain, namespace), timeout=90, what="the deleted entry")
     assert events_of(plain, namespace) == ["scheduled", "delete-requested", "stuck", "deleted"]
     deleted = plain.history(namespace, "held")[-1]
-    assert deleted["wasStuck"] == "true" and float(deleted["goneAfter"]) >= STUCK_AFTER
+    assert deleted["wasStuck"] is True and float(deleted["goneAfter"]) >= STUCK_AFTER
     assert stuck_rows(plain, namespace) == [] and plain.jobttl("status")["stuck"] == 0
     assert plain.metric("jobttl_stuck_deletions") == 0.0
 

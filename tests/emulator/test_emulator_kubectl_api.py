@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import urllib.request
 
@@ -229,3 +230,35 @@ def test_apply_without_owned_metadata_keeps_others_metadata(full):
     code, _, applied = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", labelled.encode(), apply)
     assert code == 200 and applied["metadata"]["annotations"] == {"k": "v"} and applied["metadata"]["labels"] == {"team": "x"}
     assert applied["metadata"]["uid"] == created["metadata"]["uid"]
+
+
+def test_protobuf_configmaps_and_secrets_decode_as_helm_writes_its_release_records(full):
+    """Helm's release storage writes Secrets (or ConfigMaps) with client-go's typed clients, in protobuf."""
+    labels = _proto_field(11, _proto_field(1, b"owner") + _proto_field(2, b"helm"))
+    meta = _proto_field(1, _proto_field(1, b"sh.helm.release.v1.r.v1") + labels)
+
+    def envelope(kind: bytes, message: bytes) -> bytes:
+        return protobuf.MAGIC + _proto_field(1, _proto_field(1, b"v1") + _proto_field(2, kind)) + _proto_field(2, message)
+
+    secret = protobuf.decode(envelope(b"Secret", meta + _proto_field(2, _proto_field(1, b"release") + _proto_field(2, b"\x00\xffgz"))
+                                      + _proto_field(3, b"helm.sh/release.v1")))
+    assert secret == {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
+                      "metadata": {"name": "sh.helm.release.v1.r.v1", "labels": {"owner": "helm"}},
+                      "data": {"release": base64.b64encode(b"\x00\xffgz").decode()}}
+    path = "/api/v1/namespaces/ns/configmaps"
+    body = envelope(b"ConfigMap", meta + _proto_field(2, _proto_field(1, b"release") + _proto_field(2, b"H4sI")))
+    code, _, created = full.raw("POST", path, body, protobuf.CONTENT_TYPE)
+    assert code == 201 and created["data"] == {"release": "H4sI"} and created["metadata"]["labels"] == {"owner": "helm"}
+
+
+def test_a_built_in_kind_takes_an_update_without_a_resource_version(full):
+    """AllowUnconditionalUpdate: true for built-in kinds (Helm updates its release records so); custom
+    resources still need one (test_put_needs_a_resource_version_and_an_existing_object)."""
+    path = "/api/v1/namespaces/ns/configmaps"
+    code, _, created = full.raw("POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                               "data": {"a": "1"}})
+    assert code == 201
+    code, _, updated = full.raw("PUT", f"{path}/c", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+                                                     "data": {"a": "2"}})
+    assert code == 200 and updated["data"] == {"a": "2"}
+    assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])

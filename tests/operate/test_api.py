@@ -8,17 +8,21 @@ derandomized and its example database off, so every run makes the same calls.
 
 from __future__ import annotations
 
+import copy
+import re
 import time
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
+from jsonschema.exceptions import ValidationError
+from openapi_schema_validator import OAS30Validator
 from openapi_spec_validator import validate
 
 from jobttl.core.config import Settings
 from jobttl.sink.app import create_app
 from jobttl.sink.openapi import DOCUMENT
-from jobttl.core import keys
+from jobttl.core import jsoncodec, keys, shapes
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
@@ -90,9 +94,10 @@ def test_health_needs_nothing_and_readiness_needs_redis(app):
 def test_the_read_api_can_be_switched_off(redis_server, queue_name):
     off = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
                                         "JOBTTL_READ_API": "off"})).test_client()
-    for path in ("/api/v1/deletions", "/api/v1/deletions/team-a/mnist", "/openapi.json"):
+    for path in ("/api/v1/deletions", "/api/v1/deletions/team-a/mnist", "/openapi.json", "/api/v1"):
         response = off.get(path)
         assert response.status_code == 404 and response.json["code"] == 404
+    assert off.get("/").status_code == 405, "only CloudEvents are posted there"
     assert off.get("/readyz").status_code == 200, "the sink itself still serves"
 
 
@@ -111,3 +116,69 @@ def test_a_job_lookup_costs_its_own_entries_not_the_whole_trail(example_app):
             "no scan of the trail"
     finally:
         sink.redis.xdel("jobttl:audit", *noise)  # the session's other tests read the trail
+
+
+def test_the_index_points_at_the_document_and_the_paths(app):
+    client = app.test_client()
+    for path in ("/", "/api/v1", "/api/v1/"):
+        response = client.get(path)
+        assert response.status_code == 200, path
+        assert response.json["openapi"] == "/openapi.json"
+        assert {"/api/v1/deletions", "/api/v1/deletions/{namespace}/{name}"} <= set(response.json["paths"])
+        assert client.get(response.json["openapi"]).json == DOCUMENT
+        head = client.head(path)
+        assert head.status_code == 200 and head.data == b""
+    for method in ("post", "put", "delete"):
+        response = getattr(client, method)("/api/v1")
+        assert response.status_code == 405 and response.json["code"] == 405 and "GET" in response.headers["Allow"]
+    assert client.put("/").status_code == 405 and set(client.put("/").headers["Allow"].split(", ")) >= {"GET", "POST"}
+    assert client.post("/").status_code == 415, "POST / is still the CloudEvents endpoint"
+
+
+def test_entries_are_typed_and_times_given_in_rfc3339_beside_their_epochs(example_app):
+    job = example_app.test_client().get("/api/v1/deletions/team-a/mnist").json
+    pending = job["pending"][0]  # one per run of example_app: the session's Redis is shared
+    assert (pending["ttl"], pending["dryRun"], pending["rules"]) == (3600, False, [])
+    assert pending["dueTime"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(pending["due"]))
+    [scheduled] = [e for e in job["history"] if e["event"] == "scheduled" and e["uid"] == pending["uid"]]
+    assert (scheduled["due"], scheduled["ttl"], scheduled["dryRun"], scheduled["rules"]) == (
+        pending["due"], 3600, False, [])
+    assert isinstance(scheduled["finishedAt"], int) and isinstance(scheduled["at"], float)
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z", scheduled["atTime"])
+    [decision] = [d for d in job["decisions"] if d["uid"] == pending["uid"]]
+    assert decision["due"] == pending["due"] and decision["dueTime"] == pending["dueTime"]
+    [tombstone] = job["tombstones"]
+    assert tombstone["deletedAtTime"].endswith("Z")
+
+
+def validator(name: str) -> OAS30Validator:
+    """Validates against one of the document's schemas, as schemathesis does (OpenAPI 3.0's nullable too)."""
+    return OAS30Validator({"$ref": f"#/components/schemas/{name}", "components": DOCUMENT["components"]})
+
+
+@pytest.mark.parametrize("field, stored", [("due", "1796121233"), ("ttl", "3600"), ("dryRun", "false"),
+                                           ("rules", "[]"), ("at", "1796121233.5"), ("atTime", 1796121233)])
+def test_the_document_refuses_an_entry_holding_redis_strings(example_app, field, stored):
+    """What the responses are checked against: a type as Redis stores it would not pass."""
+    job = example_app.test_client().get("/api/v1/deletions/team-a/mnist").json
+    validator("Job").validate(job)
+    broken = copy.deepcopy(job)
+    scheduled = next(e for e in broken["history"] if e["event"] == "scheduled")
+    scheduled[field] = stored
+    with pytest.raises(ValidationError):
+        validator("Job").validate(broken)
+
+
+def test_a_tombstone_too_large_to_keep_still_matches_the_document(example_app):
+    sink = example_app.extensions["jobttl"]
+    gone = JobRef("kubeflow.org/v1", "TFJob", "team-a", "huge", "5f0d1c1e-2a3b-4c35-9d1a-7c1e5c8e0f1b")
+    kept = jsoncodec.loads(sink.audit.tombstone(gone, {"metadata": {}, "status": {"message": "x" * 100_000}}, 1.0))
+    assert "unkept" in kept
+    validator("Tombstone").validate(shapes.with_times(kept))
+
+
+def test_an_unexpected_error_is_a_500_naming_no_python_class(app):
+    app.add_url_rule("/api/v1/broken", view_func=lambda: {}["missing"])  # a bug, as a route would have one
+    response = app.test_client().get("/api/v1/broken")
+    assert response.status_code == 500 and response.json["code"] == 500
+    assert "KeyError" not in response.json["error"] and "log" in response.json["error"]

@@ -190,3 +190,71 @@ def test_postpone_counts_from_redis_now_not_the_operators_clock(cluster, cli):
 def test_the_epoch_check_catches_one():
     assert EPOCH.search("due=1796121233  by=worker") and EPOCH.search("goneAfter 1796121233.5")
     assert not EPOCH.search(JOB_ID.sub("", "job id delete-6b7de4ed-dc09-48d8-892c-3e5238c7aa11-1796121233"))
+
+
+# --- mistakes on the command line --------------------------------------------------------------------
+
+
+def jobttl(*args: str, env: dict[str, str] | None = None, cwd=ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "jobttl", *args], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=30)
+
+
+def test_an_unknown_option_prints_the_usage_of_the_command_it_was_given_to():
+    done = jobttl("pending", "--namespce", "team-a")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("usage: jobttl pending "), done.stderr
+    assert "unrecognized arguments: --namespce team-a; did you mean --namespace?" in done.stderr
+
+
+@pytest.mark.parametrize("duration", ["-5m", "-2h30m", "0s", "-90"])
+def test_postpone_by_a_negative_or_zero_duration_says_it_must_be_positive(duration):
+    done = jobttl("postpone", "team-a/mnist", duration)
+    assert done.returncode == 2 and done.stderr.startswith("usage: jobttl postpone "), done.stderr
+    assert "a duration must be positive" in done.stderr and "required" not in done.stderr
+
+
+def test_postpone_needs_a_duration_or_undo_but_not_both():
+    assert "give DURATION, or --undo" in jobttl("postpone", "team-a/mnist").stderr
+    assert "--undo takes no DURATION" in jobttl("postpone", "--undo", "team-a/mnist", "2h").stderr
+
+
+# --- a shell that sourced the .run/env of an earlier `make run` -----------------------------------------
+
+
+def test_a_refused_connection_after_make_run_restarted_says_to_source_run_env_again(tmp_path):
+    from jobttl_emulator.localstack import write_environment
+    from tests.services import free_port
+
+    old, new = (f"redis://127.0.0.1:{free_port()}/0" for _ in range(2))  # nothing listens on either
+    run_dir = tmp_path / ".run"
+    run_dir.mkdir()
+    env_file = write_environment(run_dir, {"JOBTTL_REDIS_URL": old})
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTTL_")}
+    script = (f". {env_file} && {sys.executable} -c 'import sys; from jobttl_emulator.localstack import "
+              f"write_environment as w; from pathlib import Path; w(Path(sys.argv[1]), {{\"JOBTTL_REDIS_URL\": "
+              f"sys.argv[2]}})' {run_dir} {new} && {sys.executable} -m jobttl status")
+    restarted = subprocess.run(["bash", "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert restarted.returncode == 1 and f"JOBTTL_REDIS_URL={old}" in restarted.stderr
+    assert "`make run` was restarted" in restarted.stderr and f"its Redis is now at {new}" in restarted.stderr
+    assert f"`. {env_file}` again" in restarted.stderr, restarted.stderr
+
+    stopped = subprocess.run(["bash", "-c", f". {env_file} && rm {env_file} && {sys.executable} -m jobttl status"],
+                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    assert stopped.returncode == 1 and "is gone: the `make run` that wrote it has stopped" in stopped.stderr
+
+    # Redis simply down, no make run involved: the error alone, no guess about make run.
+    plain = jobttl("status", env={**env, "JOBTTL_REDIS_URL": old}, cwd=tmp_path)
+    assert plain.returncode == 1 and "Connection refused" in plain.stderr and "make run" not in plain.stderr
+
+    # An env file of a make run from before JOBTTL_RUN_ENV, or none sourced: the .run/env here is read.
+    write_environment(run_dir, {"JOBTTL_REDIS_URL": new})
+    here = jobttl("status", env={**env, "JOBTTL_REDIS_URL": old}, cwd=tmp_path)
+    assert here.returncode == 1 and f".run/env names another Redis, {new}" in here.stderr, here.stderr
+
+
+def test_make_runs_countdown_prints_durations_as_jobttl_does():
+    from jobttl_emulator.localstack import countdown
+
+    assert [countdown(s) for s in (7195, 90, 45, 2 * 86400 + 3 * 3600 + 7, 0)] == [
+        "in 1h59m", "in 1m30s", "in 45s", "in 2d3h", "due now"]

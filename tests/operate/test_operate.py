@@ -6,17 +6,22 @@ emulator. The CLI runs as its own process, as an operator would run it; waits po
 
 from __future__ import annotations
 
+import re
 import time
 
 import requests
+from rq.job import Job
+from rq.serializers import JSONSerializer
 
 from tests.fixtures import finished_status
 from tests.operate.conftest import TOMBSTONE_DAYS, metric
 from tests.services import wait_for
 from jobttl.core import keys
+from jobttl.core.shapes import rfc3339
 from jobttl.core.identity import JobRef
 
 TTL_FIELD = "spec.runPolicy.ttlSecondsAfterFinished"
+DOTTED_CLASS = re.compile(r"\b[a-z_]\w*(\.\w+)+\.[A-Z]\w*(Error|Exception)?\b")  # jobttl.core.kube.PermanentApiError
 
 
 def schedule(cluster, name: str, ttl: int, finished_at: float) -> dict:
@@ -87,6 +92,22 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
     [failure] = [f for f in cli.json("failed")["items"] if f["namespace"] == ns]
     assert failure["name"] == "broken" and failure["uid"] == broken["metadata"]["uid"]
     assert failure["jobId"].startswith("delete-") and "forbidden" in failure["error"].lower()
+    assert not DOTTED_CLASS.search(failure["error"]), failure["error"]
+    assert failure["error"].startswith("403 from the API server"), "RQ's traceback names the class first"
+    assert failure["failedAtTime"] == rfc3339(failure["failedAt"])
+    kept = Job.fetch(failure["jobId"], connection=ops.redis, serializer=JSONSerializer).latest_result().exc_string
+    assert DOTTED_CLASS.search(kept), "RQ keeps the traceback, naming the class"
+
+    # Typed, as recorded: numbers, booleans, lists; every time also in RFC 3339, beside its epoch.
+    [booked] = [e for e in history if e["event"] == "scheduled" and e["name"] == "later-b"]
+    assert booked | {"due": now + 1000, "ttl": 1000, "dryRun": False, "rules": [], "finishedAt": now,
+                     "dueTime": rfc3339(now + 1000), "finishedAtTime": rfc3339(now)} == booked
+    assert isinstance(requested["lateness"], float) and isinstance(deleted["goneAfter"], float)
+    assert (failed["retriesLeft"], failed["failure"]) == (0, "permanent")
+    assert all(e["atTime"] == rfc3339(e["at"]) for e in history)
+    assert later_b["dueTime"] == rfc3339(now + 1000)
+    # ... and the messages say what went wrong, not which Python class carried it.
+    assert not DOTTED_CLASS.search(failed["error"]) and "403" in failed["error"]
 
     # Show: one job's whole story, also over HTTP.
     done = cli.json("show", f"{ns}/done")
@@ -95,11 +116,15 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
     assert [c["type"] for c in tombstone["status"]["conditions"]][-1] == "Succeeded"
     assert api(cluster, f"/api/v1/deletions/{ns}/done").json()["tombstones"] == [tombstone]
     assert cli.run("show", f"{ns}/done").returncode == 0  # and the tables print
+    over_http = api(cluster, f"/api/v1/deletions/{ns}/done").json()
+    assert over_http["history"] == done["history"] and over_http["decisions"] == done["decisions"]
+    assert [d["event"] for d in done["decisions"]] == ["deleted"] and isinstance(done["decisions"][0]["at"], float)
 
     # Status: the counts, and a worker holding the scheduler lock.
     status = cli.json("status")
     assert status["pending"] >= 4 and status["failed"] >= 1 and status["deletedLast24h"] >= 1
     assert status["redis"] == "ok" and status["scheduler"] and len(status["workers"]) == 1
+    assert status["workers"][0]["lastHeartbeatTime"] == rfc3339(status["workers"][0]["lastHeartbeat"])
     assert cli.run("status").returncode == 0
 
 

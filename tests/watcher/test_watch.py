@@ -102,3 +102,27 @@ def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink
         assert delete["time"] >= finished_at + 1
     finally:
         process.stop()
+
+
+def test_a_kind_the_cluster_does_not_serve_is_reported_once_not_in_a_loop(emulator, monkeypatch, caplog):
+    """RayJob on a cluster without KubeRay: one warning, then a quiet look every NOT_SERVED_RECHECK."""
+    from jobttl.core.kinds import BUILTIN_KINDS
+    rayjob = next(k for k in BUILTIN_KINDS if k.kind == "RayJob")
+    monkeypatch.setattr(watch, "NOT_SERVED_RECHECK", 0.05)
+    kube = KubeClient(config.new_client_from_config(config_file=str(emulator.kubeconfig)), component="watch")
+    stop = threading.Event()
+    watcher = watch.KindWatcher(kube, rayjob, watch.EventPoster("http://127.0.0.1:9", kube.host, stop), stop)
+    looks = []
+    relist = watcher.relist
+    monkeypatch.setattr(watcher, "relist", lambda: (looks.append(1), relist())[1])
+    caplog.set_level("INFO", logger="jobttl.watch")
+    thread = threading.Thread(target=watcher.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(looks) >= 5, what="the watcher to look for the kind again")
+    finally:
+        stop.set()
+        thread.join(timeout=10)
+    events = [getattr(r, "event", r.getMessage()) for r in caplog.records if r.name == "jobttl.watch"]
+    assert events.count("kind-not-served") == 1, events
+    assert "watch-error" not in events

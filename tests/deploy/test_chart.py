@@ -1,0 +1,511 @@
+"""The Helm chart (charts/jobttl/), through Helm's own engine: helm-python-sdk binds Helm 4's Go
+SDK, so lint, the values schema, rendering (`lookup` included) and install/upgrade are Helm's
+code, not an imitation.
+
+- lint, and render the defaults and every file in ci/ (chart-testing's convention), each object
+  validated: built-in kinds strictly against Kubernetes' schemas, Knative kinds against the
+  reference CRDs, prometheus-operator kinds against the hand-written CRD subsets of
+  tests/deploy/monitoring.py, the alerts with promtool;
+- the values schema refuses bad values with a message naming them;
+- the RBAC equals what jobttl.core.kube.permissions() declares, for each intake mode and each
+  feature the policy can enable;
+- knative/base (and the direct and evidence overlays) equal the chart rendered with matching
+  values, object by object: the two cannot drift;
+- a real `helm install` of every rendering against the API emulator (Knative's kinds served from
+  their CRDs), release records in Secrets as Helm keeps them;
+- the bundled Redis password: random at install, kept by a real `helm upgrade`, and an upgrade
+  rendered without the cluster is refused.
+
+The rendered configuration running for real is test_chart_run.py.
+"""
+
+from __future__ import annotations
+
+import base64
+import functools
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
+
+
+from jobttl.core.install import CONFIGMAP  # noqa: E402
+from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
+from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.policy import parse_policy  # noqa: E402
+from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
+                                render)
+from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, rendered, validate  # noqa: E402
+from tests.deploy.manifests import render as kustomize_render  # noqa: E402
+from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
+from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
+from tests.deploy.monitoring import prometheus_binary  # noqa: E402
+from tests.deploy.test_rbac import Violation, grants  # noqa: E402
+
+# The labels Helm charts add that kustomize's base does not carry.
+HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+               "app.kubernetes.io/managed-by"}
+DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k is not MPIJOB_V2BETA1)
+
+
+RENDERINGS = [pytest.param({}, id="defaults")] + [pytest.param(ci_values(p), id=p.name) for p in CI_VALUES]
+
+
+# --- lint and schemas --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_the_chart_lints_without_warnings(values):
+    report = helm.lint(str(CHART), values, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == []
+    assert [m for m in report["messages"] if m["severity"] >= 2] == []
+
+
+def test_ci_values_cover_every_intake_mode_and_redis_mode():
+    modes = {(v.get("intake", {}).get("mode", "broker"), v.get("redis", {}).get("mode", "bundled"))
+             for v in map(ci_values, CI_VALUES)}
+    assert {intake for intake, _ in modes} == {"broker", "direct", "watch"}
+    assert {redis for _, redis in modes} == {"bundled", "sentinel", "external"}
+
+
+def problems(obj: dict[str, Any]) -> list[str]:
+    """What the real schema of its kind finds wrong with a rendered object."""
+    if obj["apiVersion"].startswith("monitoring.coreos.com/"):
+        schema = MONITORING_SCHEMAS.get(obj["kind"])
+        if schema is None:
+            return [f"no schema for {obj['kind']}"]
+        return [e.message for e in jsonschema.Draft202012Validator(schema).iter_errors(obj)]
+    return validate(obj)
+
+
+def _objects_of_every_rendering():
+    return [pytest.param(values, obj, id=f"{rendering.id}:{obj['kind']}/{obj['metadata']['name']}")
+            for rendering in RENDERINGS for values in rendering.values for obj in render(values)]
+
+
+@pytest.mark.parametrize("values, obj", _objects_of_every_rendering())
+def test_every_rendered_object_is_valid_against_its_schema(values, obj):
+    assert problems(obj) == []
+
+
+def test_the_validators_catch_a_broken_rendered_object():
+    objects = render({"intake": {"mode": "watch"}, "monitoring": {"enabled": True}})
+    worker = find(objects, "Deployment", "jobttl-worker")
+    pod_spec(worker)["containers"][0]["imagepullPolicy"] = "Always"
+    monitor = find(objects, "PodMonitor", "jobttl-worker")
+    monitor["spec"]["podMetricsEndpoints"][0]["interval"] = "30 seconds"
+    assert problems(worker) and problems(monitor)
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_the_rendered_policy_is_one_jobttl_accepts_with_the_configured_kinds(values):
+    objects = render(values)
+    text = find(objects, "ConfigMap", "jobttl-policy" if "fullnameOverride" not in values
+                else f"{values['fullnameOverride']}-policy")["data"]["policy.yaml"]
+    policy = parse_policy(yaml.safe_load(text), "the chart's policy")
+    kinds = values.get("kinds") or chart().values["kinds"]
+    assert {(k.api_version, k.kind) for k in policy.kinds} == {(k["apiVersion"], k["kind"]) for k in kinds}
+
+
+# What a Secret of the operator's holds, for the renderings that name one.
+SECRET_VALUES = {"url": "rediss://:0123abcd@redis.example.internal:6380/0"}
+
+
+@pytest.mark.parametrize("values", RENDERINGS)
+def test_every_process_accepts_the_rendered_settings(values, tmp_path):
+    """Each jobttl container's environment, as Kubernetes would resolve it, passes jobttl's own
+    checks at start (jobttl.core.config), the policy file and the Redis CA included."""
+    from jobttl.core.config import Settings
+    from tests.deploy.manifests import ENV_REFERENCE
+    from tests.services import tls_files
+
+    objects = render(values)
+    secrets = {o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
+               for o in objects if o["kind"] == "Secret"}
+    ca = tls_files(tmp_path / "tls")["ca"]
+    workloads = [o for o in objects if o["kind"] == "Deployment" or
+                 (o["kind"] == "Service" and o["apiVersion"] == "serving.knative.dev/v1" and o["metadata"]["name"].endswith("-sink"))]
+    assert len(workloads) == (3 if values.get("intake", {}).get("mode") == "watch" else 2)
+    for workload in workloads:
+        [container] = pod_spec(workload)["containers"]
+        env: dict[str, str] = {}
+        for item in container.get("env", []):
+            if "valueFrom" in item:
+                ref = item["valueFrom"]["secretKeyRef"]
+                env[item["name"]] = secrets.get(ref["name"], SECRET_VALUES).get(ref["key"], "0123abcd")
+            else:
+                env[item["name"]] = ENV_REFERENCE.sub(lambda m, env=env: env[m.group(1)], item["value"])
+        policy = find(objects, "ConfigMap", pod_spec(workload)["volumes"][0]["configMap"]["name"])["data"]["policy.yaml"]
+        (tmp_path / "policy.yaml").write_text(policy)
+        assert env["JOBTTL_POLICY"] == "/etc/jobttl/policy.yaml"
+        env["JOBTTL_POLICY"] = str(tmp_path / "policy.yaml")
+        if "JOBTTL_REDIS_CA_FILE" in env:
+            assert env["JOBTTL_REDIS_CA_FILE"].startswith("/etc/jobttl-redis-ca/")
+            env["JOBTTL_REDIS_CA_FILE"] = ca
+        settings = Settings.from_env(env)  # raises ConfigError naming the variable
+        assert settings.redis_url.startswith(("redis", "rediss")) or container["args"][0] == "watch"
+
+
+def test_the_default_kinds_are_jobttls_kinds_with_one_mpijob_version():
+    assert [(k["apiVersion"], k["kind"], k["plural"]) for k in chart().values["kinds"]] == \
+        [(k.api_version, k.kind, k.plural) for k in DEFAULT_KINDS]
+
+
+def test_the_default_policy_has_the_first_run_review_on():
+    worker = find(render(), "Deployment", "jobttl-worker")
+    env = {e["name"]: e.get("value") for e in pod_spec(worker)["containers"][0]["env"]}
+    assert env["JOBTTL_FIRST_RUN_REVIEW"] == "on"
+    assert "jobttl resync --confirm HELD_ID" in notes() and "jobttl held" in notes()
+    off = find(render({"firstRunReview": False}), "Deployment", "jobttl-worker")
+    assert {e["name"]: e.get("value") for e in pod_spec(off)["containers"][0]["env"]}["JOBTTL_FIRST_RUN_REVIEW"] == "off"
+
+
+def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
+    rule = find(render({"monitoring": {"enabled": True}}), "PrometheusRule", "jobttl")
+    assert [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r] == knative_alerts()
+    rules_file = tmp_path / "rules.yaml"
+    rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
+    result = subprocess.run([prometheus_binary("promtool"), "check", "rules", str(rules_file)],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    dashboard = find(render({"monitoring": {"enabled": True}}), "ConfigMap", "jobttl-dashboard")
+    assert json.loads(dashboard["data"]["jobttl.json"]) == json.loads((KNATIVE / "monitoring" / "dashboard.json").read_text())
+
+
+# --- bad values --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"intake": {"mode": "knative"}}, "/intake/mode"),
+    ({"redis": {"mode": "external"}}, "/redis/external/existingSecret"),
+    ({"redis": {"mode": "sentinel"}}, "/redis/sentinel/hosts"),
+    ({"worker": {"replicas": "2"}}, "/worker/replicas"),
+    ({"sink": {"replicas": 0}}, "/sink/replicas"),
+    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+    ({"image": {"digest": "latest"}}, "/image/digest"),
+    ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
+    ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
+    ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
+    ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
+    ({"replicas": 2}, "'replicas'"),
+], ids=lambda v: json.dumps(v) if isinstance(v, dict) else None)
+def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
+    with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
+        chart().render(values, name=RELEASE, namespace=NAMESPACE)
+    assert message in str(refused.value)
+
+
+def test_a_ca_for_a_redis_without_tls_is_refused():
+    """jobttl refuses JOBTTL_REDIS_CA_FILE with a redis:// URL at start: the chart says so at install."""
+    for redis in ({"tls": {"caSecret": "ca"}},
+                  {"mode": "sentinel", "sentinel": {"hosts": ["s:26379"]}, "tls": {"caConfigMap": "ca"}}):
+        with pytest.raises(helm.HelmValuesError, match="/redis/tls/ca"):
+            chart().render({"redis": redis}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_two_versions_of_one_kind_are_refused_naming_both():
+    kinds = [{"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "plural": "mpijobs"},
+             {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"}]
+    with pytest.raises(helm.HelmRenderError, match="MPIJob is listed twice .kubeflow.org/v1 and kubeflow.org/v2beta1"):
+        chart().render({"kinds": kinds}, name=RELEASE, namespace=NAMESPACE)
+
+
+# --- RBAC --------------------------------------------------------------------------------------
+
+
+def on_kinds(kinds, verbs) -> set[tuple[str, str, str]]:
+    return {(k["apiVersion"].rpartition("/")[0], k["plural"], verb) for k in kinds for verb in verbs}
+
+
+def declared(component: str, kinds, **features) -> set[tuple[str, str, str]]:
+    granted = set()
+    for resource, verbs in permissions(component, **features).items():
+        if resource == JOBS:
+            granted |= on_kinds(kinds, verbs)
+        elif resource != VERSION:  # a non-resource URL every authenticated client may read
+            granted |= {("", resource, verb) for verb in verbs}
+    return granted
+
+
+def accounts(objects, mode: str) -> dict[str, str]:
+    sink = find(objects, "Service" if mode != "watch" else "Deployment", "jobttl-sink")
+    reader = (find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["serviceAccountName"] if mode != "watch"
+              else pod_spec(find(objects, "Deployment", "jobttl-watcher"))["serviceAccountName"])
+    return {"sink": pod_spec(sink)["serviceAccountName"],
+            "worker": pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"],
+            "watch": reader}
+
+
+FEATURES = {
+    "base": {},
+    "archive": {"archive": {"store": "s3://evidence/jobttl"}},
+    "archive-in-a-rule": {"archive": {"store": "/archive", "enabled": False},
+                          "rules": [{"name": "keep", "namespaces": ["ml"], "archive": True}]},
+    "archive-off": {"archive": {"store": "/archive", "enabled": False}},
+    "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
+    "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
+}
+MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
+                      {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]
+
+
+@pytest.mark.parametrize("kinds", [None, MPI_OPERATOR_KINDS], ids=["default-kinds", "two-kinds"])
+@pytest.mark.parametrize("feature", sorted(FEATURES))
+@pytest.mark.parametrize("mode", ["broker", "direct", "watch"])
+def test_each_account_gets_exactly_what_permissions_declares_for_the_kinds_and_policy(mode, feature, kinds):
+    values = {"intake": {"mode": mode}, "policy": {"ttl": "7d", **FEATURES[feature]}}
+    if kinds:
+        values["kinds"] = kinds
+    objects = render(values)
+    policy = parse_policy(yaml.safe_load(find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]))
+    features = {"archive": policy.archiving, "pod_cleanup": policy.pod_stages}
+    kinds = kinds or chart().values["kinds"]
+    names = accounts(objects, mode)
+    assert len(set(names.values())) == 3
+    for component, account in names.items():
+        assert grants(objects, account) == declared(component, kinds, **features), component
+    if feature in ("archive", "archive-in-a-rule", "both"):
+        assert policy.archiving and ("", "pods/log", "get") in grants(objects, names["worker"])
+    if feature in ("pod-stage", "both"):
+        assert policy.pod_stages and ("", "pods", "delete") in grants(objects, names["worker"])
+    if feature in ("base", "archive-off"):
+        assert not any(resource.startswith("pods") for _, resource, _ in grants(objects, names["worker"]))
+
+
+def test_the_install_record_role_is_the_only_one_naming_a_resource():
+    role = find(render(), "Role", "jobttl-worker-install")
+    assert role["rules"][0]["resourceNames"] == [CONFIGMAP]
+
+
+def test_no_rbac_and_no_accounts_when_switched_off():
+    objects = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}})
+    assert not [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
+                                                     "RoleBinding")]
+    assert pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"] == "mine-worker"
+
+
+def test_a_wider_rendered_role_would_be_caught():
+    objects = render()
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["verbs"].append("watch")
+    assert grants(objects, "jobttl-worker") != declared("worker", chart().values["kinds"])
+    find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["verbs"] = ["*"]
+    with pytest.raises(Violation, match="wildcard"):
+        grants(objects, "jobttl-worker")
+
+
+# --- knative/ and the chart say the same -----------------------------------------------------
+
+
+def _strip_helm(node: Any) -> Any:
+    if isinstance(node, list):
+        return [_strip_helm(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    result = {}
+    for key, value in node.items():
+        if key == "imagePullPolicy":  # the chart says it; kustomize's base leaves the default
+            continue
+        plain_selector = key == "selector" and isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
+        if (key in ("labels", "matchLabels") or plain_selector) and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if k not in HELM_LABELS}
+        elif key == "matchExpressions":
+            value = [e for e in value if e.get("key") not in HELM_LABELS]
+        elif key == "annotations" and isinstance(value, dict):
+            value = {k: v for k, v in value.items() if not k.startswith("checksum/")}
+            if not value:
+                continue
+        result[key] = _strip_helm(value)
+    return result
+
+
+def normalised(obj: dict[str, Any]) -> dict[str, Any]:
+    """What an object means, without what only Helm adds or what is text around the same data."""
+    obj = _strip_helm(obj)
+    if obj["kind"] == "ConfigMap" and "policy.yaml" in obj.get("data", {}):
+        obj["data"]["policy.yaml"] = yaml.safe_load(obj["data"]["policy.yaml"])
+    if obj["kind"] == "ConfigMap":  # a dashboard: the same JSON, whatever the block's trailing newline
+        obj["data"] = {k: json.loads(v) if k.endswith(".json") else v for k, v in obj.get("data", {}).items()}
+    if obj["kind"] == "Secret":  # the values: a generated password in the chart (tested below)
+        obj["data"] = sorted({**obj.pop("data", {}), **obj.pop("stringData", {})})
+    return obj
+
+
+# knative/base's choices, as values: Redis's image by its short name, and the kinds it lists.
+KNATIVE_VALUES = {"redis": {"bundled": {"image": {"registry": "", "repository": "redis"}}}}
+
+
+def knative_policy() -> dict[str, Any]:
+    policy_map = next(o for o in rendered(KNATIVE) if o["kind"] == "ConfigMap")
+    policy = yaml.safe_load(policy_map["data"]["policy.yaml"])
+    del policy["kinds"]  # the chart's `kinds` value
+    return policy
+
+
+@pytest.mark.parametrize("variant, values, skip", [
+    ("base", {"intake": {"mode": "broker"}}, set()),
+    ("overlays/direct", {"intake": {"mode": "direct"}}, set()),
+    # The evidence overlay adds the roles only; the chart derives them from a policy that archives
+    # and stages pods, so its policy differs from the base's, and nothing else.
+    ("overlays/evidence", {"policy": {**knative_policy(), "archive": {"store": "/archive"}, "podTTL": "1d"}},
+     {("v1", "ConfigMap", "jobttl", "jobttl-policy")}),
+])
+def test_knative_manifests_equal_the_chart_rendered_with_their_values(variant, values, skip):
+    values = {**KNATIVE_VALUES, **values}
+    chart_objects = {object_id(o): normalised(o) for o in render(values) if object_id(o) not in skip}
+    # The Namespace: Helm installs into one (`--create-namespace`); knative/base creates it.
+    knative_objects = {object_id(o): normalised(o) for o in rendered(KNATIVE / variant)
+                       if o["kind"] != "Namespace" and object_id(o) not in skip}
+    assert sorted(chart_objects) == sorted(knative_objects)
+    for key, obj in knative_objects.items():
+        assert chart_objects[key] == obj, key
+
+
+def test_the_monitoring_component_equals_the_chart_with_monitoring_on(tmp_path):
+    """knative/monitoring/ as its kustomization.yaml tells users to turn it on, and the chart's switch."""
+    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
+        "resources": [os.path.relpath(KNATIVE / "base", tmp_path)],
+        "components": [os.path.relpath(KNATIVE / "monitoring", tmp_path)]}))
+    knative_objects = {object_id(o): normalised(o) for o in kustomize_render(tmp_path) if o["kind"] != "Namespace"}
+    chart_objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "monitoring": {"enabled": True}})}
+    assert sorted(chart_objects) == sorted(knative_objects)
+    for key, obj in knative_objects.items():
+        assert chart_objects[key] == obj, key
+
+
+def test_the_comparison_sees_a_difference():
+    objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "worker": {"apiTimeout": 20}})}
+    knative = {object_id(o): normalised(o) for o in rendered(KNATIVE)}
+    key = ("apps/v1", "Deployment", "jobttl", "jobttl-worker")
+    assert objects[key] != knative[key]
+
+
+# --- the bundled Redis password ---------------------------------------------------------------
+
+
+def password(objects) -> str:
+    return base64.b64decode(find(objects, "Secret", "jobttl-redis")["data"]["password"]).decode()
+
+
+def test_the_bundled_password_is_generated_never_a_placeholder():
+    first = password(render({"logLevel": "DEBUG"}))
+    second = password(render({"logLevel": "WARNING"}))
+    assert first != second and len(first) == len(second) == 40 and first.isalnum()
+    for obj in render():
+        assert "change-me" not in json.dumps(obj)
+
+
+def test_an_existing_secret_is_used_and_no_secret_rendered():
+    objects = render({"redis": {"auth": {"existingSecret": "mine", "existingSecretKey": "pw"}}})
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
+    assert env[0] == {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "pw"}}}
+
+
+def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing_the_password():
+    with pytest.raises(helm.HelmRenderError, match="cannot read the Redis password .* redis.auth.existingSecret"):
+        chart().render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True, is_install=False)
+    # With a Secret of yours there is nothing to read back.
+    chart().render({"redis": {"auth": {"existingSecret": "mine"}}}, name=RELEASE, namespace=NAMESPACE,
+                   is_upgrade=True, is_install=False)
+
+
+# --- a real helm install and upgrade, against the API emulator ---------------------------------
+
+
+@functools.cache
+def _helm_resources():
+    """Every kind the chart creates in any mode: Knative's from the reference CRDs, the others
+    registered without a schema (the schemas are checked above, offline)."""
+    from jobttl_emulator import CONFIG_MAP, Resource
+    from jobttl_emulator.crds import load_crds
+
+    def kind(group, kind, plural, namespaced=True):
+        return Resource(group, "v1", kind, plural, namespaced=namespaced, status_subresource=False, builtin=True)
+
+    return (CONFIG_MAP, kind("", "Secret", "secrets"), kind("", "ServiceAccount", "serviceaccounts"),
+            kind("", "Service", "services"), kind("apps", "Deployment", "deployments"),
+            kind("apps", "StatefulSet", "statefulsets"),
+            kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
+            kind("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
+            kind("rbac.authorization.k8s.io", "Role", "roles"), kind("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
+            kind("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
+            Resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors", status_subresource=False),
+            Resource("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", status_subresource=False),
+            *load_crds(sorted(KNATIVE_CRDS.glob("*.yaml"))))
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    from kubernetes import client, config as kube_config
+
+    from tests.services import start_emulator
+
+    emulator = start_emulator(tmp_path_factory.mktemp("helm"), _helm_resources())
+    api_client = kube_config.new_client_from_config(str(emulator.kubeconfig))
+    yield emulator, client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    emulator.stop()
+
+
+def helm_config(emulator, namespace: str):
+    """Helm's default release storage: a Secret per revision (sh.helm.release.v1.NAME.vN)."""
+    return helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=namespace)
+
+
+@pytest.mark.parametrize("index, values", [(i, p.values[0]) for i, p in enumerate(RENDERINGS)],
+                         ids=[p.id for p in RENDERINGS])
+def test_helm_installs_every_rendering(cluster, index, values):
+    emulator, core, _ = cluster
+    namespace, name = f"install-{index}", f"jobttl{index}"
+    with helm_config(emulator, namespace) as config:
+        release = config.install(str(CHART), name, values, namespace=namespace, timeout=60)
+        assert release["status"] == "deployed"
+        created = [d for d in yaml.safe_load_all(release["manifest"]) if d]
+        assert created and {o["kind"] for o in created} >= {"Deployment", "ConfigMap"}
+        # Every object is there: Helm found each kind through discovery, namespaced or not.
+        for obj in created:
+            assert emulator_get(emulator, obj) == 200, object_id(obj)
+
+
+def emulator_get(emulator, obj) -> int:
+    import requests
+
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = next(r.plural for r in _helm_resources() if (r.group, r.version, r.kind) == (group, version, obj["kind"]))
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    namespace = obj["metadata"].get("namespace")
+    path = f"{prefix}/namespaces/{namespace}/{plural}" if namespace else f"{prefix}/{plural}"
+    return requests.get(f"{emulator.url}{path}/{obj['metadata']['name']}", timeout=10).status_code
+
+
+def test_a_helm_upgrade_keeps_the_password_the_install_generated(cluster):
+    emulator, core, apps = cluster
+    with helm_config(emulator, NAMESPACE) as config:
+        values = {"intake": {"mode": "watch"}}
+        config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=60)
+        installed = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
+        config.upgrade(str(CHART), RELEASE, {**values, "worker": {"replicas": 2}}, namespace=NAMESPACE, timeout=60)
+        assert apps.read_namespaced_deployment("jobttl-worker", NAMESPACE).spec.replicas == 2  # the upgrade applied
+        upgraded = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
+        assert len(installed) == 40 and upgraded == installed
+        assert [r["status"] for r in config.history(RELEASE)] == ["superseded", "deployed"]
+        assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == \
+            {"sh.helm.release.v1.jobttl.v1", "sh.helm.release.v1.jobttl.v2"}
+
+
+def test_the_packaged_chart_is_self_contained_and_renders_the_same(tmp_path):
+    """`helm package` copies the linked monitoring files in: the archive renders without the checkout."""
+    archive = Path(helm.package(str(CHART), destination=str(tmp_path)))
+    assert archive.name == f"jobttl-{chart().version}.tgz"
+    packaged = helm.Chart.load_archive(archive.read_bytes())
+    values = {"monitoring": {"enabled": True}, "redis": {"auth": {"existingSecret": "mine"}}}
+    manifests = packaged.render(values, name=RELEASE, namespace=NAMESPACE)
+    rule = next(d for path, text in manifests.items() if not path.endswith(".txt")
+                for d in yaml.safe_load_all(text) if d and d["kind"] == "PrometheusRule")
+    assert rule == find(render(values), "PrometheusRule", "jobttl")

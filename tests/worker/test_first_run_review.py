@@ -1,0 +1,126 @@
+"""The first-run review's risky branches, with the resync itself (in this process), a real Redis and
+the emulator over HTTP: a resync before any worker, a confirmation over an incomplete listing, a
+booking an event made before the first worker, and the pods stage of a held job.
+
+The whole first run with real processes is tests/e2e/test_first_run.py.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+
+import pytest
+
+from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
+from jobttl.core import keys
+from jobttl.core.config import Settings
+from jobttl.core.decision import decide
+from jobttl.core.guard import FIRST_RUN, HeldDeletions
+from jobttl.core.identity import JobRef
+from jobttl.core.install import CONFIGMAP
+from jobttl.core.kinds import BATCH_JOB, TFJOB
+from jobttl.core.reconcile import GUARDED
+from jobttl.worker import resync
+from jobttl.worker.context import WorkerContext
+from tests.e2e.conftest import CORE_EVENTS
+from tests.fixtures import job_object
+from tests.services import start_emulator
+
+MONTH = 30 * 86400
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """A cluster of each test's own: a resync lists all of it."""
+    emulator = start_emulator(tmp_path, (TFJOB_RESOURCE, JOB_RESOURCE, CORE_EVENTS, CONFIG_MAP))
+    yield emulator
+    emulator.stop()
+
+
+@pytest.fixture
+def ctx(cluster, redis_server, redis, tmp_path):
+    """A context as `jobttl resync` builds it, with the shipped default: the review on. A namespace of
+    its own for the install record, a flushed Redis, and jobs of this test's own namespaces."""
+    redis.flushdb()
+    policy = tmp_path / "policy.yaml"
+    policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\n")
+    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url,
+                                  "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
+                                  "JOBTTL_POLICY": str(policy), "JOBTTL_FIRST_RUN_REVIEW": "on",
+                                  "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}", "JOBTTL_RESYNC_INTERVAL": "0"})
+    return WorkerContext.from_settings(settings)
+
+
+def old_jobs(cluster, kind, count: int, prefix: str) -> list[dict]:
+    namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    return [seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, at=time.time() - MONTH))
+            for i in range(count)]
+
+
+def test_a_resync_before_any_worker_starts_the_review_and_books_nothing_overdue(ctx, cluster):
+    old = old_jobs(cluster, TFJOB, 3, "old")
+    report = resync.run(ctx)
+    assert report.status == "held" and report.first_run_held == 3 and report.queued_now == 0
+    assert ctx.redis.zcard(keys.PENDING_INDEX) == 0, "nothing booked"
+    data = cluster.store.get(CONFIG_MAP, ctx.install.namespace, CONFIGMAP)["data"]
+    assert data["origin"] == "first-install" and "reviewedAt" not in data
+    assert {h.ref.name for h in HeldDeletions(ctx.redis).all()} == {o["metadata"]["name"] for o in old}
+
+
+def test_a_confirmation_over_an_incomplete_listing_leaves_the_review_open(ctx, cluster):
+    old_jobs(cluster, TFJOB, 2, "tf")
+    old_jobs(cluster, BATCH_JOB, 2, "batch")
+    first = resync.run(ctx)
+    assert first.first_run_held == 4
+    cluster.add_fault(verb="list", status=503, count=10, path_contains="/apis/batch/v1/jobs")
+    try:
+        confirming = resync.run(ctx, confirm=first.held_id)
+    finally:
+        cluster.clear_faults()
+    assert confirming.status == "incomplete" and confirming.queued_now == 0, confirming
+    assert ctx.install.current().under_review, "the operator's go covers only a complete look"
+    assert HeldDeletions(ctx.redis).count() == 4 and ctx.redis.zcard(keys.PENDING_INDEX) == 0
+    done = resync.run(ctx, confirm=first.held_id)  # listed completely now: go
+    assert done.status == "done" and done.queued_now == 4
+    assert not ctx.install.current().under_review
+
+
+def test_a_booking_an_event_made_before_any_worker_is_held_with_the_rest(ctx, cluster):
+    [early] = old_jobs(cluster, TFJOB, 1, "early")
+    # The sink booked it before any worker or resync ran: there was no install record yet.
+    assert ctx.reconciler.reconcile(early, TFJOB, "event", GUARDED).change.value == "scheduled"
+    old_jobs(cluster, TFJOB, 2, "old")
+    first = resync.run(ctx)
+    assert first.first_run_held == 3, first
+    held = {h.ref.name: h.by for h in HeldDeletions(ctx.redis).all()}
+    assert held == {"early-0": FIRST_RUN, "old-0": FIRST_RUN, "old-1": FIRST_RUN}
+    assert ctx.install.holds(int(time.time()) - MONTH), "a worker reaching the booking holds it too"
+
+    # Another event books one more before the operator confirms what they saw: nothing goes, they look again.
+    [late] = old_jobs(cluster, TFJOB, 1, "late")
+    ctx.reconciler.reconcile(late, TFJOB, "event", GUARDED)
+    again = resync.run(ctx, confirm=first.held_id)
+    assert again.status == "held" and again.queued_now == 0 and again.held_id != first.held_id
+    assert ctx.install.current().under_review
+    done = resync.run(ctx, confirm=again.held_id)
+    assert done.status == "done" and not ctx.install.current().under_review
+    assert HeldDeletions(ctx.redis).count() == 0
+
+
+def test_nothing_overdue_at_install_ends_the_review_but_an_unheld_booking_keeps_it_open(ctx, cluster):
+    namespace = f"new-{uuid.uuid4().hex[:6]}"
+    seed_object(cluster.store, job_object(TFJOB, "fresh", namespace, at=time.time()))  # due in 7 days
+    ctx.install.establish(ctx.clock.now())
+    # A booking due at install that the listing cannot see as the review's (its object is of a kind
+    # this resync does not list): the review must not end while it waits in the schedule.
+    hidden = job_object(TFJOB, "hidden", namespace, at=time.time() - MONTH)
+    hidden["metadata"]["uid"] = str(uuid.uuid4())
+    decision = decide(hidden, TFJOB, ctx.settings.policy)
+    ctx.reconciler.release([(JobRef.of(hidden), decision)], "event")
+    report = resync.run(ctx)
+    assert report.status == "done" and ctx.install.current().under_review
+    ctx.redis.delete(keys.PENDING_INDEX)
+    report = resync.run(ctx)
+    assert not ctx.install.current().under_review
+    assert ctx.install.current().reviewed_by == "resync: nothing was due at install"
