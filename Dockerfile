@@ -3,19 +3,23 @@
 #   docker build -t ghcr.io/jobttl/jobttl:0.2.0 .
 #   docker run --rm ghcr.io/jobttl/jobttl:0.2.0 worker
 # `--target dashboard` builds rq-dashboard against the same RQ version (docker-compose.yml).
-# Needs BuildKit (the default builder since Docker 23) for RUN --mount.
+# Needs BuildKit (the default builder since Docker 23) for RUN --mount; podman/buildah build it
+# too (`make e2e`, with a local Debian base in place of the registry's: PYTHON_IMAGE below).
+# The dependencies installed are exactly requirements.lock's (`make lock` regenerates it).
 
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 
-# --- deps: wheels of the dependencies, from pyproject.toml alone ---------------------------
-# This stage sees nothing but pyproject.toml, so it (and the layer installing its wheels in
-# the final image) is rebuilt only when pyproject.toml changes, not on every code change.
+# --- deps: wheels of the pinned dependencies, from requirements.lock alone ------------------
+# This stage sees nothing but pyproject.toml and the lock, so it (and the layer installing its
+# wheels in the final image) is rebuilt only when they change, not on every code change.
+# --no-deps: the lock is the whole set, every transitive dependency at its pinned version; pip
+# resolves nothing here, and the final stage's `pip check` fails the build if the lock misses one.
 FROM ${PYTHON_IMAGE} AS deps
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
-COPY pyproject.toml ./
-RUN python -c "import tomllib; deps = tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']; open('/tmp/requirements.txt', 'w').write(chr(10).join(deps) + chr(10))" \
- && pip wheel --wheel-dir /wheels -r /tmp/requirements.txt
+COPY pyproject.toml requirements.lock ./
+RUN pip wheel --no-deps --wheel-dir /wheels -r requirements.lock \
+ && cp requirements.lock /wheels/
 
 # --- build: the jobttl wheel -----------------------------------------------------------------
 FROM ${PYTHON_IMAGE} AS build
@@ -33,13 +37,17 @@ RUN pip wheel --no-deps --wheel-dir /wheels .
 FROM ${PYTHON_IMAGE} AS dashboard
 ARG RQ_DASHBOARD_VERSION=0.9.0
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1
-# six: rq-dashboard 0.9.0 imports it without declaring it.
+# six: rq-dashboard 0.9.0 imports it without declaring it. What it shares with jobttl (RQ,
+# redis-py, Flask, ...) is held at requirements.lock's versions.
 RUN --mount=type=bind,from=deps,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --find-links /wheels "rq-dashboard==${RQ_DASHBOARD_VERSION}" six /wheels/rq-[0-9]*.whl \
+    pip install --no-cache-dir --find-links /wheels --constraint /wheels/requirements.lock \
+        "rq-dashboard==${RQ_DASHBOARD_VERSION}" six /wheels/rq-[0-9]*.whl \
  && groupadd --system --gid 10001 dashboard \
  && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin dashboard
 USER 10001:10001
 EXPOSE 9181
+# SIGINT, not SIGTERM: see the runtime stage.
+STOPSIGNAL SIGINT
 HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
   CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9181/', timeout=4)"]
 ENTRYPOINT ["rq-dashboard"]
@@ -56,13 +64,22 @@ RUN groupadd --system --gid 10001 jobttl \
 # Dependencies, then jobttl: two layers, so a code change rebuilds only the small second one.
 # The wheels are bind-mounted from the build stages, never copied into a layer.
 RUN --mount=type=bind,from=deps,source=/wheels,target=/wheels \
-    pip install --no-cache-dir --no-index /wheels/*.whl
-RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     pip install --no-cache-dir --no-index --no-deps /wheels/*.whl
+# pip check: every requirement of jobttl and of each locked package is met by the lock.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    pip install --no-cache-dir --no-index --no-deps /wheels/*.whl \
+ && pip check
 # A numeric user, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
 WORKDIR /tmp
 EXPOSE 8080
+# The signal `docker stop`, Compose and Kubernetes' container runtimes (containerd, CRI-O) send
+# first. The process is PID 1 in its container, and the kernel gives PID 1 only the signals it
+# handles: the sink (waitress) and `jobttl watch` handle none but Python's own SIGINT, so they
+# ignored SIGTERM and were killed at the end of the grace period (measured: 60 s of 60 s, exit
+# 137). On SIGINT they stop in about a second; RQ's worker takes either as its warm shutdown
+# (the deletion in progress finishes).
+STOPSIGNAL SIGINT
 # The sink's health endpoint. For other commands point JOBTTL_HEALTHCHECK_URL elsewhere or
 # override the healthcheck (docker-compose.yml does). Kubernetes ignores HEALTHCHECK and uses
 # the probes in knative/.

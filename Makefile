@@ -4,6 +4,9 @@
 #               (`make run RUN_ARGS=--all-kinds` seeds one finished object of every built-in kind)
 #   make test   the full test suite
 #   make bench  the benchmark (bench/; not part of make test): jobttl against plain baselines
+#   make e2e    the image built and run with podman + runc, the compose stack deleting a TFJob
+#               (tests/e2e_image/; not part of make test: root, podman, about 4-6 minutes)
+#   make lock   rewrite requirements.lock (the image's exact dependencies) from pyproject.toml
 # Each creates .venv and installs what it needs, including redis-server if it is missing
 # (and, for the monitoring kit's tests, Debian's prometheus package: prometheus and promtool).
 
@@ -15,7 +18,7 @@ PY := $(VENV)/bin/python
 RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run shell test redis-server prometheus bench wrk
+.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -64,3 +67,19 @@ wrk:
 bench: $(INSTALLED) redis-server wrk
 	$(PY) -m pip install --quiet -r bench/requirements.txt
 	$(PY) -m bench $(BENCH_ARGS)
+
+# Debian's podman (4.3), runc and debootstrap: `make e2e` builds and runs the image with them.
+podman:
+	@{ command -v podman && command -v runc && command -v debootstrap; } >/dev/null 2>&1 || { \
+	  echo "podman/runc/debootstrap not found; installing Debian's"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap; }
+
+# No Docker engine needed: a debootstrapped Debian base (cached in .cache/e2e/), podman's
+# builder, the Docker Compose v2 CLI through `podman system service`. Needs root.
+e2e: $(INSTALLED) podman
+	$(PY) -m tests.e2e_image.run
+
+lock: $(INSTALLED)
+	$(PY) -m scripts.lock

@@ -14,7 +14,9 @@ import importlib.util
 import json
 import os
 import re
+import shlex
 import subprocess
+import sys
 import time
 import types
 from pathlib import Path
@@ -454,3 +456,82 @@ def test_the_readme_walkthrough_writes_status_as_a_real_server_needs(apply_crds)
     assert patches and all("--subresource=status" in line for line in patches), patches
     for crd in apply_crds.build_crds():
         assert all(v["subresources"] == {"status": {}} for v in crd["spec"]["versions"]), crd["metadata"]["name"]
+
+
+# --- the podman override (make e2e) ---------------------------------------------------------------
+# docker-compose.podman.yml runs the same stack on podman 4.3 with images built here: the
+# project's emulator as `kwok`, Debian's Redis. What it changes must not change what is tested.
+
+PODMAN_OVERRIDE = REPO / "docker-compose.podman.yml"
+
+
+@pytest.fixture(scope="module")
+def podman_resolved() -> dict:
+    done = subprocess.run([DOCKER_COMPOSE, "-f", str(COMPOSE), "-f", str(PODMAN_OVERRIDE), "--project-directory",
+                           str(REPO), "config", "--format", "json"], capture_output=True, text=True, timeout=60,
+                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")})
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+@needs_compose
+def test_the_podman_stack_builds_and_pulls_nothing(podman_resolved, resolved):
+    services = podman_resolved["services"]
+    assert set(services) == set(resolved["services"]), "the override adds or drops no service"
+    for name, service in services.items():
+        assert "build" not in service and service["pull_policy"] == "never", name
+        image = service["image"]
+        assert image.startswith("localhost/") or image == resolved["services"][name]["image"], name
+        assert image == resolved["services"][name]["image"] or name in ("redis", "kwok"), name
+
+
+@needs_compose
+def test_the_podman_stack_runs_jobttl_as_the_base_file_does(podman_resolved, resolved):
+    for name in ("sink", "worker", "watcher", "rq-dashboard"):
+        ours, base = podman_resolved["services"][name], resolved["services"][name]
+        for key in ("entrypoint", "command", "environment", "configs", "depends_on", "restart", "stop_grace_period"):
+            assert ours.get(key) == base.get(key), (name, key)
+    assert podman_resolved["configs"] == {name: resolved["configs"][name] for name in podman_resolved["configs"]}
+
+
+@needs_compose
+def test_the_podman_health_checks_are_the_base_checks_as_one_shell_string(podman_resolved, resolved):
+    """podman 4.3's API splits a CMD check's arguments at spaces; CMD-SHELL gets one string."""
+    for name, service in podman_resolved["services"].items():
+        ours, base = service.get("healthcheck", {}), resolved["services"][name].get("healthcheck", {})
+        if base.get("disable"):
+            assert ours == base, name
+            continue
+        kind, command = ours["test"]
+        assert kind == "CMD-SHELL", name
+        if name != "kwok":  # kwok's image has wget; the emulator in its place has Python
+            assert base["test"][0] == "CMD" and shlex.split(command) == base["test"][1:], name
+    kwok = shlex.split(podman_resolved["services"]["kwok"]["healthcheck"]["test"][1])
+    assert "http://127.0.0.1:8080/readyz" in kwok[-1]
+
+
+@needs_compose
+def test_the_podman_stack_publishes_the_same_ports_on_loopback(podman_resolved, resolved):
+    def targets(config):
+        return {(name, p["host_ip"], p["target"]) for name, s in config["services"].items() for p in s.get("ports", [])}
+    assert targets(podman_resolved) == targets(resolved)
+
+
+@needs_compose
+@pytest.mark.parametrize("served, passes", [("all", True), ("all but JAXJob", False)])
+def test_the_podman_crds_check_fails_unless_every_kind_is_served(podman_resolved, tmp_path, served, passes):
+    from jobttl_emulator import WELL_KNOWN, EmulatorServer
+
+    check = podman_resolved["services"]["crds"]["entrypoint"]
+    assert check[:2] == ["python", "-c"]
+    resources = [r for r in WELL_KNOWN if served == "all" or r.kind != "JAXJob"]
+    with EmulatorServer(resources=resources) as server:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        done = subprocess.run([sys.executable, *check[1:]], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")})
+    if passes:
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.count("served ") == len(ALL_KINDS)
+    else:
+        assert done.returncode != 0, done.stdout
+        assert done.stderr.strip().startswith("not served: jaxjobs.kubeflow.org/v1 (404 "), done.stderr[-2000:]

@@ -1,10 +1,11 @@
 """The Dockerfile and .dockerignore, checked as text.
 
-No Docker engine runs on the machines this project is developed and tested on, so
-`docker build` cannot run here: these tests parse the Dockerfile instead and check the
-properties the image must have (slim base, dependencies in their own cached layer, non-root
-user, no build tools in the final stage, a HEALTHCHECK, `jobttl` as the entry point), and
-that everything the build copies is in the build context.
+No Docker engine runs on the machines this project is developed and tested on, and `make
+test` builds no image (`make e2e` builds and runs it with podman): these tests parse the
+Dockerfile instead and check the properties the image must have (slim base, dependencies in
+their own cached layer, exactly the lock's, non-root user, no build tools in the final stage,
+a HEALTHCHECK, a stop signal PID 1 answers, `jobttl` as the entry point), and that everything
+the build copies is in the build context.
 """
 
 from __future__ import annotations
@@ -96,14 +97,20 @@ def problems(text: str) -> list[str]:
             found.append(f"stage {stage.name}: base {stage.base} is not a slim Python image")
         elif (int(match.group(1)), int(match.group(2))) < minimum:
             found.append(f"stage {stage.name}: Python older than {PYPROJECT['project']['requires-python']}")
-    # Dependencies: a stage that sees pyproject.toml only, installed in a layer of their own.
+    # Dependencies: a stage that sees pyproject.toml and the lock only, installed in a layer of
+    # their own; exactly the lock's versions (--no-deps: pip resolves nothing), checked whole.
     deps = by_name.get("deps")
-    if deps is None or [src for rest in deps.all("COPY") for src in copy_sources(rest)] != ["pyproject.toml"]:
-        found.append("no `deps` stage copying pyproject.toml and nothing else")
+    if deps is None or sorted(src for rest in deps.all("COPY") for src in copy_sources(rest)) != \
+            ["pyproject.toml", "requirements.lock"]:
+        found.append("no `deps` stage copying pyproject.toml, requirements.lock and nothing else")
+    elif not any(re.search(r"\bpip wheel\b.*--no-deps.*-r requirements\.lock", r) for r in deps.all("RUN")):
+        found.append("the `deps` stage does not build exactly requirements.lock's wheels (--no-deps)")
     installs = final.all("RUN")
-    if not any("from=deps" in r and "--no-index" in r for r in installs) or \
+    if not any("from=deps" in r and "--no-index" in r and "--no-deps" in r for r in installs) or \
             not any("from=build" in r and "--no-deps" in r for r in installs):
         found.append("the final stage does not install the deps and build wheels in separate offline steps")
+    if not any(re.search(r"\bpip check\b", r) for r in installs):
+        found.append("the final stage does not `pip check` that the lock met every requirement")
     # Every package pyproject.toml ships is copied into the build stage.
     build = by_name.get("build")
     copied = {src.rstrip("/") for rest in (build.all("COPY") if build else []) for src in copy_sources(rest)}
@@ -128,6 +135,10 @@ def problems(text: str) -> list[str]:
         user = users[-1].split(":")[0] if users else "root"
         if not user.isdigit() or int(user) == 0:
             found.append(f"stage {stage.name}: runs as {user!r}, not a numeric non-root user")
+        # PID 1 gets only the signals it handles: Python handles SIGINT, not SIGTERM (Dockerfile).
+        stopsignals = stage.all("STOPSIGNAL")
+        if not stopsignals or stopsignals[-1] not in ("SIGINT", "2"):
+            found.append(f"stage {stage.name}: no STOPSIGNAL SIGINT (SIGTERM would go unanswered until SIGKILL)")
         healthchecks = stage.all("HEALTHCHECK")
         if not healthchecks or "CMD" not in healthchecks[-1].split() or healthchecks[-1].upper() == "NONE":
             found.append(f"stage {stage.name}: no HEALTHCHECK")
@@ -159,10 +170,16 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
     (("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.10-slim"), "Python older than"),
     (("WORKDIR /tmp", "RUN apt-get update && apt-get install -y gcc\nWORKDIR /tmp"), "build tools"),
     (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
-    (("COPY pyproject.toml ./\nRUN python", "COPY . ./\nRUN python"), "`deps` stage"),
+    (("COPY pyproject.toml requirements.lock ./", "COPY . ./"), "`deps` stage"),
+    (("COPY pyproject.toml requirements.lock ./", "COPY pyproject.toml ./"), "`deps` stage"),
+    (("pip wheel --no-deps --wheel-dir /wheels -r requirements.lock", "pip wheel --wheel-dir /wheels -r requirements.lock"),
+     "exactly requirements.lock"),
+    ((" \\\n && pip check", ""), "pip check"),
     (("COPY watcher ./watcher\n", ""), "package watcher"),
     (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),
     (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),
+    (("STOPSIGNAL SIGINT\n", ""), "stage runtime: no STOPSIGNAL SIGINT"),
+    (("STOPSIGNAL SIGINT\n", "STOPSIGNAL SIGTERM\n"), "stage runtime: no STOPSIGNAL SIGINT"),
 ])
 def test_the_checks_catch_a_broken_dockerfile(change, complaint):
     old, new = change
