@@ -10,7 +10,7 @@ stops the process with the file, the field and the problem named::
     dryRun: false            # decide and record "would delete", delete nothing
     owned: skip              # jobs with a controller ownerReference: their owner's (delete: ours too)
     managedBy: skip          # jobs whose managedBy names another controller (delete: ours too)
-    kinds: [TFJob, PyTorchJob, kubeflow.org/v2beta1/MPIJob]   # default: every known kind
+    kinds: [TFJob, PyTorchJob, kubeflow.org/v2beta1/MPIJob]   # default: the kinds enabled by default (kinds.DEFAULT_KINDS)
     namespaces:
       include: []            # empty: all namespaces
       exclude: [kube-system] # the default
@@ -39,6 +39,7 @@ so each decision can say which rule produced it.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -189,7 +190,8 @@ class Policy:
     rules: tuple[Rule, ...] = ()
     include_namespaces: tuple[str, ...] = ()
     exclude_namespaces: tuple[str, ...] = DEFAULT_EXCLUDED_NAMESPACES
-    # The enabled kinds (the policy's `kinds`, default: every known one), and every kind known:
+    # The enabled kinds (the policy's `kinds`, default: kinds.DEFAULT_KINDS and those declared or opted
+    # into), and every kind known:
     # the built-in ones and those of `kindDeclarations` (which may replace a built-in one), with
     # the finishing states `optIn` enables.
     kinds: tuple[JobKind, ...] = DEFAULT_KINDS
@@ -249,8 +251,11 @@ class Policy:
 
     @property
     def pod_stages(self) -> bool:
-        """Some job may have its pods deleted before it: the worker needs to list and delete pods."""
-        return self._any("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure")
+        """Some job may have its pods deleted before it: the worker needs to list and delete pods.
+        Set, not truthy: `podTTL: 0s` deletes the pods as soon as the job finishes (jobttl.core.stages)."""
+        levels = [self.cleanup] + [rule.cleanup for rule in self.rules]
+        return any(getattr(level, name) is not None for level in levels
+                   for name in ("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure"))
 
     @property
     def history_limits(self) -> bool:
@@ -340,7 +345,12 @@ class _Reader:
         names = self.strings(value, "kinds")
         chosen = []
         for i, name in enumerate(names):
-            found = [k for k in known if name in (k.kind, f"{k.api_version}/{k.kind}")]
+            found = [k for k in known if name == f"{k.api_version}/{k.kind}"]
+            if not found:
+                # A bare Kind names the kinds enabled by default first (`Job` is batch/v1's, as it
+                # was before Volcano's Job was built in); another kind only when no default one has it.
+                found = [k for k in known if name == k.kind and k in DEFAULT_KINDS] \
+                    or [k for k in known if name == k.kind]
             if not found:
                 listed = ", ".join(sorted({k.kind for k in known}))
                 raise self.fail(f"kinds[{i}]", f"unknown kind {name!r}; known kinds: {listed} "
@@ -366,6 +376,7 @@ class _Reader:
         for kind in BUILTIN_KINDS:
             name = f"{kind.api_version}/{kind.kind}"
             if name in own:
+                _warn_of_dropped_safeguards(name, builtin[name], by_key[name], self.origin)
                 kinds.append(own.pop(name))  # the operator's declaration replaces the built-in one
             elif name in opt_ins:
                 kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins)
@@ -536,7 +547,7 @@ def parse_policy(data: Any, origin: str = "policy") -> Policy:
         include_namespaces=reader.strings(namespaces["include"], "namespaces.include") if "include" in namespaces else (),
         exclude_namespaces=(reader.strings(namespaces["exclude"], "namespaces.exclude")
                             if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
-        kinds=reader.kinds(data["kinds"], known) if "kinds" in data else _enabled_by_default(known, data),
+        kinds=_chosen(reader, data, known) if "kinds" in data else _enabled_by_default(known, data),
         known_kinds=known,
         stuck_fallback=reader.stuck_fallback(data.get("stuckDeletion")),
         cleanup=reader.cleanup(data, "", top=True),
@@ -567,3 +578,34 @@ def _enabled_by_default(known: tuple[JobKind, ...], data: dict[str, Any]) -> tup
     asked |= {kinddecl.key(d) for d in data.get("kindDeclarations") or () if isinstance(d, dict) and _named(d)}
     asked |= set(data.get("optIn") or {})
     return tuple(k for k in known if f"{k.api_version}/{k.kind}" in asked)
+
+
+def _chosen(reader, data: dict[str, Any], known: tuple[JobKind, ...]) -> tuple[JobKind, ...]:
+    """The policy's own `kinds`. A kind it declares or opts into must be among them: else the
+    declaration would be silently unused (a Helm chart renders `kinds` from its own value)."""
+    chosen = reader.kinds(data["kinds"], known)
+    enabled = {f"{k.api_version}/{k.kind}" for k in chosen}
+    for i, declaration in enumerate(data.get("kindDeclarations") or ()):
+        if isinstance(declaration, dict) and _named(declaration) and kinddecl.key(declaration) not in enabled:
+            raise reader.fail(f"kindDeclarations[{i}]", f"{kinddecl.key(declaration)} is declared but not in "
+                                                        "`kinds`: add it there (or remove `kinds` to enable it)")
+    for name in data.get("optIn") or {}:
+        if name not in enabled:
+            raise reader.fail(f"optIn.{name}", "opted into, but not in `kinds`: add it there")
+    return chosen
+
+
+# What a built-in declaration guards against; a replacement that leaves one out deletes more.
+_SAFEGUARDS = {"managedBy": "objects another controller manages", "suspend": "suspended objects",
+               "notYet": "objects not final yet (e.g. Argo's archiving)"}
+
+
+def _warn_of_dropped_safeguards(name: str, builtin: dict[str, Any], replacement: dict[str, Any], origin: str) -> None:
+    """A declaration replacing a built-in kind is taken whole: say loudly what it no longer guards."""
+    dropped = [f"{field} ({why})" for field, why in _SAFEGUARDS.items() if field in builtin and field not in replacement]
+    if (builtin.get("ttl") or {}).get("appliedBy") and not (replacement.get("ttl") or {}).get("appliedBy"):
+        dropped.append("ttl.appliedBy (objects whose own controller applies their TTL)")
+    if dropped:
+        logging.getLogger("jobttl.policy").warning(
+            "%s: kindDeclarations replaces the built-in %s without %s: jobttl now deletes those too",
+            origin, name, ", ".join(dropped), extra={"event": "kind-replaced", "kind": name, "dropped": dropped})

@@ -268,3 +268,32 @@ def test_the_kinds_added_since_are_enabled_only_when_asked_for():
     opted = parse_policy({"optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborted"]}})
     assert ("batch.volcano.sh/v1alpha1", "Job") in {(k.api_version, k.kind) for k in opted.kinds}
     assert set(DEFAULT_KINDS) <= set(opted.kinds)
+
+
+def test_a_bare_kind_names_the_default_kind_first():
+    """`kinds: [Job]` meant batch/v1 Jobs before Volcano's Job was built in, and still does."""
+    assert [(k.api_version, k.kind) for k in parse_policy({"kinds": ["Job"]}).kinds] == [("batch/v1", "Job")]
+    volcano = parse_policy({"kinds": ["batch.volcano.sh/v1alpha1/Job"]})
+    assert [(k.api_version, k.kind) for k in volcano.kinds] == [("batch.volcano.sh/v1alpha1", "Job")]
+    assert [k.kind for k in parse_policy({"kinds": ["RayJob"]}).kinds] == ["RayJob"]
+
+
+def test_a_kind_declared_or_opted_into_but_left_out_of_kinds_is_refused():
+    assert policy_error({"kinds": ["TFJob"], "kindDeclarations": [WIDGET]}) == (
+        "policy.yaml: kindDeclarations[0]: widgets.example.com/v1/Widget is declared but not in `kinds`: add it "
+        "there (or remove `kinds` to enable it)")
+    assert policy_error({"kinds": ["TFJob"], "optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborted"]}}) == (
+        "policy.yaml: optIn.batch.volcano.sh/v1alpha1/Job: opted into, but not in `kinds`: add it there")
+
+
+def test_a_replacement_that_drops_a_builtin_safeguard_says_so(caplog):
+    tfjob = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
+    del tfjob["managedBy"], tfjob["suspend"]
+    with caplog.at_level("WARNING", logger="jobttl.policy"):
+        parse_policy({"kindDeclarations": [tfjob]}, "policy.yaml")
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    assert record.dropped == ["managedBy (objects another controller manages)", "suspend (suspended objects)"]
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="jobttl.policy"):
+        parse_policy({"kindDeclarations": [kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"]]})
+    assert not [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]

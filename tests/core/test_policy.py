@@ -281,3 +281,9 @@ def test_opting_in_globally_and_suspension_has_no_opt_in():
     suspended = job(ttl=60)
     suspended["spec"]["runPolicy"]["suspend"] = True
     assert decide(suspended, TFJOB, everything).verdict is Verdict.SUSPENDED
+
+
+def test_a_pods_stage_of_zero_seconds_is_a_pods_stage():
+    """`podTTL: 0s` deletes the pods as the job finishes: the worker needs the pods RBAC for it."""
+    assert parse_policy({"podTTL": "0s"}).pod_stages
+    assert not parse_policy({}).pod_stages

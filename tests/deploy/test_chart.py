@@ -251,6 +251,7 @@ FEATURES = {
     "archive-off": {"archive": {"store": "/archive", "enabled": False}},
     "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
     "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
+    "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.stages)
 }
 MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
                       {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]
@@ -509,3 +510,12 @@ def test_the_packaged_chart_is_self_contained_and_renders_the_same(tmp_path):
     rule = next(d for path, text in manifests.items() if not path.endswith(".txt")
                 for d in yaml.safe_load_all(text) if d and d["kind"] == "PrometheusRule")
     assert rule == find(render(values), "PrometheusRule", "jobttl")
+
+
+def test_a_generated_password_is_kept_under_the_key_the_pods_read():
+    """`existingSecretKey` without `existingSecret`: the generated Secret holds the key the pods reference."""
+    objects = render({"redis": {"auth": {"existingSecretKey": "pw"}}})
+    [secret] = [o for o in objects if o["kind"] == "Secret"]
+    assert list(secret["data"]) == ["pw"]
+    env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
+    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "pw"}
