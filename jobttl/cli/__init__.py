@@ -501,9 +501,10 @@ def build_parser() -> argparse.ArgumentParser:
                            help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
                                 "check: what -f FILE lacks (exit 1 if anything)")
     manifests.add_argument("--policy", metavar="FILE", help="the policy (default: JOBTTL_POLICY's, else the built-in "
-                                                            "defaults: every built-in kind)")
+                                                            "defaults: the kinds enabled by default)")
     manifests.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
-                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin")
+                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin "
+                                                                    "(default: none; check needs it)")
 
     _add_operator_commands(commands)
     return parser
