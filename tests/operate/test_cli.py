@@ -47,7 +47,7 @@ def option_entries(text: str) -> dict[str, str]:
 def test_the_help_of_every_command_describes_every_flag_with_its_default():
     commands = subcommands()
     assert {"sink", "worker", "watch", "resync", "explain", "status", "pending", "show", "history", "failed",
-            "retry", "cancel", "postpone"} <= set(commands)
+            "retry", "cancel", "postpone", "held", "manifests"} <= set(commands)
     for name, parser in commands.items():
         text = parser.format_help()
         flags = {option for action in parser._actions for option in action.option_strings[-1:]} - {"--help"}
@@ -63,7 +63,7 @@ def test_the_help_of_every_command_describes_every_flag_with_its_default():
         environment = text.split("\nenvironment", 1)[1]
         variables = re.findall(r"^  ([A-Z_]+) \(default: ", environment, re.MULTILINE)
         assert variables, f"jobttl {name} names no environment variable"
-        if "JOBTTL_REDIS_URL" in variables or name not in ("watch", "explain", "logs"):
+        if "JOBTTL_REDIS_URL" in variables or name not in ("watch", "explain", "logs", "manifests"):
             assert variables[0] == "JOBTTL_REDIS_URL", name
     sink = option_entries(commands["sink"].format_help())
     assert "(default: 0.0.0.0)" in sink["--host"] and "(default: 8080)" in sink["--port"]
