@@ -40,8 +40,9 @@ from rq.serializers import JSONSerializer
 from rq.utils import import_attribute, now as utcnow
 
 from jobttl.core import jsoncodec, logs, scripts, upgrade
-from jobttl.core.config import Settings
-from jobttl.core.kube import TransientApiError
+from jobttl.core.config import ConfigError, Settings
+from jobttl.core.install import CONFIGMAP
+from jobttl.core.kube import PermanentApiError, TransientApiError
 from jobttl.worker import tasks
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower
@@ -232,6 +233,11 @@ def _establish_install(ctx: WorkerContext, burst: bool) -> bool:
         try:
             ctx.install.establish(ctx.clock.now())
             return True
+        except (PermanentApiError, ValueError) as exc:
+            # RBAC refused, no such namespace, a record edited into nonsense: a human must act, and
+            # nothing may be deleted on a guess meanwhile.
+            raise ConfigError(f"the install record (ConfigMap {ctx.install.namespace}/{CONFIGMAP}, "
+                              f"JOBTTL_NAMESPACE): {exc}") from None
         except TransientApiError as exc:
             logs.record(log, "install-record-unavailable", level=logging.WARNING, attempt=attempt, detail=str(exc))
             if burst:

@@ -124,3 +124,23 @@ def test_nothing_overdue_at_install_ends_the_review_but_an_unheld_booking_keeps_
     report = resync.run(ctx)
     assert not ctx.install.current().under_review
     assert ctx.install.current().reviewed_by == "resync: nothing was due at install"
+
+
+def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluster, redis_server, tmp_path):
+    """A record edited by hand into nonsense: the worker refuses to start (exit 2), deleting nothing."""
+    import subprocess
+    import sys
+
+    from jobttl.core.kube import KubeClient, load_api_client
+    from tests.services import ROOT
+
+    KubeClient(load_api_client(str(cluster.kubeconfig))).create_configmap("jobttl", CONFIGMAP,
+                                                                        {"installedAt": "last tuesday"})
+    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_NAMESPACE": "jobttl",
+           "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_QUEUE": "broken-record",
+           "PATH": "/usr/bin:/bin"}
+    done = subprocess.run([sys.executable, "-m", "jobttl", "worker", "--burst"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): " \
+           "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
