@@ -195,6 +195,9 @@ def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
     ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
     ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
     ({"replicas": 2}, "'replicas'"),
+    # What the chart sets from its own values cannot be overridden behind them (firstRunReview: true).
+    ({"env": {"JOBTTL_FIRST_RUN_REVIEW": "off"}}, "invalid propertyName 'JOBTTL_FIRST_RUN_REVIEW'"),
+    ({"env": {"JOBTTL_REDIS_URL": "redis://elsewhere:6379/0"}}, "invalid propertyName 'JOBTTL_REDIS_URL'"),
 ], ids=lambda v: json.dumps(v) if isinstance(v, dict) else None)
 def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
     with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
