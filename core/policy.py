@@ -240,9 +240,11 @@ class Policy:
             settings.pop("archive", None)  # nowhere to write: validation makes this unreachable
         return Effective(settings, matched)
 
-    def _any(self, *names: str) -> bool:
+    def _any(self, *names: str, is_set: bool = False) -> bool:
+        """Whether some level (global or a rule) says one of `names`: truthy, or with `is_set`, set at all."""
         levels = [self.cleanup] + [rule.cleanup for rule in self.rules]
-        return any(getattr(level, name) for level in levels for name in names)
+        return any((getattr(level, name) is not None) if is_set else getattr(level, name)
+                   for level in levels for name in names)
 
     @property
     def archiving(self) -> bool:
@@ -253,9 +255,7 @@ class Policy:
     def pod_stages(self) -> bool:
         """Some job may have its pods deleted before it: the worker needs to list and delete pods.
         Set, not truthy: `podTTL: 0s` deletes the pods as soon as the job finishes (jobttl.core.stages)."""
-        levels = [self.cleanup] + [rule.cleanup for rule in self.rules]
-        return any(getattr(level, name) is not None for level in levels
-                   for name in ("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure"))
+        return self._any("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure", is_set=True)
 
     @property
     def history_limits(self) -> bool:
