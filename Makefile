@@ -7,6 +7,9 @@
 #   make e2e    the image built and run with podman + runc, the compose stack deleting a TFJob
 #               (tests/e2e_image/; not part of make test: root, podman, about 4-6 minutes)
 #   make lock   rewrite requirements.lock (the image's exact dependencies) from pyproject.toml
+#   make knative  rewrite knative/'s generated Kustomize manifests from the Helm chart (charts/jobttl/)
+#               and knative/values/: run it after changing either (tests/deploy/test_knative.py fails
+#               until you do)
 # Each creates .venv and installs what it needs, including redis-server if it is missing
 # (and, for the monitoring kit's tests, Debian's prometheus package: prometheus and promtool).
 
@@ -18,7 +21,7 @@ PY := $(VENV)/bin/python
 RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock
+.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock knative
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,3 +86,8 @@ e2e: $(INSTALLED) podman
 
 lock: $(INSTALLED)
 	$(PY) -m scripts.lock
+
+# Helm's own engine (helm-python-sdk, a test extra) renders the chart; scripts/knative.py says what
+# it writes and why (`--check`: name what differs, write nothing).
+knative: $(INSTALLED)
+	$(PY) -m scripts.knative

@@ -9,14 +9,13 @@ code, not an imitation.
 - the values schema refuses bad values with a message naming them;
 - the RBAC equals what jobttl.core.kube.permissions() declares, for each intake mode and each
   feature the policy can enable;
-- knative/base (and the direct and evidence overlays) equal the chart rendered with matching
-  values, object by object: the two cannot drift;
 - a real `helm install` of every rendering against the API emulator (Knative's kinds served from
   their CRDs), release records in Secrets as Helm keeps them;
 - the bundled Redis password: random at install, kept by a real `helm upgrade`, and an upgrade
   rendered without the cluster is refused.
 
-The rendered configuration running for real is test_chart_run.py.
+The rendered configuration running for real is test_chart_run.py. knative/ is generated from
+the chart (scripts/knative.py): test_knative.py.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from __future__ import annotations
 import base64
 import functools
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -42,16 +40,12 @@ from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)
-from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, rendered, validate  # noqa: E402
-from tests.deploy.manifests import render as kustomize_render  # noqa: E402
+from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, validate  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
 from tests.deploy.monitoring import prometheus_binary  # noqa: E402
 from tests.deploy.test_rbac import Violation, grants  # noqa: E402
 
-# The labels Helm charts add that kustomize's base does not carry.
-HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-               "app.kubernetes.io/managed-by"}
 DEFAULT_KINDS = tuple(k for k in ALL_KINDS if k is not MPIJOB_V2BETA1)
 
 
@@ -302,92 +296,6 @@ def test_a_wider_rendered_role_would_be_caught():
     find(objects, "ClusterRole", "jobttl-worker")["rules"][0]["verbs"] = ["*"]
     with pytest.raises(Violation, match="wildcard"):
         grants(objects, "jobttl-worker")
-
-
-# --- knative/ and the chart say the same -----------------------------------------------------
-
-
-def _strip_helm(node: Any) -> Any:
-    if isinstance(node, list):
-        return [_strip_helm(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    result = {}
-    for key, value in node.items():
-        if key == "imagePullPolicy":  # the chart says it; kustomize's base leaves the default
-            continue
-        plain_selector = key == "selector" and isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-        if (key in ("labels", "matchLabels") or plain_selector) and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in HELM_LABELS}
-        elif key == "matchExpressions":
-            value = [e for e in value if e.get("key") not in HELM_LABELS]
-        elif key == "annotations" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if not k.startswith("checksum/")}
-            if not value:
-                continue
-        result[key] = _strip_helm(value)
-    return result
-
-
-def normalised(obj: dict[str, Any]) -> dict[str, Any]:
-    """What an object means, without what only Helm adds or what is text around the same data."""
-    obj = _strip_helm(obj)
-    if obj["kind"] == "ConfigMap" and "policy.yaml" in obj.get("data", {}):
-        obj["data"]["policy.yaml"] = yaml.safe_load(obj["data"]["policy.yaml"])
-    if obj["kind"] == "ConfigMap":  # a dashboard: the same JSON, whatever the block's trailing newline
-        obj["data"] = {k: json.loads(v) if k.endswith(".json") else v for k, v in obj.get("data", {}).items()}
-    if obj["kind"] == "Secret":  # the values: a generated password in the chart (tested below)
-        obj["data"] = sorted({**obj.pop("data", {}), **obj.pop("stringData", {})})
-    return obj
-
-
-# knative/base's choices, as values: Redis's image by its short name, and the kinds it lists.
-KNATIVE_VALUES = {"redis": {"bundled": {"image": {"registry": "", "repository": "redis"}}}}
-
-
-def knative_policy() -> dict[str, Any]:
-    policy_map = next(o for o in rendered(KNATIVE) if o["kind"] == "ConfigMap")
-    policy = yaml.safe_load(policy_map["data"]["policy.yaml"])
-    del policy["kinds"]  # the chart's `kinds` value
-    return policy
-
-
-@pytest.mark.parametrize("variant, values, skip", [
-    ("base", {"intake": {"mode": "broker"}}, set()),
-    ("overlays/direct", {"intake": {"mode": "direct"}}, set()),
-    # The evidence overlay adds the roles only; the chart derives them from a policy that archives
-    # and stages pods, so its policy differs from the base's, and nothing else.
-    ("overlays/evidence", {"policy": {**knative_policy(), "archive": {"store": "/archive"}, "podTTL": "1d"}},
-     {("v1", "ConfigMap", "jobttl", "jobttl-policy")}),
-])
-def test_knative_manifests_equal_the_chart_rendered_with_their_values(variant, values, skip):
-    values = {**KNATIVE_VALUES, **values}
-    chart_objects = {object_id(o): normalised(o) for o in render(values) if object_id(o) not in skip}
-    # The Namespace: Helm installs into one (`--create-namespace`); knative/base creates it.
-    knative_objects = {object_id(o): normalised(o) for o in rendered(KNATIVE / variant)
-                       if o["kind"] != "Namespace" and object_id(o) not in skip}
-    assert sorted(chart_objects) == sorted(knative_objects)
-    for key, obj in knative_objects.items():
-        assert chart_objects[key] == obj, key
-
-
-def test_the_monitoring_component_equals_the_chart_with_monitoring_on(tmp_path):
-    """knative/monitoring/ as its kustomization.yaml tells users to turn it on, and the chart's switch."""
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(KNATIVE / "base", tmp_path)],
-        "components": [os.path.relpath(KNATIVE / "monitoring", tmp_path)]}))
-    knative_objects = {object_id(o): normalised(o) for o in kustomize_render(tmp_path) if o["kind"] != "Namespace"}
-    chart_objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "monitoring": {"enabled": True}})}
-    assert sorted(chart_objects) == sorted(knative_objects)
-    for key, obj in knative_objects.items():
-        assert chart_objects[key] == obj, key
-
-
-def test_the_comparison_sees_a_difference():
-    objects = {object_id(o): normalised(o) for o in render({**KNATIVE_VALUES, "worker": {"apiTimeout": 20}})}
-    knative = {object_id(o): normalised(o) for o in rendered(KNATIVE)}
-    key = ("apps/v1", "Deployment", "jobttl", "jobttl-worker")
-    assert objects[key] != knative[key]
 
 
 # --- the bundled Redis password ---------------------------------------------------------------

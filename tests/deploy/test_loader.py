@@ -10,7 +10,7 @@ import yaml
 
 from tests.deploy.manifests import KNATIVE, Unsupported, merge_patch, object_id, render, split_image
 
-VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
+VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct", "evidence": KNATIVE / "overlays" / "evidence"}
 
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) not installed")

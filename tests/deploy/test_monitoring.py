@@ -97,7 +97,7 @@ def test_the_structural_check_refuses_what_the_operator_would_not_take():
     rule = prometheus_rule()
     rule["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
     assert list(jsonschema.Draft202012Validator(SCHEMAS["PrometheusRule"]).iter_errors(rule))
-    monitor = yaml.safe_load((MONITORING / "podmonitors.yaml").read_text().split("\n---\n")[0])
+    monitor = next(o for o in yaml.safe_load_all((MONITORING / "monitoring.yaml").read_text()) if o["kind"] == "PodMonitor")
     monitor["spec"]["endpoints"] = monitor["spec"].pop("podMetricsEndpoints")  # a ServiceMonitor's field
     assert list(jsonschema.Draft202012Validator(SCHEMAS["PodMonitor"]).iter_errors(monitor))
 
