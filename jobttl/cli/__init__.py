@@ -384,7 +384,8 @@ def _add_operator_commands(commands) -> None:
 
     def job_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
-        parser.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+        parser.add_argument("--kind", help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
+                                                "batch/v1's); needed only when jobs of several kinds share the name "
                                                 "(default: any kind)")
 
     command("status", _status, "counts of pending, due, failed, held and deleted jobs; health of Redis, workers, "
@@ -392,7 +393,8 @@ def _add_operator_commands(commands) -> None:
 
     pending = command("pending", _pending, "pending deletions in due order, with their TTL and where it came from")
     pending.add_argument("--namespace", help="only this namespace (default: every namespace)")
-    pending.add_argument("--kind", help="only this kind, e.g. TFJob (default: every kind)")
+    pending.add_argument("--kind", help="only this kind, e.g. TFJob, Job (batch/v1's), Job.batch.volcano.sh "
+                                        "(default: every kind)")
     pending.add_argument("--limit", type=_count, default=100, help="at most this many")
 
     job_arguments(command("show", _show, "everything known about one job: pending deletion, the latest decision "
