@@ -501,12 +501,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "rendered manifests lack for them (offline)")
     manifests.add_argument("what", choices=("rbac", "sources", "check"),
                            help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
-                                "check: what -f FILE lacks (exit 1 if anything)")
-    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: JOBTTL_POLICY's, else the built-in "
+                                "check: what -f FILE lacks for its worker, its event source (ApiServerSource or "
+                                "`jobttl watch`) and its sink, found by what they run (exit 1 if anything)")
+    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: for check, the one the manifests "
+                                                            "give the worker; else JOBTTL_POLICY's, else the built-in "
                                                             "defaults: the kinds enabled by default)")
     manifests.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
-                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin "
-                                                                    "(default: none; check needs it)")
+                                                                    "`kubectl kustomize knative/ | jobttl manifests check "
+                                                                    "-f -`, `helm template REL charts/jobttl | ...`; - "
+                                                                    "for stdin (default: none; check needs it)")
 
     _add_operator_commands(commands)
     return parser
