@@ -490,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     logs = process("logs", _logs, "print an archived log of a job, also after it is gone (reads the archive store "
                                   "the policy names: no cluster, no Redis)")
     logs.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
-    logs.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+    logs.add_argument("--kind", help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
+                                      "batch/v1's); needed only when jobs of several kinds share the name "
                                       "(default: the newest archive of any kind)")
     logs.add_argument("--pod", help="only this pod's logs (default: every pod)")
     logs.add_argument("--container", help="only this container's logs (default: every container)")
