@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from jobttl.core.archive import INDEX, Stored, read_index, split_folder
+from jobttl.core.kinds import group_of, kind_named, split_group_kind
 from jobttl.core.policy import ArchiveStore
 
 
@@ -215,14 +216,21 @@ class S3Store:
 
 
 def latest(store: Store, namespace: str, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]] | None:
-    """The newest complete archive of a job name (of `kind`, if given): its folder and index."""
+    """The newest complete archive of a job name (of `kind`, if given, as `--kind` names kinds: ``Job``
+    is batch/v1's, Volcano's ``Job.batch.volcano.sh``): its folder and index. Folders are by bare
+    Kind (both Jobs share ``<namespace>/Job/``, told apart by UID); the index has the apiVersion."""
     found = []
     for where in store.folders(namespace, name):
-        if kind is not None and where.split("/")[1] != kind:
+        if kind is not None and where.split("/")[1] != split_group_kind(kind.rpartition("/")[2])[0]:
             continue
         document = read_index(store.read(where, INDEX))
-        if document is not None:
-            found.append((float(document.get("archivedAt") or 0), where, document))
+        if document is None:
+            continue
+        api_version = document.get("apiVersion")
+        if kind is not None and not kind_named(kind, group_of(api_version) if isinstance(api_version, str) else None,
+                                               where.split("/")[1]):
+            continue
+        found.append((float(document.get("archivedAt") or 0), where, document))
     if not found:
         return None
     _, where, document = max(found, key=lambda f: (f[0], f[1]))

@@ -29,6 +29,7 @@ from redis.client import Pipeline
 
 from jobttl.core import jsoncodec, keys, logs, shapes
 from jobttl.core.identity import JobRef
+from jobttl.core.kinds import group_of
 from jobttl.core.metrics import Metrics
 from jobttl.core.scripts import Scripts
 
@@ -104,9 +105,9 @@ class Audit:
     def _count(self, event: str, ref: JobRef | None, fields: dict[str, Any]) -> None:
         self.metrics.decisions.labels(event, fields.get("reason") or "").inc()
         if event == "deleted" and ref is not None:
-            self.metrics.deletions.labels(ref.kind, ref.namespace).inc()
+            self.metrics.deletions.labels(ref.kind, group_of(ref.api_version), ref.namespace).inc()
         if event == "would-delete" and ref is not None:
-            self.metrics.would_delete.labels(ref.kind).inc()
+            self.metrics.would_delete.labels(ref.kind, group_of(ref.api_version)).inc()
         if event in ("deleted", "delete-requested") and fields.get("lateness") is not None:
             # When jobttl acted (its DELETE), however long finalizers then take.
             self.metrics.lateness.observe(max(0.0, float(fields["lateness"])))

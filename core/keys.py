@@ -9,8 +9,11 @@ SCHEMA = "jobttl:schema"  # the layout version of everything below ("2"); see jo
 PENDING_INDEX = "jobttl:pending"  # zset: member (uid, or pods:<uid>) → due time
 OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
 # The dry-run records beside the index: what dry run would delete, counted without reading records.
-DRY_RUN = "jobttl:dry-run"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
-DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # set once an older layout's dry-run records are filed (upgrade)
+# By kind as Kind.group (jobttl.core.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
+DRY_RUN = "jobttl:dry-run:kinds"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
+DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # DRY_RUN_LAYOUT once an older layout's dry-run records are filed
+DRY_RUN_LAYOUT = "2"  # "1": filed by bare Kind, in LEGACY_DRY_RUN (jobttl.core.upgrade moves them)
+LEGACY_DRY_RUN = "jobttl:dry-run"  # set: the bare Kinds of the sets "jobttl:dry-run:<Kind>" (until 0.2.x)
 
 # The audit trail and each job's history (jobttl.core.audit)
 AUDIT_STREAM = "jobttl:audit"
@@ -60,9 +63,9 @@ def override(uid: str) -> str:
     return OVERRIDE_PREFIX + uid
 
 
-def dry_run(kind: str) -> str:
-    """zset per kind: the index's dry-run members → the same due time (a subset of the index)."""
-    return f"{DRY_RUN}:{kind}"
+def dry_run(group_kind: str) -> str:
+    """zset per kind (``Job.batch``): the index's dry-run members → the same due time (a subset of the index)."""
+    return f"{DRY_RUN}:{group_kind}"
 
 
 def card(namespace: str, name: str) -> str:

@@ -172,6 +172,65 @@ ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJ
 DEFAULT_KINDS = ALL_KINDS
 # Every built-in kind, in kinds.yaml's order: what a policy's `kinds` may name.
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(_BUILTIN.values())
+# The group a bare Kind names, as the policy's `kinds` reads it: a default kind first, then the
+# first built-in one of that name.
+_BARE: dict[str, str] = {}
+for _kind in DEFAULT_KINDS + BUILTIN_KINDS:
+    _BARE.setdefault(_kind.kind, _kind.group)
+
+
+# --- naming a kind: what keys, metric labels and operators' words use -------------------------------
+# A Kind name alone is not an identity: batch/v1 Job and Volcano's batch.volcano.sh Job are both
+# `Job`, and an operator may declare a kind reusing any name. Keys and metric labels use the group
+# too; what people read names the group only where the Kind alone would mislead.
+
+def group_of(api_version: str) -> str:
+    """The API group of an apiVersion: ``batch`` of ``batch/v1``, "" (the core group) of ``v1``."""
+    return api_version.rpartition("/")[0]
+
+
+def group_kind(api_version: str, kind: str) -> str:
+    """``Kind.group`` (``Job.batch.volcano.sh``; ``Job`` alone in the core group): Kubernetes'
+    GroupKind spelling, one per kind whatever the version. A Kind has no dot, so it splits back."""
+    group = group_of(api_version)
+    return f"{kind}.{group}" if group else kind
+
+
+def split_group_kind(text: str) -> tuple[str, str]:
+    """(kind, group) of a `group_kind`."""
+    kind, _, group = text.partition(".")
+    return kind, group
+
+
+def shown_kind(api_version: str, kind: str) -> str:
+    """How a kind is named to people: its Kind, or ``Kind.group`` when a bare Kind names another kind
+    (the policy's reading of a bare Kind: the default kinds first, e.g. ``Job`` is batch/v1's, so
+    Volcano's is ``Job.batch.volcano.sh``). Without an apiVersion: the Kind as it is."""
+    return _shown(group_of(api_version), kind) if api_version else kind
+
+
+def _shown(group: str, kind: str) -> str:
+    meant = _BARE.get(kind)
+    return kind if meant is None or meant == group else f"{kind}.{group}" if group else kind
+
+
+def kubectl_resource(api_version: str, kind: str) -> str:
+    """What kubectl takes to name the kind, as it is shown: ``tfjob``, ``job`` (batch/v1's, as for
+    kubectl) and ``job.batch.volcano.sh``."""
+    return shown_kind(api_version, kind).lower()
+
+
+def kind_named(wanted: str, group: str | None, kind: str) -> bool:
+    """Whether an operator's ``--kind`` names the kind `kind` of API group `group`: as it is shown
+    (``Job`` is batch/v1's, ``Job.batch.volcano.sh``), as ``Kind.group``, or as ``apiVersion/Kind``
+    (any version: a cluster serves one). With no group known (None: not recorded) only a bare
+    Kind can match."""
+    if group is None:
+        return wanted == kind
+    if "/" in wanted:
+        wanted_version, _, wanted_kind = wanted.rpartition("/")
+        wanted = group_kind(wanted_version, wanted_kind)
+    return wanted in (_shown(group, kind), f"{kind}.{group}" if group else kind)
 
 
 class KindRegistry:

@@ -3,18 +3,25 @@
 The same declarations the sink and the worker read (`Policy.kinds`, built in and declared) give
 what the cluster must grant and send for them: each component's ClusterRole rules on the job
 kinds (the verbs of `jobttl.core.kube.PERMISSIONS`), the ApiServerSource's `resources` and the
-Trigger's kind filter. `missing` checks rendered manifests (``kubectl kustomize knative/``)
-against them, so a declared kind without its RBAC or its source is caught before a user finds it.
-Pure: manifests in, dicts out.
+Trigger's kind filter. `missing` checks rendered manifests (``kubectl kustomize knative/``, ``helm
+template``) against them, so a declared kind without its RBAC or its source is caught before a user
+finds it. It finds each part by what it is, never by its name (a Helm release names them
+``<release>-...``): the worker and the sink are the workloads whose container runs ``jobttl worker``
+or ``jobttl sink``, the event source an ApiServerSource (its ``serviceAccountName``, its
+``resources``) or, without Knative, the workload running ``jobttl watch``; each account's RBAC is
+what the ClusterRoleBindings naming it grant. Pure: manifests in, dicts out.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from posixpath import normpath
 from typing import Any
 
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import JOBS, VERSION, permissions
+from jobttl.core.kube import CONFIGMAPS, JOBS, VERSION, permissions
 from jobttl.core.policy import Policy
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -57,43 +64,260 @@ def trigger_kinds(policy: Policy) -> list[dict[str, Any]]:
     return [{"exact": {"kind": name}} for name in names]
 
 
-def missing(policy: Policy, objects: list[dict[str, Any]], source: str = "jobttl-jobs",
-            accounts: dict[str, str] | None = None) -> list[str]:
-    """What rendered manifests lack for this policy's kinds: RBAC for the source's and the worker's
-    service accounts, and the ApiServerSource's resources. Empty when nothing is missing."""
-    accounts = accounts or {"jobttl-source": "source", "jobttl-worker": "worker"}
-    problems = []
-    verbs = {"source": SOURCE_VERBS, "worker": tuple(permissions("worker")[JOBS])}
-    for account, component in accounts.items():
-        granted = _granted(objects, account)
-        for kind in policy.kinds:
-            lacking = sorted(v for v in verbs[component] if (kind.group, kind.plural, v) not in granted)
-            if lacking:
-                problems.append(f"RBAC: service account {account} may not {', '.join(lacking)} {kind.resource} "
-                                f"({kind.api_version} {kind.kind})")
-    sources = [o for o in objects if o.get("kind") == "ApiServerSource" and (o.get("metadata") or {}).get("name") == source]
-    listed = {(r.get("apiVersion"), r.get("kind")) for o in sources for r in (o.get("spec") or {}).get("resources") or ()}
-    for kind in policy.kinds:
-        if (kind.api_version, kind.kind) not in listed:
-            problems.append(f"source: ApiServerSource {source} does not watch {kind.api_version} {kind.kind}")
+# --- checking rendered manifests ------------------------------------------------------------------
+# Objects whose pod template runs containers, and where that template is.
+WORKLOADS = {"Deployment": ("spec", "template"), "StatefulSet": ("spec", "template"),
+             "DaemonSet": ("spec", "template"), "ReplicaSet": ("spec", "template"), "Job": ("spec", "template"),
+             "CronJob": ("spec", "jobTemplate", "spec", "template"), "Pod": (), "Service": ("spec", "template")}
+KNATIVE_SERVING = "serving.knative.dev/"  # a Service of this group is a Knative Service (a workload)
+POLICY_ENV = "JOBTTL_POLICY"
+
+
+@dataclass(frozen=True)
+class Workload:
+    """An object whose container runs a jobttl command, and the service account its pods run as."""
+
+    kind: str
+    namespace: str | None
+    name: str
+    account: str
+    container: dict[str, Any]
+    pod: dict[str, Any]
+
+    def __str__(self) -> str:
+        kind = "Knative Service" if self.kind == "Service" else self.kind
+        return f"{kind} {self.namespace + '/' if self.namespace else ''}{self.name}"
+
+
+def jobttl_command(container: dict[str, Any]) -> str | None:
+    """The jobttl subcommand a container runs (``worker``, ``sink``, ``watch``...), or None.
+
+    Its command and args together: ``jobttl worker``, ``python -m jobttl worker``, a shell's
+    ``exec jobttl worker``; without a command the image's entrypoint runs (jobttl's image:
+    ``jobttl``), so the first argument is the subcommand.
+    """
+    command = [str(c) for c in container.get("command") or []]
+    args = [str(a) for a in container.get("args") or []]
+    words = [w for part in command + args for w in part.split()]
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == "jobttl":
+            return next((w for w in words[i + 1:] if not w.startswith("-")), None)
+    if not command:
+        return next((w for w in words if not w.startswith("-")), None)
+    return None
+
+
+def _get(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    return obj
+
+
+def workloads(objects: list[dict[str, Any]], command: str) -> list[Workload]:
+    """Every workload with a container that runs ``jobttl <command>``."""
+    found = []
+    for obj in objects:
+        kind = obj.get("kind")
+        knative = str(obj.get("apiVersion", "")).startswith(KNATIVE_SERVING)
+        if kind not in WORKLOADS or kind == "Service" and not knative:
+            continue  # a core Service runs nothing
+        template = _get(obj, WORKLOADS[kind]) if WORKLOADS[kind] else obj
+        pod = _get(template, ("spec",))
+        if not isinstance(pod, dict):
+            continue
+        meta = obj.get("metadata") or {}
+        for container in pod.get("containers") or ():
+            if isinstance(container, dict) and jobttl_command(container) == command:
+                account = pod.get("serviceAccountName") or pod.get("serviceAccount") or "default"
+                found.append(Workload(kind, meta.get("namespace"), str(meta.get("name")), account, container, pod))
+                break
+    return found
+
+
+def mounted_policy(objects: list[dict[str, Any]], workload: Workload) -> tuple[str | None, str]:
+    """The policy a workload reads: (its YAML, where from), (None, why not) when these manifests do
+    not hold it, or ("", ...) when the workload sets no JOBTTL_POLICY (the built-in defaults)."""
+    env = {e.get("name"): e for e in workload.container.get("env") or () if isinstance(e, dict)}
+    if POLICY_ENV not in env:
+        return "", f"the built-in defaults ({workload} sets no {POLICY_ENV})"
+    path = env[POLICY_ENV].get("value")
+    if not isinstance(path, str) or not path.startswith("/"):
+        return None, f"{workload} sets {POLICY_ENV} from elsewhere than a value"
+    volumes = {v.get("name"): v for v in workload.pod.get("volumes") or () if isinstance(v, dict)}
+    for mount in workload.container.get("volumeMounts") or ():
+        where, file = normpath(str(mount.get("mountPath", ""))), normpath(path)
+        if mount.get("subPath"):  # the mount is the file itself
+            key = mount["subPath"] if file == where else None
+        else:
+            prefix = where.rstrip("/") + "/"
+            key = file[len(prefix):] if file.startswith(prefix) else None
+        configmap = (volumes.get(mount.get("name")) or {}).get("configMap")
+        if key is None or not isinstance(configmap, dict):
+            continue
+        items = {i.get("path"): i.get("key") for i in configmap.get("items") or () if isinstance(i, dict)}
+        key = items.get(key, key) if items else key
+        for obj in objects:
+            meta = obj.get("metadata") or {}
+            if obj.get("kind") == "ConfigMap" and meta.get("name") == configmap.get("name") \
+                    and (workload.namespace is None or meta.get("namespace") in (None, workload.namespace)):
+                text = (obj.get("data") or {}).get(key)
+                if isinstance(text, str):
+                    return text, f"ConfigMap {configmap.get('name')}, key {key} ({workload}'s {POLICY_ENV})"
+        return None, f"{workload} reads {POLICY_ENV} {path} from ConfigMap {configmap.get('name')}, " \
+                     "which these manifests do not hold"
+    return None, f"{workload} reads {POLICY_ENV} {path} from no ConfigMap volume"
+
+
+def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
+    """What rendered manifests lack for this policy's kinds: the worker's RBAC (and what the
+    policy's archiving and pods stages add), an event source watching every kind with the RBAC to,
+    the sink's RBAC where a source sends references, a Trigger letting every kind through. Each
+    part is found by what it runs; one that cannot be found is a problem too. Empty: nothing missing."""
+    problems: list[str] = []
+    workers = workloads(objects, "worker")
+    if not workers:
+        problems.append("worker: no Deployment (or other workload) runs `jobttl worker`: nothing deletes")
+    worker_needs = [(kind.group, kind.plural, verb) for kind in policy.kinds
+                    for verb in sorted(permissions("worker")[JOBS])]
+    worker_needs += [("", resource, verb) for resource, verbs in sorted(permissions(
+        "worker", archive=policy.archiving, pod_cleanup=policy.pod_stages).items())
+        if resource not in (JOBS, VERSION, CONFIGMAPS) for verb in sorted(verbs)]
+    for worker in workers:
+        problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", worker_needs,
+                             policy.kinds)
+
+    sources = [o for o in objects if o.get("kind") == "ApiServerSource"
+               and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")]
+    watchers = workloads(objects, "watch")
+    if not sources and not watchers:
+        problems.append("source: no ApiServerSource and no workload runs `jobttl watch`: no event reaches the sink")
+    listed = {id(s): {(r.get("apiVersion"), r.get("kind")) for r in (s.get("spec") or {}).get("resources") or ()
+                      if isinstance(r, dict)} for s in sources}
+    unwatched = tuple(k for k in policy.kinds if not any((k.api_version, k.kind) in ls for ls in listed.values()))
+    for source in sources:
+        meta, spec = source.get("metadata") or {}, source.get("spec") or {}
+        what = f"ApiServerSource {meta.get('name')}"
+        # What it lists, and what no source lists yet (it will need the RBAC once it does).
+        kinds = tuple(k for k in policy.kinds if (k.api_version, k.kind) in listed[id(source)] or k in unwatched)
+        problems += _lacking(objects, meta.get("namespace"), spec.get("serviceAccountName") or "default",
+                             f"the source: {what}", _on(kinds, SOURCE_VERBS), kinds)
+        if spec.get("mode") == "Reference":  # the sink reads each object the event names
+            for sink in workloads(objects, "sink"):
+                problems += _lacking(objects, sink.namespace, sink.account, f"the sink: {sink}; {what} sends "
+                                     "references", _on(kinds, permissions("sink-reference")[JOBS]), kinds)
+    for watcher in watchers:  # it watches the kinds its policy enables
+        problems += _lacking(objects, watcher.namespace, watcher.account, f"the watcher: {watcher}",
+                             _on(policy.kinds, permissions("watch")[JOBS]), policy.kinds)
+    if sources and not watchers:
+        names = ", ".join(str((s.get("metadata") or {}).get("name")) for s in sources)
+        problems += [f"source: ApiServerSource {names} does not watch {kind.api_version} {kind.kind}"
+                     for kind in unwatched]
+
+    sinks = workloads(objects, "sink")
+    if not sinks:
+        problems.append("sink: no Deployment or Knative Service runs `jobttl sink`: no event is decided")
+    problems += _triggers(policy, objects, sinks)
     return problems
 
 
-def _granted(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) the ClusterRoles bound to `account` grant ("*" expanded loosely)."""
-    roles = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in objects
-             if o.get("apiVersion") == RBAC and o.get("kind") in ("ClusterRole", "Role")}
+def _on(kinds: tuple[JobKind, ...], verbs: Any) -> list[tuple[str, str, str]]:
+    return [(kind.group, kind.plural, verb) for kind in kinds for verb in sorted(verbs)]
+
+
+def _lacking(objects: list[dict[str, Any]], namespace: str | None, account: str, whose: str,
+             needed: list[tuple[str, str, str]], kinds: tuple[JobKind, ...]) -> list[str]:
+    """One line per resource `account` may not do all of `needed` on, naming the verbs it lacks."""
+    granted = _granted(objects, namespace, account)
+    if not granted and needed:  # RBAC managed elsewhere, or forgotten: one line, not one per kind
+        on_kinds = {(k.group, k.plural) for k in kinds}
+        other: dict[str, set[str]] = defaultdict(set)
+        for group, resource, verb in needed:
+            if (group, resource) not in on_kinds:
+                other[resource].add(verb)
+        verbs = sorted({v for g, r, v in needed if (g, r) in on_kinds})
+        return [f"RBAC: no ClusterRoleBinding in these manifests grants service account {account} ({whose}) "
+                f"anything; it needs {', '.join(verbs)} on {len(kinds)} kinds"
+                + "".join(f", {', '.join(sorted(v))} {r}" for r, v in other.items())]
+    lacking: dict[tuple[str, str], list[str]] = {}
+    for group, resource, verb in needed:
+        if not _allows(granted, group, resource, verb):
+            lacking.setdefault((group, resource), []).append(verb)
+    names = {(k.group, k.plural): f"{k.resource} ({k.api_version} {k.kind})" for k in kinds}
+    return [f"RBAC: service account {account} ({whose}) may not {', '.join(sorted(verbs))} "
+            f"{names.get((group, resource), f'{resource}.{group}' if group else resource)}"
+            for (group, resource), verbs in lacking.items()]
+
+
+def _allows(granted: set[tuple[str, str, str]], group: str, resource: str, verb: str) -> bool:
+    return any(g in (group, "*") and r in (resource, "*") and v in (verb, "*") for g, r, v in granted)
+
+
+def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ClusterRoles bound cluster-wide to the account grant. Only
+    ClusterRoleBindings count: jobs, their Events and pods are in every namespace."""
+    roles = {(o.get("metadata") or {}).get("name"): o for o in objects
+             if o.get("apiVersion") == RBAC and o.get("kind") == "ClusterRole"}
     granted: set[tuple[str, str, str]] = set()
     for binding in objects:
-        if binding.get("apiVersion") != RBAC or binding.get("kind") not in ("ClusterRoleBinding", "RoleBinding"):
+        if binding.get("apiVersion") != RBAC or binding.get("kind") != "ClusterRoleBinding":
             continue
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account for s in binding.get("subjects") or ()):
+        if not any(isinstance(s, dict) and s.get("kind") == "ServiceAccount" and s.get("name") == account
+                   and (namespace is None or s.get("namespace") in (None, namespace))
+                   for s in binding.get("subjects") or ()):
             continue
         ref = binding.get("roleRef") or {}
-        role = roles.get((ref.get("kind"), ref.get("name"))) or {}
-        for rule in role.get("rules") or ():
+        role = roles.get(ref.get("name")) if ref.get("kind") == "ClusterRole" else None
+        for rule in (role or {}).get("rules") or ():
+            if rule.get("resourceNames"):
+                continue  # a few objects by name: not every job
             for group in rule.get("apiGroups") or ():
                 for resource in rule.get("resources") or ():
                     for verb in rule.get("verbs") or ():
                         granted.add((group, resource, verb))
     return granted
+
+
+def _triggers(policy: Policy, objects: list[dict[str, Any]], sinks: list[Workload]) -> list[str]:
+    """A Trigger delivering to the sink that filters on the `kind` attribute must let every kind through."""
+    names = {s.name for s in sinks}
+    problems = []
+    for trigger in objects:
+        eventing = str(trigger.get("apiVersion", "")).startswith("eventing.knative.dev/")
+        if trigger.get("kind") != "Trigger" or not eventing:
+            continue
+        spec = trigger.get("spec") or {}
+        if _get(spec, ("subscriber", "ref", "name")) not in names:
+            continue
+        allowed = _kind_filter(spec)
+        for kind in policy.kinds:
+            if allowed is not None and kind.kind not in allowed:
+                problems.append(f"source: Trigger {(trigger.get('metadata') or {}).get('name')} does not let "
+                                f"{kind.api_version} {kind.kind} through (its kind filter)")
+    return problems
+
+
+def _kind_filter(spec: dict[str, Any]) -> set[str] | None:
+    """The Kinds a Trigger's filters let through, or None when they do not filter on `kind`."""
+    allowed: set[str] | None = None
+    attributes = _get(spec, ("filter", "attributes")) or {}
+    if isinstance(attributes, dict) and "kind" in attributes:
+        allowed = {attributes["kind"]}
+    for entry in spec.get("filters") or ():
+        for kinds in _filter_kinds(entry):
+            allowed = kinds if allowed is None else allowed & kinds
+    return allowed
+
+
+def _filter_kinds(entry: Any) -> Iterator[set[str]]:
+    """The sets of Kinds one `filters` entry allows, where it names the `kind` attribute."""
+    if not isinstance(entry, dict):
+        return
+    if isinstance(entry.get("exact"), dict) and "kind" in entry["exact"]:
+        yield {entry["exact"]["kind"]}
+    elif isinstance(entry.get("any"), list):
+        exact = [e.get("exact") for e in entry["any"] if isinstance(e, dict)]
+        if exact and all(isinstance(e, dict) and set(e) == {"kind"} for e in exact) and len(exact) == len(entry["any"]):
+            yield {e["kind"] for e in exact}
+    elif isinstance(entry.get("all"), list):
+        for inner in entry["all"]:
+            yield from _filter_kinds(inner)

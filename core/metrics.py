@@ -5,6 +5,11 @@ Counters are incremented where things happen (the audit trail counts decisions, 
 client times requests). The schedule's gauges (pending, overdue, what dry run would delete,
 held, stuck, workers, the scheduler lock, the last resync) are read from Redis at scrape time
 in one round trip, so every process reports the same, true numbers; alerts can use any one of them.
+
+A series about a kind carries its API ``group`` beside ``kind`` (kube-state-metrics' custom
+resource metrics and the API server's own do the same): batch/v1 Job (``group="batch"``) and
+Volcano's Job (``group="batch.volcano.sh"``) are two series, and ``sum by (kind)`` still adds
+them up. The core group is "" (as the API server reports it), which Prometheus shows as no label.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from redis.exceptions import RedisError
 from rq.utils import utcparse
 
 from jobttl.core import keys, scripts
+from jobttl.core.kinds import group_of, split_group_kind
 from jobttl.core.schedule import DueCounts
 
 LATENESS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
@@ -72,19 +78,22 @@ class _ScheduleCollector:
             yield gauge
         would_delete = GaugeMetricFamily("jobttl_dry_run_would_delete",
                                          "Dry-run records due now: what dry run would have deleted by now, by kind",
-                                         labels=["kind"])
-        for kind, (_, due_now) in sorted(counts.dry_run.items()):
-            would_delete.add_metric([kind], due_now)
+                                         labels=["kind", "group"])
+        for group_kind, (_, due_now) in sorted(counts.dry_run.items()):
+            would_delete.add_metric(list(split_group_kind(group_kind)), due_now)
         yield would_delete
-        # The kinds the last resync found the cluster does not serve (no CRD): 1 each, by apiVersion/Kind.
+        # The kinds the last resync found the cluster does not serve (no CRD): 1 each. The report
+        # names them apiVersion/Kind: the version is a label too (MPIJob is served as v1 or v2beta1).
         gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
-                                                            "cluster does not serve (no CRD installed)", labels=["kind"])
+                                                            "cluster does not serve (no CRD installed)",
+                                  labels=["kind", "group", "version"])
         try:
             missing = json.loads(report).get("missing_kinds") or [] if report else []
         except ValueError:
             missing = []
-        for kind in missing:
-            gauge.add_metric([str(kind)], 1.0)
+        for name in missing:
+            api_version, _, kind = str(name).rpartition("/")
+            gauge.add_metric([kind, group_of(api_version), api_version.rpartition("/")[2]], 1.0)
         yield gauge
 
 
@@ -139,14 +148,14 @@ class Metrics:
                               ["type", "outcome"], registry=r)
         self.decisions = Counter("jobttl_decisions", "Decisions recorded in the audit trail, by event and reason",
                                  ["event", "reason"], registry=r)
-        self.deletions = Counter("jobttl_deletions", "Jobs deleted, by kind and namespace", ["kind", "namespace"],
-                                 registry=r)
+        self.deletions = Counter("jobttl_deletions", "Jobs deleted, by kind and namespace",
+                                 ["kind", "group", "namespace"], registry=r)
         self.would_delete = Counter("jobttl_would_delete", "What dry run would have deleted (recorded, not deleted), "
-                                    "by kind", ["kind"], registry=r)
+                                    "by kind", ["kind", "group"], registry=r)
         self.failures = Counter("jobttl_failures", "Failed or refused deletion attempts, by reason", ["reason"],
                                 registry=r)
         self.invalid_ttls = Counter("jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer",
-                                    ["kind"], registry=r)
+                                    ["kind", "group"], registry=r)
         self.lateness = Histogram("jobttl_deletion_lateness_seconds", "Actual deletion time minus due time",
                                   buckets=LATENESS_BUCKETS, registry=r)
         self.api_latency = Histogram("jobttl_api_request_duration_seconds", "Kubernetes API request latency",

@@ -29,6 +29,7 @@ from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
+from jobttl.core.kinds import group_of, kind_named, kubectl_resource, shown_kind, split_group_kind
 from jobttl.core.metrics import OVERDUE_AFTER
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
@@ -43,7 +44,8 @@ class NotFound(LookupError):
 
 
 class Ambiguous(LookupError):
-    """Several jobs of different kinds share that name; the message lists the kinds."""
+    """Several jobs of different kinds share that name; the message lists the kinds (as `--kind`
+    takes them: ``Job`` and ``Job.batch.volcano.sh`` are two)."""
 
 
 class AlreadyKept(LookupError):
@@ -133,7 +135,7 @@ class Operations:
         if not namespace and not kind:
             return self.schedule.records(self.schedule.members(offset, limit)), self.schedule.count()
         matching = [p for batch in self.schedule.scan() for p in batch
-                    if (not namespace or p.ref.namespace == namespace) and (not kind or p.ref.kind == kind)]
+                    if (not namespace or p.ref.namespace == namespace) and _named(kind, p.ref.api_version, p.ref.kind)]
         end = None if limit is None else offset + limit
         return matching[offset:end], len(matching)
 
@@ -142,35 +144,45 @@ class Operations:
         now = time.time()
         if namespace:
             return sum(1 for batch in self.schedule.scan() for p in batch if p.dry_run and p.due <= now
-                       and p.ref.namespace == namespace and (not kind or p.ref.kind == kind))
+                       and p.ref.namespace == namespace and _named(kind, p.ref.api_version, p.ref.kind))
         due = self.schedule.due_counts(now)
-        return due.dry_run.get(kind, (0,))[0] if kind else due.dry_run_total()
+        if not kind:
+            return due.dry_run_total()
+        return sum(counts[0] for name, counts in due.dry_run.items()
+                   if kind_named(kind, split_group_kind(name)[1], split_group_kind(name)[0]))
 
     def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
         """Everything known about one job name: pending deletions, the latest decision per UID,
         its history and tombstones. Reads only that job's keys."""
         check_namespace(namespace, "namespace")
         check_name(name, "name")
-        decisions = self.audit.decisions(namespace, name)
-        uids = list(decisions)
         history = [e.as_dict() for e in self.audit.history(namespace, name)]
+        decisions = self._with_api_versions(self.audit.decisions(namespace, name), history)
+        uids = list(decisions)
         pending = self._pending_of(uids)
         tombstones = self.audit.tombstones(namespace, name, uids)
         if kind is not None:
-            history = [e for e in history if e.get("kind") == kind]
-            pending = [p for p in pending if p.ref.kind == kind]
-            tombstones = [t for t in tombstones if t.get("kind") == kind]
-            decisions = {u: d for u, d in decisions.items() if d.get("kind", kind) == kind}
-        kinds_of = {e["kind"] for e in history if "kind" in e} | {p.ref.kind for p in pending} | \
-                   {t["kind"] for t in tombstones} | {d["kind"] for d in decisions.values() if "kind" in d}
+            history = [e for e in history if _named(kind, e.get("apiVersion"), e.get("kind"))]
+            pending = [p for p in pending if _named(kind, p.ref.api_version, p.ref.kind)]
+            tombstones = [t for t in tombstones if _named(kind, t.get("apiVersion"), t.get("kind"))]
+            decisions = {u: d for u, d in decisions.items()
+                         if "kind" not in d or _named(kind, d.get("apiVersion"), d["kind"])}
+        # Kinds as operators name them: a batch/v1 Job and a Volcano Job of one name are two.
+        kinds_of = {(e.get("apiVersion") or "", e["kind"]) for e in history if "kind" in e} | \
+                   {(p.ref.api_version, p.ref.kind) for p in pending} | \
+                   {(t.get("apiVersion") or "", t["kind"]) for t in tombstones if "kind" in t} | \
+                   {(d.get("apiVersion") or "", d["kind"]) for d in decisions.values() if "kind" in d}
         if not (history or pending or tombstones or decisions):
             raise NotFound(f"jobttl knows nothing about {kind + ' ' if kind else ''}{namespace}/{name}")
-        if len(kinds_of) > 1:
-            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds_of))}); "
+        shown = _shown_kinds(kinds_of)
+        if len(shown) > 1:
+            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(shown)}); "
                             "say which with --kind")
+        known = max(kinds_of, default=("", kind), key=lambda k: bool(k[0]))  # one with its apiVersion, if any
         now = time.time()
         overrides = self._overrides([uid for uid in uids if uid in decisions])
-        return {"namespace": namespace, "name": name, "kind": kind or (kinds_of.pop() if kinds_of else None),
+        return {"namespace": namespace, "name": name, "kind": known[1] if kinds_of else kind,
+                "apiVersion": known[0] or None,
                 "pending": [p.as_dict(now) for p in pending],
                 "overrides": [{"uid": uid, "keep": o.get("keep") == "true", "until": _number(o.get("until")),
                                "by": o.get("by"), "at": _number(o.get("at"))} for uid, o in overrides.items()],
@@ -307,12 +319,13 @@ class Operations:
         keeps its pods, and a job with only a podTTL has nothing else pending.
         """
         found = [p for p in self._pending_of(list(self.audit.decisions(namespace, name)))
-                 if kind is None or p.ref.kind == kind]
+                 if _named(kind, p.ref.api_version, p.ref.kind)]
         if not found:
             raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
-        if len({p.ref.kind for p in found}) > 1:
+        shown = _shown_kinds({(p.ref.api_version, p.ref.kind) for p in found})
+        if len(shown) > 1:
             raise Ambiguous(f"{namespace}/{name} has pending deletions of several kinds "
-                            f"({', '.join(sorted({p.ref.kind for p in found}))}); say which with --kind")
+                            f"({', '.join(shown)}); say which with --kind")
         return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
 
     def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Kept:
@@ -329,8 +342,9 @@ class Operations:
             ref = self._newest(namespace, name, kind, missing)
             said = self.schedule.override(ref.uid)
             if said.get("keep") == "true":
-                raise AlreadyKept(f"{ref.kind + ' ' if ref.kind else ''}{namespace}/{name} is already kept (jobttl cancel by "
-                                  f"{said.get('by', '?')}); `jobttl cancel --undo {namespace}/{name}` undoes it") from None
+                what = f"{shown_kind(ref.api_version, ref.kind)} " if ref.kind else ""
+                raise AlreadyKept(f"{what}{namespace}/{name} is already kept (jobttl cancel by {said.get('by', '?')}); "
+                                  f"`jobttl cancel --undo {namespace}/{name}` undoes it") from None
             self.schedule.set_override(ref.uid, {"keep": "true"}, by)
             self.audit.record("cancelled", ref, reason="kept-by-operator", by=by,
                               detail="nothing was pending: the keep applies when a deletion would be booked")
@@ -356,14 +370,14 @@ class Operations:
         said = {uid: o for uid, o in self._overrides(list(decisions)).items() if field in o}
         if not said:
             raise NotFound(f"no {action} of {kind + ' ' if kind else ''}{namespace}/{name} to undo")
-        kinds = {decisions[uid].get("kind") for uid in said}
+        kinds = _shown_kinds({(decisions[uid].get("apiVersion") or "", str(decisions[uid].get("kind")))
+                              for uid in said})
         if len(kinds) > 1:
-            raise Ambiguous(f"{namespace}/{name} has {action}s of several kinds ({', '.join(sorted(map(str, kinds)))}); "
+            raise Ambiguous(f"{namespace}/{name} has {action}s of several kinds ({', '.join(kinds)}); "
                             "say which with --kind")
-        api_versions = self._api_versions(namespace, name)
         refs = []
         for uid, override in sorted(said.items(), key=lambda i: -(decisions[i[0]]["at"] or 0)):
-            ref = JobRef(api_versions.get(uid, ""), decisions[uid].get("kind") or "", namespace, name, uid)
+            ref = JobRef(decisions[uid].get("apiVersion") or "", decisions[uid].get("kind") or "", namespace, name, uid)
             self.schedule.clear_override(uid, field)
             self.audit.record(f"{action}-undone", ref, by=by, saidBy=override.get("by"),
                               saidAt=_number(override.get("at")),
@@ -376,31 +390,38 @@ class Operations:
                       [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])
 
     def _decided(self, namespace: str, name: str, kind: str | None) -> dict[str, dict[str, Any]]:
-        """The latest decision about every UID that had the name (of `kind`, if given)."""
-        return {uid: d for uid, d in self.audit.decisions(namespace, name).items()
-                if kind is None or d.get("kind", kind) == kind}
+        """The latest decision about every UID that had the name (of `kind`, if given), each with its
+        apiVersion where known."""
+        decisions = self.audit.decisions(namespace, name)
+        if any("apiVersion" not in d for d in decisions.values()):  # noted before cards kept it
+            decisions = self._with_api_versions(decisions, [e.fields for e in self.audit.history(namespace, name)])
+        return {uid: d for uid, d in decisions.items()
+                if "kind" not in d or _named(kind, d.get("apiVersion"), d["kind"])}
+
+    @staticmethod
+    def _with_api_versions(decisions: dict[str, dict[str, Any]],
+                           history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        """Each decision with its UID's apiVersion: the card's, else its audit entries' (a card
+        noted by an earlier release keeps only the kind)."""
+        versions = {e["uid"]: e["apiVersion"] for e in history if "uid" in e and "apiVersion" in e}
+        return {uid: {**d, "apiVersion": versions[uid]} if "apiVersion" not in d and uid in versions else d
+                for uid, d in decisions.items()}
 
     def _newest(self, namespace: str, name: str, kind: str | None, missing: NotFound) -> JobRef:
         """The newest UID that had the name, not deleted: what an operator means by it."""
         decisions = self._decided(namespace, name, kind)
         if not decisions:
-            where = f"{(kind or 'KIND').lower()} -n {namespace} {name}"
+            where = f"{_resource(kind) if kind else 'KIND'} -n {namespace} {name}"
             raise NotFound(f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
                            f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true")
-        kinds = {str(d.get("kind")) for d in decisions.values()}
+        kinds = _shown_kinds({(d.get("apiVersion") or "", str(d.get("kind"))) for d in decisions.values()})
         if len(kinds) > 1:
-            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(sorted(kinds))}); "
+            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(kinds)}); "
                             "say which with --kind")
         uid, decided = max(decisions.items(), key=lambda i: i[1]["at"] or 0)
         if decided.get("event") in ("deleted", "delete-requested", "stuck"):
             raise NotFound(f"{missing}: jobttl has already deleted it ({decided.get('event')}, uid {uid})")
-        return JobRef(self._api_versions(namespace, name).get(uid, ""), decided.get("kind") or kind or "",
-                      namespace, name, uid)
-
-    def _api_versions(self, namespace: str, name: str) -> dict[str, str]:
-        """Each UID's apiVersion, from its audit entries (the history card keeps only the kind)."""
-        return {e.fields["uid"]: e.fields["apiVersion"] for e in reversed(self.audit.history(namespace, name))
-                if "uid" in e.fields and "apiVersion" in e.fields}
+        return JobRef(decided.get("apiVersion") or "", decided.get("kind") or kind or "", namespace, name, uid)
 
     def _overrides(self, uids: list[str]) -> dict[str, dict[str, str]]:
         """What operators said about each UID (keep, until, by, at), for those they said anything about."""
@@ -456,3 +477,23 @@ def _error(exc_string: str | None) -> str:
     exception), without the Python class it names (the worker's log has the traceback)."""
     lines = [line for line in (exc_string or "").strip().splitlines() if line.strip()]
     return shapes.plain_error(lines[-1]) if lines else ""
+
+
+def _named(kind: str | None, api_version: str | None, of_kind: str | None) -> bool:
+    """Whether `--kind` (None: any) names this kind; an apiVersion not recorded ("" or None) leaves
+    only the bare Kind to compare."""
+    return kind is None or (of_kind is not None and kind_named(kind, group_of(api_version) if api_version else None,
+                                                                of_kind))
+
+
+def _shown_kinds(kinds: set[tuple[str, str]]) -> list[str]:
+    """(apiVersion, kind) pairs as `--kind` takes them, sorted, each once."""
+    return sorted({shown_kind(api_version, kind) for api_version, kind in kinds})
+
+
+def _resource(kind: str) -> str:
+    """What kubectl takes for an operator's `--kind` (``Job.batch.volcano.sh`` → ``job.batch.volcano.sh``)."""
+    if "/" in kind:
+        api_version, _, kind = kind.rpartition("/")
+        return kubectl_resource(api_version, kind)
+    return kind.lower()  # as the operator named it: `Job.batch.volcano.sh` is kubectl's too

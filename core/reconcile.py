@@ -33,7 +33,7 @@ from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.decision import Decision, Verdict, decide
 from jobttl.core.history import HistoryIndex, limit_decision, membership
 from jobttl.core.identity import JobRef
-from jobttl.core.kinds import JobKind
+from jobttl.core.kinds import JobKind, shown_kind
 from jobttl.core.metrics import Metrics
 from jobttl.core.policy import Policy
 from jobttl.core.recent import Recent
@@ -175,11 +175,12 @@ class Reconciler:
                 decided.append((obj, kind, JobRef.of(obj), decide(obj, kind, self.policy)))
             except Exception as exc:  # one odd object must not stop the others
                 meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-                rejected.append(Rejected(kind.kind, meta.get("namespace"), meta.get("name"),
+                rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
+                                         meta.get("name"),
                                          shapes.describe(exc)))
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
-                self.metrics.invalid_ttls.labels(kind.kind).inc()
+                self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
         notify = [self._notify(obj) for obj, *_ in decided]
         decisions, pushed = self._history([d for d in decided], notify, by, mode)
         jobs = [_Request(ref, decision, decision.verdict.value, by, mode, notify=n)
@@ -274,7 +275,7 @@ class Reconciler:
             if expiring else ""
         # A pods stage that is not due says nothing on the job's card: the job's own decision does.
         card_decision = "" if expiring or request.stage != JOB_STAGE else jsoncodec.dumps_str(
-            {"event": "skipped", "kind": ref.kind, "reason": request.reason,
+            {"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version, "reason": request.reason,
              **({"detail": decision.reason} if decision is not None else {})})
         args = [request.member, ref.uid, "expires" if expiring else request.reason,
                 decision.expires_at if expiring else "", request.mode,

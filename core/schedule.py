@@ -220,7 +220,7 @@ class DueCounts:
     """What is due by some times (`Schedule.due_counts`): deletions, and dry-run records by kind."""
 
     due: tuple[int, ...]  # per time: pending deletions due by then, dry-run records not counted
-    dry_run: dict[str, tuple[int, ...]]  # per kind, per time: dry-run records due by then
+    dry_run: dict[str, tuple[int, ...]]  # per kind (Kind.group), per time: dry-run records due by then
 
     @classmethod
     def parse(cls, reply: list[Any], times: int) -> DueCounts:
@@ -508,7 +508,10 @@ def file_dry_run(redis: Redis, batch: int = 1000) -> int:
     """File every index member among the dry-run records as its RQ job's meta says, and take out
     whatever they hold that the index does not (DRY_RUN_FILE, atomic per member): the upgrade
     from a layout without those records, and the resync's repair after anything wrote the index
-    without them (a process of an earlier release, a hand edit). How many dry-run records there are."""
+    without them (a process of an earlier release, a hand edit). How many dry-run records there are.
+
+    Then the sets an earlier 0.2 kept by bare Kind (keys.LEGACY_DRY_RUN) are dropped: what they
+    held is in the index, filed here by Kind.group; only a process of that release reads them."""
     lua, filed = scripts.Scripts(redis).dry_run_file, 0
     kinds = [k.decode() for k in redis.smembers(keys.DRY_RUN)]
 
@@ -526,6 +529,9 @@ def file_dry_run(redis: Redis, batch: int = 1000) -> int:
                 lua(keys=[keys.PENDING_INDEX, keys.DRY_RUN],
                     args=[member, f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"], client=pipe)
             filed += sum(dry for (_, indexed), dry in zip(page, scripts.execute(pipe)) if indexed)
+    legacy = [k.decode() for k in redis.smembers(keys.LEGACY_DRY_RUN)]
+    redis.delete(keys.LEGACY_DRY_RUN, *(f"{keys.LEGACY_DRY_RUN}:{kind}" for kind in legacy
+                                        if f"{keys.LEGACY_DRY_RUN}:{kind}" != keys.DRY_RUN))
     return filed
 
 

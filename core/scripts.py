@@ -66,11 +66,13 @@ local function forget_oldest(card)
   if oldest then redis.call('HDEL', card, oldest) end
 end
 
-local function note(card, ttl, uid, kind, decision, id, logged)
+local function note(card, ttl, uid, kind, api_version, decision, id, logged)
   local value = card_get(card, uid)
   if next(value) == nil and redis.call('HLEN', card) >= CARD_UIDS then forget_oldest(card) end
   for k in pairs(DECISION) do value[k] = decision[k] end
+  -- The kind with its apiVersion: a batch/v1 Job and a Volcano Job may share a name.
   if kind ~= '' then value['kind'] = kind end
+  if api_version ~= '' then value['apiVersion'] = api_version end
   value['at'] = id
   if logged then
     local log = value['log']
@@ -107,12 +109,20 @@ end
 -- set per kind (kinds .. ':' .. kind) holds the index's dry-run members at the same due time.
 -- Nothing that decides a deletion reads them: they let the gauges tell what dry run would
 -- delete from what is overdue without reading a record. Every write of the index keeps them.
+-- A kind is Kind.group (jobttl.core.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
 local function undry(kinds, member)
   for _, kind in ipairs(redis.call('SMEMBERS', kinds)) do redis.call('ZREM', kinds .. ':' .. kind, member) end
 end
 
-local function mark_dry(kinds, kind, member, due)
+local function group_kind(api_version, kind)
   if kind == '' then kind = '?' end
+  local group = string.match(api_version or '', '^(.*)/[^/]*$') or ''
+  if group == '' then return kind end
+  return kind .. '.' .. group
+end
+
+local function mark_dry(kinds, api_version, kind, member, due)
+  kind = group_kind(api_version, kind)
   redis.call('SADD', kinds, kind)
   redis.call('ZADD', kinds .. ':' .. kind, due, member)
 end
@@ -149,7 +159,7 @@ local function settle(raw)
   if TERMINAL[current['event']] then return end
   for k in pairs(DECISION) do
     if decision[k] ~= current[k] then
-      note(KEYS[4], ttl, uid, decision['kind'] or '', decision, stamp, false)
+      note(KEYS[4], ttl, uid, decision['kind'] or '', decision['apiVersion'] or '', decision, stamp, false)
       return
     end
   end
@@ -162,7 +172,7 @@ local function change(event, due, previous, reason)
   if previous then entry[#entry + 1] = 'previousDue'; entry[#entry + 1] = string.format('%d', previous) end
   if reason then entry[#entry + 1] = 'reason'; entry[#entry + 1] = reason end
   local id = audit(KEYS[3], maxlen, entry)
-  note(KEYS[4], ttl, uid, field_of(entry, 'kind'), decision_of(entry), id, true)
+  note(KEYS[4], ttl, uid, field_of(entry, 'kind'), field_of(entry, 'apiVersion'), decision_of(entry), id, true)
 end
 
 local cur = redis.call('ZSCORE', KEYS[1], member)
@@ -220,7 +230,8 @@ end
 if override[1] == 'true' then
   redis.call('EXPIRE', KEYS[2], KEEP_SECONDS)  -- kept for good: the keep lasts while it is needed
   if not cur then
-    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 15)}))
+    settle(cjson.encode({event = 'skipped', reason = 'kept-by-operator', kind = field_of(ARGV, 'kind', 15),
+                        apiVersion = field_of(ARGV, 'apiVersion', 15)}))
     return result('kept')
   end
   redis.call('ZREM', KEYS[1], member)
@@ -278,7 +289,11 @@ local shown = cur and string.format('%d', tonumber(cur)) or ''
 if redis.call('HGET', KEYS[4], 'keep') == 'true' then return {'kept', ARGV[3], shown} end
 -- Even when a concurrent reconcile committed the same due time: the RQ job of that time is
 -- the one written in this MULTI, whose meta says dry run or not.
-if ARGV[7] == '1' then mark_dry(KEYS[5], field_of(ARGV, 'kind', 8), member, due) else undry(KEYS[5], member) end
+if ARGV[7] == '1' then
+  mark_dry(KEYS[5], field_of(ARGV, 'apiVersion', 8), field_of(ARGV, 'kind', 8), member, due)
+else
+  undry(KEYS[5], member)
+end
 if shown ~= seen and cur and tonumber(cur) == due then return {'unchanged', ARGV[3], shown} end
 redis.call('ZADD', KEYS[1], due, member)
 local event = (cur and tonumber(cur) ~= due) and 'moved' or 'scheduled'
@@ -290,7 +305,7 @@ local id = audit(KEYS[2], ARGV[5], entry)
 -- The card outlives the deletion it announces: what is pending for weeks stays findable.
 local now = clock()
 local ttl = math.max(tonumber(ARGV[6]), math.ceil(due - now) + tonumber(ARGV[6]))
-note(KEYS[3], ttl, uid, field_of(entry, 'kind'), decision_of(entry), id, true)
+note(KEYS[3], ttl, uid, field_of(entry, 'kind'), field_of(entry, 'apiVersion'), decision_of(entry), id, true)
 return {event, ARGV[3], shown}
 """
 
@@ -382,7 +397,8 @@ end
 local entry = {}
 for i = 13, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = audit(KEYS[2], ARGV[5], entry)
-note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), decision_of(entry), id, true)
+note(KEYS[3], tonumber(ARGV[6]), uid, field_of(entry, 'kind'), field_of(entry, 'apiVersion'), decision_of(entry),
+     id, true)
 if ARGV[7] ~= '' then redis.call('SET', KEYS[4], ARGV[7], 'EX', ARGV[8]) end
 if ARGV[9] ~= '' then
   redis.call('HSET', KEYS[6], member, ARGV[10])
@@ -412,7 +428,10 @@ RECORD = _PRELUDE + r"""
 local entry = {}
 for i = 4, #ARGV do entry[#entry + 1] = ARGV[i] end
 local id = audit(KEYS[1], ARGV[1], entry)
-if ARGV[3] ~= '' then note(KEYS[2], tonumber(ARGV[2]), ARGV[3], field_of(entry, 'kind'), decision_of(entry), id, true) end
+if ARGV[3] ~= '' then
+  note(KEYS[2], tonumber(ARGV[2]), ARGV[3], field_of(entry, 'kind'), field_of(entry, 'apiVersion'),
+       decision_of(entry), id, true)
+end
 return id
 """
 
@@ -472,8 +491,9 @@ return out
 DRY_RUN_FILE = _PRELUDE + r"""
 local due = redis.call('ZSCORE', KEYS[1], ARGV[1])
 local meta = due and meta_of(redis.call('HGET', ARGV[2] .. string.format('%d', tonumber(due)), 'meta'))
-if meta and meta['dryRun'] == true and type(meta['ref']) == 'table' and type(meta['ref'][2]) == 'string' then
-  mark_dry(KEYS[2], meta['ref'][2], ARGV[1], tonumber(due))
+local ref = meta and meta['ref']
+if meta and meta['dryRun'] == true and type(ref) == 'table' and type(ref[2]) == 'string' then
+  mark_dry(KEYS[2], type(ref[1]) == 'string' and ref[1] or '', ref[2], ARGV[1], tonumber(due))
   return 1
 end
 undry(KEYS[2], ARGV[1])

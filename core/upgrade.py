@@ -13,9 +13,11 @@ tombstones keep their keys. The RQ jobs themselves are left as they are: the wor
 class (`LEGACY_TASKS`) runs a 0.1 task name as its 0.2 task, which accepts 0.1 arguments,
 so every pending deletion still runs at its due time.
 
-A Redis written before the dry-run records were kept beside the index (``jobttl:dry-run:<kind>``,
-`jobttl.core.schedule`) has them filed once, from each pending deletion's RQ job meta, and is
-marked (``jobttl:schema:dry-run``). The layout version stays 2: a process of an earlier 0.2
+A Redis written before the dry-run records were kept beside the index (`jobttl.core.schedule`),
+or while they were kept by bare Kind (``jobttl:dry-run:<Kind>``, which counted batch/v1 Jobs and
+Volcano's Jobs as one), has them filed once by Kind.group (``jobttl:dry-run:kinds:<Kind.group>``),
+from each pending deletion's RQ job meta; the bare-Kind sets are dropped, and the Redis is marked
+(``jobttl:schema:dry-run`` = ``2``). The layout version stays 2: a process of an earlier 0.2
 release reads the same layout, and only the gauges count by those records.
 """
 
@@ -70,9 +72,10 @@ def ensure(redis: Redis, card_ttl: int = 7 * 86400, mark: bool = True) -> bool:
             counts = {"records": _records(redis, card_ttl), "held": _held(redis),
                       "tombstones": _tombstones(redis, card_ttl), "audit": _audit(redis, card_ttl)}
             redis.set(keys.SCHEMA, SCHEMA_VERSION)
-        # After the 0.1 records are in their RQ jobs' meta: the dry-run records are filed from it.
+        # After the 0.1 records are in their RQ jobs' meta: the dry-run records are filed from it
+        # (and the bare-Kind sets of an earlier 0.2 dropped).
         counts["dryRunRecords"] = file_dry_run(redis)
-        redis.set(keys.DRY_RUN_INDEXED, "1")
+        redis.set(keys.DRY_RUN_INDEXED, keys.DRY_RUN_LAYOUT)
     if any(counts.values()):
         logs.record(log, "upgraded", level=logging.WARNING, fromVersion=SCHEMA_VERSION if layout else "0.1",
                     toVersion=SCHEMA_VERSION, **counts)
@@ -82,7 +85,7 @@ def ensure(redis: Redis, card_ttl: int = 7 * 86400, mark: bool = True) -> bool:
 def _current(redis: Redis) -> tuple[bool, bool]:
     """(the layout is version 2, its dry-run records are filed), in one round trip."""
     schema, filed = redis.mget(keys.SCHEMA, keys.DRY_RUN_INDEXED)
-    return (schema or b"").decode() == SCHEMA_VERSION, filed is not None
+    return (schema or b"").decode() == SCHEMA_VERSION, (filed or b"").decode() == keys.DRY_RUN_LAYOUT
 
 
 def _legacy_record(data: dict[str, str]) -> Pending:

@@ -87,7 +87,8 @@ DOCUMENT: dict[str, Any] = {
             "operationId": "listDeletions",
             "parameters": [
                 {"name": "namespace", "in": "query", "schema": {"type": "string"}, "description": "only this namespace"},
-                {"name": "kind", "in": "query", "schema": {"type": "string"}, "description": "only this kind, e.g. TFJob"},
+                {"name": "kind", "in": "query", "schema": {"type": "string"},
+                 "description": "only this kind, e.g. TFJob, Job (batch/v1's), Job.batch.volcano.sh"},
                 {"name": "limit", "in": "query", "description": "page size",
                  "schema": {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": DEFAULT_LIMIT}},
                 {"name": "offset", "in": "query", "description": "items to skip",
@@ -107,7 +108,8 @@ DOCUMENT: dict[str, Any] = {
                  "example": "team-a"},
                 {"name": "name", "in": "path", "required": True, "schema": _NAME, "example": "mnist"},
                 {"name": "kind", "in": "query", "schema": {"type": "string"},
-                 "description": "needed only when jobs of several kinds share the name"},
+                 "description": "needed only when jobs of several kinds share the name; Kind, Kind.group "
+                                "(Job.batch.volcano.sh) or apiVersion/Kind"},
             ],
             "responses": {
                 "200": _json(_ref("Job"), "what jobttl knows"),
@@ -199,6 +201,8 @@ DOCUMENT: dict[str, Any] = {
             "type": "object", "required": ["uid", "event", "at"],
             "description": "The latest decision about one UID that had the name: why it is kept, or what happened.",
             "properties": {"uid": {"type": "string"}, "event": {"type": "string"}, "kind": {"type": "string"},
+                           "apiVersion": {"type": "string", "description": "the kind's apiVersion (absent on "
+                                                                         "what an earlier release noted)"},
                            "reason": {"type": "string"}, "detail": {"type": "string"},
                            "at": {"type": "number", "nullable": True}, **_ENTRY_FIELDS},
             "additionalProperties": {"type": "string"},
@@ -214,11 +218,14 @@ DOCUMENT: dict[str, Any] = {
         },
         "Job": {
             "type": "object",
-            "required": ["namespace", "name", "kind", "pending", "overrides", "decisions", "history", "tombstones"],
+            "required": ["namespace", "name", "kind", "apiVersion", "pending", "overrides", "decisions", "history",
+                         "tombstones"],
             "properties": {
                 "namespace": {"type": "string"},
                 "name": {"type": "string"},
                 "kind": {"type": "string", "nullable": True},
+                "apiVersion": {"type": "string", "nullable": True,
+                               "description": "the kind's: a batch/v1 Job and a Volcano Job are both `Job`"},
                 "pending": {"type": "array", "items": _ref("PendingDeletion")},
                 "overrides": {"type": "array", "items": _ref("Override"),
                               "description": "what operators said (jobttl cancel, postpone) about each UID, if anything"},

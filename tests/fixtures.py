@@ -99,6 +99,21 @@ def _container(name: str = "trainer") -> dict:
                                      "command": ["python", "/opt/train.py"]}]}}
 
 
+VOLCANO = REFERENCE / "volcano"
+
+
+def volcano_job(name: str, namespace: str = "default", phase: str = "Completed", at: float = 1_700_000_000,
+                ttl: int | None = None) -> dict:
+    """Volcano's example/job.yaml (batch.volcano.sh/v1alpha1 Job) in `phase` since `at`: a Job by
+    Kind, as batch/v1's is."""
+    obj = load_yaml(VOLCANO / "job.yaml")
+    obj["metadata"] = {"name": name, "namespace": namespace}
+    if ttl is not None:
+        obj["spec"]["ttlSecondsAfterFinished"] = ttl
+    obj["status"] = {"state": {"phase": phase, "lastTransitionTime": rfc3339(at)}}
+    return obj
+
+
 def job_object(kind, name: str, namespace: str = "default", state: str = "succeeded", at: float = 1_700_000_000,
                ttl=None) -> dict:
     """A realistic object of `kind` (a jobttl.core.kinds.JobKind) that is running, succeeded or failed at `at`.

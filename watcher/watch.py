@@ -96,7 +96,8 @@ class EventPoster:
 
 
 def _who(kind: JobKind, meta: dict[str, Any]) -> dict[str, Any]:
-    return {"kind": kind.kind, "namespace": meta.get("namespace"), "name": meta.get("name"), "uid": meta.get("uid")}
+    return {"apiVersion": kind.api_version, "kind": kind.kind, "namespace": meta.get("namespace"),
+            "name": meta.get("name"), "uid": meta.get("uid")}
 
 
 class KindWatcher:
@@ -125,7 +126,8 @@ class KindWatcher:
                 self.watch_once()
                 backoff.reset()
             except ListExpired:
-                logs.record(log, "relist", kind=self.kind.kind, detail="watch expired (410)")
+                logs.record(log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version,
+                            detail="watch expired (410)")
                 self.resource_version = None
             except NotServed as exc:
                 # No CRD for this kind here (RayJob without KubeRay): said once, then looked for
@@ -139,7 +141,8 @@ class KindWatcher:
                 self.stop.wait(NOT_SERVED_RECHECK)
                 continue
             except Exception as exc:  # connection reset, timeouts, 5xx: keep the resourceVersion, retry
-                logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind, detail=str(exc))
+                logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind,
+                            apiVersion=self.kind.api_version, detail=str(exc))
                 backoff.wait(self.stop)
 
     def relist(self) -> None:
@@ -164,7 +167,8 @@ class KindWatcher:
         self.last = seen
         self.known = {uid: obj["metadata"].get("resourceVersion") for uid, obj in seen.items()}
         self.resource_version = list_rv
-        logs.record(log, "listed", kind=self.kind.kind, count=len(seen), resourceVersion=list_rv)
+        logs.record(log, "listed", kind=self.kind.kind, apiVersion=self.kind.api_version, count=len(seen),
+                    resourceVersion=list_rv)
 
     def watch_once(self) -> None:
         for event_type, obj in self.kube.watch(self.kind, self.resource_version, self.watch_timeout):

@@ -31,7 +31,7 @@ from jobttl.core.decision import Decision
 from jobttl.core.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.identity import JobRef
 from jobttl.core.install import InstallRecord
-from jobttl.core.kinds import JobKind
+from jobttl.core.kinds import JobKind, shown_kind
 from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.prefetch import prefetched
 from jobttl.core.reconcile import COLLECT, Outcome
@@ -167,7 +167,7 @@ def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: Resyn
                     install: InstallRecord | None) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
-        report.reject(f"{kind.kind}: an object the API server sent could not be decoded")
+        report.reject(f"{shown_kind(kind.api_version, kind.kind)}: an object the API server sent could not be decoded")
     outcomes, rejected = ctx.reconciler.reconcile_many([(obj, kind) for obj in items], "resync", COLLECT)
     for obj in items:
         uid = (obj.get("metadata") or {}).get("uid")

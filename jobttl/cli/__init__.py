@@ -384,7 +384,8 @@ def _add_operator_commands(commands) -> None:
 
     def job_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
-        parser.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+        parser.add_argument("--kind", help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
+                                                "batch/v1's); needed only when jobs of several kinds share the name "
                                                 "(default: any kind)")
 
     command("status", _status, "counts of pending, due, failed, held and deleted jobs; health of Redis, workers, "
@@ -392,7 +393,8 @@ def _add_operator_commands(commands) -> None:
 
     pending = command("pending", _pending, "pending deletions in due order, with their TTL and where it came from")
     pending.add_argument("--namespace", help="only this namespace (default: every namespace)")
-    pending.add_argument("--kind", help="only this kind, e.g. TFJob (default: every kind)")
+    pending.add_argument("--kind", help="only this kind, e.g. TFJob, Job (batch/v1's), Job.batch.volcano.sh "
+                                        "(default: every kind)")
     pending.add_argument("--limit", type=_count, default=100, help="at most this many")
 
     job_arguments(command("show", _show, "everything known about one job: pending deletion, the latest decision "
@@ -488,7 +490,8 @@ def build_parser() -> argparse.ArgumentParser:
     logs = process("logs", _logs, "print an archived log of a job, also after it is gone (reads the archive store "
                                   "the policy names: no cluster, no Redis)")
     logs.add_argument("job", type=_job, metavar="NAMESPACE/NAME", help="the job")
-    logs.add_argument("--kind", help="e.g. TFJob; needed only when jobs of several kinds share the name "
+    logs.add_argument("--kind", help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
+                                      "batch/v1's); needed only when jobs of several kinds share the name "
                                       "(default: the newest archive of any kind)")
     logs.add_argument("--pod", help="only this pod's logs (default: every pod)")
     logs.add_argument("--container", help="only this container's logs (default: every container)")
@@ -499,12 +502,15 @@ def build_parser() -> argparse.ArgumentParser:
                                                   "rendered manifests lack for them (offline)")
     manifests.add_argument("what", choices=("rbac", "sources", "check"),
                            help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
-                                "check: what -f FILE lacks (exit 1 if anything)")
-    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: JOBTTL_POLICY's, else the built-in "
+                                "check: what -f FILE lacks for its worker, its event source (ApiServerSource or "
+                                "`jobttl watch`) and its sink, found by what they run (exit 1 if anything)")
+    manifests.add_argument("--policy", metavar="FILE", help="the policy (default: for check, the one the manifests "
+                                                            "give the worker; else JOBTTL_POLICY's, else the built-in "
                                                             "defaults: the kinds enabled by default)")
     manifests.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
-                                                                    "`kubectl kustomize knative/ > all.yaml`; - for stdin "
-                                                                    "(default: none; check needs it)")
+                                                                    "`kubectl kustomize knative/ | jobttl manifests check "
+                                                                    "-f -`, `helm template REL charts/jobttl | ...`; - "
+                                                                    "for stdin (default: none; check needs it)")
 
     _add_operator_commands(commands)
     return parser

@@ -2,8 +2,11 @@
 
 `rbac` prints the source's and the worker's ClusterRoles, `sources` the ApiServerSource's
 resources and the Trigger's kind filter, both from the policy's kinds (built in and declared);
-`check -f FILE` reads rendered manifests (`kubectl kustomize knative/`) and lists what they lack
-for those kinds, exiting 1 if anything. Offline: no cluster, no Redis.
+`check -f FILE` reads rendered manifests (`kubectl kustomize knative/`, `helm template REL
+charts/jobttl`; `-` for stdin) and lists what they lack for those kinds, exiting 1 if anything.
+Its policy: --policy FILE, else the one the manifests give the worker (its JOBTTL_POLICY, from a
+ConfigMap in them), else JOBTTL_POLICY's here (the built-in defaults when unset). Offline: no
+cluster, no Redis.
 """
 
 from __future__ import annotations
@@ -14,8 +17,8 @@ import sys
 import yaml
 
 from jobttl.core.config import Settings
-from jobttl.core.manifests import cluster_roles, missing, source_resources, trigger_kinds
-from jobttl.core.policy import PolicyError, load_policy
+from jobttl.core.manifests import cluster_roles, missing, mounted_policy, source_resources, trigger_kinds, workloads
+from jobttl.core.policy import Policy, PolicyError, load_policy, parse_policy
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -34,15 +37,49 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
     if not args.filename:
         print("jobttl: manifests check needs -f FILE (rendered manifests; - for stdin)", file=sys.stderr)
         return 2
+    source = "stdin" if args.filename == "-" else args.filename
     try:
         text = sys.stdin.read() if args.filename == "-" else open(args.filename, encoding="utf-8").read()
         objects = [o for o in yaml.safe_load_all(text) if isinstance(o, dict)]
-    except (OSError, yaml.YAMLError) as exc:
-        print(f"jobttl: cannot read {args.filename}: {exc}", file=sys.stderr)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        print(f"jobttl: cannot read {source}: {exc}", file=sys.stderr)
         return 2
+    objects = [item for o in objects for item in _items(o)]
+    if not objects:
+        print(f"jobttl: {source} holds no Kubernetes objects", file=sys.stderr)
+        return 2
+    origin = f"--policy {args.policy}" if args.policy else None
+    if origin is None:
+        policy, origin = _deployed_policy(objects, settings)
+        if policy is None:
+            return 2
     problems = missing(policy, objects)
+    print(f"policy: {origin}")
     for problem in problems:
         print(problem)
     if not problems:
         print(f"every enabled kind ({len(policy.kinds)}) has its RBAC and its source")
     return 1 if problems else 0
+
+
+def _items(obj: dict) -> list[dict]:
+    """A `kind: List` (kubectl get -o yaml) as its items."""
+    if obj.get("kind") == "List" and isinstance(obj.get("items"), list):
+        return [i for i in obj["items"] if isinstance(i, dict)]
+    return [obj]
+
+
+def _deployed_policy(objects: list[dict], settings: Settings) -> tuple[Policy | None, str]:
+    """The policy the manifests' worker reads, and where from; else JOBTTL_POLICY's here."""
+    here = f"JOBTTL_POLICY's ({settings.policy_path})" if settings.policy_path else "the built-in defaults"
+    workers = workloads(objects, "worker")
+    if not workers:
+        return settings.policy, f"{here} (no worker in the manifests to read one from)"
+    text, origin = mounted_policy(objects, workers[0])
+    if text is None:
+        return settings.policy, f"{here}: {origin}; give --policy FILE to check against that one"
+    try:
+        return parse_policy(yaml.safe_load(text) if text else None, origin), origin
+    except (PolicyError, yaml.YAMLError) as exc:
+        print(f"jobttl: invalid policy in the manifests ({origin}): {exc}", file=sys.stderr)
+        return None, origin

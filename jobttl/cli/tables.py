@@ -19,6 +19,7 @@ from rich.table import Table
 
 from jobttl.core import jsoncodec
 from jobttl.core.durations import format_duration
+from jobttl.core.kinds import kubectl_resource, shown_kind
 from jobttl.core.shapes import TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 # Piped output is not cut to 80 columns, so that nothing is lost to grep or a pager.
@@ -67,7 +68,9 @@ def _table(*columns: str, title: str | None = None) -> Table:
 
 
 def _object(item: dict[str, Any]) -> str:
-    return f"{item.get('kind') or '?'} {item.get('namespace') or '?'}/{item.get('name') or '?'}"
+    """``TFJob ns/name``; ``Job.batch.volcano.sh ns/name`` where the bare Kind names another kind."""
+    kind = shown_kind(str(item.get("apiVersion") or ""), str(item["kind"])) if item.get("kind") else "?"
+    return f"{kind} {item.get('namespace') or '?'}/{item.get('name') or '?'}"
 
 
 def seconds(value: float) -> str:
@@ -248,7 +251,7 @@ def cancel(data: dict[str, Any]) -> None:
         console.print(f"nothing was pending for {_object(data)} (uid {data['uid']}); recorded the keep anyway: no "
                       "deletion will be booked for it while the keep lasts (400 days from the last time it "
                       "was read)")
-        kind = (data.get("kind") or "KIND").lower()
+        kind = kubectl_resource(data.get("apiVersion") or "", data["kind"]) if data.get("kind") else "KIND"
         console.print(f"  to keep it whatever jobttl's Redis holds, annotate the job: "
                       f"kubectl annotate {kind} -n {data['namespace']} {data['name']} jobttl.io/keep=true")
     console.print(f"  undo: jobttl cancel --undo {job}")

@@ -149,3 +149,36 @@ def test_an_undo_asks_the_workers_for_a_resync(ops):
     ops.undo("team", name, "cancel")
     asked = [f"resync-{slot}" for slot in range(start, int(time.time()) + 1)]
     assert set(asked) & set(ops.queue.job_ids), (asked, ops.queue.job_ids)
+
+
+# --- a Kind name is not a kind: batch/v1's Job and Volcano's Job of one name are two jobs ------------
+
+def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(redis, queue_name):
+    from jobttl.core.kinds import BATCH_JOB, KindRegistry
+    from jobttl.core.operations import Ambiguous
+    from tests.fixtures import job_object, volcano_job
+
+    policy = parse_policy({"kinds": ["Job", "batch.volcano.sh/v1alpha1/Job"], "ttl": "1h"})
+    schedule, audit = Schedule(redis, queue_name, []), Audit(redis)
+    ops = Operations(redis, schedule, audit, Reconciler(schedule, audit, policy))
+    kinds, name = KindRegistry(policy.kinds), f"twin-{uuid.uuid4().hex[:6]}"
+    batch, volcano = (with_server_fields(o) for o in (job_object(BATCH_JOB, name, "team", at=time.time()),
+                                                      volcano_job(name, "team", at=time.time())))
+    for obj in (batch, volcano):
+        kind = kinds.get(obj["apiVersion"], obj["kind"])
+        assert ops.reconciler.reconcile(obj, kind, "event").change is Change.SCHEDULED
+    # Both are a `Job` by Kind: one name, two kinds, so operators must say which.
+    with pytest.raises(Ambiguous, match=r"several kinds \(Job, Job\.batch\.volcano\.sh\)"):
+        ops.cancel("team", name)
+    with pytest.raises(Ambiguous, match=r"Job, Job\.batch\.volcano\.sh"):
+        ops.find("team", name)
+    found = ops.find("team", name, "Job.batch.volcano.sh")
+    assert (found["kind"], found["apiVersion"]) == ("Job", "batch.volcano.sh/v1alpha1")
+    assert [d["apiVersion"] for d in found["decisions"]] == ["batch.volcano.sh/v1alpha1"]
+    kept = ops.cancel("team", name, "Job.batch.volcano.sh")
+    assert kept.ref.uid == volcano["metadata"]["uid"] and str(kept.ref).startswith(f"Job.batch.volcano.sh team/{name}")
+    assert schedule.get(volcano["metadata"]["uid"]) is None
+    assert schedule.get(batch["metadata"]["uid"]) is not None, "the batch/v1 Job's deletion stays booked"
+    assert ops.find("team", name, "Job")["apiVersion"] == "batch/v1"  # a bare Job is batch/v1's, as in `kinds`
+    # Now only the batch Job is pending: a name alone finds it.
+    assert ops.postpone("team", name, 600).ref.uid == batch["metadata"]["uid"]

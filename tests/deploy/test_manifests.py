@@ -1,8 +1,10 @@
-"""The manifests follow the kinds: `jobttl manifests` from the policy's kinds, and knative/ checked.
+"""The manifests follow the kinds: `jobttl manifests` from the policy's kinds; knative/ and the
+Helm chart (as a release of another name, in every intake mode) checked.
 
 A kind declared in the policy (or a built-in one enabled) without its RBAC or its
 ApiServerSource resource is caught here (and by `jobttl manifests check`) before a user finds
-it as 403s in the worker's log or events that never come.
+it as 403s in the worker's log or events that never come. The check finds the worker, the sink
+and the event source by what they run, whatever the release calls them.
 """
 
 from __future__ import annotations
@@ -10,12 +12,13 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 import yaml
 
 from tests.deploy.manifests import KNATIVE, find, rendered
 from tests.services import ROOT
 from jobttl.core.kinds import DEFAULT_KINDS
-from jobttl.core.manifests import cluster_roles, missing, source_resources, trigger_kinds
+from jobttl.core.manifests import cluster_roles, jobttl_command, missing, source_resources, trigger_kinds
 from jobttl.core.policy import parse_policy
 
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
@@ -39,11 +42,12 @@ def test_knative_grants_and_watches_every_kind_its_policy_enables():
 def test_a_declared_kind_without_its_rbac_or_its_source_is_caught():
     problems = missing(parse_policy(shipped_policy(kindDeclarations=[WIDGET])), rendered(KNATIVE))
     assert problems == [
-        "RBAC: service account jobttl-source may not get, list, watch widgets.widgets.example.com "
-        "(widgets.example.com/v1 Widget)",
-        "RBAC: service account jobttl-worker may not delete, get, list widgets.widgets.example.com "
-        "(widgets.example.com/v1 Widget)",
-        "source: ApiServerSource jobttl-jobs does not watch widgets.example.com/v1 Widget"]
+        "RBAC: service account jobttl-worker (the worker: Deployment jobttl/jobttl-worker) may not delete, get, list "
+        "widgets.widgets.example.com (widgets.example.com/v1 Widget)",
+        "RBAC: service account jobttl-source (the source: ApiServerSource jobttl-jobs) may not get, list, watch "
+        "widgets.widgets.example.com (widgets.example.com/v1 Widget)",
+        "source: ApiServerSource jobttl-jobs does not watch widgets.example.com/v1 Widget",
+        "source: Trigger jobttl-jobs does not let widgets.example.com/v1 Widget through (its kind filter)"]
 
 
 def test_the_generated_manifests_are_what_knative_ships_for_the_job_kinds():
@@ -69,6 +73,7 @@ def test_generated_manifests_cover_a_declared_kind(tmp_path):
     for role in cluster_roles(policy):
         find(objects, "ClusterRole", role["metadata"]["name"])["rules"] = role["rules"]
     find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["resources"] = source_resources(policy)
+    find(objects, "Trigger", "jobttl-jobs")["spec"]["filters"][1]["any"] = trigger_kinds(policy)
     assert missing(policy, objects) == []
 
 
@@ -87,8 +92,16 @@ def test_the_command_checks_rendered_manifests_and_exits_1_on_a_gap(tmp_path):
     fine = run("check", "-f", str(manifests), "--policy", str(base))
     assert fine.returncode == 0 and f"every enabled kind ({len(DEFAULT_KINDS) - 1})" in fine.stdout, \
         fine.stdout + fine.stderr  # one MPIJob version of the two
-    default = run("check", "-f", str(manifests))  # the built-in default enables both MPIJob versions
-    assert default.returncode == 1 and "does not watch kubeflow.org/v2beta1 MPIJob" in default.stdout, default.stdout
+    # Without --policy: the one the manifests give the worker (knative's: one MPIJob version).
+    default = run("check", "-f", str(manifests))
+    assert default.returncode == 0, default.stdout + default.stderr
+    assert default.stdout.startswith("policy: ConfigMap jobttl-policy, key policy.yaml (Deployment "
+                                     "jobttl/jobttl-worker's JOBTTL_POLICY)\n"), default.stdout
+    # The built-in default enables both MPIJob versions: knative watches one.
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    builtin = run("check", "-f", str(manifests), "--policy", str(empty))
+    assert builtin.returncode == 1 and "does not watch kubeflow.org/v2beta1 MPIJob" in builtin.stdout, builtin.stdout
     gap = run("check", "-f", str(manifests), "--policy", str(policy))
     assert gap.returncode == 1 and "does not watch widgets.example.com/v1 Widget" in gap.stdout, gap.stdout
     rbac = run("rbac", "--policy", str(policy))
@@ -98,3 +111,147 @@ def test_the_command_checks_rendered_manifests_and_exits_1_on_a_gap(tmp_path):
         roles[1]["rules"]
     sources = yaml.safe_load(run("sources", "--policy", str(policy)).stdout)
     assert {"apiVersion": "widgets.example.com/v1", "kind": "Widget"} in sources["apiServerSource"]["spec"]["resources"]
+
+
+# --- found by what they run: the chart as a release of another name, in every intake mode ---------
+RELEASE, NAMESPACE = "nightly", "ops"  # not the defaults: the chart names things nightly-jobttl-...
+FULL = f"{RELEASE}-jobttl"
+
+
+def release(values: str) -> list[dict]:
+    """`helm template nightly charts/jobttl -n ops -f charts/jobttl/ci/<values>-values.yaml`."""
+    pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
+    from tests.deploy.chart import CHART, ci_values, render
+
+    return render(ci_values(CHART / "ci" / f"{values}-values.yaml"), name=RELEASE, namespace=NAMESPACE)
+
+
+def its_policy(objects: list[dict]):
+    [configmap] = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-policy")]
+    return parse_policy(yaml.safe_load(configmap["data"]["policy.yaml"]))
+
+
+def check(objects: list[dict], *args: str) -> subprocess.CompletedProcess:
+    """`... | jobttl manifests check -f -`, with no JOBTTL_POLICY of its own."""
+    return subprocess.run([sys.executable, "-m", "jobttl", "manifests", "check", "-f", "-", *args], cwd=ROOT,
+                          input=yaml.safe_dump_all(objects), env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=60)
+
+
+@pytest.mark.parametrize("values, kinds", [("broker-bundled", 9), ("direct-sentinel", 2),
+                                           ("watch-bundled-evidence", 9), ("watch-external-tls", 9)])
+def test_the_chart_as_a_release_of_another_name_passes_in_every_intake_mode(values, kinds):
+    done = check(release(values))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout == (f"policy: ConfigMap {FULL}-policy, key policy.yaml (Deployment {NAMESPACE}/{FULL}-worker's "
+                           f"JOBTTL_POLICY)\nevery enabled kind ({kinds}) has its RBAC and its source\n")
+
+
+def test_a_worker_rule_without_one_kind_is_named_exactly():
+    objects = release("broker-bundled")
+    [rule] = [r for r in find(objects, "ClusterRole", f"{FULL}-worker")["rules"] if "tfjobs" in r["resources"]]
+    rule["resources"].remove("tfjobs")
+    assert missing(its_policy(objects), objects) == [
+        f"RBAC: service account {FULL}-worker (the worker: Deployment {NAMESPACE}/{FULL}-worker) may not delete, "
+        "get, list tfjobs.kubeflow.org (kubeflow.org/v1 TFJob)"]
+    done = check(objects)
+    assert done.returncode == 1 and "may not delete, get, list tfjobs.kubeflow.org" in done.stdout, done.stdout
+
+
+def test_a_source_without_one_resource_is_named_exactly():
+    objects = release("direct-sentinel")  # no Broker: the ApiServerSource posts to the sink
+    source = find(objects, "ApiServerSource", f"{FULL}-jobs")["spec"]
+    source["resources"] = [r for r in source["resources"] if r["kind"] != "Job"]
+    assert missing(its_policy(objects), objects) == [f"source: ApiServerSource {FULL}-jobs does not watch batch/v1 Job"]
+
+
+def test_a_watcher_without_the_watch_verb_is_named_exactly():
+    objects = release("watch-external-tls")
+    for rule in find(objects, "ClusterRole", f"{FULL}-watcher")["rules"]:
+        rule["verbs"].remove("watch")
+    policy = its_policy(objects)
+    assert missing(policy, objects) == [
+        f"RBAC: service account {FULL}-watcher (the watcher: Deployment {NAMESPACE}/{FULL}-watcher) may not watch "
+        f"{kind.resource} ({kind.api_version} {kind.kind})" for kind in policy.kinds]
+
+
+def test_archiving_without_the_workers_archive_role_is_named():
+    objects = [o for o in release("watch-bundled-evidence")  # its policy archives and stages pods
+               if not (o["kind"] == "ClusterRole" and o["metadata"]["name"] == f"{FULL}-worker-archive")]
+    worker = f"service account {FULL}-worker (the worker: Deployment {NAMESPACE}/{FULL}-worker)"
+    assert missing(its_policy(objects), objects) == [f"RBAC: {worker} may not list events",
+                                                     f"RBAC: {worker} may not get pods",
+                                                     f"RBAC: {worker} may not get pods/log"]
+
+
+def test_a_trigger_that_filters_a_kind_out_is_named():
+    objects = release("broker-bundled")
+    filters = find(objects, "Trigger", f"{FULL}-jobs")["spec"]["filters"]
+    filters[1]["any"] = [f for f in filters[1]["any"] if f["exact"]["kind"] != "Workflow"]
+    assert missing(its_policy(objects), objects) == [
+        f"source: Trigger {FULL}-jobs does not let argoproj.io/v1alpha1 Workflow through (its kind filter)"]
+
+
+def test_a_source_sending_references_needs_the_sinks_rbac():
+    objects = release("broker-bundled")
+    find(objects, "ApiServerSource", f"{FULL}-jobs")["spec"]["mode"] = "Reference"  # the sink must GET each job
+    assert missing(its_policy(objects), objects) == [
+        f"RBAC: no ClusterRoleBinding in these manifests grants service account {FULL}-sink (the sink: Knative "
+        f"Service {NAMESPACE}/{FULL}-sink; ApiServerSource {FULL}-jobs sends references) anything; it needs get "
+        "on 9 kinds"]
+
+
+def test_accounts_managed_elsewhere_are_named_once_each():
+    done = check(release("broker-no-rbac"))  # rbac.create false: a platform team's GitOps grants it
+    assert done.returncode == 1
+    assert done.stdout.splitlines()[1:] == [
+        "RBAC: no ClusterRoleBinding in these manifests grants service account platform-jobttl-worker (the worker: "
+        f"Deployment {NAMESPACE}/cleanup-worker) anything; it needs delete, get, list on 9 kinds, create events",
+        "RBAC: no ClusterRoleBinding in these manifests grants service account platform-jobttl-source (the source: "
+        "ApiServerSource cleanup-jobs) anything; it needs get, list, watch on 9 kinds"]
+
+
+@pytest.mark.parametrize("values, kind, name, problem", [
+    ("broker-bundled", "Deployment", "worker",
+     "worker: no Deployment (or other workload) runs `jobttl worker`: nothing deletes"),
+    ("broker-bundled", "Service", "sink",
+     "sink: no Deployment or Knative Service runs `jobttl sink`: no event is decided"),
+    ("watch-external-tls", "Deployment", "watcher",
+     "source: no ApiServerSource and no workload runs `jobttl watch`: no event reaches the sink"),
+])
+def test_a_part_that_cannot_be_found_is_named(values, kind, name, problem):
+    objects = release(values)
+    policy = its_policy(objects)
+    objects.remove(find(objects, kind, f"{FULL}-{name}"))
+    assert missing(policy, objects) == [problem]
+
+
+def test_without_the_workers_policy_in_the_manifests_the_check_says_which_policy_it_used():
+    objects = [o for o in release("direct-sentinel") if o["kind"] != "ConfigMap"]
+    done = check(objects)
+    assert done.stdout.splitlines()[0] == (
+        f"policy: the built-in defaults: Deployment {NAMESPACE}/{FULL}-worker reads JOBTTL_POLICY "
+        f"/etc/jobttl/policy.yaml from ConfigMap {FULL}-policy, which these manifests do not hold; give --policy "
+        "FILE to check against that one")
+    assert done.returncode == 1 and "does not watch kubeflow.org/v1 TFJob" in done.stdout  # the defaults' kinds
+
+
+@pytest.mark.parametrize("text, message", [("", "stdin holds no Kubernetes objects"),
+                                           ("a: [b\n", "cannot read stdin")])
+def test_a_stream_that_is_not_manifests_is_refused_with_exit_2(text, message):
+    done = subprocess.run([sys.executable, "-m", "jobttl", "manifests", "check", "-f", "-"], cwd=ROOT, input=text,
+                          env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and message in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("container, command", [
+    ({"args": ["worker"]}, "worker"),  # the image's entrypoint is jobttl
+    ({"command": ["jobttl"], "args": ["sink", "--port", "8080"]}, "sink"),
+    ({"command": ["/usr/local/bin/jobttl", "watch", "--sink", "http://x"]}, "watch"),
+    ({"command": ["python", "-m", "jobttl", "worker", "--burst"]}, "worker"),
+    ({"command": ["sh", "-c", "exec jobttl worker"]}, "worker"),
+    ({"command": ["rq-dashboard"], "args": ["worker"]}, None),  # another program's argument
+    ({"image": "redis"}, None),
+])
+def test_what_a_container_runs_is_read_from_its_command_and_args(container, command):
+    assert jobttl_command(container) == command

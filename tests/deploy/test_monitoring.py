@@ -419,6 +419,7 @@ def test_the_dashboard_shows_what_happened(troubled):
         [expr] = _panel(title).values()
         return {s["metric"][label] for s in prometheus.query(expr)}
     assert labels("Deletions per minute by kind", "kind") == {"TFJob"}
+    assert labels("Deletions per minute by kind", "group") == {"kubeflow.org"}
     assert "permanent" in labels("Failures per minute by reason", "reason")
     assert {"get", "delete", "list"} <= labels("Kubernetes API latency p99 by verb", "verb")
     pending = _panel("Pending deletions")
@@ -426,8 +427,9 @@ def test_the_dashboard_shows_what_happened(troubled):
     assert prometheus.value(_panel("Deletion lateness p50 / p99")["p99"]) > 900
     assert prometheus.value(_panel("Resync duration")["since the last complete resync"]) < 60
     assert prometheus.value(_panel("Workers and scheduler")["heartbeat age (s)"]) < 30
-    assert {s["metric"]["kind"]: float(s["value"][1])
-            for s in prometheus.query(_panel("Dry run: would delete by kind")["{{kind}}"])} == {"TFJob": 1}
+    assert {(s["metric"]["kind"], s["metric"]["group"]): float(s["value"][1])
+            for s in prometheus.query(_panel("Dry run: would delete by kind")["{{kind}}.{{group}}"])} == \
+        {("TFJob", "kubeflow.org"): 1}
 
 
 def test_exactly_the_alerts_for_the_trouble_go_off(troubled):
@@ -475,8 +477,8 @@ def test_in_dry_run_nothing_is_overdue_and_the_metrics_say_what_it_would_delete(
     worker = _scraped_samples(dry_run.worker_metrics)
     assert worker[("jobttl_overdue_deletions", ())] == 0
     assert worker[("jobttl_pending_deletions", ())] == 3
-    assert worker[("jobttl_dry_run_would_delete", (("kind", "TFJob"),))] == 3
-    assert worker[("jobttl_would_delete_total", (("kind", "TFJob"),))] == 3
+    assert worker[("jobttl_dry_run_would_delete", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 3
+    assert worker[("jobttl_would_delete_total", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 3
     assert prometheus.value("max(jobttl_overdue_deletions)") == 0
     assert prometheus.value("max(jobttl_held_deletions)") == 0  # the guard holds no dry run
     assert dry_run.rehearsed.deletes() == [] and all(dry_run.rehearsed.get(f"rehearsed-{i}") for i in range(3))

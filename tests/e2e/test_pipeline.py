@@ -101,7 +101,7 @@ def test_an_invalid_ttl_is_ignored_and_counted(cluster):
     obj = cluster.patch("bad-ttl", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": -5}}})
     assert_accepted(cluster.event("update", obj), "ignored:invalid-ttl")
     metrics = requests.get(f"{cluster.sink_url}/metrics", timeout=5).text
-    assert 'jobttl_invalid_ttl_total{kind="TFJob"}' in metrics
+    assert 'jobttl_invalid_ttl_total{group="kubeflow.org",kind="TFJob"}' in metrics
 
 
 def test_a_forged_finished_event_for_a_running_job_deletes_nothing(cluster):

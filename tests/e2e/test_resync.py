@@ -192,9 +192,9 @@ def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_s
     assert "kubeflow.org/v1/TFJob" not in status.stdout.split("Kind not served", 1)[1]
     family, = [f for f in _ScheduleCollector(redis_server.client(), "small").collect()
                if f.name == "jobttl_kind_not_served"]
-    kinds = {sample.labels["kind"] for sample in family.samples}
-    assert {"ray.io/v1/RayJob", "tekton.dev/v1/TaskRun", "kubeflow.org/v1/PyTorchJob"} <= kinds
-    assert "kubeflow.org/v1/TFJob" not in kinds
+    kinds = {(sample.labels["group"], sample.labels["version"], sample.labels["kind"]) for sample in family.samples}
+    assert {("ray.io", "v1", "RayJob"), ("tekton.dev", "v1", "TaskRun"), ("kubeflow.org", "v1", "PyTorchJob")} <= kinds
+    assert ("kubeflow.org", "v1", "TFJob") not in kinds
 
 
 @pytest.fixture
@@ -333,9 +333,9 @@ def test_a_resync_makes_the_dry_run_records_match_the_index_again(cluster, redis
     [obj] = seed(cluster, TFJOB, "rehearsal", 1, time.time() - 3600, ttl=60, prefix="repaired")
     uid, redis, ctx = obj["metadata"]["uid"], redis_server.client(), context(cluster, redis_server)
     resync_run.run(ctx)
-    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
-    redis.zrem(keys.dry_run("TFJob"), uid)  # booked without its entry
-    redis.zadd(keys.dry_run("TFJob"), {"a-uid-long-gone": 1})  # an entry for nothing pending
+    assert redis.zscore(keys.dry_run("TFJob.kubeflow.org"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    redis.zrem(keys.dry_run("TFJob.kubeflow.org"), uid)  # booked without its entry
+    redis.zadd(keys.dry_run("TFJob.kubeflow.org"), {"a-uid-long-gone": 1})  # an entry for nothing pending
     resync_run.run(ctx)
-    assert redis.zscore(keys.dry_run("TFJob"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
-    assert redis.zscore(keys.dry_run("TFJob"), "a-uid-long-gone") is None
+    assert redis.zscore(keys.dry_run("TFJob.kubeflow.org"), uid) == redis.zscore(PENDING_INDEX, uid) is not None
+    assert redis.zscore(keys.dry_run("TFJob.kubeflow.org"), "a-uid-long-gone") is None

@@ -159,7 +159,7 @@ def test_retry_deletes_a_failed_job_once_the_api_recovers(cluster, cli, ops, wor
     requests.delete(f"{cluster.emulator.url}/_emulator/faults", timeout=5).raise_for_status()
 
     def deleted() -> float:
-        return metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", namespace=ns)
+        return metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", group="kubeflow.org", namespace=ns)
 
     ids = {f.ref.name: f.job_id for f in failures_in(ops, ns)}
     assert cli.json("retry", ids["first"]) == {"requeued": [ids["first"]]}
@@ -227,7 +227,8 @@ def test_tombstones_expire(cluster, cli, ops, redis, worker_metrics):
     wait_for(lambda: redis.exists(key), what="the tombstone")
     assert TOMBSTONE_DAYS * 86400 - 60 < redis.ttl(key) <= TOMBSTONE_DAYS * 86400
     assert len(cli.json("show", f"{ns}/short-lived")["tombstones"]) == 1
-    wait_for(lambda: metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", namespace=ns) == 1,
+    wait_for(lambda: metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", group="kubeflow.org",
+                            namespace=ns) == 1,
              what="the deletion to be counted once the object is gone")
 
     redis.expire(key, 1)  # as if the days had passed

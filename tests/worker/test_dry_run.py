@@ -68,8 +68,8 @@ def test_a_worker_in_dry_run_reports_what_it_would_delete_by_kind_and_nothing_ov
 
     metrics = stack.metrics(worker)
     assert metrics[("jobttl_overdue_deletions", ())] == 0
-    assert metrics[("jobttl_dry_run_would_delete", (("kind", "TFJob"),))] == 3
-    assert metrics[("jobttl_would_delete_total", (("kind", "TFJob"),))] == 3
+    assert metrics[("jobttl_dry_run_would_delete", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 3
+    assert metrics[("jobttl_would_delete_total", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 3
     assert metrics[("jobttl_pending_deletions", ())] == 4  # the records stay listed
     assert metrics[("jobttl_decisions_total", (("event", "deleted"), ("reason", "")))] == 0
 
@@ -102,7 +102,7 @@ def test_a_rules_dry_run_is_never_overdue_beside_real_deletions(stacks):
     wait_for(lambda: stack.metrics(worker)[("jobttl_overdue_deletions", ())] == 0, timeout=10,
              what="the real deletion to leave the overdue gauge")
     metrics = stack.metrics(worker)
-    assert metrics[("jobttl_dry_run_would_delete", (("kind", "TFJob"),))] == 2
-    assert metrics[("jobttl_would_delete_total", (("kind", "TFJob"),))] == 2
+    assert metrics[("jobttl_dry_run_would_delete", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 2
+    assert metrics[("jobttl_would_delete_total", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 2
     assert stack.deleted("rehearsed") == set()
     assert "dry run: would delete 2" in jobttl(stack, "status")
