@@ -14,7 +14,7 @@ from collections import defaultdict
 from typing import Any
 
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import JOBS, VERSION, permissions
+from jobttl.core.kube import CRD_GROUP, CRDS, JOBS, VERSION, crd_names, permissions
 from jobttl.core.policy import Policy
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -31,13 +31,21 @@ def kind_rules(kinds: tuple[JobKind, ...], verbs: frozenset[str] | tuple[str, ..
     return [{"apiGroups": [group], "resources": plurals, "verbs": sorted(verbs)} for group, plurals in by_group.items()]
 
 
+def crd_rules(kinds: tuple[JobKind, ...], verbs: frozenset[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rule letting the worker read its kinds' own CustomResourceDefinitions, by name; none
+    when no kind has one (a rule with no names would grant every CRD)."""
+    names = crd_names(kinds)
+    return [{"apiGroups": [CRD_GROUP], "resources": [CRDS], "resourceNames": names, "verbs": sorted(verbs)}] if names else []
+
+
 def cluster_roles(policy: Policy) -> list[dict[str, Any]]:
     """The source's and the worker's ClusterRoles for this policy's kinds and features."""
     worker = permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages)
     other = [{"apiGroups": [""], "resources": [resource], "verbs": sorted(verbs)}
-             for resource, verbs in sorted(worker.items()) if resource not in (JOBS, VERSION)]
+             for resource, verbs in sorted(worker.items()) if resource not in (JOBS, VERSION, CRDS)]
     return [_role("jobttl-source", "source", kind_rules(policy.kinds, SOURCE_VERBS)),
-            _role("jobttl-worker", "worker", kind_rules(policy.kinds, worker[JOBS]) + other)]
+            _role("jobttl-worker", "worker", kind_rules(policy.kinds, worker[JOBS]) + other
+                  + crd_rules(policy.kinds, worker[CRDS]))]
 
 
 def _role(name: str, component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -71,6 +79,16 @@ def missing(policy: Policy, objects: list[dict[str, Any]], source: str = "jobttl
             if lacking:
                 problems.append(f"RBAC: service account {account} may not {', '.join(lacking)} {kind.resource} "
                                 f"({kind.api_version} {kind.kind})")
+    for account, component in accounts.items():
+        if component != "worker":
+            continue
+        readable = _granted(objects, account, names=True)
+        unreadable = [name for name in crd_names(policy.kinds)
+                      if not {(CRD_GROUP, CRDS, "get", name), (CRD_GROUP, CRDS, "get", "*")} & readable]
+        if unreadable:
+            problems.append(f"RBAC: service account {account} may not get the customresourcedefinitions "
+                            f"{', '.join(unreadable)} (the worker checks its kinds' paths against them at start; "
+                            "without it, a warning and no check)")
     sources = [o for o in objects if o.get("kind") == "ApiServerSource" and (o.get("metadata") or {}).get("name") == source]
     listed = {(r.get("apiVersion"), r.get("kind")) for o in sources for r in (o.get("spec") or {}).get("resources") or ()}
     for kind in policy.kinds:
@@ -79,8 +97,9 @@ def missing(policy: Policy, objects: list[dict[str, Any]], source: str = "jobttl
     return problems
 
 
-def _granted(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) the ClusterRoles bound to `account` grant ("*" expanded loosely)."""
+def _granted(objects: list[dict[str, Any]], account: str, names: bool = False) -> set[tuple[str, ...]]:
+    """(apiGroup, resource, verb) the ClusterRoles bound to `account` grant ("*" expanded loosely);
+    with `names`, (apiGroup, resource, verb, name) for the rules limited by resourceNames."""
     roles = {(o.get("kind"), (o.get("metadata") or {}).get("name")): o for o in objects
              if o.get("apiVersion") == RBAC and o.get("kind") in ("ClusterRole", "Role")}
     granted: set[tuple[str, str, str]] = set()
@@ -92,8 +111,13 @@ def _granted(objects: list[dict[str, Any]], account: str) -> set[tuple[str, str,
         ref = binding.get("roleRef") or {}
         role = roles.get((ref.get("kind"), ref.get("name"))) or {}
         for rule in role.get("rules") or ():
+            if not names and "resourceNames" in rule:
+                continue  # only the objects named: not the kind as a whole
             for group in rule.get("apiGroups") or ():
                 for resource in rule.get("resources") or ():
                     for verb in rule.get("verbs") or ():
-                        granted.add((group, resource, verb))
+                        if names:  # a rule naming none grants every name
+                            granted.update((group, resource, verb, name) for name in rule.get("resourceNames", ["*"]))
+                        else:
+                            granted.add((group, resource, verb))
     return granted
