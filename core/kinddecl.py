@@ -11,6 +11,10 @@ The built-in kinds (``kinds.yaml``) and the kinds an operator declares in the po
    declarations of one kind, a CEL expression that does not parse) and builds the closures
    `JobKind` carries, so that reading an object is plain dict look-ups on precompiled paths.
 
+Whether a path names a field the kind has is for the cluster to say: the worker checks each
+enabled kind's paths against its CRD's schema at start (`jobttl.core.crdcheck`), so every
+`JobKind` keeps the declaration it was compiled from and where it was written.
+
 Every error names the field (``kinds[3].finished.conditions[0].status: 'true' is not one of
 ['True', 'False']``). CEL (cel-python) is there for what paths cannot say (RayJob's DeleteSelf
 rules); it costs milliseconds per evaluation, so it runs only when its ``celWhen`` path is set.
