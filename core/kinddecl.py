@@ -11,6 +11,10 @@ The built-in kinds (``kinds.yaml``) and the kinds an operator declares in the po
    declarations of one kind, a CEL expression that does not parse) and builds the closures
    `JobKind` carries, so that reading an object is plain dict look-ups on precompiled paths.
 
+Whether a path names a field the kind has is for the cluster to say: the worker checks each
+enabled kind's paths against its CRD's schema at start (`jobttl.core.crdcheck`), so every
+`JobKind` keeps the declaration it was compiled from and where it was written.
+
 Every error names the field (``kinds[3].finished.conditions[0].status: 'true' is not one of
 ['True', 'False']``). CEL (cel-python) is there for what paths cannot say (RayJob's DeleteSelf
 rules); it costs milliseconds per evaluation, so it runs only when its ``celWhen`` path is set.
@@ -111,8 +115,9 @@ def _deepest(error: Any) -> Any:
 # --- compiling ------------------------------------------------------------------------------------
 
 class _Compiler:
-    def __init__(self, origin: str, eager_cel: bool = True):
+    def __init__(self, origin: str, eager_cel: bool = True, builtin: bool = False):
         self.origin = origin
+        self.builtin = builtin
         # The built-in declarations' CEL (tested) is compiled on first use: every process would
         # otherwise import cel-python and its parser (~90 ms, ~9 MB) at start, RayJobs or not.
         self.eager_cel = eager_cel
@@ -140,6 +145,9 @@ class _Compiler:
             hold=self.hold(decl.get("notYet") or []),
             pod_cleanup_safe=bool(pods.get("deleteBeforeJob")),
             opted_in=opted_in,
+            declaration=decl,
+            declared_in=f"{self.origin}: {where}",
+            builtin=self.builtin,
         )
 
     @staticmethod
@@ -373,15 +381,17 @@ def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[tuple[str, ...],
 # --- loading --------------------------------------------------------------------------------------
 
 def compile_kinds(items: Any, origin: str, where: str = "kinds",
-                  opt_ins: dict[str, tuple[str, ...]] | None = None, eager_cel: bool = True) -> tuple[JobKind, ...]:
+                  opt_ins: dict[str, tuple[str, ...]] | None = None, eager_cel: bool = True,
+                  builtin: bool = False) -> tuple[JobKind, ...]:
     """Validate a list of declarations (`where` is how errors name it) and build their JobKinds.
     `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it; without
-    `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested)."""
+    `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested); `builtin`:
+    these are kinds.yaml's (their CRD check at start is lenient, see jobttl.core.crdcheck)."""
     try:
         validate({"kinds": items}, origin)
     except KindError as exc:
         raise KindError(str(exc).replace(f"{origin}: kinds", f"{origin}: {where}", 1)) from None
-    compiler = _Compiler(origin, eager_cel)
+    compiler = _Compiler(origin, eager_cel, builtin)
     kinds: list[JobKind] = []
     seen: dict[str, int] = {}
     for i, decl in enumerate(items):
@@ -418,5 +428,5 @@ def builtin_declarations() -> dict[str, dict[str, Any]]:
 def builtin_kinds() -> dict[str, JobKind]:
     """The built-in kinds by ``apiVersion/Kind``, in kinds.yaml's order."""
     items, origin = load_file(BUILTIN_FILE)
-    return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin, eager_cel=False)}
+    return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin, eager_cel=False, builtin=True)}
 

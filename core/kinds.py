@@ -15,7 +15,7 @@ against ``kinds.schema.json`` and compiled once into `JobKind`s by `jobttl.core.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -111,6 +111,12 @@ class JobKind:
     pod_cleanup_safe: bool = False
     # The opt-in finishing states this kind counts because the policy's optIn names them.
     opted_in: tuple[str, ...] = ()
+    # The declaration it was compiled from, where (``policy.yaml: kindDeclarations[0]``), and
+    # whether it is a built-in one (kinds.yaml): the worker checks its paths against the kind's
+    # CRD at start (jobttl.core.crdcheck), strictly for the operator's own declarations.
+    declaration: Any = field(default=None, compare=False, repr=False)
+    declared_in: str = field(default="", compare=False, repr=False)
+    builtin: bool = field(default=False, compare=False, repr=False)
 
     def ttl_left_to_controller(self, finish: Finish) -> bool:
         """Whether the object's own TTL, when set, is its own controller's to apply (not jobttl's)."""
@@ -124,6 +130,12 @@ class JobKind:
     def resource(self) -> str:
         """The name RBAC and API errors use, e.g. ``tfjobs.kubeflow.org``."""
         return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def crd(self) -> str | None:
+        """The CustomResourceDefinition that defines this kind (``tfjobs.kubeflow.org``), or None for
+        Kubernetes' own groups (batch): a CRD's group needs a dot (apiextensions' validation)."""
+        return f"{self.plural}.{self.group}" if "." in self.group else None
 
     def external_manager(self, obj: dict) -> Field | None:
         """The managedBy value naming another controller, or None when the kind's own runs it."""

@@ -21,7 +21,7 @@ import io
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -76,6 +76,11 @@ PODS = "pods"
 POD_LOGS = "pods/log"
 CONFIGMAPS = "configmaps"  # only jobttl's own install record (jobttl.core.install), in its own namespace
 VERSION = "/version"  # a non-resource URL every authenticated client may read (system:public-info-viewer)
+# The CustomResourceDefinitions of the enabled kinds, read at the worker's start to check the
+# kinds' declared paths against their schemas (jobttl.core.crdcheck). RBAC grants `get` on them
+# by name (`resourceNames`: the enabled kinds' CRDs only, see `crd_names`).
+CRDS = "customresourcedefinitions"
+CRD_GROUP = "apiextensions.k8s.io"
 
 # The verbs each jobttl component uses, by resource. KubeClient refuses anything else, so this
 # table is the truth the RBAC manifests in knative/ are tested against. The sink reads an
@@ -85,7 +90,7 @@ PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
     "sink": {},
     "sink-reference": {JOBS: frozenset({"get"})},
     "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"}),
-               CONFIGMAPS: frozenset({"get", "create", "update"})},
+               CONFIGMAPS: frozenset({"get", "create", "update"}), CRDS: frozenset({"get"})},
     "watch": {JOBS: frozenset({"get", "list", "watch"})},
 }
 ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
@@ -101,6 +106,12 @@ def permissions(component: str, archive: bool = False, pod_cleanup: bool = False
             for resource, verbs in extra.items():
                 granted.setdefault(resource, set()).update(verbs)
     return {resource: frozenset(verbs) for resource, verbs in granted.items()}
+
+
+def crd_names(kinds: Iterable[JobKind]) -> list[str]:
+    """The CustomResourceDefinitions defining `kinds`, in order, once each (MPIJob's two versions
+    share one): what the worker's `get` on CRDs is limited to. Kubernetes' own groups (batch) have none."""
+    return list(dict.fromkeys(kind.crd for kind in kinds if kind.crd))
 
 
 def load_api_client(kubeconfig: str | None = None, pool_size: int | None = None) -> client.ApiClient:
@@ -343,6 +354,20 @@ class KubeClient:
             return jsoncodec.loads(answer.body) if answer.body else {}
         except jsoncodec.DecodeError:
             return {}
+
+    def get_crd(self, kind: JobKind) -> dict[str, Any] | None:
+        """The CustomResourceDefinition defining `kind`, or None when there is none (404): not
+        installed, or served some other way (an aggregated API). Only the enabled kinds' CRDs are
+        asked for (RBAC grants them by name)."""
+        name = kind.crd
+        if name is None:
+            return None
+        path = f"/apis/{CRD_GROUP}/v1/{CRDS}/{quote(check_name(name), safe='')}"
+        try:
+            answer = self._request("get", CRDS, "GET", path, f"{CRDS}.{CRD_GROUP} {name!r}")
+        except (ObjectGone, NotServed):
+            return None
+        return self._json(answer, f"CustomResourceDefinition {name}")
 
     def version(self) -> dict[str, Any]:
         """GET /version: cheap, always allowed; its Date header measures the API server's clock."""

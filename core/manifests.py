@@ -21,7 +21,7 @@ from posixpath import normpath
 from typing import Any
 
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import CONFIGMAPS, JOBS, VERSION, permissions
+from jobttl.core.kube import CONFIGMAPS, CRD_GROUP, CRDS, JOBS, VERSION, crd_names, permissions
 from jobttl.core.policy import Policy
 
 RBAC = "rbac.authorization.k8s.io/v1"
@@ -38,13 +38,21 @@ def kind_rules(kinds: tuple[JobKind, ...], verbs: frozenset[str] | tuple[str, ..
     return [{"apiGroups": [group], "resources": plurals, "verbs": sorted(verbs)} for group, plurals in by_group.items()]
 
 
+def crd_rules(kinds: tuple[JobKind, ...], verbs: frozenset[str] | tuple[str, ...]) -> list[dict[str, Any]]:
+    """The rule letting the worker read its kinds' own CustomResourceDefinitions, by name; none
+    when no kind has one (a rule with no names would grant every CRD)."""
+    names = crd_names(kinds)
+    return [{"apiGroups": [CRD_GROUP], "resources": [CRDS], "resourceNames": names, "verbs": sorted(verbs)}] if names else []
+
+
 def cluster_roles(policy: Policy) -> list[dict[str, Any]]:
     """The source's and the worker's ClusterRoles for this policy's kinds and features."""
     worker = permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages)
     other = [{"apiGroups": [""], "resources": [resource], "verbs": sorted(verbs)}
-             for resource, verbs in sorted(worker.items()) if resource not in (JOBS, VERSION)]
+             for resource, verbs in sorted(worker.items()) if resource not in (JOBS, VERSION, CRDS)]
     return [_role("jobttl-source", "source", kind_rules(policy.kinds, SOURCE_VERBS)),
-            _role("jobttl-worker", "worker", kind_rules(policy.kinds, worker[JOBS]) + other)]
+            _role("jobttl-worker", "worker", kind_rules(policy.kinds, worker[JOBS]) + other
+                  + crd_rules(policy.kinds, worker[CRDS]))]
 
 
 def _role(name: str, component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
@@ -181,10 +189,18 @@ def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
                     for verb in sorted(permissions("worker")[JOBS])]
     worker_needs += [("", resource, verb) for resource, verbs in sorted(permissions(
         "worker", archive=policy.archiving, pod_cleanup=policy.pod_stages).items())
-        if resource not in (JOBS, VERSION, CONFIGMAPS) for verb in sorted(verbs)]
+        if resource not in (JOBS, VERSION, CONFIGMAPS, CRDS) for verb in sorted(verbs)]
     for worker in workers:
         problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", worker_needs,
                              policy.kinds)
+        if not _bound_rules(objects, worker.namespace, worker.account):
+            continue  # RBAC managed elsewhere: the one line above says so
+        readable = _granted_by_name(objects, worker.namespace, worker.account, CRD_GROUP, CRDS, "get")
+        unreadable = [name for name in crd_names(policy.kinds) if not {name, "*"} & readable]
+        if unreadable:
+            problems.append(f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
+                            f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "
+                            "paths against them at start; without it, a warning and no check)")
 
     sources = [o for o in objects if o.get("kind") == "ApiServerSource"
                and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")]
@@ -252,12 +268,12 @@ def _allows(granted: set[tuple[str, str, str]], group: str, resource: str, verb:
     return any(g in (group, "*") and r in (resource, "*") and v in (verb, "*") for g, r, v in granted)
 
 
-def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str) -> set[tuple[str, str, str]]:
-    """(apiGroup, resource, verb) the ClusterRoles bound cluster-wide to the account grant. Only
-    ClusterRoleBindings count: jobs, their Events and pods are in every namespace."""
+def _bound_rules(objects: list[dict[str, Any]], namespace: str | None, account: str) -> list[dict[str, Any]]:
+    """The rules of the ClusterRoles bound cluster-wide to the account. Only ClusterRoleBindings
+    count: jobs, their Events and pods are in every namespace."""
     roles = {(o.get("metadata") or {}).get("name"): o for o in objects
              if o.get("apiVersion") == RBAC and o.get("kind") == "ClusterRole"}
-    granted: set[tuple[str, str, str]] = set()
+    rules: list[dict[str, Any]] = []
     for binding in objects:
         if binding.get("apiVersion") != RBAC or binding.get("kind") != "ClusterRoleBinding":
             continue
@@ -267,14 +283,33 @@ def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str)
             continue
         ref = binding.get("roleRef") or {}
         role = roles.get(ref.get("name")) if ref.get("kind") == "ClusterRole" else None
-        for rule in (role or {}).get("rules") or ():
-            if rule.get("resourceNames"):
-                continue  # a few objects by name: not every job
-            for group in rule.get("apiGroups") or ():
-                for resource in rule.get("resources") or ():
-                    for verb in rule.get("verbs") or ():
-                        granted.add((group, resource, verb))
+        rules += [rule for rule in (role or {}).get("rules") or () if isinstance(rule, dict)]
+    return rules
+
+
+def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the ClusterRoles bound cluster-wide to the account grant on
+    every object of the resource (rules limited by resourceNames do not count)."""
+    granted: set[tuple[str, str, str]] = set()
+    for rule in _bound_rules(objects, namespace, account):
+        if rule.get("resourceNames"):
+            continue  # a few objects by name: not every job
+        for group in rule.get("apiGroups") or ():
+            for resource in rule.get("resources") or ():
+                for verb in rule.get("verbs") or ():
+                    granted.add((group, resource, verb))
     return granted
+
+
+def _granted_by_name(objects: list[dict[str, Any]], namespace: str | None, account: str, group: str,
+                     resource: str, verb: str) -> set[str]:
+    """The names of `resource` the account may `verb` through ClusterRoleBindings ("*" for all)."""
+    names: set[str] = set()
+    for rule in _bound_rules(objects, namespace, account):
+        if (group in (rule.get("apiGroups") or ()) or "*" in (rule.get("apiGroups") or ())) \
+                and {resource, "*"} & set(rule.get("resources") or ()) and {verb, "*"} & set(rule.get("verbs") or ()):
+            names.update(rule.get("resourceNames") or ["*"])  # a rule naming none grants every name
+    return names
 
 
 def _triggers(policy: Policy, objects: list[dict[str, Any]], sinks: list[Workload]) -> list[str]:

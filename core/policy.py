@@ -379,7 +379,7 @@ class _Reader:
                 _warn_of_dropped_safeguards(name, builtin[name], by_key[name], self.origin)
                 kinds.append(own.pop(name))  # the operator's declaration replaces the built-in one
             elif name in opt_ins:
-                kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins)
+                kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins, builtin=True)
             else:
                 kinds.append(kind)
         return tuple(kinds) + tuple(own.values())

@@ -43,7 +43,7 @@ from jobttl.core import jsoncodec, logs, scripts, upgrade
 from jobttl.core.config import ConfigError, Settings
 from jobttl.core.install import CONFIGMAP
 from jobttl.core.kube import PermanentApiError, TransientApiError
-from jobttl.worker import tasks
+from jobttl.worker import kindcheck, tasks
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower
 from jobttl.worker.sweep import sweep
@@ -169,6 +169,9 @@ class JobttlWorker(SimpleWorker):
 
 def run(settings: Settings, burst: bool = False) -> None:
     ctx = tasks.configure(settings)  # fail fast: the Kubernetes config is loaded now
+    # The kinds' declared paths against their CRDs: a declaration naming a field its CRD does not
+    # have stops the worker here, before it deletes anything (jobttl.worker.kindcheck).
+    kindcheck.verify_kinds(ctx.kube.get_crd, ctx.kinds.kinds)
     ctx.redis.ping()
     upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
     scripts.load(ctx.redis)

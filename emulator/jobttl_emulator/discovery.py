@@ -29,6 +29,7 @@ SERVER_VERSION = {
 # The verbs kube-apiserver advertises for a custom resource, in its order.
 VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"]
 _NAMESPACE_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
+_READ_VERBS = ["get", "list", "watch"]  # what a read-only registration (CRDs) serves
 AUTHORIZATION_GROUP = "authorization.k8s.io"
 _ACCESS_REVIEW = {
     "name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview", "namespaced": False,
@@ -48,7 +49,7 @@ def _entries(res: Resource) -> list[dict]:
         "singularName": res.singular,
         "namespaced": res.namespaced,
         "kind": res.kind,
-        "verbs": VERBS if res.namespaced or res.kind != "Namespace" else _NAMESPACE_VERBS,
+        "verbs": _READ_VERBS if res.read_only else VERBS if res.namespaced or res.kind != "Namespace" else _NAMESPACE_VERBS,
     }
     if res.short_names:
         main["shortNames"] = list(res.short_names)
@@ -58,7 +59,7 @@ def _entries(res: Resource) -> list[dict]:
     entries = [main]
     if res.status_subresource:
         entries.append({"name": f"{res.plural}/status", "singularName": "", "namespaced": res.namespaced,
-                        "kind": res.kind, "verbs": ["get", "patch", "update"]})
+                        "kind": res.kind, "verbs": ["get"] if res.read_only else ["get", "patch", "update"]})
     if res.log_subresource:
         entries.append({"name": f"{res.plural}/log", "singularName": "", "namespaced": res.namespaced,
                         "kind": res.kind, "verbs": ["get"]})

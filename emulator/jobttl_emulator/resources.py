@@ -54,6 +54,11 @@ class Resource:
     schema: dict | None = field(default=None, compare=False, hash=False, repr=False)
     # A CRD version's additionalPrinterColumns.
     printer_columns: tuple[dict, ...] = field(default=(), compare=False, hash=False, repr=False)
+    # Served read-only: writes are refused (405), as the emulator cannot act on them (CRDs).
+    read_only: bool = False
+    # The CustomResourceDefinition this kind was read from (crds.py): served at
+    # /apis/apiextensions.k8s.io/v1/customresourcedefinitions.
+    crd: dict | None = field(default=None, compare=False, hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.singular:
@@ -107,6 +112,14 @@ EVENT = Resource(
 NAMESPACE = Resource(
     "", "v1", "Namespace", "namespaces", namespaced=False, short_names=("ns",), builtin=True,
     selectable_fields=("status.phase",), schema=builtin_schemas.NAMESPACE,
+)
+
+# The CustomResourceDefinitions of the kinds served from CRD files, as kube-apiserver serves them
+# (status subresource, short names crd/crds, category api-extensions). Registered only when some
+# kind came from a CRD; read-only: a CRD posted here would define nothing.
+CUSTOM_RESOURCE_DEFINITION = Resource(
+    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
+    short_names=("crd", "crds"), categories=("api-extensions",), namespaced=False, builtin=True, read_only=True,
 )
 
 CONFIG_MAP = Resource(

@@ -613,6 +613,8 @@ def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Respon
 
 def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: bytes) -> Response:
     res, namespace, name, sub = route.resource, route.namespace, route.name, route.subresource
+    if res.read_only and method not in ("GET", "HEAD"):
+        raise _method_not_allowed()
     content_type = request.mimetype
     if name is None:
         if method == "GET":

@@ -60,7 +60,8 @@ from . import apply as ssa
 from .gc import FOREGROUND, GC_FINALIZERS, ORPHAN, GarbageCollector
 from .logs import Entry, PodLogs
 from .patches import PatchError, json_patch, merge_patch, strategic_merge_patch
-from .resources import DEFAULT_RESOURCES, Resource, qualify
+from .crds import definitions, served_crd
+from .resources import CUSTOM_RESOURCE_DEFINITION, DEFAULT_RESOURCES, Resource, qualify
 from .selectors import FieldSelector, LabelSelector, SelectorError, label_key_error, label_value_error
 from .validation import prune, strict_message
 
@@ -449,6 +450,10 @@ class Store:
         bookmark_interval: float = 60.0,
     ) -> None:
         self.resources = tuple(resources)
+        # The CRDs the kinds came from, served under apiextensions.k8s.io/v1 as the real server does.
+        self._definitions = definitions(self.resources)
+        if self._definitions and self.find("apiextensions.k8s.io", "v1", "customresourcedefinitions") is None:
+            self.resources += (CUSTOM_RESOURCE_DEFINITION,)
         self.gc_delay = gc_delay
         self.history_size = max(1, history_size)
         self.bookmark_interval = bookmark_interval
@@ -462,6 +467,7 @@ class Store:
         self.logs = PodLogs()
         self._namespaces = self.find("", "v1", "namespaces")
         self._create_system_namespaces()
+        self._create_definitions()
 
     # -- lookup ------------------------------------------------------------
 
@@ -483,6 +489,17 @@ class Store:
         with self._lock:
             for name in SYSTEM_NAMESPACES:
                 self._provision_namespace(name)
+
+    def _create_definitions(self) -> None:
+        """The CRDs of the kinds served from CRD files, established (they are there from the start, and after a reset)."""
+        res = self.find("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+        if res is None:
+            return
+        with self._lock:
+            for crd in self._definitions:
+                body, status = served_crd(crd, now_rfc3339())
+                created = self._create(res, "", body, dry_run=False)
+                self._update(res, "", created["metadata"]["name"], {**created, "status": status}, "status", False)
 
     def _provision_namespace(self, name: str) -> None:
         """Create the Namespace ``name`` if namespaces are served and it does not exist; lock held."""
@@ -887,6 +904,7 @@ class Store:
             self.gc.reset()
             self.logs.clear()
             self._create_system_namespaces()
+            self._create_definitions()
             rv = self.compact()
         self.close_watches()
         return rv

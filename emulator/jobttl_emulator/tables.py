@@ -357,6 +357,9 @@ _BUILTIN: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
         dict(NAME_COLUMN, priority=1),
     ], _event_row),
     "/Namespace": ([NAME_COLUMN, column("Status", description="The status of the namespace"), AGE_COLUMN], _namespace_row),
+    # apiextensions-apiserver has no printer for CRDs: rest.DefaultTableConvertor's two columns.
+    "apiextensions.k8s.io/CustomResourceDefinition": ([NAME_COLUMN, column("Created At", "date", description=_AGE_DESCRIPTION)],
+                                                      lambda crd: [crd["metadata"]["name"], crd["metadata"].get("creationTimestamp")]),
 }
 
 

@@ -36,7 +36,7 @@ helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extr
 
 from jobttl.core.install import CONFIGMAP  # noqa: E402
 from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
-from jobttl.core.kube import JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.kube import CRD_GROUP, CRDS, JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)
@@ -226,9 +226,17 @@ def declared(component: str, kinds, **features) -> set[tuple[str, str, str]]:
     for resource, verbs in permissions(component, **features).items():
         if resource == JOBS:
             granted |= on_kinds(kinds, verbs)
+        elif resource == CRDS:  # the kinds' own CRDs, by name (tests/deploy/test_rbac.py: `named`)
+            granted |= {(CRD_GROUP, f"{CRDS}[{name}]", verb) for name in kind_crds(kinds) for verb in verbs}
         elif resource != VERSION:  # a non-resource URL every authenticated client may read
             granted |= {("", resource, verb) for verb in verbs}
     return granted
+
+
+def kind_crds(kinds) -> list[str]:
+    """The CRDs of the chart's `kinds` value: plural.group where the group has a dot (not batch/v1)."""
+    names = [f"{k['plural']}.{k['apiVersion'].rpartition('/')[0]}" for k in kinds if "." in k["apiVersion"].rpartition("/")[0]]
+    return list(dict.fromkeys(names))
 
 
 def accounts(objects, mode: str) -> dict[str, str]:
@@ -254,7 +262,10 @@ MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "
                       {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]
 
 
-@pytest.mark.parametrize("kinds", [None, MPI_OPERATOR_KINDS], ids=["default-kinds", "two-kinds"])
+BATCH_ONLY = [{"apiVersion": "batch/v1", "kind": "Job", "plural": "jobs"}]  # no CRD: no CRD rule (none would be all)
+
+
+@pytest.mark.parametrize("kinds", [None, MPI_OPERATOR_KINDS, BATCH_ONLY], ids=["default-kinds", "two-kinds", "batch-only"])
 @pytest.mark.parametrize("feature", sorted(FEATURES))
 @pytest.mark.parametrize("mode", ["broker", "direct", "watch"])
 def test_each_account_gets_exactly_what_permissions_declares_for_the_kinds_and_policy(mode, feature, kinds):

@@ -44,6 +44,9 @@ def test_a_declared_kind_without_its_rbac_or_its_source_is_caught():
     assert problems == [
         "RBAC: service account jobttl-worker (the worker: Deployment jobttl/jobttl-worker) may not delete, get, list "
         "widgets.widgets.example.com (widgets.example.com/v1 Widget)",
+        "RBAC: service account jobttl-worker (the worker: Deployment jobttl/jobttl-worker) may not get the "
+        "customresourcedefinitions widgets.widgets.example.com (the worker checks its kinds' paths against them "
+        "at start; without it, a warning and no check)",
         "RBAC: service account jobttl-source (the source: ApiServerSource jobttl-jobs) may not get, list, watch "
         "widgets.widgets.example.com (widgets.example.com/v1 Widget)",
         "source: ApiServerSource jobttl-jobs does not watch widgets.example.com/v1 Widget",
@@ -65,6 +68,21 @@ def test_the_generated_manifests_are_what_knative_ships_for_the_job_kinds():
     assert source["spec"]["resources"] == source_resources(policy)
     trigger = find(objects, "Trigger", "jobttl-jobs")
     assert trigger["spec"]["filters"][1]["any"] == trigger_kinds(policy)
+
+
+def test_the_generated_worker_role_reads_exactly_its_kinds_crds_by_name():
+    policy = parse_policy(shipped_policy(kindDeclarations=[WIDGET]))
+    worker = cluster_roles(policy)[1]
+    rule, = [r for r in worker["rules"] if r["resources"] == ["customresourcedefinitions"]]
+    assert rule == {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
+                    "resourceNames": ["tfjobs.kubeflow.org", "pytorchjobs.kubeflow.org", "mpijobs.kubeflow.org",
+                                      "xgboostjobs.kubeflow.org", "paddlejobs.kubeflow.org", "jaxjobs.kubeflow.org",
+                                      "trainjobs.trainer.kubeflow.org", "workflows.argoproj.io",
+                                      "widgets.widgets.example.com"],  # not batch/v1's Job: it has no CRD
+                    "verbs": ["get"]}
+    # A policy with no custom kind: no rule at all (one naming nothing would grant every CRD).
+    batch_only = parse_policy({"kinds": ["batch/v1/Job"]})
+    assert not [r for r in cluster_roles(batch_only)[1]["rules"] if r["resources"] == ["customresourcedefinitions"]]
 
 
 def test_generated_manifests_cover_a_declared_kind(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 from tests.deploy.manifests import KNATIVE, find, load_yaml_documents, pod_spec, rendered
 from jobttl.core.install import CONFIGMAP
 from jobttl.core.kinds import DEFAULT_KINDS
-from jobttl.core.kube import JOBS, VERSION, permissions
+from jobttl.core.kube import CRD_GROUP, CRDS, JOBS, VERSION, crd_names, permissions
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
 NAMESPACE = "jobttl"
@@ -30,12 +30,24 @@ def on_job_kinds(verbs):
     return {(kind.group, kind.plural, verb) for kind in DEFAULT_KINDS for verb in verbs}
 
 
+def named(resource: str, name: str) -> str:
+    """How a grant limited to one object by `resourceNames` is written here: ``resource[name]``."""
+    return f"{resource}[{name}]"
+
+
+def on_crds(kinds, verbs) -> set[tuple[str, str, str]]:
+    """The kinds' own CustomResourceDefinitions, by name (the only ones the worker may read)."""
+    return {(CRD_GROUP, named(CRDS, name), verb) for name in crd_names(kinds) for verb in verbs}
+
+
 def declared(component: str, **features) -> set[tuple[str, str, str]]:
     """What `jobttl.core.kube.permissions` lets the component do, as RBAC (apiGroup, resource, verb)."""
     granted = set()
     for resource, verbs in permissions(component, **features).items():
         if resource == JOBS:
             granted |= on_job_kinds(verbs)
+        elif resource == CRDS:
+            granted |= on_crds(DEFAULT_KINDS, verbs)
         elif resource != VERSION:  # a non-resource URL every authenticated client may read
             granted |= {("", resource, verb) for verb in verbs}  # core: events, pods, pods/log
     return granted
@@ -46,7 +58,9 @@ class Violation(AssertionError):
 
 
 def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, str, str]]:
-    """Every (apiGroup, resource, verb) bound to a service account, refusing anything wider."""
+    """Every (apiGroup, resource, verb) bound to a service account, refusing anything wider. A rule
+    limited by `resourceNames` grants ``resource[name]`` for each name (`named`): only the install
+    record's (a Role) and the worker's CRDs' (in a ClusterRole: CRDs have no namespace) may be."""
     roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
              for o in objects if o["apiVersion"] == RBAC and o["kind"] in ("ClusterRole", "Role")}
     granted = set()
@@ -68,12 +82,19 @@ def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, 
             name = f"{ref['name']}: {rule}"
             if "nonResourceURLs" in rule:
                 raise Violation(f"{name}: only resource rules are expected")
-            if "resourceNames" in rule and (ref["kind"] != "Role" or rule.get("resources") != ["configmaps"]
-                                            or rule["resourceNames"] != [CONFIGMAP]):
-                raise Violation(f"{name}: resource names only for jobttl's own install record, in a Role")
+            crd_rule = rule.get("apiGroups") == [CRD_GROUP] and rule.get("resources") == [CRDS]
+            if "resourceNames" in rule and not crd_rule and (
+                    ref["kind"] != "Role" or rule.get("resources") != ["configmaps"]
+                    or rule["resourceNames"] != [CONFIGMAP]):
+                raise Violation(f"{name}: resource names only for jobttl's own install record, in a Role, "
+                                "and the job kinds' CRDs")
             fields = (rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [])
-            if any("*" in value for field in fields for value in field):
+            if any("*" in value for field in fields for value in field + rule.get("resourceNames", [])):
                 raise Violation(f"{name}: wildcard")
+            if crd_rule and "resourceNames" in rule:
+                if not rule["resourceNames"]:
+                    raise Violation(f"{name}: empty resourceNames grant every name")
+                fields = (fields[0], [named(CRDS, n) for n in rule["resourceNames"]], fields[2])
             granted |= set(itertools.product(*fields))
     return granted
 
@@ -181,6 +202,30 @@ def test_a_binding_to_an_unknown_role_is_refused():
     find(objects, "ClusterRoleBinding", "jobttl-worker")["roleRef"]["name"] = "cluster-admin"
     with pytest.raises(Violation, match="not in the manifests"):
         grants(objects, accounts(objects)["worker"])
+
+
+def test_the_worker_reads_only_its_kinds_crds_by_name():
+    objects = rendered(KNATIVE)
+    worker = grants(objects, accounts(objects)["worker"])
+    assert {r for _, r, _ in worker if r.startswith(CRDS)} == {named(CRDS, n) for n in crd_names(DEFAULT_KINDS)}
+    assert (CRD_GROUP, CRDS, "get") not in worker  # never every CRD
+    assert "jobs.batch" not in crd_names(DEFAULT_KINDS) and "mpijobs.kubeflow.org" in crd_names(DEFAULT_KINDS)
+
+
+@pytest.mark.parametrize("change", ["unnamed", "empty", "another"])
+def test_a_wider_crd_rule_is_caught(change):
+    objects = rendered(KNATIVE)
+    rule = next(r for r in find(objects, "ClusterRole", "jobttl-worker")["rules"] if r["resources"] == [CRDS])
+    if change == "unnamed":
+        del rule["resourceNames"]
+    elif change == "another":
+        rule["resourceNames"].append("secrets.example.com")
+    else:
+        rule["resourceNames"] = []
+        with pytest.raises(Violation, match="empty resourceNames"):
+            grants(objects, accounts(objects)["worker"])
+        return
+    assert grants(objects, accounts(objects)["worker"]) != declared("worker")
 
 
 def test_resource_names_are_refused_beyond_the_install_record():

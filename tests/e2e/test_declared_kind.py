@@ -5,7 +5,10 @@ True, at `status.finishedAt`. The policy declares it (`kindDeclarations`); nothi
 The real processes run against an emulator serving the Widget CRD: `jobttl watch` sees a finished
 Widget and posts the event, the sink books it, the worker archives it (with its pod's log) and
 deletes it at finish + TTL with the UID precondition. A resync finds one nobody posted,
-`jobttl explain` explains one, and a typo in the declaration stops jobttl at start, naming the field.
+`jobttl explain` explains one, and a typo in the declaration stops jobttl at start, naming the field;
+a well-formed path the Widget CRD does not have (the emulator serves the CRD, and the worker reads
+it at start) stops the worker too, naming the path and the nearest field; when RBAC will not let it
+read the CRD, it warns, naming the rule to grant, and starts.
 """
 
 from __future__ import annotations
@@ -204,3 +207,41 @@ def test_a_typo_in_a_declaration_stops_jobttl_at_start_naming_the_field(tmp_path
     explained = jobttl(env, "explain", "-f", str(path), "--policy", str(path))
     assert explained.returncode == 2
     assert "kindDeclarations[0].finishedAt[0]: 'finishedAt' is not" in explained.stderr
+
+
+def test_a_declared_path_its_crd_does_not_have_stops_the_worker_naming_it_and_the_right_one_starts(tmp_path, env):
+    """The emulator serves the Widget CRD (GET customresourcedefinitions/widgets.widgets.example.com):
+    `spec.sise` is well-formed, so only the CRD's schema can tell it names nothing."""
+    path = tmp_path / "policy.yaml"
+    own = {**env, "JOBTTL_POLICY": str(path), "JOBTTL_QUEUE": "widgets-checked",
+           "JOBTTL_WORKER_METRICS_PORT": str(free_port())}
+    path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.sise"})))
+    refused = jobttl(own, "worker", "--burst")
+    assert refused.returncode == 2, refused.stderr
+    assert "Traceback" not in refused.stderr
+    assert (f"jobttl: configuration error: a kind declaration reads fields its CustomResourceDefinition does not "
+            f"have (such a path never matches):\n  {path}: kindDeclarations[0].suspend: 'spec.sise' is not in the "
+            "schema of widgets.example.com/v1/Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; "
+            "did you mean spec.size?") in refused.stderr
+
+    path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.size"})))
+    started = jobttl(own, "worker", "--burst")
+    assert started.returncode == 0, started.stderr
+    checked = [json.loads(line) for line in started.stderr.splitlines() if '"kinds-checked"' in line]
+    assert checked and "widgets.example.com/v1/Widget" in checked[0]["verified"]
+
+
+def test_a_worker_rbac_will_not_let_read_the_crd_warns_naming_the_rule_and_starts(tmp_path, env, kube):
+    path = tmp_path / "policy.yaml"
+    path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.sise"})))
+    own = {**env, "JOBTTL_POLICY": str(path), "JOBTTL_QUEUE": "widgets-unchecked",
+           "JOBTTL_WORKER_METRICS_PORT": str(free_port())}
+    kube.add_fault(verb="get", status=403, count=1, path_contains="/customresourcedefinitions/widgets.widgets.example.com")
+    started = jobttl(own, "worker", "--burst")
+    assert started.returncode == 0, started.stderr
+    warning, = [json.loads(line) for line in started.stderr.splitlines() if '"kind-unverified"' in line]
+    assert warning["level"] == "WARNING" and warning["crds"] == ["widgets.widgets.example.com"]
+    # The rule covers every enabled custom kind (the default ones and the Widget), by name.
+    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get], "
+            "resourceNames: [tfjobs.kubeflow.org, " in warning["detail"])
+    assert "workflows.argoproj.io, widgets.widgets.example.com]}" in warning["detail"]

@@ -58,8 +58,9 @@ def test_crd_versions_scope_and_bad_documents():
 def test_crd_replaces_a_plain_registration_of_the_same_kind():
     plain = Resource("kubeflow.org", "v1", "TFJob", "tfjobs")
     with EmulatorServer(resources=(plain,), crds=[TFJOB_CRD]) as server:
-        (served,) = server.store.resources
+        served, definitions = server.store.resources  # and the CRDs, served since one was loaded
         assert served.printer_columns and served is not plain
+        assert definitions.plural == "customresourcedefinitions"
 
 
 def test_system_namespaces_and_auto_provisioning(full):

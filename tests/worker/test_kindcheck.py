@@ -1,0 +1,140 @@
+"""The worker's start-up check of its kinds' paths against their CRDs (jobttl.worker.kindcheck), with
+the real client over HTTP against the emulator serving the CRDs it loaded (its `get` by name, a 404
+Status for a CRD it does not have, injected 403s and 503s as the API server sends them)."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from pathlib import Path
+
+import pytest
+import yaml
+
+from jobttl.core.config import ConfigError
+from jobttl.core.kinds import TFJOB
+from jobttl.core.kube import KubeClient, load_api_client, permissions
+from jobttl.core.policy import parse_policy
+from jobttl.worker import kindcheck
+from jobttl_emulator import EVENT, JOB, POD, Resource
+from jobttl_emulator.crds import load_crds
+from tests.fixtures import REFERENCE
+from tests.services import start_emulator
+
+WIDGET_CRD = Path(__file__).resolve().parents[1] / "e2e" / "widget-crd.yaml"
+TFJOB_CRD = REFERENCE / "kubeflow" / "kubeflow.org_tfjobs.yaml"
+WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
+          "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+          "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"], "suspend": "spec.size"}
+GADGET = {**WIDGET, "group": "gadgets.example.com", "kind": "Gadget", "plural": "gadgets"}
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory):
+    """Widgets from their CRD; TFJob from a copy of its upstream CRD without runPolicy.suspend (an
+    older training operator's, say); Gadgets served without a CRD (an aggregated API, say)."""
+    if not TFJOB_CRD.exists():
+        pytest.skip("the upstream TFJob CRD (../shared/reference) is not here")
+    directory = tmp_path_factory.mktemp("kindcheck")
+    crd = yaml.load(TFJOB_CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    run_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
+    del run_policy["properties"]["suspend"]
+    (directory / "older-tfjobs.yaml").write_text(yaml.safe_dump(crd))
+    gadgets = Resource("gadgets.example.com", "v1", "Gadget", "gadgets")
+    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml"]), gadgets, JOB, POD, EVENT)
+    server = start_emulator(directory, served, gc_delay=0.1)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def client(kube):
+    kube.reset()
+    return KubeClient(load_api_client(str(kube.kubeconfig)), timeout=5, granted=permissions("worker"))
+
+
+def kinds(*declarations: dict, enabled: tuple[str, ...] = ()) -> tuple:
+    names = [f"{d['group']}/{d['version']}/{d['kind']}" for d in declarations]
+    return parse_policy({"kindDeclarations": [copy.deepcopy(d) for d in declarations],
+                         "kinds": [*enabled, *names]}, "policy.yaml").kinds
+
+
+def crd_gets(kube) -> list[str]:
+    return [r["path"].rsplit("/", 1)[1] for r in kube.requests("GET", "/customresourcedefinitions")]
+
+
+def test_a_declared_path_naming_nothing_stops_the_worker_naming_field_path_kind_and_the_nearest(client, kube):
+    with pytest.raises(ConfigError) as refused:
+        kindcheck.verify_kinds(client.get_crd, kinds({**WIDGET, "suspend": "spec.sise"}), pause=0)
+    message = str(refused.value)
+    assert ("policy.yaml: kindDeclarations[0].suspend: 'spec.sise' is not in the schema of widgets.example.com/v1/"
+            "Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; did you mean spec.size?") in message
+    assert crd_gets(kube) == ["widgets.widgets.example.com"]
+
+
+def test_every_problem_is_named_at_once(client):
+    broken = {**WIDGET, "finishedAt": ["status.finishedAT"], "managedBy": {"path": "spec.managedBy", "own": ["x"]}}
+    with pytest.raises(ConfigError) as refused:
+        kindcheck.verify_kinds(client.get_crd, kinds(broken), pause=0)
+    lines = str(refused.value).splitlines()[1:]
+    assert [line.split(": ")[1] for line in lines] == ["kindDeclarations[0].finishedAt[0]",
+                                                       "kindDeclarations[0].managedBy.path"]
+    assert "did you mean status.finishedAt?" in lines[0]
+
+
+def test_a_correct_declaration_is_verified_and_each_crd_read_once_only_for_custom_kinds(client, kube, caplog):
+    caplog.set_level(logging.INFO, "jobttl.worker")
+    enabled = ("batch/v1/Job", "kubeflow.org/v1/TFJob", "kubeflow.org/v2beta1/MPIJob", "kubeflow.org/v1/MPIJob")
+    report = kindcheck.verify_kinds(client.get_crd, kinds(WIDGET, enabled=enabled), pause=0)
+    assert "widgets.example.com/v1/Widget" in report.verified
+    # batch/v1 Job has no CRD to read; the MPIJobs' one CRD (not installed here) is asked for once.
+    assert sorted(crd_gets(kube)) == ["mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "widgets.widgets.example.com"]
+    assert sorted(report.no_crd) == ["kubeflow.org/v1/MPIJob", "kubeflow.org/v2beta1/MPIJob"]
+    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert checked.no_crd == report.no_crd
+
+
+def test_a_kind_served_without_a_crd_is_not_checked_and_does_not_stop_the_worker(client, kube):
+    report = kindcheck.verify_kinds(client.get_crd, kinds({**GADGET, "suspend": "spec.whatever"}), pause=0)
+    assert report.no_crd == ["gadgets.example.com/v1/Gadget"] and not report.errors
+    assert crd_gets(kube) == ["gadgets.gadgets.example.com"]  # a 404 Status naming it
+
+
+def test_a_builtin_declaration_reading_what_the_installed_crd_lacks_is_a_warning(client, caplog):
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    report = kindcheck.verify_kinds(client.get_crd, (TFJOB,), pause=0)
+    (kind, problems), = report.absent
+    assert kind is TFJOB and [(p.field, p.text) for p in problems] == [("suspend", "spec.runPolicy.suspend")]
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
+    assert warning.fields == ["suspend: spec.runPolicy.suspend"] and "kindDeclarations" in warning.detail
+
+
+def test_rbac_refusing_the_read_is_one_warning_naming_the_rule_to_grant_and_the_worker_goes_on(client, kube, caplog):
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    kube.add_fault(verb="get", status=403, count=10, path_contains="/customresourcedefinitions/")
+    declared = kinds({**WIDGET, "suspend": "spec.sise"}, enabled=("kubeflow.org/v1/TFJob",))
+    report = kindcheck.verify_kinds(client.get_crd, declared, pause=0)  # the typo goes unseen: not checked
+    assert report.forbidden == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"] and not report.errors
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    assert warning.reason == "forbidden"
+    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get], "
+            "resourceNames: [tfjobs.kubeflow.org, widgets.widgets.example.com]}") in warning.detail
+
+
+def test_an_api_server_not_answering_is_retried_then_a_warning_and_the_others_are_not_waited_for(client, kube, caplog):
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    kube.add_fault(verb="get", status=503, count=100, path_contains="/customresourcedefinitions/")
+    declared = kinds(WIDGET, enabled=("kubeflow.org/v1/TFJob",))
+    report = kindcheck.verify_kinds(client.get_crd, declared, pause=0)
+    assert sorted(report.unreadable) == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"]
+    assert len(crd_gets(kube)) == kindcheck.ATTEMPTS  # the first CRD, three times; then no more
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    assert warning.reason == "unreadable" and "503" in warning.detail
+
+
+def test_a_declared_version_its_crd_does_not_serve_is_a_warning_naming_what_it_serves(client, caplog):
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    report = kindcheck.verify_kinds(client.get_crd, kinds({**WIDGET, "version": "v2"}), pause=0)
+    assert [(k.version, served) for k, served in report.not_served] == [("v2", ("v1",))]
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-version-not-served"]
+    assert "does not serve v2 (it serves v1)" in warning.detail

@@ -1,0 +1,151 @@
+"""At the worker's start: the enabled kinds' declared paths checked against the cluster's CRDs.
+
+For each enabled kind a CRD defines, the worker reads that CustomResourceDefinition once
+(``GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<plural>.<group>``) and checks
+every path its declaration reads against the schema of the version jobttl uses
+(`jobttl.core.crdcheck`). What it finds:
+
+- a path of the operator's own declaration (``kindDeclarations``) that names nothing, or the wrong
+  thing: a configuration error naming the declaration's field, the path, the kind and the nearest
+  field names. The worker stops before it deletes anything (a ``managedBy`` or ``suspend`` path
+  that reads nothing would delete what it must leave alone);
+- the same in a built-in declaration (``core/kinds.yaml``): the cluster runs another version of
+  that operator than jobttl was written for. A warning (``kind-fields-absent``): the operator
+  cannot fix kinds.yaml, but can redeclare the kind;
+- no CRD (404: not installed, or served by an aggregated API), batch/v1 (Kubernetes' own): nothing
+  to check. A kind not served is reported by the resync as before (``jobttl_kind_not_served``);
+- a CRD that does not serve the kind's version: the same, said once (a warning for a declared kind);
+- RBAC refusing the read (403), or an API server not answering: one warning naming what was not
+  checked (and the rule to grant); the worker goes on, as it did before the check existed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobttl.core import crdcheck, logs
+from jobttl.core.config import ConfigError
+from jobttl.core.kinds import JobKind
+from jobttl.core.kube import CRD_GROUP, CRDS, PermanentApiError, TransientApiError, Undecodable, crd_names
+
+log = logging.getLogger("jobttl.worker")
+
+ATTEMPTS = 3  # reads of one CRD while the API server does not answer, PAUSE apart
+PAUSE = 2.0
+
+
+@dataclass
+class Report:
+    verified: list[str] = field(default_factory=list)  # apiVersion/Kind whose paths were all found
+    no_crd: list[str] = field(default_factory=list)
+    not_served: list[tuple[JobKind, tuple[str, ...]]] = field(default_factory=list)  # and the versions served
+    errors: list[str] = field(default_factory=list)  # the operator's declarations: configuration errors
+    absent: list[tuple[JobKind, list[crdcheck.Problem]]] = field(default_factory=list)  # built-in declarations
+    forbidden: list[str] = field(default_factory=list)  # CRDs RBAC would not let it read
+    unreadable: dict[str, str] = field(default_factory=dict)  # CRD -> why (API down, undecodable)
+
+
+def _name(kind: JobKind) -> str:
+    return f"{kind.api_version}/{kind.kind}"
+
+
+def check(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobKind, ...],
+          pause: float = PAUSE) -> Report:
+    """Read each CRD once (`get_crd`: the client's) and check the declarations of `kinds` against it."""
+    report = Report()
+    crds: dict[str, dict[str, Any] | None] = {}
+    down: str | None = None  # the API server did not answer: the others are not asked (nor waited for)
+    for kind in kinds:
+        if kind.crd is None or kind.declaration is None:
+            continue  # Kubernetes' own (batch/v1 Job), or a kind built without a declaration
+        if kind.crd in report.forbidden or kind.crd in report.unreadable:
+            continue
+        if down is not None:
+            report.unreadable[kind.crd] = down
+            continue
+        if kind.crd not in crds:
+            try:
+                crds[kind.crd] = _read(get_crd, kind, pause)
+            except PermanentApiError as exc:
+                if exc.status == 403:
+                    report.forbidden.append(kind.crd)
+                else:
+                    report.unreadable[kind.crd] = str(exc)
+                continue
+            except TransientApiError as exc:
+                report.unreadable[kind.crd] = down = str(exc)
+                continue
+            except Undecodable as exc:
+                report.unreadable[kind.crd] = str(exc)
+                continue
+        crd = crds[kind.crd]
+        if crd is None:
+            report.no_crd.append(_name(kind))
+            continue
+        verdict = crdcheck.verify(kind.declaration, crd, lenient=kind.builtin)
+        if not verdict.served:
+            report.not_served.append((kind, verdict.served_versions))
+        elif verdict.problems and kind.builtin:
+            report.absent.append((kind, list(verdict.problems)))
+        elif verdict.problems:
+            report.errors += [crdcheck.describe(kind.declared_in, p) for p in verdict.problems]
+        else:
+            report.verified.append(_name(kind))
+    return report
+
+
+def _read(get_crd: Callable[[JobKind], dict[str, Any] | None], kind: JobKind, pause: float) -> dict[str, Any] | None:
+    for attempt in range(1, ATTEMPTS + 1):
+        try:
+            return get_crd(kind)
+        except TransientApiError:
+            if attempt == ATTEMPTS:
+                raise
+            time.sleep(pause)
+    return None  # not reached
+
+
+def grant_rule(kinds: tuple[JobKind, ...]) -> str:
+    """The RBAC rule the worker needs for the check, as a ClusterRole's rules entry says it."""
+    return (f"{{apiGroups: [{CRD_GROUP}], resources: [{CRDS}], verbs: [get], "
+            f"resourceNames: [{', '.join(crd_names(kinds))}]}}")
+
+
+def verify_kinds(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobKind, ...],
+                 pause: float = PAUSE) -> Report:
+    """Check, log what could not be checked, and stop (ConfigError) on an operator's declaration
+    naming what its CRD does not have."""
+    report = check(get_crd, kinds, pause)
+    if report.errors:
+        raise ConfigError("a kind declaration reads fields its CustomResourceDefinition does not have (such a path "
+                          "never matches):\n  " + "\n  ".join(report.errors))
+    if report.forbidden:
+        logs.record(log, "kind-unverified", level=logging.WARNING, reason="forbidden", crds=report.forbidden,
+                    detail=f"RBAC refused to let the worker read the CustomResourceDefinitions "
+                           f"{', '.join(report.forbidden)}: the declared paths of their kinds are not checked "
+                           f"against their schemas. Grant the worker's ClusterRole the rule {grant_rule(kinds)} "
+                           "(`jobttl manifests rbac` prints it)")
+    if report.unreadable:
+        logs.record(log, "kind-unverified", level=logging.WARNING, reason="unreadable", crds=list(report.unreadable),
+                    detail="could not read the CustomResourceDefinitions "
+                           + "; ".join(f"{crd} ({why})" for crd, why in report.unreadable.items())
+                           + ": their kinds' declared paths are not checked against their schemas")
+    for kind, problems in report.absent:
+        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
+                    fields=[f"{p.field}: {p.text}" for p in problems],
+                    detail=f"the built-in declaration of {_name(kind)} reads fields the installed CRD {kind.crd} does "
+                           f"not have (another version of its operator?); those readings never match: "
+                           + "; ".join(f"{p.field}: {p.message}" for p in problems)
+                           + ". Redeclare the kind in the policy's kindDeclarations to read them where they are")
+    for kind, served in report.not_served:
+        if not kind.builtin:
+            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
+                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
+                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
+    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
+                not_served=[_name(k) for k, _ in report.not_served])
+    return report
