@@ -115,6 +115,8 @@ class Deletion:
         """What to do with the object just read: the facts gathered (I/O), then the pure judgement."""
         current = self.current
         decision = self.reading.decide(target, kind, obj, current) if to_decide(target, current, obj) else None
+        # Asked whenever there is a decision to judge: cheap, as Redis is read only for deletions due
+        # before the install time this process knows (jobttl.core.install.InstallReview.holds).
         held = decision is not None and self.review.holds(target.due)
         return judge(target, current, obj, decision, ApiTime(self.clock.earliest(), self.clock.problem()), held)
 
