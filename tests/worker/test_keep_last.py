@@ -1,5 +1,5 @@
 """keepLast as the worker checks it: by the cluster's listing, not the index's word, and the index
-repaired from that listing (`jobttl.worker.deletion.check_limit`, `jobttl.core.history.HistoryIndex.repair`).
+repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.history.HistoryIndex.repair`).
 The worker's own Deletion in this process, real Redis, the emulator over HTTP (tests.worker.bench).
 """
 

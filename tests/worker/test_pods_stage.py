@@ -1,7 +1,8 @@
 """The pods stage and the job stage's last steps, run by the worker's own algorithm in this process
-(`jobttl.worker.deletion.Deletion`) against real Redis and the emulator over HTTP: the job read again
-right before its pods go, pods younger than the finish kept, keep-until, dry run, the pods stage
-dropped with its job, and the intent a run leaves (or does not) when it ends.
+(`jobttl.worker.deletion.Deletion`, its pods stage `jobttl.worker.pods_stage.PodsStage`) against real
+Redis and the emulator over HTTP: the job read again right before its pods go, pods younger than the
+finish kept, keep-until, dry run, the pods stage dropped with its job, and the intent a run leaves (or
+does not) when it ends.
 
 Nothing is monkeypatched (tests.worker.bench): a window between the worker's reads is opened with a
 rate-limit slot taken in Redis beforehand (the worker waits for it after its first read, before the

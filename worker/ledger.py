@@ -1,0 +1,92 @@
+"""One deletion run's reads and writes of the schedule, through its scripts (jobttl.core.scripts):
+BEGIN (the claim at the start; the intent right before the DELETE), RELEASE, and FINISH (the one
+write of an outcome). The only place the worker calls those scripts.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from jobttl.core import jsoncodec, keys
+from jobttl.core.audit import Audit, entry_fields
+from jobttl.core.clock import ReferenceClock
+from jobttl.core.decision import Decision
+from jobttl.core.schedule import OVERRIDE_SECONDS
+from jobttl.core.scripts import Scripts
+from jobttl.worker.judgement import Current, Target
+
+log = logging.getLogger("jobttl.worker")
+
+
+class Ledger:
+    def __init__(self, scripts: Scripts, clock: ReferenceClock, audit: Audit, claim_seconds: int, token: str):
+        self.scripts = scripts
+        self.clock = clock
+        self.audit = audit
+        self.claim_seconds = claim_seconds
+        self.token = token
+
+    def begin(self, target: Target, step: str, obj: dict[str, Any] | None = None) -> Current:
+        """BEGIN: at the start (the claim taken), or right before the DELETE (the intent written)."""
+        intent = _intent_of(target, obj) if step == "delete" else ""
+        sent = time.time()
+        due, seconds, micros, keep, until, written, busy = self.scripts.begin(
+            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid), keys.claim(target.member),
+                  keys.intent(target.member)],
+            args=[target.member, step, self.token, self.claim_seconds, intent])
+        self.clock.observe_redis(seconds, micros, sent, time.time())
+        return Current(int(float(due)) if due else None, (int(seconds), int(micros)), keep == b"true",
+                       int(until) if until else None, _intent(written, target.ref.uid), busy == b"busy")
+
+    def release(self, target: Target, sent: bool) -> None:
+        """Give the claim back, and the intent with it unless a DELETE this run `sent` may have been applied."""
+        try:
+            self.scripts.release(keys=[keys.claim(target.member), keys.intent(target.member)],
+                                 args=[self.token, "0" if sent else "1"])
+        except Exception:  # noqa: BLE001 - the claim expires on its own
+            pass
+
+    def record(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
+               follow: float | None = None, info: str | None = None, done: str | None = None,
+               stages_too: bool = True, **fields: Any) -> None:
+        """FINISH, the one write of an outcome: the index, the audit entry, the history card, the tombstone,
+        the follow-up, a stage done for good; the claim and the intent end with it."""
+        audit = self.audit
+        entry = entry_fields(event, target.ref, by="worker", stage=target.recorded_stage, **fields)
+        self.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
+                                    max_entries=audit.max_entries, card_ttl=audit.tombstone_seconds,
+                                    tombstone=tombstone, tombstone_ttl=audit.tombstone_seconds, follow=follow,
+                                    info=info, done=done, override_ttl=OVERRIDE_SECONDS, stages_too=stages_too)
+        audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
+
+
+def details(target: Target, decision: Decision, now: float) -> dict[str, Any]:
+    """An outcome's audit fields from the decision it carried out."""
+    return {"due": target.due, "finishedAt": decision.finished_at, "ttl": decision.ttl,
+            "ttlSource": decision.ttl_source, "rules": list(decision.rules), "dryRun": decision.dry_run,
+            "lateness": round(now - target.due, 3)}
+
+
+def _intent(raw: bytes | str, uid: str) -> dict[str, Any] | None:
+    if not raw:
+        return None
+    try:
+        intent = jsoncodec.loads(raw)
+    except jsoncodec.DecodeError:
+        return None
+    return intent if isinstance(intent, dict) and intent.get("uid") == uid else None
+
+
+def _intent_of(target: Target, obj: dict[str, Any] | None) -> str:
+    """What a run writes before its DELETE: enough for a later run to record the deletion (and
+    its tombstone) should this one die before it can."""
+    meta = (obj or {}).get("metadata") or {}
+    intent = {"uid": target.ref.uid, "at": time.time(), "resourceVersion": meta.get("resourceVersion")}
+    kept = {"metadata": {k: meta[k] for k in ("labels", "creationTimestamp") if k in meta},
+            "status": (obj or {}).get("status") if isinstance((obj or {}).get("status"), dict) else {}}
+    try:
+        return jsoncodec.dumps_str({**intent, "object": kept})
+    except TypeError:  # a status nested beyond what JSON encoders write: the tombstone says less
+        return jsoncodec.dumps_str(intent)
