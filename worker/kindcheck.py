@@ -15,6 +15,8 @@ every path its declaration reads against the schema of the version jobttl uses
 - no CRD (404: not installed, or served by an aggregated API), batch/v1 (Kubernetes' own): nothing
   to check. A kind not served is reported by the resync as before (``jobttl_kind_not_served``);
 - a CRD that does not serve the kind's version: the same, said once (a warning for a declared kind);
+- a CRD that prunes nothing (``spec.preserveUnknownFields: true``, from apiextensions v1beta1): any
+  path may be there, so none is refused; the ``kinds-checked`` line names it (``unchecked``);
 - RBAC refusing the read (403), or an API server not answering: one warning naming what was not
   checked (and the rule to grant); the worker goes on, as it did before the check existed.
 """
@@ -47,6 +49,7 @@ class Report:
     absent: list[tuple[JobKind, list[crdcheck.Problem]]] = field(default_factory=list)  # built-in declarations
     forbidden: list[str] = field(default_factory=list)  # CRDs RBAC would not let it read
     unreadable: dict[str, str] = field(default_factory=dict)  # CRD -> why (API down, undecodable)
+    unchecked: dict[str, str] = field(default_factory=dict)  # apiVersion/Kind -> why its paths were not checked
 
 
 def _name(kind: JobKind) -> str:
@@ -93,6 +96,8 @@ def check(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobK
             report.absent.append((kind, list(verdict.problems)))
         elif verdict.problems:
             report.errors += [crdcheck.describe(kind.declared_in, p) for p in verdict.problems]
+        elif verdict.unchecked:
+            report.unchecked[_name(kind)] = verdict.unchecked
         else:
             report.verified.append(_name(kind))
     return report
@@ -147,5 +152,7 @@ def verify_kinds(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tup
                         detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
                                f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
     logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
-                not_served=[_name(k) for k, _ in report.not_served])
+                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
+                **({"detail": "; ".join(f"{kind}: {why}" for kind, why in report.unchecked.items())}
+                   if report.unchecked else {}))
     return report

@@ -27,6 +27,16 @@ WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "pl
           "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
           "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"], "suspend": "spec.size"}
 GADGET = {**WIDGET, "group": "gadgets.example.com", "kind": "Gadget", "plural": "gadgets"}
+GIZMO = {**WIDGET, "group": "legacy.example.com", "kind": "Gizmo", "plural": "gizmos", "suspend": "spec.paused"}
+# A CRD created under apiextensions v1beta1, read through v1: it still prunes nothing, and its
+# schema declares only part of what its objects hold (no status at all).
+LEGACY_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+              "metadata": {"name": "gizmos.legacy.example.com"},
+              "spec": {"group": "legacy.example.com", "scope": "Namespaced", "preserveUnknownFields": True,
+                       "names": {"kind": "Gizmo", "plural": "gizmos"},
+                       "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                           "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                               "size": {"type": "integer"}}}}}}}]}}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +50,10 @@ def kube(tmp_path_factory):
     run_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
     del run_policy["properties"]["suspend"]
     (directory / "older-tfjobs.yaml").write_text(yaml.safe_dump(crd))
+    (directory / "legacy-gizmos.yaml").write_text(yaml.safe_dump(LEGACY_CRD))
     gadgets = Resource("gadgets.example.com", "v1", "Gadget", "gadgets")
-    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml"]), gadgets, JOB, POD, EVENT)
+    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml"]), gadgets,
+              JOB, POD, EVENT)
     server = start_emulator(directory, served, gc_delay=0.1)
     yield server
     server.stop()
@@ -138,3 +150,14 @@ def test_a_declared_version_its_crd_does_not_serve_is_a_warning_naming_what_it_s
     assert [(k.version, served) for k, served in report.not_served] == [("v2", ("v1",))]
     warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-version-not-served"]
     assert "does not serve v2 (it serves v1)" in warning.detail
+
+
+def test_a_crd_that_prunes_nothing_does_not_stop_the_worker_and_is_named_unchecked(client, kube, caplog):
+    """A correct declaration of a kind whose CRD keeps unknown fields (a v1beta1 CRD's
+    preserveUnknownFields) reads fields its partial schema does not declare: not refused."""
+    caplog.set_level(logging.INFO, "jobttl.worker")
+    report = kindcheck.verify_kinds(client.get_crd, kinds(GIZMO), pause=0)
+    assert not report.errors and list(report.unchecked) == ["legacy.example.com/v1/Gizmo"]
+    assert crd_gets(kube) == ["gizmos.legacy.example.com"]
+    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert checked.unchecked == ["legacy.example.com/v1/Gizmo"] and "preserveUnknownFields" in checked.detail
