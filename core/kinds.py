@@ -14,7 +14,7 @@ against ``kinds.schema.json`` and compiled once into `JobKind`s by `jobttl.core.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -184,11 +184,22 @@ ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJ
 DEFAULT_KINDS = ALL_KINDS
 # Every built-in kind, in kinds.yaml's order: what a policy's `kinds` may name.
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(_BUILTIN.values())
-# The group a bare Kind names, as the policy's `kinds` reads it: a default kind first, then the
-# first built-in one of that name.
-_BARE: dict[str, str] = {}
-for _kind in DEFAULT_KINDS + BUILTIN_KINDS:
-    _BARE.setdefault(_kind.kind, _kind.group)
+_DEFAULT_NAMES = frozenset((k.api_version, k.kind) for k in DEFAULT_KINDS)
+
+
+def bare_kind(name: str, known: Iterable[JobKind]) -> list[JobKind]:
+    """The kinds a bare Kind name (``Job``, ``MPIJob``) names among `known`: those of that name
+    enabled by default (``Job`` is batch/v1's, as it was before Volcano's Job was built in), else
+    every one of that name. The one reading of a bare Kind: the policy's `kinds` enables these, and
+    a kind is shown by its Kind alone only where the Kind names it (`shown_kind`). By apiVersion/Kind:
+    an operator's declaration replacing a default kind is that default kind."""
+    named = [k for k in known if k.kind == name]
+    return [k for k in named if (k.api_version, k.kind) in _DEFAULT_NAMES] or named
+
+
+# The groups a bare Kind names among the built-in kinds (`bare_kind`): one, for every Kind today.
+_BARE: dict[str, frozenset[str]] = {name: frozenset(k.group for k in bare_kind(name, BUILTIN_KINDS))
+                                    for name in dict.fromkeys(k.kind for k in BUILTIN_KINDS)}
 
 
 # --- naming a kind: what keys, metric labels and operators' words use -------------------------------
@@ -223,7 +234,8 @@ def shown_kind(api_version: str, kind: str) -> str:
 
 def _shown(group: str, kind: str) -> str:
     meant = _BARE.get(kind)
-    return kind if meant is None or meant == group else f"{kind}.{group}" if group else kind
+    # The Kind alone where it names this group's kind and no other group's (`bare_kind`).
+    return kind if meant is None or meant == {group} else f"{kind}.{group}" if group else kind
 
 
 def kubectl_resource(api_version: str, kind: str) -> str:
