@@ -467,7 +467,7 @@ class Operations:
     def _named(self, wanted: str | None, api_version: str | None, of_kind: str | None) -> bool:
         """Whether `--kind` (None: any) names this record's kind; one of no known group is compared by
         its bare Kind (`_one_kind` then refuses to act on it where that Kind is several kinds')."""
-        if wanted is None:
+        if not wanted:  # None, or "" (`?kind=`): any kind, as without a namespace
             return True
         return of_kind is not None and kind_named(wanted, self._identity(api_version, of_kind)[0], of_kind)
 
