@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -161,3 +162,33 @@ def test_a_crd_that_prunes_nothing_does_not_stop_the_worker_and_is_named_uncheck
     assert crd_gets(kube) == ["gizmos.legacy.example.com"]
     checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
     assert checked.unchecked == ["legacy.example.com/v1/Gizmo"] and "preserveUnknownFields" in checked.detail
+
+
+def test_a_hanging_api_server_is_given_up_on_within_the_bound_not_after_retries_of_the_api_timeout(kube, caplog):
+    """The API server takes every CRD read and never answers in time: the worker's start must not
+    wait for JOBTTL_API_TIMEOUT (30 s), each tried four times by urllib3, three times (6 min)."""
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    kube.reset()
+    client = KubeClient(load_api_client(str(kube.kubeconfig)), timeout=30, granted=permissions("worker"))
+    kube.add_fault(verb="get", delay=kindcheck.READ_TIMEOUT + 15, count=20, path_contains="/customresourcedefinitions/")
+    started = time.monotonic()
+    report = kindcheck.verify_at_start(client, kinds(WIDGET, enabled=("kubeflow.org/v1/TFJob",)))
+    took = time.monotonic() - started
+    # ATTEMPTS reads of READ_TIMEOUT, PAUSE apart (11 s); generous for a loaded machine, far below 90.
+    assert took < kindcheck.BUDGET + 10, took
+    assert sorted(report.unreadable) == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"]
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    assert warning.reason == "unreadable" and "timed out" in warning.detail.lower(), warning.detail
+
+
+def test_the_whole_check_stops_reading_when_its_budget_is_spent(client, kube):
+    """Each read answers, slowly (0.6 s): three CRDs would take 1.8 s; the check stops at its budget
+    (a read then gets only the time left), and what it did not read is named not checked."""
+    kube.add_fault(verb="get", delay=0.6, count=20, path_contains="/customresourcedefinitions/")
+    declared = kinds(WIDGET, enabled=("kubeflow.org/v1/TFJob", "kubeflow.org/v1/PyTorchJob"))
+    started = time.monotonic()
+    with client.single_tries() as bounded:
+        report = kindcheck.verify_kinds(bounded.get_crd, declared, pause=0, timeout=5, budget=1.0)
+    assert time.monotonic() - started < 2.5
+    assert "tfjobs.kubeflow.org" not in report.unreadable  # the first read was in time
+    assert "widgets.widgets.example.com" in report.unreadable and not report.verified, report
