@@ -37,7 +37,8 @@ from typing import Any
 from jobttl.core import crdcheck, logs
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import CRD_GROUP, CRDS, KubeClient, PermanentApiError, TransientApiError, Undecodable, crd_names
+from jobttl.core.kube import CRDS, KubeClient, PermanentApiError, TransientApiError, Undecodable, permissions
+from jobttl.core.manifests import crd_rules
 
 log = logging.getLogger("jobttl.worker")
 
@@ -131,9 +132,13 @@ def _read(get_crd: GetCRD, kind: JobKind, pause: float, timeout: float, deadline
 
 
 def grant_rule(kinds: tuple[JobKind, ...]) -> str:
-    """The RBAC rule the worker needs for the check, as a ClusterRole's rules entry says it."""
-    return (f"{{apiGroups: [{CRD_GROUP}], resources: [{CRDS}], verbs: [get], "
-            f"resourceNames: [{', '.join(crd_names(kinds))}]}}")
+    """The RBAC rule the worker needs for the check, as `jobttl manifests rbac` prints it in the
+    worker's ClusterRole (`jobttl.core.manifests.crd_rules`), in YAML's flow style."""
+    def flow(value: Any) -> str:
+        return f"[{', '.join(value)}]" if isinstance(value, list) else str(value)
+
+    return "; ".join("{" + ", ".join(f"{key}: {flow(value)}" for key, value in rule.items()) + "}"
+                     for rule in crd_rules(kinds, permissions("worker")[CRDS]))
 
 
 def verify_at_start(kube: KubeClient, kinds: tuple[JobKind, ...]) -> Report:

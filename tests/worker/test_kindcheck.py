@@ -15,6 +15,8 @@ import yaml
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import TFJOB
 from jobttl.core.kube import KubeClient, load_api_client, permissions
+from jobttl.core.kinddecl import key as kinddecl_key
+from jobttl.core.manifests import cluster_roles
 from jobttl.core.policy import parse_policy
 from jobttl.worker import kindcheck
 from jobttl_emulator import EVENT, JOB, POD, Resource
@@ -130,8 +132,14 @@ def test_rbac_refusing_the_read_is_one_warning_naming_the_rule_to_grant_and_the_
     assert report.forbidden == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"] and not report.errors
     warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert warning.reason == "forbidden"
-    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get], "
-            "resourceNames: [tfjobs.kubeflow.org, widgets.widgets.example.com]}") in warning.detail
+    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], resourceNames: "
+            "[tfjobs.kubeflow.org, widgets.widgets.example.com], verbs: [get]}") in warning.detail
+
+
+def test_the_rule_to_grant_is_the_one_jobttl_manifests_rbac_prints():
+    policy = parse_policy({"kindDeclarations": [WIDGET], "kinds": ["TFJob", "batch/v1/Job", kinddecl_key(WIDGET)]})
+    printed, = [r for r in cluster_roles(policy)[1]["rules"] if r["resources"] == ["customresourcedefinitions"]]
+    assert yaml.safe_load(kindcheck.grant_rule(policy.kinds)) == printed
 
 
 def test_an_api_server_not_answering_is_retried_then_a_warning_and_the_others_are_not_waited_for(client, kube, caplog):
