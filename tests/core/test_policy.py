@@ -7,7 +7,8 @@ import pytest
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 from jobttl.core.decision import Verdict, decide
 from jobttl.core.durations import format_duration, parse_duration
-from jobttl.core.kinds import BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind, shown_kind
+from jobttl.core.kinds import (BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind, kubectl_resource,
+                               kubectl_resource_named, shown_kind)
 from jobttl.core.policy import PolicyError, load_policy, parse_policy
 
 AT = 1_700_000_000
@@ -192,6 +193,22 @@ def test_a_kind_is_shown_by_its_kind_alone_exactly_where_the_policy_reads_that_k
     for kind in BUILTIN_KINDS:
         if kind.kind == name:
             assert (shown_kind(kind.api_version, kind.kind) == name) == (kind in enabled), kind.api_version
+
+
+@pytest.mark.parametrize("kind", BUILTIN_KINDS, ids=lambda k: f"{k.api_version}/{k.kind}")
+def test_kubectl_is_given_one_name_for_a_kind_however_the_operator_named_it(kind):
+    expected = kubectl_resource(kind.api_version, kind.kind)
+    assert kubectl_resource_named(f"{kind.api_version}/{kind.kind}") == expected
+    assert kubectl_resource_named(shown_kind(kind.api_version, kind.kind)) == expected
+    assert kubectl_resource_named(f"{kind.kind}.{kind.group}") == expected
+
+
+def test_kubectl_names_a_kind_it_does_not_build_in_with_its_group():
+    """kubectl would pick one of two CRDs of Kind Widget by itself for `widget`."""
+    assert kubectl_resource("a.example.com/v1", "Widget") == "widget.a.example.com"
+    assert kubectl_resource_named("Widget.a.example.com") == "widget.a.example.com"
+    assert kubectl_resource_named("Job.batch.volcano.sh") == "job.batch.volcano.sh"
+    assert kubectl_resource_named("Job") == "job"
 
 
 @pytest.mark.parametrize("data, words", [
