@@ -14,6 +14,10 @@ what its schema keeps):
   ``generateName``): labels and annotations take any key; ``apiVersion``, ``kind`` and ``metadata``
   are always there at the top and in ``x-kubernetes-embedded-resource`` objects;
 - ``allOf``/``anyOf``/``oneOf`` branches add what they declare;
+- a node that declares no ``type`` and nothing below it (no ``properties``, ``additionalProperties``
+  or ``items``) says nothing of what is there: a legacy (non-structural) schema's, open. A CRD
+  whose ``spec.preserveUnknownFields`` is true (created under apiextensions v1beta1, read through
+  v1) prunes nothing at all, and its schemas are often partial: no path is refused there;
 - jobttl's paths read mappings only (`jobttl.core.kinds.get_path`): one that goes through a list
   (``type: array``) never reads anything. The finishing condition is the one way into a list:
   ``finished.conditions`` reads ``status.conditions[].type``/``.status``, ``condition.X`` reads the
@@ -91,6 +95,7 @@ class Verdict:
     served_versions: tuple[str, ...] = ()
     problems: tuple[Problem, ...] = ()
     checked: int = 0  # paths checked
+    unchecked: str | None = None  # why the paths were not checked against the schema, when they were not
 
 
 def uses(decl: dict[str, Any]) -> list[PathUse]:
@@ -163,8 +168,10 @@ class _Level:
         return kinds
 
     def open(self) -> bool:
+        """Whether anything may be below: unknown fields preserved, a map of anything, or a node
+        saying nothing of what is there (no type, nothing declared below: a legacy schema's)."""
         return any(n.get("x-kubernetes-preserve-unknown-fields") is True or n.get("additionalProperties") is True
-                   for n in self.expanded)
+                   for n in self.expanded) or not any(_says_what(n) for n in self.expanded)
 
     def names(self) -> list[str]:
         names = dict.fromkeys(k for n in self.expanded for k in (n.get("properties") or {}))
@@ -189,6 +196,12 @@ class _Level:
         if found:
             return _Level(found, resource=any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f)))
         return _OPEN if self.open() or not self.types() else None
+
+
+def _says_what(node: dict[str, Any]) -> bool:
+    """Whether a schema node says what may be there: a type, or what is below it."""
+    return any(key in node for key in ("type", "properties", "additionalProperties", "items",
+                                       "x-kubernetes-int-or-string"))
 
 
 def show(path: tuple[str, ...] | list[str], conditions_as: str | None = None) -> str:
@@ -315,6 +328,12 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
                                                           "namespaced kinds only"))
     schema = (version.get("schema") or {}).get("openAPIV3Schema")
     found = uses(decl)
+    if spec.get("preserveUnknownFields") is True:
+        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
+        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
+        return Verdict(name, True, served, tuple(problems), 0,
+                       unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
+                                 "from apiextensions v1beta1): any path may name a field")
     if isinstance(schema, dict):
         wrong = {use: walk(schema, use) for use in found}
         fine = {use.alternatives for use, problem in wrong.items() if problem is None and use.alternatives}

@@ -14,7 +14,7 @@ against ``kinds.schema.json`` and compiled once into `JobKind`s by `jobttl.core.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -184,11 +184,22 @@ ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJ
 DEFAULT_KINDS = ALL_KINDS
 # Every built-in kind, in kinds.yaml's order: what a policy's `kinds` may name.
 BUILTIN_KINDS: tuple[JobKind, ...] = tuple(_BUILTIN.values())
-# The group a bare Kind names, as the policy's `kinds` reads it: a default kind first, then the
-# first built-in one of that name.
-_BARE: dict[str, str] = {}
-for _kind in DEFAULT_KINDS + BUILTIN_KINDS:
-    _BARE.setdefault(_kind.kind, _kind.group)
+_DEFAULT_NAMES = frozenset((k.api_version, k.kind) for k in DEFAULT_KINDS)
+
+
+def bare_kind(name: str, known: Iterable[JobKind]) -> list[JobKind]:
+    """The kinds a bare Kind name (``Job``, ``MPIJob``) names among `known`: those of that name
+    enabled by default (``Job`` is batch/v1's, as it was before Volcano's Job was built in), else
+    every one of that name. The one reading of a bare Kind: the policy's `kinds` enables these, and
+    a kind is shown by its Kind alone only where the Kind names it (`shown_kind`). By apiVersion/Kind:
+    an operator's declaration replacing a default kind is that default kind."""
+    named = [k for k in known if k.kind == name]
+    return [k for k in named if (k.api_version, k.kind) in _DEFAULT_NAMES] or named
+
+
+# The groups a bare Kind names among the built-in kinds (`bare_kind`): one, for every Kind today.
+_BARE: dict[str, frozenset[str]] = {name: frozenset(k.group for k in bare_kind(name, BUILTIN_KINDS))
+                                    for name in dict.fromkeys(k.kind for k in BUILTIN_KINDS)}
 
 
 # --- naming a kind: what keys, metric labels and operators' words use -------------------------------
@@ -218,18 +229,48 @@ def shown_kind(api_version: str, kind: str) -> str:
     """How a kind is named to people: its Kind, or ``Kind.group`` when a bare Kind names another kind
     (the policy's reading of a bare Kind: the default kinds first, e.g. ``Job`` is batch/v1's, so
     Volcano's is ``Job.batch.volcano.sh``). Without an apiVersion: the Kind as it is."""
-    return _shown(group_of(api_version), kind) if api_version else kind
+    return shown_in_group(group_of(api_version), kind) if api_version else kind
 
 
-def _shown(group: str, kind: str) -> str:
+def shown_in_group(group: str, kind: str) -> str:
+    """`shown_kind` of the kind `kind` of API group `group`."""
     meant = _BARE.get(kind)
-    return kind if meant is None or meant == group else f"{kind}.{group}" if group else kind
+    # The Kind alone where it names this group's kind and no other group's (`bare_kind`).
+    return kind if meant is None or meant == {group} else f"{kind}.{group}" if group else kind
+
+
+def parse_named(wanted: str) -> tuple[str | None, str]:
+    """(group, Kind) of an operator's ``--kind``: ``apiVersion/Kind`` (any version), ``Kind.group``,
+    or a bare Kind (group None: the Kind names what it names, `bare_kind`)."""
+    if "/" in wanted:
+        api_version, _, kind = wanted.rpartition("/")
+        return group_of(api_version), kind
+    if "." in wanted:
+        kind, group = split_group_kind(wanted)
+        return group, kind
+    return None, wanted
 
 
 def kubectl_resource(api_version: str, kind: str) -> str:
     """What kubectl takes to name the kind, as it is shown: ``tfjob``, ``job`` (batch/v1's, as for
-    kubectl) and ``job.batch.volcano.sh``."""
-    return shown_kind(api_version, kind).lower()
+    kubectl) and ``job.batch.volcano.sh``; a kind not built in always with its group
+    (``widget.widgets.example.com``): kubectl would pick one of several CRDs of that Kind by itself.
+    Without an apiVersion: the Kind."""
+    return _kubectl(group_of(api_version) if api_version else None, kind)
+
+
+def kubectl_resource_named(wanted: str) -> str:
+    """What kubectl takes for an operator's ``--kind`` (`parse_named`): ``Job.batch.volcano.sh`` is
+    ``job.batch.volcano.sh``, ``kubeflow.org/v1/TFJob`` ``tfjob``, a bare Kind the Kind."""
+    return _kubectl(*parse_named(wanted))
+
+
+def _kubectl(group: str | None, kind: str) -> str:
+    if group is None:
+        return kind.lower()
+    if kind not in _BARE and group:
+        return f"{kind}.{group}".lower()
+    return shown_in_group(group, kind).lower()
 
 
 def kind_named(wanted: str, group: str | None, kind: str) -> bool:
@@ -239,10 +280,10 @@ def kind_named(wanted: str, group: str | None, kind: str) -> bool:
     Kind can match."""
     if group is None:
         return wanted == kind
-    if "/" in wanted:
-        wanted_version, _, wanted_kind = wanted.rpartition("/")
-        wanted = group_kind(wanted_version, wanted_kind)
-    return wanted in (_shown(group, kind), f"{kind}.{group}" if group else kind)
+    wanted_group, wanted_kind = parse_named(wanted)
+    if wanted_kind != kind:
+        return False
+    return shown_in_group(group, kind) == kind if wanted_group is None else wanted_group == group
 
 
 class KindRegistry:

@@ -16,6 +16,7 @@ client's configuration, authentication and HTTP machinery, and:
 from __future__ import annotations
 
 import contextlib
+import copy
 import gc
 import io
 import os
@@ -181,6 +182,20 @@ class KubeClient:
     @property
     def host(self) -> str:
         return self.api_client.configuration.host
+
+    @contextlib.contextmanager
+    def single_tries(self) -> Iterator[KubeClient]:
+        """This client's twin whose requests are each tried once: urllib3 (the client's transport)
+        otherwise tries a GET that timed out three more times, so that a hanging API server costs
+        four times the timeout. For reads that must give up within a bound (the start-up check of
+        the kinds' CRDs); its connections are closed on leaving."""
+        configuration = copy.deepcopy(self.api_client.configuration)
+        configuration.retries = urllib3.Retry(total=None, connect=1, read=0, redirect=0, status=0, other=0)
+        api_client = client.ApiClient(configuration)
+        try:
+            yield KubeClient(api_client, self.timeout, self.component, self.metrics, self.clock, self.granted)
+        finally:
+            api_client.close()
 
     # --- the one door ----------------------------------------------------------------------------
     def _request(self, verb: str, resource: str, method: str, path: str, what: str,
@@ -355,16 +370,16 @@ class KubeClient:
         except jsoncodec.DecodeError:
             return {}
 
-    def get_crd(self, kind: JobKind) -> dict[str, Any] | None:
+    def get_crd(self, kind: JobKind, timeout: float | None = None) -> dict[str, Any] | None:
         """The CustomResourceDefinition defining `kind`, or None when there is none (404): not
         installed, or served some other way (an aggregated API). Only the enabled kinds' CRDs are
-        asked for (RBAC grants them by name)."""
+        asked for (RBAC grants them by name). `timeout`: this read's, else the client's."""
         name = kind.crd
         if name is None:
             return None
         path = f"/apis/{CRD_GROUP}/v1/{CRDS}/{quote(check_name(name), safe='')}"
         try:
-            answer = self._request("get", CRDS, "GET", path, f"{CRDS}.{CRD_GROUP} {name!r}")
+            answer = self._request("get", CRDS, "GET", path, f"{CRDS}.{CRD_GROUP} {name!r}", timeout=timeout)
         except (ObjectGone, NotServed):
             return None
         return self._json(answer, f"CustomResourceDefinition {name}")

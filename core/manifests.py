@@ -9,7 +9,9 @@ finds it. It finds each part by what it is, never by its name (a Helm release na
 ``<release>-...``): the worker and the sink are the workloads whose container runs ``jobttl worker``
 or ``jobttl sink``, the event source an ApiServerSource (its ``serviceAccountName``, its
 ``resources``) or, without Knative, the workload running ``jobttl watch``; each account's RBAC is
-what the ClusterRoleBindings naming it grant. Pure: manifests in, dicts out.
+what the ClusterRoleBindings naming it grant. An object whose fields the check reads are not of
+their type (``command: 5``, a ``volumeMounts`` item that is not a mapping) is a problem naming it,
+and is not read further. Pure: manifests in, dicts out.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cache
 from posixpath import normpath
 from typing import Any
 
@@ -79,6 +82,88 @@ WORKLOADS = {"Deployment": ("spec", "template"), "StatefulSet": ("spec", "templa
              "CronJob": ("spec", "jobTemplate", "spec", "template"), "Pod": (), "Service": ("spec", "template")}
 KNATIVE_SERVING = "serving.knative.dev/"  # a Service of this group is a Knative Service (a workload)
 POLICY_ENV = "JOBTTL_POLICY"
+
+
+# --- what the check reads, and of what type (a JSON Schema per kind of object) ---------------------
+# Only the fields read below, only their types: anything else in an object is not this check's
+# business (kubectl and the API server validate the rest). An object these refuse is not read.
+def _of(**properties: Any) -> dict[str, Any]:
+    return {"type": "object", "properties": properties}
+
+
+def _list(item: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "array", "items": item}
+
+
+def _at(path: tuple[str, ...], leaf: dict[str, Any]) -> dict[str, Any]:
+    for key in reversed(path):
+        leaf = _of(**{key: leaf})
+    return leaf
+
+
+_STRING = {"type": "string"}
+_STRINGS = _list(_STRING)
+_STRING_MAP = {"type": "object", "additionalProperties": _STRING}
+_POD_SPEC = _of(
+    serviceAccountName=_STRING, serviceAccount=_STRING,
+    containers=_list(_of(command=_STRINGS, args=_STRINGS, env=_list(_of(name=_STRING, value=_STRING)),
+                         volumeMounts=_list(_of(name=_STRING, mountPath=_STRING, subPath=_STRING)))),
+    volumes=_list(_of(name=_STRING, configMap=_of(name=_STRING, items=_list(_of(key=_STRING, path=_STRING))))))
+_FILTER = _of(exact=_STRING_MAP, any=_list({"$ref": "#/$defs/filter"}), all=_list({"$ref": "#/$defs/filter"}))
+_SHAPES: dict[str, dict[str, Any]] = {
+    **{kind: _at((*path, "spec"), _POD_SPEC) for kind, path in WORKLOADS.items()},
+    "ConfigMap": _of(data=_STRING_MAP),
+    "ClusterRole": _of(rules=_list(_of(apiGroups=_STRINGS, resources=_STRINGS, verbs=_STRINGS,
+                                       resourceNames=_STRINGS))),
+    "ClusterRoleBinding": _of(roleRef=_of(kind=_STRING, name=_STRING),
+                              subjects=_list(_of(kind=_STRING, name=_STRING, namespace=_STRING))),
+    "ApiServerSource": _of(spec=_of(serviceAccountName=_STRING, mode=_STRING,
+                                    resources=_list(_of(apiVersion=_STRING, kind=_STRING)))),
+    "Trigger": _of(spec=_of(subscriber=_at(("ref", "name"), _STRING), filter=_of(attributes=_STRING_MAP),
+                            filters=_list(_FILTER))),
+}
+_OBJECT = {"type": "object", "properties": {"apiVersion": _STRING, "kind": _STRING,
+                                            "metadata": _of(name=_STRING, namespace=_STRING)}}
+_WORDS = {"object": "a mapping", "array": "a list", "string": "a string"}
+
+
+@cache
+def _validator(kind: str | None) -> Any:
+    from jsonschema import Draft202012Validator  # a runtime dependency (kind declarations)
+
+    return Draft202012Validator({"allOf": [_OBJECT, _SHAPES.get(kind or "", {})], "$defs": {"filter": _FILTER}})
+
+
+def _named(obj: dict[str, Any], index: int) -> str:
+    """An object as problems name it: ``Deployment jobttl/jobttl-worker``, or by its place in the
+    manifests when its name cannot be read."""
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "object"
+    meta = obj.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("name"), str):
+        namespace = meta.get("namespace")
+        return f"{kind} {namespace + '/' if isinstance(namespace, str) and namespace else ''}{meta['name']}"
+    return f"{kind} (object {index + 1} of the manifests, its name unreadable)"
+
+
+def readable(objects: list[Any]) -> tuple[list[dict[str, Any]], list[str]]:
+    """The objects whose fields this check reads are of their types, and a problem line for each
+    other one (naming it and the first field in the way). Only the first are read further."""
+    kept, problems = [], []
+    for index, obj in enumerate(objects):
+        if not isinstance(obj, dict):
+            problems.append(f"malformed: object {index + 1} of the manifests is not a mapping: not read")
+            continue
+        kind = obj.get("kind") if isinstance(obj.get("kind"), str) else None
+        errors = sorted(_validator(kind).iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path])
+        if not errors:
+            kept.append(obj)
+            continue
+        error = errors[0]
+        where = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        expected = _WORDS.get(str(error.validator_value), str(error.validator_value))
+        detail = f"expected {expected}, got {error.instance!r:.60}" if error.validator == "type" else error.message
+        problems.append(f"malformed: {_named(obj, index)}: {where or 'the object'}: {detail}: not read")
+    return kept, problems
 
 
 @dataclass(frozen=True)
@@ -180,8 +265,9 @@ def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
     """What rendered manifests lack for this policy's kinds: the worker's RBAC (and what the
     policy's archiving and pods stages add), an event source watching every kind with the RBAC to,
     the sink's RBAC where a source sends references, a Trigger letting every kind through. Each
-    part is found by what it runs; one that cannot be found is a problem too. Empty: nothing missing."""
-    problems: list[str] = []
+    part is found by what it runs; one that cannot be found is a problem too, and so is an object
+    that cannot be read (`readable`). Empty: nothing missing."""
+    objects, problems = readable(objects)
     workers = workloads(objects, "worker")
     if not workers:
         problems.append("worker: no Deployment (or other workload) runs `jobttl worker`: nothing deletes")
@@ -195,8 +281,8 @@ def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
                              policy.kinds)
         if not _bound_rules(objects, worker.namespace, worker.account):
             continue  # RBAC managed elsewhere: the one line above says so
-        readable = _granted_by_name(objects, worker.namespace, worker.account, CRD_GROUP, CRDS, "get")
-        unreadable = [name for name in crd_names(policy.kinds) if not {name, "*"} & readable]
+        gettable = _granted_by_name(objects, worker.namespace, worker.account, CRD_GROUP, CRDS, "get")
+        unreadable = [name for name in crd_names(policy.kinds) if not {name, "*"} & gettable]
         if unreadable:
             problems.append(f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
                             f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "

@@ -29,7 +29,8 @@ from jobttl.core.audit import Audit
 from jobttl.core.guard import HeldDeletions
 from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
-from jobttl.core.kinds import group_of, kind_named, kubectl_resource, shown_kind, split_group_kind
+from jobttl.core.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, group_of, kind_named, kubectl_resource_named,
+                               shown_in_group, shown_kind, split_group_kind)
 from jobttl.core.metrics import OVERDUE_AFTER
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
@@ -45,7 +46,9 @@ class NotFound(LookupError):
 
 class Ambiguous(LookupError):
     """Several jobs of different kinds share that name; the message lists the kinds (as `--kind`
-    takes them: ``Job`` and ``Job.batch.volcano.sh`` are two)."""
+    takes them: ``Job`` and ``Job.batch.volcano.sh`` are two). Or a record of an earlier release
+    names a Kind without its API group, and several enabled kinds have that Kind: which one it
+    was cannot be told."""
 
 
 class AlreadyKept(LookupError):
@@ -106,12 +109,16 @@ class Undone:
 
 
 class Operations:
-    def __init__(self, redis: Redis, schedule: Schedule, audit: Audit, reconciler: Reconciler | None = None):
+    def __init__(self, redis: Redis, schedule: Schedule, audit: Audit, reconciler: Reconciler | None = None,
+                 kinds: tuple[JobKind, ...] | None = None):
         self.redis = redis
         self.schedule = schedule
         self.audit = audit
         self.reconciler = reconciler
         self.queue: Queue = schedule.queue
+        # The enabled kinds (the policy's): they say which API group a record that kept only its
+        # Kind (an earlier release's) can be of.
+        self.kinds = kinds if kinds is not None else reconciler.policy.kinds if reconciler is not None else DEFAULT_KINDS
 
     # --- is this jobttl's Redis? --------------------------------------------------------------
     def check_redis(self) -> None:
@@ -135,7 +142,8 @@ class Operations:
         if not namespace and not kind:
             return self.schedule.records(self.schedule.members(offset, limit)), self.schedule.count()
         matching = [p for batch in self.schedule.scan() for p in batch
-                    if (not namespace or p.ref.namespace == namespace) and _named(kind, p.ref.api_version, p.ref.kind)]
+                    if (not namespace or p.ref.namespace == namespace)
+                    and self._named(kind, p.ref.api_version, p.ref.kind)]
         end = None if limit is None else offset + limit
         return matching[offset:end], len(matching)
 
@@ -144,7 +152,7 @@ class Operations:
         now = time.time()
         if namespace:
             return sum(1 for batch in self.schedule.scan() for p in batch if p.dry_run and p.due <= now
-                       and p.ref.namespace == namespace and _named(kind, p.ref.api_version, p.ref.kind))
+                       and p.ref.namespace == namespace and self._named(kind, p.ref.api_version, p.ref.kind))
         due = self.schedule.due_counts(now)
         if not kind:
             return due.dry_run_total()
@@ -162,11 +170,11 @@ class Operations:
         pending = self._pending_of(uids)
         tombstones = self.audit.tombstones(namespace, name, uids)
         if kind is not None:
-            history = [e for e in history if _named(kind, e.get("apiVersion"), e.get("kind"))]
-            pending = [p for p in pending if _named(kind, p.ref.api_version, p.ref.kind)]
-            tombstones = [t for t in tombstones if _named(kind, t.get("apiVersion"), t.get("kind"))]
+            history = [e for e in history if self._named(kind, e.get("apiVersion"), e.get("kind"))]
+            pending = [p for p in pending if self._named(kind, p.ref.api_version, p.ref.kind)]
+            tombstones = [t for t in tombstones if self._named(kind, t.get("apiVersion"), t.get("kind"))]
             decisions = {u: d for u, d in decisions.items()
-                         if "kind" not in d or _named(kind, d.get("apiVersion"), d["kind"])}
+                         if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])}
         # Kinds as operators name them: a batch/v1 Job and a Volcano Job of one name are two.
         kinds_of = {(e.get("apiVersion") or "", e["kind"]) for e in history if "kind" in e} | \
                    {(p.ref.api_version, p.ref.kind) for p in pending} | \
@@ -174,10 +182,7 @@ class Operations:
                    {(d.get("apiVersion") or "", d["kind"]) for d in decisions.values() if "kind" in d}
         if not (history or pending or tombstones or decisions):
             raise NotFound(f"jobttl knows nothing about {kind + ' ' if kind else ''}{namespace}/{name}")
-        shown = _shown_kinds(kinds_of)
-        if len(shown) > 1:
-            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(shown)}); "
-                            "say which with --kind")
+        self._one_kind(kinds_of, kind, namespace, name, "names jobs")
         known = max(kinds_of, default=("", kind), key=lambda k: bool(k[0]))  # one with its apiVersion, if any
         now = time.time()
         overrides = self._overrides([uid for uid in uids if uid in decisions])
@@ -319,13 +324,11 @@ class Operations:
         keeps its pods, and a job with only a podTTL has nothing else pending.
         """
         found = [p for p in self._pending_of(list(self.audit.decisions(namespace, name)))
-                 if _named(kind, p.ref.api_version, p.ref.kind)]
+                 if self._named(kind, p.ref.api_version, p.ref.kind)]
         if not found:
             raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
-        shown = _shown_kinds({(p.ref.api_version, p.ref.kind) for p in found})
-        if len(shown) > 1:
-            raise Ambiguous(f"{namespace}/{name} has pending deletions of several kinds "
-                            f"({', '.join(shown)}); say which with --kind")
+        self._one_kind({(p.ref.api_version, p.ref.kind) for p in found}, kind, namespace, name,
+                       "has pending deletions")
         return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
 
     def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Kept:
@@ -370,11 +373,8 @@ class Operations:
         said = {uid: o for uid, o in self._overrides(list(decisions)).items() if field in o}
         if not said:
             raise NotFound(f"no {action} of {kind + ' ' if kind else ''}{namespace}/{name} to undo")
-        kinds = _shown_kinds({(decisions[uid].get("apiVersion") or "", str(decisions[uid].get("kind")))
-                              for uid in said})
-        if len(kinds) > 1:
-            raise Ambiguous(f"{namespace}/{name} has {action}s of several kinds ({', '.join(kinds)}); "
-                            "say which with --kind")
+        self._one_kind({(decisions[uid].get("apiVersion") or "", str(decisions[uid].get("kind"))) for uid in said},
+                       kind, namespace, name, f"has {action}s")
         refs = []
         for uid, override in sorted(said.items(), key=lambda i: -(decisions[i[0]]["at"] or 0)):
             ref = JobRef(decisions[uid].get("apiVersion") or "", decisions[uid].get("kind") or "", namespace, name, uid)
@@ -396,7 +396,7 @@ class Operations:
         if any("apiVersion" not in d for d in decisions.values()):  # noted before cards kept it
             decisions = self._with_api_versions(decisions, [e.fields for e in self.audit.history(namespace, name)])
         return {uid: d for uid, d in decisions.items()
-                if "kind" not in d or _named(kind, d.get("apiVersion"), d["kind"])}
+                if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])}
 
     @staticmethod
     def _with_api_versions(decisions: dict[str, dict[str, Any]],
@@ -411,13 +411,11 @@ class Operations:
         """The newest UID that had the name, not deleted: what an operator means by it."""
         decisions = self._decided(namespace, name, kind)
         if not decisions:
-            where = f"{_resource(kind) if kind else 'KIND'} -n {namespace} {name}"
+            where = f"{kubectl_resource_named(kind) if kind else 'KIND'} -n {namespace} {name}"
             raise NotFound(f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
                            f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true")
-        kinds = _shown_kinds({(d.get("apiVersion") or "", str(d.get("kind"))) for d in decisions.values()})
-        if len(kinds) > 1:
-            raise Ambiguous(f"{namespace}/{name} names jobs of several kinds ({', '.join(kinds)}); "
-                            "say which with --kind")
+        self._one_kind({(d.get("apiVersion") or "", str(d.get("kind"))) for d in decisions.values()}, kind,
+                       namespace, name, "names jobs")
         uid, decided = max(decisions.items(), key=lambda i: i[1]["at"] or 0)
         if decided.get("event") in ("deleted", "delete-requested", "stuck"):
             raise NotFound(f"{missing}: jobttl has already deleted it ({decided.get('event')}, uid {uid})")
@@ -453,6 +451,46 @@ class Operations:
         first = found[0]
         return self.schedule.get(first.ref.uid) or self.schedule.get(first.ref.uid, first.stage) or first
 
+    # --- which kind: a Kind name is not an identity -------------------------------------------
+    def _groups_of(self, kind: str) -> set[str]:
+        """The API groups a Kind can be of: the enabled kinds' (the built-in ones', when none is enabled)."""
+        return {k.group for k in self.kinds if k.kind == kind} or {k.group for k in BUILTIN_KINDS if k.kind == kind}
+
+    def _identity(self, api_version: str | None, kind: str) -> tuple[str | None, str]:
+        """(group, Kind) of a record: its apiVersion's group; a record that kept only its Kind (an
+        earlier release's) is of the one group that Kind can be of, else of no known group (None)."""
+        if api_version:
+            return group_of(api_version), kind
+        groups = self._groups_of(kind)
+        return (next(iter(groups)) if len(groups) == 1 else None), kind
+
+    def _named(self, wanted: str | None, api_version: str | None, of_kind: str | None) -> bool:
+        """Whether `--kind` (None: any) names this record's kind; one of no known group is compared by
+        its bare Kind (`_one_kind` then refuses to act on it where that Kind is several kinds')."""
+        if not wanted:  # None, or "" (`?kind=`): any kind, as without a namespace
+            return True
+        return of_kind is not None and kind_named(wanted, self._identity(api_version, of_kind)[0], of_kind)
+
+    def _one_kind(self, kinds: set[tuple[str, str]], wanted: str | None, namespace: str, name: str,
+                  what: str) -> None:
+        """Raise Ambiguous unless these (apiVersion, Kind) records are of one kind, by group and Kind
+        (two declared Widgets of different groups are two kinds however alike they are shown); and,
+        when `--kind` was given, unless that kind is known: a record that kept only its Kind, where
+        several enabled kinds have that Kind, may be any of them."""
+        identities = {self._identity(api_version, kind) for api_version, kind in kinds}
+        if len(identities) > 1:
+            raise Ambiguous(f"{namespace}/{name} {what} of several kinds ({', '.join(_shown_kinds(identities))}); "
+                            "say which with --kind")
+        unknown = [kind for group, kind in identities if group is None and len(self._groups_of(kind)) > 1]
+        if wanted is not None and unknown:
+            kind = unknown[0]
+            candidates = ", ".join(_shown_kinds({(g, kind) for g in self._groups_of(kind)}))
+            annotate = f"kubectl annotate {kubectl_resource_named(wanted)} -n {namespace} {name} jobttl.io/keep=true"
+            raise Ambiguous(f"{namespace}/{name}: jobttl's record of it (from an earlier release) says {kind} but not "
+                            f"its API group, and {kind} is the Kind of several enabled kinds ({candidates}): it cannot "
+                            f"tell whether that is the one --kind {wanted} names. `jobttl show {namespace}/{name}` "
+                            f"shows what it knows; `{annotate}` keeps the object whatever jobttl knows")
+
     def _reconciler(self) -> Reconciler:
         if self.reconciler is None:
             raise RuntimeError("this Operations was built without a Reconciler; actions need one")
@@ -479,21 +517,13 @@ def _error(exc_string: str | None) -> str:
     return shapes.plain_error(lines[-1]) if lines else ""
 
 
-def _named(kind: str | None, api_version: str | None, of_kind: str | None) -> bool:
-    """Whether `--kind` (None: any) names this kind; an apiVersion not recorded ("" or None) leaves
-    only the bare Kind to compare."""
-    return kind is None or (of_kind is not None and kind_named(kind, group_of(api_version) if api_version else None,
-                                                                of_kind))
+def _shown_kinds(identities: set[tuple[str | None, str]]) -> list[str]:
+    """(group, Kind) identities as `--kind` takes them, sorted: as each is shown, or as ``Kind.group``
+    where two are shown alike (two declared Widgets of different groups); one of no known group
+    says so."""
+    def shown(group: str | None, kind: str) -> str:
+        return f"{kind} (API group not recorded)" if group is None else shown_in_group(group, kind)
 
-
-def _shown_kinds(kinds: set[tuple[str, str]]) -> list[str]:
-    """(apiVersion, kind) pairs as `--kind` takes them, sorted, each once."""
-    return sorted({shown_kind(api_version, kind) for api_version, kind in kinds})
-
-
-def _resource(kind: str) -> str:
-    """What kubectl takes for an operator's `--kind` (``Job.batch.volcano.sh`` → ``job.batch.volcano.sh``)."""
-    if "/" in kind:
-        api_version, _, kind = kind.rpartition("/")
-        return kubectl_resource(api_version, kind)
-    return kind.lower()  # as the operator named it: `Job.batch.volcano.sh` is kubectl's too
+    names = [shown(*identity) for identity in identities]
+    return sorted({f"{kind}.{group}" if group and names.count(shown(group, kind)) > 1 else shown(group, kind)
+                   for group, kind in identities})

@@ -48,7 +48,7 @@ import yaml
 
 from jobttl.core.durations import parse_duration
 from jobttl.core import kinddecl
-from jobttl.core.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind
+from jobttl.core.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
 VALUE_KEYS = {"ttl": "ttl", "maxTTL": "max_ttl", "ttlAfterSuccess": "ttl_after_success",
@@ -345,12 +345,8 @@ class _Reader:
         names = self.strings(value, "kinds")
         chosen = []
         for i, name in enumerate(names):
-            found = [k for k in known if name == f"{k.api_version}/{k.kind}"]
-            if not found:
-                # A bare Kind names the kinds enabled by default first (`Job` is batch/v1's, as it
-                # was before Volcano's Job was built in); another kind only when no default one has it.
-                found = [k for k in known if name == k.kind and k in DEFAULT_KINDS] \
-                    or [k for k in known if name == k.kind]
+            # apiVersion/Kind, else a bare Kind as everything in jobttl reads one (kinds.bare_kind).
+            found = [k for k in known if name == f"{k.api_version}/{k.kind}"] or bare_kind(name, known)
             if not found:
                 listed = ", ".join(sorted({k.kind for k in known}))
                 raise self.fail(f"kinds[{i}]", f"unknown kind {name!r}; known kinds: {listed} "

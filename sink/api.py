@@ -46,7 +46,9 @@ def _whole_number(name: str, default: int, minimum: int, maximum: int | None = N
 def list_deletions() -> Response:
     limit = _whole_number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _whole_number("offset", 0, 0, MAX_OFFSET)
-    items, total = _operations().pending(request.args.get("namespace"), request.args.get("kind"), offset, limit)
+    # An empty parameter (`?kind=`, as forms and scripts send it) filters nothing.
+    items, total = _operations().pending(request.args.get("namespace") or None, request.args.get("kind") or None,
+                                         offset, limit)
     now = time.time()
     return jsonify(items=[p.as_dict(now) for p in items], total=total, offset=offset, limit=limit)
 

@@ -70,4 +70,4 @@ class SinkContext:
         return self._kube
 
     def operations(self) -> Operations:
-        return Operations(self.redis, self.schedule, self.audit)
+        return Operations(self.redis, self.schedule, self.audit, kinds=self.kinds.kinds)

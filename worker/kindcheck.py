@@ -15,8 +15,15 @@ every path its declaration reads against the schema of the version jobttl uses
 - no CRD (404: not installed, or served by an aggregated API), batch/v1 (Kubernetes' own): nothing
   to check. A kind not served is reported by the resync as before (``jobttl_kind_not_served``);
 - a CRD that does not serve the kind's version: the same, said once (a warning for a declared kind);
+- a CRD that prunes nothing (``spec.preserveUnknownFields: true``, from apiextensions v1beta1): any
+  path may be there, so none is refused; the ``kinds-checked`` line names it (``unchecked``);
 - RBAC refusing the read (403), or an API server not answering: one warning naming what was not
   checked (and the rule to grant); the worker goes on, as it did before the check existed.
+
+The check is bounded so that a hanging API server cannot hold the worker's start past its
+startup probe: each read gives up after ``min(JOBTTL_API_TIMEOUT, READ_TIMEOUT)`` (tried once by
+the transport: `KubeClient.single_tries`), is tried ``ATTEMPTS`` times, and the whole check
+stops reading after ``BUDGET`` seconds (what is left is named not checked).
 """
 
 from __future__ import annotations
@@ -30,12 +37,15 @@ from typing import Any
 from jobttl.core import crdcheck, logs
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import CRD_GROUP, CRDS, PermanentApiError, TransientApiError, Undecodable, crd_names
+from jobttl.core.kube import CRDS, KubeClient, PermanentApiError, TransientApiError, Undecodable, permissions
+from jobttl.core.manifests import crd_rules
 
 log = logging.getLogger("jobttl.worker")
 
-ATTEMPTS = 3  # reads of one CRD while the API server does not answer, PAUSE apart
-PAUSE = 2.0
+ATTEMPTS = 2  # reads of one CRD while the API server does not answer, PAUSE apart
+PAUSE = 1.0
+READ_TIMEOUT = 5.0  # seconds per read at most (JOBTTL_API_TIMEOUT when shorter): a CRD is one small GET
+BUDGET = 15.0  # seconds for the whole check at most: the chart's startup probe allows the worker 120
 
 
 @dataclass
@@ -47,16 +57,22 @@ class Report:
     absent: list[tuple[JobKind, list[crdcheck.Problem]]] = field(default_factory=list)  # built-in declarations
     forbidden: list[str] = field(default_factory=list)  # CRDs RBAC would not let it read
     unreadable: dict[str, str] = field(default_factory=dict)  # CRD -> why (API down, undecodable)
+    unchecked: dict[str, str] = field(default_factory=dict)  # apiVersion/Kind -> why its paths were not checked
 
 
 def _name(kind: JobKind) -> str:
     return f"{kind.api_version}/{kind.kind}"
 
 
-def check(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobKind, ...],
-          pause: float = PAUSE) -> Report:
-    """Read each CRD once (`get_crd`: the client's) and check the declarations of `kinds` against it."""
+GetCRD = Callable[[JobKind, float], "dict[str, Any] | None"]  # the client's get_crd(kind, timeout)
+
+
+def check(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAUSE, timeout: float = READ_TIMEOUT,
+          budget: float = BUDGET) -> Report:
+    """Read each CRD once (`get_crd`: the client's) and check the declarations of `kinds` against it,
+    each read within `timeout` and all of them within `budget` seconds."""
     report = Report()
+    deadline = time.monotonic() + budget
     crds: dict[str, dict[str, Any] | None] = {}
     down: str | None = None  # the API server did not answer: the others are not asked (nor waited for)
     for kind in kinds:
@@ -68,8 +84,11 @@ def check(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobK
             report.unreadable[kind.crd] = down
             continue
         if kind.crd not in crds:
+            if time.monotonic() >= deadline:
+                report.unreadable[kind.crd] = f"not read: the check's {budget:g} s were spent"
+                continue
             try:
-                crds[kind.crd] = _read(get_crd, kind, pause)
+                crds[kind.crd] = _read(get_crd, kind, pause, timeout, deadline)
             except PermanentApiError as exc:
                 if exc.status == 403:
                     report.forbidden.append(kind.crd)
@@ -93,33 +112,47 @@ def check(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobK
             report.absent.append((kind, list(verdict.problems)))
         elif verdict.problems:
             report.errors += [crdcheck.describe(kind.declared_in, p) for p in verdict.problems]
+        elif verdict.unchecked:
+            report.unchecked[_name(kind)] = verdict.unchecked
         else:
             report.verified.append(_name(kind))
     return report
 
 
-def _read(get_crd: Callable[[JobKind], dict[str, Any] | None], kind: JobKind, pause: float) -> dict[str, Any] | None:
+def _read(get_crd: GetCRD, kind: JobKind, pause: float, timeout: float, deadline: float) -> dict[str, Any] | None:
     for attempt in range(1, ATTEMPTS + 1):
         try:
-            return get_crd(kind)
+            # Never past the deadline: the last read gets what time is left.
+            return get_crd(kind, max(0.1, min(timeout, deadline - time.monotonic())))
         except TransientApiError:
-            if attempt == ATTEMPTS:
+            if attempt == ATTEMPTS or time.monotonic() + pause >= deadline:
                 raise
             time.sleep(pause)
     return None  # not reached
 
 
 def grant_rule(kinds: tuple[JobKind, ...]) -> str:
-    """The RBAC rule the worker needs for the check, as a ClusterRole's rules entry says it."""
-    return (f"{{apiGroups: [{CRD_GROUP}], resources: [{CRDS}], verbs: [get], "
-            f"resourceNames: [{', '.join(crd_names(kinds))}]}}")
+    """The RBAC rule the worker needs for the check, as `jobttl manifests rbac` prints it in the
+    worker's ClusterRole (`jobttl.core.manifests.crd_rules`), in YAML's flow style."""
+    def flow(value: Any) -> str:
+        return f"[{', '.join(value)}]" if isinstance(value, list) else str(value)
+
+    return "; ".join("{" + ", ".join(f"{key}: {flow(value)}" for key, value in rule.items()) + "}"
+                     for rule in crd_rules(kinds, permissions("worker")[CRDS]))
 
 
-def verify_kinds(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tuple[JobKind, ...],
-                 pause: float = PAUSE) -> Report:
+def verify_at_start(kube: KubeClient, kinds: tuple[JobKind, ...]) -> Report:
+    """`verify_kinds` as the worker runs it at start: each read tried once by the transport, within
+    min(JOBTTL_API_TIMEOUT, READ_TIMEOUT), the whole check within BUDGET."""
+    with kube.single_tries() as bounded:
+        return verify_kinds(bounded.get_crd, kinds, timeout=min(kube.timeout, READ_TIMEOUT))
+
+
+def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAUSE, timeout: float = READ_TIMEOUT,
+                 budget: float = BUDGET) -> Report:
     """Check, log what could not be checked, and stop (ConfigError) on an operator's declaration
     naming what its CRD does not have."""
-    report = check(get_crd, kinds, pause)
+    report = check(get_crd, kinds, pause, timeout, budget)
     if report.errors:
         raise ConfigError("a kind declaration reads fields its CustomResourceDefinition does not have (such a path "
                           "never matches):\n  " + "\n  ".join(report.errors))
@@ -147,5 +180,7 @@ def verify_kinds(get_crd: Callable[[JobKind], dict[str, Any] | None], kinds: tup
                         detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
                                f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
     logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
-                not_served=[_name(k) for k, _ in report.not_served])
+                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
+                **({"detail": "; ".join(f"{kind}: {why}" for kind, why in report.unchecked.items())}
+                   if report.unchecked else {}))
     return report

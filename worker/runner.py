@@ -171,7 +171,7 @@ def run(settings: Settings, burst: bool = False) -> None:
     ctx = tasks.configure(settings)  # fail fast: the Kubernetes config is loaded now
     # The kinds' declared paths against their CRDs: a declaration naming a field its CRD does not
     # have stops the worker here, before it deletes anything (jobttl.worker.kindcheck).
-    kindcheck.verify_kinds(ctx.kube.get_crd, ctx.kinds.kinds)
+    kindcheck.verify_at_start(ctx.kube, ctx.kinds.kinds)
     ctx.redis.ping()
     upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
     scripts.load(ctx.redis)

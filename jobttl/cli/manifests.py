@@ -17,7 +17,8 @@ import sys
 import yaml
 
 from jobttl.core.config import Settings
-from jobttl.core.manifests import cluster_roles, missing, mounted_policy, source_resources, trigger_kinds, workloads
+from jobttl.core.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources, trigger_kinds,
+                                   workloads)
 from jobttl.core.policy import Policy, PolicyError, load_policy, parse_policy
 
 
@@ -50,7 +51,8 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
         return 2
     origin = f"--policy {args.policy}" if args.policy else None
     if origin is None:
-        policy, origin = _deployed_policy(objects, settings)
+        # Read from the objects it can read: one it cannot is named among the problems below.
+        policy, origin = _deployed_policy(readable(objects)[0], settings)
         if policy is None:
             return 2
     problems = missing(policy, objects)

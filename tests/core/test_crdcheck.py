@@ -202,6 +202,36 @@ def test_a_version_without_a_schema_checks_nothing():
     assert verdict.served and verdict.problems == () and verdict.checked == 0
 
 
+def test_a_crd_that_prunes_nothing_refuses_no_path_but_says_it_did_not_check():
+    """A CRD from apiextensions v1beta1 read through v1 may keep `preserveUnknownFields: true`: the
+    API server prunes nothing, and its schema (often partial) does not say what is there."""
+    partial = obj(spec=obj(size=INTEGER))  # no status at all
+    decl = {**WIDGET, "suspend": "spec.paused"}
+    assert verify(decl, crd_of(partial)).problems  # a structural CRD would prune status: refused
+    legacy = crd_of(partial)
+    legacy["spec"]["preserveUnknownFields"] = True
+    verdict = verify(decl, legacy)
+    assert verdict.served and verdict.problems == () and verdict.checked == 0
+    assert "spec.preserveUnknownFields: true" in verdict.unchecked
+    # What is not a path is still the CRD's to say: its kind and scope.
+    legacy["spec"]["names"]["kind"] = "Gadget"
+    assert [p.field for p in verify(decl, legacy).problems] == ["kind"]
+
+
+@pytest.mark.parametrize("node", [{}, {"description": "a legacy schema's: no type, nothing declared"}])
+def test_a_node_with_no_type_and_nothing_declared_below_it_is_open(node):
+    schema = obj(spec=obj(size=INTEGER), status=node)
+    assert walk(schema, use("status.phase")) is None
+    assert walk(schema, use("status.state.since")) is None
+    assert walk(schema, use("spec.colour")) is not None  # a typed level still refuses what it lacks
+
+
+def test_a_typed_object_with_no_fields_declared_is_not_open():
+    """`type: object` alone is an empty object to the pruning API server: nothing is kept below."""
+    problem = walk(obj(status={"type": "object"}), use("status.phase"))
+    assert problem is not None and "status has no field 'phase'" in problem
+
+
 def test_lenient_allows_a_missing_alternative_only_when_another_is_there():
     decl = {**WIDGET, "ttl": {"paths": ["spec.runPolicy.ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished"]}}
     strict = verify(decl, crd_of(SCHEMA)).problems

@@ -7,7 +7,8 @@ import pytest
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 from jobttl.core.decision import Verdict, decide
 from jobttl.core.durations import format_duration, parse_duration
-from jobttl.core.kinds import BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.kinds import (BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind, kubectl_resource,
+                               kubectl_resource_named, shown_kind)
 from jobttl.core.policy import PolicyError, load_policy, parse_policy
 
 AT = 1_700_000_000
@@ -163,6 +164,51 @@ def test_kinds_are_chosen_by_kind_or_api_version_and_kind():
     assert [k.api_version for k in parse_policy({"kinds": ["MPIJob"]}).kinds] == ["kubeflow.org/v1",
                                                                                   "kubeflow.org/v2beta1"]
     assert parse_policy({"kinds": ["argoproj.io/v1alpha1/Workflow"]}).kinds == (WORKFLOW,)
+
+
+def declared(group: str, kind: str = "Widget", version: str = "v1", plural: str = "widgets") -> dict:
+    return {"group": group, "version": version, "kind": kind, "plural": plural,
+            "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+            "finishedAt": ["status.finishedAt"]}
+
+
+def test_a_bare_job_stays_batch_v1s_when_the_policy_redeclares_batch_v1_job():
+    """A redeclared default kind is still the default kind: `kinds: [Job]` must not enable Volcano's Job."""
+    policy = parse_policy({"kindDeclarations": [{**declared("batch", "Job", plural="jobs"), "managedBy": {
+        "path": "spec.managedBy", "own": ["kubernetes.io/job-controller"]}}], "kinds": ["Job"]})
+    assert [(k.api_version, k.kind) for k in policy.kinds] == [("batch/v1", "Job")]
+
+
+def test_a_bare_kind_names_every_non_default_kind_of_that_name():
+    policy = parse_policy({"kindDeclarations": [declared("a.example.com"), declared("b.example.com")],
+                           "kinds": ["Widget"]})
+    assert [k.api_version for k in policy.kinds] == ["a.example.com/v1", "b.example.com/v1"]
+    assert bare_kind("Widget", policy.kinds) == list(policy.kinds)
+
+
+@pytest.mark.parametrize("name", sorted({k.kind for k in BUILTIN_KINDS}))
+def test_a_kind_is_shown_by_its_kind_alone_exactly_where_the_policy_reads_that_kind_so(name):
+    """One rule: what `kinds: [Kind]` enables is what `Kind` alone shows (and --kind Kind names)."""
+    enabled = parse_policy({"kinds": [name]}).kinds
+    for kind in BUILTIN_KINDS:
+        if kind.kind == name:
+            assert (shown_kind(kind.api_version, kind.kind) == name) == (kind in enabled), kind.api_version
+
+
+@pytest.mark.parametrize("kind", BUILTIN_KINDS, ids=lambda k: f"{k.api_version}/{k.kind}")
+def test_kubectl_is_given_one_name_for_a_kind_however_the_operator_named_it(kind):
+    expected = kubectl_resource(kind.api_version, kind.kind)
+    assert kubectl_resource_named(f"{kind.api_version}/{kind.kind}") == expected
+    assert kubectl_resource_named(shown_kind(kind.api_version, kind.kind)) == expected
+    assert kubectl_resource_named(f"{kind.kind}.{kind.group}") == expected
+
+
+def test_kubectl_names_a_kind_it_does_not_build_in_with_its_group():
+    """kubectl would pick one of two CRDs of Kind Widget by itself for `widget`."""
+    assert kubectl_resource("a.example.com/v1", "Widget") == "widget.a.example.com"
+    assert kubectl_resource_named("Widget.a.example.com") == "widget.a.example.com"
+    assert kubectl_resource_named("Job.batch.volcano.sh") == "job.batch.volcano.sh"
+    assert kubectl_resource_named("Job") == "job"
 
 
 @pytest.mark.parametrize("data, words", [

@@ -273,3 +273,36 @@ def test_a_stream_that_is_not_manifests_is_refused_with_exit_2(text, message):
 ])
 def test_what_a_container_runs_is_read_from_its_command_and_args(container, command):
     assert jobttl_command(container) == command
+
+
+def _worker_container(objects: list[dict]) -> dict:
+    return find(objects, "Deployment", "jobttl-worker")["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("spoil, problem", [
+    (lambda o: _worker_container(o).update(volumeMounts=["x"]),
+     "malformed: Deployment jobttl/jobttl-worker: spec.template.spec.containers[0].volumeMounts[0]: expected a "
+     "mapping, got 'x': not read"),
+    (lambda o: _worker_container(o).update(command=5),
+     "malformed: Deployment jobttl/jobttl-worker: spec.template.spec.containers[0].command: expected a list, "
+     "got 5: not read"),
+    (lambda o: find(o, "Deployment", "jobttl-worker").update(metadata=[1]),
+     "malformed: Deployment (object {index} of the manifests, its name unreadable): metadata: expected a mapping, "
+     "got [1]: not read"),
+    (lambda o: find(o, "ClusterRole", "jobttl-worker")["rules"][0].update(verbs="get"),
+     "malformed: ClusterRole jobttl-worker: rules[0].verbs: expected a list, got 'get': not read"),
+    (lambda o: find(o, "ApiServerSource", "jobttl-jobs")["spec"].update(resources=[["batch/v1", "Job"]]),
+     "malformed: ApiServerSource jobttl/jobttl-jobs: spec.resources[0]: expected a mapping, got ['batch/v1', 'Job']: "
+     "not read"),
+])
+def test_a_malformed_object_is_a_problem_naming_it_never_a_traceback(tmp_path, spoil, problem):
+    objects = rendered(KNATIVE)
+    index = objects.index(find(objects, "Deployment", "jobttl-worker")) + 1
+    spoil(objects)
+    problem = problem.format(index=index)
+    assert problem in missing(parse_policy(shipped_policy()), objects)
+    done = subprocess.run([sys.executable, "-m", "jobttl", "manifests", "check", "-f", "-"], cwd=ROOT,
+                          input=yaml.safe_dump_all(objects), env={"PATH": "/usr/bin:/bin"}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert problem in done.stdout.splitlines(), done.stdout

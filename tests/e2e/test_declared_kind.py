@@ -242,6 +242,6 @@ def test_a_worker_rbac_will_not_let_read_the_crd_warns_naming_the_rule_and_start
     warning, = [json.loads(line) for line in started.stderr.splitlines() if '"kind-unverified"' in line]
     assert warning["level"] == "WARNING" and warning["crds"] == ["widgets.widgets.example.com"]
     # The rule covers every enabled custom kind (the default ones and the Widget), by name.
-    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get], "
+    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], "
             "resourceNames: [tfjobs.kubeflow.org, " in warning["detail"])
-    assert "workflows.argoproj.io, widgets.widgets.example.com]}" in warning["detail"]
+    assert "workflows.argoproj.io, widgets.widgets.example.com], verbs: [get]}" in warning["detail"]

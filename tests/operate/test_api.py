@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import re
 import time
+import uuid
 
 import pytest
 import schemathesis
@@ -74,6 +75,24 @@ def test_a_bad_query_parameter_is_a_400_naming_it(app, query):
     response = app.test_client().get(f"/api/v1/deletions?{query}")
     assert response.status_code == 400
     assert response.json["code"] == 400 and query.split("=")[0] in response.json["error"]
+
+
+def test_an_empty_filter_is_no_filter(app):
+    """`?kind=` (as forms and scripts send an unset field) means any kind, with a namespace or without."""
+    sink, namespaces = app.extensions["jobttl"], [f"empty-{uuid.uuid4().hex[:6]}" for _ in range(2)]
+    for namespace in namespaces:
+        obj = with_server_fields(tfjob("mnist", namespace, ttl=3600))
+        obj["status"] = finished_status(int(time.time()))
+        sink.reconciler.reconcile(obj, TFJOB, "event")
+
+    def listed(query: str) -> list[str]:
+        answer = app.test_client().get(f"/api/v1/deletions?{query}")
+        assert answer.status_code == 200, answer.get_json()
+        return [i["namespace"] for i in answer.get_json()["items"] if i["namespace"] in namespaces]
+
+    assert listed(f"namespace={namespaces[0]}&kind=") == listed(f"namespace={namespaces[0]}&kind=TFJob") \
+        == [namespaces[0]]
+    assert sorted(listed("kind=")) == sorted(listed("namespace=&kind=")) == sorted(listed("")) == sorted(namespaces)
 
 
 def test_health_needs_nothing_and_readiness_needs_redis(app):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,8 @@ import yaml
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import TFJOB
 from jobttl.core.kube import KubeClient, load_api_client, permissions
+from jobttl.core.kinddecl import key as kinddecl_key
+from jobttl.core.manifests import cluster_roles
 from jobttl.core.policy import parse_policy
 from jobttl.worker import kindcheck
 from jobttl_emulator import EVENT, JOB, POD, Resource
@@ -27,6 +30,16 @@ WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "pl
           "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
           "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"], "suspend": "spec.size"}
 GADGET = {**WIDGET, "group": "gadgets.example.com", "kind": "Gadget", "plural": "gadgets"}
+GIZMO = {**WIDGET, "group": "legacy.example.com", "kind": "Gizmo", "plural": "gizmos", "suspend": "spec.paused"}
+# A CRD created under apiextensions v1beta1, read through v1: it still prunes nothing, and its
+# schema declares only part of what its objects hold (no status at all).
+LEGACY_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+              "metadata": {"name": "gizmos.legacy.example.com"},
+              "spec": {"group": "legacy.example.com", "scope": "Namespaced", "preserveUnknownFields": True,
+                       "names": {"kind": "Gizmo", "plural": "gizmos"},
+                       "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                           "type": "object", "properties": {"spec": {"type": "object", "properties": {
+                               "size": {"type": "integer"}}}}}}}]}}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +53,10 @@ def kube(tmp_path_factory):
     run_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
     del run_policy["properties"]["suspend"]
     (directory / "older-tfjobs.yaml").write_text(yaml.safe_dump(crd))
+    (directory / "legacy-gizmos.yaml").write_text(yaml.safe_dump(LEGACY_CRD))
     gadgets = Resource("gadgets.example.com", "v1", "Gadget", "gadgets")
-    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml"]), gadgets, JOB, POD, EVENT)
+    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml"]), gadgets,
+              JOB, POD, EVENT)
     server = start_emulator(directory, served, gc_delay=0.1)
     yield server
     server.stop()
@@ -117,8 +132,14 @@ def test_rbac_refusing_the_read_is_one_warning_naming_the_rule_to_grant_and_the_
     assert report.forbidden == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"] and not report.errors
     warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert warning.reason == "forbidden"
-    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], verbs: [get], "
-            "resourceNames: [tfjobs.kubeflow.org, widgets.widgets.example.com]}") in warning.detail
+    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], resourceNames: "
+            "[tfjobs.kubeflow.org, widgets.widgets.example.com], verbs: [get]}") in warning.detail
+
+
+def test_the_rule_to_grant_is_the_one_jobttl_manifests_rbac_prints():
+    policy = parse_policy({"kindDeclarations": [WIDGET], "kinds": ["TFJob", "batch/v1/Job", kinddecl_key(WIDGET)]})
+    printed, = [r for r in cluster_roles(policy)[1]["rules"] if r["resources"] == ["customresourcedefinitions"]]
+    assert yaml.safe_load(kindcheck.grant_rule(policy.kinds)) == printed
 
 
 def test_an_api_server_not_answering_is_retried_then_a_warning_and_the_others_are_not_waited_for(client, kube, caplog):
@@ -138,3 +159,44 @@ def test_a_declared_version_its_crd_does_not_serve_is_a_warning_naming_what_it_s
     assert [(k.version, served) for k, served in report.not_served] == [("v2", ("v1",))]
     warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-version-not-served"]
     assert "does not serve v2 (it serves v1)" in warning.detail
+
+
+def test_a_crd_that_prunes_nothing_does_not_stop_the_worker_and_is_named_unchecked(client, kube, caplog):
+    """A correct declaration of a kind whose CRD keeps unknown fields (a v1beta1 CRD's
+    preserveUnknownFields) reads fields its partial schema does not declare: not refused."""
+    caplog.set_level(logging.INFO, "jobttl.worker")
+    report = kindcheck.verify_kinds(client.get_crd, kinds(GIZMO), pause=0)
+    assert not report.errors and list(report.unchecked) == ["legacy.example.com/v1/Gizmo"]
+    assert crd_gets(kube) == ["gizmos.legacy.example.com"]
+    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert checked.unchecked == ["legacy.example.com/v1/Gizmo"] and "preserveUnknownFields" in checked.detail
+
+
+def test_a_hanging_api_server_is_given_up_on_within_the_bound_not_after_retries_of_the_api_timeout(kube, caplog):
+    """The API server takes every CRD read and never answers in time: the worker's start must not
+    wait for JOBTTL_API_TIMEOUT (30 s), each tried four times by urllib3, three times (6 min)."""
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    kube.reset()
+    client = KubeClient(load_api_client(str(kube.kubeconfig)), timeout=30, granted=permissions("worker"))
+    kube.add_fault(verb="get", delay=kindcheck.READ_TIMEOUT + 15, count=20, path_contains="/customresourcedefinitions/")
+    started = time.monotonic()
+    report = kindcheck.verify_at_start(client, kinds(WIDGET, enabled=("kubeflow.org/v1/TFJob",)))
+    took = time.monotonic() - started
+    # ATTEMPTS reads of READ_TIMEOUT, PAUSE apart (11 s); generous for a loaded machine, far below 90.
+    assert took < kindcheck.BUDGET + 10, took
+    assert sorted(report.unreadable) == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"]
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    assert warning.reason == "unreadable" and "timed out" in warning.detail.lower(), warning.detail
+
+
+def test_the_whole_check_stops_reading_when_its_budget_is_spent(client, kube):
+    """Each read answers, slowly (0.6 s): three CRDs would take 1.8 s; the check stops at its budget
+    (a read then gets only the time left), and what it did not read is named not checked."""
+    kube.add_fault(verb="get", delay=0.6, count=20, path_contains="/customresourcedefinitions/")
+    declared = kinds(WIDGET, enabled=("kubeflow.org/v1/TFJob", "kubeflow.org/v1/PyTorchJob"))
+    started = time.monotonic()
+    with client.single_tries() as bounded:
+        report = kindcheck.verify_kinds(bounded.get_crd, declared, pause=0, timeout=5, budget=1.0)
+    assert time.monotonic() - started < 2.5
+    assert "tfjobs.kubeflow.org" not in report.unreadable  # the first read was in time
+    assert "widgets.widgets.example.com" in report.unreadable and not report.verified, report
