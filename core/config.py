@@ -107,82 +107,85 @@ def text(raw: str) -> str:
 
 
 @dataclass(frozen=True)
-class Setting:
+class EnvSetting:
+    """One setting read from the environment at start: its Settings field, its variable, how it
+    is read (raising ValueError naming what is wrong), and what the help (`jobttl --help`) says of it."""
+
     field: str
     env: str
     parse: Callable[[str], Any]
     help: str
 
 
-SETTINGS: tuple[Setting, ...] = (
-    Setting("redis_url", "JOBTTL_REDIS_URL", redis_url,
+SETTINGS: tuple[EnvSetting, ...] = (
+    EnvSetting("redis_url", "JOBTTL_REDIS_URL", redis_url,
             "Redis holding the schedule: redis://, rediss:// (TLS), unix://, or Sentinel's "
             "redis+sentinel://[:PASSWORD@]HOST:PORT,.../MASTER_SET/DB (rediss+sentinel:// with TLS)"),
-    Setting("redis_ca_file", "JOBTTL_REDIS_CA_FILE", ca_bundle,
+    EnvSetting("redis_ca_file", "JOBTTL_REDIS_CA_FILE", ca_bundle,
             "CA bundle (PEM) to verify Redis's TLS certificate (rediss://); unset: the system CAs"),
-    Setting("sink_min_replicas", "JOBTTL_SINK_MIN_REPLICAS", number(0, 10),
+    EnvSetting("sink_min_replicas", "JOBTTL_SINK_MIN_REPLICAS", number(0, 10),
             "the sink accepts an event only once its writes are on this many Redis replicas (WAIT, one round "
             "trip more per write), else 503; keep it below the replica count, or losing one stops the sink"),
-    Setting("sink_dedupe_seconds", "JOBTTL_SINK_DEDUPE_SECONDS", number(0, 3600),
+    EnvSetting("sink_dedupe_seconds", "JOBTTL_SINK_DEDUPE_SECONDS", number(0, 3600),
             "the sink answers an event that decides exactly what one it applied this many seconds ago from "
             "memory, without Redis (redeliveries, status updates nothing reads); a Redis that lost its data "
             "is then re-booked only after the window; 0 (default): every event goes to Redis"),
-    Setting("queue_name", "JOBTTL_QUEUE", queue_name, "RQ queue name"),
-    Setting("policy_path", "JOBTTL_POLICY", text,
+    EnvSetting("queue_name", "JOBTTL_QUEUE", queue_name, "RQ queue name"),
+    EnvSetting("policy_path", "JOBTTL_POLICY", text,
             "the policy file (a mounted ConfigMap); unset: only jobs that ask for a TTL are deleted"),
-    Setting("kubeconfig", "KUBECONFIG", text, "kubeconfig file; unset: the in-cluster service account, else "
+    EnvSetting("kubeconfig", "KUBECONFIG", text, "kubeconfig file; unset: the in-cluster service account, else "
                                               "~/.kube/config"),
-    Setting("propagation_policy", "JOBTTL_PROPAGATION_POLICY", choice(*PROPAGATION_POLICIES),
+    EnvSetting("propagation_policy", "JOBTTL_PROPAGATION_POLICY", choice(*PROPAGATION_POLICIES),
             "Foreground (like the upstream controller: the job goes once its pods are gone), Background or Orphan"),
-    Setting("max_event_bytes", "JOBTTL_MAX_EVENT_BYTES", number(1024), "largest CloudEvent body the sink accepts"),
-    Setting("retry_max", "JOBTTL_RETRY_MAX", number(0), "retries of a deletion after a transient API failure"),
-    Setting("retry_backoff", "JOBTTL_RETRY_BACKOFF", number(0), "first retry delay in seconds; doubles each time"),
-    Setting("api_timeout", "JOBTTL_API_TIMEOUT", number(1), "seconds per Kubernetes API request"),
-    Setting("job_timeout", "JOBTTL_JOB_TIMEOUT", number(10),
+    EnvSetting("max_event_bytes", "JOBTTL_MAX_EVENT_BYTES", number(1024), "largest CloudEvent body the sink accepts"),
+    EnvSetting("retry_max", "JOBTTL_RETRY_MAX", number(0), "retries of a deletion after a transient API failure"),
+    EnvSetting("retry_backoff", "JOBTTL_RETRY_BACKOFF", number(0), "first retry delay in seconds; doubles each time"),
+    EnvSetting("api_timeout", "JOBTTL_API_TIMEOUT", number(1), "seconds per Kubernetes API request"),
+    EnvSetting("job_timeout", "JOBTTL_JOB_TIMEOUT", number(10),
             "seconds a deletion may take; a worker killed mid-deletion is detected this long + 60 s later and "
             "the deletion runs again"),
-    Setting("log_level", "JOBTTL_LOG_LEVEL", choice(*LOG_LEVELS, upper=True), "DEBUG, INFO, WARNING or ERROR"),
-    Setting("delete_rate", "JOBTTL_DELETE_RATE", number(0, kind=float),
+    EnvSetting("log_level", "JOBTTL_LOG_LEVEL", choice(*LOG_LEVELS, upper=True), "DEBUG, INFO, WARNING or ERROR"),
+    EnvSetting("delete_rate", "JOBTTL_DELETE_RATE", number(0, kind=float),
             "deletions per second across all workers (shared through Redis); 0 = no limit"),
-    Setting("resync_interval", "JOBTTL_RESYNC_INTERVAL", number(0),
+    EnvSetting("resync_interval", "JOBTTL_RESYNC_INTERVAL", number(0),
             "seconds between automatic resyncs, which also run when a worker starts; 0 = none"),
-    Setting("resync_max_deletions", "JOBTTL_RESYNC_MAX_DELETIONS", number(0),
+    EnvSetting("resync_max_deletions", "JOBTTL_RESYNC_MAX_DELETIONS", number(0),
             "a resync that would newly delete more than this holds them for confirmation; events that make more "
             "than this many deletions due within a minute are held too"),
-    Setting("resync_max_share", "JOBTTL_RESYNC_MAX_SHARE", number(0, 1, kind=float),
+    EnvSetting("resync_max_share", "JOBTTL_RESYNC_MAX_SHARE", number(0, 1, kind=float),
             "... or more than this share of the jobs it saw"),
-    Setting("first_run_review", "JOBTTL_FIRST_RUN_REVIEW", choice("on", "off"),
+    EnvSetting("first_run_review", "JOBTTL_FIRST_RUN_REVIEW", choice("on", "off"),
             "on a first install, deletions that were already due at install wait until an operator confirms them "
             "(`jobttl held`, then `jobttl resync --confirm HELD_ID`); off: the guard's thresholds alone"),
-    Setting("namespace", "JOBTTL_NAMESPACE", text,
+    EnvSetting("namespace", "JOBTTL_NAMESPACE", text,
             "jobttl's own namespace, where the worker keeps the install record (ConfigMap jobttl-install); unset: "
             "the service account's namespace in a pod, else jobttl"),
-    Setting("clock_skew_bound", "JOBTTL_CLOCK_SKEW_BOUND", number(1, kind=float),
+    EnvSetting("clock_skew_bound", "JOBTTL_CLOCK_SKEW_BOUND", number(1, kind=float),
             "seconds this host's (or Redis's) clock may be off the API server's before deletions wait"),
-    Setting("audit_max_entries", "JOBTTL_AUDIT_MAX_ENTRIES", number(100), "length of the audit trail (a capped "
+    EnvSetting("audit_max_entries", "JOBTTL_AUDIT_MAX_ENTRIES", number(100), "length of the audit trail (a capped "
                                                                           "Redis stream)"),
-    Setting("tombstone_days", "JOBTTL_TOMBSTONE_DAYS", number(1), "how long a deleted job's final status and its "
+    EnvSetting("tombstone_days", "JOBTTL_TOMBSTONE_DAYS", number(1), "how long a deleted job's final status and its "
                                                                   "history are kept"),
-    Setting("tombstone_annotations", "JOBTTL_TOMBSTONE_ANNOTATIONS", words,
+    EnvSetting("tombstone_annotations", "JOBTTL_TOMBSTONE_ANNOTATIONS", words,
             "annotation keys whose values tombstones keep (comma-separated; default none: they may hold secrets)"),
-    Setting("stuck_after", "JOBTTL_STUCK_AFTER", duration,
+    EnvSetting("stuck_after", "JOBTTL_STUCK_AFTER", duration,
             "a deleted job still present this long after its DELETE is reported stuck"),
-    Setting("worker_metrics_port", "JOBTTL_WORKER_METRICS_PORT", number(0),
+    EnvSetting("worker_metrics_port", "JOBTTL_WORKER_METRICS_PORT", number(0),
             "where each worker serves /metrics and /readyz; 0 = off"),
-    Setting("warn_url", "JOBTTL_WARN_URL", url("http", "https"),
+    EnvSetting("warn_url", "JOBTTL_WARN_URL", url("http", "https"),
             "announce each deletion ahead of time by POSTing a CloudEvent io.jobttl.deletion.upcoming here"),
-    Setting("warn_before", "JOBTTL_WARN_BEFORE", duration, "how long before the deletion to announce it"),
-    Setting("sink_sources", "JOBTTL_SINK_SOURCES", words,
+    EnvSetting("warn_before", "JOBTTL_WARN_BEFORE", duration, "how long before the deletion to announce it"),
+    EnvSetting("sink_sources", "JOBTTL_SINK_SOURCES", words,
             "CloudEvent `source` values the sink accepts (comma-separated; default: any)"),
-    Setting("sink_oidc_audience", "JOBTTL_SINK_OIDC_AUDIENCE", text,
+    EnvSetting("sink_oidc_audience", "JOBTTL_SINK_OIDC_AUDIENCE", text,
             "require a Knative OIDC bearer token for this audience on every event"),
-    Setting("sink_oidc_issuer", "JOBTTL_SINK_OIDC_ISSUER", url("http", "https"),
+    EnvSetting("sink_oidc_issuer", "JOBTTL_SINK_OIDC_ISSUER", url("http", "https"),
             "the token issuer (the cluster's service-account issuer); its JWKS is discovered from it"),
-    Setting("sink_oidc_ca_file", "JOBTTL_SINK_OIDC_CA_FILE", text, "CA bundle for the issuer's HTTPS endpoints"),
-    Setting("sink_oidc_subjects", "JOBTTL_SINK_OIDC_SUBJECTS", words,
+    EnvSetting("sink_oidc_ca_file", "JOBTTL_SINK_OIDC_CA_FILE", text, "CA bundle for the issuer's HTTPS endpoints"),
+    EnvSetting("sink_oidc_subjects", "JOBTTL_SINK_OIDC_SUBJECTS", words,
             "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
             "any token for the audience (any pod can mint one for its own service account)"),
-    Setting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
+    EnvSetting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
 )
 _BY_FIELD = {s.field: s for s in SETTINGS}
 

@@ -30,7 +30,7 @@ from typing import Any
 from jobttl.core.durations import parse_duration
 from jobttl.core.identity import shown
 from jobttl.core.kinds import Finish, JobKind, parse_time
-from jobttl.core.policy import Effective, Policy, Setting
+from jobttl.core.policy import Effective, Policy, RuledValue
 
 ANNOTATION_PREFIX = "jobttl.io/"
 TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
@@ -189,7 +189,7 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
     """From the chosen TTL to the expiry: capped, bounded, postponed by keep-until."""
     ttl, source = chosen
     # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
-    cap: Setting | None = effective.get("max_ttl")
+    cap: RuledValue | None = effective.get("max_ttl")
     if cap is not None and ttl > cap.value:
         ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     if ttl > MAX_TTL:
@@ -225,7 +225,7 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
     )
 
 
-def _keep_until(annotations: dict[str, Any], finished_at: int, cap: Setting | None) -> int | None:
+def _keep_until(annotations: dict[str, Any], finished_at: int, cap: RuledValue | None) -> int | None:
     """The time ``jobttl.io/keep-until`` keeps a job until, capped by maxTTL; None without one.
     Raises ValueError for a value that is not an RFC 3339 time within 100 years of the finish."""
     if KEEP_UNTIL_ANNOTATION not in annotations:

@@ -43,7 +43,7 @@ RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: ping
 HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
 HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 
-# DeletionScheduled Events (jobttl.worker.notices)
+# DeletionScheduled Events (jobttl.worker.scheduled_events)
 NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
 
 # Archives (jobttl.core.archive)

@@ -91,7 +91,9 @@ class Values:
 
 
 @dataclass(frozen=True)
-class Setting:
+class RuledValue:
+    """A policy value and where it came from: the policy's top level or one of its rules."""
+
     value: Any
     source: str  # "policy" or "rule <name>"
 
@@ -172,13 +174,13 @@ class Rule:
 class Effective:
     """The values that apply to one object, each with where it came from."""
 
-    settings: dict[str, Setting] = field(default_factory=dict)
+    settings: dict[str, RuledValue] = field(default_factory=dict)
     rules: tuple[str, ...] = ()  # the rules that matched, in cascade order
 
-    def get(self, name: str) -> Setting | None:
+    def get(self, name: str) -> RuledValue | None:
         return self.settings.get(name)
 
-    def opted_in(self, name: str) -> Setting | None:
+    def opted_in(self, name: str) -> RuledValue | None:
         """The setting that makes `owned` or `managed_by` jobs ours, if one does."""
         setting = self.settings.get(name)
         return setting if setting is not None and setting.value == DELETE else None
@@ -219,12 +221,12 @@ class Policy:
                     levels.append((rule.values, f"rule {rule.name}"))
                     matched.append(rule.name)
                     break
-        settings: dict[str, Setting] = {}
+        settings: dict[str, RuledValue] = {}
         for values, source in levels:
             for f in fields(Values):
                 value = getattr(values, f.name)
                 if value is not None:
-                    settings[f.name] = Setting(value, source)
+                    settings[f.name] = RuledValue(value, source)
         return Effective(settings, tuple(matched))
 
     # --- keeping the evidence (issue 12) ---------------------------------------------------------
@@ -234,7 +236,7 @@ class Policy:
         matched = self.effective(namespace, labels).rules
         levels = [(self.cleanup, "policy")] + [(by_name[name].cleanup, f"rule {name}") for name in matched]
         # Later levels win: a dict keeps the last value written under each name.
-        settings = {f.name: Setting(getattr(values, f.name), source) for values, source in levels
+        settings = {f.name: RuledValue(getattr(values, f.name), source) for values, source in levels
                     for f in fields(Cleanup) if getattr(values, f.name) is not None}
         if self.archive_store is None:
             settings.pop("archive", None)  # nowhere to write: validation makes this unreachable

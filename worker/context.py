@@ -21,8 +21,8 @@ from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import Schedule
 from jobttl.core.scripts import Scripts
 from jobttl.worker.archiving import Archiver
-from jobttl.worker.notices import Notices
-from jobttl.worker.notify import EventRecorder
+from jobttl.worker.scheduled_events import Notices
+from jobttl.worker.events import EventRecorder
 
 # How long a worker's published clock reading stays in `jobttl status`.
 CLOCK_READING_TTL = 600

@@ -19,7 +19,7 @@ from jobttl.core.stages import owned_pods
 from jobttl.worker.archiving import Archived
 from jobttl.worker.judgement import PODS_STAGE, Target, unchanged
 from jobttl.worker.ledger import Ledger, details
-from jobttl.worker.notify import EventRecorder
+from jobttl.worker.events import EventRecorder
 from jobttl.worker.reading import reread
 
 PODS_DELETED = "pods-deleted"

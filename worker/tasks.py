@@ -24,7 +24,7 @@ from jobttl.worker import resync as resync_run
 from jobttl.worker.archiving import ArchiveFailed
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.deletion import Deletion, Target, target_of
-from jobttl.worker.notify import announce
+from jobttl.worker.events import announce
 
 log = logging.getLogger("jobttl.worker")
 

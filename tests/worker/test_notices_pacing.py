@@ -1,4 +1,4 @@
-"""DeletionScheduled notices are paced (`jobttl.worker.notify.NOTICES_PER_SECOND`) and never starve
+"""DeletionScheduled notices are paced (`jobttl.worker.events.NOTICES_PER_SECOND`) and never starve
 behind the deletions' own Events: the worker's EventRecorder and Notices in this process, real Redis,
 the emulator over HTTP (tests.worker.bench)."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import TFJOB
-from jobttl.worker import notices as notices_module
-from jobttl.worker.notices import Notices
-from jobttl.worker.notify import NOTICES_PER_SECOND, EventRecorder
+from jobttl.worker import scheduled_events as notices_module
+from jobttl.worker.scheduled_events import Notices
+from jobttl.worker.events import NOTICES_PER_SECOND, EventRecorder
 from jobttl_emulator import EVENT
 from tests.fixtures import job_object, with_server_fields
 from tests.services import wait_for
