@@ -18,6 +18,7 @@ from urllib.parse import unquote, urlparse
 
 from jobttl.core.durations import parse_duration
 from jobttl.core.policy import Policy, PolicyError, load_policy
+from jobttl.core.redisurl import SentinelAddress
 
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")
 REDIS_SCHEMES = ("redis", "rediss", "unix", "redis+sentinel", "rediss+sentinel")
@@ -75,8 +76,6 @@ def redis_url(raw: str) -> str:
                          "knative/base/redis.yaml: set a real password in the jobttl-redis Secret "
                          "(e.g. openssl rand -hex 32) and restart")
     if urlparse(raw).scheme.endswith("+sentinel"):
-        from jobttl.core.redisconn import SentinelAddress  # redis-py only where a URL needs reading
-
         SentinelAddress.parse(raw)
     return raw
 

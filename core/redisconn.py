@@ -28,7 +28,7 @@ import functools
 import ssl
 import time
 from dataclasses import dataclass
-from urllib.parse import parse_qs, unquote, urlparse
+from urllib.parse import urlparse
 
 from redis import ConnectionPool, Redis
 from redis.backoff import ConstantBackoff, NoBackoff
@@ -39,6 +39,7 @@ from redis.retry import Retry
 from redis.sentinel import Sentinel
 
 from jobttl.core.config import ConfigError
+from jobttl.core.redisurl import SentinelAddress
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,6 @@ WORKER = Role(connect_timeout=5, socket_timeout=15, retries=20)
 PROBE = Role(connect_timeout=1, socket_timeout=1, retries=0)
 CLI = Role(connect_timeout=5, socket_timeout=30, retries=2)
 
-SENTINEL_PORT = 26379
 RECHECK_SECONDS = 1.0  # how stale a process's answer from the Sentinels may be when a connection is reused
 REPLICA_WAIT_MS = 1000  # how long a write waits for its replicas (min_replicas) before it counts as failed
 
@@ -76,7 +76,7 @@ def client(url: str, role: Role, ca_file: str | None = None, *, min_replicas: in
     if scheme.startswith("rediss") and ca_file:
         options.update(ssl_ca_certs=ca_file)
     if scheme.endswith("+sentinel"):
-        pool = ConnectionPool(**SentinelAddress.parse(url).pool_options(role, ca_file), **options)
+        pool = ConnectionPool(**pool_options(SentinelAddress.parse(url), role, ca_file), **options)
     else:
         pool = ConnectionPool.from_url(url, **options)
     if min_replicas:
@@ -86,63 +86,22 @@ def client(url: str, role: Role, ca_file: str | None = None, *, min_replicas: in
 
 # --- Sentinel -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class SentinelAddress:
-    """A ``redis+sentinel://`` URL, read."""
-
-    sentinels: tuple[tuple[str, int], ...]
-    master_set: str
-    db: int
-    tls: bool
-    username: str | None = None
-    password: str | None = None
-    sentinel_password: str | None = None
-
-    @classmethod
-    def parse(cls, url: str) -> SentinelAddress:
-        """Read the URL, or raise ValueError saying what is wrong with it (without its password)."""
-        parsed = urlparse(url)
-        usage = "expected redis+sentinel://[:PASSWORD@]HOST[:PORT][,HOST[:PORT]...]/MASTER_SET[/DB]"
-        sentinels = tuple(_host_port(part, usage) for part in parsed.netloc.rpartition("@")[2].split(","))
-        path = [unquote(p) for p in parsed.path.split("/") if p]
-        if not path or len(path) > 2:
-            raise ValueError(f"{usage}: name the master set (and at most a database number)")
-        if len(path) == 2 and not path[1].isdigit():
-            raise ValueError(f"{usage}: the database must be a number, got {path[1]!r}")
-        query = parse_qs(parsed.query)
-        unknown = set(query) - {"sentinel_password"}
-        if unknown:
-            raise ValueError(f"{usage}: unknown option {', '.join(sorted(unknown))} (only sentinel_password)")
-        return cls(sentinels, path[0], int(path[1]) if len(path) == 2 else 0, parsed.scheme == "rediss+sentinel",
-                   unquote(parsed.username) if parsed.username else None,
-                   unquote(parsed.password) if parsed.password else None,
-                   query.get("sentinel_password", [None])[-1])
-
-    def sentinel_options(self, role: Role, ca_file: str | None) -> dict:
-        """How to talk to each Sentinel (a lookup is quick: the connect timeout bounds it all)."""
-        options = dict(socket_connect_timeout=role.connect_timeout, socket_timeout=role.connect_timeout,
-                       password=self.sentinel_password)
-        if self.tls:
-            options.update(ssl=True, ssl_ca_certs=ca_file)
-        return options
-
-    def pool_options(self, role: Role, ca_file: str | None) -> dict:
-        """ConnectionPool arguments: plain values only, so that a pool rebuilt from them (RQ's
-        scheduler child does) reaches the same primary."""
-        return dict(connection_class=SentinelPrimarySSLConnection if self.tls else SentinelPrimaryConnection,
-                    sentinels=self.sentinels, master_set=self.master_set,
-                    sentinel_options=tuple(self.sentinel_options(role, ca_file).items()),
-                    db=self.db, username=self.username, password=self.password)
+def sentinel_options(address: SentinelAddress, role: Role, ca_file: str | None) -> dict:
+    """How to talk to each Sentinel (a lookup is quick: the connect timeout bounds it all)."""
+    options = dict(socket_connect_timeout=role.connect_timeout, socket_timeout=role.connect_timeout,
+                   password=address.sentinel_password)
+    if address.tls:
+        options.update(ssl=True, ssl_ca_certs=ca_file)
+    return options
 
 
-def _host_port(text: str, usage: str) -> tuple[str, int]:
-    host, colon, port = text.rpartition(":") if not text.endswith("]") else (text, "", "")
-    if not colon:
-        host, port = text, str(SENTINEL_PORT)
-    host = host.strip("[]")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"{usage}: {text!r} is not HOST[:PORT]")
-    return host, int(port)
+def pool_options(address: SentinelAddress, role: Role, ca_file: str | None) -> dict:
+    """ConnectionPool arguments: plain values only, so that a pool rebuilt from them (RQ's
+    scheduler child does) reaches the same primary."""
+    return dict(connection_class=SentinelPrimarySSLConnection if address.tls else SentinelPrimaryConnection,
+                sentinels=address.sentinels, master_set=address.master_set,
+                sentinel_options=tuple(sentinel_options(address, role, ca_file).items()),
+                db=address.db, username=address.username, password=address.password)
 
 
 class _Primary:
@@ -321,7 +280,7 @@ def check(url: str, ca_file: str | None) -> None:
     probes = []
     if urlparse(url).scheme.endswith("+sentinel"):
         address = SentinelAddress.parse(url)
-        options = {**address.sentinel_options(PROBE, ca_file), "retry": Retry(NoBackoff(), 0)}
+        options = {**sentinel_options(address, PROBE, ca_file), "retry": Retry(NoBackoff(), 0)}
         probes = [Redis(host, port, **options) for host, port in address.sentinels]
     for probe in [*probes, client(url, PROBE, ca_file)]:
         try:

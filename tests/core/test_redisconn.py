@@ -22,7 +22,8 @@ from rq.connections import parse_connection
 from jobttl.cli import main
 from jobttl.core import redisconn
 from jobttl.core.config import PLACEHOLDER_REDIS_PASSWORD, ConfigError, Settings
-from jobttl.core.redisconn import NotReplicated, SentinelAddress
+from jobttl.core.redisconn import NotReplicated
+from jobttl.core.redisurl import SentinelAddress
 from tests.services import ROOT, RedisSentinels, RedisServer, free_port, wait_for
 
 
