@@ -4,8 +4,8 @@ Only this module imports ``kubernetes.client`` (an import-linter contract checks
 checks "only the clients are allowed to talk to the Kubernetes API"). It uses the official
 client's configuration, authentication and HTTP machinery, and:
 
-- refuses any verb on any resource its component does not declare in `PERMISSIONS`, the
-  table the RBAC manifests in ``knative/`` are tested against;
+- refuses any verb on any resource its component does not declare in
+  `jobttl.core.permissions.PERMISSIONS`, the table the RBAC manifests are tested against;
 - decodes answers with orjson, and those that nest deeper than orjson reads with ijson's
   parse events (iterative), so one deep object neither disables a resync nor escapes deletion;
 - feeds each answer's ``Date`` header to the reference clock (`jobttl.core.clock`);
@@ -38,6 +38,7 @@ from jobttl.core.config import ConfigError
 from jobttl.core.identity import JobRef, check_name, check_namespace
 from jobttl.core.kinds import JobKind
 from jobttl.core.metrics import Metrics
+from jobttl.core.permissions import CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS, VERSION, permissions
 
 
 class ObjectGone(Exception):
@@ -69,50 +70,6 @@ class PermanentApiError(Exception):
 
 class Undecodable(Exception):
     """The API server's answer is not JSON jobttl can read (nesting beyond any parser's reach, ...)."""
-
-
-JOBS = "jobs"  # the enabled job kinds' resources (tfjobs.kubeflow.org, jobs.batch, ...)
-EVENTS = "events"
-PODS = "pods"
-POD_LOGS = "pods/log"
-CONFIGMAPS = "configmaps"  # only jobttl's own install record (jobttl.core.install), in its own namespace
-VERSION = "/version"  # a non-resource URL every authenticated client may read (system:public-info-viewer)
-# The CustomResourceDefinitions of the enabled kinds, read at the worker's start to check the
-# kinds' declared paths against their schemas (jobttl.core.crdcheck). RBAC grants `get` on them
-# by name (`resourceNames`: the enabled kinds' CRDs only, see `crd_names`).
-CRDS = "customresourcedefinitions"
-CRD_GROUP = "apiextensions.k8s.io"
-
-# The verbs each jobttl component uses, by resource. KubeClient refuses anything else, so this
-# table is the truth the RBAC manifests in knative/ are tested against. The sink reads an
-# object only for Reference-mode events; archiving (pods, logs, events) is granted only
-# when the policy enables it (see `permissions`).
-PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
-    "sink": {},
-    "sink-reference": {JOBS: frozenset({"get"})},
-    "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"}),
-               CONFIGMAPS: frozenset({"get", "create", "update"}), CRDS: frozenset({"get"})},
-    "watch": {JOBS: frozenset({"get", "list", "watch"})},
-}
-ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
-                                                  EVENTS: frozenset({"create", "list"})}
-POD_CLEANUP_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"list", "delete"})}
-
-
-def permissions(component: str, archive: bool = False, pod_cleanup: bool = False) -> dict[str, frozenset[str]]:
-    """What `component` may do, given the features its policy enables."""
-    granted = {resource: set(verbs) for resource, verbs in PERMISSIONS[component].items()}
-    for enabled, extra in ((archive, ARCHIVE_PERMISSIONS), (pod_cleanup, POD_CLEANUP_PERMISSIONS)):
-        if enabled and component == "worker":
-            for resource, verbs in extra.items():
-                granted.setdefault(resource, set()).update(verbs)
-    return {resource: frozenset(verbs) for resource, verbs in granted.items()}
-
-
-def crd_names(kinds: Iterable[JobKind]) -> list[str]:
-    """The CustomResourceDefinitions defining `kinds`, in order, once each (MPIJob's two versions
-    share one): what the worker's `get` on CRDs is limited to. Kubernetes' own groups (batch) have none."""
-    return list(dict.fromkeys(kind.crd for kind in kinds if kind.crd))
 
 
 def load_api_client(kubeconfig: str | None = None, pool_size: int | None = None) -> client.ApiClient:
@@ -204,7 +161,7 @@ class KubeClient:
                  timeout: float | None = None) -> Answer | Any:
         if verb not in self.granted.get(resource, ()):
             raise AssertionError(f"the {self.component} does not declare '{verb}' on {resource} in "
-                                 "jobttl.core.kube.PERMISSIONS")
+                                 "jobttl.core.permissions.PERMISSIONS")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
                                                   body=body, auth_settings=["BearerToken"])

@@ -14,7 +14,8 @@ from jobttl.core.config import Settings
 from jobttl.core.install import InstallReview
 from jobttl.core.kinds import KindRegistry
 from jobttl.core.archivestore import open_store
-from jobttl.core.kube import KubeClient, load_api_client, permissions
+from jobttl.core.kube import KubeClient, load_api_client
+from jobttl.core.permissions import permissions
 from jobttl.core.metrics import Metrics
 from jobttl.core.ratelimit import RateLimit
 from jobttl.core.reconcile import Reconciler

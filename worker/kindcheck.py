@@ -37,7 +37,8 @@ from typing import Any
 from jobttl.core import crdcheck, logs
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import JobKind
-from jobttl.core.kube import CRDS, KubeClient, PermanentApiError, TransientApiError, Undecodable, permissions
+from jobttl.core.kube import KubeClient, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.permissions import CRDS, permissions
 from jobttl.core.manifests import crd_rules
 
 log = logging.getLogger("jobttl.worker")

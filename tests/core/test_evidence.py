@@ -12,7 +12,7 @@ from jobttl.core.decision import Verdict, decide, keep_until
 from jobttl.core.history import Member, is_limit_decision, limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
-from jobttl.core.kube import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
+from jobttl.core.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
 from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
 from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
 from tests.fixtures import expected_kept, finished_status, job_object, rfc3339, tfjob, uniform_log, with_server_fields

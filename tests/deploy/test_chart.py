@@ -7,7 +7,7 @@ code, not an imitation.
   reference CRDs, prometheus-operator kinds against the hand-written CRD subsets of
   tests/deploy/monitoring.py, the alerts with promtool;
 - the values schema refuses bad values with a message naming them;
-- the RBAC equals what jobttl.core.kube.permissions() declares, for each intake mode and each
+- the RBAC equals what jobttl.core.permissions.permissions() declares, for each intake mode and each
   feature the policy can enable;
 - a real `helm install` of every rendering against the API emulator (Knative's kinds served from
   their CRDs), release records in Secrets as Helm keeps them;
@@ -36,7 +36,7 @@ helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extr
 
 from jobttl.core.install import CONFIGMAP  # noqa: E402
 from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
-from jobttl.core.kube import CRD_GROUP, CRDS, JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)

@@ -14,7 +14,8 @@ import yaml
 
 from jobttl.core.config import ConfigError
 from jobttl.core.kinds import TFJOB
-from jobttl.core.kube import KubeClient, load_api_client, permissions
+from jobttl.core.kube import KubeClient, load_api_client
+from jobttl.core.permissions import permissions
 from jobttl.core.kinddecl import key as kinddecl_key
 from jobttl.core.manifests import cluster_roles
 from jobttl.core.policy import parse_policy
