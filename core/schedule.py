@@ -41,7 +41,6 @@ scheduler rather than behind the workers.
 
 from __future__ import annotations
 
-import enum
 import itertools
 import json
 import time
@@ -62,6 +61,8 @@ from rq.serializers import JSONSerializer
 from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
+# The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
+from jobttl.core.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
 
 if TYPE_CHECKING:
     from jobttl.core.config import Settings
@@ -84,32 +85,7 @@ PERMANENT_FAILURE = "permanentFailure"
 # order the RETIRE script takes them.
 _REGISTRIES = (ScheduledJobRegistry, FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry)
 
-JOB_STAGE = "job"
-PODS_STAGE = "pods"
 _STAGE_PREFIX = {JOB_STAGE: "delete", PODS_STAGE: "pods"}
-
-
-class Change(enum.Enum):
-    SCHEDULED = "scheduled"  # nothing was pending
-    MOVED = "moved"  # something was pending, due at another time
-    UNCHANGED = "unchanged"  # the same deletion is already pending
-    RUNNING = "running"  # a worker is deleting it right now and decides for itself
-    CANCELLED = "cancelled"  # a pending deletion no longer applies
-    IGNORED = "ignored"  # nothing is, or should be, pending
-    KEPT = "kept"  # an operator said keep
-    HELD = "held"  # newly due, but held by the blast-radius guard
-    DUE_NOW = "due-now"  # newly due: reported to the caller (a resync), nothing written
-    SCHEDULE = "schedule"  # the reconcile script's answer: write the RQ job and commit it
-
-
-def member_for(uid: str, stage: str = JOB_STAGE) -> str:
-    return uid if stage == JOB_STAGE else f"{stage}:{uid}"
-
-
-def split_member(member: str) -> tuple[str, str]:
-    """(uid, stage) of an index member."""
-    stage, _, uid = member.rpartition(":")
-    return uid, stage or JOB_STAGE
 
 
 def job_id_prefix(stage: str = JOB_STAGE) -> str:
