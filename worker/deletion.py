@@ -41,6 +41,7 @@ from jobttl.core.kinds import JobKind
 from jobttl.core.kube import Conflict, ObjectGone
 from jobttl.core.reconcile import Outcome
 from jobttl.core.schedule import JOB_STAGE, OVERRIDE_SECONDS, PODS_STAGE, Change, split_member
+from jobttl.core.scripts import Begin, Finish, Release
 from jobttl.core.stages import owned_pods, pod_stage
 from jobttl.worker.archiving import ArchiveFailed, Archived
 from jobttl.worker.context import WorkerContext
@@ -213,19 +214,16 @@ class Deletion:
         """BEGIN: at the start (the claim taken), or right before the DELETE (the intent written)."""
         intent = _intent_of(target, obj) if step == "delete" else ""
         sent = time.time()
-        due, seconds, micros, keep, until, written, busy = self.ctx.scripts.begin(
-            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid), keys.claim(target.member),
-                  keys.intent(target.member)],
-            args=[target.member, step, self.token, self.ctx.settings.job_timeout + 60, intent])
-        self.ctx.clock.observe_redis(seconds, micros, sent, time.time())
-        return Current(int(float(due)) if due else None, (int(seconds), int(micros)), keep == b"true",
-                       int(until) if until else None, _intent(written, target.ref.uid), busy == b"busy")
+        said = Begin(uid=target.ref.uid, member=target.member, step=step, token=self.token,
+                     claim_seconds=self.ctx.settings.job_timeout + 60, intent_entry=intent).run(self.ctx.redis)
+        self.ctx.clock.observe_redis(said.seconds, said.micros, sent, time.time())
+        return Current(said.pending_due, (said.seconds, said.micros), said.override.keep, said.override.until,
+                       _intent(said.intent, target.ref.uid), said.busy)
 
     def release(self, target: Target) -> None:
         """Give the claim back, and the intent with it unless a DELETE may have been applied."""
         try:
-            self.ctx.scripts.release(keys=[keys.claim(target.member), keys.intent(target.member)],
-                                     args=[self.token, "0" if self.sent else "1"])
+            Release(member=target.member, token=self.token, clear_intent=not self.sent).run(self.ctx.redis)
         except Exception:  # noqa: BLE001 - the claim expires on its own
             pass
 
@@ -371,10 +369,10 @@ class Deletion:
         the follow-up, a stage done for good; the claim and the intent end with it."""
         ctx = self.ctx
         entry = entry_fields(event, target.ref, by="worker", stage=target.recorded_stage, **fields)
-        ctx.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
-                                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds,
-                                   tombstone=tombstone, tombstone_ttl=ctx.audit.tombstone_seconds, follow=follow,
-                                   info=info, done=done, override_ttl=OVERRIDE_SECONDS, stages_too=stages_too)
+        Finish.of(target.ref, target.member, target.due, entry, forget=forget, max_entries=ctx.audit.max_entries,
+                  card_ttl=ctx.audit.tombstone_seconds, tombstone=tombstone, tombstone_ttl=ctx.audit.tombstone_seconds,
+                  follow=follow, info=info, done=done, override_ttl=OVERRIDE_SECONDS,
+                  stages_too=stages_too).run(ctx.redis)
         ctx.audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
 
     def _forget(self, target: Target, reason: str) -> str:
