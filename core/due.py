@@ -30,6 +30,8 @@ class Override:
     @classmethod
     def read(cls, keep: bytes | str | None, until: bytes | str | None) -> Override:
         """From the stored fields ("true"; epoch seconds), absent as None or ""."""
+        if not keep and not until:
+            return NO_OVERRIDE  # what nearly every reconcile reads
         keep = keep.decode() if isinstance(keep, bytes) else keep
         until = until.decode() if isinstance(until, bytes) else until
         return cls(keep == "true", int(float(until)) if until else None)

@@ -50,7 +50,7 @@ from jobttl.core.audit import Audit, decision_fields, entry_fields
 from jobttl.core.decision import Verdict
 from jobttl.core.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.guard import HeldDeletion, burst_rule
-from jobttl.core.plan import JOB_STAGE, Applied, Change, Intent, split_member
+from jobttl.core.plan import COLLECT, GUARDED, JOB_STAGE, RELEASE, Applied, Change, Intent, split_member
 from jobttl.core.schedule import (DELETE_TASK, FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, WARN_TASK, InvalidNotice,
                                   Pending, Schedule, job_id_for, job_id_prefix, notice_member, warning_id_for)
 
@@ -111,6 +111,7 @@ class Store:
         self.audit_max = audit.max_entries
         self.card_ttl = audit.tombstone_seconds
         self.burst_limit = burst_limit  # events' per-minute limit on news (jobttl.core.guard)
+        self._rules = {mode: burst_rule(mode, burst_limit) for mode in (GUARDED, COLLECT, RELEASE)}
 
     # --- a reconcile ------------------------------------------------------------------------------
     def apply(self, intents: Sequence[Intent]) -> list[Applied]:
@@ -159,7 +160,7 @@ class Store:
             # The InvalidTTL Warning, for the owner of a job jobttl keeps for a value it cannot
             # read: in the same script call (RECONCILE posts it once per value).
             invalid = InvalidNotice(ref, decision.reason, decision.ttl_source).entry
-        rule = burst_rule(intent.mode, self.burst_limit)
+        rule = self._rules.get(intent.mode) or burst_rule(intent.mode, self.burst_limit)
         return scripts.Reconcile(
             ref=ref, outbox=self.outbox, member=intent.member, uid=ref.uid, expiring=intent.expiring, due=due.at,
             reason=due.why if kept else intent.reason, keep_seen=said[0], until_seen=said[1],
