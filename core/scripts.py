@@ -8,7 +8,7 @@ so the guard's and the schedule's notion of "now" never depends on a process's c
 
 Each script is a file in ``core/lua/`` (shipped in the package) and a dataclass here
 (`Script`): its fields are the script's arguments, named and typed, and their order is the
-order of ARGV; ``KEYS`` names its keys, in order, each computed from the fields. The file never
+order of ARGV; ``KEYS`` names its keys, in order, each a constant or made from the fields. The file never
 reads ``ARGV[n]``: the source Redis runs is a header made from the wrapper (``local member =
 ARGV[1]``, ``local due = tonumber(ARGV[4])``, ...), then the shared prelude (``lua/prelude.lua``)
 for the scripts that ask for it, then the file. So the calling convention is said once, in
@@ -146,7 +146,7 @@ class Script:
 
     __slots__ = ()
 
-    KEYS: ClassVar[Mapping[str, Callable[[Any], str]]] = {}
+    KEYS: ClassVar[Mapping[str, str | Callable[[Any], str]]] = {}  # name → the key, or how to make it
     file: ClassVar[str]
     source: ClassVar[str]
     sha: ClassVar[str]
@@ -158,7 +158,7 @@ class Script:
     _rest: ClassVar[str | None]
 
     def keys(self) -> list[str]:
-        return [key(self) for key in self.KEYS.values()]
+        return [key if key.__class__ is str else key(self) for key in self.KEYS.values()]
 
     def argv(self) -> list[Any]:
         """ARGV as sent: None as "", a bool as "1" or "0", the rest spread (a mapping as key,
@@ -231,11 +231,11 @@ class ReconcileReply(NamedTuple):
 class Reconcile(Script):
     """Compare one member's decision with what is pending; write what needs no RQ job."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "override": lambda s: keys.override(s.ref.uid),
-            "audit_stream": lambda s: keys.AUDIT_STREAM, "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
-            "held": lambda s: keys.HELD, "recent": lambda s: keys.RECENT_DUE,
+    KEYS = {"index": keys.PENDING_INDEX, "override": lambda s: keys.override(s.ref.uid),
+            "audit_stream": keys.AUDIT_STREAM, "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
+            "held": keys.HELD, "recent": keys.RECENT_DUE,
             "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
-            "outbox": lambda s: s.outbox, "dry_kinds": lambda s: keys.DRY_RUN}
+            "outbox": lambda s: s.outbox, "dry_kinds": keys.DRY_RUN}
     ref: JobRef = unsent()
     outbox: str = unsent()  # the notices outbox of the queue (keys.notices)
     member: str
@@ -277,9 +277,9 @@ class CommitReply(NamedTuple):
 class Commit(Script):
     """Record a booking, in the MULTI that writes its RQ job."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "audit_stream": lambda s: keys.AUDIT_STREAM,
+    KEYS = {"index": keys.PENDING_INDEX, "audit_stream": keys.AUDIT_STREAM,
             "card": lambda s: keys.card(s.ref.namespace, s.ref.name), "override": lambda s: keys.override(s.ref.uid),
-            "dry_kinds": lambda s: keys.DRY_RUN}
+            "dry_kinds": keys.DRY_RUN}
     ref: JobRef = unsent()
     member: str
     uid: str
@@ -300,7 +300,7 @@ class Commit(Script):
 class Retire(Script):
     """Take out an RQ job a reconcile replaced, unless the index names it again or it runs."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "job": lambda s: s.job_key, "dependents": lambda s: s.dependents,
+    KEYS = {"index": keys.PENDING_INDEX, "job": lambda s: s.job_key, "dependents": lambda s: s.dependents,
             "dependencies": lambda s: s.dependencies, "results": lambda s: s.results, "queue": lambda s: s.queue_key,
             "scheduled": lambda s: s.registries[0], "finished": lambda s: s.registries[1],
             "failed": lambda s: s.registries[2], "deferred": lambda s: s.registries[3]}
@@ -351,7 +351,7 @@ class BeginReply(NamedTuple):
 class Begin(Script):
     """Is the deletion still pending, what did operators say, is another run at work?"""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "override": lambda s: keys.override(s.uid),
+    KEYS = {"index": keys.PENDING_INDEX, "override": lambda s: keys.override(s.uid),
             "claim": lambda s: keys.claim(s.member), "intent": lambda s: keys.intent(s.member)}
     uid: str = unsent()
     member: str
@@ -371,12 +371,12 @@ class Begin(Script):
 class Finish(Script):
     """Record a deletion's outcome; the claim and the intent end with it. Returns the entry's id."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "audit_stream": lambda s: keys.AUDIT_STREAM,
+    KEYS = {"index": keys.PENDING_INDEX, "audit_stream": keys.AUDIT_STREAM,
             "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
             "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
-            "terminating": lambda s: keys.TERMINATING, "terminating_info": lambda s: keys.TERMINATING_INFO,
+            "terminating": keys.TERMINATING, "terminating_info": keys.TERMINATING_INFO,
             "claim": lambda s: keys.claim(s.member), "intent": lambda s: keys.intent(s.member),
-            "override": lambda s: keys.override(s.ref.uid), "dry_kinds": lambda s: keys.DRY_RUN}
+            "override": lambda s: keys.override(s.ref.uid), "dry_kinds": keys.DRY_RUN}
     ref: JobRef = unsent()
     member: str
     uid: str
@@ -423,7 +423,7 @@ class Release(Script):
 class Record(Script):
     """One audit entry from Python, and the job's history card. Returns the entry's id."""
 
-    KEYS = {"audit_stream": lambda s: keys.AUDIT_STREAM,
+    KEYS = {"audit_stream": keys.AUDIT_STREAM,
             "card": lambda s: keys.card(s.ref.namespace, s.ref.name) if s.ref else ""}
     ref: JobRef | None = unsent()  # None: the entry is about no job
     audit_max: int
@@ -446,7 +446,7 @@ class HistoryReply(NamedTuple):
 class History(Script):
     """File one finished job in its keepLast group (jobttl.core.history)."""
 
-    KEYS = {"records": lambda s: keys.HISTORY_RECORDS, "index": lambda s: keys.PENDING_INDEX}
+    KEYS = {"records": keys.HISTORY_RECORDS, "index": keys.PENDING_INDEX}
     prefix: str  # the groups' key prefix (keys.HISTORY_PREFIX)
     uid: str
     group: str | None  # None: in no group (take it out)
@@ -467,7 +467,7 @@ class History(Script):
 class DryRunFile(Script):
     """File one member among the dry-run records as its RQ job's meta says. True if it is one."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "dry_kinds": lambda s: keys.DRY_RUN}
+    KEYS = {"index": keys.PENDING_INDEX, "dry_kinds": keys.DRY_RUN}
     member: str
     job_prefix: str  # the key of its RQ job without the due time ("rq:job:delete-<uid>-")
 
@@ -498,7 +498,7 @@ class DueCounts:
 class CountDue(Script):
     """How many are due by each time, dry-run records apart, in one read."""
 
-    KEYS = {"index": lambda s: keys.PENDING_INDEX, "dry_kinds": lambda s: keys.DRY_RUN}
+    KEYS = {"index": keys.PENDING_INDEX, "dry_kinds": keys.DRY_RUN}
     times: tuple[float, ...] = rest()
 
     @classmethod
@@ -529,7 +529,7 @@ class ReserveSlot(Script):
 class ClaimFollowUps(Script):
     """Deleted objects due for another look, claimed for a while (jobttl.worker.follow)."""
 
-    KEYS = {"terminating": lambda s: keys.TERMINATING}
+    KEYS = {"terminating": keys.TERMINATING}
     now: float
     lease: int  # seconds the others leave them alone
     batch: int

@@ -50,7 +50,7 @@ from jobttl.core.audit import Audit, decision_fields, entry_fields
 from jobttl.core.decision import Verdict
 from jobttl.core.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.guard import HeldDeletion, burst_rule
-from jobttl.core.plan import COLLECT, GUARDED, JOB_STAGE, RELEASE, Applied, Change, Intent, split_member
+from jobttl.core.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent, split_member
 from jobttl.core.schedule import (DELETE_TASK, FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, WARN_TASK, InvalidNotice,
                                   Pending, Schedule, job_id_for, job_id_prefix, notice_member, warning_id_for)
 
@@ -112,6 +112,7 @@ class Store:
         self.card_ttl = audit.tombstone_seconds
         self.burst_limit = burst_limit  # events' per-minute limit on news (jobttl.core.guard)
         self._rules = {mode: burst_rule(mode, burst_limit) for mode in (GUARDED, COLLECT, RELEASE)}
+        self._job_prefix = {stage: schedule.job_key_prefix + job_id_prefix(stage) for stage in (JOB_STAGE, PODS_STAGE)}
 
     # --- a reconcile ------------------------------------------------------------------------------
     def apply(self, intents: Sequence[Intent]) -> list[Applied]:
@@ -145,11 +146,12 @@ class Store:
         return [_applied(intent, due, reply) for intent, due, reply in zip(intents, dues, replies)]
 
     def _compare(self, intent: Intent, due: Due, said: tuple[str, str]) -> scripts.Reconcile:
-        ref, decision, stage = intent.ref, intent.decision, intent.stage
+        ref, decision, stage, member, expiring = intent.ref, intent.decision, intent.stage, intent.member, \
+            intent.expiring
         kept = due.why == KEPT_BY_OPERATOR
         if kept:
             unbooked = {"event": "skipped", "reason": KEPT_BY_OPERATOR, "kind": ref.kind}
-        elif not intent.expiring and stage == JOB_STAGE:
+        elif not expiring and stage == JOB_STAGE:
             # A pods stage that is not due says nothing on the job's card: the job's own decision does.
             unbooked = {"event": "skipped", "kind": ref.kind, "reason": intent.reason,
                         **({"detail": decision.reason} if decision is not None else {})}
@@ -162,14 +164,17 @@ class Store:
             invalid = InvalidNotice(ref, decision.reason, decision.ttl_source).entry
         rule = self._rules.get(intent.mode) or burst_rule(intent.mode, self.burst_limit)
         return scripts.Reconcile(
-            ref=ref, outbox=self.outbox, member=intent.member, uid=ref.uid, expiring=intent.expiring, due=due.at,
+            ref=ref, outbox=self.outbox, member=member, uid=ref.uid, expiring=expiring, due=due.at,
             reason=due.why if kept else intent.reason, keep_seen=said[0], until_seen=said[1],
             keep_for=OVERRIDE_SECONDS if kept else None, collect=rule.collect, burst_limit=rule.limit,
             burst_window=rule.window, news_horizon=rule.horizon,
-            job_prefix=self.schedule.job_key_prefix + job_id_prefix(stage),
+            job_prefix=self._job_prefix.get(stage) or self.schedule.job_key_prefix + job_id_prefix(stage),
             dry_run=decision is not None and decision.dry_run,
             unbooked=jsoncodec.dumps_str(unbooked) if unbooked is not None else None,
-            held_entry=HeldDeletion(intent.member, ref, decision, intent.by).as_json() if intent.expiring else "",
+            # What the held set keeps should the guard hold it: only news faces the guard, and only
+            # an expiring decision is news.
+            held_entry=HeldDeletion(member, ref, decision, intent.by).as_json() if expiring and rule.limit is not None
+            else "",
             audit_max=self.audit_max, card_ttl=self.card_ttl, echo=intent.echo, invalid=invalid,
             fields=_fields(intent))
 
