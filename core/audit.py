@@ -28,10 +28,11 @@ from redis import Redis
 from redis.client import Pipeline
 
 from jobttl.core import jsoncodec, keys, logs, shapes
+from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import group_of
 from jobttl.core.metrics import Metrics
-from jobttl.core.scripts import Scripts
+from jobttl.core.scripts import Record
 
 # Fields of a job's status worth keeping once the object is gone.
 STATUS_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "phase", "startedAt", "finishedAt",
@@ -64,6 +65,16 @@ def entry_fields(event: str, ref: JobRef | None, **fields: Any) -> dict[str, str
     return entry
 
 
+def decision_fields(decision: Decision | None) -> dict[str, Any]:
+    """What every audit entry of a reconcile says about the decision behind it."""
+    if decision is None:
+        return {}
+    if decision.verdict is not Verdict.EXPIRES:
+        return {"detail": decision.reason, "ttlSource": decision.ttl_source}
+    return {"finishedAt": decision.finished_at, "ttl": decision.ttl, "ttlSource": decision.ttl_source,
+            "rules": list(decision.rules), "dryRun": decision.dry_run}
+
+
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
     return {k.decode(): v.decode() for k, v in raw.items()}
 
@@ -76,7 +87,6 @@ class Audit:
         self.max_entries = max_entries
         self.tombstone_seconds = tombstone_days * 86400
         self.tombstone_annotations = tombstone_annotations
-        self.scripts = Scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Any, metrics: Metrics | None = None) -> Audit:
@@ -87,12 +97,8 @@ class Audit:
     def record(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,
                pipeline: Pipeline | None = None, **fields: Any) -> None:
         """Log `event`, append it to the trail and to the job's history. Fields that are None are left out."""
-        entry = entry_fields(event, ref, **fields)
-        args: list[Any] = [self.max_entries, self.tombstone_seconds, ref.uid if ref else ""]
-        for key, value in entry.items():
-            args += [key, value]
-        self.scripts.record(keys=[keys.AUDIT_STREAM, keys.card(ref.namespace, ref.name) if ref else ""],
-                               args=args, client=pipeline if pipeline is not None else self.redis)
+        Record(ref=ref, audit_max=self.max_entries, card_ttl=self.tombstone_seconds, uid=ref.uid if ref else None,
+               entry=entry_fields(event, ref, **fields)).run(pipeline if pipeline is not None else self.redis)
         self.observed(event, ref, level, logger, **fields)
 
     def observed(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,

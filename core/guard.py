@@ -8,10 +8,13 @@ only when an operator confirms that very set:
 - a resync holds the deletions it would newly make now when they exceed
   `max_deletions`, or `max_share` of the jobs it saw;
 - events hold a newly due deletion once more than `max_deletions` came due within a
-  minute (the reconcile script counts them on Redis's clock).
+  minute (`burst_rule`; the reconcile script counts them on Redis's clock).
 
 - on a first install, until an operator has reviewed them, deletions that were already due at
   install are held whatever the thresholds (`jobttl.core.install`; held ``by: first-run``).
+
+What counts, for either, is news (`is_news`): a deletion that comes due now and was not
+already due, or is pulled in to within the hour from further away (a mistyped maxTTL).
 
 All add to one held set (``jobttl:held``). Its id is a digest of the held members, so a
 confirmation (``jobttl resync --confirm ID``) never releases a set the operator did not
@@ -29,9 +32,44 @@ from redis.client import Pipeline
 from jobttl.core import jsoncodec, keys
 from jobttl.core.decision import Decision
 from jobttl.core.identity import JobRef
+from jobttl.core.plan import COLLECT, GUARDED
 
 
 FIRST_RUN = "first-run"  # HeldDeletion.by: held for the first-run review (jobttl.core.install)
+NEWS_HORIZON = 3600  # a deletion pulled in to within this of now is news too
+BURST_WINDOW = 60  # events' burst limit counts what came due within this many seconds
+
+
+def is_news(due: int, pending: int | None, booked: bool, now: float, dry_run: bool = False,
+            horizon: int = NEWS_HORIZON) -> bool:
+    """Whether booking `due` makes a deletion happen now that was not going to: the guard's rule.
+
+    `pending` is what the schedule holds for the member (None: nothing), `booked` whether it is
+    a deletion on its way (its RQ job there, not a dry-run record), `now` Redis's clock. A
+    dry-run deletion deletes nothing. The reconcile script makes this comparison on the values it
+    reads atomically (core/lua/reconcile.lua); this is its specification, and one table runs
+    through both (tests/core/test_lua_reconcile.py).
+    """
+    already = pending is not None and pending <= now and booked
+    newly = due <= now and not already
+    pulled = pending is not None and due < pending and due <= now + horizon and pending > now + horizon
+    return (newly or pulled) and not dry_run
+
+
+@dataclass(frozen=True)
+class BurstRule:
+    """How one reconcile treats news: reported and not written (a resync judges its news as a
+    set), or counted against the per-minute limit (events), or neither (released)."""
+
+    collect: bool = False
+    limit: int | None = None  # hold news once this many came due within `window` (None: no limit)
+    window: int = BURST_WINDOW
+    horizon: int = NEWS_HORIZON
+
+
+def burst_rule(mode: str, max_deletions: int | None) -> BurstRule:
+    """The rule for a reconcile's mode (jobttl.core.plan: GUARDED, COLLECT, RELEASE)."""
+    return BurstRule(collect=mode == COLLECT, limit=max_deletions if mode == GUARDED else None)
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ The pure part (`membership`, `ranked`, `limit_decision`) decides from objects. T
 - ``jobttl:keep:<group>``: sorted set, finished job UID → finish time;
 - ``jobttl:keep:records``: hash, UID → its group and what a decision about it needs.
 
-One script (`jobttl.core.scripts.HISTORY`) per reconciled object, in one pipelined round trip
+One script (core/lua/history.lua, `jobttl.core.scripts.History`) per reconciled object, in one pipelined round trip
 before the reconcile's own: it files the job in its group (moving it out of another) and
 answers its rank and the others now beyond the limit that are not yet pending by then. So an
 event costs one more round trip, plus a reconcile for each job it pushes out. The worker
@@ -36,7 +36,7 @@ from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.policy import Policy
-from jobttl.core.scripts import Scripts
+from jobttl.core.scripts import History, HistoryReply
 
 # Verdicts of finished jobs that count in (and can be removed from) a group: not kept, not
 # excluded, not left to Kubernetes' own TTL controller, and with a valid TTL or none at all.
@@ -159,23 +159,21 @@ class HistoryIndex:
 
     def __init__(self, redis: Redis):
         self.redis = redis
-        self.scripts = Scripts(redis)
 
     def file(self, member: Member | None, uid: str, pipe: Pipeline) -> None:
-        """Queue the HISTORY script for one job (None: it counts in no group, or is gone)."""
-        args = [uid, "", 0, 0, "", MAX_PUSHED_OUT] if member is None else \
-            [uid, member.group, member.finished_at, member.limit, member.record(), MAX_PUSHED_OUT]
-        self.scripts.history(keys=[keys.HISTORY_RECORDS, keys.PENDING_INDEX], args=[keys.HISTORY_PREFIX, *args],
-                             client=pipe)
+        """Queue the filing of one job (None: it counts in no group, or is gone)."""
+        if member is None:
+            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
+                           most=MAX_PUSHED_OUT)
+        else:
+            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=member.group, finished_at=member.finished_at,
+                           limit=member.limit, record=member.record(), most=MAX_PUSHED_OUT)
+        call.queue(pipe)
 
     @staticmethod
-    def filed(reply: list) -> Filed:
-        rank, beyond_at, *rest = reply
-        pushed = []
-        for i in range(0, len(rest), 4):
-            uid, record, rank_of, at = rest[i:i + 4]
-            pushed.append((Member.from_record(uid.decode(), record), int(rank_of), int(at)))
-        return Filed(None if int(rank) < 0 else int(rank), int(beyond_at) if beyond_at else None, tuple(pushed))
+    def filed(reply: HistoryReply) -> Filed:
+        return Filed(reply.rank, reply.beyond_at, tuple((Member.from_record(uid, record), rank, at)
+                                                        for uid, record, rank, at in reply.pushed_out))
 
     def drop(self, uids: Iterable[str]) -> None:
         """Take jobs out of their groups (deleted, gone)."""

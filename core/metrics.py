@@ -26,7 +26,6 @@ from rq.utils import utcparse
 
 from jobttl.core import keys, scripts
 from jobttl.core.kinds import group_of, split_group_kind
-from jobttl.core.schedule import DueCounts
 
 LATENESS_BUCKETS = (0.5, 1, 2, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 86400)
 # An overdue deletion: due more than this long ago and still pending (a dry-run record never is:
@@ -40,7 +39,6 @@ class _ScheduleCollector:
     def __init__(self, redis: Redis, queue_name: str):
         self.redis = redis
         self.queue_name = queue_name
-        self.scripts = scripts.Scripts(redis)
 
     def collect(self):
         now = time.time()
@@ -49,7 +47,8 @@ class _ScheduleCollector:
                 pipe.zcard(keys.PENDING_INDEX)
                 # Overdue, and dry-run records due now, from the index and the dry-run sets
                 # beside it: a handful of ZCOUNTs, however many records there are.
-                self.scripts.count_due((now - OVERDUE_AFTER, now), pipe)
+                count_due = scripts.CountDue(times=(now - OVERDUE_AFTER, now))
+                count_due.queue(pipe)
                 pipe.hlen(keys.HELD)
                 pipe.zcard(keys.TERMINATING)
                 pipe.hlen(keys.STUCK)
@@ -60,7 +59,7 @@ class _ScheduleCollector:
                 pending, due, held, terminating, stuck, workers, scheduler, last, report = scripts.execute(pipe)
         except RedisError:
             return  # no sample is better than a wrong one; alerts on absent() catch it
-        counts = DueCounts.parse(due, 2)
+        counts = count_due.counts(due)
         overdue = counts.due[0]
         for name, help_, value in (
                 ("jobttl_pending_deletions", "Deletions scheduled and not yet done", pending),

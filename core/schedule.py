@@ -21,29 +21,16 @@ Layout in Redis:
   The scripts that write the index keep them, in the same atomic step; every resync repairs
   what anything else wrote (`file_dry_run`).
 
-Every reconcile starts with one atomic Lua script (RECONCILE, `jobttl.core.scripts`) that
-compares the decision with what is pending, on Redis's clock. What needs no RQ job (a
-cancel, a hold, nothing to do) it writes itself; a booking it only plans, and the plan is
-written in one MULTI: RQ's own write of the job, BOOKED (which tidies what an earlier run of
-the same id left), and COMMIT, which writes the index, the audit entry and the history card.
-A duplicate or a running job is one round trip; a new or moved deletion two (three when
-Redis has lost its scripts since this process loaded them: `scripts.execute`). A process
-that dies between the first two has written nothing for the booking, and the next event or
-resync plans it again; an index entry whose RQ job was lost some other way is booked again
-too (the compare checks the RQ job is live).
+How a reconcile writes here (a Lua compare, then RQ's write of the job with its record in
+one MULTI) is `jobttl.core.store`'s; this module names the parts and reads them.
 
 The RQ job id is derived from (member, due): a changed TTL maps onto a new job id and the
-old job is deleted, so an RQ job is never rewritten while a worker runs it. Jobs already due
-are enqueued for immediate execution rather than scheduled: RQ's scheduler moves at most
-1000 due jobs per queue per second, which would turn a backlog into a queue behind the
-scheduler rather than behind the workers.
+old job is deleted, so an RQ job is never rewritten while a worker runs it.
 """
 
 from __future__ import annotations
 
-import enum
 import itertools
-import json
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -54,14 +41,15 @@ from redis import Redis
 from redis.client import Pipeline
 from rq import Queue, Retry
 from rq.exceptions import DuplicateJobError
-from rq.job import Job, JobStatus
-from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegistry, ScheduledJobRegistry
-from rq.results import Result
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobttl.core import jsoncodec, keys, scripts, shapes
 from jobttl.core.decision import Decision, Verdict
 from jobttl.core.identity import JobRef
+# The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
+from jobttl.core.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
+from jobttl.core.scripts import CountDue, DryRunFile, DueCounts  # noqa: F401
 
 if TYPE_CHECKING:
     from jobttl.core.config import Settings
@@ -80,36 +68,7 @@ RESYNC_TASK = "jobttl.worker.tasks.resync"
 # Set in a failed job's meta when retrying cannot help (a 403): plans leave it failed.
 PERMANENT_FAILURE = "permanentFailure"
 
-# Where RQ keeps a job that is not running (a queued job is on the queue itself), in the
-# order the RETIRE script takes them.
-_REGISTRIES = (ScheduledJobRegistry, FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry)
-
-JOB_STAGE = "job"
-PODS_STAGE = "pods"
 _STAGE_PREFIX = {JOB_STAGE: "delete", PODS_STAGE: "pods"}
-
-
-class Change(enum.Enum):
-    SCHEDULED = "scheduled"  # nothing was pending
-    MOVED = "moved"  # something was pending, due at another time
-    UNCHANGED = "unchanged"  # the same deletion is already pending
-    RUNNING = "running"  # a worker is deleting it right now and decides for itself
-    CANCELLED = "cancelled"  # a pending deletion no longer applies
-    IGNORED = "ignored"  # nothing is, or should be, pending
-    KEPT = "kept"  # an operator said keep
-    HELD = "held"  # newly due, but held by the blast-radius guard
-    DUE_NOW = "due-now"  # newly due: reported to the caller (a resync), nothing written
-    SCHEDULE = "schedule"  # the reconcile script's answer: write the RQ job and commit it
-
-
-def member_for(uid: str, stage: str = JOB_STAGE) -> str:
-    return uid if stage == JOB_STAGE else f"{stage}:{uid}"
-
-
-def split_member(member: str) -> tuple[str, str]:
-    """(uid, stage) of an index member."""
-    stage, _, uid = member.rpartition(":")
-    return uid, stage or JOB_STAGE
 
 
 def job_id_prefix(stage: str = JOB_STAGE) -> str:
@@ -168,7 +127,7 @@ class Pending:
     would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
     state: str | None = None  # the RQ job's status; None when the RQ job is missing
     extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
-    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.worker.notices)
+    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.worker.scheduled_events)
 
     @property
     def member(self) -> str:
@@ -215,63 +174,6 @@ class Pending:
             "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
 
 
-@dataclass(frozen=True)
-class DueCounts:
-    """What is due by some times (`Schedule.due_counts`): deletions, and dry-run records by kind."""
-
-    due: tuple[int, ...]  # per time: pending deletions due by then, dry-run records not counted
-    dry_run: dict[str, tuple[int, ...]]  # per kind (Kind.group), per time: dry-run records due by then
-
-    @classmethod
-    def parse(cls, reply: list[Any], times: int) -> DueCounts:
-        kinds = reply[times:]
-        return cls(tuple(int(n) for n in reply[:times]),
-                   {(kinds[i].decode() if isinstance(kinds[i], bytes) else kinds[i]):
-                    tuple(int(n) for n in kinds[i + 1:i + 1 + times]) for i in range(0, len(kinds), times + 1)})
-
-    def dry_run_total(self, time_index: int = 0) -> int:
-        return sum(counts[time_index] for counts in self.dry_run.values())
-
-
-@dataclass(frozen=True)
-class Planned:
-    """What a reconcile script decided for one member, for the caller to finish with RQ."""
-
-    change: Change
-    member: str
-    due: int | None = None  # the due time now pending
-    previous_due: int | None = None  # what was pending before, if anything
-    previous_state: str | None = None  # the RQ job status of what was pending before
-    now: float | None = None  # Redis's clock when the script ran
-    reason: str | None = None  # why nothing is to be scheduled, when the script says so
-
-
-class _BookedJob(Job):
-    """An RQ job as booked: RQ's hash, less what a pending deletion need not hold.
-
-    RQ writes eight fields as '' (the callbacks, started_at, ended_at, last_heartbeat,
-    worker_name, group_id) and reads an absent field as unset; it zlib-compresses the call
-    (`data`) even when, as here (a task name, a member and a due time, ~100 B), that makes
-    it longer, and reads an uncompressed one as is; and it writes meta with JSON's spaces.
-    Left out, uncompressed and compact, a pending deletion's hash is a quarter smaller, and
-    RQ reads the same job back. The worker loads RQ's own Job class, which writes whole
-    hashes from then on. Where a hash of the same id is still there (an earlier run's),
-    `Schedule._book` deletes the fields left out, as RQ's '' would have overwritten them.
-    """
-
-    omitted: tuple[str, ...] = ()
-
-    def to_dict(self, include_meta: bool = True, include_result: bool = True) -> dict:
-        whole = super().to_dict(include_meta, include_result)
-        self.omitted = tuple(k for k, v in whole.items() if v == "")
-        fields = {k: v for k, v in whole.items() if v != ""}
-        if len(self.data) <= len(fields["data"]):
-            fields["data"] = self.data
-        if include_meta and self.meta:
-            fields["meta"] = json.dumps(self.meta, separators=(",", ":"))
-        return fields
-
-
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
@@ -280,15 +182,10 @@ class Schedule:
         # decode_responses must be off for RQ; we decode our own values.
         self.redis = redis
         self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
-        # The same queue, making jobs that leave RQ's empty fields out of their first write.
-        self._booking = Queue(queue_name, connection=redis, serializer=JSONSerializer, job_class=_BookedJob)
-        # Where an earlier run of a booked id may still be listed (RQ's own key names).
-        self._ended = (FinishedJobRegistry(queue=self.queue).key, FailedJobRegistry(queue=self.queue).key)
         self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
         self.job_timeout = job_timeout
         # Seconds before each deletion to announce it (None: no announcements).
         self.warn_before = warn_before
-        self.scripts = scripts.Scripts(redis)
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
@@ -357,7 +254,8 @@ class Schedule:
 
     def due_counts(self, *times: float) -> DueCounts:
         """How many are due by each of `times`, dry-run records apart, in one read."""
-        return DueCounts.parse(self.scripts.count_due(times, self.redis), len(times))
+        count_due = CountDue(times=times)
+        return count_due.counts(count_due.run(self.redis))
 
     def drop_orphan(self, member: str) -> bool:
         """Take out an index entry whose RQ job (and record) is gone; True if it was there."""
@@ -401,77 +299,6 @@ class Schedule:
             pipe.expire(key, OVERRIDE_SECONDS)
             pipe.execute()
 
-    # --- writing RQ jobs: what a reconcile script decided --------------------------------------
-    def apply(self, planned: Planned, record: Pending | None, now: float, pipeline: Pipeline | None = None,
-              commit=None) -> None:
-        """Make RQ match what a reconcile decided: enqueue the new job, (let `commit` record it,)
-        then retire the old one. In that order: RETIRE leaves alone a job the index still names."""
-        pipe = pipeline if pipeline is not None else self.redis.pipeline()
-        if pipeline is None:
-            pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
-        uid, stage = split_member(planned.member)
-        enqueue = planned.change in (Change.SCHEDULE, Change.SCHEDULED, Change.MOVED) and record is not None
-        if enqueue:
-            self._enqueue(record, now, pipe)
-        if commit is not None:
-            commit(pipe)
-        if planned.previous_due is not None and planned.previous_state not in (None, JobStatus.STARTED.value) \
-                and not (enqueue and planned.previous_due == record.due):
-            # A job that is running right now re-reads the object and decides for itself;
-            # deleting its hash under it would only lose its result.
-            self._retire(planned.member, planned.previous_due, job_id_for(uid, planned.previous_due, stage), pipe)
-            if stage == JOB_STAGE and self.warn_before is not None:
-                self._retire(planned.member, planned.previous_due, warning_id_for(uid, planned.previous_due), pipe)
-        if pipeline is None:
-            scripts.execute(pipe)
-
-    def _retire(self, member: str, due: int, job_id: str, pipe: Pipeline) -> None:
-        """Delete an RQ job a reconcile replaced or dropped, unless the index names it again
-        (`jobttl.core.scripts.RETIRE`): where RQ keeps it is asked of RQ's own classes."""
-        job = Job(job_id, connection=self.redis, serializer=JSONSerializer)
-        registries = [r(queue=self.queue).key for r in _REGISTRIES]
-        self.scripts.retire(keys=[keys.PENDING_INDEX, job.key, job.dependents_key, job.dependencies_key,
-                                  Result.get_key(job_id), self.queue.key, *registries],
-                            args=[member, due, job_id], client=pipe)
-
-    def _enqueue(self, record: Pending, now: float, pipe: Pipeline) -> None:
-        status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
-        job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
-                        result_ttl=-1 if record.dry_run else RESULT_TTL)
-        # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
-        # outbox, off the deletions' queue (jobttl.worker.notices); a change is one member.
-        notice = notice_member(record.member, record.due) if record.notify and record.due > now else None
-        self._book(job, None if record.due <= now else record.due, pipe, notice, now)
-        if record.stage == JOB_STAGE and self.warn_before is not None and record.due - self.warn_before > now:
-            warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
-                                JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
-            self._book(warning, record.due - self.warn_before, pipe)
-
-    def _book(self, job: _BookedJob, at: float | None, pipe: Pipeline, notice: str | None = None,
-              now: float = 0.0) -> None:
-        """Queue `job` now (`at` None) or schedule it at `at`, over whatever an earlier run of
-        the same id left (booked again at its due, or back at a due an earlier run had, say
-        after a keep-until came and went): RQ's write would keep that hash's expiry and its
-        listing as finished or failed, and the fields this write leaves out would keep the old
-        run's values. RQ's write, then one script (BOOKED) in the same MULTI; `notice` goes to
-        the notices outbox with it."""
-        if at is None:
-            self.queue.enqueue_job(job, pipeline=pipe)
-        else:
-            self.queue.schedule_job(job, _utc(at), pipeline=pipe)
-        self.scripts.booked(keys=[job.key, *self._ended, keys.notices(self.queue.name)],
-                            args=[job.id, job.get_status(refresh=False).value, notice or "", now, *job.omitted],
-                            client=pipe)
-
-    def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
-             result_ttl: int = RESULT_TTL) -> Job:
-        """An RQ job without a description: RQ would store the call string, and the record
-        (meta) already says what it deletes. Jobs are a third of Redis's memory per deletion (`_BookedJob`)."""
-        job = self._booking.create_job(task, args=args, job_id=job_id, status=status, timeout=self.job_timeout,
-                                    retry=self.retry, meta=meta, result_ttl=result_ttl, failure_ttl=FAILURE_TTL)
-        job.description = None
-        return job
-
     # --- resync requests ---------------------------------------------------------------------------
     def request_resync(self, at: float | None = None, coalesce: int = 0) -> bool:
         """Ask the workers for a resync now, or at `at` (epoch seconds); True if this asked.
@@ -512,7 +339,7 @@ def file_dry_run(redis: Redis, batch: int = 1000) -> int:
 
     Then the sets an earlier 0.2 kept by bare Kind (keys.LEGACY_DRY_RUN) are dropped: what they
     held is in the index, filed here by Kind.group; only a process of that release reads them."""
-    lua, filed = scripts.Scripts(redis).dry_run_file, 0
+    filed = 0
     kinds = [k.decode() for k in redis.smembers(keys.DRY_RUN)]
 
     def members() -> Iterator[tuple[str, bool]]:
@@ -526,8 +353,8 @@ def file_dry_run(redis: Redis, batch: int = 1000) -> int:
         with redis.pipeline(transaction=False) as pipe:
             for member, _ in page:
                 uid, stage = split_member(member)
-                lua(keys=[keys.PENDING_INDEX, keys.DRY_RUN],
-                    args=[member, f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"], client=pipe)
+                DryRunFile(member=member, job_prefix=f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"
+                           ).queue(pipe)
             filed += sum(dry for (_, indexed), dry in zip(page, scripts.execute(pipe)) if indexed)
     legacy = [k.decode() for k in redis.smembers(keys.LEGACY_DRY_RUN)]
     redis.delete(keys.LEGACY_DRY_RUN, *(f"{keys.LEGACY_DRY_RUN}:{kind}" for kind in legacy

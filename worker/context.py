@@ -20,7 +20,6 @@ from jobttl.core.metrics import Metrics
 from jobttl.core.ratelimit import RateLimit
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import Schedule
-from jobttl.core.scripts import Scripts
 from jobttl.worker.archiving import Archiver
 from jobttl.worker.scheduled_events import Notices
 from jobttl.worker.events import EventRecorder
@@ -42,7 +41,6 @@ class WorkerContext:
     rate_limit: RateLimit
     metrics: Metrics
     events: EventRecorder
-    scripts: Scripts
     install: InstallReview  # the first-run review (jobttl.core.install)
     archiver: Archiver | None = None  # when the policy archives before deleting
 
@@ -66,7 +64,7 @@ class WorkerContext:
                    reconciler=Reconciler.from_settings(schedule, audit, settings, metrics),
                    kinds=KindRegistry(policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
                    metrics=metrics, events=EventRecorder(kube, metrics, notices=Notices(redis, schedule, kube, metrics) if notices else None),
-                   scripts=Scripts(redis), install=InstallReview.from_settings(redis, kube, settings),
+                   install=InstallReview.from_settings(redis, kube, settings),
                    archiver=archiver)
 
     def measure_clocks(self, name: str | None = None) -> str | None:

@@ -70,7 +70,7 @@ class Deletion:
         self.job = job
         settings, policy = ctx.settings, ctx.settings.policy
         token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"
-        self.ledger = Ledger(ctx.scripts, ctx.clock, ctx.audit, settings.job_timeout + 60, token)
+        self.ledger = Ledger(ctx.redis, ctx.clock, ctx.audit, settings.job_timeout + 60, token)
         self.reading = Reading(ctx.kube, policy, ctx.reconciler.history)
         self.evidence = Evidence(ctx.archiver, policy, ctx.audit, ctx.clock)
         self.pods = PodsStage(ctx.kube, ctx.rate_limit, self.ledger, ctx.events, ctx.clock)

@@ -26,6 +26,7 @@ from jobttl.core.audit import entry_fields
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import KindRegistry
 from jobttl.core.kube import ObjectGone
+from jobttl.core.scripts import ClaimFollowUps, Finish
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.follow")
@@ -34,21 +35,12 @@ LEASE = 30  # seconds a claimed member is left alone by the other workers
 BATCH = 50
 MAX_BACKOFF = 60
 
-# KEYS: terminating set.  ARGV: now, lease, batch.  Claims up to `batch` members due for a look.
-_CLAIM = """
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
-for _, member in ipairs(due) do redis.call('ZADD', KEYS[1], tonumber(ARGV[1]) + tonumber(ARGV[2]), member) end
-return due
-"""
-
-
 class Follower:
     def __init__(self, ctx: WorkerContext, period: float = 1.0):
         self.ctx = ctx
         self.period = period
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="follow-deletions", daemon=True)
-        self._claim = ctx.redis.register_script(_CLAIM)
         # A deletion is followed whatever the policy enables now: a kind dropped from `kinds` since
         # the DELETE does not make its object gone. Every kind known: built in, or declared.
         self.every_kind = KindRegistry(ctx.settings.policy.known_kinds)
@@ -71,7 +63,7 @@ class Follower:
         if self.ctx.clock.problem():
             return 0  # "stuck" is judged by the clock too
         now = self.ctx.clock.now()  # requestedAt and the follow-up times are the reference clock's
-        members = [m.decode() for m in self._claim(keys=[keys.TERMINATING], args=[now, LEASE, BATCH])]
+        members = ClaimFollowUps(now=now, lease=LEASE, batch=BATCH).run(self.ctx.redis)
         for member in members:
             try:
                 raw = self.ctx.redis.hget(keys.TERMINATING_INFO, member)
@@ -107,8 +99,8 @@ class Follower:
         ctx = self.ctx
         gone_after = round(ctx.clock.now() - info["requestedAt"], 3)
         fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None)
-        ctx.scripts.record_outcome(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
-                                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds)
+        Finish.of(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
+                  max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds).run(ctx.redis)
         ctx.redis.hdel(keys.STUCK, member)
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 

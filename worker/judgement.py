@@ -22,12 +22,12 @@ from dataclasses import dataclass
 from typing import Any, Union
 
 from jobttl.core.decision import Decision, Verdict
+from jobttl.core.due import Override, due_at
 from jobttl.core.identity import JobRef
+# The schedule's stage names, from the pure plan module (jobttl.core.schedule, which talks to
+# Redis and which this module may not import, re-exports the same).
+from jobttl.core.plan import JOB_STAGE, PODS_STAGE
 
-# The schedule's stage names (jobttl.core.schedule.JOB_STAGE / PODS_STAGE, which a test holds
-# equal): written here because that module talks to Redis, and this one may not import it.
-JOB_STAGE = "job"
-PODS_STAGE = "pods"
 STAGES = (JOB_STAGE, PODS_STAGE)
 
 # How early (by the API server's clock) a deletion may arrive and still be waited for in place.
@@ -268,12 +268,11 @@ def recovering(target: Target, current: Current, obj: dict[str, Any] | None) -> 
 
 
 def due_later(target: Target, current: Current, decision: Decision) -> bool:
-    """No longer expiring, or expiring after the time booked (an operator's `until` counts): the one
-    place the worker computes the due time of a decision."""
-    if decision.verdict is not Verdict.EXPIRES:
-        return True
-    assert decision.expires_at is not None
-    return max(decision.expires_at, current.until or 0) > target.due
+    """No longer expiring, or expiring after the time booked (an operator's `until` counts): the due
+    time by `jobttl.core.due.due_at`, the very rule the store booked it by. An operator's keep is
+    judged apart, before this (`_no_longer_due`); the history-limit check asks this without it."""
+    due = due_at(decision, Override(until=current.until))
+    return due.at is None or due.at > target.due
 
 
 def already_deleted(obj: dict[str, Any] | None, ref: JobRef) -> bool:

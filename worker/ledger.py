@@ -1,6 +1,7 @@
-"""One deletion run's reads and writes of the schedule, through its scripts (jobttl.core.scripts):
-BEGIN (the claim at the start; the intent right before the DELETE), RELEASE, and FINISH (the one
-write of an outcome). The only place the worker calls those scripts.
+"""One deletion run's reads and writes of the schedule, through the typed wrappers of its scripts
+(jobttl.core.scripts, over core/lua/begin.lua, release.lua, finish.lua): BEGIN (the claim at the
+start; the intent right before the DELETE), RELEASE, and FINISH (the one write of an outcome).
+The only place a deletion run calls those scripts.
 """
 
 from __future__ import annotations
@@ -9,20 +10,22 @@ import logging
 import time
 from typing import Any
 
-from jobttl.core import jsoncodec, keys
+from redis import Redis
+
+from jobttl.core import jsoncodec
 from jobttl.core.audit import Audit, entry_fields
 from jobttl.core.clock import ReferenceClock
 from jobttl.core.decision import Decision
 from jobttl.core.schedule import OVERRIDE_SECONDS
-from jobttl.core.scripts import Scripts
+from jobttl.core.scripts import Begin, Finish, Release
 from jobttl.worker.judgement import Current, Target
 
 log = logging.getLogger("jobttl.worker")
 
 
 class Ledger:
-    def __init__(self, scripts: Scripts, clock: ReferenceClock, audit: Audit, claim_seconds: int, token: str):
-        self.scripts = scripts
+    def __init__(self, redis: Redis, clock: ReferenceClock, audit: Audit, claim_seconds: int, token: str):
+        self.redis = redis
         self.clock = clock
         self.audit = audit
         self.claim_seconds = claim_seconds
@@ -32,19 +35,16 @@ class Ledger:
         """BEGIN: at the start (the claim taken), or right before the DELETE (the intent written)."""
         intent = _intent_of(target, obj) if step == "delete" else ""
         sent = time.time()
-        due, seconds, micros, keep, until, written, busy = self.scripts.begin(
-            keys=[keys.PENDING_INDEX, keys.override(target.ref.uid), keys.claim(target.member),
-                  keys.intent(target.member)],
-            args=[target.member, step, self.token, self.claim_seconds, intent])
-        self.clock.observe_redis(seconds, micros, sent, time.time())
-        return Current(int(float(due)) if due else None, (int(seconds), int(micros)), keep == b"true",
-                       int(until) if until else None, _intent(written, target.ref.uid), busy == b"busy")
+        said = Begin(uid=target.ref.uid, member=target.member, step=step, token=self.token,
+                     claim_seconds=self.claim_seconds, intent_entry=intent).run(self.redis)
+        self.clock.observe_redis(said.seconds, said.micros, sent, time.time())
+        return Current(said.pending_due, (said.seconds, said.micros), said.override.keep, said.override.until,
+                       _intent(said.intent, target.ref.uid), said.busy)
 
     def release(self, target: Target, sent: bool) -> None:
         """Give the claim back, and the intent with it unless a DELETE this run `sent` may have been applied."""
         try:
-            self.scripts.release(keys=[keys.claim(target.member), keys.intent(target.member)],
-                                 args=[self.token, "0" if sent else "1"])
+            Release(member=target.member, token=self.token, clear_intent=not sent).run(self.redis)
         except Exception:  # noqa: BLE001 - the claim expires on its own
             pass
 
@@ -55,10 +55,10 @@ class Ledger:
         the follow-up, a stage done for good; the claim and the intent end with it."""
         audit = self.audit
         entry = entry_fields(event, target.ref, by="worker", stage=target.recorded_stage, **fields)
-        self.scripts.record_outcome(target.ref, target.member, target.due, entry, forget=forget,
-                                    max_entries=audit.max_entries, card_ttl=audit.tombstone_seconds,
-                                    tombstone=tombstone, tombstone_ttl=audit.tombstone_seconds, follow=follow,
-                                    info=info, done=done, override_ttl=OVERRIDE_SECONDS, stages_too=stages_too)
+        Finish.of(target.ref, target.member, target.due, entry, forget=forget, max_entries=audit.max_entries,
+                  card_ttl=audit.tombstone_seconds, tombstone=tombstone, tombstone_ttl=audit.tombstone_seconds,
+                  follow=follow, info=info, done=done, override_ttl=OVERRIDE_SECONDS,
+                  stages_too=stages_too).run(self.redis)
         audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
 
 

@@ -15,7 +15,6 @@ import logging
 from rq.job import JobStatus
 
 from jobttl.core import keys, logs, scripts
-from jobttl.core.schedule import Change, Planned
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.sweep")
@@ -43,8 +42,7 @@ def sweep(ctx: WorkerContext, interval: int = 5) -> int:
     with ctx.redis.pipeline() as pipe:
         pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
         for pending in stalled:
-            planned = Planned(Change.SCHEDULED, pending.member, pending.due, pending.due, pending.state)
-            ctx.schedule.apply(planned, pending, now, pipeline=pipe)
+            ctx.reconciler.store.book(pending, now, pipeline=pipe)
         scripts.execute(pipe)
     logs.record(log, "rebooked", count=len(stalled), detail="deletions whose RQ job ended without finishing them")
     return len(stalled)

@@ -351,18 +351,15 @@ def test_a_deletion_pulled_in_from_days_to_minutes_faces_the_guard(schedule, aud
 def test_a_cancel_racing_a_schedule_leaves_the_new_rq_job_alone(reconciler, schedule, redis):
     """The cancel's cleanup comes after another process booked the same deletion again."""
     from jobttl.core.identity import JobRef
-    from jobttl.core.reconcile import _Request
+    from jobttl.core.plan import Intent
 
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")
-    cancel = _Request(JobRef.of(obj), None, "deleted", "event", "guarded")
-    with redis.pipeline(transaction=False) as pipe:  # the cancel's first round trip only
-        reconciler._send(cancel, pipe)
-        [reply] = pipe.execute()
-    planned = reconciler._planned(cancel, reply)
+    cancel = Intent(JobRef.of(obj), None, "deleted", "event", "guarded")
+    [planned] = reconciler.store.compare([cancel])  # the cancel's first round trip only
     assert planned.change is Change.CANCELLED
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED  # booked again meanwhile
-    reconciler._apply([cancel], [planned])  # the cancel's cleanup, late
+    reconciler.store.write([cancel], [planned])  # the cancel's cleanup, late
     assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))], "the new booking's RQ job survives"
 
 
@@ -405,7 +402,7 @@ def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     assert own_redis.zcard(keys.PENDING_INDEX) == 5
 
 
-@pytest.mark.parametrize("known", [["RECONCILE"], ["RECONCILE", "COMMIT"]],
+@pytest.mark.parametrize("known", [["Reconcile"], ["Reconcile", "Commit"]],
                          ids=["lost-before-the-multi", "a-new-script-after-an-upgrade"])
 def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still_whole(own_redis, known):
     """The compare ran, then Redis lost its scripts before the MULTI (a failover), or knows all
@@ -420,7 +417,7 @@ def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still
     job_key = leave_an_earlier_run(own_redis, schedule, job_id, worker_name="an-earlier-run")
     own_redis.script_flush()
     for name in known:
-        own_redis.script_load(getattr(scripts, name))
+        own_redis.script_load(getattr(scripts, name).source)
     outcome = reconciler.reconcile(obj, TFJOB, "event")
     assert outcome.change is Change.SCHEDULED
     assert own_redis.zscore(keys.PENDING_INDEX, uid(obj)) == due(obj)
@@ -442,16 +439,17 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
     failed_registry = schedule.queue.failed_job_registry.key
     for status, tidied in (("finished", False), ("scheduled", True)):
         job_key = leave_an_earlier_run(own_redis, schedule, f"delete-{status}", status, worker_name="a-run")
-        schedule.scripts.booked(keys=[job_key, finished_registry, failed_registry, keys.notices("ran")],
-                                args=[f"delete-{status}", "scheduled", "", 0, "worker_name"])
+        scripts.Booked(job_key=job_key, finished=finished_registry, failed=failed_registry, outbox=keys.notices("ran"),
+                       job_id=f"delete-{status}", status="scheduled", notice=None, notice_at=0,
+                       omitted=("worker_name",)).run(own_redis)
         assert (own_redis.ttl(job_key) == -1) is tidied
         assert (own_redis.hget(job_key, "worker_name") is None) is tidied
         assert (own_redis.zscore(finished_registry, f"delete-{status}") is None) is tidied
 
 
 def _known(redis) -> list[bool]:
-    """Whether Redis knows each script a process uses (every `Lua` of `Scripts`)."""
-    used = [lua.sha for lua in vars(scripts.Scripts(redis)).values() if isinstance(lua, scripts.Lua)]
+    """Whether Redis knows each script a process loads (`scripts.ALL`)."""
+    used = [script.sha for script in scripts.ALL]
     assert len(used) == 11
     return redis.script_exists(*used)
 

@@ -11,7 +11,7 @@ from jobttl.core.identity import JobRef
 from jobttl.core.policy import parse_policy
 from jobttl.core.reconcile import COLLECT, Reconciler
 from jobttl.core.schedule import PODS_STAGE, Change, Schedule, member_for, notice_member
-from jobttl.core.scripts import Scripts
+from jobttl.core.scripts import Finish, Release
 from tests.fixtures import finished_status, rfc3339, tfjob, with_server_fields
 
 
@@ -142,9 +142,9 @@ def test_a_pods_stage_waits_for_keep_until(schedule):
 
 # --- the worker's last writes: FINISH and RELEASE ---------------------------------------------------------
 
-def outcome_of(scripts: Scripts, ref: JobRef, member: str, due: int, forget: bool = True, done: str | None = None):
-    return scripts.record_outcome(ref, member, due, entry_fields("deleted", ref, by="test"), forget=forget,
-                                  max_entries=1000, card_ttl=60, done=done, override_ttl=60)
+def outcome_of(redis, ref: JobRef, member: str, due: int, forget: bool = True, done: str | None = None):
+    return Finish.of(ref, member, due, entry_fields("deleted", ref, by="test"), forget=forget,
+                     max_entries=1000, card_ttl=60, done=done, override_ttl=60).run(redis)
 
 
 def booked_both_stages(redis):
@@ -154,37 +154,35 @@ def booked_both_stages(redis):
 
 
 def test_finish_of_the_job_stage_drops_its_pods_stage_and_a_pods_finish_keeps_the_job(redis):
-    scripts = Scripts(redis)
     ref = booked_both_stages(redis)
-    outcome_of(scripts, ref, member_for(ref.uid, PODS_STAGE), 100, done=PODS_STAGE)
+    outcome_of(redis, ref, member_for(ref.uid, PODS_STAGE), 100, done=PODS_STAGE)
     assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None
     assert redis.zscore(keys.PENDING_INDEX, ref.uid) == 200, "the pods' FINISH leaves the job's deletion"
     assert redis.hget(keys.override(ref.uid), "done:pods") is not None, "done for good, in the same write"
 
     ref = booked_both_stages(redis)
-    outcome_of(scripts, ref, member_for(ref.uid, PODS_STAGE), 90)  # a run for a time since moved (to 100)
+    outcome_of(redis, ref, member_for(ref.uid, PODS_STAGE), 90)  # a run for a time since moved (to 100)
     assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) == 100, "the moved stage stays"
 
     ref = booked_both_stages(redis)
-    outcome_of(scripts, ref, ref.uid, 200)
+    outcome_of(redis, ref, ref.uid, 200)
     assert redis.zscore(keys.PENDING_INDEX, ref.uid) is None
     assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None, "the pods go with the job"
 
     ref = booked_both_stages(redis)
-    outcome_of(scripts, ref, ref.uid, 200, forget=False)  # would-delete: nothing leaves the schedule
+    outcome_of(redis, ref, ref.uid, 200, forget=False)  # would-delete: nothing leaves the schedule
     assert redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) == 100
     assert redis.zscore(keys.PENDING_INDEX, ref.uid) == 200
 
 
 @pytest.mark.parametrize("clear, intent_left", [("1", False), ("0", True)])
 def test_release_gives_the_claim_back_and_the_intent_unless_a_delete_was_sent(redis, clear, intent_left):
-    scripts = Scripts(redis)
     member = str(uuid.uuid4())
     redis.set(keys.claim(member), "run-1")
     redis.set(keys.intent(member), '{"uid": "x"}')
-    assert scripts.release(keys=[keys.claim(member), keys.intent(member)], args=["run-2", clear]) == 0
+    assert Release(member=member, token="run-2", clear_intent=clear == "1").run(redis) == 0
     assert redis.get(keys.claim(member)) == b"run-1" and redis.exists(keys.intent(member)), \
         "another run's claim and intent are not this run's to end"
-    assert scripts.release(keys=[keys.claim(member), keys.intent(member)], args=["run-1", clear]) == 1
+    assert Release(member=member, token="run-1", clear_intent=clear == "1").run(redis) == 1
     assert not redis.exists(keys.claim(member))
     assert bool(redis.exists(keys.intent(member))) is intent_left

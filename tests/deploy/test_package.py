@@ -86,7 +86,7 @@ def test_the_wheel_carries_no_test_tooling(unpacked):
 def test_the_import_contracts_hold_in_what_ships(unpacked):
     result = lint_imports(unpacked)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 def test_the_import_contracts_hold_in_the_repository_as_a_developer_runs_them():
@@ -95,7 +95,7 @@ def test_the_import_contracts_hold_in_the_repository_as_a_developer_runs_them():
     layer 'jobttl.sink'")."""
     result = subprocess.run([str(LINT_IMPORTS)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "4 kept, 0 broken" in result.stdout
+    assert "5 kept, 0 broken" in result.stdout
 
 
 @pytest.mark.parametrize("module, line", [
@@ -116,3 +116,15 @@ def test_a_folder_cannot_be_imported_under_its_bare_name():
     """Run from the repository root, `worker.x` and `jobttl.worker.x` would be two modules."""
     result = subprocess.run([sys.executable, "-c", "import worker"], cwd=REPO, capture_output=True, text=True)
     assert result.returncode != 0 and "import jobttl.worker, not worker" in result.stderr
+
+
+def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repository(unpacked, sdist):
+    """The scripts are read from their files when jobttl.core.scripts is imported: one left out
+    and no process starts."""
+    scripts = {p.name: p.read_text() for p in (REPO / "core" / "lua").glob("*.lua")}
+    assert len(scripts) > 10
+    assert {p.name: p.read_text() for p in (unpacked / "jobttl" / "core" / "lua").glob("*.lua")} == scripts
+    with tarfile.open(sdist) as archive:
+        shipped = {Path(m.name).name: archive.extractfile(m).read().decode() for m in archive.getmembers()
+                   if m.name.endswith(".lua") and "/core/lua/" in m.name}
+    assert shipped == scripts

@@ -322,6 +322,7 @@ def test_a_decision_that_no_longer_expires_is_later_whatever_the_override():
 
 
 def test_the_stage_names_are_the_schedules():
-    """Written twice (the schedule's module talks to Redis, the judgement may not import it): held equal here."""
+    """The judgement may not import the schedule's module (it talks to Redis): both take the names
+    from jobttl.core.plan, and a copy written into the judgement again would have to stay equal."""
     from jobttl.worker import judgement
     assert (judgement.JOB_STAGE, judgement.PODS_STAGE) == (schedule.JOB_STAGE, schedule.PODS_STAGE)
