@@ -39,7 +39,7 @@ RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
 RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
 RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
 
-# History limits (jobttl.core.history)
+# keepLast (jobttl.core.keeplast, its index jobttl.core.keeplast_index)
 HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
 HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 

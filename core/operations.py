@@ -31,7 +31,7 @@ from jobttl.core.install import InstallRecord
 from jobttl.core.identity import JobRef, check_name, check_namespace
 from jobttl.core.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, group_of, kind_named, kubectl_resource_named,
                                shown_in_group, shown_kind, split_group_kind)
-from jobttl.core.metrics import OVERDUE_AFTER
+from jobttl.core.gauges import OVERDUE_AFTER
 from jobttl.core.reconcile import Reconciler
 from jobttl.core.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
 

@@ -30,7 +30,8 @@ from typing import Any
 from jobttl.core import scripts, shapes
 from jobttl.core.audit import Audit, decision_fields
 from jobttl.core.decision import Decision, Verdict, decide
-from jobttl.core.history import HistoryIndex, limit_decision, membership
+from jobttl.core.keeplast import limit_decision, membership
+from jobttl.core.keeplast_index import HistoryIndex
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind, shown_kind
 from jobttl.core.metrics import Metrics

@@ -444,7 +444,7 @@ class HistoryReply(NamedTuple):
 
 @script("history.lua")
 class History(Script):
-    """File one finished job in its keepLast group (jobttl.core.history)."""
+    """File one finished job in its keepLast group (jobttl.core.keeplast_index)."""
 
     KEYS = {"records": keys.HISTORY_RECORDS, "index": keys.PENDING_INDEX}
     prefix: str  # the groups' key prefix (keys.HISTORY_PREFIX)

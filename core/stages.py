@@ -20,10 +20,10 @@ from typing import Any
 
 from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
 from jobttl.core.durations import format_duration
-from jobttl.core.history import SOURCE_PREFIX
+from jobttl.core.keeplast import SOURCE_PREFIX
 from jobttl.core.kinds import JobKind, get_path, parse_time
+from jobttl.core.plan import PODS_STAGE
 from jobttl.core.policy import Policy
-from jobttl.core.schedule import PODS_STAGE
 
 # The job's verdicts under which its pods may go early: finished, in scope, not kept. A job
 # with no TTL at all may still have a podTTL ("delete the pods after a day, keep the job").

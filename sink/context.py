@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from jobttl.core import redisconn, scripts, upgrade
+from jobttl.core import gauges, redisconn, scripts, upgrade
 from jobttl.core.audit import Audit
 from jobttl.core.config import Settings
 from jobttl.core.kinds import KindRegistry
@@ -44,7 +44,8 @@ class SinkContext:
             redis = redisconn.connect(settings.redis_url, redisconn.SINK, settings.redis_ca_file,
                                       min_replicas=settings.sink_min_replicas)
             probe = redisconn.client(settings.redis_url, redisconn.PROBE, settings.redis_ca_file)
-        metrics = Metrics(redis, settings.queue_name)
+        metrics = Metrics()
+        gauges.register(metrics.registry, redis, settings.queue_name)
         schedule = Schedule.from_settings(redis, settings)
         audit = Audit.from_settings(redis, settings, metrics)
         recent = Recent(settings.sink_dedupe_seconds) if settings.sink_dedupe_seconds else None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from jobttl.core import jsoncodec, keys, redisconn
+from jobttl.core import gauges, jsoncodec, keys, redisconn
 from jobttl.core.audit import Audit
 from jobttl.core.clock import ReferenceClock
 from jobttl.core.config import Settings
@@ -48,7 +48,8 @@ class WorkerContext:
     def from_settings(cls, settings: Settings, notices: bool = False) -> WorkerContext:
         """`notices`: this process posts the DeletionScheduled outbox (`jobttl worker` does)."""
         redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
-        metrics = Metrics(redis, settings.queue_name)
+        metrics = Metrics()
+        gauges.register(metrics.registry, redis, settings.queue_name)
         clock = ReferenceClock(settings.clock_skew_bound)
         metrics.watch_clock(clock)
         policy = settings.policy

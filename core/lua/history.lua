@@ -1,4 +1,4 @@
--- File one finished job in its history group (jobttl.core.history, keepLast), before its
+-- File one finished job in its history group (jobttl.core.keeplast_index, keepLast), before its
 -- reconcile; a job in no group (`group` nil) is taken out of the one it was in.
 -- KEYS and ARGV: locals named by jobttl.core.scripts.History.
 -- Answers {rank (-1: in no group), when it fell beyond the limit or "", then for each job beyond

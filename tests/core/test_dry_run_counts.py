@@ -24,6 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jobttl.core import keys, upgrade
 from jobttl.core.audit import Audit
 from jobttl.core.kinds import BATCH_JOB, PYTORCHJOB, TFJOB, KindRegistry
+from jobttl.core import gauges as schedule_gauges
 from jobttl.core.metrics import Metrics
 from jobttl.core.operations import Operations
 from jobttl.core.policy import parse_policy
@@ -72,7 +73,7 @@ def finished(kind=TFJOB, rehearsal=False, ago=HOUR, ttl=60):
 
 
 def gauges(redis) -> dict[tuple[str, tuple], float]:
-    text = generate_latest(Metrics(redis, "dry").registry).decode()
+    text = generate_latest(_registry(redis, "dry")).decode()
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -267,3 +268,10 @@ def test_dry_run_records_kept_by_bare_kind_are_filed_by_group_on_upgrade_and_aft
     assert file_dry_run(redis) == 4
     assert (overdue(redis), would_delete(redis)) == (0, {"Job.batch": 1, "Job.batch.volcano.sh": 3})
     assert redis.keys("jobttl:dry-run:Job") == [] and not redis.exists(keys.LEGACY_DRY_RUN)
+
+
+def _registry(redis, queue: str):
+    """A process's registry with the schedule's gauges, as the sink and the worker build it."""
+    metrics = Metrics()
+    schedule_gauges.register(metrics.registry, redis, queue)
+    return metrics.registry

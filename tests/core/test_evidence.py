@@ -9,7 +9,7 @@ import pytest
 
 from jobttl.core import archive, jsoncodec
 from jobttl.core.decision import Verdict, decide, keep_until
-from jobttl.core.history import Member, is_limit_decision, limit_decision, membership, ranked
+from jobttl.core.keeplast import Member, is_limit_decision, limit_decision, membership, ranked
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
 from jobttl.core.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobttl.core import keys
 from jobttl.core.config import Settings
+from jobttl.core import gauges
 from jobttl.core.metrics import Metrics
 from jobttl.core.schedule import Schedule
 from jobttl_emulator import TFJOB
@@ -450,7 +451,7 @@ def test_exactly_the_alerts_for_the_trouble_go_off(troubled):
 def test_the_heartbeat_gauge_reads_0_without_a_worker_and_skips_a_garbled_heartbeat(stack):
     stack.redis.sadd("rq:workers:unattended", "rq:worker:garbled", "rq:worker:expired")
     stack.redis.hset("rq:worker:garbled", "last_heartbeat", "yesterday")
-    text = generate_latest(Metrics(stack.redis, "unattended").registry).decode()
+    text = generate_latest(_registry(stack.redis, "unattended")).decode()
     assert "jobttl_worker_last_heartbeat_timestamp_seconds 0.0" in text
 
 
@@ -517,3 +518,10 @@ def test_a_killed_worker_stays_registered_but_its_heartbeat_stops(troubled):
         return now if time.time() - now["jobttl_worker_last_heartbeat_timestamp_seconds"] > 8 else None
     after = wait_for(aged, timeout=20, what="the heartbeat to age")  # RQ heartbeats an idle worker every 5 s
     assert after["jobttl_workers"] == 1
+
+
+def _registry(redis, queue: str):
+    """A process's registry with the schedule's gauges, as the sink and the worker build it."""
+    metrics = Metrics()
+    gauges.register(metrics.registry, redis, queue)
+    return metrics.registry

@@ -178,7 +178,7 @@ def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, t
 def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_server, tmp_path):
     """PyTorchJob (enabled by default) on a cluster without the training operator's PyTorchJob CRD,
     RayJob (enabled by the policy) without KubeRay: `jobttl status` and jobttl_kind_not_served say so."""
-    from jobttl.core.metrics import _ScheduleCollector
+    from jobttl.core.gauges import _ScheduleCollector
     small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
     try:
         policy = tmp_path / "policy.yaml"

@@ -1,5 +1,5 @@
 """keepLast as the worker checks it: by the cluster's listing, not the index's word, and the index
-repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.history.HistoryIndex.repair`).
+repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.keeplast_index.HistoryIndex.repair`).
 The worker's own Deletion in this process, real Redis, the emulator over HTTP (tests.worker.bench).
 """
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from jobttl.core.history import membership
+from jobttl.core.keeplast import membership
 from jobttl.core.decision import decide
 from jobttl.core.kinds import TFJOB
 from jobttl.core.schedule import JOB_STAGE

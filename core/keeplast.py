@@ -1,4 +1,4 @@
-"""History limits: keep the last N finished jobs of a group, whatever their TTL (``keepLast``).
+"""keepLast: keep the last N finished jobs of a group, whatever their TTL: the rule, pure.
 
 Like a CronJob's successfulJobsHistoryLimit / failedJobsHistoryLimit, for every kind. A group
 is the finished jobs of one kind in one namespace under the same keepLast setting (the rule
@@ -7,19 +7,10 @@ holds more than the limit, the oldest beyond it are due, at the moment they fell
 the finish time of the job that pushed each one out (stable, so a later reconcile never moves
 it). The TTL still applies to the rest, and to these too when it is earlier.
 
-The pure part (`membership`, `ranked`, `limit_decision`) decides from objects. The index
-(`HistoryIndex`) keeps each group in Redis so that an event costs no list of the cluster:
-
-- ``jobttl:keep:<group>``: sorted set, finished job UID → finish time;
-- ``jobttl:keep:records``: hash, UID → its group and what a decision about it needs.
-
-One script (core/lua/history.lua, `jobttl.core.scripts.History`) per reconciled object, in one pipelined round trip
-before the reconcile's own: it files the job in its group (moving it out of another) and
-answers its rank and the others now beyond the limit that are not yet pending by then. So an
-event costs one more round trip, plus a reconcile for each job it pushes out. The worker
-never deletes on the index's word: before a keepLast deletion it lists the group from the API
-server and ranks the real objects (`ranked`), repairing the index when it was wrong; each
-resync drops members of jobs it no longer saw.
+This module decides from objects (`membership`, `ranked`, `limit_decision`); the groups kept in
+Redis, so that an event costs no list of the cluster, are `jobttl.core.keeplast_index`. The
+worker never deletes on the index's word: before a keepLast deletion it lists the group from
+the API server and ranks the real objects (`ranked`), repairing the index when it was wrong.
 """
 
 from __future__ import annotations
@@ -28,15 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from redis import Redis
-from redis.client import Pipeline
-
-from jobttl.core import jsoncodec, keys, scripts
+from jobttl.core import jsoncodec
 from jobttl.core.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
 from jobttl.core.identity import JobRef
 from jobttl.core.kinds import JobKind
 from jobttl.core.policy import Policy
-from jobttl.core.scripts import History, HistoryReply
 
 # Verdicts of finished jobs that count in (and can be removed from) a group: not kept, not
 # excluded, not left to Kubernetes' own TTL controller, and with a valid TTL or none at all.
@@ -143,65 +130,3 @@ def limit_decision(member: Member, rank: int, beyond_at: int, decision: Decision
 
 def is_limit_decision(decision: Decision) -> bool:
     return bool(decision.ttl_source and decision.ttl_source.startswith(SOURCE_PREFIX))
-
-
-@dataclass(frozen=True)
-class Filed:
-    """What the index says after filing one job: its rank, and the jobs it pushed out."""
-
-    rank: int | None  # None: in no group
-    beyond_at: int | None  # when this job fell beyond its group's limit (None: within it)
-    pushed_out: tuple[tuple[Member, int, int], ...] = ()  # (member, rank, beyond_at)
-
-
-class HistoryIndex:
-    """The groups in Redis, maintained by the reconcile path (see the module docstring)."""
-
-    def __init__(self, redis: Redis):
-        self.redis = redis
-
-    def file(self, member: Member | None, uid: str, pipe: Pipeline) -> None:
-        """Queue the filing of one job (None: it counts in no group, or is gone)."""
-        if member is None:
-            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
-                           most=MAX_PUSHED_OUT)
-        else:
-            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=member.group, finished_at=member.finished_at,
-                           limit=member.limit, record=member.record(), most=MAX_PUSHED_OUT)
-        call.queue(pipe)
-
-    @staticmethod
-    def filed(reply: HistoryReply) -> Filed:
-        return Filed(reply.rank, reply.beyond_at, tuple((Member.from_record(uid, record), rank, at)
-                                                        for uid, record, rank, at in reply.pushed_out))
-
-    def drop(self, uids: Iterable[str]) -> None:
-        """Take jobs out of their groups (deleted, gone)."""
-        uids = list(uids)
-        if not uids:
-            return
-        with self.redis.pipeline(transaction=False) as pipe:
-            for uid in uids:
-                self.file(None, uid, pipe)
-            scripts.execute(pipe)
-
-    def repair(self, group: str, listed: list[Member]) -> None:
-        """Make one group what the cluster says (the worker's listing): members it does not list
-        leave, and every listed job is filed, so that ranks in the index are the cluster's."""
-        stale = set(self.group_members(group)) - {m.uid for m in listed}
-        with self.redis.pipeline(transaction=False) as pipe:
-            for uid in stale:
-                self.file(None, uid, pipe)
-            for member in listed:
-                self.file(member, member.uid, pipe)
-            scripts.execute(pipe)
-
-    def group_members(self, group: str) -> list[str]:
-        return [m.decode() for m in self.redis.zrange(keys.HISTORY_PREFIX + group, 0, -1)]
-
-    def records(self) -> Iterable[tuple[str, Member]]:
-        for uid, raw in self.redis.hscan_iter(keys.HISTORY_RECORDS, count=1000):
-            try:
-                yield uid.decode(), Member.from_record(uid.decode(), raw)
-            except (ValueError, KeyError, TypeError):
-                continue
