@@ -23,8 +23,8 @@ from bench.harness import Line, RowResult, interleave
 from bench.objects import realistic_tfjobs
 from bench.redis_side import RedisSide
 from bench.worker import BASELINE_TASK, QUEUE, book_jobttl
-from jobttl.core import keys
-from jobttl.core.reconcile import GUARDED
+from jobttl.core.store import keys
+from jobttl.core.services.reconcile import GUARDED
 
 TTL = 86400
 CONFIGS = {"shipped (512)": None, "Redis default (64)": "64"}  # None: the shipped flags as they are

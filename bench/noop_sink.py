@@ -16,7 +16,7 @@ import argparse
 from flask import Flask, Response, request
 
 from jobttl.cli import build_parser
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from jobttl.sink import server
 
 

@@ -23,7 +23,7 @@ from bench.harness import Line, RowResult, interleave, python, spawn, stop
 from bench.objects import realistic_tfjobs
 from bench.redis_side import RedisSide
 from bench.worker import BASELINE_TASK, QUEUE, book_jobttl
-from jobttl.core.reconcile import GUARDED
+from jobttl.core.services.reconcile import GUARDED
 
 REGISTRY = f"rq:scheduled:{QUEUE}"
 QUEUE_KEY = f"rq:queue:{QUEUE}"

@@ -2,7 +2,7 @@
 
     python -m bench.scheduler_proc --redis URL --queue NAME --as jobttl|plain
 
-``jobttl``: the Redis client of jobttl's worker role (`jobttl.core.redisconn.WORKER`) and
+``jobttl``: the Redis client of jobttl's worker role (`jobttl.core.store.redisconn.WORKER`) and
 RQ's JSON serializer, what `jobttl worker` hands RQ's scheduler; ``plain``: a default Redis
 client and RQ's default serializer. Either way RQ's own `RQScheduler` does the moving.
 """
@@ -16,7 +16,7 @@ from rq import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from jobttl.core import redisconn
+from jobttl.core.store import redisconn
 
 
 def main() -> None:

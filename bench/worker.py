@@ -1,7 +1,7 @@
 """Rows 4 and 8: deleting expired jobs, and how late deletions are, against plain RQ.
 
 Every run starts from an empty emulator and an empty Redis of its side, seeds the objects,
-books their deletions (jobttl through its one reconcile path, `jobttl.core.reconcile`; the
+books their deletions (jobttl through its one reconcile path, `jobttl.core.services.reconcile`; the
 baselines with plain RQ `enqueue`/`enqueue_at` of `bench.baseline_tasks.delete_job`), then
 starts the workers. Figures come from the emulator's request log (the time each DELETE
 arrived), so worker start-up is not in them; Redis's own counters, sampled every 0.1 s,
@@ -24,12 +24,12 @@ from bench.emulator_host import Emulator
 from bench.harness import Line, RowResult, interleave, python, spawn, stop
 from bench.objects import realistic_tfjobs
 from bench.redis_side import CounterTrace, RedisSide
-from jobttl.core import redisconn
-from jobttl.core.audit import Audit
-from jobttl.core.config import Settings
-from jobttl.core.kinds import TFJOB
-from jobttl.core.reconcile import GUARDED, RELEASE, Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store import redisconn
+from jobttl.core.store.audit import Audit
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.services.reconcile import GUARDED, RELEASE, Reconciler
+from jobttl.core.store.schedule import Schedule
 from tests.services import wait_for
 
 QUEUE = "bench"

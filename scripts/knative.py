@@ -41,7 +41,7 @@ What the generator says itself, since a chart cannot:
 
 - the Secret's value. The chart generates a random Redis password at install (and keeps it on
   upgrade); Git must not hold one. The Secret in base/redis.yaml holds instead
-  jobttl.core.config.PLACEHOLDER_REDIS_PASSWORD, which every jobttl process refuses at start
+  jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD, which every jobttl process refuses at start
   (knative/README.md, step 1). Any other Secret the chart renders stops the generator;
 - the kustomization.yaml files; base's `images:` entry pins the jobttl image to the tag the chart
   renders (its appVersion, which tests/deploy/test_release.py keeps equal to pyproject's version).
@@ -69,7 +69,7 @@ from typing import Any
 
 import yaml
 
-from jobttl.core.config import PLACEHOLDER_REDIS_PASSWORD
+from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "jobttl"
@@ -217,7 +217,7 @@ def placeholder_secret(text: str, obj: dict[str, Any], template: str) -> tuple[s
 # PLACEHOLDER PASSWORD: replace it before any real use with a URL-safe secret (it goes into
 # JOBTTL_REDIS_URL as-is), e.g. `openssl rand -hex 32`, or better, keep this Secret out of Git
 # (knative/README.md, step 1). Every jobttl process refuses to start while JOBTTL_REDIS_URL holds
-# this placeholder (jobttl.core.config.PLACEHOLDER_REDIS_PASSWORD). The chart generates a random
+# this placeholder (jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD). The chart generates a random
 # password at install instead; {COMMAND} writes this placeholder in its place."""
     secret = {k: v for k, v in obj.items() if k != "data"}
     secret["stringData"] = {key: PLACEHOLDER_REDIS_PASSWORD for key in keys}

@@ -1,7 +1,7 @@
 """The sink's read-only JSON API: what is scheduled to be deleted, and what is known about one job.
 
 The answers are those of `jobttl pending` and `jobttl show`, from the same code
-(`jobttl.core.operations`), for dashboards and scripts that cannot reach Redis. Errors
+(`jobttl.core.services.operations`), for dashboards and scripts that cannot reach Redis. Errors
 are raised as HTTP exceptions so that the app's one error handler renders them as the
 sink's usual JSON error (``{"error": ..., "code": ...}``). Described by `jobttl.sink.openapi`,
 which ``GET /`` and ``GET /api/v1`` point at. Off with ``JOBTTL_READ_API=off``.
@@ -15,8 +15,8 @@ from flask import Blueprint, Response, current_app, jsonify, request
 from redis.exceptions import RedisError
 from werkzeug.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
 
-from jobttl.core import operations
-from jobttl.core.identity import InvalidIdentity
+from jobttl.core.services import operations
+from jobttl.core.domain.identity import InvalidIdentity
 from jobttl.sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
 
 blueprint = Blueprint("api", __name__)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from flask import Flask
 from redis import Redis
 
-from jobttl.core.config import Settings
-from jobttl.core.kube import KubeClient
+from jobttl.core.runtime.config import Settings
+from jobttl.core.kube.client import KubeClient
 from jobttl.sink import api, receive
 from jobttl.sink.context import SinkContext
 

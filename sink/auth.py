@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import jwt
 import requests
 
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 
 DISCOVERY = "/.well-known/openid-configuration"
 

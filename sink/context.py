@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from jobttl.core import gauges, redisconn, scripts, upgrade
-from jobttl.core.audit import Audit
-from jobttl.core.config import Settings
-from jobttl.core.kinds import KindRegistry
-from jobttl.core.kube import KubeClient, load_api_client
-from jobttl.core.metrics import Metrics
-from jobttl.core.operations import Operations
-from jobttl.core.recent import Recent
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store import gauges, redisconn, scripts, upgrade
+from jobttl.core.store.audit import Audit
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.kube.client import KubeClient, load_api_client
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.services.operations import Operations
+from jobttl.core.services.recent import Recent
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 from jobttl.sink.auth import SenderCheck
 
 

@@ -25,11 +25,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
-from jobttl.core import logs
-from jobttl.core.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.runtime import logs
+from jobttl.core.domain.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
 from jobttl.sink.auth import Forbidden, Unauthenticated, VerifierUnavailable
 from jobttl.sink.context import SinkContext, Unavailable
 

@@ -17,7 +17,7 @@ import logging
 
 from waitress import serve as waitress_serve
 
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 
 CONNECTION_LIMIT = 1000  # sockets, including slow ones; each costs a few KB, not a thread

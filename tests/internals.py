@@ -1,7 +1,7 @@
 """Checks on the private parts of redis-py and RQ that jobttl overrides or copies.
 
 jobttl subclasses a few of their classes at seams that are not public API (see
-core/redisconn.py, core/schedule.py, worker/runner.py), so a new release may change them without
+core/store/redisconn.py, core/store/schedule.py, worker/runner.py), so a new release may change them without
 notice; pyproject.toml bounds both to the versions tested. These helpers state what each override
 relies on, so that a release that changes it fails a test that names what to re-check, rather
 than changing jobttl's behaviour silently.

@@ -2,7 +2,7 @@
 
 Many Kubeflow clusters do not run Knative. This watcher sends the sink the exact events an
 ApiServerSource in Resource mode would (binary mode, ``dev.knative.apiserver.resource.*``
-types, the same extensions and data, built by `jobttl.core.apiserversource`), so one sink
+types, the same extensions and data, built by `jobttl.core.domain.apiserversource`), so one sink
 serves both setups. It talks to the API server only through the core's client, within the
 ``watch`` component's permissions.
 
@@ -23,10 +23,10 @@ from typing import Any
 
 import requests
 
-from jobttl.core import logs
-from jobttl.core.apiserversource import resource_event
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import KubeClient, ListExpired, NotServed
+from jobttl.core.runtime import logs
+from jobttl.core.domain.apiserversource import resource_event
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import KubeClient, ListExpired, NotServed
 
 log = logging.getLogger("jobttl.watch")
 

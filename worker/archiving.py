@@ -1,4 +1,4 @@
-"""Writing one job's archive before it (or its pods) is deleted: the worker's side of `jobttl.core.archive`.
+"""Writing one job's archive before it (or its pods) is deleted: the worker's side of `jobttl.core.domain.archive`.
 
 Reads the Events and each pod's log tails through the one Kubernetes client, encodes what it
 got with the object the worker just re-read, and writes it all to the store, ``index.json``
@@ -15,16 +15,16 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from jobttl.core import archive
-from jobttl.core.archive import ArchivePlan, Contents
-from jobttl.core.archivestore import ArchiveStoreError, Store
-from jobttl.core.audit import Audit
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import KubeClient, ObjectGone, PermanentApiError
-from jobttl.core.metrics import Metrics
-from jobttl.core.policy import ArchiveStore
-from jobttl.core.stages import archived_pods, containers, restarted
+from jobttl.core.domain import archive
+from jobttl.core.domain.archive import ArchivePlan, Contents
+from jobttl.core.kube.archivestore import ArchiveStoreError, Store
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import KubeClient, ObjectGone, PermanentApiError
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.domain.policy import ArchiveStore
+from jobttl.core.domain.stages import archived_pods, containers, restarted
 
 log = logging.getLogger("jobttl.archive")
 

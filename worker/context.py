@@ -7,19 +7,20 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from jobttl.core import gauges, jsoncodec, keys, redisconn
-from jobttl.core.audit import Audit
-from jobttl.core.clock import ReferenceClock
-from jobttl.core.config import Settings
-from jobttl.core.install import InstallReview
-from jobttl.core.kinds import KindRegistry
-from jobttl.core.archivestore import open_store
-from jobttl.core.kube import KubeClient, load_api_client
-from jobttl.core.permissions import permissions
-from jobttl.core.metrics import Metrics
-from jobttl.core.ratelimit import RateLimit
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store import gauges, keys, redisconn
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.runtime.config import Settings
+from jobttl.core.services.install import InstallReview
+from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.kube.archivestore import open_store
+from jobttl.core.kube.client import KubeClient, load_api_client
+from jobttl.core.domain.permissions import permissions
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.store.ratelimit import RateLimit
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 from jobttl.worker.archiving import Archiver
 from jobttl.worker.scheduled_events import Notices
 from jobttl.worker.events import EventRecorder
@@ -41,7 +42,7 @@ class WorkerContext:
     rate_limit: RateLimit
     metrics: Metrics
     events: EventRecorder
-    install: InstallReview  # the first-run review (jobttl.core.install)
+    install: InstallReview  # the first-run review (jobttl.core.services.install)
     archiver: Archiver | None = None  # when the policy archives before deleting
 
     @classmethod

@@ -30,17 +30,17 @@ from typing import Any
 
 from rq.job import Job
 
-from jobttl.core import jsoncodec, shapes
-from jobttl.core.archive import plan_for
-from jobttl.core.audit import Audit
-from jobttl.core.clock import ReferenceClock
-from jobttl.core.decision import Decision, Verdict
-from jobttl.core.guard import FIRST_RUN, HeldDeletion, HeldDeletions
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import Conflict, ObjectGone
-from jobttl.core.policy import Policy
-from jobttl.core.schedule import JOB_STAGE, Change, split_member
+from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.domain.archive import plan_for
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.store.guard import FIRST_RUN, HeldDeletion, HeldDeletions
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import Conflict, ObjectGone
+from jobttl.core.domain.policy import Policy
+from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
 from jobttl.worker.archiving import ArchiveFailed, Archived, Archiver
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
@@ -116,7 +116,7 @@ class Deletion:
         current = self.current
         decision = self.reading.decide(target, kind, obj, current) if to_decide(target, current, obj) else None
         # Asked whenever there is a decision to judge: cheap, as Redis is read only for deletions due
-        # before the install time this process knows (jobttl.core.install.InstallReview.holds).
+        # before the install time this process knows (jobttl.core.services.install.InstallReview.holds).
         held = decision is not None and self.review.holds(target.due)
         return judge(target, current, obj, decision, ApiTime(self.clock.earliest(), self.clock.problem()), held)
 

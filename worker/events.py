@@ -22,11 +22,11 @@ from dataclasses import dataclass
 
 import requests
 
-from jobttl.core import logs
-from jobttl.core.apiserversource import UPCOMING_TYPE, cloudevent
-from jobttl.core.identity import JobRef
-from jobttl.core.kube import KubeClient
-from jobttl.core.metrics import Metrics
+from jobttl.core.runtime import logs
+from jobttl.core.domain.apiserversource import UPCOMING_TYPE, cloudevent
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.kube.client import KubeClient
+from jobttl.core.runtime.metrics import Metrics
 from jobttl.worker.scheduled_events import Notices
 
 log = logging.getLogger("jobttl.notify")

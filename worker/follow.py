@@ -21,12 +21,14 @@ import logging
 import threading
 from typing import Any
 
-from jobttl.core import jsoncodec, keys, logs, shapes
-from jobttl.core.audit import entry_fields
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import KindRegistry
-from jobttl.core.kube import ObjectGone
-from jobttl.core.scripts import ClaimFollowUps, Finish
+from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.store import keys
+from jobttl.core.runtime import logs
+from jobttl.core.store.audit import entry_fields
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.kube.client import ObjectGone
+from jobttl.core.store.scripts import ClaimFollowUps, Finish
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.follow")

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Union
 
-from jobttl.core.decision import Decision, Verdict
-from jobttl.core.due import Override, due_at
-from jobttl.core.identity import JobRef
-# The schedule's stage names, from the pure plan module (jobttl.core.schedule, which talks to
+from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.due import Override, due_at
+from jobttl.core.domain.identity import JobRef
+# The schedule's stage names, from the pure plan module (jobttl.core.store.schedule, which talks to
 # Redis and which this module may not import, re-exports the same).
-from jobttl.core.plan import JOB_STAGE, PODS_STAGE
+from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE
 
 STAGES = (JOB_STAGE, PODS_STAGE)
 
@@ -79,7 +79,7 @@ class Current:
 
 @dataclass(frozen=True)
 class ApiTime:
-    """The API server's time as this worker reads it (jobttl.core.clock.ReferenceClock): the earliest
+    """The API server's time as this worker reads it (jobttl.core.domain.clock.ReferenceClock): the earliest
     it can be now, and why deletions must wait (clocks disagreeing beyond the bound), if they must."""
 
     earliest: float
@@ -214,7 +214,7 @@ def judge(target: Target, current: Current, obj: dict[str, Any] | None, decision
           now: ApiTime, held_for_review: bool = False) -> Action:
     """On the object just read (None: not found). `decision` is this stage's, made from `obj`
     whenever `to_decide` says so (None otherwise); `held_for_review`: the first-run review holds
-    deletions due at `target.due` (jobttl.core.install)."""
+    deletions due at `target.due` (jobttl.core.services.install)."""
     if recovering(target, current, obj):
         return _recover(target, current, obj)
     if obj is None:
@@ -269,7 +269,7 @@ def recovering(target: Target, current: Current, obj: dict[str, Any] | None) -> 
 
 def due_later(target: Target, current: Current, decision: Decision) -> bool:
     """No longer expiring, or expiring after the time booked (an operator's `until` counts): the due
-    time by `jobttl.core.due.due_at`, the very rule the store booked it by. An operator's keep is
+    time by `jobttl.core.domain.due.due_at`, the very rule the store booked it by. An operator's keep is
     judged apart, before this (`_no_longer_due`); the history-limit check asks this without it."""
     due = due_at(decision, Override(until=current.until))
     return due.at is None or due.at > target.due

@@ -1,5 +1,5 @@
 """One deletion run's reads and writes of the schedule, through the typed wrappers of its scripts
-(jobttl.core.scripts, over core/lua/begin.lua, release.lua, finish.lua): BEGIN (the claim at the
+(jobttl.core.store.scripts, over core/store/lua/begin.lua, release.lua, finish.lua): BEGIN (the claim at the
 start; the intent right before the DELETE), RELEASE, and FINISH (the one write of an outcome).
 The only place a deletion run calls those scripts.
 """
@@ -12,12 +12,12 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core import jsoncodec
-from jobttl.core.audit import Audit, entry_fields
-from jobttl.core.clock import ReferenceClock
-from jobttl.core.decision import Decision
-from jobttl.core.schedule import OVERRIDE_SECONDS
-from jobttl.core.scripts import Begin, Finish, Release
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store.audit import Audit, entry_fields
+from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.domain.decision import Decision
+from jobttl.core.store.schedule import OVERRIDE_SECONDS
+from jobttl.core.store.scripts import Begin, Finish, Release
 from jobttl.worker.judgement import Current, Target
 
 log = logging.getLogger("jobttl.worker")

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobttl.core.clock import ReferenceClock
-from jobttl.core.decision import Decision
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import Conflict, KubeClient, ObjectGone
-from jobttl.core.ratelimit import RateLimit
-from jobttl.core.stages import owned_pods
+from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.domain.decision import Decision
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone
+from jobttl.core.store.ratelimit import RateLimit
+from jobttl.core.domain.stages import owned_pods
 from jobttl.worker.archiving import Archived
 from jobttl.worker.judgement import PODS_STAGE, Target, unchanged
 from jobttl.worker.ledger import Ledger, details

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobttl.core.decision import Decision, decide
-from jobttl.core.keeplast import Member, limit_decision, membership, ranked
-from jobttl.core.keeplast_index import HistoryIndex
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import JobKind
-from jobttl.core.kube import KubeClient, ObjectGone
-from jobttl.core.policy import Policy
-from jobttl.core.stages import pod_stage
+from jobttl.core.domain.decision import Decision, decide
+from jobttl.core.domain.keeplast import Member, limit_decision, membership, ranked
+from jobttl.core.store.keeplast_index import HistoryIndex
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import JobKind
+from jobttl.core.kube.client import KubeClient, ObjectGone
+from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.stages import pod_stage
 from jobttl.worker.judgement import JOB_STAGE, PODS_STAGE, Current, Target, due_later
 
 
@@ -51,7 +51,7 @@ class Reading:
 
     def check_limit(self, kind: JobKind, obj: dict[str, Any], decision: Decision) -> Decision:
         """Whether this job is beyond its group's keepLast limit, by the cluster's word, not the index's:
-        the group is listed from the API server and ranked (`jobttl.core.keeplast.ranked`). When the
+        the group is listed from the API server and ranked (`jobttl.core.domain.keeplast.ranked`). When the
         index said otherwise, its members the listing does not have are dropped."""
         policy = self.policy
         member = membership(obj, kind, policy, decision)

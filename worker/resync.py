@@ -10,7 +10,7 @@ through the one reconcile path (one round trip of scripts per page, one of RQ wr
 - pending deletions of objects that should no longer be deleted, are gone, or were
   re-created under the same name are removed;
 - jobs already past expiry are collected, and queued for deletion (paced by the workers'
-  shared rate limit) unless there are too many: the blast-radius guard (`jobttl.core.guard`)
+  shared rate limit) unless there are too many: the blast-radius guard (`jobttl.core.store.guard`)
   holds them for an operator to confirm.
 
 One object it cannot read or decide is reported (kind, namespace, name, why) and the rest
@@ -26,16 +26,17 @@ from collections import Counter
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
-from jobttl.core import jsoncodec, keys
-from jobttl.core.decision import Decision
-from jobttl.core.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
-from jobttl.core.identity import JobRef
-from jobttl.core.install import InstallRecord
-from jobttl.core.kinds import JobKind, shown_kind
-from jobttl.core.kube import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
-from jobttl.core.prefetch import prefetched
-from jobttl.core.reconcile import COLLECT, Outcome
-from jobttl.core.schedule import Change, file_dry_run, member_for, split_member
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store import keys
+from jobttl.core.domain.decision import Decision
+from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.services.install import InstallRecord
+from jobttl.core.domain.kinds import JobKind, shown_kind
+from jobttl.core.kube.client import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.kube.prefetch import prefetched
+from jobttl.core.services.reconcile import COLLECT, Outcome
+from jobttl.core.store.schedule import Change, file_dry_run, member_for, split_member
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.resync")
@@ -66,7 +67,7 @@ class ResyncReport:
     held_id: str | None = None  # what `jobttl resync --confirm` must name to release them
     # Of `held`: those already due when jobttl was installed, held for the first-run review.
     first_run_held: int = 0
-    install: dict | None = None  # the install record (jobttl.core.install), when a review applies
+    install: dict | None = None  # the install record (jobttl.core.services.install), when a review applies
     rejections: list[str] = field(default_factory=list)  # the first MAX_REPORTED, with why
     missing_kinds: list[str] = field(default_factory=list)  # not served by this cluster
     errors: list[str] = field(default_factory=list)
@@ -112,7 +113,7 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
             install = ctx.install.current() or ctx.install.establish(ctx.clock.now())
         except (TransientApiError, PermanentApiError, ValueError) as exc:
             # Without the install record nobody can tell what the review holds: nothing is decided.
-            report.errors.append(f"the install record (jobttl.core.install): {exc}")
+            report.errors.append(f"the install record (jobttl.core.services.install): {exc}")
             report.status = "incomplete"
             return report
         report.install = install.as_dict() if install is not None else None
@@ -149,7 +150,7 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
                install: InstallRecord | None) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
-        # The next page is listed while this one is reconciled (jobttl.core.prefetch).
+        # The next page is listed while this one is reconciled (jobttl.core.kube.prefetch).
         with closing(prefetched(ctx.kube.pages(kind, PAGE_SIZE), name=f"resync-list-{kind.kind}")) as pages:
             for page in pages:
                 _reconcile_page(ctx, kind, page, report, seen, due_now, dues, install)

@@ -16,11 +16,11 @@ mechanisms and sets them so that (measured in the fault tests):
 - a deletion abandoned by a killed worker runs again within ~2.5 min (``job_timeout`` 60 s
   + 60 s, then RQ's Retry);
 - after a Redis outage the worker reconnects every second (its Redis client retries for
-  ~20 s, see `jobttl.core.redisconn`), and a scheduler that died in the outage is restarted
+  ~20 s, see `jobttl.core.store.redisconn`), and a scheduler that died in the outage is restarted
   at the next maintenance.
 
 It also refuses to work while its clock disagrees with the API server's or Redis's
-(`jobttl.core.clock`): it stops its scheduler and takes no deletions until they agree.
+(`jobttl.core.domain.clock`): it stops its scheduler and takes no deletions until they agree.
 """
 
 from __future__ import annotations
@@ -39,10 +39,12 @@ from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.utils import import_attribute, now as utcnow
 
-from jobttl.core import jsoncodec, logs, scripts, upgrade
-from jobttl.core.config import ConfigError, Settings
-from jobttl.core.install import CONFIGMAP
-from jobttl.core.kube import PermanentApiError, TransientApiError
+from jobttl.core.domain import jsoncodec
+from jobttl.core.runtime import logs
+from jobttl.core.store import scripts, upgrade
+from jobttl.core.runtime.config import ConfigError, Settings
+from jobttl.core.services.install import CONFIGMAP
+from jobttl.core.kube.client import PermanentApiError, TransientApiError
 from jobttl.worker import kindcheck, tasks
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower

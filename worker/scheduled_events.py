@@ -20,9 +20,9 @@ later, up to `ATTEMPTS` times.
 
 InvalidTTL: a Warning Event on a finished job jobttl keeps because its TTL (``jobttl.io/ttl``, its
 own TTL field) or ``jobttl.io/keep-until`` cannot be used, naming the value, the forms accepted
-and what jobttl does instead (`jobttl.core.decision.invalid_ttl_message`): without it a typo keeps
+and what jobttl does instead (`jobttl.core.domain.decision.invalid_ttl_message`): without it a typo keeps
 the job for good, and only those who can read jobttl's logs or Redis would know. The same outbox,
-the same pace: RECONCILE writes the notice (`jobttl.core.schedule.InvalidNotice`) in the call that
+the same pace: RECONCILE writes the notice (`jobttl.core.store.schedule.InvalidNotice`) in the call that
 decides, once per object and value (its memory is the job's history card), and the worker posts
 it unless the job's latest decision is another by then.
 """
@@ -35,13 +35,15 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core import jsoncodec, keys, logs
-from jobttl.core.decision import INVALID_TTL_REASON, Verdict, invalid_ttl_message
-from jobttl.core.identity import JobRef
-from jobttl.core.kube import KubeClient
-from jobttl.core.metrics import Metrics
-from jobttl.core.schedule import InvalidNotice, Schedule, split_member
-from jobttl.core.stages import SCHEDULED_REASON, scheduled_message
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store import keys
+from jobttl.core.runtime import logs
+from jobttl.core.domain.decision import INVALID_TTL_REASON, Verdict, invalid_ttl_message
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.kube.client import KubeClient
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.store.schedule import InvalidNotice, Schedule, split_member
+from jobttl.core.domain.stages import SCHEDULED_REASON, scheduled_message
 
 log = logging.getLogger("jobttl.notify")
 

@@ -14,7 +14,8 @@ import logging
 
 from rq.job import JobStatus
 
-from jobttl.core import keys, logs, scripts
+from jobttl.core.store import keys, scripts
+from jobttl.core.runtime import logs
 from jobttl.worker.context import WorkerContext
 
 log = logging.getLogger("jobttl.sweep")

@@ -14,11 +14,11 @@ import time
 from rq import get_current_job
 from rq.job import Job
 
-from jobttl.core import shapes
-from jobttl.core.config import Settings
-from jobttl.core.identity import JobRef
-from jobttl.core.kube import Conflict, PermanentApiError, TransientApiError, Undecodable
-from jobttl.core.schedule import PODS_STAGE
+from jobttl.core.domain import shapes
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.kube.client import Conflict, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.store.schedule import PODS_STAGE
 from jobttl.worker import archiving
 from jobttl.worker import resync as resync_run
 from jobttl.worker.archiving import ArchiveFailed

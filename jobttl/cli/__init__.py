@@ -19,8 +19,10 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from jobttl.core import config, logs, operations, redisconn
-from jobttl.core.config import ConfigError, Settings
+from jobttl.core.runtime import config, logs
+from jobttl.core.services import operations
+from jobttl.core.store import redisconn
+from jobttl.core.runtime.config import ConfigError, Settings
 
 log = logging.getLogger("jobttl")
 
@@ -64,7 +66,7 @@ def _worker(args: argparse.Namespace, settings: Settings) -> None:
 
 
 def _resync(args: argparse.Namespace, settings: Settings) -> int:
-    from jobttl.core.guard import HeldDeletions
+    from jobttl.core.store.guard import HeldDeletions
     from jobttl.worker import resync, tasks
 
     from redis.exceptions import RedisError
@@ -85,7 +87,7 @@ def _resync(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _watch(args: argparse.Namespace, settings: Settings) -> None:
-    from jobttl.core.kube import KubeClient, load_api_client
+    from jobttl.core.kube.client import KubeClient, load_api_client
     from jobttl.watcher.watch import run
 
     # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
@@ -96,8 +98,8 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
 
 def _logs(args: argparse.Namespace, settings: Settings) -> int:
     """Print an archived log: reads the archive store only (the job and its pods may be long gone)."""
-    from jobttl.core.archive import choose_logs
-    from jobttl.core.archivestore import ArchiveStoreError, latest, open_store
+    from jobttl.core.domain.archive import choose_logs
+    from jobttl.core.kube.archivestore import ArchiveStoreError, latest, open_store
 
     spec = settings.policy.archive_store
     if spec is None:
@@ -148,10 +150,10 @@ def _manifests(args: argparse.Namespace, settings: Settings) -> int:
 # that prints it for humans.
 
 def _connect(settings: Settings, force: bool = False) -> operations.Operations:
-    from jobttl.core import redisconn, upgrade
-    from jobttl.core.audit import Audit
-    from jobttl.core.reconcile import Reconciler
-    from jobttl.core.schedule import Schedule
+    from jobttl.core.store import redisconn, upgrade
+    from jobttl.core.store.audit import Audit
+    from jobttl.core.services.reconcile import Reconciler
+    from jobttl.core.store.schedule import Schedule
 
     redis = redisconn.connect(settings.redis_url, redisconn.CLI, settings.redis_ca_file)
     schedule = Schedule.from_settings(redis, settings)
@@ -212,7 +214,7 @@ def _operate(args: argparse.Namespace, settings: Settings) -> int:
     from redis.exceptions import RedisError
 
     from jobttl.cli import tables
-    from jobttl.core.identity import InvalidIdentity
+    from jobttl.core.domain.identity import InvalidIdentity
 
     try:
         data = args.operation(args, _connect(settings, args.force))
@@ -283,7 +285,7 @@ def _job(text: str) -> tuple[str, str]:
 
 
 def _duration(text: str) -> int:
-    from jobttl.core.durations import parse_duration
+    from jobttl.core.domain.durations import parse_duration
 
     try:
         return parse_duration(text)

@@ -24,11 +24,11 @@ from typing import Any
 
 import yaml
 
-from jobttl.core import shapes
-from jobttl.core.config import Settings
-from jobttl.core.decision import Decision, Verdict, decide
-from jobttl.core.kinds import BUILTIN_KINDS, JobKind
-from jobttl.core.policy import Policy, PolicyError, load_policy
+from jobttl.core.domain import shapes
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.decision import Decision, Verdict, decide
+from jobttl.core.domain.kinds import BUILTIN_KINDS, JobKind
+from jobttl.core.domain.policy import Policy, PolicyError, load_policy
 
 API_VERSION = "jobttl.io/explain/v1"
 UNKNOWN_KIND = "unknown-kind"
@@ -150,7 +150,7 @@ def main(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print(items: list[dict[str, Any]], now: float) -> None:
     from jobttl.cli.tables import console
-    from jobttl.core.durations import format_duration
+    from jobttl.core.domain.durations import format_duration
 
     for item in items:
         where = "/".join(str(item[k] or "-") for k in ("namespace", "name"))

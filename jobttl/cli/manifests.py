@@ -16,10 +16,10 @@ import sys
 
 import yaml
 
-from jobttl.core.config import Settings
-from jobttl.core.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources, trigger_kinds,
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources, trigger_kinds,
                                    workloads)
-from jobttl.core.policy import Policy, PolicyError, load_policy, parse_policy
+from jobttl.core.domain.policy import Policy, PolicyError, load_policy, parse_policy
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:

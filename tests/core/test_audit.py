@@ -1,10 +1,10 @@
-"""What the audit trail, the history cards and the tombstones keep (jobttl.core.audit), in real Redis."""
+"""What the audit trail, the history cards and the tombstones keep (jobttl.core.store.audit), in real Redis."""
 
 import json
 import uuid
 
-from jobttl.core.audit import Audit
-from jobttl.core.identity import JobRef
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.identity import JobRef
 
 
 def ref(name="secretive"):

@@ -1,9 +1,9 @@
-"""Misconfiguration stops the process at start with the setting named (jobttl.core.config)."""
+"""Misconfiguration stops the process at start with the setting named (jobttl.core.runtime.config)."""
 
 import pytest
 
 from jobttl.cli import main
-from jobttl.core.config import ConfigError, Settings
+from jobttl.core.runtime.config import ConfigError, Settings
 
 
 def test_defaults_need_no_environment():
@@ -72,7 +72,7 @@ def test_oidc_needs_both_its_audience_and_its_issuer():
 
 
 def test_every_setting_is_described_once_for_help_and_readme():
-    from jobttl.core.config import SETTINGS, describe
+    from jobttl.core.runtime.config import SETTINGS, describe
 
     assert len({s.env for s in SETTINGS}) == len(SETTINGS)
     assert [row[0] for row in describe()] == [s.env for s in SETTINGS]

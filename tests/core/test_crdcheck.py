@@ -1,6 +1,6 @@
-"""A kind declaration's paths against its CRD's schema (jobttl.core.crdcheck): the structural-schema
+"""A kind declaration's paths against its CRD's schema (jobttl.core.domain.crdcheck): the structural-schema
 rules case by case, and every built-in declaration against its upstream CRD (../shared/reference),
-so that a typo in core/kinds.yaml fails here."""
+so that a typo in core/domain/kinds.yaml fails here."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import functools
 import pytest
 import yaml
 
-from jobttl.core import crdcheck, kinddecl
-from jobttl.core.crdcheck import ANY, OBJECT, VALUE, PathUse, uses, verify, walk
+from jobttl.core.domain import crdcheck, kinddecl
+from jobttl.core.domain.crdcheck import ANY, OBJECT, VALUE, PathUse, uses, verify, walk
 from tests.fixtures import REFERENCE
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -264,7 +264,7 @@ def builtin_with_upstream() -> list[tuple[str, dict]]:
 @needs_reference
 @pytest.mark.parametrize("key, decl", builtin_with_upstream(), ids=lambda v: v if isinstance(v, str) else "")
 def test_each_builtin_declaration_reads_only_fields_its_upstream_crd_has(key, decl):
-    """A typo in core/kinds.yaml (or an upstream rename) fails here, naming the path."""
+    """A typo in core/domain/kinds.yaml (or an upstream rename) fails here, naming the path."""
     verdict = verify(decl, upstream(f"{decl['plural']}.{decl['group']}"))
     assert verdict.served and verdict.checked == len(uses(decl))
     assert {(p.field, p.text) for p in verdict.problems} == EXPECTED_ABSENT.get(key, set()), \

@@ -1,4 +1,4 @@
-"""When is a job finished, and when does it expire? (jobttl.core.decision)
+"""When is a job finished, and when does it expire? (jobttl.core.domain.decision)
 
 The owned-object table has no upstream test to port: no upstream TTL controller looks at
 ownerReferences (kubernetes/kubernetes pkg/controller/ttlafterfinished/
@@ -14,9 +14,9 @@ import pytest
 
 from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
                             with_server_fields)
-from jobttl.core.decision import Verdict, controller_owner, decide, invalid_ttl_message
-from jobttl.core.kinds import BATCH_JOB, TFJOB, WORKFLOW, parse_time
-from jobttl.core.policy import parse_policy
+from jobttl.core.domain.decision import Verdict, controller_owner, decide, invalid_ttl_message
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB, WORKFLOW, parse_time
+from jobttl.core.domain.policy import parse_policy
 
 
 def job(ttl=None, status=None, **kw):
@@ -121,7 +121,7 @@ def test_garbage_in_status_is_not_finished_rather_than_an_error():
 
 
 def test_the_admins_cap_applies_before_absurd_values_are_judged():
-    from jobttl.core.policy import parse_policy
+    from jobttl.core.domain.policy import parse_policy
 
     def finished(ttl, **annotations):
         obj = with_server_fields(tfjob("capped", "team", ttl=ttl))

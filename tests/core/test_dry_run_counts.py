@@ -1,11 +1,11 @@
 """Dry run is never due or overdue: the dry-run records beside the index, against real Redis.
 
 What dry run decides stays pending past its due time, as a would-delete. The schedule's gauges
-(`jobttl.core.metrics`) and `jobttl status` count it apart, from the sorted sets the scripts
+(`jobttl.core.runtime.metrics`) and `jobttl status` count it apart, from the sorted sets the scripts
 keep beside the index (`jobttl:dry-run:kinds:<Kind.group>`), by kind and group (a batch/v1 Job
 and a Volcano Job are two kinds of one name), and every way a member leaves the index or changes
 mode keeps them true. A Redis from before those sets, or from when they were kept by bare Kind,
-has them filed once (`jobttl.core.upgrade`).
+has them filed once (`jobttl.core.store.upgrade`).
 """
 
 import io
@@ -21,15 +21,15 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobttl.core import keys, upgrade
-from jobttl.core.audit import Audit
-from jobttl.core.kinds import BATCH_JOB, PYTORCHJOB, TFJOB, KindRegistry
-from jobttl.core import gauges as schedule_gauges
-from jobttl.core.metrics import Metrics
-from jobttl.core.operations import Operations
-from jobttl.core.policy import parse_policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Change, Schedule, file_dry_run
+from jobttl.core.store import keys, upgrade
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.kinds import BATCH_JOB, PYTORCHJOB, TFJOB, KindRegistry
+from jobttl.core.store import gauges as schedule_gauges
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.services.operations import Operations
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Change, Schedule, file_dry_run
 from tests.fixtures import job_object, volcano_job, with_server_fields
 from tests.services import ROOT, RedisServer
 
@@ -216,12 +216,12 @@ BARE_KIND_RELEASE = "c9057dc2c35d9660f88eecf80b5c125aab9c1fa4"
 BOOK_BY_BARE_KIND = """
 import json, sys
 from redis import Redis
-from jobttl.core import upgrade
-from jobttl.core.audit import Audit
-from jobttl.core.kinds import KindRegistry
-from jobttl.core.policy import parse_policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store import upgrade
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 
 redis = Redis.from_url(sys.argv[1])
 upgrade.ensure(redis)  # as each of its processes did at start

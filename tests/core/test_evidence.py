@@ -1,5 +1,5 @@
 """Keeping the evidence, decided purely: the policy's blocks, archive plans and encodings, pod
-stages, history limits and the DeletionScheduled message (jobttl.core.policy, .archive, .stages,
+stages, history limits and the DeletionScheduled message (jobttl.core.domain.policy, .archive, .stages,
 .history)."""
 
 import uuid
@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from jobttl.core import archive, jsoncodec
-from jobttl.core.decision import Verdict, decide, keep_until
-from jobttl.core.keeplast import Member, is_limit_decision, limit_decision, membership, ranked
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
-from jobttl.core.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
-from jobttl.core.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
-from jobttl.core.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
+from jobttl.core.domain import archive, jsoncodec
+from jobttl.core.domain.decision import Verdict, decide, keep_until
+from jobttl.core.domain.keeplast import Member, is_limit_decision, limit_decision, membership, ranked
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.domain.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
+from jobttl.core.domain.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
+from jobttl.core.domain.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
 from tests.fixtures import expected_kept, finished_status, job_object, rfc3339, tfjob, uniform_log, with_server_fields
 
 FINISHED_AT = 1_900_000_000

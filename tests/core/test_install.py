@@ -1,4 +1,4 @@
-"""The install record behind the first-run review (jobttl.core.install).
+"""The install record behind the first-run review (jobttl.core.services.install).
 
 The rule is pure and table-tested; the record's reading and writing goes to a real Redis and
 to the emulator's ConfigMaps over HTTP with the kubernetes client, as the worker does.
@@ -11,9 +11,9 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.install import CONFIGMAP, FIRST_INSTALL, RAN_BEFORE, InstallRecord, InstallReview
-from jobttl.core.kube import KubeClient, load_api_client
+from jobttl.core.store import keys
+from jobttl.core.services.install import CONFIGMAP, FIRST_INSTALL, RAN_BEFORE, InstallRecord, InstallReview
+from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl_emulator import CONFIG_MAP
 from tests.services import start_emulator
 

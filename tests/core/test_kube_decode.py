@@ -1,11 +1,11 @@
-"""Decoding list pages (jobttl.core.kube): the collector is paused for a page, and back after."""
+"""Decoding list pages (jobttl.core.kube.client): the collector is paused for a page, and back after."""
 
 import gc
 import threading
 
 import orjson
 
-from jobttl.core.kube import _collector_paused, _page
+from jobttl.core.kube.client import _collector_paused, _page
 
 
 def page_of(n: int) -> bytes:

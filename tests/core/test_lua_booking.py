@@ -1,5 +1,5 @@
-"""The booking scripts' contracts (COMMIT, RETIRE, BOOKED: core/lua/*.lua through their wrappers in
-`jobttl.core.scripts`), against a real redis-server: every branch, state in, writes and answer out."""
+"""The booking scripts' contracts (COMMIT, RETIRE, BOOKED: core/store/lua/*.lua through their wrappers in
+`jobttl.core.store.scripts`), against a real redis-server: every branch, state in, writes and answer out."""
 
 import json
 import time
@@ -7,8 +7,8 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys, scripts
-from jobttl.core.identity import JobRef
+from jobttl.core.store import keys, scripts
+from jobttl.core.domain.identity import JobRef
 from tests.services import RedisServer
 
 REGISTRIES = ("rq:scheduled:q", "rq:finished:q", "rq:failed:q", "rq:deferred:q")
@@ -84,7 +84,7 @@ def test_commit_after_an_operator_said_keep_writes_nothing(redis, ref):
 
 
 def test_commit_files_a_dry_run_booking_among_the_dry_run_records_and_a_real_one_out_of_them(redis, ref):
-    """Filed by Kind.group (jobttl.core.kinds.group_kind): another group's TFJob would be another set."""
+    """Filed by Kind.group (jobttl.core.domain.kinds.group_kind): another group's TFJob would be another set."""
     commit(redis, ref, 2000, dry_run=True)
     assert redis.smembers(keys.DRY_RUN) == {b"TFJob.kubeflow.org"}
     assert redis.zscore(keys.dry_run("TFJob.kubeflow.org"), ref.uid) == 2000

@@ -1,4 +1,4 @@
-"""The RECONCILE script's contract (core/lua/reconcile.lua through `scripts.Reconcile`), against a
+"""The RECONCILE script's contract (core/store/lua/reconcile.lua through `scripts.Reconcile`), against a
 real redis-server: every branch, from the state it reads to what it writes and answers.
 
 The script is what the store sends for one member; these tests send it directly, with the Redis
@@ -12,9 +12,9 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys, scripts
-from jobttl.core.guard import NEWS_HORIZON, is_news
-from jobttl.core.identity import JobRef
+from jobttl.core.store import keys, scripts
+from jobttl.core.store.guard import NEWS_HORIZON, is_news
+from jobttl.core.domain.identity import JobRef
 from tests.services import RedisServer
 
 OUTBOX = keys.notices("contract")
@@ -156,7 +156,7 @@ def test_a_stage_done_for_good_is_never_booked_again_and_its_entry_is_cancelled(
 
 @pytest.mark.parametrize("said", [{"keep": "true"}, {"until": "1900000000"}, {"keep": "true", "until": "1900000000"}])
 def test_an_override_the_due_time_was_not_decided_with_writes_nothing_and_is_answered(redis, ref, said):
-    """A stale belief: the store decides again with what the operator said (jobttl.core.due)."""
+    """A stale belief: the store decides again with what the operator said (jobttl.core.domain.due)."""
     redis.hset(keys.override(ref.uid), mapping=said)
     pending(redis, ref, now(redis) + HOUR)
     reply = reconcile(redis, ref, due=None, reason="kept-by-operator", keep_seen="", until_seen="")

@@ -1,5 +1,5 @@
 """The worker's scripts' contracts (BEGIN, FINISH, RELEASE, the follow-ups' claim, the rate limit's
-slot: core/lua/*.lua through their wrappers in `jobttl.core.scripts`), against a real redis-server."""
+slot: core/store/lua/*.lua through their wrappers in `jobttl.core.store.scripts`), against a real redis-server."""
 
 import json
 import time
@@ -7,9 +7,9 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys, scripts
-from jobttl.core.due import Override
-from jobttl.core.identity import JobRef
+from jobttl.core.store import keys, scripts
+from jobttl.core.domain.due import Override
+from jobttl.core.domain.identity import JobRef
 from tests.services import RedisServer
 
 

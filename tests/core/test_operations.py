@@ -1,18 +1,18 @@
-"""What operators ask and do, against real Redis (jobttl.core.operations)."""
+"""What operators ask and do, against real Redis (jobttl.core.services.operations)."""
 
 import time
 import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.audit import Audit
-from jobttl.core.identity import InvalidIdentity
-from jobttl.core.kinds import TFJOB
-from jobttl.core.operations import NotFound, Operations, UnknownRedis
-from jobttl.core.policy import Policy, parse_policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import PODS_STAGE, Change, Schedule, member_for
+from jobttl.core.store import keys
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.identity import InvalidIdentity
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.services.operations import NotFound, Operations, UnknownRedis
+from jobttl.core.domain.policy import Policy, parse_policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import PODS_STAGE, Change, Schedule, member_for
 from tests.fixtures import finished_status, tfjob, with_server_fields
 
 
@@ -154,8 +154,8 @@ def test_an_undo_asks_the_workers_for_a_resync(ops):
 # --- a Kind name is not a kind: batch/v1's Job and Volcano's Job of one name are two jobs ------------
 
 def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(redis, queue_name):
-    from jobttl.core.kinds import BATCH_JOB, KindRegistry
-    from jobttl.core.operations import Ambiguous
+    from jobttl.core.domain.kinds import BATCH_JOB, KindRegistry
+    from jobttl.core.services.operations import Ambiguous
     from tests.fixtures import job_object, volcano_job
 
     policy = parse_policy({"kinds": ["Job", "batch.volcano.sh/v1alpha1/Job"], "ttl": "1h"})

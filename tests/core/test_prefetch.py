@@ -1,4 +1,4 @@
-"""Read-ahead (jobttl.core.prefetch): the order, the errors and the bound of what is fetched early."""
+"""Read-ahead (jobttl.core.kube.prefetch): the order, the errors and the bound of what is fetched early."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from contextlib import closing
 
 import pytest
 
-from jobttl.core.prefetch import prefetched
+from jobttl.core.kube.prefetch import prefetched
 
 
 def _wait(condition, timeout: float = 5.0) -> None:

@@ -4,7 +4,7 @@ import threading
 import time
 import uuid
 
-from jobttl.core.ratelimit import RateLimit
+from jobttl.core.store.ratelimit import RateLimit
 
 
 def test_callers_across_threads_are_spaced_at_the_rate(redis):

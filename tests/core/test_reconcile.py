@@ -1,4 +1,4 @@
-"""The one reconcile path against real Redis and the real RQ (jobttl.core.reconcile, .schedule, .scripts)."""
+"""The one reconcile path against real Redis and the real RQ (jobttl.core.services.reconcile, .schedule, .scripts)."""
 
 import json
 import time
@@ -11,15 +11,15 @@ from rq.job import Job, JobStatus
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-from jobttl.core import keys, scripts
-from jobttl.core.audit import Audit
-from jobttl.core.decision import decide
-from jobttl.core.kinds import TFJOB
-from jobttl.core.identity import JobRef
-from jobttl.core.policy import parse_policy
-from jobttl.core.recent import Recent
-from jobttl.core.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.schedule import (DELETE_TASK, PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
+from jobttl.core.store import keys, scripts
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.services.recent import Recent
+from jobttl.core.services.reconcile import COLLECT, RELEASE, Reconciler
+from jobttl.core.store.schedule import (DELETE_TASK, PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
                                   notice_member, warning_id_for)
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer
@@ -133,7 +133,7 @@ def test_an_already_expired_deletion_is_queued_for_now_not_scheduled(reconciler,
 def test_forget_removes_the_rq_job_and_the_index_entry(reconciler, schedule, redis):
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")
-    from jobttl.core.identity import JobRef
+    from jobttl.core.domain.identity import JobRef
 
     assert reconciler.forget(JobRef.of(obj), "deleted", "event").change is Change.CANCELLED
     assert scheduled_ids(schedule) == [] and schedule.get(uid(obj)) is None
@@ -350,8 +350,8 @@ def test_a_deletion_pulled_in_from_days_to_minutes_faces_the_guard(schedule, aud
 
 def test_a_cancel_racing_a_schedule_leaves_the_new_rq_job_alone(reconciler, schedule, redis):
     """The cancel's cleanup comes after another process booked the same deletion again."""
-    from jobttl.core.identity import JobRef
-    from jobttl.core.plan import Intent
+    from jobttl.core.domain.identity import JobRef
+    from jobttl.core.domain.plan import Intent
 
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")
@@ -475,7 +475,7 @@ def test_after_a_noscript_every_script_is_loaded_not_only_the_missing_one(own_re
     assert _known(own_redis) == [True] * 11
 
 
-# --- the sink's memory of decisions just applied (jobttl.core.recent) ------------------------
+# --- the sink's memory of decisions just applied (jobttl.core.services.recent) ------------------------
 class FakeClock:
     def __init__(self):
         self.now = 1000.0

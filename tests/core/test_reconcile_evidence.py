@@ -5,13 +5,13 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.audit import Audit, entry_fields
-from jobttl.core.identity import JobRef
-from jobttl.core.policy import parse_policy
-from jobttl.core.reconcile import COLLECT, Reconciler
-from jobttl.core.schedule import PODS_STAGE, Change, Schedule, member_for, notice_member
-from jobttl.core.scripts import Finish, Release
+from jobttl.core.store import keys
+from jobttl.core.store.audit import Audit, entry_fields
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.services.reconcile import COLLECT, Reconciler
+from jobttl.core.store.schedule import PODS_STAGE, Change, Schedule, member_for, notice_member
+from jobttl.core.store.scripts import Finish, Release
 from tests.fixtures import finished_status, rfc3339, tfjob, with_server_fields
 
 

@@ -1,4 +1,4 @@
-"""Connecting to Redis (jobttl.core.redisconn): URLs, the placeholder password, checks at start,
+"""Connecting to Redis (jobttl.core.store.redisconn): URLs, the placeholder password, checks at start,
 Sentinel-managed connections that RQ can rebuild, and writes that wait for a replica.
 
 URL reading is pure; everything else runs against real redis-server processes (and a real
@@ -20,10 +20,10 @@ from redis import ConnectionPool
 from rq.connections import parse_connection
 
 from jobttl.cli import main
-from jobttl.core import redisconn
-from jobttl.core.config import PLACEHOLDER_REDIS_PASSWORD, ConfigError, Settings
-from jobttl.core.redisconn import NotReplicated
-from jobttl.core.redisurl import SentinelAddress
+from jobttl.core.store import redisconn
+from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD, ConfigError, Settings
+from jobttl.core.store.redisconn import NotReplicated
+from jobttl.core.runtime.redisurl import SentinelAddress
 from tests.services import ROOT, RedisSentinels, RedisServer, free_port, wait_for
 
 
@@ -228,7 +228,7 @@ def test_the_redis_py_internals_that_replicated_writes_override_keep_their_shape
 
     from tests.internals import parameters, recheck, source
 
-    where = "ReplicatedRedis and ReplicatedPipeline in core/redisconn.py"
+    where = "ReplicatedRedis and ReplicatedPipeline in core/store/redisconn.py"
     failed = functools.partial(recheck, "redis-py", redis.__version__, where=where)
     assert parameters(Redis, "_send_command_parse_response") == ["self", "conn", "command_name", "args", "options"], \
         failed("Redis._send_command_parse_response's arguments")
@@ -252,7 +252,7 @@ def test_the_redis_py_internals_that_sentinel_connections_override_keep_their_sh
 
     from tests.internals import parameters, recheck, source
 
-    failed = functools.partial(recheck, "redis-py", redis.__version__, where="SentinelPrimaryConnection in core/redisconn.py")
+    failed = functools.partial(recheck, "redis-py", redis.__version__, where="SentinelPrimaryConnection in core/store/redisconn.py")
     assert parameters(Connection, "connect_check_health") == ["self", "check_health", "retry_socket_connect"], \
         failed("Connection.connect_check_health's arguments")
     for caller in ("connect", "send_packed_command"):

@@ -1,11 +1,11 @@
-"""How a script is made from its .lua file and its wrapper (jobttl.core.scripts): the calling
+"""How a script is made from its .lua file and its wrapper (jobttl.core.store.scripts): the calling
 convention said once, in Python, and checked where it could go wrong."""
 
 import pytest
 
-from jobttl.core import scripts
-from jobttl.core.identity import JobRef
-from jobttl.core.scripts import LUA, Script, rest, script, unsent
+from jobttl.core.store import scripts
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.store.scripts import LUA, Script, rest, script, unsent
 
 
 def test_every_lua_file_has_one_wrapper_and_every_wrapper_its_file():

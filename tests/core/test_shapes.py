@@ -1,10 +1,10 @@
-"""The public shapes of stored entries (jobttl.core.shapes): typed values, RFC 3339 times, plain errors."""
+"""The public shapes of stored entries (jobttl.core.domain.shapes): typed values, RFC 3339 times, plain errors."""
 
 import pytest
 
-from jobttl.core.kube import PermanentApiError
-from jobttl.core.operations import NotFound
-from jobttl.core.shapes import describe, entry, plain_error, rfc3339, typed, with_times
+from jobttl.core.kube.client import PermanentApiError
+from jobttl.core.services.operations import NotFound
+from jobttl.core.domain.shapes import describe, entry, plain_error, rfc3339, typed, with_times
 
 # An entry as Redis holds it: every value a string.
 STORED = {"event": "delete-requested", "kind": "TFJob", "namespace": "team-a", "name": "20", "uid": "u",
@@ -43,11 +43,11 @@ def test_every_time_gets_an_rfc3339_twin_right_after_it():
 
 
 @pytest.mark.parametrize("line, said", [
-    ("jobttl.core.kube.PermanentApiError: 403 from the API server: jobttl's worker needs 'delete' on tfjobs",
+    ("jobttl.core.kube.client.PermanentApiError: 403 from the API server: jobttl's worker needs 'delete' on tfjobs",
      "403 from the API server: jobttl's worker needs 'delete' on tfjobs"),
     ("rq.timeouts.JobTimeoutException: Task exceeded maximum timeout value (60 seconds)",
      "Task exceeded maximum timeout value (60 seconds)"),
-    ("jobttl.core.kube.ObjectGone", "object gone"),
+    ("jobttl.core.kube.client.ObjectGone", "object gone"),
     ("KeyError: 'metadata'", "unexpected key error: 'metadata'"),
     ("ValueError: bad value", "bad value"),
     ("Forbidden: the API server refused delete tfjobs", "Forbidden: the API server refused delete tfjobs"),

@@ -1,4 +1,4 @@
-"""The write protocol (jobttl.core.store) against a real redis-server and the real RQ: intents in,
+"""The write protocol (jobttl.core.store.protocol) against a real redis-server and the real RQ: intents in,
 the schedule made to match, and what an operator said applied by `due_at`, never by the Lua."""
 
 import time
@@ -6,13 +6,13 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.audit import Audit
-from jobttl.core.decision import Decision, Verdict
-from jobttl.core.identity import JobRef
-from jobttl.core.plan import GUARDED, Change, Intent
-from jobttl.core.schedule import Schedule, job_id_for
-from jobttl.core.store import Store
+from jobttl.core.store import keys
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.plan import GUARDED, Change, Intent
+from jobttl.core.store.schedule import Schedule, job_id_for
+from jobttl.core.store.protocol import Store
 from tests.services import RedisServer
 
 

@@ -7,7 +7,7 @@ code, not an imitation.
   reference CRDs, prometheus-operator kinds against the hand-written CRD subsets of
   tests/deploy/monitoring.py, the alerts with promtool;
 - the values schema refuses bad values with a message naming them;
-- the RBAC equals what jobttl.core.permissions.permissions() declares, for each intake mode and each
+- the RBAC equals what jobttl.core.domain.permissions.permissions() declares, for each intake mode and each
   feature the policy can enable;
 - a real `helm install` of every rendering against the API emulator (Knative's kinds served from
   their CRDs), release records in Secrets as Helm keeps them;
@@ -34,10 +34,10 @@ import yaml
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
 
-from jobttl.core.install import CONFIGMAP  # noqa: E402
-from jobttl.core.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
-from jobttl.core.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
-from jobttl.core.policy import parse_policy  # noqa: E402
+from jobttl.core.services.install import CONFIGMAP  # noqa: E402
+from jobttl.core.domain.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
+from jobttl.core.domain.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.domain.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
                                 render)
 from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, validate  # noqa: E402
@@ -115,8 +115,8 @@ SECRET_VALUES = {"url": "rediss://:0123abcd@redis.example.internal:6380/0"}
 @pytest.mark.parametrize("values", RENDERINGS)
 def test_every_process_accepts_the_rendered_settings(values, tmp_path):
     """Each jobttl container's environment, as Kubernetes would resolve it, passes jobttl's own
-    checks at start (jobttl.core.config), the policy file and the Redis CA included."""
-    from jobttl.core.config import Settings
+    checks at start (jobttl.core.runtime.config), the policy file and the Redis CA included."""
+    from jobttl.core.runtime.config import Settings
     from tests.deploy.manifests import ENV_REFERENCE
     from tests.services import tls_files
 
@@ -256,7 +256,7 @@ FEATURES = {
     "archive-off": {"archive": {"store": "/archive", "enabled": False}},
     "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
     "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
-    "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.stages)
+    "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.domain.stages)
 }
 MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
                       {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]

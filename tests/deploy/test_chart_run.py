@@ -33,7 +33,7 @@ from kubernetes import client, config
 
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW  # noqa: E402
+from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW  # noqa: E402
 from jobttl_emulator import CONFIG_MAP, EVENT, JOB, Resource  # noqa: E402
 from tests.deploy.chart import NAMESPACE, find, render  # noqa: E402
 from tests.deploy.manifests import ENV_REFERENCE, pod_spec  # noqa: E402

@@ -17,9 +17,9 @@ import yaml
 
 from tests.deploy.manifests import KNATIVE, find, rendered
 from tests.services import ROOT
-from jobttl.core.kinds import DEFAULT_KINDS
-from jobttl.core.manifests import cluster_roles, jobttl_command, missing, source_resources, trigger_kinds
-from jobttl.core.policy import parse_policy
+from jobttl.core.domain.kinds import DEFAULT_KINDS
+from jobttl.core.domain.manifests import cluster_roles, jobttl_command, missing, source_resources, trigger_kinds
+from jobttl.core.domain.policy import parse_policy
 
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
           "finished": {"conditions": [{"type": "Done", "outcome": "succeeded"}]}, "finishedAt": ["status.finishedAt"]}

@@ -27,11 +27,11 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from jobttl.core import keys
-from jobttl.core.config import Settings
-from jobttl.core import gauges
-from jobttl.core.metrics import Metrics
-from jobttl.core.schedule import Schedule
+from jobttl.core.store import keys
+from jobttl.core.runtime.config import Settings
+from jobttl.core.store import gauges
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.store.schedule import Schedule
 from jobttl_emulator import TFJOB
 from tests.deploy.manifests import KNATIVE, find, object_id, pod_spec, render, validate_core
 from tests.deploy.monitoring import (

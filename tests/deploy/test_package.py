@@ -99,7 +99,7 @@ def test_the_import_contracts_hold_in_the_repository_as_a_developer_runs_them():
 
 
 @pytest.mark.parametrize("module, line", [
-    ("core/schedule.py", "import jobttl.worker.tasks\n"),  # the core climbing up to a process
+    ("core/store/schedule.py", "import jobttl.worker.tasks\n"),  # the core climbing up to a process
     ("sink/api.py", "import jobttl.worker.resync\n"),  # one process importing another
     ("worker/tasks.py", "import kubernetes.client\n"),  # the API reached around the core's client
 ])
@@ -119,12 +119,12 @@ def test_a_folder_cannot_be_imported_under_its_bare_name():
 
 
 def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repository(unpacked, sdist):
-    """The scripts are read from their files when jobttl.core.scripts is imported: one left out
+    """The scripts are read from their files when jobttl.core.store.scripts is imported: one left out
     and no process starts."""
     scripts = {p.name: p.read_text() for p in (REPO / "core" / "lua").glob("*.lua")}
     assert len(scripts) > 10
     assert {p.name: p.read_text() for p in (unpacked / "jobttl" / "core" / "lua").glob("*.lua")} == scripts
     with tarfile.open(sdist) as archive:
         shipped = {Path(m.name).name: archive.extractfile(m).read().decode() for m in archive.getmembers()
-                   if m.name.endswith(".lua") and "/core/lua/" in m.name}
+                   if m.name.endswith(".lua") and "/core/store/lua/" in m.name}
     assert shipped == scripts

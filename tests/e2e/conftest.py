@@ -24,11 +24,11 @@ from jobttl_emulator import TFJOB, EmulatorServer, Resource, seed_object
 from tests.fixtures import finished_status, running_status, tfjob
 from tests.services import (ROOT, JobttlProcess, RecordingSink, RedisServer, free_port, start_emulator, start_sink,
                             wait_for)
-from jobttl.core.schedule import Schedule
-from jobttl.core.audit import Audit
-from jobttl.core.kinds import ALL_KINDS, WORKFLOW, JobKind
-from jobttl.core.policy import Policy, load_policy
-from jobttl.core.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.kinds import ALL_KINDS, WORKFLOW, JobKind
+from jobttl.core.domain.policy import Policy, load_policy
+from jobttl.core.services.reconcile import Reconciler
 
 QUEUE = "e2e"
 CORE_EVENTS = Resource("", "v1", "Event", "events", status_subresource=False)

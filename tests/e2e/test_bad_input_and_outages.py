@@ -12,7 +12,7 @@ import requests
 from tests.e2e.conftest import QUEUE
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_sink, wait_for
-from jobttl.core.keys import PENDING_INDEX
+from jobttl.core.store.keys import PENDING_INDEX
 
 
 def finished_object() -> dict:

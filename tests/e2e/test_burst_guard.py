@@ -22,13 +22,13 @@ from cloudevents.core.bindings.http import to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
 from jobttl_emulator import TFJOB as TFJOB_RESOURCE, seed_object
-from jobttl.core.audit import Audit
-from jobttl.core.config import Settings
-from jobttl.core.decision import decide
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store.audit import Audit
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 from tests.fixtures import job_object
 from tests.e2e.conftest import CORE_EVENTS
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, start_sink, wait_for

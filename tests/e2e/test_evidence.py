@@ -17,11 +17,11 @@ import pytest
 import yaml
 from kubernetes import client, config
 
-from jobttl.core.audit import Audit
-from jobttl.core.kinds import TFJOB as TFJOB_KIND
-from jobttl.core.policy import load_policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.kinds import TFJOB as TFJOB_KIND
+from jobttl.core.domain.policy import load_policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 from jobttl_emulator import EVENT, POD, TFJOB
 from tests.e2e.conftest import Cluster, stack_environment
 from tests.fixtures import finished_status, tfjob

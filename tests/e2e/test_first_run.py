@@ -24,8 +24,8 @@ from cloudevents.core.bindings.http import to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
 from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
-from jobttl.core.install import CONFIGMAP
-from jobttl.core.kinds import BATCH_JOB, TFJOB
+from jobttl.core.services.install import CONFIGMAP
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
 from tests.e2e.conftest import CORE_EVENTS
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, start_sink, wait_for

@@ -7,8 +7,8 @@ from kubernetes import client, config
 
 from tests.e2e.conftest import Cluster
 from tests.services import free_port
-from jobttl.core.kinds import TFJOB
-from jobttl.core.kube import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError
 
 
 @pytest.fixture

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from jobttl.core.decision import Verdict, decide
-from jobttl.core.kinds import BATCH_JOB, TFJOB
-from jobttl.core.policy import parse_policy
+from jobttl.core.domain.decision import Verdict, decide
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.domain.policy import parse_policy
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

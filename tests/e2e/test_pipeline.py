@@ -17,9 +17,9 @@ from rq.serializers import JSONSerializer
 
 from tests.fixtures import finished_status
 from tests.services import wait_for
-from jobttl.core.decision import decide
-from jobttl.core.kinds import TFJOB
-from jobttl.core.schedule import job_id_for
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.store.schedule import job_id_for
 
 
 def due_of(obj: dict) -> int:

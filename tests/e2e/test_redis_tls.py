@@ -16,7 +16,7 @@ import pytest
 
 from tests.e2e.conftest import Cluster, stack_environment
 from tests.services import ROOT, JobttlProcess, RedisSentinels, TLSRedisServer, free_port, start_sink, tls_files
-from jobttl.core import redisconn
+from jobttl.core.store import redisconn
 
 
 @pytest.fixture(scope="module")

@@ -14,15 +14,15 @@ import time
 import pytest
 
 from jobttl_emulator import Resource, seed_object
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for
 from jobttl.worker import resync as resync_run
 from jobttl.worker.context import WorkerContext
-from jobttl.core.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
-from jobttl.core.keys import HELD as HELD_KEY
-from jobttl.core import keys
-from jobttl.core.keys import PENDING_INDEX
+from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
+from jobttl.core.store.keys import HELD as HELD_KEY
+from jobttl.core.store import keys
+from jobttl.core.store.keys import PENDING_INDEX
 
 QUEUE = "resync"
 
@@ -67,8 +67,8 @@ def canary(cluster, redis_server, name: str) -> None:
     is seen, any deletion queued before it (say, by a resync that should have held it)
     would have been made too: "nothing else was deleted" then means something.
     """
-    from jobttl.core.decision import decide
-    from jobttl.core.identity import JobRef
+    from jobttl.core.domain.decision import decide
+    from jobttl.core.domain.identity import JobRef
 
     [obj] = seed(cluster, TFJOB, f"canary-{name}", 1, time.time() - 3600, ttl=60, prefix="canary")
     ctx = context(cluster, redis_server)
@@ -178,7 +178,7 @@ def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, t
 def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_server, tmp_path):
     """PyTorchJob (enabled by default) on a cluster without the training operator's PyTorchJob CRD,
     RayJob (enabled by the policy) without KubeRay: `jobttl status` and jobttl_kind_not_served say so."""
-    from jobttl.core.gauges import _ScheduleCollector
+    from jobttl.core.store.gauges import _ScheduleCollector
     small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
     try:
         policy = tmp_path / "policy.yaml"
@@ -262,7 +262,7 @@ def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, red
 
 
 def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
-    from jobttl.core.keys import RESYNC_LOCK as LOCK_KEY
+    from jobttl.core.store.keys import RESYNC_LOCK as LOCK_KEY
 
     lock = redis_server.client().lock(LOCK_KEY, timeout=60)
     assert lock.acquire(blocking=False)

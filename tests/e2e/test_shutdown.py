@@ -9,13 +9,13 @@ from rq.job import JobStatus
 
 from tests.e2e.conftest import Cluster
 from tests.services import JobttlProcess, wait_for
-from jobttl.core.audit import Audit
-from jobttl.core.decision import decide
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
-from jobttl.core.policy import Policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule, job_id_for
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.policy import Policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule, job_id_for
 
 
 def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, log_dir, redis):

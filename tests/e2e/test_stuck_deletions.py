@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.kinds import TFJOB
+from jobttl.core.store import keys
+from jobttl.core.domain.kinds import TFJOB
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

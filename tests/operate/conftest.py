@@ -18,11 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.e2e.conftest import cluster, emulator, log_dir, sink_url, stack_environment, worker  # noqa: F401
 from tests.services import ROOT, RedisServer, free_port, wait_for
-from jobttl.core.audit import Audit
-from jobttl.core.operations import Operations
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.policy import Policy
-from jobttl.core.schedule import Schedule
+from jobttl.core.store.audit import Audit
+from jobttl.core.services.operations import Operations
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.domain.policy import Policy
+from jobttl.core.store.schedule import Schedule
 
 QUEUE = "operate"
 WORKER_METRICS_PORT = free_port()

@@ -20,12 +20,13 @@ from jsonschema.exceptions import ValidationError
 from openapi_schema_validator import OAS30Validator
 from openapi_spec_validator import validate
 
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 from jobttl.sink.openapi import DOCUMENT
-from jobttl.core import jsoncodec, keys, shapes
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
+from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.store import keys
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import free_port
 

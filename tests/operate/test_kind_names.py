@@ -16,13 +16,14 @@ import uuid
 import pytest
 import yaml
 
-from jobttl.core import jsoncodec, keys
-from jobttl.core.audit import Audit
-from jobttl.core.config import Settings
-from jobttl.core.kinds import KindRegistry
-from jobttl.core.policy import parse_policy
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Change, Schedule
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store import keys
+from jobttl.core.store.audit import Audit
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Change, Schedule
 from jobttl.sink.app import create_app
 from tests.fixtures import rfc3339, with_server_fields
 from tests.services import ROOT

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import rsa
 from flask import Flask, jsonify
 from werkzeug.serving import make_server
 
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 from tests.fixtures import finished_status, tfjob, with_server_fields
 

@@ -36,8 +36,8 @@ import pytest
 import requests
 
 from jobttl_emulator import TFJOB as TFJOB_RESOURCE, seed_object
-from jobttl.core.keys import PENDING_INDEX
-from jobttl.core.kinds import TFJOB
+from jobttl.core.store.keys import PENDING_INDEX
+from jobttl.core.domain.kinds import TFJOB
 from tests.fixtures import finished_status, job_object, running_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_emulator, start_sink
 

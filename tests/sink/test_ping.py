@@ -5,8 +5,8 @@ from cloudevents.core.v1.event import CloudEvent
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from jobttl.core import keys
-from jobttl.core.config import Settings
+from jobttl.core.store import keys
+from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 
 

@@ -11,10 +11,10 @@ import pytest
 from cloudevents.core.bindings.http import to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
-from jobttl.core.config import Settings
-from jobttl.core.decision import Verdict, decide
-from jobttl.core.keys import PENDING_INDEX
-from jobttl.core.kinds import TFJOB
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.decision import Verdict, decide
+from jobttl.core.store.keys import PENDING_INDEX
+from jobttl.core.domain.kinds import TFJOB
 from jobttl.sink.app import create_app
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer

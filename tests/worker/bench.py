@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from jobttl.core import keys
-from jobttl.core.config import Settings
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
-from jobttl.core.ratelimit import RateLimit
-from jobttl.core.schedule import member_for
+from jobttl.core.store import keys
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.store.ratelimit import RateLimit
+from jobttl.core.store.schedule import member_for
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.deletion import Deletion, Target
 from jobttl_emulator import EVENT, POD, TFJOB as TFJOB_RESOURCE, seed_object

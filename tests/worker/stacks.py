@@ -21,11 +21,11 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from jobttl_emulator import Resource, seed_object
-from jobttl.core.audit import Audit
-from jobttl.core.kinds import TFJOB
-from jobttl.core.config import Settings
-from jobttl.core.reconcile import Reconciler
-from jobttl.core.schedule import Schedule
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.runtime.config import Settings
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.schedule import Schedule
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, free_port
 

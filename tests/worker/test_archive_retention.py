@@ -3,11 +3,11 @@
 import time
 import uuid
 
-from jobttl.core import archive
-from jobttl.core.archivestore import DirectoryStore, latest
-from jobttl.core.audit import Audit
-from jobttl.core.identity import JobRef
-from jobttl.core.policy import ArchiveStore
+from jobttl.core.domain import archive
+from jobttl.core.kube.archivestore import DirectoryStore, latest
+from jobttl.core.store.audit import Audit
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.policy import ArchiveStore
 from jobttl.worker.archiving import prune
 
 

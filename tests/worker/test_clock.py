@@ -30,7 +30,7 @@ import pytest
 
 from tests.services import ROOT, JobttlProcess, wait_for
 from tests.worker.stacks import Stack, faketime
-from jobttl.core import keys
+from jobttl.core.store import keys
 
 WEEK = 7 * 86400
 DAYS_30 = 30 * 86400

@@ -10,12 +10,13 @@ import uuid
 
 import pytest
 
-from jobttl.core import jsoncodec, keys
-from jobttl.core.decision import decide
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
-from jobttl.core.policy import parse_policy
-from jobttl.core.schedule import PODS_STAGE, job_id_for, member_for
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store import keys
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.store.schedule import PODS_STAGE, job_id_for, member_for
 from jobttl_emulator import POD, seed_object
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object

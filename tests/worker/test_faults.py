@@ -27,7 +27,7 @@ import pytest
 from rq import Queue, Worker
 from rq.serializers import JSONSerializer
 
-from jobttl.core.config import Settings
+from jobttl.core.runtime.config import Settings
 from tests.services import wait_for
 from tests.worker.stacks import Stack
 

@@ -13,14 +13,14 @@ import uuid
 import pytest
 
 from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
-from jobttl.core import keys
-from jobttl.core.config import Settings
-from jobttl.core.decision import decide
-from jobttl.core.guard import FIRST_RUN, HeldDeletions
-from jobttl.core.identity import JobRef
-from jobttl.core.install import CONFIGMAP
-from jobttl.core.kinds import BATCH_JOB, TFJOB
-from jobttl.core.reconcile import GUARDED
+from jobttl.core.store import keys
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.decision import decide
+from jobttl.core.store.guard import FIRST_RUN, HeldDeletions
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.services.install import CONFIGMAP
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.services.reconcile import GUARDED
 from jobttl.worker import resync
 from jobttl.worker.context import WorkerContext
 from tests.e2e.conftest import CORE_EVENTS
@@ -131,7 +131,7 @@ def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluste
     import subprocess
     import sys
 
-    from jobttl.core.kube import KubeClient, load_api_client
+    from jobttl.core.kube.client import KubeClient, load_api_client
     from tests.services import ROOT
 
     KubeClient(load_api_client(str(cluster.kubeconfig))).create_configmap("jobttl", CONFIGMAP,

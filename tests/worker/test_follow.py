@@ -13,10 +13,10 @@ import uuid
 import pytest
 
 from jobttl_emulator import seed_object
-from jobttl.core import keys
-from jobttl.core.config import Settings
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
+from jobttl.core.store import keys
+from jobttl.core.runtime.config import Settings
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
 from jobttl.worker.deletion import Deletion, Target
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower

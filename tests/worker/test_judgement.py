@@ -16,12 +16,12 @@ from typing import Any, Callable
 
 import pytest
 
-from jobttl.core import schedule
-from jobttl.core.decision import KEEP_ANNOTATION, Decision, Verdict, decide
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import BATCH_JOB, TFJOB
-from jobttl.core.policy import parse_policy
-from jobttl.core.stages import pod_stage
+from jobttl.core.store import schedule
+from jobttl.core.domain.decision import KEEP_ANNOTATION, Decision, Verdict, decide
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.stages import pod_stage
 from jobttl.worker.judgement import (ANOTHER_RUN, GONE, MAX_EARLY, PODS_STAGE, RECREATED, SUPERSEDED, Again,
                                      ApiTime, Current, Delete, DeletePods, Forget, HoldForReview, Recover, Refuse,
                                      Replan, Skip, Target, Wait, WouldDelete, admit, confirm, due_later, judge,
@@ -323,6 +323,6 @@ def test_a_decision_that_no_longer_expires_is_later_whatever_the_override():
 
 def test_the_stage_names_are_the_schedules():
     """The judgement may not import the schedule's module (it talks to Redis): both take the names
-    from jobttl.core.plan, and a copy written into the judgement again would have to stay equal."""
+    from jobttl.core.domain.plan, and a copy written into the judgement again would have to stay equal."""
     from jobttl.worker import judgement
     assert (judgement.JOB_STAGE, judgement.PODS_STAGE) == (schedule.JOB_STAGE, schedule.PODS_STAGE)

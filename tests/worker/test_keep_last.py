@@ -1,5 +1,5 @@
 """keepLast as the worker checks it: by the cluster's listing, not the index's word, and the index
-repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.keeplast_index.HistoryIndex.repair`).
+repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.store.keeplast_index.HistoryIndex.repair`).
 The worker's own Deletion in this process, real Redis, the emulator over HTTP (tests.worker.bench).
 """
 
@@ -9,10 +9,10 @@ import time
 
 import pytest
 
-from jobttl.core.keeplast import membership
-from jobttl.core.decision import decide
-from jobttl.core.kinds import TFJOB
-from jobttl.core.schedule import JOB_STAGE
+from jobttl.core.domain.keeplast import membership
+from jobttl.core.domain.decision import decide
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.store.schedule import JOB_STAGE
 from tests.fixtures import job_object, rfc3339, with_server_fields
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 

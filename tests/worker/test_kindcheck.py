@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobttl.core.config import ConfigError
-from jobttl.core.kinds import TFJOB
-from jobttl.core.kube import KubeClient, load_api_client
-from jobttl.core.permissions import permissions
-from jobttl.core.kinddecl import key as kinddecl_key
-from jobttl.core.manifests import cluster_roles
-from jobttl.core.policy import parse_policy
+from jobttl.core.runtime.config import ConfigError
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.kube.client import KubeClient, load_api_client
+from jobttl.core.domain.permissions import permissions
+from jobttl.core.domain.kinddecl import key as kinddecl_key
+from jobttl.core.domain.manifests import cluster_roles
+from jobttl.core.domain.policy import parse_policy
 from jobttl.worker import kindcheck
 from jobttl_emulator import EVENT, JOB, POD, Resource
 from jobttl_emulator.crds import load_crds

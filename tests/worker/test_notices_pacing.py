@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from jobttl.core.identity import JobRef
-from jobttl.core.kinds import TFJOB
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
 from jobttl.worker import scheduled_events as notices_module
 from jobttl.worker.scheduled_events import Notices
 from jobttl.worker.events import NOTICES_PER_SECOND, EventRecorder

@@ -15,9 +15,10 @@ import time
 
 import pytest
 
-from jobttl.core import jsoncodec, keys
-from jobttl.core.kube import Conflict, TransientApiError
-from jobttl.core.schedule import JOB_STAGE, PODS_STAGE, member_for
+from jobttl.core.domain import jsoncodec
+from jobttl.core.store import keys
+from jobttl.core.kube.client import Conflict, TransientApiError
+from jobttl.core.store.schedule import JOB_STAGE, PODS_STAGE, member_for
 from jobttl_emulator import EVENT
 from tests.fixtures import rfc3339, running_status
 from tests.services import wait_for

@@ -1,0 +1,1 @@
+"""The domain: the rules, pure. Job kinds and their declarations, the policy, decisions, stages, due times, keepLast, identities, the archive's layout, the event format, the permission table. No I/O: it imports no Redis, RQ, Kubernetes client, HTTP or cloud SDK (an import-linter contract)."""

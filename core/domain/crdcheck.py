@@ -1,0 +1,359 @@
+"""A kind's declared paths checked against its CustomResourceDefinition, as the API server reads them.
+
+The JSON Schema (``kinds.schema.json``) checks a path's syntax; only the cluster knows whether
+``spec.suspnd`` names anything. A path naming no field never matches: a kind that never reads as
+finished deletes nothing, but a ``managedBy`` or ``suspend`` path that reads nothing deletes what
+it should have left alone. So the worker reads each enabled custom kind's CRD at start and checks
+every path its declaration reads against the ``openAPIV3Schema`` of the version jobttl uses,
+following the structural-schema rules the API server prunes objects by (an object can only hold
+what its schema keeps):
+
+- ``properties`` name the fields; ``additionalProperties`` (a map) takes any key, read by its
+  schema; ``x-kubernetes-preserve-unknown-fields: true`` keeps anything below that is not declared;
+- ``metadata`` is ObjectMeta whatever the CRD says (a CRD may only restrict ``name`` and
+  ``generateName``): labels and annotations take any key; ``apiVersion``, ``kind`` and ``metadata``
+  are always there at the top and in ``x-kubernetes-embedded-resource`` objects;
+- ``allOf``/``anyOf``/``oneOf`` branches add what they declare;
+- a node that declares no ``type`` and nothing below it (no ``properties``, ``additionalProperties``
+  or ``items``) says nothing of what is there: a legacy (non-structural) schema's, open. A CRD
+  whose ``spec.preserveUnknownFields`` is true (created under apiextensions v1beta1, read through
+  v1) prunes nothing at all, and its schemas are often partial: no path is refused there;
+- jobttl's paths read mappings only (`jobttl.core.domain.kinds.get_path`): one that goes through a list
+  (``type: array``) never reads anything. The finishing condition is the one way into a list:
+  ``finished.conditions`` reads ``status.conditions[].type``/``.status``, ``condition.X`` reads the
+  ``X`` of that condition.
+
+A path must also name what its reader takes: a value (a state, a time, a TTL, a controller's
+name, a suspend flag) rather than an object or a list, and a TTL object (``ttl.within``) an object.
+Pure: declarations and CRD objects in, problems out (the worker fetches; `jobttl.worker.kindcheck`).
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from jobttl.core.domain.kinddecl import CONDITION_PREFIX, parse_path
+from jobttl.core.domain.kinddecl import key as decl_key
+
+ITEMS = "[]"  # a path segment: into a list's items (only the finishing condition's)
+CONDITIONS = ("status", "conditions", ITEMS)
+
+# What a path must name for its reader.
+VALUE = "value"  # a scalar: a state, a time, a TTL, a name, a flag
+OBJECT = "object"  # a TTL object (ttl.within)
+ANY = "any"  # CEL's inputs and celWhen: whatever is there
+
+_STRING = {"type": "string"}
+_STRINGS = {"type": "object", "additionalProperties": _STRING}
+# ObjectMeta (k8s.io/apimachinery meta/v1), as far as paths can read it: the API server keeps
+# these fields in every object's metadata whatever its CRD's schema says of metadata.
+OBJECT_META: dict[str, Any] = {"type": "object", "properties": {
+    **{name: _STRING for name in ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
+                                  "creationTimestamp", "deletionTimestamp")},
+    "generation": {"type": "integer"}, "deletionGracePeriodSeconds": {"type": "integer"},
+    "labels": _STRINGS, "annotations": _STRINGS,
+    "ownerReferences": {"type": "array", "items": {"type": "object", "properties": {
+        **{name: _STRING for name in ("apiVersion", "kind", "name", "uid")},
+        "controller": {"type": "boolean"}, "blockOwnerDeletion": {"type": "boolean"}}}},
+    "finalizers": {"type": "array", "items": _STRING},
+    "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+}}
+_RESOURCE_FIELDS = {"apiVersion": _STRING, "kind": _STRING, "metadata": OBJECT_META}
+_PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class PathUse:
+    """One path a declaration reads: where (``ttl.paths[1]``), as written, parsed, and what it must name.
+    Uses sharing an `alternatives` key are fallbacks for one another (read in order)."""
+
+    field: str
+    text: str
+    path: tuple[str, ...]
+    wants: str = VALUE
+    alternatives: str | None = None
+
+
+@dataclass(frozen=True)
+class Problem:
+    field: str  # in the declaration, e.g. "suspend"
+    text: str  # the path as written
+    message: str  # what is wrong, with the nearest names
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the CRD says of one declaration: `served` False when it does not serve the version
+    (then nothing was checked); `problems` the paths naming nothing (or the wrong thing)."""
+
+    crd: str
+    served: bool = True
+    served_versions: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    checked: int = 0  # paths checked
+    unchecked: str | None = None  # why the paths were not checked against the schema, when they were not
+
+
+def uses(decl: dict[str, Any]) -> list[PathUse]:
+    """Every path a (schema-valid) declaration reads, with the field it is written in."""
+    found: list[PathUse] = []
+    finished = decl.get("finished") or {}
+    if "conditions" in finished:
+        for key in ("type", "status"):
+            found.append(PathUse("finished.conditions", f"status.conditions[].{key}", (*CONDITIONS, key)))
+    if "state" in finished:
+        found.append(PathUse("finished.state.path", finished["state"]["path"], parse_path(finished["state"]["path"])))
+    for i, text in enumerate(decl.get("finishedAt") or ()):
+        path = ((*CONDITIONS, text[len(CONDITION_PREFIX):]) if text.startswith(CONDITION_PREFIX) else parse_path(text))
+        found.append(PathUse(f"finishedAt[{i}]", text, path, VALUE, "finishedAt"))
+    ttl = decl.get("ttl") or {}
+    for i, text in enumerate(ttl.get("paths") or ()):
+        found.append(PathUse(f"ttl.paths[{i}]", text, parse_path(text), VALUE, "ttl.paths"))
+    for i, text in enumerate(ttl.get("within") or ()):
+        found.append(PathUse(f"ttl.within[{i}]", text, parse_path(text), OBJECT, "ttl.within"))
+        for state, keys in (ttl.get("keys") or {}).items():
+            for j, key in enumerate(keys):
+                found.append(PathUse(f"ttl.keys.{state}[{j}]", f"{text}.{key}", (*parse_path(text), key), VALUE,
+                                     f"ttl.keys.{state}[{j}]"))
+    if "celWhen" in ttl:
+        found.append(PathUse("ttl.celWhen", ttl["celWhen"], parse_path(ttl["celWhen"]), ANY))
+    for i, text in enumerate(ttl.get("celInputs") or ()):
+        found.append(PathUse(f"ttl.celInputs[{i}]", text, parse_path(text), ANY))
+    if decl.get("managedBy"):
+        found.append(PathUse("managedBy.path", decl["managedBy"]["path"], parse_path(decl["managedBy"]["path"])))
+    if "suspend" in decl:
+        found.append(PathUse("suspend", decl["suspend"], parse_path(decl["suspend"])))
+    for i, rule in enumerate(decl.get("notYet") or ()):
+        found.append(PathUse(f"notYet[{i}].path", rule["path"], parse_path(rule["path"])))
+    return found
+
+
+# --- the walk ---------------------------------------------------------------------------------------
+
+_OPEN = object()  # anything may be below: preserved unknown fields, or a map of anything
+
+
+def _branches(node: Any) -> Iterator[dict[str, Any]]:
+    """A schema node and its allOf/anyOf/oneOf branches, recursively."""
+    if not isinstance(node, dict):
+        return
+    yield node
+    for key in ("allOf", "anyOf", "oneOf"):
+        for branch in node.get(key) or ():
+            yield from _branches(branch)
+
+
+@dataclass
+class _Level:
+    """The schema nodes a path has reached (a field may be declared in several branches)."""
+
+    nodes: list[dict[str, Any]]
+    resource: bool = False  # the top, or an embedded resource: apiVersion, kind, metadata are there
+    expanded: list[dict[str, Any]] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.expanded = [b for n in self.nodes for b in _branches(n)]
+
+    def types(self) -> set[str]:
+        kinds = set()
+        for node in self.expanded:
+            if node.get("x-kubernetes-int-or-string"):
+                kinds.add("scalar")
+            elif isinstance(node.get("type"), str):
+                kinds.add(node["type"])
+        return kinds
+
+    def open(self) -> bool:
+        """Whether anything may be below: unknown fields preserved, a map of anything, or a node
+        saying nothing of what is there (no type, nothing declared below: a legacy schema's)."""
+        return any(n.get("x-kubernetes-preserve-unknown-fields") is True or n.get("additionalProperties") is True
+                   for n in self.expanded) or not any(_says_what(n) for n in self.expanded)
+
+    def names(self) -> list[str]:
+        names = dict.fromkeys(k for n in self.expanded for k in (n.get("properties") or {}))
+        if self.resource:
+            names.update(dict.fromkeys(_RESOURCE_FIELDS))
+        return list(names)
+
+    def child(self, key: str) -> _Level | object | None:
+        """The level `key` leads to; _OPEN if anything may be there; None if nothing is."""
+        if self.resource and key in _RESOURCE_FIELDS:
+            return _Level([_RESOURCE_FIELDS[key]])
+        found = [n["properties"][key] for n in self.expanded if key in (n.get("properties") or {})]
+        found += [n["additionalProperties"] for n in self.expanded
+                  if isinstance(n.get("additionalProperties"), dict) and key not in (n.get("properties") or {})]
+        if found:
+            embedded = any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f))
+            return _Level(found, resource=embedded)
+        return _OPEN if self.open() else None
+
+    def items(self) -> _Level | object | None:
+        found = [n["items"] for n in self.expanded if isinstance(n.get("items"), dict)]
+        if found:
+            return _Level(found, resource=any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f)))
+        return _OPEN if self.open() or not self.types() else None
+
+
+def _says_what(node: dict[str, Any]) -> bool:
+    """Whether a schema node says what may be there: a type, or what is below it."""
+    return any(key in node for key in ("type", "properties", "additionalProperties", "items",
+                                       "x-kubernetes-int-or-string"))
+
+
+def show(path: tuple[str, ...] | list[str], conditions_as: str | None = None) -> str:
+    """A parsed path as a declaration writes it: ``metadata.labels["a.b/c"]``, ``status.conditions[].type``
+    (``condition.type`` when `conditions_as` is given, for a path read from the finishing condition)."""
+    if conditions_as is not None and tuple(path[:3]) == CONDITIONS and len(path) > 3:
+        return conditions_as + show(path[3:])
+    out = ""
+    for part in path:
+        if part == ITEMS:
+            out += "[]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f'["{part}"]'
+    return out
+
+
+def _fields_below(level: _Level, prefix: tuple[str, ...], depth: int, seen: set[int]) -> Iterator[tuple[str, ...]]:
+    """Every field path reachable from `level` through mappings (what a path could name), bounded."""
+    if depth == 0:
+        return
+    for name in level.names():
+        if prefix == () and name in ("apiVersion", "kind", "metadata"):
+            continue  # metadata's fields are ObjectMeta's: suggested only where metadata was written
+        child = level.child(name)
+        yield (*prefix, name)
+        if isinstance(child, _Level) and not any(id(n) in seen for n in child.expanded):
+            yield from _fields_below(child, (*prefix, name), depth - 1, seen | {id(n) for n in child.expanded})
+
+
+def _nearest(key: str, level: _Level, prefix: tuple[str, ...], root: _Level, shown: Callable[[tuple[str, ...]], str]
+             ) -> str:
+    """"did you mean ...": close names at the level the path broke, else a close name elsewhere."""
+    here = [shown((*prefix, name)) for name in difflib.get_close_matches(key, level.names(), n=3, cutoff=0.6)]
+    elsewhere: list[str] = []
+    if not here and prefix[:1] != ("metadata",):  # the name elsewhere: `spec.suspend` for `spec.runPolicy.suspend`
+        candidates: dict[str, list[tuple[str, ...]]] = {}
+        for path in _fields_below(root, (), 8, set()):
+            candidates.setdefault(path[-1], []).append(path)
+        for name in difflib.get_close_matches(key, list(candidates), n=3, cutoff=0.8):
+            # Not the path's own ancestors (`status` for `status.stat`): the path already went there.
+            elsewhere += [shown(p) for p in candidates[name] if shown(p) not in here and p != prefix[:len(p)]]
+    suggestions = list(dict.fromkeys(here + elsewhere))[:4]
+    if suggestions:
+        return f"; did you mean {' or '.join(suggestions)}?"
+    names = sorted(level.names())
+    listed = ", ".join(names[:15]) + (", ..." if len(names) > 15 else "")
+    return f" (it has: {listed})" if names else " (it declares no fields)"
+
+
+def walk(schema: dict[str, Any], use: PathUse) -> str | None:
+    """What is wrong with `use` under `schema` (a CRD version's openAPIV3Schema), or None: "is not
+    in" and why (a field missing, a list in the way), or "does not fit" and why (the wrong type)."""
+    root = _Level([schema], resource=True)
+    conditions_as = CONDITION_PREFIX if use.text.startswith(CONDITION_PREFIX) else None
+
+    def shown(path: tuple[str, ...]) -> str:
+        return show(path, conditions_as)
+
+    level: _Level | object = root
+    for i, key in enumerate(use.path):
+        assert isinstance(level, _Level)
+        prefix = use.path[:i]
+        where = show(prefix) if prefix else "the object"
+        if key == ITEMS:
+            nxt = level.items()
+            if nxt is None:
+                return f"is not in: {where} is not a list (it is {_a(level.types())})"
+        else:
+            if "array" in level.types() and not level.child(key):
+                return (f"is not in: {where} is a list: a path cannot read into a list's items"
+                        + ("" if tuple(prefix) != CONDITIONS[:2] else " (the finishing condition's fields are "
+                                                                     "condition.FIELD, in finishedAt)"))
+            nxt = level.child(key)
+            if nxt is None and level.types() and not level.types() & {"object", "array"}:
+                return f"is not in: {where} is {_a(level.types())}, with no fields below it"
+            if nxt is None:
+                return f"is not in: {where} has no field {key!r}{_nearest(key, level, prefix, root, shown)}"
+        if nxt is _OPEN:
+            return None  # preserved unknown fields, or a map of anything: whatever is below may be there
+        level = nxt
+    assert isinstance(level, _Level)
+    types = level.types()
+    if use.wants == VALUE and types and types <= {"object", "array"}:
+        below = sorted(level.names())
+        hint = f": did you mean one of its fields ({', '.join(shown((*use.path, n)) for n in below[:6])})?" if below else ""
+        return f"does not fit: the field is {_a(types)}, not a value{hint}"
+    if use.wants == OBJECT and types and "object" not in types:
+        return f"does not fit: the field is {_a(types)}, not an object"
+    return None
+
+
+def _a(types: set[str]) -> str:
+    if not types:
+        return "untyped"
+    words = {"object": "an object", "array": "a list", "integer": "an integer", "scalar": "an int-or-string"}
+    return " or ".join(words.get(t, f"a {t}") for t in sorted(types))
+
+
+# --- a declaration against its CRD ------------------------------------------------------------------
+
+def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> Verdict:
+    """Check one declaration against its CRD object (as the API server answers a GET).
+
+    `lenient` (the built-in declarations): a path among alternatives may be missing as long as
+    one of them is there, since they are fallbacks for other versions of the CRD (the Kubeflow
+    jobs' pre-1.2 ``spec.ttlSecondsAfterFinished``). An operator's own declaration is held to
+    every path: it was written for this cluster."""
+    spec = crd.get("spec") or {}
+    name = (crd.get("metadata") or {}).get("name", "")
+    versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]
+    served = tuple(str(v.get("name")) for v in versions if v.get("served", True))
+    version = next((v for v in versions if v.get("name") == decl["version"]), None)
+    if version is None or not version.get("served", True):
+        return Verdict(name, served=False, served_versions=served)
+    problems = []
+    names = spec.get("names") or {}
+    if names.get("kind") and names["kind"] != decl["kind"]:
+        problems.append(Problem("kind", decl["kind"], f"the CRD {name} names its kind {names['kind']!r}, "
+                                                      f"not {decl['kind']!r}"))
+    if spec.get("scope") == "Cluster":
+        problems.append(Problem("plural", decl["plural"], f"the CRD {name} is cluster-scoped: jobttl handles "
+                                                          "namespaced kinds only"))
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    found = uses(decl)
+    if spec.get("preserveUnknownFields") is True:
+        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
+        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
+        return Verdict(name, True, served, tuple(problems), 0,
+                       unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
+                                 "from apiextensions v1beta1): any path may name a field")
+    if isinstance(schema, dict):
+        wrong = {use: walk(schema, use) for use in found}
+        fine = {use.alternatives for use, problem in wrong.items() if problem is None and use.alternatives}
+        failed: list[tuple[str, ...]] = []
+        said: set[tuple[str, str]] = set()
+        for use, problem in wrong.items():
+            if problem is None or (lenient and use.alternatives in fine):
+                continue
+            verb, _, detail = problem.partition(": ")
+            # One line per cause: not again for a path below one already refused (a TTL key below its
+            # ttl.within), nor the same cause in the same field (conditions' type and status).
+            if any(use.path[:len(p)] == p for p in failed) or (use.field, detail) in said:
+                continue
+            failed.append(use.path)
+            said.add((use.field, detail))
+            problems.append(Problem(use.field, use.text, f"{use.text!r} {verb} the schema of {decl_key(decl)} "
+                                                         f"(CRD {name}): {detail}"))
+    return Verdict(name, True, served, tuple(problems), len(found) if isinstance(schema, dict) else 0)
+
+
+def describe(where: str, problem: Problem) -> str:
+    """One problem as a configuration error line: the declaration's field, the path, the kind, the nearest names."""
+    return f"{where}.{problem.field}: {problem.message}"

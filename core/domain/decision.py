@@ -1,0 +1,279 @@
+"""Is a job finished, and when does it expire? Pure functions: object in, decision out.
+
+This is the one place that reads a job object and decides its fate. The sink uses it to
+schedule from an event; the worker uses it again on a fresh read from the API server just
+before deleting, because an event is only a hint: it may be stale, duplicated or forged.
+
+Like the Kubernetes TTL-after-finished controller, expiry is finish time + TTL, where the
+finish time comes from the object's status (written by the job's operator), never from
+when we happened to see an event. Where the TTL comes from, in order:
+
+0. the object is someone else's: another controller runs it (``managedBy``), it is suspended,
+   or it has a controller ``ownerReference`` (its owner's lifecycle governs it). Its own
+   controller would keep it, so jobttl does too, unless a policy rule says ``owned: delete`` /
+   ``managedBy: delete``. A kind may also say "not yet" (Argo's archiving);
+1. the object opts out (annotation ``jobttl.io/keep: "true"``) or a policy rule says keep;
+2. the object's annotation ``jobttl.io/ttl`` (``90s``, ``36h``, ``7d``);
+3. the object's own TTL field (``spec.runPolicy.ttlSecondsAfterFinished`` and the like);
+4. the policy's TTL for the outcome (``ttlAfterSuccess``/``ttlAfterFailure``), then ``ttl``;
+
+and whatever it is, the policy's ``maxTTL`` caps it: users may only ask for less. An
+annotation ``jobttl.io/keep-until`` (RFC 3339) postpones expiry up to that cap.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from jobttl.core.domain.durations import parse_duration
+from jobttl.core.domain.identity import shown
+from jobttl.core.domain.kinds import Finish, JobKind, parse_time
+from jobttl.core.domain.policy import Effective, Policy, RuledValue
+
+ANNOTATION_PREFIX = "jobttl.io/"
+TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
+KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
+KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
+
+# The Warning Event on an object whose TTL (or keep-until) jobttl cannot use: see `invalid_ttl_message`.
+INVALID_TTL_REASON = "InvalidTTL"
+
+DEFAULT_POLICY = Policy()
+# Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
+MAX_TTL = 100 * 365 * 86400
+LATEST_DUE = 221845392000  # 9000-01-01: datetimes (and so RQ's scheduler) end at year 9999
+
+
+class Verdict(enum.Enum):
+    EXPIRES = "expires"  # finished with a TTL: delete at `expires_at`
+    NOT_FINISHED = "not-finished"
+    NO_TTL = "no-ttl"
+    INVALID_TTL = "invalid-ttl"
+    BEING_DELETED = "being-deleted"  # has a deletionTimestamp: already going away
+    NO_FINISH_TIME = "no-finish-time"  # finished, but no timestamp to count the TTL from
+    EXCLUDED = "excluded"  # its namespace is out of the policy's scope
+    KEPT = "kept"  # opted out by annotation or policy rule
+    BUILTIN_TTL = "builtin-ttl"  # the kind's own controller applies its TTL (Kubernetes' TTL controller, ...)
+    # Someone else's: each is re-decided on the next event or resync, like any verdict.
+    MANAGED_ELSEWHERE = "managed-elsewhere"  # managedBy names another controller (e.g. MultiKueue)
+    SUSPENDED = "suspended"  # may be resumed; its controller does not expire it meanwhile
+    OWNED = "owned"  # has a controller ownerReference: its owner's lifecycle governs it
+    ARCHIVING = "archiving"  # not yet: Argo has not archived it
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    finished_at: int | None = None
+    outcome: str | None = None  # "succeeded" or "failed"
+    ttl: int | None = None
+    ttl_source: str | None = None  # which field, annotation or rule the TTL came from
+    expires_at: int | None = None
+    dry_run: bool = False  # decide and record, but do not delete
+    rules: tuple[str, ...] = ()  # the policy rules that matched
+    finished_from: str | None = None  # the field the finish time was read from
+
+    def as_dict(self) -> dict[str, Any]:
+        """The decision as JSON-ready data (held deletions are kept in this shape)."""
+        return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
+                "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
+                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Decision:
+        return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
+                   data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
+                   tuple(data.get("rules") or ()), data.get("finishedFrom"))
+
+
+def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
+    """What the InvalidTTL Event says: the decision's reason (which names the value and the forms
+    accepted) and what jobttl does instead. An invalid TTL does not fall back to another source
+    (the object's own field, the policy's default: that could delete a job its owner meant to
+    keep longer): the job is kept, and a deletion already pending for it is cancelled."""
+    subject = (source or "its TTL").split(", capped by ")[0]
+    return f"{reason}; jobttl will not delete this {kind} until {subject} is fixed or removed"
+
+
+def _own_ttl_value(value: Any, source: str) -> int | str:
+    """The TTL as an int, or a message saying why it is not one."""
+    # bool is an int in Python; JSON true is not a TTL.
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return f"{source} must be a non-negative integer, got {shown(value)}"
+    return value
+
+
+def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) -> Decision:
+    """What should happen to this job object, independent of the current time."""
+    meta = obj.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return Decision(Verdict.BEING_DELETED, "the object already has a deletionTimestamp")
+    excluded = policy.namespace_excluded(meta.get("namespace", ""))
+    if excluded:
+        return Decision(Verdict.EXCLUDED, excluded)
+
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    effective = policy.effective(meta.get("namespace", ""), labels)
+    dry_run = effective.get("dry_run")
+    scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value))
+    notes: list[str] = []  # why a job someone else runs is expired all the same
+
+    manager = kind.external_manager(obj)
+    if manager is not None:
+        opted_in = effective.opted_in("managed_by")
+        if opted_in is None:
+            return Decision(Verdict.MANAGED_ELSEWHERE, f"{manager.field} is {manager.value!r}, not "
+                            f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
+                            "skips it (a policy rule with managedBy: delete opts in)", **scope)
+        notes.append(f"managed by {manager.value!r}, expired as {opted_in.source} says (managedBy: delete)")
+
+    finish = kind.finish(obj)
+    if finish is None:
+        return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished", **scope)
+    done = dict(outcome=finish.outcome, finished_at=finish.time, finished_from=finish.field, **scope)
+    own = kind.own_ttl(obj, finish)
+    if own is not None and kind.ttl_left_to_controller(finish):
+        return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: {kind.ttl_controller} deletes it", **done)
+    skip = _someone_elses(obj, kind, meta, effective, notes)
+    if skip is not None:
+        return Decision(skip[0], skip[1], **done)
+
+    if str(annotations.get(KEEP_ANNOTATION, "")).lower() == "true":
+        return Decision(Verdict.KEPT, f"annotation {KEEP_ANNOTATION} is true", **done)
+    keep = effective.get("keep")
+    if keep and keep.value:
+        return Decision(Verdict.KEPT, f"{keep.source} says keep", **done)
+    hold = kind.hold(obj)
+    if hold is not None:
+        return Decision(Verdict.ARCHIVING, hold, **done)
+
+    chosen = _choose_ttl(obj, annotations, own, finish.outcome, effective)
+    if isinstance(chosen, Decision):
+        return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
+    return _expiry(kind, finish, chosen, annotations, effective, notes, done)
+
+
+def _someone_elses(obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], effective: Effective,
+                   notes: list[str]) -> tuple[Verdict, str] | None:
+    """Suspended, or owned by another object (unless the policy opts in): not jobttl's to expire."""
+    suspended = kind.suspended(obj)
+    if suspended is not None:
+        return Verdict.SUSPENDED, (f"{suspended.field} is {suspended.value!r}: a suspended job may be resumed, "
+                                   "and its controller does not expire it while it is suspended")
+    owner = controller_owner(meta)
+    if owner is None:
+        return None
+    opted_in = effective.opted_in("owned")
+    if opted_in is None:
+        return Verdict.OWNED, (f"owned-by {owner}: its controller ownerReference puts it under its owner's "
+                               "lifecycle (deleting the owner deletes it); a policy rule with owned: delete opts in")
+    notes.append(f"owned-by {owner}, expired as {opted_in.source} says (owned: delete)")
+    return None
+
+
+def controller_owner(meta: dict[str, Any]) -> str | None:
+    """``Kind/name`` of the object's controller ownerReference (``controller: true``), if it has one."""
+    references = meta.get("ownerReferences")
+    for reference in references if isinstance(references, list) else ():
+        if isinstance(reference, dict) and reference.get("controller") is True:
+            return f"{reference.get('kind') or '?'}/{reference.get('name') or '?'}"
+    return None
+
+
+def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations: dict[str, Any],
+            effective: Effective, notes: list[str], done: dict[str, Any]) -> Decision:
+    """From the chosen TTL to the expiry: capped, bounded, postponed by keep-until."""
+    ttl, source = chosen
+    # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
+    cap: RuledValue | None = effective.get("max_ttl")
+    if cap is not None and ttl > cap.value:
+        ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
+    if ttl > MAX_TTL:
+        return Decision(Verdict.INVALID_TTL, f"{source}: a TTL of {ttl}s is beyond any sensible time "
+                                             f"(at most {MAX_TTL}s, about 100 years)", ttl_source=source, **done)
+    if finish.time is None:
+        return Decision(Verdict.NO_FINISH_TIME, f"{kind.kind} finished ({finish.reason}) but has no readable "
+                                                "finish time", ttl=ttl, ttl_source=source, **done)
+    expires_at = finish.time + ttl
+    if expires_at > LATEST_DUE:
+        return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
+                        ttl_source=source, **done)
+    if KEEP_UNTIL_ANNOTATION in annotations:
+        try:
+            keep_until = _keep_until(annotations, finish.time, cap)
+        except ValueError:
+            return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
+                                                 f"as 2030-01-31T00:00:00Z within 100 years, got "
+                                                 f"{shown(annotations[KEEP_UNTIL_ANNOTATION])}",
+                            ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
+        assert keep_until is not None
+        if keep_until > expires_at:
+            capped = cap is not None and keep_until == finish.time + cap.value
+            expires_at, ttl = keep_until, keep_until - finish.time
+            source = f"annotation {KEEP_UNTIL_ANNOTATION}" + (f", capped by maxTTL of {cap.source}" if capped else "")
+    return Decision(
+        Verdict.EXPIRES,
+        f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}" + "".join(f"; {n}" for n in notes),
+        ttl=ttl,
+        ttl_source=source,
+        expires_at=expires_at,
+        **done,
+    )
+
+
+def _keep_until(annotations: dict[str, Any], finished_at: int, cap: RuledValue | None) -> int | None:
+    """The time ``jobttl.io/keep-until`` keeps a job until, capped by maxTTL; None without one.
+    Raises ValueError for a value that is not an RFC 3339 time within 100 years of the finish."""
+    if KEEP_UNTIL_ANNOTATION not in annotations:
+        return None
+    keep_until = parse_time(annotations[KEEP_UNTIL_ANNOTATION])
+    if keep_until is not None and cap is not None:
+        keep_until = min(keep_until, finished_at + cap.value)
+    if keep_until is None or keep_until > finished_at + MAX_TTL:
+        raise ValueError(f"{KEEP_UNTIL_ANNOTATION} is not a time jobttl can keep a job until")
+    return keep_until
+
+
+def keep_until(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) -> int | None:
+    """When the user's ``jobttl.io/keep-until`` keeps this finished job until (capped by maxTTL),
+    or None. Every way jobttl deletes early (keepLast, the pods stage) waits for it too."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+    if KEEP_UNTIL_ANNOTATION not in annotations:
+        return None
+    finish = kind.finish(obj)
+    if finish is None or finish.time is None:
+        return None
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    try:
+        return _keep_until(annotations, finish.time, policy.effective(meta.get("namespace", ""), labels).get("max_ttl"))
+    except ValueError:
+        return None  # decide() calls it an invalid TTL: nothing is deleted early either
+
+
+def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own, outcome: str,
+                effective: Effective) -> tuple[int, str] | Decision:
+    """The TTL before capping, and where it came from; or a Decision if there is none."""
+    if TTL_ANNOTATION in annotations:
+        source = f"annotation {TTL_ANNOTATION}"
+        try:
+            return parse_duration(annotations[TTL_ANNOTATION]), source
+        except ValueError as exc:
+            return Decision(Verdict.INVALID_TTL, f"{source}: {exc}", ttl_source=source)
+    if own is not None:
+        value = _own_ttl_value(own.value, own.field)
+        if isinstance(value, str):
+            return Decision(Verdict.INVALID_TTL, value, ttl_source=own.field)
+        return value, own.field
+    specific = effective.get("ttl_after_success" if outcome == "succeeded" else "ttl_after_failure")
+    if specific is not None:
+        name = "ttlAfterSuccess" if outcome == "succeeded" else "ttlAfterFailure"
+        return specific.value, f"{name} of {specific.source}"
+    default = effective.get("ttl")
+    if default is not None:
+        return default.value, f"ttl of {default.source}"
+    return Decision(Verdict.NO_TTL, "neither the job, its annotations nor the policy set a TTL")

@@ -1,0 +1,432 @@
+"""A kind as data: declarations validated against ``kinds.schema.json``, compiled into `JobKind`s.
+
+The built-in kinds (``kinds.yaml``) and the kinds an operator declares in the policy
+(``kindDeclarations``) go through the same two steps, once, at load:
+
+1. the JSON Schema (``kinds.schema.json``, shipped beside this file) checks the shape: a
+   missing ``plural``, an unknown outcome, a path that does not start at ``metadata``,
+   ``spec`` or ``status``;
+2. `_Compiler` checks what a schema cannot (a finish time read from a condition when the
+   kind is not finished by conditions, a TTL key for a state the kind never finishes in, two
+   declarations of one kind, a CEL expression that does not parse) and builds the closures
+   `JobKind` carries, so that reading an object is plain dict look-ups on precompiled paths.
+
+Whether a path names a field the kind has is for the cluster to say: the worker checks each
+enabled kind's paths against its CRD's schema at start (`jobttl.core.domain.crdcheck`), so every
+`JobKind` keeps the declaration it was compiled from and where it was written.
+
+Every error names the field (``kinds[3].finished.conditions[0].status: 'true' is not one of
+['True', 'False']``). CEL (cel-python) is there for what paths cannot say (RayJob's DeleteSelf
+rules); it costs milliseconds per evaluation, so it runs only when its ``celWhen`` path is set.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache, lru_cache
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from jobttl.core.domain.kinds import JobKind
+
+# jobttl.core.domain.kinds builds its built-in kinds with this module at import, so this one takes what
+# it needs from there when compiling (by then defined), never at its own import.
+
+HERE = Path(__file__).resolve().parent
+SCHEMA_FILE = HERE / "kinds.schema.json"
+BUILTIN_FILE = HERE / "kinds.yaml"
+CONDITION_PREFIX = "condition."
+_SEGMENT = re.compile(r'\.([A-Za-z0-9_-]+)|\["([^"]+)"\]')
+
+
+class KindError(ValueError):
+    """A declaration jobttl refuses; the message names the field."""
+
+
+def parse_path(text: str) -> tuple[str, ...]:
+    """``metadata.labels["a.b/c"]`` → ``("metadata", "labels", "a.b/c")`` (the schema checked the syntax)."""
+    head, _, _ = text.partition(".")
+    head = head.split("[")[0]
+    rest = text[len(head):]
+    return (head, *(m.group(1) or m.group(2) for m in _SEGMENT.finditer(rest)))
+
+
+def describe(path: tuple[str, ...]) -> str:
+    """How reasons name a field: ``label workflows.argoproj.io/...`` for labels and annotations."""
+    if len(path) == 3 and path[0] == "metadata" and path[1] in ("labels", "annotations"):
+        return f"{path[1][:-1]} {path[2]}"
+    return ".".join(path)
+
+
+@cache
+def _validator() -> Any:
+    # jsonschema is a runtime dependency for this: declarations are checked when a process starts.
+    from jsonschema import Draft202012Validator
+    return Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
+
+
+def _where(path: Any) -> str:
+    out = ""
+    for part in path:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _message(error: Any) -> tuple[str, str]:
+    """(where, problem) for one jsonschema error, naming the field a reader must fix."""
+    where = _where(error.absolute_path)
+    if error.validator == "required":
+        missing = next(r for r in error.validator_value if r not in error.instance)
+        return f"{where}.{missing}" if where else missing, "required"
+    if error.validator == "additionalProperties" and error.validator_value is False:
+        known = set(error.schema.get("properties", {}))
+        extra = sorted(k for k in error.instance if k not in known)
+        return (f"{where}.{extra[0]}" if where else extra[0]), f"unknown field (known: {', '.join(sorted(known))})"
+    if error.validator in ("minProperties", "maxProperties") and "conditions" in error.schema.get("properties", {}):
+        return where, "set exactly one of conditions or state"
+    if error.validator == "pattern":
+        what = error.schema.get("description", f"a value matching {error.validator_value}")
+        return where, f"{error.instance!r} is not {what[0].lower() + what[1:].rstrip('.')}"
+    return where, error.message
+
+
+def validate(document: Any, origin: str) -> None:
+    """Raise KindError naming the first field (in document order) the schema refuses."""
+    errors = sorted(_validator().iter_errors(document),
+                    key=lambda e: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in e.absolute_path])
+    if errors:
+        where, problem = _message(_deepest(errors[0]))
+        raise KindError(f"{origin}: {where}: {problem}")
+
+
+def _deepest(error: Any) -> Any:
+    """For a oneOf, the alternative's own complaint (an unknown outcome, say), not "not valid under any"."""
+    while error.context:
+        error = max(error.context, key=lambda e: len(e.absolute_path))
+    return error
+
+
+# --- compiling ------------------------------------------------------------------------------------
+
+class _Compiler:
+    def __init__(self, origin: str, eager_cel: bool = True, builtin: bool = False):
+        self.origin = origin
+        self.builtin = builtin
+        # The built-in declarations' CEL (tested) is compiled on first use: every process would
+        # otherwise import cel-python and its parser (~90 ms, ~9 MB) at start, RayJobs or not.
+        self.eager_cel = eager_cel
+
+    def fail(self, where: str, problem: str) -> KindError:
+        return KindError(f"{self.origin}: {where}: {problem}")
+
+    def kind(self, decl: dict[str, Any], where: str, opted_in: tuple[str, ...] = ()) -> JobKind:
+        from jobttl.core.domain.kinds import JobKind
+        finished = decl["finished"]
+        names = self.finish_names(finished)
+        finish = self.finish(decl, where, opted_in)
+        own_ttl, left_to, not_applied = self.ttl(decl.get("ttl"), f"{where}.ttl", names)
+        managed = decl.get("managedBy")
+        pods = decl.get("pods") or {}
+        return JobKind(
+            decl.get("group", ""), decl["version"], decl["kind"], decl["plural"], finish, own_ttl,
+            builtin_ttl_controller=left_to is not None,
+            ttl_controller=left_to or JobKind.ttl_controller,
+            ttl_not_applied_for=not_applied,
+            pod_label=pods.get("label"),
+            managed_by=parse_path(managed["path"]) if managed else None,
+            own_controllers=tuple(managed["own"]) if managed else (),
+            suspend=parse_path(decl["suspend"]) if "suspend" in decl else None,
+            hold=self.hold(decl.get("notYet") or []),
+            pod_cleanup_safe=bool(pods.get("deleteBeforeJob")),
+            opted_in=opted_in,
+            declaration=decl,
+            declared_in=f"{self.origin}: {where}",
+            builtin=self.builtin,
+        )
+
+    @staticmethod
+    def finish_names(finished: dict[str, Any]) -> set[str]:
+        """What a Finish's reason can be: the condition types, or the state values."""
+        if "conditions" in finished:
+            return {c["type"] for c in finished["conditions"]}
+        return set(finished["state"]["values"])
+
+    def finish(self, decl: dict[str, Any], where: str, opted_in: tuple[str, ...]) -> Any:
+        finished = decl["finished"]
+        times = decl["finishedAt"]
+        by_conditions = "conditions" in finished
+        for i, path in enumerate(times):
+            if path.startswith(CONDITION_PREFIX) and not by_conditions:
+                raise self.fail(f"{where}.finishedAt[{i}]", f"{path!r} reads the finishing condition, but this kind "
+                                                            "is finished by a state, not by conditions")
+        # Precompiled: (path tuple, field name) for object paths, (None, condition key) for condition ones.
+        readers = tuple((None, p[len(CONDITION_PREFIX):]) if p.startswith(CONDITION_PREFIX) else (parse_path(p), p)
+                        for p in times)
+        if by_conditions:
+            wanted = {(c["type"], c.get("status", "True")): c["outcome"] for c in finished["conditions"]}
+            return _finished_by_conditions(wanted, readers)
+        state = finished["state"]
+        values = {}
+        for value, outcome in state["values"].items():
+            if isinstance(outcome, dict):
+                if outcome.get("optIn") and value not in opted_in:
+                    continue
+                outcome = outcome["outcome"]
+            values[value] = outcome
+        return _finished_by_state(parse_path(state["path"]), values, readers)
+
+    def ttl(self, ttl: dict[str, Any] | None, where: str, names: set[str]) -> tuple[Any, str | None, tuple[str, ...]]:
+        from jobttl.core.domain.kinds import no_ttl_field
+        if not ttl:
+            return no_ttl_field, None, ()
+        ways = [w for w in ("paths", "within", "cel") if w in ttl]
+        if len(ways) != 1:
+            raise self.fail(where, "set exactly one of paths, within (with keys) or cel")
+        for key, needs in (("keys", "within"), ("celWhen", "cel"), ("celInputs", "cel"), ("field", "cel")):
+            if key in ttl and needs not in ttl:
+                raise self.fail(f"{where}.{key}", f"only with {needs}")
+        if "within" in ttl and "keys" not in ttl:
+            raise self.fail(f"{where}.keys", "required with within: which keys hold the TTL, for each finishing state")
+        for name in ttl.get("keys", {}):
+            if name not in names:
+                raise self.fail(f"{where}.keys.{name}", f"names no state this kind finishes in ({', '.join(sorted(names))})")
+        not_applied = tuple(ttl.get("notAppliedFor", ()))
+        if not_applied and "appliedBy" not in ttl:
+            raise self.fail(f"{where}.notAppliedFor", "only with appliedBy")
+        for i, name in enumerate(not_applied):
+            if name not in names:
+                raise self.fail(f"{where}.notAppliedFor[{i}]", f"{name!r} names no state this kind finishes in "
+                                                                f"({', '.join(sorted(names))})")
+        if "paths" in ttl:
+            own = _ttl_at(tuple((parse_path(p), p) for p in ttl["paths"]))
+        elif "within" in ttl:
+            own = _ttl_within(tuple((parse_path(p), p) for p in ttl["within"]), {k: tuple(v) for k, v in ttl["keys"].items()})
+        else:
+            for key in ("celWhen", "celInputs"):
+                if key not in ttl:
+                    raise self.fail(f"{where}.{key}", "required with cel")
+            own = _ttl_cel(self.cel(ttl["cel"], f"{where}.cel"), parse_path(ttl["celWhen"]),
+                           tuple(parse_path(p) for p in ttl["celInputs"]), ttl.get("field", ttl["celWhen"]))
+        return own, ttl.get("appliedBy"), not_applied
+
+    def cel(self, expression: str, where: str) -> Any:
+        if not self.eager_cel:
+            return _LazyProgram(lambda: self.cel_program(expression, where))
+        return self.cel_program(expression, where)
+
+    def cel_program(self, expression: str, where: str) -> Any:
+        import celpy  # only kinds that use CEL pay for its import
+        env = celpy.Environment()
+        try:
+            return env.program(env.compile(expression))
+        except Exception as exc:  # noqa: BLE001 - celpy raises its own parse and type errors
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise self.fail(where, f"not a valid CEL expression: {first}") from None
+
+    @staticmethod
+    def hold(rules: list[dict[str, Any]]) -> Any:
+        from jobttl.core.domain.kinds import get_path, no_hold
+        if not rules:
+            return no_hold
+        compiled = tuple((parse_path(r["path"]), frozenset(r["values"]), r["why"]) for r in rules)
+
+        def hold(obj: dict) -> str | None:
+            for path, values, why in compiled:
+                value = get_path(obj, path)
+                if isinstance(value, str) and value in values:
+                    return f"{describe(path)} is {value}: {why}"
+            return None
+        return hold
+
+
+class _LazyProgram:
+    """A CEL program compiled the first time it is evaluated, then kept."""
+
+    def __init__(self, compile_: Any):
+        self._compile = compile_
+        self._program: Any = None
+
+    def evaluate(self, activation: dict[str, Any]) -> Any:
+        if self._program is None:
+            self._program = self._compile()
+        return self._program.evaluate(activation)
+
+
+def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
+    """The finish time: the first of `readers` (an object path, or None and a key of the finishing
+    condition) that holds a readable time, and the field it came from."""
+    from jobttl.core.domain.kinds import get_path, parse_time
+
+    def read(obj: dict, condition: dict | None, kind: str | None) -> tuple[int | None, str | None]:
+        for path, name in readers:
+            if path is None:
+                value = condition.get(name) if condition is not None else None
+                where = f"status.conditions[{kind}].{name}"
+            else:
+                value, where = get_path(obj, path), name
+            time = parse_time(value)
+            if time is not None:
+                return time, where
+        return None, None
+    return read
+
+
+def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) -> Any:
+    """Finished when a condition has one of the declared (type, status) pairs; the object's
+    first such condition decides. The reason is the type (``type=status`` when not True)."""
+    from jobttl.core.domain.kinds import Finish, get_path
+    read_time = _time_reader(readers)
+
+    def finish(obj: dict) -> Finish | None:
+        conditions = get_path(obj, ("status", "conditions"))
+        for condition in conditions if isinstance(conditions, list) else ():
+            if not isinstance(condition, dict):
+                continue
+            kind, status = condition.get("type"), condition.get("status")
+            outcome = wanted.get((kind, status))  # type: ignore[arg-type]
+            if outcome is None:
+                continue
+            time, field = read_time(obj, condition, kind)
+            return Finish(outcome, kind if status == "True" else f"{kind}={status}", time, field)
+        return None
+    return finish
+
+
+def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple) -> Any:
+    from jobttl.core.domain.kinds import Finish, get_path
+    read_time = _time_reader(readers)
+
+    def finish(obj: dict) -> Finish | None:
+        state = get_path(obj, path)
+        outcome = values.get(state) if isinstance(state, str) else None
+        if outcome is None:
+            return None
+        time, field = read_time(obj, None, None)
+        return Finish(outcome, state, time, field)
+    return finish
+
+
+def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
+    """The object's TTL is at the first of `paths` that is set."""
+    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
+
+    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+        for path, name in paths:
+            value = get_path(obj, path)
+            if value is not None:
+                return OwnTTL(value, name)
+        return None
+    return own_ttl
+
+
+def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str, tuple[str, ...]]) -> Any:
+    """A TTL object (Argo's ttlStrategy): the first of `objects` that is set, taken whole (never
+    merged key by key), then the keys listed for the finishing state, in order."""
+    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
+
+    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+        found = next(((get_path(obj, p), name) for p, name in objects if get_path(obj, p) is not None), None)
+        if found is None:
+            return None
+        strategy, where = found
+        if not isinstance(strategy, dict):
+            return OwnTTL(strategy, where)  # judged invalid, rather than read as "no TTL"
+        for key in keys.get(finish.reason, ()):
+            if strategy.get(key) is not None:
+                return OwnTTL(strategy[key], f"{where}.{key}")
+        return None
+    return own_ttl
+
+
+def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[tuple[str, ...], ...], field: str) -> Any:
+    """A TTL computed by CEL over `self`, built from the `inputs` paths alone.
+
+    A CEL evaluation takes milliseconds (cel-python interprets its parse tree), a decision
+    tens of microseconds: it runs only when `when` is set, reads only the declared inputs, and
+    its result is remembered by their values (objects from one template share them)."""
+    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
+
+    @lru_cache(maxsize=1024)
+    def evaluate(key: str) -> Any:
+        import celpy
+        values = json.loads(key)
+        scope: dict[str, Any] = {}
+        for path, value in zip(inputs, values):
+            if value is None:
+                continue
+            node = scope
+            for part in path[:-1]:
+                node = node.setdefault(part, {})
+            node[path[-1]] = value
+        try:
+            result = program.evaluate({"self": celpy.json_to_cel(scope)})
+        except Exception as exc:  # noqa: BLE001 - a CEL runtime error: the TTL is unreadable, not absent
+            return f"<CEL error: {exc}>"
+        return int(result) if isinstance(result, int) and not isinstance(result, bool) else result
+
+    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+        if get_path(obj, when) is None:
+            return None  # the common case: no CEL evaluation at all
+        value = evaluate(json.dumps([get_path(obj, p) for p in inputs], sort_keys=True, separators=(",", ":")))
+        return None if value is None else OwnTTL(value, field)
+    return own_ttl
+
+
+# --- loading --------------------------------------------------------------------------------------
+
+def compile_kinds(items: Any, origin: str, where: str = "kinds",
+                  opt_ins: dict[str, tuple[str, ...]] | None = None, eager_cel: bool = True,
+                  builtin: bool = False) -> tuple[JobKind, ...]:
+    """Validate a list of declarations (`where` is how errors name it) and build their JobKinds.
+    `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it; without
+    `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested); `builtin`:
+    these are kinds.yaml's (their CRD check at start is lenient, see jobttl.core.domain.crdcheck)."""
+    try:
+        validate({"kinds": items}, origin)
+    except KindError as exc:
+        raise KindError(str(exc).replace(f"{origin}: kinds", f"{origin}: {where}", 1)) from None
+    compiler = _Compiler(origin, eager_cel, builtin)
+    kinds: list[JobKind] = []
+    seen: dict[str, int] = {}
+    for i, decl in enumerate(items):
+        name = key(decl)
+        if name in seen:
+            raise compiler.fail(f"{where}[{i}]", f"{name} is already declared at {where}[{seen[name]}]")
+        seen[name] = i
+        kinds.append(compiler.kind(decl, f"{where}[{i}]", tuple((opt_ins or {}).get(name, ()))))
+    return tuple(kinds)
+
+
+def key(decl: dict[str, Any]) -> str:
+    """``apiVersion/Kind`` of a declaration (``batch/v1/Job``, ``v1/Pod``)."""
+    group = decl.get("group", "")
+    return f"{group}/{decl['version']}/{decl['kind']}" if group else f"{decl['version']}/{decl['kind']}"
+
+
+def load_file(path: Path) -> tuple[list[dict[str, Any]], str]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise KindError(f"{path}: cannot read the kind declarations: {exc}") from None
+    validate(data, str(path))
+    return data["kinds"], str(path)
+
+
+@cache
+def builtin_declarations() -> dict[str, dict[str, Any]]:
+    """The built-in declarations (kinds.yaml) by ``apiVersion/Kind``."""
+    items, _ = load_file(BUILTIN_FILE)
+    return {key(d): d for d in items}
+
+
+def builtin_kinds() -> dict[str, JobKind]:
+    """The built-in kinds by ``apiVersion/Kind``, in kinds.yaml's order."""
+    items, origin = load_file(BUILTIN_FILE)
+    return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin, eager_cel=False, builtin=True)}
+

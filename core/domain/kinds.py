@@ -1,0 +1,298 @@
+"""The job kinds jobttl knows, each declared once, as data.
+
+A kind says where its objects live in the API (group, version, plural) and how to read
+them: how to tell it is finished and how it ended (succeeded or failed), when it finished,
+where the object carries its own time-to-live, if anywhere, and whether its own controller
+applies it, and what makes it someone else's for now or for good (another controller named in
+managedBy, suspension, Argo's archiving), read the way that kind's own controller reads it.
+Everything else in jobttl works from these `JobKind`s.
+
+The built-in kinds are declarations in ``kinds.yaml`` beside this file, the single source of
+truth; an operator declares more in the policy (``kindDeclarations``). Both are validated
+against ``kinds.schema.json`` and compiled once into `JobKind`s by `jobttl.core.domain.kinddecl`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+SUCCEEDED = "succeeded"
+FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Finish:
+    """How and when a job ended. `time` is None when the object gives no readable time."""
+
+    outcome: str  # SUCCEEDED or FAILED
+    reason: str  # what said so: the condition type or phase, e.g. "Complete", "Error"
+    time: int | None
+    field: str | None = None  # where `time` was read, e.g. "status.completionTime"
+
+
+@dataclass(frozen=True)
+class OwnTTL:
+    """A TTL the object itself asks for, and the field it was read from."""
+
+    value: Any  # unvalidated: users write all sorts of things
+    field: str
+
+
+def get_path(obj: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(obj, dict) or key not in obj:
+            return None
+        obj = obj[key]
+    return obj
+
+
+def parse_time(value: Any) -> int | None:
+    """RFC 3339 (as the API server writes it) to whole epoch seconds; None if unreadable.
+
+    Whole seconds because Kubernetes timestamps have second precision and RQ's scheduler
+    keys on whole seconds: a fractional due time would fire up to a second early.
+    """
+    if not isinstance(value, str):
+        return None
+    try:
+        return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
+
+
+def no_ttl_field(obj: dict, finish: Finish) -> None:
+    return None
+
+
+def no_hold(obj: dict) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class Field:
+    """A value read from an object, and where from (for reasons that name the field)."""
+
+    field: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class JobKind:
+    group: str
+    version: str
+    kind: str
+    plural: str
+    finish: Callable[[dict], Finish | None]
+    own_ttl: Callable[[dict, Finish], OwnTTL | None]
+    # The object's own TTL is applied by the kind's own controller (batch/v1 Job: Kubernetes'
+    # TTL-after-finished controller; JobSet, Spark, Volcano: their operators): jobttl leaves such
+    # objects alone rather than race it. `ttl_controller` names it in reasons; `ttl_not_applied_for`
+    # are the finishing states it never collects (Volcano's Aborted): there jobttl applies the TTL.
+    builtin_ttl_controller: bool = False
+    ttl_controller: str = "Kubernetes' TTL-after-finished controller"
+    ttl_not_applied_for: tuple[str, ...] = ()
+    # The label its controller puts on the job's pods, valued with the job's name.
+    pod_label: str | None = None
+    # Where the object names the controller that runs it, and the names that mean the kind's own
+    # controller (the one whose TTL jobttl stands in for). Anything else, "" included, is another
+    # controller's job (e.g. Kueue's MultiKueue): upstream skips it entirely, TTL included.
+    managed_by: tuple[str, ...] | None = None
+    own_controllers: tuple[str, ...] = ()
+    # Where the object says it is suspended: its controller does not expire it while it is.
+    suspend: tuple[str, ...] | None = None
+    # A kind's own "not yet" for a finished job (Argo's archiving): why, or None.
+    hold: Callable[[dict], str | None] = no_hold
+    # Deleting the pods of a *finished* job before the job is safe: its controller creates no
+    # pods for a finished job, and the pods are owned (controller ownerReference) by the job
+    # itself. Only then may the policy's podTTL delete them first (jobttl.core.domain.stages).
+    pod_cleanup_safe: bool = False
+    # The opt-in finishing states this kind counts because the policy's optIn names them.
+    opted_in: tuple[str, ...] = ()
+    # The declaration it was compiled from, where (``policy.yaml: kindDeclarations[0]``), and
+    # whether it is a built-in one (kinds.yaml): the worker checks its paths against the kind's
+    # CRD at start (jobttl.core.domain.crdcheck), strictly for the operator's own declarations.
+    declaration: Any = field(default=None, compare=False, repr=False)
+    declared_in: str = field(default="", compare=False, repr=False)
+    builtin: bool = field(default=False, compare=False, repr=False)
+
+    def ttl_left_to_controller(self, finish: Finish) -> bool:
+        """Whether the object's own TTL, when set, is its own controller's to apply (not jobttl's)."""
+        return self.builtin_ttl_controller and finish.reason not in self.ttl_not_applied_for
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def resource(self) -> str:
+        """The name RBAC and API errors use, e.g. ``tfjobs.kubeflow.org``."""
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+    @property
+    def crd(self) -> str | None:
+        """The CustomResourceDefinition that defines this kind (``tfjobs.kubeflow.org``), or None for
+        Kubernetes' own groups (batch): a CRD's group needs a dot (apiextensions' validation)."""
+        return f"{self.plural}.{self.group}" if "." in self.group else None
+
+    def external_manager(self, obj: dict) -> Field | None:
+        """The managedBy value naming another controller, or None when the kind's own runs it."""
+        if self.managed_by is None:
+            return None
+        value = get_path(obj, self.managed_by)
+        if value is None or value in self.own_controllers:
+            return None
+        return Field(".".join(self.managed_by), value)
+
+    def suspended(self, obj: dict) -> Field | None:
+        """The suspend field when it is set. Anything but absent or false counts: unsure means keep."""
+        value = get_path(obj, self.suspend) if self.suspend else None
+        return None if value in (None, False) else Field(".".join(self.suspend), value)
+
+    def path(self, namespace: str, name: str) -> str:
+        """The object's API path, as Knative puts it in an event's ``subject``."""
+        prefix = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        return f"{prefix}/namespaces/{namespace}/{self.plural}/{name}"
+
+
+# --- the built-in kinds: kinds.yaml ----------------------------------------------------------------
+# Imported here, after JobKind, because the loader builds JobKinds (it imports this module).
+from jobttl.core.domain.kinddecl import builtin_kinds  # noqa: E402
+
+_BUILTIN = builtin_kinds()
+
+TFJOB = _BUILTIN["kubeflow.org/v1/TFJob"]
+PYTORCHJOB = _BUILTIN["kubeflow.org/v1/PyTorchJob"]
+MPIJOB = _BUILTIN["kubeflow.org/v1/MPIJob"]
+XGBOOSTJOB = _BUILTIN["kubeflow.org/v1/XGBoostJob"]
+PADDLEJOB = _BUILTIN["kubeflow.org/v1/PaddleJob"]
+JAXJOB = _BUILTIN["kubeflow.org/v1/JAXJob"]
+MPIJOB_V2BETA1 = _BUILTIN["kubeflow.org/v2beta1/MPIJob"]
+TRAINJOB = _BUILTIN["trainer.kubeflow.org/v1alpha1/TrainJob"]
+BATCH_JOB = _BUILTIN["batch/v1/Job"]
+WORKFLOW = _BUILTIN["argoproj.io/v1alpha1/Workflow"]
+
+# The kinds jobttl was first written for (Kubeflow, Argo, batch/v1): what a policy enables unless
+# its `kinds` says otherwise (with the kinds it declares or opts into).
+ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB_V2BETA1,
+                                  TRAINJOB, BATCH_JOB, WORKFLOW)
+# Why not every built-in kind by default: an upgrade must not start deleting kinds it left alone
+# before (finished Tekton runs, RayJobs... under an existing policy `ttl:`), and a cluster's event
+# source should watch only kinds it serves. The others are a `kinds:` entry away.
+DEFAULT_KINDS = ALL_KINDS
+# Every built-in kind, in kinds.yaml's order: what a policy's `kinds` may name.
+BUILTIN_KINDS: tuple[JobKind, ...] = tuple(_BUILTIN.values())
+_DEFAULT_NAMES = frozenset((k.api_version, k.kind) for k in DEFAULT_KINDS)
+
+
+def bare_kind(name: str, known: Iterable[JobKind]) -> list[JobKind]:
+    """The kinds a bare Kind name (``Job``, ``MPIJob``) names among `known`: those of that name
+    enabled by default (``Job`` is batch/v1's, as it was before Volcano's Job was built in), else
+    every one of that name. The one reading of a bare Kind: the policy's `kinds` enables these, and
+    a kind is shown by its Kind alone only where the Kind names it (`shown_kind`). By apiVersion/Kind:
+    an operator's declaration replacing a default kind is that default kind."""
+    named = [k for k in known if k.kind == name]
+    return [k for k in named if (k.api_version, k.kind) in _DEFAULT_NAMES] or named
+
+
+# The groups a bare Kind names among the built-in kinds (`bare_kind`): one, for every Kind today.
+_BARE: dict[str, frozenset[str]] = {name: frozenset(k.group for k in bare_kind(name, BUILTIN_KINDS))
+                                    for name in dict.fromkeys(k.kind for k in BUILTIN_KINDS)}
+
+
+# --- naming a kind: what keys, metric labels and operators' words use -------------------------------
+# A Kind name alone is not an identity: batch/v1 Job and Volcano's batch.volcano.sh Job are both
+# `Job`, and an operator may declare a kind reusing any name. Keys and metric labels use the group
+# too; what people read names the group only where the Kind alone would mislead.
+
+def group_of(api_version: str) -> str:
+    """The API group of an apiVersion: ``batch`` of ``batch/v1``, "" (the core group) of ``v1``."""
+    return api_version.rpartition("/")[0]
+
+
+def group_kind(api_version: str, kind: str) -> str:
+    """``Kind.group`` (``Job.batch.volcano.sh``; ``Job`` alone in the core group): Kubernetes'
+    GroupKind spelling, one per kind whatever the version. A Kind has no dot, so it splits back."""
+    group = group_of(api_version)
+    return f"{kind}.{group}" if group else kind
+
+
+def split_group_kind(text: str) -> tuple[str, str]:
+    """(kind, group) of a `group_kind`."""
+    kind, _, group = text.partition(".")
+    return kind, group
+
+
+def shown_kind(api_version: str, kind: str) -> str:
+    """How a kind is named to people: its Kind, or ``Kind.group`` when a bare Kind names another kind
+    (the policy's reading of a bare Kind: the default kinds first, e.g. ``Job`` is batch/v1's, so
+    Volcano's is ``Job.batch.volcano.sh``). Without an apiVersion: the Kind as it is."""
+    return shown_in_group(group_of(api_version), kind) if api_version else kind
+
+
+def shown_in_group(group: str, kind: str) -> str:
+    """`shown_kind` of the kind `kind` of API group `group`."""
+    meant = _BARE.get(kind)
+    # The Kind alone where it names this group's kind and no other group's (`bare_kind`).
+    return kind if meant is None or meant == {group} else f"{kind}.{group}" if group else kind
+
+
+def parse_named(wanted: str) -> tuple[str | None, str]:
+    """(group, Kind) of an operator's ``--kind``: ``apiVersion/Kind`` (any version), ``Kind.group``,
+    or a bare Kind (group None: the Kind names what it names, `bare_kind`)."""
+    if "/" in wanted:
+        api_version, _, kind = wanted.rpartition("/")
+        return group_of(api_version), kind
+    if "." in wanted:
+        kind, group = split_group_kind(wanted)
+        return group, kind
+    return None, wanted
+
+
+def kubectl_resource(api_version: str, kind: str) -> str:
+    """What kubectl takes to name the kind, as it is shown: ``tfjob``, ``job`` (batch/v1's, as for
+    kubectl) and ``job.batch.volcano.sh``; a kind not built in always with its group
+    (``widget.widgets.example.com``): kubectl would pick one of several CRDs of that Kind by itself.
+    Without an apiVersion: the Kind."""
+    return _kubectl(group_of(api_version) if api_version else None, kind)
+
+
+def kubectl_resource_named(wanted: str) -> str:
+    """What kubectl takes for an operator's ``--kind`` (`parse_named`): ``Job.batch.volcano.sh`` is
+    ``job.batch.volcano.sh``, ``kubeflow.org/v1/TFJob`` ``tfjob``, a bare Kind the Kind."""
+    return _kubectl(*parse_named(wanted))
+
+
+def _kubectl(group: str | None, kind: str) -> str:
+    if group is None:
+        return kind.lower()
+    if kind not in _BARE and group:
+        return f"{kind}.{group}".lower()
+    return shown_in_group(group, kind).lower()
+
+
+def kind_named(wanted: str, group: str | None, kind: str) -> bool:
+    """Whether an operator's ``--kind`` names the kind `kind` of API group `group`: as it is shown
+    (``Job`` is batch/v1's, ``Job.batch.volcano.sh``), as ``Kind.group``, or as ``apiVersion/Kind``
+    (any version: a cluster serves one). With no group known (None: not recorded) only a bare
+    Kind can match."""
+    if group is None:
+        return wanted == kind
+    wanted_group, wanted_kind = parse_named(wanted)
+    if wanted_kind != kind:
+        return False
+    return shown_in_group(group, kind) == kind if wanted_group is None else wanted_group == group
+
+
+class KindRegistry:
+    """The enabled kinds, looked up the ways events and tasks name them."""
+
+    def __init__(self, kinds: tuple[JobKind, ...] | None = None):
+        kinds = BUILTIN_KINDS if kinds is None else kinds
+        self.kinds = kinds
+        self._by_api_kind = {(k.api_version, k.kind): k for k in kinds}
+
+    def get(self, api_version: str, kind: str) -> JobKind | None:
+        return self._by_api_kind.get((api_version, kind))

@@ -1,0 +1,1 @@
+"""The clients of the outside world: the one Kubernetes client (`client`), the archive stores."""

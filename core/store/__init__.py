@@ -1,0 +1,1 @@
+"""Everything jobttl keeps in Redis, and the one write protocol (`protocol`; the Lua in lua/, one typed wrapper each in `scripts`): the schedule, the audit trail, the guard, keepLast's index, the rate limit, the gauges read at scrape time, upgrades of older layouts, connecting to Redis."""

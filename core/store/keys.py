@@ -1,0 +1,88 @@
+"""Every Redis key jobttl writes, named once (RQ's own keys are RQ's business).
+
+All live under ``jobttl:``; the README's "The schedule in Redis" lists what each holds.
+"""
+
+SCHEMA = "jobttl:schema"  # the layout version of everything below ("2"); see jobttl.core.store.upgrade
+
+# The schedule (jobttl.core.store.schedule)
+PENDING_INDEX = "jobttl:pending"  # zset: member (uid, or pods:<uid>) → due time
+OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
+# The dry-run records beside the index: what dry run would delete, counted without reading records.
+# By kind as Kind.group (jobttl.core.domain.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
+DRY_RUN = "jobttl:dry-run:kinds"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
+DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # DRY_RUN_LAYOUT once an older layout's dry-run records are filed
+DRY_RUN_LAYOUT = "2"  # "1": filed by bare Kind, in LEGACY_DRY_RUN (jobttl.core.store.upgrade moves them)
+LEGACY_DRY_RUN = "jobttl:dry-run"  # set: the bare Kinds of the sets "jobttl:dry-run:<Kind>" (until 0.2.x)
+
+# The audit trail and each job's history (jobttl.core.store.audit)
+AUDIT_STREAM = "jobttl:audit"
+CARD_PREFIX = "jobttl:job:"  # hash per namespace/name: per uid, its latest decision and audit ids
+TOMBSTONE_PREFIX = "jobttl:tombstone:"  # string per namespace:name:uid
+
+# The blast-radius guard (jobttl.core.store.guard)
+HELD = "jobttl:held"  # hash: member → the decision held for confirmation
+HELD_ID = "jobttl:held:id"  # digest of the held members, which a confirmation must name
+INSTALL = "jobttl:install"  # hash: the install record's mirror (jobttl.core.services.install; the truth is the ConfigMap)
+RECENT_DUE = "jobttl:guard:recent"  # zset: members newly due in the last minute (events' burst guard)
+
+# Deletions on their way (jobttl.worker)
+CLAIM_PREFIX = "jobttl:claim:"  # string per member: the worker run deleting it (one at a time)
+INTENT_PREFIX = "jobttl:deleting:"  # string per member: a DELETE is about to be sent (what, when)
+TERMINATING = "jobttl:terminating"  # zset: member → when to look again (DELETE sent, object still there)
+TERMINATING_INFO = "jobttl:terminating:info"  # hash: member → what was deleted, and when
+STUCK = "jobttl:stuck"  # hash: member → what blocks it
+
+# Resync (jobttl.worker.resync)
+RESYNC_LOCK = "jobttl:resync:lock"
+RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
+RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
+RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
+
+# keepLast (jobttl.core.domain.keeplast, its index jobttl.core.store.keeplast_index)
+HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
+HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
+
+# DeletionScheduled Events (jobttl.worker.scheduled_events)
+NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
+
+# Archives (jobttl.core.domain.archive)
+ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
+
+# Locks held for a moment by one process
+SWEEP_CURSOR = "jobttl:sweep:cursor"  # where in the overdue part of the index the next sweep looks
+SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.worker.sweep)
+UPGRADE_LOCK = "jobttl:upgrade:lock"  # one process at a time upgrades the layout (jobttl.core.store.upgrade)
+
+# Clocks and the rate limit
+CLOCKS = "jobttl:clocks"  # hash: worker name → its measured offsets (JSON)
+RATE_LIMIT = "jobttl:ratelimit:delete"
+
+
+def override(uid: str) -> str:
+    return OVERRIDE_PREFIX + uid
+
+
+def dry_run(group_kind: str) -> str:
+    """zset per kind (``Job.batch``): the index's dry-run members → the same due time (a subset of the index)."""
+    return f"{DRY_RUN}:{group_kind}"
+
+
+def card(namespace: str, name: str) -> str:
+    return f"{CARD_PREFIX}{namespace}/{name}"
+
+
+def tombstone(namespace: str, name: str, uid: str) -> str:
+    return f"{TOMBSTONE_PREFIX}{namespace}:{name}:{uid}"
+
+
+def claim(member: str) -> str:
+    return CLAIM_PREFIX + member
+
+
+def intent(member: str) -> str:
+    return INTENT_PREFIX + member
+
+
+def notices(queue: str) -> str:
+    return NOTICES_PREFIX + queue
