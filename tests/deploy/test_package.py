@@ -121,9 +121,9 @@ def test_a_folder_cannot_be_imported_under_its_bare_name():
 def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repository(unpacked, sdist):
     """The scripts are read from their files when jobttl.core.store.scripts is imported: one left out
     and no process starts."""
-    scripts = {p.name: p.read_text() for p in (REPO / "core" / "lua").glob("*.lua")}
+    scripts = {p.name: p.read_text() for p in (REPO / "core" / "store" / "lua").glob("*.lua")}
     assert len(scripts) > 10
-    assert {p.name: p.read_text() for p in (unpacked / "jobttl" / "core" / "lua").glob("*.lua")} == scripts
+    assert {p.name: p.read_text() for p in (unpacked / "jobttl" / "core" / "store" / "lua").glob("*.lua")} == scripts
     with tarfile.open(sdist) as archive:
         shipped = {Path(m.name).name: archive.extractfile(m).read().decode() for m in archive.getmembers()
                    if m.name.endswith(".lua") and "/core/store/lua/" in m.name}
