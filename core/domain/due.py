@@ -11,6 +11,8 @@ the override it reads is the one the due time was decided with (jobttl.core.stor
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -34,7 +36,9 @@ class Override:
             return NO_OVERRIDE  # what nearly every reconcile reads
         keep = keep.decode() if isinstance(keep, bytes) else keep
         until = until.decode() if isinstance(until, bytes) else until
-        return cls(keep == "true", int(float(until)) if until else None)
+        # Up, never down: a stored fraction (jobttl writes whole seconds) must not book a
+        # postponed deletion before the time an operator said.
+        return cls(keep == "true", math.ceil(float(until)) if until else None)
 
 
 NO_OVERRIDE = Override()

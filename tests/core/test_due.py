@@ -28,6 +28,7 @@ def test_the_due_time_is_the_decisions_as_an_operator_changed_it(decision, overr
 @pytest.mark.parametrize("keep, until, override", [
     (None, None, NO_OVERRIDE), (b"", b"", NO_OVERRIDE), (b"true", None, Override(keep=True)),
     ("false", "1900000000", Override(until=1_900_000_000)), (None, b"1900000000.0", Override(until=1_900_000_000)),
+    (None, b"1900000000.2", Override(until=1_900_000_001)),  # up, never before the time said
 ])
 def test_the_override_is_read_as_stored(keep, until, override):
     assert Override.read(keep, until) == override
