@@ -216,12 +216,12 @@ BARE_KIND_RELEASE = "c9057dc2c35d9660f88eecf80b5c125aab9c1fa4"
 BOOK_BY_BARE_KIND = """
 import json, sys
 from redis import Redis
-from jobttl.core.store import upgrade
-from jobttl.core.store.audit import Audit
-from jobttl.core.domain.kinds import KindRegistry
-from jobttl.core.domain.policy import parse_policy
-from jobttl.core.services.reconcile import Reconciler
-from jobttl.core.store.schedule import Schedule
+from jobttl.core import upgrade  # that release's layout: core/ had no rooms yet
+from jobttl.core.audit import Audit
+from jobttl.core.kinds import KindRegistry
+from jobttl.core.policy import parse_policy
+from jobttl.core.reconcile import Reconciler
+from jobttl.core.schedule import Schedule
 
 redis = Redis.from_url(sys.argv[1])
 upgrade.ensure(redis)  # as each of its processes did at start

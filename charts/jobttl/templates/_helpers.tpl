@@ -251,7 +251,7 @@ affinity:
 import os, socket, sys
 from redis.exceptions import RedisError
 from rq import Worker
-from jobttl.core import redisconn  # the same connection as the worker's: Sentinel, TLS and its CA
+from jobttl.core.store import redisconn  # the same connection as the worker's: Sentinel, TLS and its CA
 try:
     redis = redisconn.client(os.environ["JOBTTL_REDIS_URL"], redisconn.PROBE, os.environ.get("JOBTTL_REDIS_CA_FILE"))
     workers = Worker.all(connection=redis)
