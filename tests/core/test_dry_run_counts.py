@@ -31,28 +31,14 @@ from jobttl.core.domain.policy import parse_policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Change, Schedule, file_dry_run
 from tests.fixtures import job_object, volcano_job, with_server_fields
-from tests.services import ROOT, RedisServer
+from tests.core.own_redis import redis, server  # noqa: F401 (fixtures)
+from tests.services import ROOT
 
 # A rule's dry run, global off: jobs labelled rehearsal=true are only rehearsed.
 PER_RULE = {"kinds": ["TFJob", "PyTorchJob"], "rules": [
     {"name": "rehearsal", "selector": {"matchLabels": {"rehearsal": "true"}}, "dryRun": True}]}
 HOUR = 3600
 TF = "TFJob.kubeflow.org"
-
-
-@pytest.fixture(scope="module")
-def server():
-    """A Redis of its own: the index and the dry-run sets are one per Redis, whatever the queue."""
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    client = server.client()
-    client.flushall()
-    return client
 
 
 @pytest.fixture

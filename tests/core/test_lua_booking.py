@@ -3,34 +3,13 @@
 
 import json
 import time
-import uuid
 
 import pytest
 
 from jobttl.core.store import keys, scripts
-from jobttl.core.domain.identity import JobRef
-from tests.services import RedisServer
+from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 REGISTRIES = ("rq:scheduled:q", "rq:finished:q", "rq:failed:q", "rq:deferred:q")
-
-
-@pytest.fixture(scope="module")
-def server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    client = server.client()
-    client.flushall()
-    return client
-
-
-@pytest.fixture
-def ref():
-    return JobRef("kubeflow.org/v1", "TFJob", f"team-{uuid.uuid4().hex[:6]}", "train", str(uuid.uuid4()))
 
 
 def commit(redis, ref, due, seen=None, dry_run=False, member=None):

@@ -15,30 +15,10 @@ import pytest
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.guard import NEWS_HORIZON, is_news
 from jobttl.core.domain.identity import JobRef
-from tests.services import RedisServer
+from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 OUTBOX = keys.notices("contract")
 HOUR = 3600
-
-
-@pytest.fixture(scope="module")
-def server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    """A Redis of this module's own, empty for each test: the guard's window and the held set are global keys."""
-    client = server.client()
-    client.flushall()
-    return client
-
-
-@pytest.fixture
-def ref():
-    return JobRef("kubeflow.org/v1", "TFJob", f"team-{uuid.uuid4().hex[:6]}", "train", str(uuid.uuid4()))
 
 
 def reconcile(redis, ref, **given):

@@ -3,33 +3,12 @@ slot: core/store/lua/*.lua through their wrappers in `jobttl.core.store.scripts`
 
 import json
 import time
-import uuid
 
 import pytest
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.domain.due import Override
-from jobttl.core.domain.identity import JobRef
-from tests.services import RedisServer
-
-
-@pytest.fixture(scope="module")
-def server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    client = server.client()
-    client.flushall()
-    return client
-
-
-@pytest.fixture
-def ref():
-    return JobRef("kubeflow.org/v1", "TFJob", f"team-{uuid.uuid4().hex[:6]}", "train", str(uuid.uuid4()))
+from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 
 def begin(redis, ref, step="start", token="run-1", intent='{"uid": "x"}'):

@@ -13,21 +13,7 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.plan import GUARDED, Change, Intent
 from jobttl.core.store.schedule import Schedule, job_id_for
 from jobttl.core.store.protocol import Store
-from tests.services import RedisServer
-
-
-@pytest.fixture(scope="module")
-def server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    client = server.client()
-    client.flushall()
-    return client
+from tests.core.own_redis import redis, server  # noqa: F401 (fixtures)
 
 
 @pytest.fixture
