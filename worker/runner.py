@@ -44,6 +44,7 @@ from jobttl.core.runtime import logs
 from jobttl.core.store import scripts, upgrade
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services.install import CONFIGMAP
+from jobttl.core.store.tasks import declared as declared_tasks
 from jobttl.core.kube.client import PermanentApiError, TransientApiError
 from jobttl.worker import kindcheck, tasks
 from jobttl.worker.context import WorkerContext
@@ -65,7 +66,7 @@ class JobttlJob(Job):
 
     @property
     def func(self):
-        name = upgrade.LEGACY_TASKS.get(self.func_name, self.func_name)
+        name = declared_tasks().current(self.func_name) if self.func_name else self.func_name
         return import_attribute(name) if name else None
 
 

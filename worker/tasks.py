@@ -1,5 +1,9 @@
 """The RQ tasks, thin entry points: delete one job when due, announce a deletion, resync.
 
+They are declared as the distribution's `jobttl.tasks` entry points (pyproject.toml): the store
+books RQ jobs under those names (jobttl.core.store.tasks) without importing this module. A
+booked job holds the name for as long as it is pending: a function here is not renamed lightly.
+
 Each builds nothing itself: the process's `WorkerContext` (one API connection pool) comes
 from `configure`, and the work from `jobttl.worker.deletion` and `jobttl.worker.resync`.
 Every error a deletion raises ends in `_failed`, the one place that decides how RQ must

@@ -34,9 +34,8 @@ from jobttl.core.domain.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, gro
                                shown_in_group, shown_kind, split_group_kind)
 from jobttl.core.store.gauges import OVERDUE_AFTER
 from jobttl.core.services.reconcile import Reconciler
-from jobttl.core.store.schedule import DELETE_TASK, PERMANENT_FAILURE, Pending, Schedule, split_member
+from jobttl.core.store.schedule import PERMANENT_FAILURE, Pending, Schedule, split_member
 
-LEGACY_DELETE_TASK = "worker.tasks.delete_if_expired"
 # A worker publishes its clock reading every few seconds; older ones no longer describe it.
 CLOCK_READING_FRESH = 60
 
@@ -222,7 +221,7 @@ class Operations:
         registry = FailedJobRegistry(queue=self.queue)
         failures = []
         for job in Job.fetch_many(registry.get_job_ids(), connection=self.redis, serializer=JSONSerializer):
-            if job is None or job.func_name not in (DELETE_TASK, LEGACY_DELETE_TASK):
+            if job is None or self.schedule.tasks.role_of(job.func_name) != "delete":
                 continue
             result = job.latest_result()
             failures.append(Failure(job.id, _ref_of(job), job.args[1],
@@ -305,7 +304,7 @@ class Operations:
         for jid in ids:
             try:
                 job = Job.fetch(jid, connection=self.redis, serializer=JSONSerializer)
-                if job.func_name not in (DELETE_TASK, LEGACY_DELETE_TASK):
+                if self.schedule.tasks.role_of(job.func_name) != "delete":
                     raise InvalidJobOperation
                 if job.meta.pop(PERMANENT_FAILURE, None):  # a new attempt starts with a clean slate
                     job.save_meta()

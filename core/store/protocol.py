@@ -52,7 +52,7 @@ from jobttl.core.domain.decision import Verdict
 from jobttl.core.domain.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.store.guard import HeldDeletion, burst_rule
 from jobttl.core.domain.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent, split_member
-from jobttl.core.store.schedule import (DELETE_TASK, FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, WARN_TASK, InvalidNotice,
+from jobttl.core.store.schedule import (FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, InvalidNotice,
                                   Pending, Schedule, job_id_for, job_id_prefix, notice_member, warning_id_for)
 
 # Where RQ keeps a job that is not running (a queued job is on the queue itself), in the
@@ -216,7 +216,7 @@ class Store:
         """Write the RQ job of `record` (due now: queued; later: scheduled), and its announcement.
         In a MULTI (`pipeline`): the sweep books again a deletion whose RQ job ended unfinished."""
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
-        job = self._job(DELETE_TASK, (record.member, record.due), record.job_id, status, meta=record.meta(),
+        job = self._job(self.schedule.tasks.delete, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
         # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
         # outbox, off the deletions' queue (jobttl.worker.scheduled_events); a change is one member.
@@ -224,7 +224,7 @@ class Store:
         self._book(job, None if record.due <= now else record.due, pipeline, notice, now)
         warn_before = self.schedule.warn_before
         if record.stage == JOB_STAGE and warn_before is not None and record.due - warn_before > now:
-            warning = self._job(WARN_TASK, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
+            warning = self._job(self.schedule.tasks.warn, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
             self._book(warning, record.due - warn_before, pipeline)
 

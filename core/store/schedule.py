@@ -45,7 +45,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobttl.core.domain import jsoncodec, shapes
-from jobttl.core.store import keys, scripts
+from jobttl.core.store import keys, scripts, tasks
 from jobttl.core.domain.decision import Decision, Verdict
 from jobttl.core.domain.identity import JobRef
 # The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
@@ -62,10 +62,6 @@ OVERRIDE_SECONDS = 400 * 86400
 RESULT_TTL = 3600
 FAILURE_TTL = 7 * 24 * 3600
 
-# The tasks the worker runs, named by import path so that no code object is stored in Redis.
-DELETE_TASK = "jobttl.worker.tasks.delete_if_expired"
-WARN_TASK = "jobttl.worker.tasks.warn_upcoming"
-RESYNC_TASK = "jobttl.worker.tasks.resync"
 # Set in a failed job's meta when retrying cannot help (a 403): plans leave it failed.
 PERMANENT_FAILURE = "permanentFailure"
 
@@ -179,9 +175,11 @@ class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
     def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 120,
-                 warn_before: int | None = None):
+                 warn_before: int | None = None, task_names: tasks.Tasks | None = None):
         # decode_responses must be off for RQ; we decode our own values.
         self.redis = redis
+        # What the booked RQ jobs run: the worker's declared tasks (jobttl.core.store.tasks).
+        self.tasks = task_names if task_names is not None else tasks.declared()
         self.queue = Queue(queue_name, connection=redis, serializer=JSONSerializer)
         self.retry = Retry(max=len(retry_intervals), interval=retry_intervals) if retry_intervals else None
         self.job_timeout = job_timeout
@@ -189,10 +187,10 @@ class Schedule:
         self.warn_before = warn_before
 
     @classmethod
-    def from_settings(cls, redis: Redis, settings: Settings) -> Schedule:
+    def from_settings(cls, redis: Redis, settings: Settings, task_names: tasks.Tasks | None = None) -> Schedule:
         """The schedule every jobttl process uses: same queue, retries, timeouts and announcements."""
         return cls(redis, settings.queue_name, settings.retry_intervals, job_timeout=settings.job_timeout,
-                   warn_before=settings.announce_before)
+                   warn_before=settings.announce_before, task_names=task_names)
 
     @property
     def job_key_prefix(self) -> str:
@@ -314,9 +312,9 @@ class Schedule:
         options = dict(job_id=f"resync-{slot}", job_timeout=3600, result_ttl=86400, unique=True)
         try:
             if at is None:
-                self.queue.enqueue(RESYNC_TASK, **options)
+                self.queue.enqueue(self.tasks.resync, **options)
             else:
-                self.queue.enqueue_at(_utc(slot), RESYNC_TASK, **options)
+                self.queue.enqueue_at(_utc(slot), self.tasks.resync, **options)
         except DuplicateJobError:
             return False
         return True

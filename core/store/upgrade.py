@@ -10,7 +10,7 @@ the command line included) moves each record into its RQ job's meta, converts th
 files old tombstones and audit entries on each job's history card, and marks the layout
 as version 2. The index (``jobttl:pending``), the overrides, the audit stream and the
 tombstones keep their keys. The RQ jobs themselves are left as they are: the worker's job
-class (`LEGACY_TASKS`) runs a 0.1 task name as its 0.2 task, which accepts 0.1 arguments,
+class (`jobttl.core.store.tasks.Tasks.current`) runs a 0.1 task name as its 0.2 task, which accepts 0.1 arguments,
 so every pending deletion still runs at its due time.
 
 A Redis written before the dry-run records were kept beside the index (`jobttl.core.store.schedule`),
@@ -36,7 +36,7 @@ from jobttl.core.runtime import logs
 from jobttl.core.domain.decision import Decision, Verdict
 from jobttl.core.store.guard import HeldDeletion
 from jobttl.core.domain.identity import JobRef
-from jobttl.core.store.schedule import DELETE_TASK, RESYNC_TASK, WARN_TASK, Pending, file_dry_run
+from jobttl.core.store.schedule import Pending, file_dry_run
 
 log = logging.getLogger("jobttl.upgrade")
 
@@ -46,12 +46,6 @@ LEGACY_RECORD_PREFIX = "jobttl:pending:"
 LEGACY_NAMES_PREFIX = "jobttl:names:"
 LEGACY_HELD_ID = "jobttl:held:id"
 LOG_LENGTH = 20  # audit ids a history card keeps per UID (the scripts' LOG_LENGTH)
-# 0.1 task import paths → 0.2's (the worker's job class resolves the old names).
-LEGACY_TASKS = {
-    "worker.tasks.delete_if_expired": DELETE_TASK,
-    "worker.tasks.warn_upcoming": WARN_TASK,
-    "worker.tasks.resync": RESYNC_TASK,
-}
 
 
 def ensure(redis: Redis, card_ttl: int = 7 * 86400, mark: bool = True) -> bool:

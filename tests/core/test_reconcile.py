@@ -19,7 +19,7 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.policy import parse_policy
 from jobttl.core.services.recent import Recent
 from jobttl.core.services.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.store.schedule import (DELETE_TASK, PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
+from jobttl.core.store.schedule import (PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
                                   notice_member, warning_id_for)
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer
@@ -171,7 +171,8 @@ def test_rq_jobs_are_json_never_pickle_and_carry_only_the_member_and_due(reconci
     # JSON, zlib-compressed or not, whichever is shorter (RQ reads both)
     data = raw[b"data"]
     func, _instance, args, _kwargs = json.loads(zlib.decompress(data) if data[:1] == b"\x78" else data)
-    assert func == DELETE_TASK and args == [uid(obj), due(obj)]
+    # The worker's declared delete task, by the name every earlier 0.2 booked: pending jobs hold it.
+    assert func == "jobttl.worker.tasks.delete_if_expired" and args == [uid(obj), due(obj)]
     assert json.loads(raw[b"meta"])["ref"] == ["kubeflow.org/v1", "TFJob", obj["metadata"]["namespace"],
                                                obj["metadata"]["name"]]
 
@@ -184,7 +185,7 @@ def test_a_booked_rq_job_holds_no_empty_fields_and_rq_reads_it_back_whole(reconc
     assert b"" not in raw.values() and b"description" not in raw
     job = Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
     assert (job.func_name, job.args, job.get_status(), job.retries_left, job.retry_intervals, job.timeout) == (
-        DELETE_TASK, [uid(obj), due(obj)], JobStatus.SCHEDULED, 2, [1, 2], schedule.job_timeout)
+        "jobttl.worker.tasks.delete_if_expired", [uid(obj), due(obj)], JobStatus.SCHEDULED, 2, [1, 2], schedule.job_timeout)
     assert (job.started_at, job.worker_name, job.meta["ttl"]) == (None, None, 3600)
 
 

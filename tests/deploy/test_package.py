@@ -128,3 +128,19 @@ def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repositor
         shipped = {Path(m.name).name: archive.extractfile(m).read().decode() for m in archive.getmembers()
                    if m.name.endswith(".lua") and "/core/store/lua/" in m.name}
     assert shipped == scripts
+
+
+def test_the_wheel_declares_the_workers_tasks_the_store_books_by(unpacked):
+    """The sink books RQ jobs by the names the worker declares in the package's metadata
+    (jobttl.core.store.tasks): an installed wheel without them could book nothing."""
+    import configparser
+
+    [dist_info] = unpacked.glob("jobttl-*.dist-info")
+    entry_points = configparser.ConfigParser()
+    entry_points.read_string((dist_info / "entry_points.txt").read_text())
+    assert dict(entry_points["jobttl.tasks"]) == {"delete": "jobttl.worker.tasks:delete_if_expired",
+                                                  "warn": "jobttl.worker.tasks:warn_upcoming",
+                                                  "resync": "jobttl.worker.tasks:resync"}
+    for value in entry_points["jobttl.tasks"].values():
+        module, function = value.split(":")
+        assert f"def {function}(" in (unpacked / (module.replace(".", "/") + ".py")).read_text()
