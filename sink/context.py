@@ -1,4 +1,4 @@
-"""What the sink's routes share: one object graph per process, built from settings."""
+"""What the sink's routes share: the process's object graph (jobttl.core.services.graph) and the sink's own parts."""
 
 from __future__ import annotations
 
@@ -6,16 +6,12 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from jobttl.core.store import gauges, redisconn, scripts, upgrade
-from jobttl.core.store.audit import Audit
-from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.kinds import KindRegistry
 from jobttl.core.kube.client import KubeClient, load_api_client
+from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.services.operations import Operations
+from jobttl.core.services import graph
 from jobttl.core.services.recent import Recent
-from jobttl.core.services.reconcile import Reconciler
-from jobttl.core.store.schedule import Schedule
+from jobttl.core.store import redisconn, scripts, upgrade
 from jobttl.sink.auth import SenderCheck
 
 
@@ -23,38 +19,28 @@ class Unavailable(Exception):
     """A dependency (Redis, the API server) is down: answer 503 so the sender retries."""
 
 
-@dataclass
-class SinkContext:
-    settings: Settings
-    redis: Redis
+@dataclass(kw_only=True)
+class SinkContext(graph.Graph):
+    metrics: Metrics  # the sink serves its metrics (/metrics)
     probe: Redis  # shorter timeouts, for /readyz
-    schedule: Schedule
-    audit: Audit
-    reconciler: Reconciler
-    kinds: KindRegistry
-    metrics: Metrics
     senders: SenderCheck
     _kube: KubeClient | None = field(default=None, repr=False)
 
     @classmethod
     def build(cls, settings: Settings, redis: Redis | None = None, kube: KubeClient | None = None) -> SinkContext:
-        probe = redis
-        if redis is None:
-            # Short timeouts: a sink stuck on a dead Redis should say 503 fast, not hang Knative.
-            redis = redisconn.connect(settings.redis_url, redisconn.SINK, settings.redis_ca_file,
-                                      min_replicas=settings.sink_min_replicas)
-            probe = redisconn.client(settings.redis_url, redisconn.PROBE, settings.redis_ca_file)
-        metrics = Metrics()
-        gauges.register(metrics.registry, redis, settings.queue_name)
-        schedule = Schedule.from_settings(redis, settings)
-        audit = Audit.from_settings(redis, settings, metrics)
+        """`redis` and `kube` replace what the settings name (tests)."""
         recent = Recent(settings.sink_dedupe_seconds) if settings.sink_dedupe_seconds else None
-        context = cls(settings, redis, probe, schedule, audit, Reconciler.from_settings(schedule, audit, settings,
-                                                                                      metrics, recent),
-                      KindRegistry(settings.policy.kinds), metrics, SenderCheck.from_settings(settings), kube)
+        # Short timeouts (redisconn.SINK): a sink stuck on a dead Redis should say 503 fast, not hang
+        # Knative. Its writes may wait for replicas: an event is acknowledged once its booking
+        # would survive a failover.
+        shared = graph.build(settings, redisconn.SINK, redis=redis, min_replicas=settings.sink_min_replicas,
+                             recent=recent)
+        probe = redis if redis is not None else redisconn.client(settings.redis_url, redisconn.PROBE,
+                                                                 settings.redis_ca_file)
+        context = cls(**shared.parts(), probe=probe, senders=SenderCheck.from_settings(settings), _kube=kube)
         try:
-            upgrade.ensure(redis, audit.tombstone_seconds)
-            scripts.load(redis)
+            upgrade.ensure(context.redis, context.audit.tombstone_seconds)
+            scripts.load(context.redis)
         except Exception:  # noqa: BLE001 - Redis may be down at start; every request retries it
             pass
         return context
@@ -69,6 +55,3 @@ class SinkContext:
             except Exception as exc:  # any loader failure: no kubeconfig, no service account
                 raise Unavailable(f"cannot load Kubernetes credentials for a Reference-mode event: {exc}") from exc
         return self._kube
-
-    def operations(self) -> Operations:
-        return Operations(self.redis, self.schedule, self.audit, kinds=self.kinds.kinds)

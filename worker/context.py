@@ -1,4 +1,5 @@
-"""What a worker process shares between its tasks: one object graph, one API connection pool."""
+"""What a worker process shares between its tasks: the process's object graph (jobttl.core.services.graph)
+with the worker's own parts, one API connection pool."""
 
 from __future__ import annotations
 
@@ -7,20 +8,17 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from jobttl.core.store import gauges, keys, redisconn
 from jobttl.core.domain import jsoncodec
-from jobttl.core.store.audit import Audit
 from jobttl.core.domain.clock import ReferenceClock
-from jobttl.core.runtime.config import Settings
-from jobttl.core.services.install import InstallReview
-from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.domain.permissions import permissions
 from jobttl.core.kube.archivestore import open_store
 from jobttl.core.kube.client import KubeClient, load_api_client
-from jobttl.core.domain.permissions import permissions
+from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.services import graph
+from jobttl.core.services.install import InstallReview
+from jobttl.core.store import keys, redisconn
 from jobttl.core.store.ratelimit import RateLimit
-from jobttl.core.services.reconcile import Reconciler
-from jobttl.core.store.schedule import Schedule
 from jobttl.worker.archiving import Archiver
 from jobttl.worker.scheduled_events import Notices
 from jobttl.worker.events import EventRecorder
@@ -29,18 +27,12 @@ from jobttl.worker.events import EventRecorder
 CLOCK_READING_TTL = 600
 
 
-@dataclass
-class WorkerContext:
-    settings: Settings
-    redis: Redis
+@dataclass(kw_only=True)
+class WorkerContext(graph.Graph):
+    metrics: Metrics  # the worker serves its metrics
     clock: ReferenceClock
     kube: KubeClient
-    schedule: Schedule
-    audit: Audit
-    reconciler: Reconciler
-    kinds: KindRegistry
     rate_limit: RateLimit
-    metrics: Metrics
     events: EventRecorder
     install: InstallReview  # the first-run review (jobttl.core.services.install)
     archiver: Archiver | None = None  # when the policy archives before deleting
@@ -48,9 +40,8 @@ class WorkerContext:
     @classmethod
     def from_settings(cls, settings: Settings, notices: bool = False) -> WorkerContext:
         """`notices`: this process posts the DeletionScheduled outbox (`jobttl worker` does)."""
-        redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
-        metrics = Metrics()
-        gauges.register(metrics.registry, redis, settings.queue_name)
+        shared = graph.build(settings, redisconn.WORKER)
+        redis, metrics = shared.redis, shared.metrics
         clock = ReferenceClock(settings.clock_skew_bound)
         metrics.watch_clock(clock)
         policy = settings.policy
@@ -59,15 +50,11 @@ class WorkerContext:
         kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics,
                           clock=clock, granted=permissions("worker", archive=policy.archiving,
                                                            pod_cleanup=policy.pod_stages))
-        schedule = Schedule.from_settings(redis, settings)
-        audit = Audit.from_settings(redis, settings, metrics)
         archiver = Archiver(kube, open_store(policy.archive_store), metrics) if policy.archiving else None
-        return cls(settings=settings, redis=redis, clock=clock, kube=kube, schedule=schedule, audit=audit,
-                   reconciler=Reconciler.from_settings(schedule, audit, settings, metrics),
-                   kinds=KindRegistry(policy.kinds), rate_limit=RateLimit(redis, settings.delete_rate),
-                   metrics=metrics, events=EventRecorder(kube, metrics, notices=Notices(redis, schedule, kube, metrics) if notices else None),
-                   install=InstallReview.from_settings(redis, kube, settings),
-                   archiver=archiver)
+        posts = Notices(redis, shared.schedule, kube, metrics) if notices else None
+        return cls(**shared.parts(), clock=clock, kube=kube, rate_limit=RateLimit(redis, settings.delete_rate),
+                   events=EventRecorder(kube, metrics, notices=posts),
+                   install=InstallReview.from_settings(redis, kube, settings), archiver=archiver)
 
     def measure_clocks(self, name: str | None = None) -> str | None:
         """Read Redis's and the API server's clocks now; publish the reading; return any problem."""

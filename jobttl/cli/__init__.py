@@ -150,18 +150,14 @@ def _manifests(args: argparse.Namespace, settings: Settings) -> int:
 # that prints it for humans.
 
 def _connect(settings: Settings, force: bool = False) -> operations.Operations:
+    from jobttl.core.services import graph
     from jobttl.core.store import redisconn, upgrade
-    from jobttl.core.store.audit import Audit
-    from jobttl.core.services.reconcile import Reconciler
-    from jobttl.core.store.schedule import Schedule
 
-    redis = redisconn.connect(settings.redis_url, redisconn.CLI, settings.redis_ca_file)
-    schedule = Schedule.from_settings(redis, settings)
-    audit = Audit.from_settings(redis, settings)
-    ops = operations.Operations(redis, schedule, audit, Reconciler.from_settings(schedule, audit, settings))
+    shared = graph.build(settings, redisconn.CLI, metrics=False)
+    ops = shared.operations()
     if not force:
         ops.check_redis()  # a Redis with no jobttl schedule is probably not the one meant
-    upgrade.ensure(redis, audit.tombstone_seconds, mark=False)
+    upgrade.ensure(shared.redis, shared.audit.tombstone_seconds, mark=False)
     return ops
 
 
