@@ -9,21 +9,7 @@ import pytest
 from jobttl.core.store import keys, scripts
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import group_kind
-from tests.services import RedisServer
-
-
-@pytest.fixture(scope="module")
-def server():
-    server = RedisServer().start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def redis(server):
-    client = server.client()
-    client.flushall()
-    return client
+from tests.core.own_redis import redis, server  # noqa: F401 - fixtures: a Redis of this module's own
 
 
 def a_ref(name="train"):
