@@ -21,7 +21,9 @@ import importlib.metadata
 from dataclasses import dataclass, fields
 
 GROUP = "jobttl.tasks"  # the entry-point group the worker declares its tasks in
-# Names earlier releases booked jobs under → the role each played.
+# Names earlier releases booked jobs under → the role each played: 0.1's. Every 0.2 release has
+# booked under today's names (tests/worker/test_upgrade.py runs both); renaming a task today
+# means adding its current name here, or the jobs pending under it would no longer run.
 EARLIER_NAMES = {
     "worker.tasks.delete_if_expired": "delete",
     "worker.tasks.warn_upcoming": "warn",
