@@ -10,6 +10,7 @@ from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services import graph
+from jobttl.core.services.operations import Operations
 from jobttl.core.services.recent import Recent
 from jobttl.core.store import redisconn, scripts, upgrade
 from jobttl.sink.auth import SenderCheck
@@ -44,6 +45,10 @@ class SinkContext(graph.Graph):
         except Exception:  # noqa: BLE001 - Redis may be down at start; every request retries it
             pass
         return context
+
+    def operations(self, *, read_only: bool = True) -> Operations:
+        """The read API's: questions only (`jobttl.sink.api` serves no write), unless asked otherwise."""
+        return super().operations(read_only=read_only)
 
     @property
     def kube(self) -> KubeClient:

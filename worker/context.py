@@ -6,8 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from redis import Redis
-
 from jobttl.core.domain import jsoncodec
 from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.permissions import permissions

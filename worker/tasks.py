@@ -2,7 +2,8 @@
 
 They are declared as the distribution's `jobttl.tasks` entry points (pyproject.toml): the store
 books RQ jobs under those names (jobttl.core.store.tasks) without importing this module. A
-booked job holds the name for as long as it is pending: a function here is not renamed lightly.
+booked job holds the name for as long as it is pending: a function renamed here keeps its old
+name as an alias (RQ imports the name it stored), until no pending job can hold it.
 
 Each builds nothing itself: the process's `WorkerContext` (one API connection pool) comes
 from `configure`, and the work from `jobttl.worker.deletion` and `jobttl.worker.resync`.

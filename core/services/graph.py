@@ -46,9 +46,11 @@ class Graph:
     kinds: KindRegistry
     metrics: Metrics | None  # None in the command, which serves no metrics
 
-    def operations(self) -> Operations:
-        """What operators ask and do (the command, the read API), on this graph."""
-        return Operations(self.redis, self.schedule, self.audit, self.reconciler, kinds=self.kinds.kinds)
+    def operations(self, *, read_only: bool = False) -> Operations:
+        """What operators ask and do, on this graph. `read_only` (the sink's read API): without the
+        reconciler, so that no route can write (a write raises)."""
+        return Operations(self.redis, self.schedule, self.audit, None if read_only else self.reconciler,
+                          kinds=self.kinds.kinds)
 
     def parts(self) -> dict[str, Any]:
         """The shared parts by name, to build a process's context on (`SinkContext(**graph.parts(), ...)`)."""

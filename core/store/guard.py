@@ -27,7 +27,6 @@ import hashlib
 from dataclasses import dataclass
 
 from redis import Redis
-from redis.client import Pipeline
 
 from jobttl.core.domain import jsoncodec
 from jobttl.core.store import keys

@@ -8,10 +8,14 @@ of its functions does what as the `jobttl.tasks` entry points of the distributio
 never imports the worker, nor spells its module. A process that books (the sink) needs no
 worker code loaded for it.
 
+Only jobttl's own distribution is read: another installed package declaring the same group
+would otherwise choose what every booked deletion runs.
+
 A name is part of what is stored: a deletion booked by one release is run by the next. A task
-renamed keeps answering to its old name (`EARLIER_NAMES`: 0.1's, whose worker was a top-level
-package) as long as a pending job can hold it: the worker's job class runs it as the task of
-today (`Tasks.current`), which accepts the old arguments too.
+the worker renames keeps its old name in its own module, as an alias, for as long as a pending
+job can hold it (RQ imports the stored name). Only 0.1's names need more (`EARLIER_NAMES`): their
+module, the top-level `worker` package, no longer exists, so the worker's job class runs each as
+today's task of its role (`Tasks.current`), which accepts 0.1's arguments too.
 """
 
 from __future__ import annotations
@@ -20,10 +24,12 @@ import functools
 import importlib.metadata
 from dataclasses import dataclass, fields
 
+from jobttl.core.runtime.config import ConfigError
+
+DISTRIBUTION = "jobttl"  # whose declaration counts
 GROUP = "jobttl.tasks"  # the entry-point group the worker declares its tasks in
-# Names earlier releases booked jobs under → the role each played: 0.1's. Every 0.2 release has
-# booked under today's names (tests/worker/test_upgrade.py runs both); renaming a task today
-# means adding its current name here, or the jobs pending under it would no longer run.
+# The names 0.1 booked jobs under (a module that is gone) → the role each played. Every 0.2 release
+# has booked under today's names (tests/worker/test_upgrade.py runs both).
 EARLIER_NAMES = {
     "worker.tasks.delete_if_expired": "delete",
     "worker.tasks.warn_upcoming": "warn",
@@ -31,8 +37,8 @@ EARLIER_NAMES = {
 }
 
 
-class TasksNotDeclared(RuntimeError):
-    """The installed distribution declares no task for a role: jobttl is not installed (or not whole)."""
+class TasksNotDeclared(ConfigError):
+    """jobttl's installed distribution declares no task for a role: it is not installed (or not whole)."""
 
 
 @dataclass(frozen=True)
@@ -45,8 +51,16 @@ class Tasks:
 
     @classmethod
     def from_entry_points(cls, entry_points: importlib.metadata.EntryPoints) -> Tasks:
-        """From the entry points of `GROUP` ("module:function"), one per role; a role missing is an error."""
-        named = {ep.name: ep for ep in entry_points if ep.group == GROUP}
+        """From jobttl's entry points of `GROUP` ("module:function"), one per role; a role missing is an
+        error, and so is one declared twice differently."""
+        named: dict[str, importlib.metadata.EntryPoint] = {}
+        for ep in entry_points:
+            if ep.group != GROUP or ep.dist is None or _normalized(ep.dist.name) != DISTRIBUTION:
+                continue
+            if ep.name in named and named[ep.name].value != ep.value:
+                raise TasksNotDeclared(f"the {GROUP} entry point {ep.name} is declared twice: "
+                                       f"{named[ep.name].value!r} and {ep.value!r}")
+            named[ep.name] = ep
         missing = [f.name for f in fields(cls) if f.name not in named]
         if missing:
             raise TasksNotDeclared(
@@ -70,6 +84,10 @@ class Tasks:
 def declared() -> Tasks:
     """The tasks the installed worker declares (read once per process)."""
     return Tasks.from_entry_points(importlib.metadata.entry_points(group=GROUP))
+
+
+def _normalized(name: str) -> str:
+    return name.lower().replace("_", "-").replace(".", "-")
 
 
 def _import_path(entry_point: importlib.metadata.EntryPoint) -> str:

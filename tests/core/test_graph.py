@@ -3,15 +3,20 @@
 from __future__ import annotations
 
 import ast
+import time
+import uuid
 from pathlib import Path
 
+import pytest
 from prometheus_client import generate_latest
 
+from jobttl.core.domain.kinds import TFJOB
 from jobttl.core.runtime.config import Settings
 from jobttl.core.services import graph
 from jobttl.core.store import redisconn, tasks
 from jobttl.core.store.tasks import Tasks
 from jobttl.sink.context import SinkContext
+from tests.fixtures import finished_status, tfjob, with_server_fields
 
 ROOT = Path(graph.__file__).resolve().parents[2]
 # Where the shared parts may be made: the composition root, and what they are made of.
@@ -69,3 +74,30 @@ def test_no_process_builds_the_shared_parts_but_the_composition_root():
                     if name in SHARED and where not in MADE_IN:
                         made.append(f"{where}:{node.lineno}: {name}")
     assert made == []
+
+
+def test_the_sinks_read_api_gets_operations_that_cannot_write(redis, queue_name):
+    sink = SinkContext.build(settings_for(redis, queue_name), redis=redis)
+    obj = with_server_fields(tfjob(f"train-{uuid.uuid4().hex[:6]}", "team", ttl=600))
+    obj["status"] = finished_status(time.time())
+    sink.reconciler.reconcile(obj, TFJOB, "event")
+    name = obj["metadata"]["name"]
+    assert sink.operations().find("team", name)  # it can read what is pending
+    with pytest.raises(RuntimeError, match="without a Reconciler"):
+        sink.operations().postpone("team", name, 60)
+    assert graph.build(settings_for(redis, queue_name), redisconn.CLI, redis=redis, metrics=False
+                       ).operations().reconciler is not None  # the command's can
+
+
+def test_the_sinks_own_connection_has_the_sinks_timeouts_and_waits_for_replicas(redis, queue_name):
+    """Built from the settings (no Redis given): the sink's role and JOBTTL_SINK_MIN_REPLICAS, and
+    a probe connection with the probe's shorter timeouts."""
+    sink = SinkContext.build(settings_for(redis, queue_name, JOBTTL_SINK_MIN_REPLICAS="1"))
+    options = sink.redis.connection_pool.connection_kwargs
+    assert (options["socket_connect_timeout"], options["socket_timeout"]) == (redisconn.SINK.connect_timeout,
+                                                                             redisconn.SINK.socket_timeout)
+    assert isinstance(sink.redis, redisconn.ReplicatedRedis) and sink.redis.min_replicas == 1
+    probe = sink.probe.connection_pool.connection_kwargs
+    assert (probe["socket_connect_timeout"], probe["socket_timeout"]) == (redisconn.PROBE.connect_timeout,
+                                                                         redisconn.PROBE.socket_timeout)
+    assert not isinstance(sink.probe, redisconn.ReplicatedRedis)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rq.utils import import_attribute
 
+from jobttl.core.runtime.config import ConfigError
 from jobttl.core.store import tasks
 from jobttl.core.store.tasks import GROUP, Tasks, TasksNotDeclared
 from jobttl.worker import tasks as worker_tasks
@@ -17,9 +18,21 @@ from jobttl.worker import tasks as worker_tasks
 CORE = Path(tasks.__file__).resolve().parents[1]
 
 
-def _entry_points(**values: str) -> importlib.metadata.EntryPoints:
-    return importlib.metadata.EntryPoints(importlib.metadata.EntryPoint(name, value, GROUP)
-                                          for name, value in values.items())
+def distribution(where: Path, name: str, **values: str) -> importlib.metadata.Distribution:
+    """An installed distribution as pip leaves one (a .dist-info folder), declaring `values` in GROUP."""
+    info = where / f"{name}-1.0.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text(f"[{GROUP}]\n" + "".join(f"{k} = {v}\n" for k, v in values.items()))
+    return importlib.metadata.PathDistribution(info)
+
+
+def entry_points(*dists: importlib.metadata.Distribution) -> importlib.metadata.EntryPoints:
+    return importlib.metadata.EntryPoints(ep for dist in dists for ep in dist.entry_points)
+
+
+WHOLE = dict(delete="jobttl.worker.tasks:delete_if_expired", warn="jobttl.worker.tasks:warn_upcoming",
+             resync="jobttl.worker.tasks:resync")
 
 
 def test_the_worker_declares_a_function_of_its_own_for_every_task_the_store_books():
@@ -44,20 +57,39 @@ def test_each_task_takes_the_arguments_the_store_books_it_with():
     assert list(inspect.signature(worker_tasks.resync).parameters) == []
 
 
-def test_a_role_the_package_does_not_declare_stops_the_process_naming_it():
+def test_a_role_the_package_does_not_declare_stops_the_process_naming_it(tmp_path):
     with pytest.raises(TasksNotDeclared, match="no jobttl.tasks entry point for warn, resync.*pip install"):
-        Tasks.from_entry_points(_entry_points(delete="jobttl.worker.tasks:delete_if_expired"))
+        Tasks.from_entry_points(entry_points(distribution(tmp_path, "jobttl", delete=WHOLE["delete"])))
 
 
-def test_an_entry_point_naming_a_module_only_is_refused():
+def test_a_missing_declaration_is_a_configuration_error_the_command_reports_by_name():
+    assert issubclass(TasksNotDeclared, ConfigError)
+
+
+def test_an_entry_point_naming_a_module_only_is_refused(tmp_path):
+    dist = distribution(tmp_path, "jobttl", **{**WHOLE, "delete": "jobttl.worker.tasks"})
     with pytest.raises(TasksNotDeclared, match="delete = 'jobttl.worker.tasks' does not name a function"):
-        Tasks.from_entry_points(_entry_points(delete="jobttl.worker.tasks", warn="m:w", resync="m:r"))
+        Tasks.from_entry_points(entry_points(dist))
 
 
-def test_entry_points_of_other_groups_are_not_read():
-    other = importlib.metadata.EntryPoints([importlib.metadata.EntryPoint("delete", "evil:delete", "other.group")])
+def test_another_package_declaring_the_group_chooses_nothing(tmp_path):
+    """Any installed package can declare entry points in any group: only jobttl's own say what a
+    booked deletion runs."""
+    evil = distribution(tmp_path / "a", "evil", delete="evil.mod:delete", warn="evil.mod:warn", resync="evil.mod:r")
+    ours = distribution(tmp_path / "b", "jobttl", **WHOLE)
+    for order in ((evil, ours), (ours, evil)):
+        assert Tasks.from_entry_points(entry_points(*order)) == tasks.declared()
     with pytest.raises(TasksNotDeclared, match="delete, warn, resync"):
-        Tasks.from_entry_points(other)
+        Tasks.from_entry_points(entry_points(evil))
+
+
+def test_a_role_declared_twice_differently_is_refused(tmp_path):
+    one = distribution(tmp_path / "a", "jobttl", **WHOLE)
+    other = distribution(tmp_path / "b", "jobttl", **{**WHOLE, "delete": "jobttl.worker.tasks:resync"})
+    with pytest.raises(TasksNotDeclared, match="delete is declared twice"):
+        Tasks.from_entry_points(entry_points(one, other))
+    assert Tasks.from_entry_points(entry_points(one, distribution(tmp_path / "c", "jobttl", **WHOLE))) == \
+        tasks.declared()  # the same declaration twice (an egg-info beside the dist-info) is one
 
 
 @pytest.mark.parametrize(("stored", "role"), [
