@@ -17,7 +17,7 @@ from typing import Any
 
 from jobttl.core.domain import archive
 from jobttl.core.domain.archive import ArchivePlan, Contents
-from jobttl.core.kube.archivestore import ArchiveStoreError, Store
+from jobttl.core.kube.archivestore import ArchiveStoreError, Backend
 from jobttl.core.store.audit import Audit
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind
@@ -47,7 +47,7 @@ class Archived:
 
 
 class Archiver:
-    def __init__(self, kube: KubeClient, store: Store, metrics: Metrics | None = None):
+    def __init__(self, kube: KubeClient, store: Backend, metrics: Metrics | None = None):
         self.kube = kube
         self.store = store
         self.metrics = metrics
@@ -126,7 +126,7 @@ class Archiver:
         return kept, len(kept) < answer.bytes or not archive.whole_log(request, answer.bytes, answer.lines)
 
 
-def prune(store: Store, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,
+def prune(store: Backend, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,
           now: float | None = None) -> list[str]:
     """Apply the archive's retention (days, and the directory store's size cap); what was removed."""
     if spec.retention is None and spec.max_bytes is None:

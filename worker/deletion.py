@@ -71,7 +71,7 @@ class Deletion:
         settings, policy = ctx.settings, ctx.settings.policy
         token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"
         self.ledger = Ledger(ctx.redis, ctx.clock, ctx.audit, settings.job_timeout + 60, token)
-        self.reading = Reading(ctx.kube, policy, ctx.reconciler.history)
+        self.reading = Reading(ctx.kube, policy, ctx.reconciler.keeplast)
         self.evidence = Evidence(ctx.archiver, policy, ctx.audit, ctx.clock)
         self.pods = PodsStage(ctx.kube, ctx.rate_limit, self.ledger, ctx.events, ctx.clock)
         self.kinds, self.clock, self.review, self.rate_limit = ctx.kinds, ctx.clock, ctx.install, ctx.rate_limit
@@ -247,7 +247,7 @@ class Deletion:
         self.ledger.record(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
                            propagationPolicy=self.propagation, archive=link, **fields)
         if self.history_limits:
-            self.reconciler.history.drop([target.ref.uid])
+            self.reconciler.keeplast.drop([target.ref.uid])
         if decision is not None:
             self.events.record(target.ref, "SuccessfulDeleteJob",
                                f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "

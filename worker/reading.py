@@ -12,7 +12,7 @@ from typing import Any
 
 from jobttl.core.domain.decision import Decision, decide
 from jobttl.core.domain.keeplast import Member, limit_decision, membership, ranked
-from jobttl.core.store.keeplast_index import HistoryIndex
+from jobttl.core.store.keeplast_index import KeepLastIndex
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import KubeClient, ObjectGone
@@ -30,10 +30,10 @@ def reread(kube: KubeClient, kind: JobKind, ref: JobRef) -> dict[str, Any] | Non
 
 
 class Reading:
-    def __init__(self, kube: KubeClient, policy: Policy, history: HistoryIndex):
+    def __init__(self, kube: KubeClient, policy: Policy, keeplast: KeepLastIndex):
         self.kube = kube
         self.policy = policy
-        self.history = history
+        self.keeplast = keeplast
 
     def reread(self, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:
         return reread(self.kube, kind, ref)
@@ -70,7 +70,7 @@ class Reading:
         listed.setdefault(member.uid, member)  # the object just read counts, whatever the listing missed
         # The index is a hint: make it what the cluster says, so that the reconcile that follows
         # (which ranks by the index) reaches the same decision as this one.
-        self.history.repair(member.group, list(listed.values()))
+        self.keeplast.repair(member.group, list(listed.values()))
         rank, beyond_at = ranked(listed.values()).get(member.uid, (0, None))
         if beyond_at is not None:
             return limit_decision(member, rank, beyond_at, decision)

@@ -128,7 +128,7 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         # The dry-run records the gauges count by, made to match the index again, should anything
         # have written it without them (a process of an earlier release during a rollout).
         file_dry_run(ctx.redis)
-        _drop_vanished_from_history(ctx, listed, seen)
+        _drop_vanished_from_keeplast(ctx, listed, seen)
         review = {m for m in due_now if install is not None and install.holds(dues[m])}
         _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
                          bool(confirm), report, install)
@@ -220,12 +220,12 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
                                                         "listing returned")
 
 
-def _drop_vanished_from_history(ctx: WorkerContext, listed: set, seen: set[str]) -> None:
+def _drop_vanished_from_keeplast(ctx: WorkerContext, listed: set, seen: set[str]) -> None:
     """Jobs no longer in the cluster leave their keepLast groups, so that they never count as
     newer than the jobs that are (the index only ever under-counts after this)."""
     if not ctx.settings.policy.history_limits:
         return
-    ctx.reconciler.history.drop([uid for uid, member in ctx.reconciler.history.records()
+    ctx.reconciler.keeplast.drop([uid for uid, member in ctx.reconciler.keeplast.records()
                                  if uid not in seen and (member.ref.api_version, member.ref.kind) in listed])
 
 

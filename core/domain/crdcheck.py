@@ -86,7 +86,7 @@ class Problem:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class CrdCheck:
     """What the CRD says of one declaration: `served` False when it does not serve the version
     (then nothing was checked); `problems` the paths naming nothing (or the wrong thing)."""
 
@@ -304,7 +304,7 @@ def _a(types: set[str]) -> str:
 
 # --- a declaration against its CRD ------------------------------------------------------------------
 
-def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> Verdict:
+def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> CrdCheck:
     """Check one declaration against its CRD object (as the API server answers a GET).
 
     `lenient` (the built-in declarations): a path among alternatives may be missing as long as
@@ -317,7 +317,7 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
     served = tuple(str(v.get("name")) for v in versions if v.get("served", True))
     version = next((v for v in versions if v.get("name") == decl["version"]), None)
     if version is None or not version.get("served", True):
-        return Verdict(name, served=False, served_versions=served)
+        return CrdCheck(name, served=False, served_versions=served)
     problems = []
     names = spec.get("names") or {}
     if names.get("kind") and names["kind"] != decl["kind"]:
@@ -331,7 +331,7 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
     if spec.get("preserveUnknownFields") is True:
         # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
         # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
-        return Verdict(name, True, served, tuple(problems), 0,
+        return CrdCheck(name, True, served, tuple(problems), 0,
                        unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
                                  "from apiextensions v1beta1): any path may name a field")
     if isinstance(schema, dict):
@@ -351,7 +351,7 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
             said.add((use.field, detail))
             problems.append(Problem(use.field, use.text, f"{use.text!r} {verb} the schema of {decl_key(decl)} "
                                                          f"(CRD {name}): {detail}"))
-    return Verdict(name, True, served, tuple(problems), len(found) if isinstance(schema, dict) else 0)
+    return CrdCheck(name, True, served, tuple(problems), len(found) if isinstance(schema, dict) else 0)
 
 
 def describe(where: str, problem: Problem) -> str:

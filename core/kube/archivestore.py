@@ -28,7 +28,9 @@ class ArchiveStoreError(Exception):
     """The store could not be read or written; the message names the store and the problem."""
 
 
-class Store(Protocol):
+class Backend(Protocol):
+    """Where archives are kept (a directory, an S3 bucket): what the worker and `jobttl logs` need of it."""
+
     url: str
 
     def location(self, folder: str) -> str: ...
@@ -44,7 +46,7 @@ class Store(Protocol):
     def remove(self, folder: str) -> None: ...
 
 
-def open_store(spec: ArchiveStore) -> Store:
+def open_store(spec: ArchiveStore) -> Backend:
     """The store a policy's ``archive.store`` names."""
     if spec.url.startswith("s3://"):
         bucket, _, prefix = spec.url[len("s3://"):].partition("/")
@@ -215,7 +217,7 @@ class S3Store:
                 self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys[start:start + 1000], "Quiet": True})
 
 
-def latest(store: Store, namespace: str, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]] | None:
+def latest(store: Backend, namespace: str, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]] | None:
     """The newest complete archive of a job name (of `kind`, if given, as `--kind` names kinds: ``Job``
     is batch/v1's, Volcano's ``Job.batch.volcano.sh``): its folder and index. Folders are by bare
     Kind (both Jobs share ``<namespace>/Job/``, told apart by UID); the index has the apiVersion."""

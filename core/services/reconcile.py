@@ -32,7 +32,7 @@ from jobttl.core.domain import shapes
 from jobttl.core.store.audit import Audit, decision_fields
 from jobttl.core.domain.decision import Decision, Verdict, decide
 from jobttl.core.domain.keeplast import limit_decision, membership
-from jobttl.core.store.keeplast_index import HistoryIndex
+from jobttl.core.store.keeplast_index import KeepLastIndex
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind, shown_kind
 from jobttl.core.runtime.metrics import Metrics
@@ -92,7 +92,7 @@ class Reconciler:
         self.burst_limit = burst_limit
         self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.services.recent)
         self.store = Store(schedule, audit, burst_limit)
-        self.history = HistoryIndex(schedule.redis)
+        self.keeplast = KeepLastIndex(schedule.redis)
 
     @classmethod
     def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None,
@@ -116,7 +116,7 @@ class Reconciler:
         if self.recent is not None:
             self.recent.drop(*(r.member for r in intents))
         if self.policy.history_limits:
-            self.history.drop([ref.uid])
+            self.keeplast.drop([ref.uid])
         return self._run(intents)[0]
 
     def drop_stage(self, ref: JobRef, stage: str, reason: str, by: str) -> Outcome:
@@ -155,7 +155,7 @@ class Reconciler:
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
         notify = [self._notify(obj) for obj, *_ in decided]
-        decisions, pushed = self._history([d for d in decided], notify, by, mode)
+        decisions, pushed = self._keep_last([d for d in decided], notify, by, mode)
         jobs = [Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
                 for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
         pods = self._pod_stages(decided, decisions, notify, by, mode)
@@ -200,7 +200,7 @@ class Reconciler:
             intents.append(Intent(ref, stage.decision, stage.reason, by, mode, PODS_STAGE, notify=n))
         return intents
 
-    def _history(self, decided: list, notify: list[bool], by: str, mode: str
+    def _keep_last(self, decided: list, notify: list[bool], by: str, mode: str
                  ) -> tuple[list[Decision], list[Intent]]:
         """File each job in its history group (one round trip); the decisions with the limits
         applied, and reconciles for the jobs pushed out of their groups."""
@@ -211,12 +211,12 @@ class Reconciler:
                    for (obj, kind, _, decision), n in zip(decided, notify)]
         with self.schedule.redis.pipeline(transaction=False) as pipe:
             for (_, _, ref, _), member in zip(decided, members):
-                self.history.file(member, ref.uid, pipe)
+                self.keeplast.file(member, ref.uid, pipe)
             replies = scripts.execute(pipe)
         pushed: dict[str, Intent] = {}
         own = {ref.uid: i for i, (_, _, ref, _) in enumerate(decided)}
         for i, (member, reply) in enumerate(zip(members, replies)):
-            filed = HistoryIndex.filed(reply)
+            filed = KeepLastIndex.filed(reply)
             if member is not None and filed.rank is not None and filed.beyond_at is not None:
                 decisions[i] = limit_decision(member, filed.rank, filed.beyond_at, decisions[i])
             for other, rank, at in filed.pushed_out:

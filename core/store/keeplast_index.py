@@ -3,12 +3,12 @@
 - ``jobttl:keep:<group>``: sorted set, finished job UID → finish time;
 - ``jobttl:keep:records``: hash, UID → its group and what a decision about it needs.
 
-One script (core/store/lua/history.lua, `jobttl.core.store.scripts.History`) per reconciled object, in one
+One script (core/store/lua/keeplast_file.lua, `jobttl.core.store.scripts.KeepLastFile`) per reconciled object, in one
 pipelined round trip before the reconcile's own: it files the job in its group (moving it out
 of another) and answers its rank and the others now beyond the limit that are not yet pending
 by then. So an event costs one more round trip, plus a reconcile for each job it pushes out.
 The worker repairs a group from the API server's listing before a keepLast deletion
-(`HistoryIndex.repair`); each resync drops members of jobs it no longer saw.
+(`KeepLastIndex.repair`); each resync drops members of jobs it no longer saw.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from redis.client import Pipeline
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.domain.keeplast import MAX_PUSHED_OUT, Member
-from jobttl.core.store.scripts import History, HistoryReply
+from jobttl.core.store.scripts import KeepLastFile, KeepLastFileReply
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Filed:
     pushed_out: tuple[tuple[Member, int, int], ...] = ()  # (member, rank, beyond_at)
 
 
-class HistoryIndex:
+class KeepLastIndex:
     """The groups in Redis, maintained by the reconcile path (see the module docstring)."""
 
     def __init__(self, redis: Redis):
@@ -42,15 +42,15 @@ class HistoryIndex:
     def file(self, member: Member | None, uid: str, pipe: Pipeline) -> None:
         """Queue the filing of one job (None: it counts in no group, or is gone)."""
         if member is None:
-            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
+            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
                            most=MAX_PUSHED_OUT)
         else:
-            call = History(prefix=keys.HISTORY_PREFIX, uid=uid, group=member.group, finished_at=member.finished_at,
+            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=member.group, finished_at=member.finished_at,
                            limit=member.limit, record=member.record(), most=MAX_PUSHED_OUT)
         call.queue(pipe)
 
     @staticmethod
-    def filed(reply: HistoryReply) -> Filed:
+    def filed(reply: KeepLastFileReply) -> Filed:
         return Filed(reply.rank, reply.beyond_at, tuple((Member.from_record(uid, record), rank, at)
                                                         for uid, record, rank, at in reply.pushed_out))
 
@@ -76,10 +76,10 @@ class HistoryIndex:
             scripts.execute(pipe)
 
     def group_members(self, group: str) -> list[str]:
-        return [m.decode() for m in self.redis.zrange(keys.HISTORY_PREFIX + group, 0, -1)]
+        return [m.decode() for m in self.redis.zrange(keys.KEEPLAST_PREFIX + group, 0, -1)]
 
     def records(self) -> Iterable[tuple[str, Member]]:
-        for uid, raw in self.redis.hscan_iter(keys.HISTORY_RECORDS, count=1000):
+        for uid, raw in self.redis.hscan_iter(keys.KEEPLAST_RECORDS, count=1000):
             try:
                 yield uid.decode(), Member.from_record(uid.decode(), raw)
             except (ValueError, KeyError, TypeError):

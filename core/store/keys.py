@@ -40,8 +40,8 @@ RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one
 RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
 
 # keepLast (jobttl.core.domain.keeplast, its index jobttl.core.store.keeplast_index)
-HISTORY_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
-HISTORY_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
+KEEPLAST_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
+KEEPLAST_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 
 # DeletionScheduled Events (jobttl.worker.scheduled_events)
 NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)

@@ -437,18 +437,18 @@ class Record(Script):
         return _text(reply)
 
 
-class HistoryReply(NamedTuple):
+class KeepLastFileReply(NamedTuple):
     rank: int | None  # None: in no group
     beyond_at: int | None  # when this job fell beyond its group's limit (None: within it)
     pushed_out: tuple[tuple[str, bytes, int, int], ...]  # (uid, record, rank, when) of jobs now beyond
 
 
-@script("history.lua")
-class History(Script):
+@script("keeplast_file.lua")
+class KeepLastFile(Script):
     """File one finished job in its keepLast group (jobttl.core.store.keeplast_index)."""
 
-    KEYS = {"records": keys.HISTORY_RECORDS, "index": keys.PENDING_INDEX}
-    prefix: str  # the groups' key prefix (keys.HISTORY_PREFIX)
+    KEYS = {"records": keys.KEEPLAST_RECORDS, "index": keys.PENDING_INDEX}
+    prefix: str  # the groups' key prefix (keys.KEEPLAST_PREFIX)
     uid: str
     group: str | None  # None: in no group (take it out)
     finished_at: int
@@ -457,11 +457,11 @@ class History(Script):
     most: int  # most pushed-out jobs to answer
 
     @classmethod
-    def parse(cls, reply: list) -> HistoryReply:
+    def parse(cls, reply: list) -> KeepLastFileReply:
         rank, beyond_at, *rest_ = reply
         pushed = tuple((_text(rest_[i]), rest_[i + 1], int(rest_[i + 2]), int(rest_[i + 3]))
                        for i in range(0, len(rest_), 4))
-        return HistoryReply(None if int(rank) < 0 else int(rank), _number(beyond_at), pushed)
+        return KeepLastFileReply(None if int(rank) < 0 else int(rank), _number(beyond_at), pushed)
 
 
 @script("dry_run_file.lua", prelude=True)

@@ -1,6 +1,6 @@
 """Keeping the evidence, decided purely: the policy's blocks, archive plans and encodings, pod
 stages, history limits and the DeletionScheduled message (jobttl.core.domain.policy, .archive, .stages,
-.history)."""
+.keeplast)."""
 
 import uuid
 from pathlib import Path

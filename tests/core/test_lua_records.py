@@ -45,7 +45,7 @@ def test_a_card_keeps_the_latest_uids_that_had_the_name(redis):
 # --- HISTORY -----------------------------------------------------------------------------------------
 
 def file(redis, uid, group, finished_at, limit=2):
-    return scripts.History(prefix=keys.HISTORY_PREFIX, uid=uid, group=group, finished_at=finished_at, limit=limit,
+    return scripts.KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=group, finished_at=finished_at, limit=limit,
                            record=json.dumps({"group": group, "uid": uid}), most=50).run(redis)
 
 
@@ -74,9 +74,9 @@ def test_history_leaves_out_a_job_beyond_that_is_pending_by_then(redis):
 def test_history_moves_a_job_to_its_new_group_and_takes_it_out_of_any(redis):
     file(redis, "a", "g", 100)
     file(redis, "a", "h", 100)
-    assert redis.zrange(keys.HISTORY_PREFIX + "g", 0, -1) == [] and redis.zrange(keys.HISTORY_PREFIX + "h", 0, -1) == [b"a"]
+    assert redis.zrange(keys.KEEPLAST_PREFIX + "g", 0, -1) == [] and redis.zrange(keys.KEEPLAST_PREFIX + "h", 0, -1) == [b"a"]
     assert file(redis, "a", None, 0) == (None, None, ())
-    assert redis.zcard(keys.HISTORY_PREFIX + "h") == 0 and not redis.hexists(keys.HISTORY_RECORDS, "a")
+    assert redis.zcard(keys.KEEPLAST_PREFIX + "h") == 0 and not redis.hexists(keys.KEEPLAST_RECORDS, "a")
 
 
 # --- DRY_RUN_FILE and DUE_COUNTS ---------------------------------------------------------------------

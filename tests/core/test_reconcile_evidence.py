@@ -75,8 +75,8 @@ def test_keep_last_deletes_exactly_the_oldest_beyond_the_limit_in_each_group(sch
     assert {o.change for o in outcomes} == {Change.UNCHANGED}
     # A deleted job leaves its group: the limit does not count it.
     reconciler.forget(JobRef.of(a[3]), "deleted", "event")
-    assert a[3]["metadata"]["uid"] not in reconciler.history.group_members(
-        next(m for _, m in reconciler.history.records() if m.uid == a[2]["metadata"]["uid"]).group)
+    assert a[3]["metadata"]["uid"] not in reconciler.keeplast.group_members(
+        next(m for _, m in reconciler.keeplast.records() if m.uid == a[2]["metadata"]["uid"]).group)
 
 
 def test_a_page_holding_a_whole_group_applies_the_limit_at_once(schedule):

@@ -1,5 +1,5 @@
 """keepLast as the worker checks it: by the cluster's listing, not the index's word, and the index
-repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.store.keeplast_index.HistoryIndex.repair`).
+repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.store.keeplast_index.KeepLastIndex.repair`).
 The worker's own Deletion in this process, real Redis, the emulator over HTTP (tests.worker.bench).
 """
 
@@ -41,15 +41,15 @@ def test_a_stale_index_pushing_a_job_out_deletes_nothing_and_is_repaired_from_th
         bench.book(obj)
     group = group_of(bench, oldest)
     uid = oldest["metadata"]["uid"]
-    assert set(bench.ctx.reconciler.history.group_members(group)) == {uid, *(g["metadata"]["uid"] for g in ghosts)}
+    assert set(bench.ctx.reconciler.keeplast.group_members(group)) == {uid, *(g["metadata"]["uid"] for g in ghosts)}
     due = bench.pending(oldest, JOB_STAGE)
     assert due is not None and due <= now, "the index says: beyond the limit, due now"
 
     assert bench.run(bench.target(oldest, JOB_STAGE)) == "rescheduled"
     assert bench.job_deletes() == [] and bench.get("oldest") is not None
     assert bench.pending(oldest, JOB_STAGE) == int(now - 600) + MONTH, "back to its own TTL"
-    assert set(bench.ctx.reconciler.history.group_members(group)) == {uid, newer["metadata"]["uid"]}
-    records = dict(bench.ctx.reconciler.history.records())
+    assert set(bench.ctx.reconciler.keeplast.group_members(group)) == {uid, newer["metadata"]["uid"]}
+    records = dict(bench.ctx.reconciler.keeplast.records())
     assert all(g["metadata"]["uid"] not in records for g in ghosts)
     assert records[newer["metadata"]["uid"]].ref.name == "newer"
 
@@ -68,7 +68,7 @@ def test_a_job_recreated_under_a_new_uid_counts_once_in_its_group(bench):
 
     assert bench.run(bench.target(oldest, JOB_STAGE)) == "rescheduled"
     assert bench.job_deletes() == []
-    assert set(bench.ctx.reconciler.history.group_members(group)) == {oldest["metadata"]["uid"],
+    assert set(bench.ctx.reconciler.keeplast.group_members(group)) == {oldest["metadata"]["uid"],
                                                                        twin["metadata"]["uid"]}
 
 

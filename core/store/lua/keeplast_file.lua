@@ -1,6 +1,6 @@
--- File one finished job in its history group (jobttl.core.store.keeplast_index, keepLast), before its
+-- File one finished job in its keepLast group (jobttl.core.store.keeplast_index), before its
 -- reconcile; a job in no group (`group` nil) is taken out of the one it was in.
--- KEYS and ARGV: locals named by jobttl.core.store.scripts.History.
+-- KEYS and ARGV: locals named by jobttl.core.store.scripts.KeepLastFile.
 -- Answers {rank (-1: in no group), when it fell beyond the limit or "", then for each job beyond
 -- the limit that is not pending by the time it fell beyond: uid, record, rank, that time}.
 local prev = redis.call('HGET', records, uid)
