@@ -2,10 +2,12 @@
 #   make run    the whole service locally (Redis, emulator, sink, worker, watcher); it writes
 #               .run/env: `. .run/env` (or `make shell`) in another terminal, then `jobttl status`
 #               (`make run RUN_ARGS=--all-kinds` seeds one finished object of every built-in kind)
-#   make test   the full test suite
+#   make test   the test suite, but for the tests marked slow (CI runs it, via .ci/run)
 #   make bench  the benchmark (bench/; not part of make test): jobttl against plain baselines
-#   make e2e    the image built and run with podman + runc, the compose stack deleting a TFJob
-#               (tests/e2e_image/; not part of make test: root, podman, about 4-6 minutes)
+#   make e2e    the tests marked slow (RQ's recovery timings, a worker's clock stepping 30 days,
+#               the rest of the sink fuzzer's 10,400 cases: about 3 minutes), then the image built
+#               and run with podman + runc, the compose stack deleting a TFJob (tests/e2e_image/:
+#               root, podman, about 4-6 minutes more)
 #   make lock   rewrite requirements.lock (the image's exact dependencies) from pyproject.toml
 #   make knative  rewrite knative/'s generated Kustomize manifests from the Helm chart (charts/jobttl/)
 #               and knative/values/: run it after changing either (tests/deploy/test_knative.py fails
@@ -47,9 +49,12 @@ prometheus:
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
 # Two processes, each taking whole files (module fixtures stay shared): about half the time of
-# one. `.venv/bin/python -m pytest tests/...` runs a part in one process, for debugging.
+# one. `.venv/bin/python -m pytest tests/...` runs a part in one process, for debugging (marked
+# slow or not). Tests marked slow wait minutes on real timeouts (or send thousands of cases, of
+# which make test sends a smaller set covering every case): make e2e runs them, to keep CI's run
+# inside its 15 minutes.
 test: $(INSTALLED) redis-server prometheus
-	$(PY) -m pytest -n 2 --dist loadfile
+	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
 
 run: $(RUN_INSTALLED) redis-server
 	$(PY) -m jobttl_emulator.localstack $(RUN_ARGS)
@@ -79,9 +84,11 @@ podman:
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq podman runc debootstrap; }
 
-# No Docker engine needed: a debootstrapped Debian base (cached in .cache/e2e/), podman's
-# builder, the Docker Compose v2 CLI through `podman system service`. Needs root.
-e2e: $(INSTALLED) podman
+# First the tests make test leaves out (marked slow; pyproject.toml), then the image: no Docker
+# engine needed, a debootstrapped Debian base (cached in .cache/e2e/), podman's builder, the
+# Docker Compose v2 CLI through `podman system service`. The image part needs root.
+e2e: $(INSTALLED) redis-server podman
+	$(PY) -m pytest -n 2 --dist loadfile -m slow
 	$(PY) -m tests.e2e_image.run
 
 lock: $(INSTALLED)

@@ -132,10 +132,28 @@ def local_stack(tmp_path):
         return started[-1]
 
     yield start
-    for stack in started:
+    stop_all(started)
+
+
+def stop_all(stacks: list[LocalStack]) -> None:
+    for stack in stacks:
         if stack.process.poll() is None:
             stack.process.terminate()
             stack.finish(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def waiting_stacks(tmp_path_factory):
+    """`make run --all-kinds` and `make run` in dry run, started together by the first test that
+    asks: each waits 15-20 s for its examples to come due, and those waits overlap each other's
+    (and the stop-signal tests, which run between the two tests, run during the dry run's)."""
+    folder = tmp_path_factory.mktemp("quickstart")
+    policy = folder / "dry-run.yaml"
+    policy.write_text("dryRun: true\n")
+    stacks = {"all-kinds": LocalStack(folder / "all-kinds", "--all-kinds", "--exit-when-done", "--timeout", "60"),
+              "dry-run": LocalStack(folder / "dry-run", env={"JOBTTL_POLICY": str(policy)})}
+    yield stacks
+    stop_all(list(stacks.values()))
 
 
 def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(local_stack):
@@ -182,10 +200,10 @@ def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(loca
 ANY_DELETION = re.compile(r"^\s+([\d.]+)s  jobttl deleted (\S+) (\S+)/(\S+) ")
 
 
-def test_make_run_all_kinds_deletes_a_finished_object_of_each_kind_built_in_since(local_stack):
+def test_make_run_all_kinds_deletes_a_finished_object_of_each_kind_built_in_since(waiting_stacks):
     """`make run RUN_ARGS=--all-kinds`: one RayJob, JobSet, Volcano Job, SparkApplication,
     PipelineRun and TaskRun, each deleted through sink, worker and the deletion's follow-up."""
-    stack = local_stack("--all-kinds", "--exit-when-done", "--timeout", "60")
+    stack = waiting_stacks["all-kinds"]
     stack.wait_up()
     assert stack.finish(timeout=90) == 0, stack.output
     deleted = {(m.group(2), m.group(4)): float(m.group(1)) for line in stack.lines if (m := ANY_DELETION.match(line))}
@@ -209,12 +227,10 @@ def test_a_stop_signal_stops_every_process_and_removes_its_files(local_stack, st
     assert f"stopping ({stop.name})" in stack.output and "still pending:" in stack.output
 
 
-def test_in_dry_run_the_local_stack_says_what_dry_run_would_delete_and_deletes_nothing(local_stack, tmp_path):
+def test_in_dry_run_the_local_stack_says_what_dry_run_would_delete_and_deletes_nothing(waiting_stacks):
     """`JOBTTL_POLICY=dry-run.yaml make run`: the finished examples come due and stay; the live view
     and the summary say what dry run would delete, never that it is due or overdue."""
-    policy = tmp_path / "dry-run.yaml"
-    policy.write_text("dryRun: true\n")
-    stack = local_stack(env={"JOBTTL_POLICY": str(policy)})
+    stack = waiting_stacks["dry-run"]
     stack.wait_up()
     expected = ("mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s")
     wait_for(lambda: any(all(f"kubeflow/{name} dry run: would delete" in line for name in expected)

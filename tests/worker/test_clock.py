@@ -4,7 +4,7 @@ The fault: a worker whose clock ran 30 days ahead (libfaketime) deleted 50 of 50
 had 7 days left, because RQ's scheduler and the task both judged "due" by the local clock.
 Here each worker runs under libfaketime (LD_PRELOAD in its process only, and so in RQ's
 scheduler child it forks), while Redis and the API emulator keep the true clock. Each
-scenario has its own Redis; all start at once, so their waits overlap.
+scenario has its own Redis; those skewed from the start start at once, so their waits overlap.
 
 - Skewed from the start (+30 days, +2 minutes, -2 minutes): alone, such a worker deletes
   nothing (50 jobs with a week left, and some due within seconds), and its skew shows in
@@ -13,7 +13,7 @@ scenario has its own Redis; all start at once, so their waits overlap.
 - Skewed while running (the clock file switches to +30 days, then back, as when NTP steps a
   clock): the worker that held the scheduler lock stops its scheduler and deletes nothing
   while skewed; back on time, it schedules and deletes again, the due jobs it refused among
-  them, and the week-long ones stay pending.
+  them, and the week-long ones stay pending. Marked slow (`make e2e`, not `make test`).
 """
 
 from __future__ import annotations
@@ -60,14 +60,24 @@ def scenarios(emulator, tmp_path_factory):
             scenario.stack.book("week", 50, int(time.time()) + WEEK)
             scenario.stack.book("soon", 3, soon_due)
             scenario.skewed = scenario.stack.worker("skewed", **faketime(spec))
-        jump = started["jump"] = Scenario(Stack("jump", emulator, log_dir), 0, clock_file=log_dir / "jump-clock")
-        jump.clock_file.write_text("+0\n")
-        jump.stack.book("warm", 1, int(time.time()) + 1)
-        jump.skewed = jump.stack.worker("skewed", **faketime(file=jump.clock_file))
         yield started
     finally:
         for scenario in started.values():
             scenario.stack.stop()
+
+
+@pytest.fixture(scope="module")
+def jump(emulator, tmp_path_factory):
+    """A worker on the true clock to begin with, its offset in a file the test rewrites."""
+    log_dir = tmp_path_factory.mktemp("clock-jump-logs")
+    scenario = Scenario(Stack("jump", emulator, log_dir), 0, clock_file=log_dir / "jump-clock")
+    try:
+        scenario.clock_file.write_text("+0\n")
+        scenario.stack.book("warm", 1, int(time.time()) + 1)
+        scenario.skewed = scenario.stack.worker("skewed", **faketime(file=scenario.clock_file))
+        yield scenario
+    finally:
+        scenario.stack.stop()
 
 
 def readings(stack: Stack) -> list[dict]:
@@ -113,8 +123,11 @@ def test_libfaketime_shifts_the_wall_clock_of_a_process_and_of_what_it_forks():
 
 # --- skewed while running: the clock jumps, and comes back ---------------------------------------
 
-def test_a_clock_that_jumps_30_days_ahead_stops_deletions_until_it_is_back(scenarios):
-    jump = scenarios["jump"]
+# Slow (`make e2e`): the worker must notice the jump, give up the scheduler, outlast the soon
+# jobs' due time, notice the clock back and take the scheduler again, each at its own pace
+# (about 50 s in all). The skews from the start, below, are in `make test`.
+@pytest.mark.slow
+def test_a_clock_that_jumps_30_days_ahead_stops_deletions_until_it_is_back(jump):
     stack, worker = jump.stack, jump.skewed
     lock = f"rq:scheduler-lock:{stack.queue}"
     wait_for(lambda: stack.deleted("warm") == {"warm-0"}, timeout=60, what="the worker to delete on time first")

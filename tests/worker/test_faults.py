@@ -13,6 +13,10 @@ job_timeout 60 s; see `jobttl.worker.runner`). The targets:
 Each scenario has its own Redis; the module's fixture provokes all three at once (their
 waits overlap) and each test then waits for its own outcome. A kill takes the worker's whole
 process group, as a pod kill does: RQ's scheduler child would otherwise live on, orphaned.
+
+Marked slow: `make e2e` runs them, not `make test`. The bounds are RQ's timings with jobttl's
+settings as shipped, so the module cannot be made shorter than they are (over two minutes)
+without testing other settings than the ones deployed.
 """
 
 from __future__ import annotations
@@ -32,7 +36,7 @@ from tests.services import wait_for
 from tests.worker.stacks import Stack
 
 # The abandoned deletion alone waits up to 3 minutes, past the suite's default per-test timeout.
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.slow]
 
 TAKEOVER_BOUND = 90
 ABANDONED_BOUND = 180
