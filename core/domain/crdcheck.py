@@ -332,8 +332,8 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
         # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
         # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
         return CrdCheck(name, True, served, tuple(problems), 0,
-                       unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
-                                 "from apiextensions v1beta1): any path may name a field")
+                        unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
+                                  "from apiextensions v1beta1): any path may name a field")
     if isinstance(schema, dict):
         wrong = {use: walk(schema, use) for use in found}
         fine = {use.alternatives for use, problem in wrong.items() if problem is None and use.alternatives}

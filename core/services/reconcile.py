@@ -201,8 +201,8 @@ class Reconciler:
         return intents
 
     def _keep_last(self, decided: list, notify: list[bool], by: str, mode: str
-                 ) -> tuple[list[Decision], list[Intent]]:
-        """File each job in its history group (one round trip); the decisions with the limits
+                   ) -> tuple[list[Decision], list[Intent]]:
+        """File each job in its keepLast group (one round trip); the decisions with the limits
         applied, and reconciles for the jobs pushed out of their groups."""
         decisions = [decision for *_, decision in decided]
         if not self.policy.history_limits or not decided:

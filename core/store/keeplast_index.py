@@ -43,10 +43,11 @@ class KeepLastIndex:
         """Queue the filing of one job (None: it counts in no group, or is gone)."""
         if member is None:
             call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
-                           most=MAX_PUSHED_OUT)
+                                most=MAX_PUSHED_OUT)
         else:
-            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=member.group, finished_at=member.finished_at,
-                           limit=member.limit, record=member.record(), most=MAX_PUSHED_OUT)
+            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=member.group,
+                                finished_at=member.finished_at, limit=member.limit, record=member.record(),
+                                most=MAX_PUSHED_OUT)
         call.queue(pipe)
 
     @staticmethod

@@ -216,7 +216,8 @@ class Store:
         """Write the RQ job of `record` (due now: queued; later: scheduled), and its announcement.
         In a MULTI (`pipeline`): the sweep books again a deletion whose RQ job ended unfinished."""
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
-        job = self._job(self.schedule.tasks.delete, (record.member, record.due), record.job_id, status, meta=record.meta(),
+        tasks = self.schedule.tasks
+        job = self._job(tasks.delete, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
         # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
         # outbox, off the deletions' queue (jobttl.worker.scheduled_events); a change is one member.
@@ -224,7 +225,7 @@ class Store:
         self._book(job, None if record.due <= now else record.due, pipeline, notice, now)
         warn_before = self.schedule.warn_before
         if record.stage == JOB_STAGE and warn_before is not None and record.due - warn_before > now:
-            warning = self._job(self.schedule.tasks.warn, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
+            warning = self._job(tasks.warn, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
             self._book(warning, record.due - warn_before, pipeline)
 
