@@ -123,7 +123,7 @@ def status(data: dict[str, Any]) -> None:
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     for name, report in (data.get("policyErrors") or {}).items():
-        console.print(policy_error_line(name, report))
+        console.print(policy_error_line(name, report), soft_wrap=True)  # one line a declaration, for grep
     if not data["workers"]:
         console.print("Workers: none registered: nothing is deleted")
         return
