@@ -169,8 +169,8 @@ def test_an_evaluation_stops_at_the_limit_whatever_the_estimate_said():
     assert expression.last_steps == 51
 
 
-def test_the_step_limit_is_not_swallowed_by_exists():
-    # exists() turns its body's CEL errors into false; running out of steps is not one of them.
+def test_the_step_limit_holds_inside_exists_which_turns_cel_errors_into_false():
+    # exists() turns its body's CEL errors into false; running out of steps must not be one of them.
     expression = TtlExpression("[1, 2, 3].exists(i, self.spec.items.exists(j, j == i)) ? 1 : null", ITEMS)
     expression.limit = 100
     with pytest.raises(CelEvalError, match="stopped after 100 steps"):
