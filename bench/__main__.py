@@ -10,7 +10,9 @@ round, and prints one table (bench/results/latest.md) and JSON (bench/results/la
 5.   Redis memory per pending deletion vs plain `enqueue_at` (bench.memory);
 6.   resync of 50,000 TFJobs vs the bare paged LIST (bench.resync);
 7.   100,000 deletions due at one instant, through RQ's scheduler (bench.scheduler);
-8.   lateness of 1,000 deletions due over 10 s with 2 workers (bench.worker.lateness).
+8.   lateness of 1,000 deletions due over 10 s with 2 workers (bench.worker.lateness);
+9.   CEL: decide() on 1.7 MB RayJobs vs the same rule in plain Python, and the sink's ordinary
+     event and /healthz while six costly RayJob events are in flight vs the event alone (bench.cel).
 
 Then, unless --no-breakdown, short extra runs count every Redis round trip by call site
 (bench.counting); with --profile, py-spy samples jobttl's processes (bench.profile).
@@ -32,7 +34,7 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness")
+ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel")
 FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
         "lateness_n": 1000, "lateness_spread": 10, "rounds": 3}
 QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
@@ -79,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = sizes["rounds"]
     results, breakdown = [], {}
 
-    from bench import memory, resync, scheduler, sink, worker
+    from bench import cel, memory, resync, scheduler, sink, worker
 
     runners = {
         "sink": lambda: sink.run(workdir, rounds, sizes["sink_seconds"], profile_dir),
@@ -88,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
         "resync": lambda: resync.run(workdir, rounds, sizes["resync_n"], profile_dir),
         "scheduler": lambda: scheduler.run(workdir, rounds, sizes["scheduler_n"]),
         "lateness": lambda: worker.lateness(workdir, rounds, sizes["lateness_n"], sizes["lateness_spread"]),
+        "cel": lambda: cel.run(workdir, rounds),
     }
     breakdowns = {
         "sink": lambda: sink.breakdown(workdir, max(1, sizes["sink_seconds"] // 2)),

@@ -121,7 +121,8 @@ def uses(decl: dict[str, Any]) -> list[PathUse]:
                                      f"ttl.keys.{state}[{j}]"))
     if "celWhen" in ttl:
         found.append(PathUse("ttl.celWhen", ttl["celWhen"], parse_path(ttl["celWhen"]), ANY))
-    for i, text in enumerate(ttl.get("celInputs") or ()):
+    for i, item in enumerate(ttl.get("celInputs") or ()):
+        text = item if isinstance(item, str) else item["path"]  # a path, or {path, maxItems}
         found.append(PathUse(f"ttl.celInputs[{i}]", text, parse_path(text), ANY))
     if decl.get("managedBy"):
         found.append(PathUse("managedBy.path", decl["managedBy"]["path"], parse_path(decl["managedBy"]["path"])))

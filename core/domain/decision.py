@@ -29,7 +29,7 @@ from typing import Any
 
 from jobttl.core.domain.durations import parse_duration
 from jobttl.core.domain.identity import shown
-from jobttl.core.domain.kinds import Finish, JobKind, parse_time
+from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, parse_time
 from jobttl.core.domain.policy import Effective, Policy, RuledValue
 
 ANNOTATION_PREFIX = "jobttl.io/"
@@ -51,6 +51,10 @@ class Verdict(enum.Enum):
     NOT_FINISHED = "not-finished"
     NO_TTL = "no-ttl"
     INVALID_TTL = "invalid-ttl"
+    # The kind's declaration could not read this object (its CEL TTL erred): the policy's error,
+    # reported against it (jobttl_policy_errors_total, a policy-error log line and audit entry),
+    # never as an InvalidTTL Warning on the object, which is kept.
+    POLICY_ERROR = "policy-error"
     BEING_DELETED = "being-deleted"  # has a deletionTimestamp: already going away
     NO_FINISH_TIME = "no-finish-time"  # finished, but no timestamp to count the TTL from
     EXCLUDED = "excluded"  # its namespace is out of the policy's scope
@@ -98,6 +102,14 @@ def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
     return f"{reason}; jobttl will not delete this {kind} until {subject} is fixed or removed"
 
 
+def policy_error_reason(kind: JobKind, fault: DeclarationFault) -> str:
+    """What a policy error says: the declaration's field and problem, whose it is, and that the object stays."""
+    declared = (f"jobttl's built-in declaration of {kind.api_version}/{kind.kind}" if kind.builtin or not kind.declared_in
+                else kind.declared_in)
+    return (f"{fault.field}: {fault.problem}; this is an error of {declared}, not of the object: jobttl keeps "
+            f"this {kind.kind} until the declaration is fixed")
+
+
 def _own_ttl_value(value: Any, source: str) -> int | str:
     """The TTL as an int, or a message saying why it is not one."""
     # bool is an int in Python; JSON true is not a TTL.
@@ -135,7 +147,11 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if finish is None:
         return Decision(Verdict.NOT_FINISHED, f"{kind.kind} has not finished", **scope)
     done = dict(outcome=finish.outcome, finished_at=finish.time, finished_from=finish.field, **scope)
-    own = kind.own_ttl(obj, finish)
+    try:
+        own = kind.own_ttl(obj, finish)
+    except DeclarationFault as fault:
+        # Before the appliedBy check: a TTL nobody could compute is not "its controller deletes it".
+        return Decision(Verdict.POLICY_ERROR, policy_error_reason(kind, fault), ttl_source=fault.field, **done)
     if own is not None and kind.ttl_left_to_controller(finish):
         return Decision(Verdict.BUILTIN_TTL, f"{own.field} is set: {kind.ttl_controller} deletes it", **done)
     skip = _someone_elses(obj, kind, meta, effective, notes)

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -211,23 +211,24 @@ class _Compiler:
             for key in ("celWhen", "celInputs"):
                 if key not in ttl:
                     raise self.fail(f"{where}.{key}", "required with cel")
-            own = _ttl_cel(self.cel(ttl["cel"], f"{where}.cel"), parse_path(ttl["celWhen"]),
-                           tuple(parse_path(p) for p in ttl["celInputs"]), ttl.get("field", ttl["celWhen"]))
+            inputs = cel_inputs(ttl["celInputs"])
+            own = _ttl_cel(self.cel(ttl["cel"], f"{where}.cel", inputs), parse_path(ttl["celWhen"]), inputs,
+                           ttl.get("field", ttl["celWhen"]))
         return own, ttl.get("appliedBy"), not_applied
 
-    def cel(self, expression: str, where: str) -> Any:
+    def cel(self, expression: str, where: str, inputs: tuple) -> Any:
         if not self.eager_cel:
-            return _LazyProgram(lambda: self.cel_program(expression, where))
-        return self.cel_program(expression, where)
+            return _LazyProgram(lambda: self.cel_program(expression, where, inputs))
+        return self.cel_program(expression, where, inputs)
 
-    def cel_program(self, expression: str, where: str) -> Any:
-        import celpy  # only kinds that use CEL pay for its import
-        env = celpy.Environment()
+    def cel_program(self, expression: str, where: str, inputs: tuple) -> Any:
+        """The checked and costed expression (jobttl.core.domain.celexpr); a KindError naming the
+        field, and the line and column in the expression, when it is refused."""
+        from jobttl.core.domain.celexpr import CelCheckError, TtlExpression
         try:
-            return env.program(env.compile(expression))
-        except Exception as exc:  # noqa: BLE001 - celpy raises its own parse and type errors
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise self.fail(where, f"not a valid CEL expression: {first}") from None
+            return TtlExpression(expression, inputs)
+        except CelCheckError as exc:
+            raise self.fail(where, str(exc)) from None
 
     @staticmethod
     def hold(rules: list[dict[str, Any]]) -> Any:
@@ -246,16 +247,21 @@ class _Compiler:
 
 
 class _LazyProgram:
-    """A CEL program compiled the first time it is evaluated, then kept."""
+    """A CEL expression compiled the first time it is evaluated, then kept. One refused then (a
+    built-in one: they are tested) is the declaration's error, reported as such for each object."""
 
     def __init__(self, compile_: Any):
         self._compile = compile_
         self._program: Any = None
 
-    def evaluate(self, activation: dict[str, Any]) -> Any:
+    def evaluate(self, values: list[Any]) -> Any:
         if self._program is None:
-            self._program = self._compile()
-        return self._program.evaluate(activation)
+            try:
+                self._program = self._compile()
+            except KindError as exc:
+                from jobttl.core.domain.celexpr import CelEvalError
+                raise CelEvalError(str(exc)) from None
+        return self._program.evaluate(values)
 
 
 def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
@@ -344,36 +350,30 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
     return own_ttl
 
 
-def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[tuple[str, ...], ...], field: str) -> Any:
+def cel_inputs(items: list[Any]) -> tuple:
+    """`celInputs`: each a path, or {path, maxItems} bounding the items (list) or entries (map) there."""
+    from jobttl.core.domain.celexpr import CelInput
+    return tuple(CelInput(parse_path(i), i) if isinstance(i, str) else
+                 CelInput(parse_path(i["path"]), i["path"], i.get("maxItems")) for i in items)
+
+
+def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple, field: str) -> Any:
     """A TTL computed by CEL over `self`, built from the `inputs` paths alone.
 
     A CEL evaluation takes milliseconds (cel-python interprets its parse tree), a decision
     tens of microseconds: it runs only when `when` is set, reads only the declared inputs, and
-    its result is remembered by their values (objects from one template share them)."""
-    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
-
-    @lru_cache(maxsize=1024)
-    def evaluate(key: str) -> Any:
-        import celpy
-        values = json.loads(key)
-        scope: dict[str, Any] = {}
-        for path, value in zip(inputs, values):
-            if value is None:
-                continue
-            node = scope
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
-            node[path[-1]] = value
-        try:
-            result = program.evaluate({"self": celpy.json_to_cel(scope)})
-        except Exception as exc:  # noqa: BLE001 - a CEL runtime error: the TTL is unreadable, not absent
-            return f"<CEL error: {exc}>"
-        return int(result) if isinstance(result, int) and not isinstance(result, bool) else result
+    its result is remembered by their values (objects from one template share them). Anything
+    that goes wrong in it is the declaration's fault (DeclarationFault), never the object's."""
+    from jobttl.core.domain.celexpr import CelEvalError
+    from jobttl.core.domain.kinds import DeclarationFault, Finish, OwnTTL, get_path
 
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
         if get_path(obj, when) is None:
             return None  # the common case: no CEL evaluation at all
-        value = evaluate(json.dumps([get_path(obj, p) for p in inputs], sort_keys=True, separators=(",", ":")))
+        try:
+            value = program.evaluate([get_path(obj, i.path) for i in inputs])
+        except CelEvalError as exc:
+            raise DeclarationFault(f"{field} (ttl.cel)", str(exc)) from None
         return None if value is None else OwnTTL(value, field)
     return own_ttl
 

@@ -41,6 +41,17 @@ class OwnTTL:
     field: str
 
 
+class DeclarationFault(Exception):
+    """Reading an object through its kind's declaration failed by the declaration's fault (its CEL
+    TTL expression erred, ran over its cost, or gave no TTL): the policy's error, not the object's.
+    The object is kept and the error reported against the declaration (decision.Verdict.POLICY_ERROR)."""
+
+    def __init__(self, field: str, problem: str):
+        super().__init__(f"{field}: {problem}")
+        self.field = field
+        self.problem = problem
+
+
 def get_path(obj: Any, path: tuple[str, ...]) -> Any:
     for key in path:
         if not isinstance(obj, dict) or key not in obj:

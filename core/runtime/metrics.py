@@ -42,6 +42,9 @@ class Metrics:
                                 registry=r)
         self.invalid_ttls = Counter("jobttl_invalid_ttl", "Finished jobs whose TTL is negative or not an integer",
                                     ["kind", "group"], registry=r)
+        self.policy_errors = Counter("jobttl_policy_errors", "Decisions a kind declaration could not make (its CEL "
+                                     "TTL erred, ran over its cost or gave no TTL): the object is kept, and the error "
+                                     "is the policy's, by declaration (apiVersion/Kind)", ["declaration"], registry=r)
         self.lateness = Histogram("jobttl_deletion_lateness_seconds", "Actual deletion time minus due time",
                                   buckets=LATENESS_BUCKETS, registry=r)
         self.api_latency = Histogram("jobttl_api_request_duration_seconds", "Kubernetes API request latency",

@@ -28,6 +28,7 @@ from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.guard import HeldDeletions
+from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.domain.identity import JobRef, check_name, check_namespace
 from jobttl.core.domain.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, group_of, kind_named, kubectl_resource_named,
@@ -261,6 +262,7 @@ class Operations:
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
             "lastResync": shapes.with_times(jsoncodec.loads(last_resync)) if last_resync else None,
             "install": self.install(),
+            "policyErrors": PolicyErrors(self.redis, self.audit).summary(),
         }
 
     def install(self) -> dict[str, Any] | None:

@@ -42,6 +42,7 @@ from jobttl.core.services.recent import Recent
 from jobttl.core.store.schedule import Schedule
 from jobttl.core.domain.stages import pod_stage
 from jobttl.core.store.protocol import Store
+from jobttl.core.store.policy_errors import PolicyErrors, declaration_of
 
 log = logging.getLogger("jobttl.reconcile")
 
@@ -93,6 +94,11 @@ class Reconciler:
         self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.services.recent)
         self.store = Store(schedule, audit, burst_limit)
         self.keeplast = KeepLastIndex(schedule.redis)
+        self.policy_errors = PolicyErrors(schedule.redis, audit)
+        if metrics is not None:
+            # Exported at 0 from the start, so that the alert's increase() sees the first error.
+            for kind in policy.kinds:
+                metrics.policy_errors.labels(declaration_of(kind))
 
     @classmethod
     def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None,
@@ -154,6 +160,8 @@ class Reconciler:
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
+            if decided[-1][3].verdict is Verdict.POLICY_ERROR:
+                self._policy_error(kind, decided[-1][2], decided[-1][3], by)
         notify = [self._notify(obj) for obj, *_ in decided]
         decisions, pushed = self._keep_last([d for d in decided], notify, by, mode)
         jobs = [Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
@@ -181,6 +189,13 @@ class Reconciler:
             if outcome.change in _SETTLED:
                 self.recent.put(intent.member, key, _as_repeated(outcome))
         return outcomes
+
+    def _policy_error(self, kind: JobKind, ref: JobRef, decision: Decision, by: str) -> None:
+        """The declaration could not read this object: counted and reported against the policy
+        (jobttl.core.store.policy_errors), never as an InvalidTTL Warning on the object, which stays."""
+        if self.metrics is not None:
+            self.metrics.policy_errors.labels(declaration_of(kind)).inc()
+        self.policy_errors.report(kind, ref, decision, by)
 
     # --- keeping the evidence: notices, pods stages, history limits ---------------------------
     def _notify(self, obj: dict[str, Any]) -> bool:

@@ -59,6 +59,16 @@ CLOCKS = "jobttl:clocks"  # hash: worker name → its measured offsets (JSON)
 RATE_LIMIT = "jobttl:ratelimit:delete"
 
 
+# Errors of the policy's declarations (jobttl.core.store.policy_errors)
+POLICY_ERRORS = "jobttl:policy-errors"  # hash: declaration (apiVersion/Kind) → its latest report (JSON)
+POLICY_ERRORS_COUNT = "jobttl:policy-errors:count"  # hash: declaration → reports so far
+POLICY_ERROR_SEEN_PREFIX = "jobttl:policy-error:seen:"  # string per (declaration, object, error), expiring
+
+
+def policy_error_seen(digest: str) -> str:
+    return POLICY_ERROR_SEEN_PREFIX + digest
+
+
 def override(uid: str) -> str:
     return OVERRIDE_PREFIX + uid
 

@@ -122,6 +122,8 @@ def status(data: dict[str, Any]) -> None:
                                              if data["held"] else "; none held"))
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
+    for name, report in (data.get("policyErrors") or {}).items():
+        console.print(policy_error_line(name, report), soft_wrap=True)  # one line a declaration, for grep
     if not data["workers"]:
         console.print("Workers: none registered: nothing is deleted")
         return
@@ -133,6 +135,14 @@ def status(data: dict[str, Any]) -> None:
         workers.add_row(w["name"], w["state"], ago(w["lastHeartbeat"]),
                         shown + (" (deletions wait)" if clock.get("problem") else ""))
     console.print(workers)
+
+
+def policy_error_line(declaration: str, report: dict[str, Any]) -> str:
+    """One declaration's errors (the objects it could not read are kept): the policy's to fix."""
+    obj = report.get("object") or {}
+    return (f"Policy error: {declaration} ({report.get('declaredIn') or 'declared in the policy'}): "
+            f"{report.get('error', '?')} (latest on {obj.get('namespace', '?')}/{obj.get('name', '?')} "
+            f"{ago(report.get('at'))}; {report.get('reports', 0)} reports, an object at most once an hour)")
 
 
 def pending(data: dict[str, Any]) -> None:

@@ -71,7 +71,8 @@ def test_every_builtin_kind_comes_from_the_shipped_declarations():
     ([widget(ttl={"paths": ["spec.ttl"], "within": ["spec.ttlStrategy"]})],
      "kinds.yaml: kinds[0].ttl: set exactly one of paths"),
     ([widget(ttl={"cel": "self.spec.", "celWhen": "spec.x", "celInputs": ["spec.x"]})],
-     "kinds.yaml: kinds[0].ttl.cel: not a valid CEL expression"),
+     "kinds.yaml: kinds[0].ttl.cel: line 1, column 10 of the expression: not a valid CEL expression: "
+     "unexpected '.'"),
     ([widget(ttl={"cel": "1", "celWhen": "spec.x"})], "kinds.yaml: kinds[0].ttl.celInputs: required with cel"),
     ([widget(), widget()], "kinds.yaml: kinds[1]: widgets.example.com/v1/Widget is already declared at kinds[0]"),
 ])
@@ -216,7 +217,7 @@ def declared_paths(decl: dict) -> list[tuple[str, str]]:
     paths += [(f"finishedAt[{i}]", "status.conditions.*." + p[len("condition."):] if p.startswith("condition.") else p)
               for i, p in enumerate(decl["finishedAt"])]
     for key in ("paths", "within", "celInputs"):
-        paths += [(f"ttl.{key}[{i}]", p) for i, p in enumerate(ttl.get(key, ()))]
+        paths += [(f"ttl.{key}[{i}]", p if isinstance(p, str) else p["path"]) for i, p in enumerate(ttl.get(key, ()))]
     paths += [("managedBy.path", decl["managedBy"]["path"])] if "managedBy" in decl else []
     paths += [("suspend", decl["suspend"])] if "suspend" in decl else []
     return paths

@@ -604,6 +604,57 @@ def test_a_rayjob_left_to_kuberay_says_which_policy_deletes_it():
     assert decision.reason == "spec.deletionStrategy (DeleteSelf) is set: the KubeRay operator deletes it"
 
 
+def test_a_rayjob_with_more_deletion_rules_than_kuberay_accepts_is_kept_as_the_policys_error():
+    # 20,000 rules (a 1.7 MB object): refused by their number before anything is converted or
+    # evaluated. Before, its evaluation took minutes of CPU; with appliedBy, an error became
+    # "the KubeRay operator deletes it" and the RayJob stayed for ever, unreported.
+    rules = [rule("DeleteWorkers", i, job_status="FAILED") for i in range(20_000)]
+    job = rayjob(strategy={"deletionRules": rules + [rule("DeleteSelf", 30, job_status="SUCCEEDED")]})
+    decision = decide(job, RAYJOB, POLICY_TTL)
+    assert decision.verdict is Verdict.POLICY_ERROR
+    assert decision.reason == (
+        "spec.deletionStrategy (DeleteSelf) (ttl.cel): spec.deletionStrategy.deletionRules has 20,001 items, more "
+        "than the 12 its celInputs entry allows (maxItems); this is an error of jobttl's built-in declaration of "
+        "ray.io/v1/RayJob, not of the object: jobttl keeps this RayJob until the declaration is fixed")
+    assert decision.expires_at is None
+
+
+def widget(cel: str, applied_by: str | None = None):
+    from jobttl.core.domain.kinddecl import compile_kinds
+    ttl = {"cel": cel, "celWhen": "spec.x", "celInputs": ["spec.x"], **({"appliedBy": applied_by} if applied_by else {})}
+    decl = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
+            "finished": {"state": {"path": "status.phase", "values": {"Done": "succeeded"}}},
+            "finishedAt": ["status.doneAt"], "ttl": ttl}
+    [kind] = compile_kinds([decl], "policy.yaml", "kindDeclarations")
+    return kind
+
+
+def widget_obj(kind, x):
+    return new_kind_obj(kind, {"x": x}, {"phase": "Done", "doneAt": at("now")})
+
+
+@pytest.mark.parametrize("x", [True, False])
+def test_a_cel_ttl_that_yields_a_bool_is_the_policys_error_not_0_or_1_seconds(x):
+    kind = widget("self.spec.x")
+    decision = decide(widget_obj(kind, x), kind, POLICY_TTL)
+    assert decision.verdict is Verdict.POLICY_ERROR
+    assert f"gave the bool {str(x).lower()}, not a TTL" in decision.reason
+    assert "policy.yaml: kindDeclarations[0]" in decision.reason
+
+
+def test_a_cel_ttl_that_yields_seconds_or_a_duration_expires_by_it():
+    assert decide(widget_obj(widget("self.spec.x"), 90), widget("self.spec.x"), POLICY_TTL).expires_at == NOW + 90
+    kind = widget("duration(self.spec.x)")
+    assert decide(widget_obj(kind, "2m"), kind, POLICY_TTL).expires_at == NOW + 120
+
+
+def test_a_cel_error_with_applied_by_is_kept_as_the_policys_error_not_left_to_the_controller():
+    kind = widget("self.spec.x / 0", applied_by="the Widget controller")
+    decision = decide(widget_obj(kind, 5), kind, POLICY_TTL)
+    assert decision.verdict is Verdict.POLICY_ERROR  # before: builtin-ttl, "the Widget controller deletes it"
+    assert decision.ttl_source == "spec.x (ttl.cel)"
+
+
 @pytest.mark.parametrize("managed_by, verdict", [
     pytest.param("ray.io/kuberay-operator", Verdict.EXPIRES, id="code-derived: its own name (C:107-110)"),
     pytest.param("kueue.x-k8s.io/multikueue", Verdict.MANAGED_ELSEWHERE, id="code-derived: MultiKueue (T:238-239)"),

@@ -1,0 +1,549 @@
+"""CEL TTL expressions in kind declarations: checked and costed at load, bounded when evaluated.
+
+A declaration's ``ttl.cel`` runs on objects jobttl is handed by anyone who can create a job, so
+it must never stall the service nor be misread. As Kubernetes does for CRD validation rules:
+
+1. at load, `TtlExpression` parses the expression (cel-python's parser) and walks its tree
+   once: every name is ``self`` or a macro's variable, every field read from ``self`` lies within
+   the declaration's ``celInputs``, every function is one cel-python implements (but
+   ``matches``: Python's regex engine can backtrack for ever), and the result can only be seconds
+   (an int), a duration or null. The same walk estimates the worst cost, in evaluation steps,
+   from the inputs' declared sizes (``maxItems``); an expression that can exceed `COST_LIMIT`
+   is refused. Each problem is a `CelCheckError` with its line and column in the expression;
+2. per object, `TtlExpression.evaluate` checks the inputs against their declared sizes and
+   `MAX_INPUT_BYTES` before converting anything, then evaluates with a step counter
+   (`_BoundedEvaluator`) that stops at `COST_LIMIT`, and checks the result's type. Whatever goes
+   wrong is a `CelEvalError`: the expression's (the policy's) error, never the object's.
+
+A step is one node of the parse tree evaluated, what cel-python's interpreter does per call
+(about 10-40 µs on the machines jobttl was measured on), plus one per `ADD_UNIT` items or
+characters a ``+`` builds. The static estimate counts every node of every branch, and a
+comprehension's body once per item its list can hold, so it bounds what any evaluation counts.
+Results are remembered by the inputs' values in a cache bounded in bytes (`ResultCache`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+# Steps one evaluation may take: the built-in RayJob expression at its largest valid object (12
+# deletion rules) takes 4,300 and is estimated at 10,900; at the interpreter's ~20 µs a step,
+# the limit is ~0.4 s of CPU at worst (bench/: the cel row).
+COST_LIMIT = 10_000
+MAX_INPUT_BYTES = 64 * 1024  # the celInputs' values of one object, as compact JSON
+MAX_EXPRESSION_CHARS = 10_000
+ADD_UNIT = 256  # a `+` costs a step per this many characters or items it builds
+CACHE_BYTES = 1024 * 1024  # per expression: keys (the inputs' JSON) and results
+# What the result may be: seconds (int, uint), a duration, or null. `dyn` (a field's value,
+# unknown until run) is checked when evaluated.
+RESULT_TYPES = frozenset({"int", "uint", "duration", "null"})
+MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
+# cel-python's functions but `matches` (Python's re backtracks: one string could stall a
+# thread), and the type names a conversion or a `type(x) == int` comparison uses.
+FUNCTIONS = frozenset({"size", "contains", "endsWith", "startsWith", "getDate", "getDayOfMonth", "getDayOfWeek",
+                       "getDayOfYear", "getFullYear", "getMonth", "getHours", "getMilliseconds", "getMinutes",
+                       "getSeconds", "bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint",
+                       "type", "dyn"})
+TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
+                        "duration", "timestamp"})
+_RETURNS = {"size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string", "bytes": "bytes",
+            "bool": "bool", "duration": "duration", "timestamp": "timestamp", "type": "type", "contains": "bool",
+            "endsWith": "bool", "startsWith": "bool", "has": "bool", "all": "bool", "exists": "bool",
+            "exists_one": "bool", "map": "list", "filter": "list"}
+_LITERALS = {"INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
+             "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null"}
+DYN = frozenset({"dyn"})
+
+
+class CelCheckError(ValueError):
+    """An expression refused at load; `line` and `column` (1-based) point into the expression."""
+
+    def __init__(self, message: str, line: int = 1, column: int = 1):
+        super().__init__(message)
+        self.line, self.column = line, column
+
+    def __str__(self) -> str:
+        return f"line {self.line}, column {self.column} of the expression: {self.args[0]}"
+
+
+class CelEvalError(Exception):
+    """The expression could not give a TTL for this object: the declaration's error, not the object's."""
+
+
+class _OverBudget(BaseException):
+    # A BaseException: cel-python turns Exceptions into CEL error values that `||`, `&&` and
+    # `exists` may swallow; running out of steps must stop the whole evaluation.
+    pass
+
+
+@dataclass(frozen=True)
+class CelInput:
+    """One of `celInputs`: a path `self` holds, and the most items (list) or entries (map) it may have."""
+
+    path: tuple[str, ...]
+    text: str
+    max_items: int | None = None
+
+
+# --- the static walk --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class _Info:
+    """What the walk knows of a sub-expression: its possible types, the most items or characters it
+    can hold, its worst cost in steps, and, for a read of `self`, the path read."""
+
+    types: frozenset[str]
+    size: int = MAX_INPUT_BYTES
+    cost: int = 1
+    path: tuple[str, ...] | None = None
+
+
+def _where(node: Any) -> tuple[int, int]:
+    """(line, column) of a tree (its meta) or a token; 1, 1 when the parser kept none."""
+    meta = getattr(node, "meta", None)
+    if meta is not None and not getattr(meta, "empty", True):
+        return getattr(meta, "line", None) or 1, getattr(meta, "column", None) or 1
+    return getattr(node, "line", None) or 1, getattr(node, "column", None) or 1
+
+
+class _Checker:
+    """One walk of the parse tree: types, fields read, functions, and the worst cost."""
+
+    def __init__(self, inputs: tuple[CelInput, ...], limit: int = COST_LIMIT):
+        self.inputs = inputs
+        self.limit = limit
+        self.scopes: list[dict[str, _Info]] = []
+        self.costliest: tuple[Any, str] | None = None  # the first comprehension over the limit, and why
+
+    def fail(self, node: Any, message: str) -> CelCheckError:
+        return CelCheckError(message, *_where(node))
+
+    def walk(self, node: Any) -> _Info:
+        method = getattr(self, f"n_{node.data}", None)
+        if method is not None:
+            return method(node)
+        infos = [self.value(c) for c in node.children if hasattr(c, "data")]
+        if len(infos) == 1:  # a wrapper rule (expr, member, primary...) around one child
+            only = infos[0]
+            return _Info(only.types, only.size, only.cost + 1, only.path)
+        raise self.fail(node, f"{node.data} is not supported")  # pragma: no cover - every rule is handled
+
+    def value(self, node: Any) -> _Info:
+        """A sub-expression used as a value: a read of `self` must lie within an input."""
+        info = self.walk(node)
+        if info.path is not None and self.input_at(info.path) is None:
+            raise self.fail(node, f"reads {_shown(info.path)}, which no celInputs entry holds whole "
+                                  f"(celInputs: {', '.join(i.text for i in self.inputs)})")
+        return info
+
+    def input_at(self, path: tuple[str, ...]) -> CelInput | None:
+        """The input holding `path` (at it or above it)."""
+        return next((i for i in self.inputs if path[:len(i.path)] == i.path), None)
+
+    # --- operators
+    def n_expr(self, node: Any) -> _Info:
+        kids = [self.value(c) for c in node.children]
+        if len(kids) == 1:
+            return _Info(kids[0].types, kids[0].size, kids[0].cost + 1)
+        cond, yes, no = kids
+        return _Info(yes.types | no.types, max(yes.size, no.size), 1 + cond.cost + yes.cost + no.cost)
+
+    def _binary(self, node: Any, result: frozenset[str] | None) -> _Info:
+        kids = [self.value(c) for c in node.children]
+        cost = 1 + sum(k.cost for k in kids)
+        if len(kids) == 1:
+            return _Info(kids[0].types, kids[0].size, cost)
+        return _Info(result if result is not None else _arith(kids), MAX_INPUT_BYTES, cost)
+
+    def n_conditionalor(self, node: Any) -> _Info:
+        return self._binary(node, frozenset({"bool"}))
+
+    n_conditionaland = n_conditionalor
+    n_relation = n_conditionalor
+
+    def n_multiplication(self, node: Any) -> _Info:
+        return self._binary(node, None)
+
+    def n_addition(self, node: Any) -> _Info:
+        kids = [self.value(c) for c in node.children]
+        cost = 1 + sum(k.cost for k in kids)
+        if len(kids) == 1:
+            return _Info(kids[0].types, kids[0].size, cost)
+        size = sum(k.size for k in kids)  # a `+` of strings or lists: it builds as much as both hold
+        return _Info(_arith(kids), size, cost + size // ADD_UNIT)
+
+    def n_unary(self, node: Any) -> _Info:
+        kids = [c for c in node.children if hasattr(c, "data")]
+        info = self.value(kids[-1])
+        if len(kids) == 1:
+            return _Info(info.types, info.size, info.cost + 1, None)
+        op = kids[0].data
+        return _Info(frozenset({"bool"}) if op == "unary_not" else info.types, info.size, info.cost + 2)
+
+    # --- names, fields, literals
+    def n_ident(self, node: Any) -> _Info:
+        name = node.children[0].value
+        for scope in reversed(self.scopes):
+            if name in scope:
+                return scope[name]
+        if name == "self":
+            return _Info(DYN, path=())
+        if name in TYPE_NAMES:
+            return _Info(frozenset({"type"}))
+        raise self.fail(node, f"unknown name {name!r}: the object is `self`")
+
+    def n_member(self, node: Any) -> _Info:
+        # A wrapper, but a read of `self` passes through it unchecked: only its final use is.
+        info = self.walk(node.children[0])
+        return _Info(info.types, info.size, info.cost + 1, info.path)
+
+    n_primary = n_member
+
+    def n_member_dot(self, node: Any) -> _Info:
+        target = self.walk(node.children[0])
+        name = node.children[1]
+        return self._field(name, target, name.value)  # an error points at the field's name
+
+    def _field(self, node: Any, target: _Info, name: str) -> _Info:
+        if target.path is None:
+            return _Info(DYN, cost=target.cost + 1)
+        path = target.path + (name,)
+        held = self.input_at(path)
+        if held is None and not any(i.path[:len(path)] == path for i in self.inputs):
+            raise self.fail(node, f"reads {_shown(path)}, which is not among celInputs "
+                                  f"({', '.join(i.text for i in self.inputs)})")
+        size = held.max_items if held is not None and held.path == path and held.max_items is not None \
+            else MAX_INPUT_BYTES
+        return _Info(DYN, size, target.cost + 1, path)
+
+    def n_member_index(self, node: Any) -> _Info:
+        target = self.walk(node.children[0])
+        index = self.value(node.children[1])
+        literal = _string_literal(node.children[1])
+        if target.path is not None and literal is not None:
+            info = self._field(node.children[1], target, literal)
+            return _Info(info.types, info.size, info.cost + index.cost, info.path)
+        if target.path is not None:
+            self.value(node.children[0])  # an index computed at run time: the whole value must be an input
+        return _Info(DYN, cost=target.cost + index.cost + 1)
+
+    def n_member_object(self, node: Any) -> _Info:
+        raise self.fail(node, "message construction is not supported")
+
+    n_dot_ident = n_dot_ident_arg = n_member_object
+
+    def n_literal(self, node: Any) -> _Info:
+        token = node.children[0]
+        kind = _LITERALS.get(token.type, "dyn")
+        return _Info(frozenset({kind}), len(token.value), 1)
+
+    def n_list_lit(self, node: Any) -> _Info:
+        items = [self.value(c) for c in node.children[0].children] if node.children else []
+        return _Info(frozenset({"list"}), len(items), 2 + sum(i.cost for i in items))
+
+    def n_map_lit(self, node: Any) -> _Info:
+        items = [self.value(c) for c in node.children[0].children] if node.children else []
+        return _Info(frozenset({"map"}), len(items) // 2, 2 + sum(i.cost for i in items))
+
+    # --- calls
+    def n_ident_arg(self, node: Any) -> _Info:
+        name = node.children[0].value
+        args = list(node.children[1].children) if len(node.children) > 1 else []
+        if name == "has":
+            return self._has(node, args)
+        if name not in FUNCTIONS:
+            raise self.fail(node, _unknown_function(name))
+        infos = [self.value(a) for a in args]
+        return _Info(frozenset({_RETURNS.get(name, "dyn")}), MAX_INPUT_BYTES, 2 + sum(i.cost for i in infos))
+
+    def _has(self, node: Any, args: list) -> _Info:
+        if len(args) != 1:
+            raise self.fail(node, "has() takes one field, as has(self.spec.x)")
+        info = self.walk(args[0])  # a presence test: a path on the way to an input is fine
+        return _Info(frozenset({"bool"}), cost=info.cost + 2)
+
+    def n_member_dot_arg(self, node: Any) -> _Info:
+        name = node.children[1].value
+        args = list(node.children[2].children) if len(node.children) > 2 else []
+        if name in MACROS:
+            return self._macro(node, name, args)
+        if name not in FUNCTIONS:
+            raise self.fail(node, _unknown_function(name))
+        target = self.value(node.children[0])
+        infos = [self.value(a) for a in args]
+        return _Info(frozenset({_RETURNS.get(name, "dyn")}), MAX_INPUT_BYTES, 2 + target.cost + sum(i.cost for i in infos))
+
+    def _macro(self, node: Any, name: str, args: list) -> _Info:
+        if len(args) != 2:
+            raise self.fail(node, f"{name}() takes a variable and an expression, as {name}(x, x > 0)")
+        variable = _macro_variable(args[0])
+        if variable is None:
+            raise self.fail(args[0], f"the first argument of {name}() must be a variable name")
+        target = self.value(node.children[0])
+        self.scopes.append({variable: _Info(DYN)})
+        try:
+            body = self.value(args[1])
+        finally:
+            self.scopes.pop()
+        if name in ("all", "exists", "exists_one", "filter") and not body.types & {"bool", "dyn"}:
+            raise self.fail(args[1], f"{name}() needs a condition, and this is a {_types(body.types)}")
+        # Each item: the body, plus binding the variable; the list itself, once.
+        cost = 2 + target.cost + target.size * (body.cost + 2)
+        if cost > self.limit and self.costliest is None:  # the innermost one: where the cost comes from
+            bound = ("no maxItems bounds its list" if target.size == MAX_INPUT_BYTES
+                     else f"its list holds up to {target.size:,} items")
+            self.costliest = (node.children[1], f"{name}() here runs its body ({body.cost:,} steps) once per item, and {bound}")
+        return _Info(frozenset({_RETURNS[name]}), target.size, cost)
+
+
+def _arith(kids: list[_Info]) -> frozenset[str]:
+    types = frozenset().union(*(k.types for k in kids))
+    return types if len(types) == 1 else DYN
+
+
+def _types(types: frozenset[str]) -> str:
+    return " or ".join(sorted(types))
+
+
+def _shown(path: tuple[str, ...]) -> str:
+    return "self" + "".join(f".{p}" for p in path)
+
+
+def _unknown_function(name: str) -> str:
+    if name == "matches":
+        return "matches() is not available: Python's regular expressions can backtrack for ever on one string"
+    return f"unknown function {name}() (known: {', '.join(sorted(FUNCTIONS | MACROS | {'has'}))})"
+
+
+def _string_literal(node: Any) -> str | None:
+    """The string of an index that is a plain string literal (``self.metadata.labels["a/b"]``)."""
+    while hasattr(node, "data") and len(node.children) == 1 and node.data != "literal":
+        node = node.children[0]
+    if getattr(node, "data", None) == "literal" and node.children[0].type == "STRING_LIT":
+        text = node.children[0].value
+        if not text[:1] in "rR" and "\\" not in text:
+            return text[1:-1]
+    return None
+
+
+def _macro_variable(node: Any) -> str | None:
+    while hasattr(node, "data") and len(node.children) == 1 and node.data != "ident":
+        node = node.children[0]
+    return node.children[0].value if getattr(node, "data", None) == "ident" else None
+
+
+# --- evaluating -------------------------------------------------------------------------------------
+
+def _bounded_evaluator() -> Any:
+    """cel-python's Evaluator, counting the nodes it evaluates (and `+`'s output), across its
+    macros' sub-evaluators, raising _OverBudget past the limit. Built on first use: the import
+    of cel-python is paid only by kinds that use CEL."""
+    import celpy
+    from celpy.evaluation import Evaluator
+
+    class BoundedEvaluator(Evaluator):  # type: ignore[misc, valid-type]
+        def __init__(self, ast: Any, activation: Any, counter: list[int] | None = None, limit: int = COST_LIMIT):
+            super().__init__(ast, activation)
+            self.counter = counter if counter is not None else [0]
+            self.limit = limit
+
+        def sub_evaluator(self, ast: Any) -> Any:
+            return BoundedEvaluator(ast, self.activation, self.counter, self.limit)
+
+        def _visit_tree(self, tree: Any) -> Any:
+            self.counter[0] += 1
+            if self.counter[0] > self.limit:
+                raise _OverBudget()
+            result = super()._visit_tree(tree)
+            if tree.data == "addition" and len(tree.children) > 1 and isinstance(result, (str, bytes, list)):
+                self.counter[0] += len(result) // ADD_UNIT
+            return result
+
+    return BoundedEvaluator, celpy
+
+
+class TtlExpression:
+    """A checked CEL TTL expression (`CelCheckError` if refused), evaluated within `COST_LIMIT`."""
+
+    def __init__(self, text: str, inputs: tuple[CelInput, ...], limit: int = COST_LIMIT):
+        self.text = text
+        self.inputs = inputs
+        self.limit = limit
+        self.tree = _parse(text)
+        checker = _Checker(inputs, limit)
+        info = checker.value(self.tree)
+        bad = info.types - RESULT_TYPES - DYN
+        if bad:
+            raise CelCheckError(f"the result can be a {_types(bad)}: a TTL is seconds (an int), a duration, "
+                                "or null for none", *_where(self.tree))
+        if info.cost > limit:
+            node, why = checker.costliest or (self.tree, "")
+            raise CelCheckError(f"its cost can reach {info.cost:,} steps, over the limit of {limit:,} per evaluation"
+                                + (f": {why}" if why else "") + "; bound the list with maxItems in celInputs, "
+                                "or iterate less", *_where(node))
+        self.estimate = info.cost
+        self.cache = ResultCache(CACHE_BYTES)
+        self._evaluator: Any = None
+        self.last_steps = 0
+
+    def inputs_key(self, values: list[Any]) -> str:
+        """The inputs as compact JSON (the cache's key), after checking their declared sizes."""
+        for spec, value in zip(self.inputs, values):
+            if spec.max_items is not None and isinstance(value, (list, dict)) and len(value) > spec.max_items:
+                raise CelEvalError(f"{spec.text} has {len(value):,} items, more than the {spec.max_items} its "
+                                   "celInputs entry allows (maxItems)")
+        key = json.dumps(values, sort_keys=True, separators=(",", ":"))
+        if len(key) > MAX_INPUT_BYTES:
+            raise CelEvalError(f"the celInputs hold {len(key):,} bytes, more than {MAX_INPUT_BYTES:,}")
+        return key
+
+    def evaluate(self, values: list[Any]) -> int | None:
+        """The TTL in whole seconds (a duration rounded up), or None; CelEvalError otherwise."""
+        key = self.inputs_key(values)
+        found = self.cache.get(key)
+        if found is None:
+            found = self._run(values)
+            self.cache.put(key, found)
+        if isinstance(found, CelEvalError):
+            raise found
+        return found[0]
+
+    def _run(self, values: list[Any]) -> tuple[int | None] | CelEvalError:
+        """One evaluation, its outcome (the result, or the error) kept alike: both depend on the inputs alone."""
+        try:
+            return (self._result(self._evaluate(values)),)
+        except CelEvalError as exc:
+            return exc
+
+    def _evaluate(self, values: list[Any]) -> Any:
+        if self._evaluator is None:
+            evaluator_class, celpy = _bounded_evaluator()
+            # The base activation (cel-python's functions) is made once; each evaluation clones it.
+            self._evaluator = evaluator_class, celpy, celpy.InterpretedRunner(_environment(), self.tree).new_activation()
+        evaluator_class, celpy, activation = self._evaluator
+        evaluator = evaluator_class(self.tree, activation, limit=self.limit)
+        try:
+            return evaluator.evaluate({"self": celpy.json_to_cel(_scope(self.inputs, values))})
+        except _OverBudget:
+            raise CelEvalError(f"stopped after {self.limit:,} steps (the limit per evaluation)") from None
+        except RecursionError:
+            raise CelEvalError("nested too deeply to evaluate") from None
+        except Exception as exc:  # noqa: BLE001 - cel-python raises its own and Python's errors
+            raise CelEvalError(f"evaluation failed: {_first_line(exc)}") from None
+        finally:
+            self.last_steps = evaluator.counter[0]  # what tests and bench/ compare with the estimate
+
+    @staticmethod
+    def _result(value: Any) -> int | None:
+        """Seconds from what the expression gave: an int, a duration (rounded up) or null, nothing else."""
+        if value is None:
+            return None
+        if isinstance(value, bool) or type(value).__name__ == "BoolType":  # before int: CEL's bool is an int
+            raise CelEvalError(f"gave the bool {str(value).lower()}, not a TTL (seconds as an int, a duration, or null)")
+        if isinstance(value, timedelta):
+            seconds = math.ceil(value.total_seconds())
+        elif isinstance(value, int):
+            seconds = int(value)
+        else:
+            raise CelEvalError(f"gave a {_cel_type(value)} ({_first_line(value)[:80]}), not a TTL "
+                               "(seconds as an int, a duration, or null)")
+        if seconds < 0:
+            raise CelEvalError(f"gave {seconds} s: a TTL is not negative")
+        return seconds
+
+
+def _cel_type(value: Any) -> str:
+    name = type(value).__name__
+    return {"DoubleType": "double", "StringType": "string", "BytesType": "bytes", "ListType": "list",
+            "MapType": "map", "TimestampType": "timestamp"}.get(name, name)
+
+
+def _scope(inputs: tuple[CelInput, ...], values: list[Any]) -> dict[str, Any]:
+    """`self`: the inputs alone, at their paths (an absent one is absent, so `has()` says false)."""
+    scope: dict[str, Any] = {}
+    for spec, value in zip(inputs, values):
+        if value is None:
+            continue
+        node = scope
+        for part in spec.path[:-1]:
+            node = node.setdefault(part, {})
+        node[spec.path[-1]] = value
+    return scope
+
+
+def _first_line(value: Any) -> str:
+    text = str(value).strip()
+    return text.splitlines()[0] if text else type(value).__name__
+
+
+_ENVIRONMENT: Any = None
+
+
+def _environment() -> Any:
+    global _ENVIRONMENT
+    if _ENVIRONMENT is None:
+        import celpy  # only kinds that use CEL pay for its import and its parser (~0.3-0.9 s)
+        _ENVIRONMENT = celpy.Environment()
+    return _ENVIRONMENT
+
+
+def _parse(text: str) -> Any:
+    if len(text) > MAX_EXPRESSION_CHARS:
+        raise CelCheckError(f"{len(text):,} characters, more than {MAX_EXPRESSION_CHARS:,}")
+    try:
+        return _environment().compile(text)
+    except RecursionError:
+        raise CelCheckError("nested too deeply") from None
+    except Exception as exc:  # noqa: BLE001 - celpy's CELParseError, with its position when it knows it
+        line, column = getattr(exc, "line", None) or 1, getattr(exc, "column", None) or 1
+        raise CelCheckError(f"not a valid CEL expression: {_unexpected(text, line, column)}", line, column) from None
+
+
+def _unexpected(text: str, line: int, column: int) -> str:
+    """What the parser stopped at (its error is only the text with a caret)."""
+    lines = text.splitlines() or [""]
+    row = lines[line - 1] if 0 < line <= len(lines) else ""
+    if 0 < column <= len(row):
+        return f"unexpected {row[column - 1:column + 9].split()[0]!r}" if row[column - 1:].strip() else "unexpected space"
+    return "unexpected end of the expression"
+
+
+# --- the result cache ---------------------------------------------------------------------------------
+
+@dataclass
+class ResultCache:
+    """Least recently used results, by the inputs' JSON, within `limit` bytes (keys plus a fixed
+    cost per entry). Shared by the sink's threads: one lock."""
+
+    limit: int
+    entries: OrderedDict = field(default_factory=OrderedDict)
+    used: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    ENTRY_BYTES = 200  # the entry, its result and the dict's slot, roughly
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            found = self.entries.get(key)
+            if found is not None:
+                self.entries.move_to_end(key)
+            return found
+
+    def put(self, key: str, value: Any) -> None:
+        size = len(key) + self.ENTRY_BYTES
+        if size > self.limit:
+            return
+        with self.lock:
+            if key in self.entries:
+                return
+            self.entries[key] = value
+            self.used += size
+            while self.used > self.limit:
+                old, _ = self.entries.popitem(last=False)
+                self.used -= len(old) + self.ENTRY_BYTES
