@@ -242,7 +242,9 @@ class Deletion:
         tombstone = self.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
         # Follow-ups and "gone after" are the API server's clock, as the follower that takes them reads it.
         follow = None if gone else now + FIRST_FOLLOW_UP
-        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0}) \
+        # The owner's jobttl.io/notify goes along: the follower's `deleted` entry says it again.
+        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0,
+                                    "notify": decision.notify if decision is not None else None}) \
             if follow is not None else None
         self.ledger.record(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
                            propagationPolicy=self.propagation, archive=link, **fields)
