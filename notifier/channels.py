@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Mapping
+from typing import Any
 
 import apprise
 
@@ -52,11 +53,12 @@ _APPRISE_LOG.setLevel(logging.WARNING)
 class AppriseChannel:
     """One channel, ready to send."""
 
-    def __init__(self, channel: Channel, url: str):
+    def __init__(self, channel: Channel, url: str, plugin: Any = None):
         self.channel = channel
         self.url = url
-        self.apprise = apprise.Apprise()
-        self.apprise.add(url)
+        # The plugin itself, not an Apprise object: Apprise.notify sends from a thread pool of its own,
+        # where neither this channel's thread nor its log capture would see what went wrong.
+        self.plugin = plugin if plugin is not None else apprise.Apprise.instantiate(url)
 
     @property
     def name(self) -> str:
@@ -77,15 +79,15 @@ class AppriseChannel:
         if channel.url is not None and plugin.url(privacy=True) != plugin.url():
             raise ConfigError(f"JOBTTL_POLICY: {channel.place}: this URL holds a secret (Apprise hides part of it: "
                               f"{plugin.url(privacy=True)}): put it in a Secret and name its variable with urlFromEnv")
-        return cls(channel, url)
+        return cls(channel, url, plugin)
 
     def send(self, message: Message) -> str | None:
         """Send one message; None when it went, else why not (without the URL's secrets)."""
         _CAPTURE.start()
         try:
-            sent = self.apprise.notify(body=message.body, title=message.title,
-                                       notify_type=apprise.NotifyType.WARNING if message.warning
-                                       else apprise.NotifyType.INFO, body_format=apprise.NotifyFormat.TEXT)
+            sent = self.plugin.notify(body=message.body, title=message.title,
+                                      notify_type=apprise.NotifyType.WARNING if message.warning
+                                      else apprise.NotifyType.INFO, body_format=apprise.NotifyFormat.TEXT)
         except Exception as exc:  # noqa: BLE001 - a plugin's bug is this channel's failure, not the notifier's
             return redacted(" ".join([shapes.describe(exc), *_CAPTURE.stop()]), self.url)
         lines = _CAPTURE.stop()

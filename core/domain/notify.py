@@ -114,8 +114,17 @@ def parse_channels(reader: Any, value: Any) -> tuple[Channel, ...]:
     return tuple(channels)
 
 
+def _on_key(raw: Any) -> Any:
+    """A channel with its `on` key as written. YAML 1.1 reads an unquoted ``on`` as true: PyYAML gives
+    the key True, and Helm's values (sigs.k8s.io/yaml) the string "true", which the chart's policy
+    then carries. Either stands for `on` here (nothing else in a channel can be true)."""
+    if not isinstance(raw, dict) or "on" in raw:
+        return raw
+    return {("on" if key is True or key == "true" else key): value for key, value in raw.items()}
+
+
 def _channel(reader: Any, raw: Any, where: str) -> Channel:
-    data = reader.mapping(raw, where, CHANNEL_KEYS)
+    data = reader.mapping(_on_key(raw), where, CHANNEL_KEYS)
     name = data.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise reader.fail(f"{where}.name", "required: lowercase letters, digits and '-', at most 63 (metrics and "

@@ -58,6 +58,16 @@ def test_a_bad_channel_stops_the_policy_naming_file_field_and_problem(notify, fi
     assert problem in str(raised.value)
 
 
+def test_on_reads_as_written_whatever_yaml_1_1_made_of_it():
+    import yaml
+
+    written = yaml.safe_load("notify: [{name: ops, url: 'json://h/x', on: [deleted]}]")  # the key is True here
+    assert True in written["notify"][0]
+    assert parse_policy(written, "p").notify[0].on == {"deleted"}
+    helm = {"notify": [{"name": "ops", "url": "json://h/x", "true": ["stuck"]}]}  # as the chart renders it
+    assert parse_policy(helm, "p").notify[0].on == {"stuck"}
+
+
 def test_two_channels_by_one_name_and_a_notify_that_is_no_list_are_refused():
     with pytest.raises(PolicyError, match=r"policy.yaml: notify\[1\].name: duplicate channel name 'ops'"):
         channels({"name": "ops", "url": HOOK, "on": ["deleted"]}, {"name": "ops", "url": HOOK, "on": ["stuck"]})
