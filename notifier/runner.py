@@ -68,11 +68,13 @@ class Notifier:
             self._reclaimed_at = time.monotonic()
             entries += self.store.reclaim(self.consumer)
         entries += self.store.read(self.consumer, block_ms=block_ms)
-        for entry in entries:
-            self.file(entry)
+        unheard = [entry.id for entry in entries if not self.file(entry)]
+        self.store.ack(unheard)  # what no channel hears of: acknowledged together, one round trip
         return len(entries)
 
-    def file(self, entry: Entry) -> None:
+    def file(self, entry: Entry) -> bool:
+        """File one entry into the digests of the channels that hear of it; False when none does
+        (the caller acknowledges it)."""
         routed = route(entry.fields, self.policy_channels)
         for name in routed.refused:
             self.metrics.notifications.labels(name, routed.event, "refused").inc()
@@ -82,7 +84,10 @@ class Notifier:
                         "covering its namespace): nothing is sent for it")
         once = self._once(routed, entry.fields)
         deliveries = routed.deliveries if once is None or not self.store.told(once) else ()
+        if not deliveries:
+            return False
         self.store.file(entry.id, deliveries, routed.item, time.time(), self.periods, once)
+        return True
 
     @staticmethod
     def _once(routed: Routed, fields: dict[str, str]) -> str | None:

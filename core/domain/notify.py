@@ -214,19 +214,27 @@ def route(fields: dict[str, str], channels: tuple[Channel, ...]) -> Routed:
     if event is None:
         return Routed(None)
     namespace = fields.get("namespace") or None
-    by_name = {c.name: c for c in channels}
     chosen = [c.name for c in channels if event in c.on and c.covers(namespace)]
-    refused: list[str] = []
-    if event in OWNER_EVENTS:
-        for name in owner_requests(fields.get("notify")):
-            channel = by_name.get(name)
-            if channel is not None and channel.owners and channel.covers(namespace):
-                chosen.append(name)
-            else:
-                refused.append(name if channel is not None else UNKNOWN_CHANNEL)
+    asked, refused = _asked_by_owner(fields, channels) if event in OWNER_EVENTS else ([], [])
+    chosen += asked
     group = group_of(event, namespace)
     deliveries = tuple(Delivery(name, group) for name in dict.fromkeys(chosen))
     return Routed(event, deliveries, tuple(refused), item_of(event, fields) if deliveries else {})
+
+
+def _asked_by_owner(fields: dict[str, str], channels: tuple[Channel, ...]) -> tuple[list[str], list[str]]:
+    """The channels a job's jobttl.io/notify asks for that take its messages, and the refused (by
+    name, or UNKNOWN_CHANNEL for a name no channel has: the text is never a label)."""
+    by_name = {c.name: c for c in channels}
+    namespace = fields.get("namespace") or None
+    asked, refused = [], []
+    for name in owner_requests(fields.get("notify")):
+        channel = by_name.get(name)
+        if channel is not None and channel.owners and channel.covers(namespace):
+            asked.append(name)
+        else:
+            refused.append(name if channel is not None else UNKNOWN_CHANNEL)
+    return asked, refused
 
 
 # What a digest keeps of an entry: enough to say it, nothing more (never the annotation's value).

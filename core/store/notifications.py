@@ -105,6 +105,11 @@ class NotifyStore:
             if consumer["pending"] == 0 and consumer["idle"] > CONSUMER_IDLE_MS:
                 self.redis.xgroup_delconsumer(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, consumer["name"])
 
+    def ack(self, entry_ids: list[str]) -> None:
+        """Entries no channel hears of: nothing to file."""
+        if entry_ids:
+            self.redis.xack(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, *entry_ids)
+
     def told(self, token: str) -> bool:
         """Whether a message `token` names (a held set) was filed already."""
         return bool(self.redis.exists(keys.notify_once(token)))

@@ -423,6 +423,9 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
     worker = stack.jobttl("worker", "worker", env=env)
     stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
+    if policy_notifies(env.get("JOBTTL_POLICY") or os.environ.get("JOBTTL_POLICY")):
+        # The policy names notification channels: `jobttl notify` sends them (docs/notifications.md).
+        stack.jobttl("notify", "notify", env={**env, "JOBTTL_NOTIFY_METRICS_PORT": str(free_port())})
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
     _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
     _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)
@@ -440,6 +443,17 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
                 print(line, flush=True)
         except Exception as exc:  # noqa: BLE001 - a summary must never keep the stack running
             print(f"(no summary: {exc})", file=sys.stderr)
+
+
+def policy_notifies(path: str | None) -> bool:
+    """Whether the policy at `path` names notification channels (what is wrong with it, the processes say)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) if path else None
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and bool(data.get("notify"))
 
 
 def _banner(stack: Stack, env: dict[str, str], env_file: Path, sink_url: str, emulator_url: str,

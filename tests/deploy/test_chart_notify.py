@@ -53,7 +53,7 @@ def test_the_notifier_has_its_secrets_from_secrets_and_no_kubernetes_token():
     assert settings.console_url == "https://jobttl.example"
     # Redis lets the notifier in; nothing but Prometheus reaches it.
     [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
-    assert "notify" in rule["from"][0]["podSelector"]["matchExpressions"][2]["values"]
+    assert rule["from"][0]["podSelector"]["matchExpressions"][2]["values"] == ["sink", "worker", "notify"]
 
 
 def test_on_written_unquoted_in_a_values_file_reaches_the_notifier_as_on():
@@ -80,4 +80,7 @@ def test_a_notifier_without_channels_or_without_a_channels_secret_is_refused(val
 
 
 def test_without_notifications_nothing_of_the_notifier_is_rendered():
-    assert not [o for o in render({}) if o["metadata"]["name"] == "jobttl-notify"]
+    objects = render({})
+    assert not [o for o in objects if o["metadata"]["name"] == "jobttl-notify"]
+    [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
+    assert rule["from"][0]["podSelector"]["matchExpressions"][2]["values"] == ["sink", "worker"]

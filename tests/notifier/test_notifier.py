@@ -113,3 +113,13 @@ def test_a_digest_period_holds_the_next_message_back(redis, receiver):
     assert notifier.metrics.notifications.labels("ops", "kind-not-served", "sent")._value.get() == 1
     wait_for(lambda: redis.zscore("jobttl:notify:due:ops", "all"), what="the next message due")
     assert redis.zscore("jobttl:notify:due:ops", "all") > time.time() + 3000
+
+
+def test_entries_no_channel_hears_of_are_acknowledged_and_nothing_is_sent(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    audit = Audit(redis)
+    ref = JobRef("kubeflow.org/v1", "TFJob", "quiet", "j", str(uuid.uuid4()))
+    audit.record("scheduled", ref, due=int(time.time()) + 3600)  # the channel is not on upcoming
+    audit.record("cancelled", ref, reason="gone")
+    assert told(notifier, receiver) == []
+    assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0
