@@ -53,4 +53,4 @@ def test_a_message_goes_through_apprise_and_a_failure_says_why_without_the_secre
         receiver.stop()
     down = AppriseChannel(channel({"urlFromEnv": "X"}), f"json://127.0.0.1:{free_port()}/{TOKEN}")
     error = down.send(MESSAGE)
-    assert error and TOKEN not in error
+    assert "A Connection error occurred sending JSON notification to 127.0.0.1" in error and TOKEN not in error
