@@ -30,6 +30,7 @@ from typing import Any
 from jobttl.core.domain.durations import parse_duration
 from jobttl.core.domain.identity import shown
 from jobttl.core.domain.kinds import Finish, JobKind, parse_time
+from jobttl.core.domain.notify import owner_requests
 from jobttl.core.domain.policy import Effective, Policy, RuledValue
 
 ANNOTATION_PREFIX = "jobttl.io/"
@@ -105,11 +106,13 @@ def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
 
 
 def notify_request(annotations: dict[str, Any]) -> str | None:
-    """The job's ``jobttl.io/notify``, if it is one: a string of a sensible length (else nothing is asked)."""
+    """The channel names the job's ``jobttl.io/notify`` asks for, comma-separated (what is no name is
+    `notify.UNKNOWN_CHANNEL`: the audit trail and the logs never keep what an owner wrote there
+    otherwise); None when it asks for nothing or is longer than any list of names."""
     value = annotations.get(NOTIFY_ANNOTATION)
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NOTIFY_REQUEST:
+    if not isinstance(value, str) or len(value) > MAX_NOTIFY_REQUEST:
         return None
-    return value.strip()
+    return ",".join(owner_requests(value)) or None
 
 
 def _own_ttl_value(value: Any, source: str) -> int | str:

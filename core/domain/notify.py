@@ -199,11 +199,13 @@ def group_of(event: str, namespace: str | None) -> str:
 
 
 def owner_requests(value: str | None) -> tuple[str, ...]:
-    """The channel names an annotation asks for: comma-separated, at most MAX_OWNER_CHANNELS, each a
-    channel's name (anything else is kept, to be refused and counted, never used as a URL)."""
+    """The channel names an annotation asks for: comma-separated, at most MAX_OWNER_CHANNELS. What is
+    not a channel's name (a URL, say) is UNKNOWN_CHANNEL, to be refused and counted: its text is
+    never kept (it may hold a token), let alone used."""
     if not value:
         return ()
     names = [part.strip() for part in value.split(",") if part.strip()]
+    names = [name if _NAME.fullmatch(name) else UNKNOWN_CHANNEL for name in names]
     return tuple(dict.fromkeys(names))[:MAX_OWNER_CHANNELS]
 
 

@@ -142,6 +142,7 @@ def test_who_hears_of_an_entry(fields, deliveries, refused):
 
 def test_an_owner_asks_for_a_few_channels_by_name():
     assert owner_requests(" a, b,,a , c ") == ("a", "b", "c")
+    assert owner_requests("a, json://169.254.169.254/x, Bad Name") == ("a", UNKNOWN_CHANNEL)
     assert owner_requests("a,b,c,d,e,f,g") == ("a", "b", "c", "d", "e")
     assert owner_requests(None) == () and owner_requests("  ") == ()
 
@@ -153,8 +154,9 @@ def test_the_annotation_travels_with_the_decision_as_written_or_not_at_all():
         obj["status"] = finished_status(1_700_000_000, "Succeeded")
         return decide(obj, TFJOB).notify
     assert notify_of(" owners ") == "owners"
+    assert notify_of("team, json://hooks.example/s3cret-token") == "team,(unknown)"  # the URL is never kept
     assert notify_of("x" * 300) is None
-    assert notify_of("") is None
+    assert notify_of("") is None and notify_of(" , ") is None
 
 
 # --- when a digest goes ---------------------------------------------------------------------------------

@@ -257,6 +257,9 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
     wait_for(lambda: world.metric("(unknown)", "deleted", "refused") >= 1, timeout=10, what="the URL refused")
     assert world.metric("hooks", "deleted", "refused") >= 1  # hooks takes no owner's requests
     assert world.receiver.at("/evil", attempts=True) == []  # an annotation never names where jobttl sends
+    trail = [json.dumps(e.fields) for e in world.stack.reconciler.audit.entries()]
+    assert any('"notify": "hooks,(unknown)"' in entry for entry in trail)
+    assert not any("/evil" in entry for entry in trail), "nor is what it says kept"
 
 
 @pytest.mark.parametrize("channel, env, problem", [
