@@ -165,6 +165,19 @@ class Notifier:
         return threads
 
 
+def _prepared(notifier: Notifier) -> bool:
+    """Join the trail's consumer group, waiting for a Redis that does not answer yet (as the worker
+    does); False when stopped first."""
+    while not notifier.stop.is_set():
+        try:
+            notifier.prepare()
+            return True
+        except (RedisError, OSError) as exc:
+            logs.record(log, "notify-redis-unavailable", level=logging.WARNING, detail=str(exc))
+            notifier.stop.wait(2 * PAUSE)
+    return False
+
+
 def _ref(fields: dict[str, str]) -> dict[str, str] | None:
     keys = ("apiVersion", "kind", "namespace", "name", "uid")
     return {k: fields[k] for k in keys if k in fields} or None
@@ -178,14 +191,13 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> None:
                           "(docs/notifications.md)")
     channels = open_channels(policy_channels, os.environ if env is None else env)
     redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
-    redis.ping()
     metrics = Metrics()
     notifier = Notifier(redis, channels, metrics, settings)
-    notifier.prepare()
     health = serve_health(metrics, settings.notify_metrics_port) if settings.notify_metrics_port else None
     previous = {sig: signal.signal(sig, lambda *_: notifier.stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
-    threads = notifier.start()
-    logs.record(log, "notify-start", channels=[c.name for c in channels], consumer=notifier.consumer)
+    threads = notifier.start() if _prepared(notifier) else []
+    if threads:
+        logs.record(log, "notify-start", channels=[c.name for c in channels], consumer=notifier.consumer)
     try:
         notifier.stop.wait()
     finally:
