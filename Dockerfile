@@ -31,6 +31,7 @@ COPY core ./core
 COPY sink ./sink
 COPY worker ./worker
 COPY watcher ./watcher
+COPY notifier ./notifier
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # --- dashboard: rq-dashboard for docker-compose.yml, with jobttl's own RQ wheel --------------

@@ -242,7 +242,10 @@ class Deletion:
         tombstone = self.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
         # Follow-ups and "gone after" are the API server's clock, as the follower that takes them reads it.
         follow = None if gone else now + FIRST_FOLLOW_UP
-        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0}) \
+        # The TTL and the owner's jobttl.io/notify go along: the follower's `deleted` entry says them again.
+        said = {"ttl": decision.ttl, "ttlSource": decision.ttl_source, "notify": decision.notify} \
+            if decision is not None else {}
+        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0, **said}) \
             if follow is not None else None
         self.ledger.record(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
                            propagationPolicy=self.propagation, archive=link, **fields)

@@ -100,7 +100,8 @@ class Follower:
     def gone(self, member: str, ref: JobRef, info: dict[str, Any]) -> None:
         ctx = self.ctx
         gone_after = round(ctx.clock.now() - info["requestedAt"], 3)
-        fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None)
+        fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None,
+                      ttl=info.get("ttl"), ttlSource=info.get("ttlSource"), notify=info.get("notify"))
         Finish.of(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds).run(ctx.redis)
         ctx.redis.hdel(keys.STUCK, member)

@@ -66,7 +66,7 @@ def details(target: Target, decision: Decision, now: float) -> dict[str, Any]:
     """An outcome's audit fields from the decision it carried out."""
     return {"due": target.due, "finishedAt": decision.finished_at, "ttl": decision.ttl,
             "ttlSource": decision.ttl_source, "rules": list(decision.rules), "dryRun": decision.dry_run,
-            "lateness": round(now - target.due, 3)}
+            "lateness": round(now - target.due, 3), "notify": decision.notify}
 
 
 def _intent(raw: bytes | str, uid: str) -> dict[str, Any] | None:

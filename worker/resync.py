@@ -311,6 +311,7 @@ def _record(ctx: WorkerContext, report: ResyncReport) -> None:
     if report.status in ("already-running", "stale-confirmation"):
         return
     report.duration = round(time.time() - report.started_at, 3)
+    _record_kinds_not_served(ctx, report)
     with ctx.redis.pipeline(transaction=False) as pipe:
         pipe.set(keys.RESYNC_LAST, jsoncodec.dumps_str(report.as_dict()))
         if report.status in ("done", "held"):
@@ -322,3 +323,19 @@ def _record(ctx: WorkerContext, report: ResyncReport) -> None:
     ctx.metrics.resync_runs.labels(report.status).inc()
     for result in COUNTS:
         ctx.metrics.resync_objects.labels(result).inc(report.counts[result])
+
+
+def _record_kinds_not_served(ctx: WorkerContext, report: ResyncReport) -> None:
+    """A kind the cluster stopped serving (or never served) goes into the audit trail once, when a
+    resync first finds it so, not at every resync: the last report (keys.RESYNC_LAST) says what
+    was already missing. The `jobttl_kind_not_served` gauge says it all along."""
+    raw = ctx.redis.get(keys.RESYNC_LAST)
+    try:
+        before = set(jsoncodec.loads(raw).get("missing_kinds") or ()) if raw else set()
+    except (jsoncodec.DecodeError, AttributeError, TypeError):
+        before = set()
+    for kind in report.missing_kinds:
+        if kind not in before:
+            ctx.audit.record("kind-not-served", None, logging.WARNING, logger=log, resource=kind,
+                             detail=f"the API server does not serve {kind} (its CRD is not installed, or serves "
+                                    "another version): nothing of this kind is found or deleted until it does")

@@ -30,12 +30,17 @@ from typing import Any
 from jobttl.core.domain.durations import parse_duration
 from jobttl.core.domain.identity import shown
 from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, parse_time
+from jobttl.core.domain.notify import owner_requests
 from jobttl.core.domain.policy import Effective, Policy, RuledValue
 
 ANNOTATION_PREFIX = "jobttl.io/"
 TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
 KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
 KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
+# The notification channels a job's owner asks for (jobttl.core.domain.notify): carried by the decision
+# into the audit entries of its deletion, never read as a URL.
+NOTIFY_ANNOTATION = ANNOTATION_PREFIX + "notify"
+MAX_NOTIFY_REQUEST = 256  # characters; a longer value asks for nothing
 
 # The Warning Event on an object whose TTL (or keep-until) jobttl cannot use: see `invalid_ttl_message`.
 INVALID_TTL_REASON = "InvalidTTL"
@@ -79,18 +84,20 @@ class Decision:
     dry_run: bool = False  # decide and record, but do not delete
     rules: tuple[str, ...] = ()  # the policy rules that matched
     finished_from: str | None = None  # the field the finish time was read from
+    notify: str | None = None  # the job's jobttl.io/notify, as written: channel names the notifier checks
 
     def as_dict(self) -> dict[str, Any]:
         """The decision as JSON-ready data (held deletions are kept in this shape)."""
         return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
                 "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
-                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from}
+                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from,
+                "notify": self.notify}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
                    data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
-                   tuple(data.get("rules") or ()), data.get("finishedFrom"))
+                   tuple(data.get("rules") or ()), data.get("finishedFrom"), data.get("notify"))
 
 
 def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
@@ -108,6 +115,16 @@ def policy_error_reason(kind: JobKind, fault: DeclarationFault) -> str:
                 else kind.declared_in)
     return (f"{fault.field}: {fault.problem}; this is an error of {declared}, not of the object: jobttl keeps "
             f"this {kind.kind} until the declaration is fixed")
+
+
+def notify_request(annotations: dict[str, Any]) -> str | None:
+    """The channel names the job's ``jobttl.io/notify`` asks for, comma-separated (what is no name is
+    `notify.UNKNOWN_CHANNEL`: the audit trail and the logs never keep what an owner wrote there
+    otherwise); None when it asks for nothing or is longer than any list of names."""
+    value = annotations.get(NOTIFY_ANNOTATION)
+    if not isinstance(value, str) or len(value) > MAX_NOTIFY_REQUEST:
+        return None
+    return ",".join(owner_requests(value)) or None
 
 
 def _own_ttl_value(value: Any, source: str) -> int | str:
@@ -131,7 +148,8 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
     effective = policy.effective(meta.get("namespace", ""), labels)
     dry_run = effective.get("dry_run")
-    scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value))
+    scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value),
+                                 notify=notify_request(annotations))
     notes: list[str] = []  # why a job someone else runs is expired all the same
 
     manager = kind.external_manager(obj)

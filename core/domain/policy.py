@@ -48,6 +48,7 @@ import yaml
 
 from jobttl.core.domain.durations import parse_duration
 from jobttl.core.domain import kinddecl
+from jobttl.core.domain.notify import Channel, parse_channels
 from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
@@ -58,7 +59,8 @@ FLAG_KEYS = ("keep", "dry_run")
 # Whether jobs that someone else runs are jobttl's to expire: "skip" (the default) or "delete".
 OPT_IN_KEYS = ("owned", "managed_by")
 SKIP, DELETE = "skip", "delete"
-TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "kindDeclarations", "optIn", "namespaces", "rules", "stuckDeletion"}
+TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "kindDeclarations", "optIn", "namespaces", "rules", "stuckDeletion",
+                                    "notify"}
 RULE_KEYS = set(VALUE_KEYS) | {"name", "namespaces", "selector"}
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 # Keeping the evidence (issue 12): parsed by `_Reader.cleanup` into `Cleanup`, apart from `Values`.
@@ -203,6 +205,8 @@ class Policy:
     stuck_fallback: str | None = None
     cleanup: Cleanup = Cleanup()
     archive_store: ArchiveStore | None = None
+    # Where jobttl tells what it did (`jobttl notify` sends; jobttl.core.domain.notify).
+    notify: tuple[Channel, ...] = ()
 
     def namespace_excluded(self, namespace: str) -> str | None:
         """Why `namespace` is out of scope, or None if it is in."""
@@ -271,8 +275,12 @@ class _Reader:
     def __init__(self, origin: str):
         self.origin = origin
 
+    def place(self, where: str) -> str:
+        """Where a field was written: the file, then the field."""
+        return f"{self.origin}: {where}"
+
     def fail(self, where: str, problem: str) -> PolicyError:
-        return PolicyError(f"{self.origin}: {where}: {problem}")
+        return PolicyError(f"{self.place(where)}: {problem}")
 
     def mapping(self, value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
         if not isinstance(value, dict):
@@ -550,6 +558,7 @@ def parse_policy(data: Any, origin: str = "policy") -> Policy:
         stuck_fallback=reader.stuck_fallback(data.get("stuckDeletion")),
         cleanup=reader.cleanup(data, "", top=True),
         archive_store=reader.archive_store(data.get("archive")),
+        notify=parse_channels(reader, data.get("notify")),
     )
     reader.check_cleanup(policy)
     return policy

@@ -185,6 +185,16 @@ SETTINGS: tuple[EnvSetting, ...] = (
             "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
             "any token for the audience (any pod can mint one for its own service account)"),
     EnvSetting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
+    EnvSetting("console_url", "JOBTTL_CONSOLE_URL", url("http", "https"),
+            "the web console's address as operators reach it: notifications link to it (`deleted` to its history, "
+            "review-opened to its held page); unset: no links"),
+    EnvSetting("notify_metrics_port", "JOBTTL_NOTIFY_METRICS_PORT", number(0),
+            "where `jobttl notify` serves /metrics and /healthz; 0 = off"),
+    EnvSetting("notify_gather", "JOBTTL_NOTIFY_GATHER", number(0, 3600),
+            "seconds a quiet digest waits for what comes with its first entry before it is sent (at most its "
+            "digest period)"),
+    EnvSetting("notify_retry_backoff", "JOBTTL_NOTIFY_RETRY_BACKOFF", number(1, 3600),
+            "seconds before a notification that failed is tried again; doubles each time, up to 15 minutes"),
 )
 _BY_FIELD = {s.field: s for s in SETTINGS}
 
@@ -227,6 +237,10 @@ class Settings:
     sink_oidc_ca_file: str | None = None
     sink_oidc_subjects: tuple[str, ...] = ()
     read_api: str = "on"
+    console_url: str | None = None
+    notify_metrics_port: int = 9091
+    notify_gather: int = 30
+    notify_retry_backoff: int = 10
     policy: Policy = field(default_factory=Policy)
 
     @property

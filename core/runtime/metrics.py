@@ -59,6 +59,10 @@ class Metrics:
         self.archive_pruned = Counter("jobttl_archive_pruned", "Archives removed by the retention", registry=r)
         self.notices = Counter("jobttl_deletion_notices", "Notices posted as Events: DeletionScheduled by stage "
                                "(job, pods), InvalidTTL Warnings as invalid-ttl", ["stage"], registry=r)
+        self.notifications = Counter("jobttl_notifications", "Notification messages by channel (the policy's name "
+                                     "for it, never its URL), event and outcome: sent, failed (tried again later), "
+                                     "dropped (given up), refused (a job asked for a channel that does not take its "
+                                     "messages)", ["channel", "event", "outcome"], registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
         for event, reason in ALERTED_DECISIONS:

@@ -74,7 +74,7 @@ def decision_fields(decision: Decision | None) -> dict[str, Any]:
     if decision.verdict is not Verdict.EXPIRES:
         return {"detail": decision.reason, "ttlSource": decision.ttl_source}
     return {"finishedAt": decision.finished_at, "ttl": decision.ttl, "ttlSource": decision.ttl_source,
-            "rules": list(decision.rules), "dryRun": decision.dry_run}
+            "rules": list(decision.rules), "dryRun": decision.dry_run, "notify": decision.notify}
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:

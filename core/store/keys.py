@@ -46,6 +46,10 @@ KEEPLAST_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a d
 # DeletionScheduled Events (jobttl.worker.scheduled_events)
 NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
 
+# Notifications (jobttl.core.store.notifications): the notifier reads the audit trail as a consumer group
+NOTIFY_GROUP = "jobttl-notify"  # the consumer group on AUDIT_STREAM (not a key)
+NOTIFY_PREFIX = "jobttl:notify:"
+
 # Archives (jobttl.core.domain.archive)
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
@@ -96,3 +100,29 @@ def intent(member: str) -> str:
 
 def notices(queue: str) -> str:
     return NOTICES_PREFIX + queue
+
+
+def notify_buffer(channel: str, group: str) -> str:
+    """list per channel and digest group: the entries waiting to be told (JSON)."""
+    return f"{NOTIFY_PREFIX}buffer:{channel}:{group}"
+
+
+def notify_due(channel: str) -> str:
+    """zset per channel: digest group → when its message is due (or tried again)."""
+    return f"{NOTIFY_PREFIX}due:{channel}"
+
+
+def notify_state(channel: str) -> str:
+    """hash per channel: per digest group, `<group>:count` (entries filed, told or not), `<group>:last`
+    (when its last message went) and `<group>:attempts` (failed tries of the message now due)."""
+    return f"{NOTIFY_PREFIX}state:{channel}"
+
+
+def notify_lock(channel: str, group: str) -> str:
+    """string: the notifier sending this group's message now (one at a time)."""
+    return f"{NOTIFY_PREFIX}lock:{channel}:{group}"
+
+
+def notify_once(token: str) -> str:
+    """string: a held set already told (review-opened, guard-tripped: once per held id)."""
+    return f"{NOTIFY_PREFIX}once:{token}"

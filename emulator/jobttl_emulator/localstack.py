@@ -420,12 +420,15 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
                                         *seeds, "--write-kubeconfig", str(kubeconfig)], env)
     _until(kubeconfig.exists, 20, "the API emulator", emulator)
     start = time.time()  # the seeded jobs finished as the emulator started
+    notifier = _start_notifier(stack, env)
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
     worker = stack.jobttl("worker", "worker", env=env)
     stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
     _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
     _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)
+    if notifier is not None:
+        _until(lambda: _get(notifier[1]), 30, "the notifier (jobttl notify)", notifier[0])
     env_file = write_environment(stack.workdir, shared)
     _banner(stack, shared, env_file, sink_url, emulator_url, metrics_url)
     dues: dict[str, int] = {}
@@ -440,6 +443,28 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
                 print(line, flush=True)
         except Exception as exc:  # noqa: BLE001 - a summary must never keep the stack running
             print(f"(no summary: {exc})", file=sys.stderr)
+
+
+def _start_notifier(stack: Stack, env: dict[str, str]) -> tuple[subprocess.Popen, str] | None:
+    """When the policy names notification channels, `jobttl notify` to send them (docs/notifications.md),
+    and its health URL. Started before the sink, as it hears of what comes after it joins; not waited
+    for here, so that the examples' countdown does not wait on it either."""
+    if not policy_notifies(env.get("JOBTTL_POLICY") or os.environ.get("JOBTTL_POLICY")):
+        return None
+    port = free_port()
+    process = stack.jobttl("notify", "notify", env={**env, "JOBTTL_NOTIFY_METRICS_PORT": str(port)})
+    return process, f"http://127.0.0.1:{port}/healthz"
+
+
+def policy_notifies(path: str | None) -> bool:
+    """Whether the policy at `path` names notification channels (what is wrong with it, the processes say)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text()) if path else None
+    except (OSError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and bool(data.get("notify"))
 
 
 def _banner(stack: Stack, env: dict[str, str], env_file: Path, sink_url: str, emulator_url: str,

@@ -1,7 +1,7 @@
 """The ``jobttl`` command: one entry point for every process jobttl runs, and the operator's tools.
 
 Layers: this command imports the processes (`jobttl.sink`, `jobttl.worker`,
-`jobttl.watcher`) and the core; nothing imports it.
+`jobttl.watcher`, `jobttl.notifier`) and the core; nothing imports it.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ COMMAND_ENV = {
     "worker": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_POLICY", "KUBECONFIG", "JOBTTL_PROPAGATION_POLICY",
                "JOBTTL_RESYNC_INTERVAL", "JOBTTL_DELETE_RATE", "JOBTTL_WORKER_METRICS_PORT"),
     "watch": ("KUBECONFIG", "JOBTTL_POLICY"),
+    "notify": ("JOBTTL_REDIS_URL", "JOBTTL_POLICY", "JOBTTL_CONSOLE_URL", "JOBTTL_NOTIFY_METRICS_PORT"),
     "resync": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "KUBECONFIG", "JOBTTL_POLICY", "JOBTTL_RESYNC_MAX_DELETIONS",
                "JOBTTL_RESYNC_MAX_SHARE"),
     "explain": ("JOBTTL_POLICY",),
@@ -94,6 +95,12 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
     kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
     run(kube, settings.policy.kinds, args.sink)
+
+
+def _notify(args: argparse.Namespace, settings: Settings) -> None:
+    from jobttl.notifier.runner import run
+
+    run(settings)
 
 
 def _logs(args: argparse.Namespace, settings: Settings) -> int:
@@ -467,6 +474,9 @@ def build_parser() -> argparse.ArgumentParser:
     watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
     watch.add_argument("--sink", required=True, metavar="URL",
                        help="the sink to POST events to, e.g. http://jobttl-sink")
+
+    process("notify", _notify, "send the notifications the policy's notify asks for (digests of the audit trail, "
+                               "through Apprise)")
 
     resync = process("resync", _resync, "make the schedule in Redis match the cluster, now")
     resync.add_argument("--confirm", metavar="HELD_ID",

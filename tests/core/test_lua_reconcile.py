@@ -225,6 +225,23 @@ def test_an_invalid_ttl_is_noticed_once_per_value(redis, ref):
     assert redis.zcard(OUTBOX) == 1, "another value is told again"
 
 
+def test_an_invalid_ttl_goes_into_the_audit_trail_as_often_as_it_is_told(redis, ref):
+    """The `invalid-ttl` entry notifications read (jobttl.core.domain.notify): once per object and value."""
+    def told(detail):
+        invalid = json.dumps({"invalid": detail, "ref": ref.as_dict()})
+        reconcile(redis, ref, expiring=False, due=None, reason="invalid-ttl", invalid=invalid,
+                  unbooked=skipped(ref, "invalid-ttl", detail),
+                  fields={**ref.as_dict(), "by": "test", "detail": detail, "ttlSource": "annotation jobttl.io/ttl"})
+
+    told("bad")
+    told("bad")
+    told("worse")
+    entries = [{k.decode(): v.decode() for k, v in fields.items()}
+               for _, fields in redis.xrange(keys.AUDIT_STREAM) if fields[b"event"] == b"invalid-ttl"]
+    assert [(e["detail"], e["name"], e["ttlSource"]) for e in entries] == [
+        ("bad", ref.name, "annotation jobttl.io/ttl"), ("worse", ref.name, "annotation jobttl.io/ttl")]
+
+
 # --- the guard: news collected, counted, held --------------------------------------------------------
 
 def test_news_is_answered_due_now_when_collected(redis, ref):

@@ -165,14 +165,25 @@ def test_a_list_whose_continue_token_expires_is_restarted(cluster, redis_server,
     assert statuses[0] == 410 and statuses.count(410) == 1
 
 
-def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal(redis_server, tmp_path):
+def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal_and_recorded_once(redis_server, tmp_path):
+    from jobttl.core.store import keys
+    from jobttl.core.store.audit import Audit
+
+    redis = redis_server.client()
+    redis.delete(keys.RESYNC_LAST)  # as before the first resync
+    started = time.time() - 1
     small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
     try:
         report = resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small"))
+        again = resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small"))
     finally:
         small.stop()
-    assert report.status == "done"
+    assert report.status == again.status == "done"
     assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
+    # In the audit trail (what notifications read) once, when first found, not at every resync.
+    recorded = [e.fields["resource"] for e in Audit(redis).entries(since=started)
+                if e.fields.get("event") == "kind-not-served"]
+    assert sorted(recorded) == sorted(report.missing_kinds) == sorted(again.missing_kinds)
 
 
 def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_server, tmp_path):

@@ -60,6 +60,10 @@ local function warn()
   if TERMINAL[current['event']] then return end
   if current['reason'] == reason and current['detail'] == cjson.decode(unbooked)['detail'] then return end
   redis.call('ZADD', outbox, 'NX', now, invalid)
+  -- The audit trail says it too, as often as the Warning is told (the notifier reads `invalid-ttl`).
+  local entry = {'event', 'invalid-ttl'}
+  for _, part in ipairs(fields) do entry[#entry + 1] = part end
+  append_audit(audit_stream, audit_max, entry)
 end
 
 if expiring then

@@ -1,0 +1,86 @@
+"""The chart's notifier (charts/jobttl/templates/notify.yaml), through Helm's own engine: its Deployment,
+where its secrets come from, and what it refuses to render."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
+
+from jobttl.core.domain.policy import parse_policy  # noqa: E402
+from jobttl.core.runtime.config import Settings  # noqa: E402
+from jobttl.notifier.channels import open_channels  # noqa: E402
+from tests.deploy.chart import CHART, NAMESPACE, chart, find, render  # noqa: E402
+from tests.deploy.manifests import pod_spec  # noqa: E402
+from tests.deploy.test_chart import problems  # noqa: E402
+
+SLACK = "mmost://chat.example/s3cr3ttoken0123"
+VALUES = {
+    "intake": {"mode": "watch"},
+    "monitoring": {"enabled": True},
+    "policy": {"ttl": "7d", "notify": [
+        {"name": "ops", "urlFromEnv": "JOBTTL_NOTIFY_CHAT", "on": ["deleted", "stuck"], "digest": "1h"},
+        {"name": "hooks", "url": "json://hooks.example/jobttl", "on": ["guard-tripped"]}]},
+    "notifications": {"enabled": True, "consoleURL": "https://jobttl.example",
+                      "secretEnv": [{"name": "JOBTTL_NOTIFY_CHAT", "secretName": "chat", "key": "url"}]},
+}
+
+
+def test_the_notifier_lints_and_every_object_it_adds_is_valid():
+    report = helm.lint(str(CHART), VALUES, strict=True, namespace=NAMESPACE)
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == []
+    objects = render(VALUES)
+    for kind in ("Deployment", "NetworkPolicy", "PodMonitor"):
+        assert problems(find(objects, kind, "jobttl-notify")) == []
+
+
+def test_the_notifier_has_its_secrets_from_secrets_and_no_kubernetes_token():
+    objects = render(VALUES)
+    spec = pod_spec(find(objects, "Deployment", "jobttl-notify"))
+    assert spec["serviceAccountName"] == "jobttl-no-api" and spec["automountServiceAccountToken"] is False
+    [container] = spec["containers"]
+    assert container["args"] == ["notify"]
+    env = {e["name"]: e for e in container["env"]}
+    assert env["JOBTTL_NOTIFY_CHAT"]["valueFrom"] == {"secretKeyRef": {"name": "chat", "key": "url"}}
+    assert env["JOBTTL_CONSOLE_URL"]["value"] == "https://jobttl.example"
+    policy = find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
+    assert "chat.example" not in policy
+    # The rendered policy and environment are what the notifier accepts at start.
+    settings = Settings.from_env({"JOBTTL_POLICY": "", "JOBTTL_CONSOLE_URL": env["JOBTTL_CONSOLE_URL"]["value"]})
+    channels = parse_policy(yaml.safe_load(policy), "the chart's policy").notify
+    assert [c.name for c in open_channels(channels, {"JOBTTL_NOTIFY_CHAT": SLACK})] == ["ops", "hooks"]
+    assert settings.console_url == "https://jobttl.example"
+    # Redis lets the notifier in; nothing but Prometheus reaches it.
+    [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
+    assert rule["from"][0]["podSelector"]["matchExpressions"][2]["values"] == ["sink", "worker", "notify"]
+
+
+def test_on_written_unquoted_in_a_values_file_reaches_the_notifier_as_on():
+    """Helm reads an unquoted `on:` (YAML 1.1) as "true", and the rendered policy says "true": jobttl reads it as on."""
+    values = yaml.safe_load("policy:\n  notify:\n    - {name: ops, url: 'json://h/x', on: [stuck]}\n")
+    rendered = {**values["policy"]["notify"][0]}
+    rendered["true"] = rendered.pop(True)  # what sigs.k8s.io/yaml makes of the key
+    objects = render({"policy": {"notify": [rendered]}, "notifications": {"enabled": True}})
+    policy = yaml.safe_load(find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"])
+    assert parse_policy(policy, "the chart's policy").notify[0].on == {"stuck"}
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"notifications": {"enabled": True}}, "notifications.enabled: the policy names no channels"),
+    ({"notifications": {"enabled": True}, "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]}},
+     "policy.notify[0].urlFromEnv: X is not set by notifications.secretEnv"),
+    ({"notifications": {"enabled": True, "secretEnv": [{"name": "X", "secretName": "s"}]},
+      "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]}}, "key"),
+])
+def test_a_notifier_without_channels_or_without_a_channels_secret_is_refused(values, message):
+    with pytest.raises(Exception) as raised:
+        chart().render(values, name="jobttl", namespace=NAMESPACE, is_install=True)
+    assert message in str(raised.value)
+
+
+def test_without_notifications_nothing_of_the_notifier_is_rendered():
+    objects = render({})
+    assert not [o for o in objects if o["metadata"]["name"] == "jobttl-notify"]
+    [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
+    assert rule["from"][0]["podSelector"]["matchExpressions"][2]["values"] == ["sink", "worker"]

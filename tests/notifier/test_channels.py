@@ -1,0 +1,56 @@
+"""The policy's channels as Apprise takes them (jobttl.notifier.channels): checked at start, and what a
+failure may say."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobttl.core.domain.digest import Message
+from jobttl.core.domain.policy import parse_policy
+from jobttl.core.runtime.config import ConfigError
+from jobttl.notifier.channels import AppriseChannel, open_channels
+from tests.notifier.receiver import Receiver
+from tests.services import free_port
+
+TOKEN = "t0ken0123456789abcdef"
+MESSAGE = Message("jobttl: 1 job deleted in a", "1 deleted in namespace a: 1 TFJob", False, ("deleted",))
+
+
+def channel(spec: dict):
+    return parse_policy({"notify": [{"name": "c", "on": ["deleted"], **spec}]}, "policy.yaml").notify[0]
+
+
+@pytest.mark.parametrize("spec, env, problem", [
+    ({"urlFromEnv": "CHAT"}, {}, "policy.yaml: notify[0].urlFromEnv: the environment variable CHAT is not set"),
+    ({"urlFromEnv": "CHAT"}, {"CHAT": "  "}, "the environment variable CHAT is not set"),
+    ({"url": f"mmost://chat.example/{TOKEN}"}, {}, "policy.yaml: notify[0].url: this URL holds a secret"),
+    ({"url": "mailto://bob:hunter22@smtp.example?to=ops@example.org"}, {}, "this URL holds a secret"),
+    ({"url": "nosuch://host/x"}, {}, "policy.yaml: notify[0].url: Apprise takes no such URL (nosuch://..."),
+    ({"urlFromEnv": "CHAT"}, {"CHAT": f"nosuch://host/{TOKEN}"}, "notify[0].urlFromEnv: Apprise takes no such URL"),
+])
+def test_a_channel_apprise_cannot_use_or_that_leaks_a_secret_is_refused_at_start(spec, env, problem):
+    with pytest.raises(ConfigError) as raised:
+        open_channels((channel(spec),), env)
+    assert problem in str(raised.value) and str(raised.value).startswith("JOBTTL_POLICY: policy.yaml: notify[0]")
+    assert TOKEN not in str(raised.value) and "hunter22" not in str(raised.value)
+
+
+def test_a_secret_from_the_environment_and_a_url_without_one_are_taken():
+    [secret, plain] = open_channels((channel({"urlFromEnv": "CHAT"}), channel({"url": "json://hooks.example/x"})),
+                                    {"CHAT": f"mmost://chat.example/{TOKEN}"})
+    assert secret.url == f"mmost://chat.example/{TOKEN}" and plain.url == "json://hooks.example/x"
+
+
+def test_a_message_goes_through_apprise_and_a_failure_says_why_without_the_secret():
+    receiver = Receiver()
+    try:
+        ok = AppriseChannel(channel({"urlFromEnv": "X"}), f"json://127.0.0.1:{receiver.port}/{TOKEN}")
+        assert ok.send(MESSAGE) is None
+        [(path, body)] = receiver.got
+        assert path == f"/{TOKEN}" and body["title"] == MESSAGE.title and body["message"] == MESSAGE.body
+        assert body["type"] == "info"
+    finally:
+        receiver.stop()
+    down = AppriseChannel(channel({"urlFromEnv": "X"}), f"json://127.0.0.1:{free_port()}/{TOKEN}")
+    error = down.send(MESSAGE)
+    assert "A Connection error occurred sending JSON notification to 127.0.0.1" in error and TOKEN not in error

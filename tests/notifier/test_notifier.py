@@ -1,0 +1,125 @@
+"""The notifier (jobttl.notifier.runner.Notifier) on a real Redis, sending through Apprise to a local
+receiver: the events the other parts of jobttl write, as operators are told of them."""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+
+import pytest
+
+from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.policy import Policy, parse_policy
+from jobttl.core.runtime.config import Settings
+from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.services.reconcile import Reconciler
+from jobttl.core.store.audit import Audit
+from jobttl.core.store.schedule import Schedule
+from jobttl.notifier.channels import open_channels
+from jobttl.notifier.runner import Notifier
+from tests.core.own_redis import redis, server  # noqa: F401 - fixtures
+from tests.fixtures import job_object
+from tests.notifier.receiver import Receiver
+from tests.services import wait_for
+
+
+@pytest.fixture(scope="module")
+def receiver():
+    receiver = Receiver()
+    yield receiver
+    receiver.stop()
+
+
+def notifier_for(redis, receiver, digest: str = "0s") -> Notifier:
+    path = f"/{uuid.uuid4().hex[:8]}"
+    policy = parse_policy({"notify": [{"name": "ops", "url": f"json://127.0.0.1:{receiver.port}{path}",
+                                       "on": ["review-opened", "guard-tripped", "invalid-ttl", "kind-not-served",
+                                              "policy-error"], "digest": digest}]}, "policy.yaml")
+    notifier = Notifier(redis, open_channels(policy.notify, {}), Metrics(),
+                        Settings(policy=policy, notify_gather=0, console_url="https://jobttl.example"))
+    notifier.prepare()
+    notifier.path = path
+    return notifier
+
+
+def told(notifier: Notifier, receiver: Receiver) -> list[dict]:
+    """What the channel has been sent, once the notifier has read and sent all there is."""
+    while notifier.read_once(block_ms=10):
+        pass
+    notifier.send_due(notifier.channels[0])
+    return receiver.at(notifier.path)
+
+
+def test_a_held_set_is_told_once_however_often_a_resync_holds_it_again(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    audit = Audit(redis)
+    for _ in range(3):  # a resync every 15 minutes while nobody confirms
+        audit.record("deletions-held", None, logging.WARNING, count=12, seen=40, heldId="abc123def456",
+                     reason="first-run-review", firstRun=12)
+    [message] = told(notifier, receiver)
+    assert message["title"] == "jobttl: 12 held (first-run review)" and message["type"] == "warning"
+    assert "jobttl resync --confirm abc123def456" in message["message"]
+    assert "https://jobttl.example/held" in message["message"]
+    audit.record("deletions-held", None, logging.WARNING, count=30, seen=40, heldId="0123456789ab",
+                 maxDeletions=10, maxShare=0.5)  # the guard's thresholds, another set
+    messages = told(notifier, receiver)
+    assert len(messages) == 2 and messages[1]["title"] == "jobttl: 30 held (guard tripped)"
+    assert "- 30 held of 40 jobs seen (limits: 10 deletions or 0.5 of those seen), held id 0123456789ab" \
+        in messages[1]["message"]
+
+
+def test_the_burst_guards_holds_come_as_one_digest(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    audit = Audit(redis)
+    for i in range(3):
+        audit.record("held", JobRef("kubeflow.org/v1", "TFJob", "burst", f"j{i}", str(uuid.uuid4())),
+                     reason="burst", due=int(time.time()))
+    [message] = told(notifier, receiver)
+    assert message["title"] == "jobttl: 3 held (guard tripped)"
+    assert message["message"].count("held by the burst limit") == 3
+
+
+def test_a_ttl_jobttl_cannot_read_is_told_from_the_reconcile_that_found_it(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    obj = job_object(TFJOB, "typo", "team-a", at=time.time() - 60)
+    obj["metadata"].update(uid=str(uuid.uuid4()), annotations={"jobttl.io/ttl": "10 minutes"})
+    reconciler = Reconciler(Schedule(redis, "notify", retry_intervals=[]), Audit(redis), Policy())
+    reconciler.reconcile(obj, TFJOB, "event")
+    reconciler.reconcile(obj, TFJOB, "event")  # the same value again: told once
+    [message] = told(notifier, receiver)
+    assert message["title"] == "jobttl: 1 invalid-ttl"
+    assert "- TFJob team-a/typo: annotation jobttl.io/ttl: expected a duration such as" in message["message"]
+
+
+def test_kinds_not_served_and_policy_errors_are_told_with_their_detail(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    audit = Audit(redis)
+    audit.record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    audit.record("policy-error", None, logging.ERROR, rule="gpu", detail="celWhen: no such field")
+    [message] = told(notifier, receiver)
+    assert message["title"] == "jobttl: 1 policy-error, 1 kind-not-served"
+    assert "- gpu: celWhen: no such field" in message["message"] and "- ray.io/v1/RayJob: no CRD" in message["message"]
+
+
+def test_a_digest_period_holds_the_next_message_back(redis, receiver):
+    notifier = notifier_for(redis, receiver, digest="1h")
+    audit = Audit(redis)
+    audit.record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    assert len(told(notifier, receiver)) == 1
+    audit.record("kind-not-served", None, logging.WARNING, resource="tekton.dev/v1/TaskRun", detail="no CRD")
+    assert len(told(notifier, receiver)) == 1, "not again within the hour"
+    assert notifier.metrics.notifications.labels("ops", "kind-not-served", "sent")._value.get() == 1
+    wait_for(lambda: redis.zscore("jobttl:notify:due:ops", "all"), what="the next message due")
+    assert redis.zscore("jobttl:notify:due:ops", "all") > time.time() + 3000
+
+
+def test_entries_no_channel_hears_of_are_acknowledged_and_nothing_is_sent(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    audit = Audit(redis)
+    ref = JobRef("kubeflow.org/v1", "TFJob", "quiet", "j", str(uuid.uuid4()))
+    audit.record("scheduled", ref, due=int(time.time()) + 3600)  # the channel is not on upcoming
+    audit.record("cancelled", ref, reason="gone")
+    assert told(notifier, receiver) == []
+    assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0
