@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # One image for every jobttl process: the sink, the worker, `jobttl watch`, the operator commands.
-#   docker build -t ghcr.io/jobttl/jobttl:0.2.0 .
-#   docker run --rm ghcr.io/jobttl/jobttl:0.2.0 worker
+#   make image        (docker build -t ghcr.io/jobttl/jobttl:<version> ., the version pyproject.toml says)
+#   docker run --rm ghcr.io/jobttl/jobttl:<version> worker
 # `--target dashboard` builds rq-dashboard against the same RQ version (docker-compose.yml).
 # Needs BuildKit (the default builder since Docker 23) for RUN --mount; podman/buildah build it
 # too (`make e2e`, with a local Debian base in place of the registry's: PYTHON_IMAGE below).
