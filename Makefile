@@ -97,4 +97,5 @@ lock: $(INSTALLED)
 # Helm's own engine (helm-python-sdk, a test extra) renders the chart; scripts/knative.py says what
 # it writes and why (`--check`: name what differs, write nothing).
 knative: $(INSTALLED)
+	$(PY) -m scripts.chart
 	$(PY) -m scripts.knative
