@@ -8,7 +8,12 @@
 #               the rest of the sink fuzzer's 10,400 cases: about 3 minutes), then the image built
 #               and run with podman + runc, the compose stack deleting a TFJob (tests/e2e_image/:
 #               root, podman, about 4-6 minutes more)
-#   make lock   rewrite requirements.lock (the image's exact dependencies) from pyproject.toml
+#   make lock   rewrite requirements.lock (the image's exact dependencies, hashed) from pyproject.toml
+#   make image  the image, IMAGE:VERSION (ghcr.io/jobttl/jobttl:<pyproject.toml's version>), with docker
+#               buildx or podman: `make image IMAGE=registry.example.com/jobttl/jobttl PUSH=1` puts it
+#               in your registry; PLATFORMS=linux/amd64,linux/arm64 builds both
+#   make chart  the chart's generated parts written, then the chart packaged by Helm's SDK:
+#               dist/jobttl-<version>.tgz (the release workflow pushes it to an OCI registry)
 #   make knative  rewrite knative/'s generated Kustomize manifests from the Helm chart (charts/jobttl/)
 #               and knative/values/: run it after changing either (tests/deploy/test_knative.py fails
 #               until you do)
@@ -23,7 +28,7 @@ PY := $(VENV)/bin/python
 RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock knative
+.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock knative image chart
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -97,4 +102,31 @@ lock: $(INSTALLED)
 # Helm's own engine (helm-python-sdk, a test extra) renders the chart; scripts/knative.py says what
 # it writes and why (`--check`: name what differs, write nothing).
 knative: $(INSTALLED)
+	$(PY) -m scripts.chart
 	$(PY) -m scripts.knative
+
+VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
+IMAGE ?= ghcr.io/jobttl/jobttl
+# PLATFORMS: e.g. linux/amd64,linux/arm64 (buildx needs QEMU or native builders for the others).
+# PUSH=1: push the image (or, for several platforms, its manifest list) to IMAGE's registry.
+# PYTHON_IMAGE: another base, e.g. a mirror of python:3.12-slim-bookworm (Dockerfile).
+PLATFORMS ?=
+PUSH ?=
+PYTHON_IMAGE ?=
+BUILD_ARGS = --target runtime --build-arg VERSION=$(VERSION) \
+	--build-arg REVISION=$$(git rev-parse HEAD 2>/dev/null) $(if $(PYTHON_IMAGE),--build-arg PYTHON_IMAGE=$(PYTHON_IMAGE))
+
+image:
+	@if command -v docker >/dev/null 2>&1 && docker buildx version >/dev/null 2>&1; then \
+	  docker buildx build $(BUILD_ARGS) $(if $(PLATFORMS),--platform $(PLATFORMS)) \
+	    -t $(IMAGE):$(VERSION) $(if $(PUSH),--push,$(if $(PLATFORMS),,--load)) . ; \
+	elif command -v podman >/dev/null 2>&1; then \
+	  podman build $(BUILD_ARGS) $(if $(PLATFORMS),--platform $(PLATFORMS) --manifest,-t) $(IMAGE):$(VERSION) . && \
+	  $(if $(PUSH),podman $(if $(PLATFORMS),manifest push --all,push) $(IMAGE):$(VERSION),true) ; \
+	else \
+	  echo "make image: needs docker with buildx, or podman (apt-get install podman)" >&2; exit 1; \
+	fi
+	@echo "$(IMAGE):$(VERSION)$(if $(PUSH), pushed)"
+
+chart: $(INSTALLED)
+	$(PY) -m scripts.chart --package dist

@@ -39,16 +39,19 @@ than writing something else than the chart means. Whitespace-only lines are drop
 
 What the generator says itself, since a chart cannot:
 
-- the Secret's value. The chart generates a random Redis password at install (and keeps it on
-  upgrade); Git must not hold one. The Secret in base/redis.yaml holds instead
-  jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD, which every jobttl process refuses at start
-  (knative/README.md, step 1). Any other Secret the chart renders stops the generator;
+- Helm's hooks are left out (kustomize has none): the helm test pod, and the Job that makes the
+  bundled Redis's password in the cluster before an install or upgrade. In that Job's place,
+  base/redis.yaml holds the Secret it would create, with
+  jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD, which every jobttl process refuses at
+  start (knative/README.md, step 1): Git must not hold a real password. Any Secret the chart
+  renders itself stops the generator;
 - the kustomization.yaml files; base's `images:` entry pins the jobttl image to the tag the chart
   renders (its appVersion, which tests/deploy/test_release.py keeps equal to pyproject's version).
 
 Hand-written, never touched: knative/kustomization.yaml, base/namespace.yaml (Helm installs into
-a namespace it is given), the READMEs, and the monitoring kit's data the chart reads through
-links in charts/jobttl/files/: monitoring/alerts.yaml and dashboard.json (and alerts.test.yaml).
+a namespace it is given), the READMEs, and the monitoring kit's data: monitoring/alerts.yaml and
+dashboard.json (and alerts.test.yaml), which scripts/chart.py copies into charts/jobttl/files/
+(run first by `make knative`).
 Every generated file starts with GENERATED; a file that does and that the generator no longer
 writes is deleted (and named by --check). Same chart, same values, same bytes: nothing random,
 no dates, a fixed order.
@@ -202,27 +205,31 @@ def strip_text(text: str) -> str:
     return "\n".join(kept)
 
 
-def placeholder_secret(text: str, obj: dict[str, Any], template: str) -> tuple[str, dict[str, Any]]:
-    """The chart's Secret with the placeholder every jobttl process refuses instead of its random value."""
-    name = obj["metadata"]["name"]
-    if name != f"{RELEASE}-redis" or set(obj) - {"apiVersion", "kind", "metadata", "type", "data"}:
-        raise GenerationError(f"templates/{template}: Secret {name}: the generator writes a placeholder for the "
-                              f"Redis password only; decide what knative/ ships for this one")
-    lines = text.splitlines()
-    start = lines.index("data:")
-    end = next((i for i in range(start + 1, len(lines)) if not lines[i].startswith(" ")), len(lines))
-    keys = list(obj.get("data") or {})
-    body = ["stringData:"] + [f"  {key}: {PLACEHOLDER_REDIS_PASSWORD}" for key in keys]
-    comment = f"""\
+def placeholder_secret(job: dict[str, Any]) -> Document:
+    """The Secret the chart's password Job (a hook) would create, with the placeholder every jobttl
+    process refuses instead of a random password: base/redis.yaml's first object."""
+    [container] = job["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e.get("value") for e in container.get("env", [])}
+    name, key = env["SECRET_NAME"], env["SECRET_KEY"]
+    obj = {"apiVersion": "v1", "kind": "Secret",
+           "metadata": {"name": name, "namespace": NAMESPACE,
+                        "labels": {"app.kubernetes.io/component": "redis", "app.kubernetes.io/part-of": "jobttl"}},
+           "type": "Opaque", "stringData": {key: PLACEHOLDER_REDIS_PASSWORD}}
+    text = f"""\
+# The bundled Redis's password, read by Redis and by jobttl's pods. The chart's Job makes it in the
+# cluster with a random password; {COMMAND} writes this placeholder in its place.
 # PLACEHOLDER PASSWORD: replace it before any real use with a URL-safe secret (it goes into
 # JOBTTL_REDIS_URL as-is), e.g. `openssl rand -hex 32`, or better, keep this Secret out of Git
 # (knative/README.md, step 1). Every jobttl process refuses to start while JOBTTL_REDIS_URL holds
-# this placeholder (jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD). The chart generates a random
-# password at install instead; {COMMAND} writes this placeholder in its place."""
-    secret = {k: v for k, v in obj.items() if k != "data"}
-    secret["stringData"] = {key: PLACEHOLDER_REDIS_PASSWORD for key in keys}
-    first = next(i for i, line in enumerate(lines) if not line.startswith("#"))  # after the chart's comments
-    return "\n".join(lines[:first] + ["#"] * bool(first) + [comment] + lines[first:start] + body + lines[end:]), secret
+# this placeholder (jobttl.core.runtime.config.PLACEHOLDER_REDIS_PASSWORD).
+""" + yaml.safe_dump(obj, sort_keys=False, default_flow_style=False).rstrip("\n")
+    if yaml.safe_load(text) != obj:
+        raise GenerationError(f"Secret {name}: the placeholder does not read back as written")
+    return Document("redis.yaml", text, obj)
+
+
+def is_hook(obj: dict[str, Any]) -> bool:
+    return "helm.sh/hook" in ((obj.get("metadata") or {}).get("annotations") or {})
 
 
 def documents(template: str, text: str) -> Iterator[Document]:
@@ -236,9 +243,14 @@ def documents(template: str, text: str) -> Iterator[Document]:
             continue
         if not isinstance(obj, dict) or "kind" not in obj:
             raise GenerationError(f"templates/{template}: a document that is not a Kubernetes object")
+        if is_hook(obj):
+            yield Document(template, "", obj)  # kept whole, for render() to set aside
+            pending = []
+            continue
         expected = strip_helm(obj)
         if obj["kind"] == "Secret":
-            stripped, expected = placeholder_secret(stripped, expected, template)
+            raise GenerationError(f"templates/{template}: Secret {obj['metadata']['name']}: the generator writes a "
+                                  "placeholder for the Redis password only; decide what knative/ ships for this one")
         if yaml.safe_load(stripped + "\n") != expected:  # as written: each document ends a line
             raise GenerationError(
                 f"templates/{template}: {obj['kind']} {obj.get('metadata', {}).get('name')}: stripping Helm's "
@@ -256,11 +268,17 @@ def render(chart_dir: Path, values: dict[str, Any]) -> list[Document]:
 
     chart = helm_python.Chart.load(str(chart_dir))
     rendered = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    result = []
+    result, hooks = [], []
     for path, text in sorted(rendered.items()):
         template = path.split("/templates/", 1)[1]
         if template.endswith((".yaml", ".yml")):
-            result += documents(template, text)
+            for doc in documents(template, text):
+                (hooks if is_hook(doc.obj) else result).append(doc)
+    password_jobs = [d.obj for d in hooks if d.obj["kind"] == "Job" and d.obj["metadata"]["name"] == f"{RELEASE}-redis-init"]
+    if password_jobs:
+        secret = placeholder_secret(password_jobs[0])
+        first = next((i for i, d in enumerate(result) if d.template == secret.template), len(result))
+        result.insert(first, secret)
     keys = [d.key for d in result]
     if len(set(keys)) != len(keys):
         raise GenerationError(f"the chart renders an object twice: {sorted(k for k in keys if keys.count(k) > 1)}")
@@ -480,8 +498,8 @@ def write(files: dict[str, str], root: Path = KNATIVE) -> list[str]:
 
 
 def copy_chart(destination: Path, chart_dir: Path = CHART) -> Path:
-    """The chart copied with its links resolved (files/ links into knative/monitoring/)."""
-    shutil.copytree(chart_dir, destination, symlinks=False)
+    """The chart copied (it holds no links: scripts/chart.py writes copies)."""
+    shutil.copytree(chart_dir, destination, symlinks=True)
     return destination
 
 

@@ -40,7 +40,7 @@ so each decision can say which rule produced it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -207,9 +207,22 @@ class Policy:
     archive_store: ArchiveStore | None = None
     # Where jobttl tells what it did (`jobttl notify` sends; jobttl.core.domain.notify).
     notify: tuple[Channel, ...] = ()
+    # The namespaces jobttl may delete in, when its RBAC grants delete there only (the chart's
+    # rbac.namespaces, JOBTTL_DELETE_NAMESPACES): not the policy file's to say, so `confined_to`
+    # sets it at start. Empty: every namespace.
+    delete_namespaces: tuple[str, ...] = ()
+
+    def confined_to(self, namespaces: tuple[str, ...]) -> Policy:
+        """This policy, for an installation that may delete only in `namespaces` (empty: anywhere)."""
+        return replace(self, delete_namespaces=tuple(namespaces))
 
     def namespace_excluded(self, namespace: str) -> str | None:
         """Why `namespace` is out of scope, or None if it is in."""
+        # First: a job jobttl may not delete there is kept whatever the policy says of it, so no
+        # process ever asks the API server for a DELETE its RBAC refuses (a 403 is a failure).
+        if self.delete_namespaces and namespace not in self.delete_namespaces:
+            return (f"namespace {namespace!r} is not one jobttl may delete in (JOBTTL_DELETE_NAMESPACES: "
+                    f"{', '.join(self.delete_namespaces)})")
         if namespace in self.exclude_namespaces:
             return f"namespace {namespace!r} is excluded by the policy"
         if self.include_namespaces and namespace not in self.include_namespaces:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
@@ -105,6 +106,18 @@ def text(raw: str) -> str:
     return raw
 
 
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+
+def namespaces(raw: str) -> tuple[str, ...]:
+    """Namespace names, comma-separated, each as the API server accepts one."""
+    names = words(raw)
+    bad = [n for n in names if len(n) > 63 or not _NAMESPACE.match(n)]
+    if bad:
+        raise ValueError(f"{bad[0]!r} is not a namespace name (lowercase letters, digits and '-', at most 63)")
+    return names
+
+
 @dataclass(frozen=True)
 class EnvSetting:
     """One setting read from the environment at start: its Settings field, its variable, how it
@@ -156,6 +169,9 @@ SETTINGS: tuple[EnvSetting, ...] = (
     EnvSetting("first_run_review", "JOBTTL_FIRST_RUN_REVIEW", choice("on", "off"),
             "on a first install, deletions that were already due at install wait until an operator confirms them "
             "(`jobttl held`, then `jobttl resync --confirm HELD_ID`); off: the guard's thresholds alone"),
+    EnvSetting("delete_namespaces", "JOBTTL_DELETE_NAMESPACES", namespaces,
+            "the only namespaces jobttl may delete in, comma-separated, where its RBAC grants delete there "
+            "alone (the chart's rbac.namespaces); jobs elsewhere are kept, saying so. Unset: every namespace"),
     EnvSetting("namespace", "JOBTTL_NAMESPACE", text,
             "jobttl's own namespace, where the worker keeps the install record (ConfigMap jobttl-install); unset: "
             "the service account's namespace in a pod, else jobttl"),
@@ -222,6 +238,7 @@ class Settings:
     resync_max_deletions: int = 500
     resync_max_share: float = 0.5
     first_run_review: str = "on"
+    delete_namespaces: tuple[str, ...] = ()
     namespace: str | None = None
     clock_skew_bound: float = 30.0
     audit_max_entries: int = 100_000
@@ -272,7 +289,7 @@ class Settings:
         if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
             raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
         try:
-            values["policy"] = load_policy(values.get("policy_path"))
+            values["policy"] = load_policy(values.get("policy_path")).confined_to(values.get("delete_namespaces", ()))
         except PolicyError as exc:
             raise ConfigError(f"JOBTTL_POLICY: {exc}") from None
         return cls(**values)

@@ -765,6 +765,7 @@ def _serve_openapi(documents: OpenAPI, segments: list[str], args: Any) -> Respon
 def _serve_watch(store: Store, route: _Route, args: Any, options: dict) -> Response:
     table_version = _table_version(request.headers.get("Accept", ""))
     include = _table_options(args) if table_version else ""
+    initial_events = _initial_events(args, options)
     try:
         watch = store.watch(
             route.resource,
@@ -773,6 +774,7 @@ def _serve_watch(store: Store, route: _Route, args: Any, options: dict) -> Respo
             options["field_selector"],
             options["resource_version"],
             _parse_bool(args, "allowWatchBookmarks"),
+            initial_events,
         )
     except WatchError as exc:
         # Past admission, watch failures arrive as an ERROR event after HTTP 200.
@@ -784,6 +786,23 @@ def _serve_watch(store: Store, route: _Route, args: Any, options: dict) -> Respo
             transform = _table_transform(route.resource, include, table_version)
         lines = _watch_stream(store, watch, _parse_int(args, "timeoutSeconds"), sock, transform)
     return Response(lines, status=200, mimetype="application/json", headers=_headers(), direct_passthrough=True)
+
+
+def _initial_events(args: Any, options: dict) -> bool:
+    """``sendInitialEvents``, as the API server validates it (ValidateListOptions): only with
+    ``resourceVersionMatch=NotOlderThan`` and ``allowWatchBookmarks=true``."""
+    if not _parse_bool(args, "sendInitialEvents"):
+        return False
+    errors = []
+    if options["resource_version_match"] != "NotOlderThan":
+        errors.append(FieldError("Forbidden", "resourceVersionMatch",
+                                 "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan", None))
+    if not _parse_bool(args, "allowWatchBookmarks"):
+        errors.append(FieldError("Forbidden", "allowWatchBookmarks",
+                                 "sendInitialEvents requires setting allowWatchBookmarks to true", None))
+    if errors:
+        raise invalid("ListOptions", "meta.k8s.io", "", errors)
+    return True
 
 
 def _table_transform(res: Resource, include: str, version: str) -> Any:

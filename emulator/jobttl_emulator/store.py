@@ -99,6 +99,20 @@ class ApiError(Exception):
         self.headers = headers or {}
 
 
+def _merge_string_data(secret: dict) -> None:
+    """A Secret's write-only ``stringData`` into its ``data``, base64-encoded, over any key there
+    (Convert_v1_Secret_To_core_Secret): it is never stored or returned."""
+    string_data = secret.pop("stringData")
+    if not isinstance(string_data, dict) or not all(isinstance(v, str) for v in string_data.values()):
+        raise bad_request("stringData must be a map of strings")
+    data = secret.get("data") if isinstance(secret.get("data"), dict) else {}
+    secret["data"] = {**data, **{k: base64.b64encode(v.encode()).decode() for k, v in string_data.items()}}
+
+
+# The annotation of the BOOKMARK that ends a streaming list's initial events (metav1.InitialEventsAnnotationKey).
+INITIAL_EVENTS_END = "k8s.io/initial-events-end"
+
+
 class WatchError(ApiError):
     """A failure reported inside an established watch as an ERROR event."""
 
@@ -821,16 +835,32 @@ class Store:
         field_selector: str = "",
         resource_version: str = "",
         allow_bookmarks: bool = False,
+        send_initial_events: bool = False,
     ) -> Watch:
         """Open a watch. Unset or "0" resourceVersion starts with synthetic ADDED events
         for the current objects; otherwise retained events after it are replayed.
+
+        ``send_initial_events`` (a streaming list, ``sendInitialEvents=true`` with
+        ``resourceVersionMatch=NotOlderThan``, which client-go's reflectors send since 1.35): the
+        current objects as synthetic ADDED events whatever the resourceVersion (this state is never
+        older than one asked for), then a BOOKMARK annotated ``k8s.io/initial-events-end: "true"``
+        at the current resourceVersion, then the changes after it.
 
         Raises :class:`WatchError` (410 too old, 504 too new) for errors the
         server must send as an ERROR event after HTTP 200.
         """
         watch = Watch(res, namespace, _selector(LabelSelector, label_selector), _selector(FieldSelector, field_selector, res), allow_bookmarks)
         with self._lock:
-            if resource_version in ("", "0"):
+            if send_initial_events:
+                if resource_version not in ("", "0") and _parse_rv(resource_version) > self._rv:
+                    raise WatchError(too_large_resource_version(_parse_rv(resource_version), self._rv))
+                for key in sorted(self._objects[res]):
+                    obj = self._objects[res][key]
+                    if watch.matches(obj):
+                        watch._push("ADDED", obj)
+                watch._push("BOOKMARK", {"kind": res.kind, "apiVersion": res.api_version, "metadata": {
+                    "resourceVersion": str(self._rv), "annotations": {INITIAL_EVENTS_END: "true"}}})
+            elif resource_version in ("", "0"):
                 for key in sorted(self._objects[res]):
                     obj = self._objects[res][key]
                     if watch.matches(obj):
@@ -937,6 +967,8 @@ class Store:
             raise bad_request("metadata must be an object")
         if obj["kind"] != res.kind:
             raise invalid(res.kind, res.group, meta.get("name", ""), [FieldError("Invalid", "kind", f"must be {res.kind}", obj["kind"])])
+        if res.group == "" and res.kind == "Secret" and "stringData" in obj:
+            _merge_string_data(obj)
         if res.schema is not None and not res.builtin:
             obj, unknown = prune(obj, res.schema)
             if unknown and strict:

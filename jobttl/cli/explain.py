@@ -123,7 +123,8 @@ def _now(text: str | None) -> float | str:
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
     try:
-        policy = load_policy(args.policy) if args.policy else settings.policy
+        # Another policy file, in the same installation: JOBTTL_DELETE_NAMESPACES confines it too.
+        policy = load_policy(args.policy).confined_to(settings.delete_namespaces) if args.policy else settings.policy
     except PolicyError as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
         return 2

@@ -124,6 +124,40 @@ def test_excluded_namespaces():
     assert decide(job(namespace="ml"), TFJOB, only).verdict is Verdict.EXPIRES
 
 
+CONFINED = CLUSTER.confined_to(("ml", "research"))
+
+
+@pytest.mark.parametrize("namespace, ttl, verdict", [
+    pytest.param("ml", 0, Verdict.EXPIRES, id="a listed namespace: decided as ever"),
+    pytest.param("research", None, Verdict.EXPIRES, id="a listed namespace under a rule"),
+    pytest.param("team", 0, Verdict.EXCLUDED, id="elsewhere: kept, even with a TTL of its own"),
+    pytest.param("kube-system", 0, Verdict.EXCLUDED, id="elsewhere and excluded by the policy too"),
+])
+def test_only_the_namespaces_jobttl_may_delete_in_are_decided(namespace, ttl, verdict):
+    """JOBTTL_DELETE_NAMESPACES (the chart's rbac.namespaces): a job elsewhere is kept, saying why,
+    whatever the policy or the job asks, so no DELETE goes where the RBAC would answer 403."""
+    decision = decide(job(namespace=namespace, ttl=ttl), TFJOB, CONFINED)
+    assert decision.verdict is verdict
+    if verdict is Verdict.EXCLUDED:
+        assert decision.reason == (f"namespace {namespace!r} is not one jobttl may delete in "
+                                   "(JOBTTL_DELETE_NAMESPACES: ml, research)")
+    assert decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER.confined_to(())).verdict is \
+        decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER).verdict, "empty: every namespace, as unset"
+
+
+def test_the_namespaces_jobttl_may_delete_in_come_from_the_environment(tmp_path):
+    from jobttl.core.runtime.config import ConfigError, Settings
+
+    (tmp_path / "policy.yaml").write_text("ttl: 1h\nnamespaces: {include: [ml, team]}\n")
+    settings = Settings.from_env({"JOBTTL_POLICY": str(tmp_path / "policy.yaml"), "JOBTTL_DELETE_NAMESPACES": "ml, a-b"})
+    assert settings.policy.delete_namespaces == ("ml", "a-b") == settings.delete_namespaces
+    # The policy's include list and the RBAC's namespaces both hold: team is included but not deletable.
+    assert decide(job(namespace="team", ttl=0), TFJOB, settings.policy).verdict is Verdict.EXCLUDED
+    assert decide(job(namespace="ml", ttl=0), TFJOB, settings.policy).verdict is Verdict.EXPIRES
+    with pytest.raises(ConfigError, match="JOBTTL_DELETE_NAMESPACES: 'Team_A' is not a namespace name"):
+        Settings.from_env({"JOBTTL_DELETE_NAMESPACES": "ml,Team_A"})
+
+
 def test_the_ttl_annotation_overrides_the_field_and_is_capped():
     decision = decide(job(ttl=HOUR, annotations={"jobttl.io/ttl": "36h"}), TFJOB, CLUSTER)
     assert (decision.ttl, decision.ttl_source) == (36 * HOUR, "annotation jobttl.io/ttl")

@@ -296,8 +296,8 @@ def find(objects: list[dict[str, Any]], kind: str, name: str, api_version: str |
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
-    """The pod template's spec of a Deployment, StatefulSet or Knative Service."""
-    return obj["spec"]["template"]["spec"]
+    """The pod template's spec of a Deployment, StatefulSet, Job or Knative Service; a Pod's own."""
+    return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
 
 
 # --- Kubernetes schemas -------------------------------------------------------------------

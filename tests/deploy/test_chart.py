@@ -11,8 +11,11 @@ code, not an imitation.
   feature the policy can enable;
 - a real `helm install` of every rendering against the API emulator (Knative's kinds served from
   their CRDs), release records in Secrets as Helm keeps them;
-- the bundled Redis password: random at install, kept by a real `helm upgrade`, and an upgrade
-  rendered without the cluster is refused.
+- the bundled Redis password: never rendered (two renders are the same, for Argo CD and Flux),
+  made in the cluster by the chart's pre-install hook Job (run here by tests/deploy/chart.py's
+  HookJobs), kept by a real `helm upgrade`, and kept on an upgrade from 0.2, which rendered it;
+- the chart is self-contained: a copy of it, packaged by Helm's SDK, renders as the chart does,
+  refuses a policy typo, and installs.
 
 The rendered configuration running for real is test_chart_run.py. knative/ is generated from
 the chart (scripts/knative.py): test_knative.py.
@@ -23,6 +26,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -38,9 +42,9 @@ from jobttl.core.services.install import CONFIGMAP  # noqa: E402
 from jobttl.core.domain.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
 from jobttl.core.domain.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.domain.policy import parse_policy  # noqa: E402
-from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, chart, ci_values, find, notes,  # noqa: E402
-                                render)
-from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, object_id, pod_spec, validate  # noqa: E402
+from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, HookJobs, chart, ci_values, find,  # noqa: E402
+                                notes, render)
+from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, REPO, object_id, pod_spec, validate  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
 from tests.deploy.monitoring import prometheus_binary  # noqa: E402
@@ -186,6 +190,15 @@ def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
     ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
+    # The policy's own schema (core/domain/policy.schema.json): a typo stops the install, not the pods.
+    ({"policy": {"tll": "7d"}}, "additional properties 'tll' not allowed"),
+    ({"policy": {"ttl": "7 days"}}, "/policy/ttl"),
+    ({"policy": {"dryRun": "yes"}}, "/policy/dryRun"),
+    ({"policy": {"rules": [{"name": "sandbox", "ttl": "1h"}]}}, "/policy/rules/0"),
+    ({"policy": {"rules": [{"name": "gpu", "selector": {"matchLabels": {"gpu": True}}}]}}, "/policy/rules/0/selector"),
+    ({"policy": {"archive": {"store": "/a", "logKiB": 0}}}, "/policy/archive"),
+    ({"policy": {"namespaces": {"exclude": "kube-system"}}}, "/policy/namespaces/exclude"),
+    ({"policy": {"keepLast": {"succeded": 3}}}, "/policy/keepLast"),
     ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
     ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
     ({"replicas": 2}, "'replicas'"),
@@ -312,31 +325,55 @@ def test_a_wider_rendered_role_would_be_caught():
 # --- the bundled Redis password ---------------------------------------------------------------
 
 
-def password(objects) -> str:
-    return base64.b64decode(find(objects, "Secret", "jobttl-redis")["data"]["password"]).decode()
+def test_two_renders_are_the_same_and_hold_no_password():
+    """`helm template` (Argo CD, Flux, --dry-run) renders the same objects every time, install or
+    upgrade: the password is made in the cluster by the chart's Job, never rendered."""
+    first = chart().render({}, name=RELEASE, namespace=NAMESPACE, is_install=True)
+    assert chart().render({}, name=RELEASE, namespace=NAMESPACE, is_install=True) == first
+    assert chart().render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True, is_install=False) == first
+    objects = render()
+    assert [o for o in objects if o["kind"] == "Secret"] == []
+    assert "change-me" not in json.dumps(objects)
 
 
-def test_the_bundled_password_is_generated_never_a_placeholder():
-    first = password(render({"logLevel": "DEBUG"}))
-    second = password(render({"logLevel": "WARNING"}))
-    assert first != second and len(first) == len(second) == 40 and first.isalnum()
-    for obj in render():
-        assert "change-me" not in json.dumps(obj)
+def password_job(objects) -> dict[str, Any]:
+    job = find(objects, "Job", "jobttl-redis-init")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-install,pre-upgrade"
+    return job
 
 
-def test_an_existing_secret_is_used_and_no_secret_rendered():
+def test_the_password_job_makes_the_secret_the_pods_and_redis_read_and_may_touch_nothing_else():
+    objects = render()
+    [container] = pod_spec(password_job(objects))["containers"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert (env["SECRET_NAME"], env["SECRET_KEY"], env["SECRET_NAMESPACE"]) == ("jobttl-redis", "password", NAMESPACE)
+    for workload in (find(objects, "Deployment", "jobttl-worker"), find(objects, "StatefulSet", "jobttl-redis")):
+        refs = [e["valueFrom"]["secretKeyRef"] for e in pod_spec(workload)["containers"][0]["env"] if "valueFrom" in e]
+        assert {"name": "jobttl-redis", "key": "password"} in refs
+    role = find(objects, "Role", "jobttl-redis-init")
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+                             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["jobttl-redis"],
+                              "verbs": ["get", "patch"]}]
+    # Made before the Job, removed after it: hooks all three, by weight.
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        hooked = find(objects, kind, "jobttl-redis-init")["metadata"]["annotations"]
+        assert int(hooked["helm.sh/hook-weight"]) < int(password_job(objects)["metadata"]["annotations"]["helm.sh/hook-weight"])
+
+
+def test_an_existing_secret_is_used_and_no_password_job_rendered():
     objects = render({"redis": {"auth": {"existingSecret": "mine", "existingSecretKey": "pw"}}})
-    assert not [o for o in objects if o["kind"] == "Secret"]
+    assert not [o for o in objects if o["kind"] in ("Secret", "Job") or o["metadata"]["name"].endswith("redis-init")]
     env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
     assert env[0] == {"name": "REDIS_PASSWORD", "valueFrom": {"secretKeyRef": {"name": "mine", "key": "pw"}}}
 
 
-def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing_the_password():
-    with pytest.raises(helm.HelmRenderError, match="cannot read the Redis password .* redis.auth.existingSecret"):
-        chart().render({}, name=RELEASE, namespace=NAMESPACE, is_upgrade=True, is_install=False)
-    # With a Secret of yours there is nothing to read back.
-    chart().render({"redis": {"auth": {"existingSecret": "mine"}}}, name=RELEASE, namespace=NAMESPACE,
-                   is_upgrade=True, is_install=False)
+def test_a_generated_password_is_kept_under_the_key_the_pods_read():
+    """`existingSecretKey` without `existingSecret`: the Job writes the key the pods reference."""
+    objects = render({"redis": {"auth": {"existingSecretKey": "pw"}}})
+    [container] = pod_spec(password_job(objects))["containers"]
+    assert {e["name"]: e["value"] for e in container["env"]}["SECRET_KEY"] == "pw"
+    env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
+    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": "jobttl-redis", "key": "pw"}
 
 
 # --- a real helm install and upgrade, against the API emulator ---------------------------------
@@ -346,19 +383,20 @@ def test_an_upgrade_rendered_without_the_cluster_is_refused_rather_than_changing
 def _helm_resources():
     """Every kind the chart creates in any mode: Knative's from the reference CRDs, the others
     registered without a schema (the schemas are checked above, offline)."""
-    from jobttl_emulator import CONFIG_MAP, Resource
+    from jobttl_emulator import CONFIG_MAP, JOB, Resource
     from jobttl_emulator.crds import load_crds
 
     def kind(group, kind, plural, namespaced=True):
         return Resource(group, "v1", kind, plural, namespaced=namespaced, status_subresource=False, builtin=True)
 
-    return (CONFIG_MAP, kind("", "Secret", "secrets"), kind("", "ServiceAccount", "serviceaccounts"),
+    return (CONFIG_MAP, JOB, kind("", "Secret", "secrets"), kind("", "ServiceAccount", "serviceaccounts"),
             kind("", "Service", "services"), kind("apps", "Deployment", "deployments"),
             kind("apps", "StatefulSet", "statefulsets"),
             kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
             kind("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
             kind("rbac.authorization.k8s.io", "Role", "roles"), kind("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
             kind("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
+            kind("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
             Resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors", status_subresource=False),
             Resource("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", status_subresource=False),
             *load_crds(sorted(KNATIVE_CRDS.glob("*.yaml"))))
@@ -372,7 +410,8 @@ def cluster(tmp_path_factory):
 
     emulator = start_emulator(tmp_path_factory.mktemp("helm"), _helm_resources())
     api_client = kube_config.new_client_from_config(str(emulator.kubeconfig))
-    yield emulator, client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    with HookJobs(emulator):  # Helm waits for the password Job, a hook: it runs, here
+        yield emulator, client.CoreV1Api(api_client), client.AppsV1Api(api_client)
     emulator.stop()
 
 
@@ -407,37 +446,126 @@ def emulator_get(emulator, obj) -> int:
     return requests.get(f"{emulator.url}{path}/{obj['metadata']['name']}", timeout=10).status_code
 
 
-def test_a_helm_upgrade_keeps_the_password_the_install_generated(cluster):
+def secret_password(core, namespace: str = NAMESPACE, name: str = "jobttl-redis", key: str = "password") -> str:
+    return base64.b64decode(core.read_namespaced_secret(name, namespace).data[key]).decode()
+
+
+def test_a_helm_upgrade_keeps_the_password_the_install_made(cluster):
     emulator, core, apps = cluster
     with helm_config(emulator, NAMESPACE) as config:
         values = {"intake": {"mode": "watch"}}
         config.install(str(CHART), RELEASE, values, namespace=NAMESPACE, timeout=60)
-        installed = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
+        installed = secret_password(core)
         config.upgrade(str(CHART), RELEASE, {**values, "worker": {"replicas": 2}}, namespace=NAMESPACE, timeout=60)
         assert apps.read_namespaced_deployment("jobttl-worker", NAMESPACE).spec.replicas == 2  # the upgrade applied
-        upgraded = base64.b64decode(core.read_namespaced_secret("jobttl-redis", NAMESPACE).data["password"]).decode()
-        assert len(installed) == 40 and upgraded == installed
+        assert len(installed) == 64 and secret_password(core) == installed
         assert [r["status"] for r in config.history(RELEASE)] == ["superseded", "deployed"]
         assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == \
             {"sh.helm.release.v1.jobttl.v1", "sh.helm.release.v1.jobttl.v2"}
+        # Nowhere in Helm's own record of the release, hooks included.
+        assert installed not in json.dumps(config.get_all(RELEASE))
 
 
-def test_the_packaged_chart_is_self_contained_and_renders_the_same(tmp_path):
-    """`helm package` copies the linked monitoring files in: the archive renders without the checkout."""
-    archive = Path(helm.package(str(CHART), destination=str(tmp_path)))
+def chart_of_0_2(directory: Path) -> Path:
+    """charts/jobttl/ as jobttl 0.2 shipped it (from Git: the parent of the commit that set 0.3.0),
+    with knative/monitoring/, which its files/ linked into."""
+    found = subprocess.run(["git", "log", "-1", "--format=%H", "-S", "version: 0.2.0", "--",
+                            "charts/jobttl/Chart.yaml"], cwd=REPO, capture_output=True, text=True)
+    if found.returncode != 0 or not found.stdout.strip():
+        pytest.skip("no Git history here to take jobttl 0.2's chart from")
+    archive = subprocess.run(["git", "archive", f"{found.stdout.strip()}^", "charts/jobttl", "knative/monitoring"],
+                             cwd=REPO, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
+    assert yaml.safe_load((directory / "charts/jobttl/Chart.yaml").read_text())["version"] == "0.2.0"
+    return directory / "charts" / "jobttl"
+
+
+def test_an_upgrade_from_0_2_keeps_the_password_0_2_rendered(cluster, tmp_path):
+    """0.2 rendered its Secret as one of the release's objects; 0.3 no longer does, and Helm deletes
+    what a release stops rendering. The password Job marks it helm.sh/resource-policy: keep first."""
+    emulator, core, _ = cluster
+    namespace, name, secret = "from-0-2", "old", "old-jobttl-redis"
+    with helm_config(emulator, namespace) as config:
+        config.install(str(chart_of_0_2(tmp_path)), name, {}, namespace=namespace, timeout=60)
+        before = secret_password(core, namespace, secret)
+        assert len(before) == 40  # 0.2's randAlphaNum 40
+        config.upgrade(str(CHART), name, {}, namespace=namespace, timeout=60)
+        assert secret_password(core, namespace, secret) == before
+        assert core.read_namespaced_secret(secret, namespace).metadata.annotations["helm.sh/resource-policy"] == "keep"
+        # No longer one of the release's objects, and marked keep: `helm uninstall` leaves it (README,
+        # Uninstalling), as it leaves the install record and Redis's claim.
+        assert "kind: Secret" not in config.status(name)["manifest"]
+
+
+def run_password_job(cluster, namespace: str, **values) -> tuple[int, str]:
+    """The rendered Job's script, run against the emulator as HookJobs runs it."""
+    emulator, _, _ = cluster
+    job = password_job(render(values, namespace=namespace))
+    done = HookJobs(emulator).run(job)
+    return done.returncode, done.stdout + done.stderr
+
+
+def test_the_password_job_creates_the_secret_once_then_leaves_it_alone(cluster):
+    _, core, _ = cluster
+    namespace = "password-job"
+    code, output = run_password_job(cluster, namespace)
+    assert code == 0 and "created Secret password-job/jobttl-redis" in output
+    made = secret_password(core, namespace)
+    assert len(made) == 64 and all(c in "0123456789abcdef" for c in made)  # URL-safe: it goes into the URL
+    assert core.read_namespaced_secret("jobttl-redis", namespace).metadata.annotations == {"helm.sh/resource-policy": "keep"}
+    code, output = run_password_job(cluster, namespace)
+    assert code == 0 and "its password stays" in output and secret_password(core, namespace) == made
+
+
+def test_the_password_job_refuses_a_secret_without_the_key_the_pods_read(cluster):
+    namespace = "password-job-key"
+    assert run_password_job(cluster, namespace)[0] == 0
+    code, output = run_password_job(cluster, namespace, redis={"auth": {"existingSecretKey": "redis-password"}})
+    assert code != 0 and "has no key 'redis-password'" in output and "redis.auth.existingSecretKey" in output
+
+
+def test_the_chart_holds_no_links():
+    """A link resolves to nothing once the chart is copied or packaged elsewhere: files/ are copies."""
+    assert [p for p in CHART.rglob("*") if p.is_symlink()] == []
+
+
+@pytest.fixture(scope="module")
+def packaged_copy(tmp_path_factory) -> Path:
+    """The chart copied out of the checkout as it is (a link would stay a link), then packaged
+    from that copy by Helm's SDK, as `make chart` packages it."""
+    from scripts.chart import package
+
+    copy = tmp_path_factory.mktemp("copy") / "jobttl"
+    shutil.copytree(CHART, copy, symlinks=True)
+    archive = package(tmp_path_factory.mktemp("dist"), copy)
     assert archive.name == f"jobttl-{chart().version}.tgz"
-    packaged = helm.Chart.load_archive(archive.read_bytes())
-    values = {"monitoring": {"enabled": True}, "redis": {"auth": {"existingSecret": "mine"}}}
-    manifests = packaged.render(values, name=RELEASE, namespace=NAMESPACE)
-    rule = next(d for path, text in manifests.items() if not path.endswith(".txt")
-                for d in yaml.safe_load_all(text) if d and d["kind"] == "PrometheusRule")
-    assert rule == find(render(values), "PrometheusRule", "jobttl")
+    return archive
 
 
-def test_a_generated_password_is_kept_under_the_key_the_pods_read():
-    """`existingSecretKey` without `existingSecret`: the generated Secret holds the key the pods reference."""
-    objects = render({"redis": {"auth": {"existingSecretKey": "pw"}}})
-    [secret] = [o for o in objects if o["kind"] == "Secret"]
-    assert list(secret["data"]) == ["pw"]
-    env = pod_spec(find(objects, "Deployment", "jobttl-worker"))["containers"][0]["env"]
-    assert env[0]["valueFrom"]["secretKeyRef"] == {"name": secret["metadata"]["name"], "key": "pw"}
+def test_the_packaged_copy_renders_as_the_chart_does(packaged_copy):
+    packaged = helm.Chart.load_archive(packaged_copy.read_bytes())
+    for values in ({}, {"monitoring": {"enabled": True}, "intake": {"mode": "watch"}}):
+        manifests = packaged.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
+        objects = [d for path, text in sorted(manifests.items()) if not path.endswith(".txt")
+                   for d in yaml.safe_load_all(text) if d]
+        assert objects == render(values)
+    rule = next(o for o in objects if o["kind"] == "PrometheusRule")
+    assert [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r] == knative_alerts()
+
+
+def test_the_packaged_copy_refuses_a_policy_typo(packaged_copy):
+    packaged = helm.Chart.load_archive(packaged_copy.read_bytes())
+    with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
+        packaged.render({"policy": {"tll": "7d"}}, name=RELEASE, namespace=NAMESPACE)
+    assert "/policy" in str(refused.value) and "tll" in str(refused.value)
+
+
+def test_the_packaged_copy_installs(cluster, packaged_copy):
+    emulator, core, apps = cluster
+    namespace, name = "from-archive", "archived"
+    with helm_config(emulator, namespace) as config:
+        release = config.install(str(packaged_copy), name, {"intake": {"mode": "watch"}}, namespace=namespace,
+                                 timeout=60)
+        assert release["status"] == "deployed"
+        assert apps.read_namespaced_deployment("archived-jobttl-worker", namespace).spec.replicas == 1
+        assert len(secret_password(core, namespace, "archived-jobttl-redis")) == 64

@@ -1,9 +1,11 @@
-"""The chart's watch mode (no Knative), run: a finished TFJob is deleted at its TTL.
+"""The chart's watch mode (no Knative), run: a finished TFJob is deleted at its TTL, and the
+chart's `helm test` pod reports the release (and fails on a Redis it cannot use).
 
-There is no kubelet here, so this test plays one: each rendered workload (the bundled Redis
-StatefulSet, the sink, worker and watcher Deployments) runs as a local process with exactly the
-container's arguments and environment, `$(VAR)` references expanded and Secrets read from the
-rendered Secret, as Kubernetes would. What a pod has that this machine does not is stood in for,
+There is no kubelet here, so this test plays one: the pre-install hook Job (the Redis password,
+made in the API emulator), then each rendered workload (the bundled Redis StatefulSet, the sink,
+worker and watcher Deployments) runs as a local process with exactly the container's arguments
+and environment, `$(VAR)` references expanded and Secrets read from the API server, as
+Kubernetes would. What a pod has that this machine does not is stood in for,
 and only that:
 - a pod's own network: each listening port is a free local one (the sink's `--port`, the
   worker's metrics port, Redis's), and the Services' DNS names lead to them;
@@ -35,7 +37,7 @@ pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is 
 
 from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW  # noqa: E402
 from jobttl_emulator import CONFIG_MAP, EVENT, JOB, Resource  # noqa: E402
-from tests.deploy.chart import NAMESPACE, find, render  # noqa: E402
+from tests.deploy.chart import NAMESPACE, HookJobs, find, render  # noqa: E402
 from tests.deploy.manifests import ENV_REFERENCE, pod_spec  # noqa: E402
 from tests.fixtures import finished_status, running_status, tfjob  # noqa: E402
 from tests.services import ROOT, JobttlProcess, free_port, start_emulator, wait_for  # noqa: E402
@@ -75,7 +77,9 @@ class Kubelet:
         return text
 
     def _secret(self, ref: dict[str, str]) -> str:
-        return base64.b64decode(find(self.objects, "Secret", ref["name"])["data"][ref["key"]]).decode()
+        """From the API server, where the chart's password Job made it (the chart renders none)."""
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+        return base64.b64decode(api.read_namespaced_secret(ref["name"], NAMESPACE).data[ref["key"]]).decode()
 
     def _mounts(self, workload: dict[str, Any], container: dict[str, Any], name: str) -> dict[str, str]:
         volumes = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
@@ -124,13 +128,18 @@ def replace_arg(args: list[str], flag: str, value: str) -> list[str]:
     return args[:index + 1] + [value] + args[index + 2:]
 
 
-@pytest.fixture
-def stack(tmp_path):
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    tmp_path = tmp_path_factory.mktemp("chart-run")
     objects = render(VALUES)
-    emulator = start_emulator(tmp_path, (*served_kinds(), EVENT, CONFIG_MAP), gc_delay=0.1)
+    secrets = Resource("", "v1", "Secret", "secrets", status_subresource=False, builtin=True)
+    emulator = start_emulator(tmp_path, (*served_kinds(), EVENT, CONFIG_MAP, secrets), gc_delay=0.1)
     kubelet = Kubelet(objects, tmp_path / "pods", emulator.kubeconfig)
     processes: list[Any] = []
     try:
+        # Before anything starts, as Helm runs its pre-install hook: the Job making Redis's password.
+        done = HookJobs(emulator).run(find(objects, "Job", "jobttl-redis-init"))
+        assert done.returncode == 0, done.stdout + done.stderr
         # Redis: the StatefulSet's container, its arguments to redis-server (the image's entrypoint).
         redis_port = free_port()
         args, _ = kubelet.container(find(objects, "StatefulSet", "jobttl-redis"), "redis")
@@ -168,7 +177,7 @@ def stack(tmp_path):
                  timeout=30, interval=0.5, what=f"the worker's startup probe ({worker.log()})")
         password = kubelet._secret({"name": "jobttl-redis", "key": "password"})
         yield emulator, redis_lib.Redis(port=redis_port, password=password), {"sink": sink, "worker": worker,
-                                                                              "watcher": watcher}
+                                                                              "watcher": watcher}, kubelet
     finally:
         for process in reversed(processes):
             if isinstance(process, JobttlProcess):
@@ -180,7 +189,7 @@ def stack(tmp_path):
 
 
 def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
-    emulator, redis, logs = stack
+    emulator, redis, logs, kubelet = stack
     api = client.CustomObjectsApi(config.new_client_from_config(str(emulator.kubeconfig)))
     core = client.CoreV1Api(api.api_client)
     # The worker's first resync recorded the install (the first-run review is on): what finishes
@@ -218,3 +227,29 @@ def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
             if '"event": "scheduled", "by": "event"' in line and '"name": "train"' in line]
     assert [line for line in logs["worker"].log().splitlines()
             if '"event": "delete-requested"' in line and '"name": "train"' in line]
+
+
+def helm_test(kubelet) -> subprocess.CompletedProcess:
+    """The chart's `helm test` pod, run as its kubelet would: `jobttl status` with its settings."""
+    pod = find(kubelet.objects, "Pod", "jobttl-test-status")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    args, env = kubelet.container(pod, "test")
+    assert "KUBECONFIG" not in env  # no token: operator commands read Redis only
+    return subprocess.run([sys.executable, "-m", "jobttl", *args], env={"PATH": os.environ["PATH"], **env}, cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_helm_test_pod_reports_the_release_and_fails_on_a_redis_it_cannot_use(stack):
+    emulator, redis, logs, kubelet = stack
+    done = helm_test(kubelet)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Redis" in done.stdout and "worker" in done.stdout.lower()
+    # The same pod where Redis has another password: it fails, naming the Redis it could not use.
+    password = redis.connection_pool.connection_kwargs["password"]
+    redis.config_set("requirepass", "another-one")
+    try:
+        done = helm_test(kubelet)
+    finally:
+        redis_lib.Redis(port=redis.connection_pool.connection_kwargs["port"], password="another-one").config_set(
+            "requirepass", password)
+    assert done.returncode != 0 and "Redis refused the credentials" in done.stderr, done.stdout + done.stderr

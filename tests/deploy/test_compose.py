@@ -354,13 +354,22 @@ def test_docker_compose_is_the_real_one():
     assert done.returncode == 0 and re.search(r"Docker Compose version v2\.\d+", done.stdout), done.stdout
 
 
+def chart_redis_image() -> str:
+    """The chart's Redis, as docker.io names it without its registry: one pinned Redis for both."""
+    image = yaml.safe_load((REPO / "charts" / "jobttl" / "values.yaml").read_text())["redis"]["bundled"]["image"]
+    return f"{image['repository'].removeprefix('library/')}:{image['tag']}@{image['digest']}"
+
+
+REDIS_IMAGE = chart_redis_image()
+
+
 @needs_compose
 def test_every_service_runs_the_image_and_command_meant(resolved):
     services = resolved["services"]
     assert resolved["name"] == "jobttl"
     run = {name: (s["image"], s.get("entrypoint"), s.get("command")) for name, s in services.items()}
     assert run == {
-        "redis": ("redis:7.4-alpine", None, ["redis-server", "--appendonly", "yes", "--appendfsync", "everysec",
+        "redis": (REDIS_IMAGE, None, ["redis-server", "--appendonly", "yes", "--appendfsync", "everysec",
                                              "--maxmemory-policy", "noeviction", "--hash-max-listpack-value", "512"]),
         "kwok": ("registry.k8s.io/kwok/cluster:v0.7.0-k8s.v1.33.0", None, None),
         "crds": ("jobttl:local", ["python", "/etc/jobttl/apply-crds.py"], None),

@@ -92,9 +92,11 @@ def problems(text: str) -> list[str]:
     final = stages[-1]
     minimum = tuple(int(p) for p in re.findall(r"\d+", PYPROJECT["project"]["requires-python"])[:2])
     for stage in stages:
-        match = re.fullmatch(r"python:(\d+)\.(\d+)(\.\d+)?-slim(-\w+)?", stage.base)
+        match = re.fullmatch(r"python:(\d+)\.(\d+)(\.\d+)?-slim(-\w+)?(@sha256:[0-9a-f]{64})?", stage.base)
         if not match:
             found.append(f"stage {stage.name}: base {stage.base} is not a slim Python image")
+        elif not match.group(5):
+            found.append(f"stage {stage.name}: base {stage.base} is not pinned by digest (@sha256:...)")
         elif (int(match.group(1)), int(match.group(2))) < minimum:
             found.append(f"stage {stage.name}: Python older than {PYPROJECT['project']['requires-python']}")
     # Dependencies: a stage that sees pyproject.toml and the lock only, installed in a layer of
@@ -105,10 +107,14 @@ def problems(text: str) -> list[str]:
         found.append("no `deps` stage copying pyproject.toml, requirements.lock and nothing else")
     elif not any(re.search(r"\bpip wheel\b.*--no-deps.*-r requirements\.lock", r) for r in deps.all("RUN")):
         found.append("the `deps` stage does not build exactly requirements.lock's wheels (--no-deps)")
+    elif not any(re.search(r"\bpip wheel\b.*--require-hashes.*--only-binary :all:", r) for r in deps.all("RUN")):
+        found.append("the `deps` stage downloads without the lock's hashes (--require-hashes, --only-binary :all:)")
     installs = final.all("RUN")
     if not any("from=deps" in r and "--no-index" in r and "--no-deps" in r for r in installs) or \
             not any("from=build" in r and "--no-deps" in r for r in installs):
         found.append("the final stage does not install the deps and build wheels in separate offline steps")
+    if not any("from=deps" in r and "--require-hashes" in r and "-r /wheels/requirements.lock" in r for r in installs):
+        found.append("the final stage does not install requirements.lock with its hashes (--require-hashes)")
     if not any(re.search(r"\bpip check\b", r) for r in installs):
         found.append("the final stage does not `pip check` that the lock met every requirement")
     # Every package pyproject.toml ships is copied into the build stage.
@@ -172,8 +178,11 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
     (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
     (("COPY pyproject.toml requirements.lock ./", "COPY . ./"), "`deps` stage"),
     (("COPY pyproject.toml requirements.lock ./", "COPY pyproject.toml ./"), "`deps` stage"),
-    (("pip wheel --no-deps --wheel-dir /wheels -r requirements.lock", "pip wheel --wheel-dir /wheels -r requirements.lock"),
-     "exactly requirements.lock"),
+    (("pip wheel --no-deps --require-hashes", "pip wheel --require-hashes"), "exactly requirements.lock"),
+    (("pip wheel --no-deps --require-hashes --only-binary :all:", "pip wheel --no-deps"), "without the lock's hashes"),
+    (("--no-deps --require-hashes --only-binary :all: \\\n        --find-links",
+      "--no-deps --only-binary :all: \\\n        --find-links"), "with its hashes"),
+    (("@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254", ""), "not pinned by digest"),
     ((" \\\n && pip check", ""), "pip check"),
     (("COPY watcher ./watcher\n", ""), "package watcher"),
     (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),

@@ -23,13 +23,41 @@ from tests.deploy.manifests import REPO
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
+def build_wheel(source: Path, out: Path) -> tuple[Path, str]:
+    """`pip wheel` of a distribution, as `pip install` builds it (build isolation, the backend's
+    own setuptools), verbose: the built wheel and everything the build printed."""
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(out), str(source)],
+                          check=True, capture_output=True, text=True, timeout=300)
+    [built] = out.glob("*.whl")
+    return built, done.stdout + done.stderr
+
+
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", str(out), str(REPO)],
-                   check=True, capture_output=True, timeout=300)
-    [built] = out.glob("jobttl-*.whl")
-    return built
+def built(tmp_path_factory) -> tuple[Path, str]:
+    return build_wheel(REPO, tmp_path_factory.mktemp("wheel"))
+
+
+@pytest.fixture(scope="module")
+def wheel(built) -> Path:
+    return built[0]
+
+
+# What setuptools prints of a folder Python could import that the package list leaves out (the
+# build takes its files as data all the same): a wall of "Package would be ignored" banners.
+SETUPTOOLS_WARNINGS = ("Package would be ignored", "BuildBackendWarning", "SetuptoolsDeprecationWarning",
+                       "SetuptoolsWarning")
+
+
+def setuptools_warnings(output: str) -> list[str]:
+    return [line.strip() for line in output.splitlines() if any(w in line for w in SETUPTOOLS_WARNINGS)]
+
+
+def test_building_jobttl_and_the_emulator_prints_no_setuptools_warning(built, tmp_path):
+    """`pip install .` (and make's `pip install -e . -e ./emulator`) build quietly: each folder of
+    data (core/store/lua/, the emulator's seeds/) is declared as the package it is."""
+    assert setuptools_warnings(built[1]) == []
+    _, emulator_output = build_wheel(REPO / "emulator", tmp_path)
+    assert setuptools_warnings(emulator_output) == []
 
 
 @pytest.fixture(scope="module")

@@ -264,6 +264,21 @@ def stop_promptly(services: list[str], grace: int = 20) -> None:
         raise SystemExit(f"e2e: killed at the end of the grace period, not stopped by the signal: {', '.join(slow)}")
 
 
+def wait_watching(docker_host: str, timeout: float = 60) -> None:
+    """The watcher has listed TFJobs, so it watches them: a TFJob that finished before that first
+    LIST would reach the sink only through a resync (15 minutes; the watcher sends no event for
+    what its first LIST finds), and the test would wait on that instead of on the watcher."""
+    deadline = time.monotonic() + timeout
+    while True:
+        logs = compose(docker_host, "logs", "--no-color", "watcher").stdout
+        if any('"event": "listed"' in line and '"kind": "TFJob"' in line for line in logs.splitlines()):
+            say("the watcher has listed TFJobs and watches them")
+            return
+        if time.monotonic() > deadline:
+            raise SystemExit(f"e2e: the watcher did not list TFJobs in {timeout:.0f} s")
+        time.sleep(1)
+
+
 def tfjob_lifecycle(api_url: str, ttl: int = 5, timeout: float = 120) -> float:
     """Create a TFJob, finish it as the training operator would, and wait for jobttl to delete
     it. Returns the seconds from finish to deletion."""
@@ -306,6 +321,7 @@ def stack(keep_up: bool) -> None:
             api_url = published(f"{PROJECT}-kwok-1")
             sink_url = published(f"{PROJECT}-sink-1")
             wait_http(sink_url + "/readyz", timeout=60)
+            wait_watching(docker_host)
             seconds = tfjob_lifecycle(api_url)
             say(f"the TFJob was deleted {seconds:.1f} s after it finished")
             logs = compose(docker_host, "logs", "--no-color", "worker").stdout

@@ -235,3 +235,25 @@ def test_dry_run_create_persists_nothing(cluster, api):
     created = api.create_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, tfjob("a"), dry_run="All")
     assert created["metadata"]["name"] == "a"
     assert not cluster.exists("a")
+
+
+def test_a_secrets_string_data_is_written_into_its_data_and_never_returned(tmp_path):
+    """Convert_v1_Secret_To_core_Secret: stringData overwrites data's keys, base64-encoded."""
+    import base64
+
+    from kubernetes import client as kube
+
+    from jobttl_emulator import EmulatorServer, Resource
+
+    secrets = Resource("", "v1", "Secret", "secrets", status_subresource=False, builtin=True)
+    with EmulatorServer(resources=(secrets,)) as server:
+        api = kube.CoreV1Api(kube.ApiClient(kube.Configuration(host=server.url)))
+        body = kube.V1Secret(api_version="v1", kind="Secret", metadata=kube.V1ObjectMeta(name="s"),
+                             data={"a": base64.b64encode(b"old").decode(), "b": base64.b64encode(b"kept").decode()},
+                             string_data={"a": "new", "c": "plain"})
+        created = api.create_namespaced_secret(NS, body)
+        read = api.read_namespaced_secret("s", NS)
+        for secret in (created, read):
+            assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {"a": "new", "b": "kept",
+                                                                                          "c": "plain"}
+            assert secret.string_data is None

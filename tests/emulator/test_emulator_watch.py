@@ -160,3 +160,39 @@ def test_client_stop_ends_the_watch_on_both_sides(cluster, server, api, watches)
     w.watch.stop()  # with keep-alive connections this shuts the socket at once, as with a real server
     w.join(timeout=2)
     wait_until(lambda: server.store.open_watches == 0, timeout=3)
+
+
+def stream_list(server, **params) -> tuple[int, list[dict]]:
+    """A raw watch request, as client-go's reflectors send a streaming list."""
+    import requests
+
+    query = {"watch": "true", "timeoutSeconds": "1", **params}
+    response = requests.get(f"{server.url}/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}", params=query, timeout=10)
+    return response.status_code, [json.loads(line) for line in response.text.splitlines() if line]
+
+
+def test_a_streaming_list_sends_the_objects_then_the_bookmark_that_ends_them(cluster, server):
+    """sendInitialEvents=true (client-go's WatchList, on by default since 1.35; Helm 4 waits on
+    hooks with it): every object as ADDED, then a BOOKMARK annotated k8s.io/initial-events-end at
+    the current resourceVersion, then what changes after."""
+    cluster.create("a")
+    rv = cluster.create("b")["metadata"]["resourceVersion"]
+    status, events = stream_list(server, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
+                                 allowWatchBookmarks="true")
+    assert status == 200
+    assert [(e["type"], e["object"]["metadata"]["name"]) for e in events[:2]] == [("ADDED", "a"), ("ADDED", "b")]
+    assert events[2] == {"type": "BOOKMARK", "object": {"kind": "TFJob", "apiVersion": "kubeflow.org/v1", "metadata": {
+        "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}}}
+    # From an older resourceVersion too: the state is never older than the one asked for.
+    _, again = stream_list(server, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
+                           allowWatchBookmarks="true", resourceVersion="1")
+    assert [e["type"] for e in again[:3]] == ["ADDED", "ADDED", "BOOKMARK"]
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"sendInitialEvents": "true", "allowWatchBookmarks": "true"}, "resourceVersionMatch"),
+    ({"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, "allowWatchBookmarks"),
+])
+def test_a_streaming_list_needs_not_older_than_and_bookmarks(cluster, server, params, field):
+    status, events = stream_list(server, **params)
+    assert status == 422 and field in json.dumps(events)

@@ -39,7 +39,18 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end }}
 
+{{/* Every object's labels: Helm's, the selector's, then commonLabels (which cannot replace those). */}}
 {{- define "jobttl.labels" -}}
+{{- $own := fromYaml (include "jobttl.ownLabels" .) }}
+{{- include "jobttl.ownLabels" . }}
+{{- range $key, $value := .ctx.Values.commonLabels }}
+{{- if not (hasKey $own $key) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "jobttl.ownLabels" -}}
 helm.sh/chart: {{ include "jobttl.chart" .ctx }}
 app.kubernetes.io/name: {{ include "jobttl.name" .ctx }}
 app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
@@ -47,46 +58,78 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{ include "jobttl.selectorLabels" . }}
 {{- end }}
 
-{{/* Pod template labels: the selector's plus podLabels. */}}
+{{/* Pod template labels: the selector's, then podLabels and the component's own podLabels
+     (dict "ctx" $ "component" "sink" "values" .Values.sink); the selector's always win. */}}
 {{- define "jobttl.podLabels" -}}
-{{ include "jobttl.selectorLabels" . }}
-{{- with .ctx.Values.podLabels }}
-{{ toYaml . }}
+{{- $selector := fromYaml (include "jobttl.selectorLabels" .) }}
+{{- include "jobttl.selectorLabels" . }}
+{{- range $key, $value := merge (default dict (default dict .values).podLabels) (default dict .ctx.Values.podLabels) }}
+{{- if not (hasKey $selector $key) }}
+{{ $key }}: {{ $value | quote }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Pod template annotations: `extra` (the chart's own, e.g. checksum/policy), then the
+     component's podAnnotations, then podAnnotations: (dict "ctx" $ "values" .Values.sink "extra" (dict ...)).
+     Nothing when there are none. */}}
+{{- define "jobttl.podAnnotations" -}}
+{{- $annotations := merge (default dict .extra) (default dict (default dict .values).podAnnotations) (default dict .ctx.Values.podAnnotations) }}
+{{- with $annotations }}
+annotations:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
 {{/* Images ------------------------------------------------------------------------------ */}}
 
-{{/* registry/repository:tag[@digest] from an image value: (dict "image" .Values.image "default" tag). */}}
+{{/* registry/repository[:tag][@digest] of an image value, global.imageRegistry in place of its
+     registry: (dict "ctx" $ "image" .Values.image "default" tag). No tag and no default: by digest alone. */}}
 {{- define "jobttl.imageRef" -}}
-{{- $repository := .image.repository }}
-{{- if .image.registry }}{{ $repository = printf "%s/%s" .image.registry .image.repository }}{{ end }}
-{{- $ref := printf "%s:%s" $repository (toString (default .default .image.tag)) }}
+{{- $registry := default .image.registry ((.ctx.Values.global).imageRegistry) }}
+{{- $ref := .image.repository }}
+{{- if $registry }}{{ $ref = printf "%s/%s" $registry .image.repository }}{{ end }}
+{{- $tag := toString (default "" (default .default .image.tag)) }}
+{{- if $tag }}{{ $ref = printf "%s:%s" $ref $tag }}{{ end }}
 {{- if .image.digest }}{{ $ref = printf "%s@%s" $ref .image.digest }}{{ end }}
 {{- $ref }}
 {{- end }}
 
 {{- define "jobttl.image" -}}
-{{- include "jobttl.imageRef" (dict "image" .Values.image "default" .Chart.AppVersion) }}
+{{- include "jobttl.imageRef" (dict "ctx" . "image" .Values.image "default" .Chart.AppVersion) }}
 {{- end }}
 
-{{/* Pod spec parts shared by jobttl's own pods. */}}
-{{- define "jobttl.scheduling" -}}
-{{- with .Values.imagePullSecrets }}
+{{/* The scheduling part of a pod spec: pull secrets, then each of priorityClassName, nodeSelector,
+     tolerations, affinity and topologySpreadConstraints from the component's values when set,
+     else the top level's. A spread constraint without a labelSelector gets the component's pods'.
+     (dict "ctx" $ "component" "sink" "values" .Values.sink) */}}
+{{- define "jobttl.podScheduling" -}}
+{{- $top := .ctx.Values }}
+{{- $own := default dict .values }}
+{{- with concat (default list ($top.global).imagePullSecrets) (default list $top.imagePullSecrets) }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.nodeSelector }}
-nodeSelector:
+{{- with default $top.priorityClassName $own.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- range $field := list "nodeSelector" "tolerations" "affinity" }}
+{{- with default (get $top $field) (get $own $field) }}
+{{ $field }}:
   {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.tolerations }}
-tolerations:
-  {{- toYaml . | nindent 2 }}
 {{- end }}
-{{- with .Values.affinity }}
-affinity:
-  {{- toYaml . | nindent 2 }}
+{{- with default $top.topologySpreadConstraints $own.topologySpreadConstraints }}
+{{- $constraints := list }}
+{{- range . }}
+{{- $constraint := deepCopy . }}
+{{- if not (hasKey $constraint "labelSelector") }}
+{{- $_ := set $constraint "labelSelector" (dict "matchLabels" (fromYaml (include "jobttl.selectorLabels" $))) }}
+{{- end }}
+{{- $constraints = append $constraints $constraint }}
+{{- end }}
+topologySpreadConstraints:
+  {{- toYaml $constraints | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -232,14 +275,36 @@ affinity:
   value: /etc/jobttl/policy.yaml
 - name: JOBTTL_FIRST_RUN_REVIEW
   value: {{ ternary "on" "off" .Values.firstRunReview | quote }}
+{{- with .Values.rbac.namespaces }}
+# The namespaces the worker's RBAC lets it delete in: jobs elsewhere are kept, with that said.
+- name: JOBTTL_DELETE_NAMESPACES
+  value: {{ join "," . | quote }}
+{{- end }}
 {{- end }}
 
+{{/* The log level, `env` (the sink's and the worker's), then extraEnv and the component's own:
+     (dict "ctx" $ "values" .Values.sink "env" true). Last in the container's list: the schema
+     refuses names the chart sets itself. */}}
 {{- define "jobttl.extraEnv" -}}
 - name: JOBTTL_LOG_LEVEL
-  value: {{ .Values.logLevel }}
-{{- range $name, $value := .Values.env }}
+  value: {{ .ctx.Values.logLevel }}
+{{- if .env }}
+{{- range $name, $value := .ctx.Values.env }}
 - name: {{ $name }}
   value: {{ toString $value | quote }}
+{{- end }}
+{{- end }}
+{{- with concat (default list .ctx.Values.extraEnv) (default list (default dict .values).extraEnv) }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* A container's envFrom (extraEnv's, then the component's): (dict "ctx" $ "values" .Values.sink).
+     A variable the container's `env` sets wins over these (Kubernetes' rule). */}}
+{{- define "jobttl.envFrom" -}}
+{{- with concat (default list .ctx.Values.envFrom) (default list (default dict .values).envFrom) }}
+envFrom:
+  {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end }}
 
@@ -262,8 +327,116 @@ host = socket.gethostname()
 sys.exit(0 if any(w.hostname == host for w in workers) else f"no RQ worker registered for {host}")
 {{- end }}
 
+{{/* The bundled Redis's password Job (redis-init.yaml): the Secret, created once, then left alone. */}}
+{{- define "jobttl.redisPasswordInit" -}}
+# Creates the Secret with a random password if it is not there; never changes one that is.
+import os, secrets, sys
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+name, key, namespace = os.environ["SECRET_NAME"], os.environ["SECRET_KEY"], os.environ["SECRET_NAMESPACE"]
+KEEP = "helm.sh/resource-policy"
+try:
+    config.load_incluster_config()
+except config.ConfigException:
+    config.load_kube_config()  # outside a pod: KUBECONFIG (the chart's tests run it so)
+api = client.CoreV1Api()
+
+def read():
+    try:
+        return api.read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+secret = read()
+if secret is None:
+    # 64 hex digits: URL-safe, as the password goes into JOBTTL_REDIS_URL as it is.
+    body = client.V1Secret(api_version="v1", kind="Secret", type="Opaque", string_data={key: secrets.token_hex(32)},
+                           metadata=client.V1ObjectMeta(name=name, annotations={KEEP: "keep"},
+                                                        labels={"app.kubernetes.io/part-of": "jobttl"}))
+    try:
+        api.create_namespaced_secret(namespace, body)
+        print(f"created Secret {namespace}/{name} with a random password under {key!r}")
+        sys.exit(0)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+    secret = read()  # another run created it meanwhile: keep that one
+if key not in (secret.data or {}):
+    sys.exit(f"Secret {namespace}/{name} has no key {key!r}, which Redis and jobttl's pods read: "
+             "add it, or set redis.auth.existingSecretKey to the key it has")
+if (secret.metadata.annotations or {}).get(KEEP) != "keep":
+    # Rendered by an earlier chart (0.2) as one of the release's objects: the upgrade that no
+    # longer renders it would delete it, and Redis would lose its password. Helm keeps it now.
+    api.patch_namespaced_secret(name, namespace, {"metadata": {"annotations": {KEEP: "keep"}}})
+    print(f"Secret {namespace}/{name}: annotated {KEEP}=keep, so that this upgrade leaves it")
+print(f"Secret {namespace}/{name} is there: its password stays")
+{{- end }}
+
+{{/* NetworkPolicy ------------------------------------------------------------------------ */}}
+
+{{- define "jobttl.policyTypes" -}}
+{{- ternary "[Ingress, Egress]" "[Ingress]" .Values.networkPolicy.egress.enabled }}
+{{- end }}
+
+{{/* Egress rules: DNS, then what (dict "ctx" $ "to" (list ...)) names: "redis" (the bundled one's
+     pod, else networkPolicy.egress.redis), "apiServer", "sink" (its pods' port), "extra". */}}
+{{- define "jobttl.egress" -}}
+{{- $egress := .ctx.Values.networkPolicy.egress }}
+- to:
+    - namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: {{ $egress.dns.namespace }}}}
+      podSelector:
+        matchLabels:
+          {{- toYaml $egress.dns.podLabels | nindent 10 }}
+  ports:
+    - {protocol: UDP, port: 53}
+    - {protocol: TCP, port: 53}
+{{- if has "redis" .to }}
+{{- if eq .ctx.Values.redis.mode "bundled" }}
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "jobttl.selectorLabels" (dict "ctx" .ctx "component" "redis") | nindent 10 }}
+  ports:
+    - {protocol: TCP, port: 6379}
+{{- else }}
+{{- include "jobttl.cidrRules" $egress.redis }}
+{{- end }}
+{{- end }}
+{{- if has "apiServer" .to }}
+{{- include "jobttl.cidrRules" $egress.apiServer }}
+{{- end }}
+{{- if has "sink" .to }}
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "jobttl.selectorLabels" (dict "ctx" .ctx "component" "sink") | nindent 10 }}
+  ports:
+    - {protocol: TCP, port: 8080}
+{{- end }}
+{{- if has "extra" .to }}
+{{- with $egress.extra }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* [{cidr, ports}] as egress rules to those addresses on those TCP ports. */}}
+{{- define "jobttl.cidrRules" -}}
+{{- range . }}
+- to:
+    - ipBlock: {cidr: {{ .cidr }}}
+  ports:
+    {{- range .ports }}
+    - {protocol: TCP, port: {{ . }}}
+    {{- end }}
+{{- end }}
+{{- end }}
+
 {{/* What the schema cannot say: one version per kind and group (no cluster serves two MPIJob
-     versions at once, and the RBAC would not tell them apart). */}}
+     versions at once, and the RBAC would not tell them apart); an egress policy that would cut
+     the processes off their own Redis. */}}
 {{- define "jobttl.validate" -}}
 {{- $seen := dict }}
 {{- range .Values.kinds }}
@@ -272,5 +445,9 @@ sys.exit(0 if any(w.hostname == host for w in workers) else f"no RQ worker regis
 {{- fail (printf "kinds: %s is listed twice (%s and %s); a cluster serves one version of a kind: keep the one it serves" .kind (get $seen $key) .apiVersion) }}
 {{- end }}
 {{- $_ := set $seen $key .apiVersion }}
+{{- end }}
+{{- $egress := .Values.networkPolicy.egress }}
+{{- if and .Values.networkPolicy.enabled $egress.enabled (ne .Values.redis.mode "bundled") (empty $egress.redis) }}
+{{- fail (printf "networkPolicy.egress.redis: with egress policies on and redis.mode %s, list where the Redis is ([{cidr: 10.0.0.0/8, ports: [6379, 26379]}]): else the sink and the worker could not reach it" .Values.redis.mode) }}
 {{- end }}
 {{- end }}
