@@ -30,6 +30,7 @@ from jobttl.core.domain.apiserversource import PING_TYPE, ApiServerEvent, BadEve
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.services.reconcile import UnreadableObject
 from jobttl.sink.auth import Forbidden, Unauthenticated, VerifierUnavailable
 from jobttl.sink.context import SinkContext, Unavailable
 
@@ -112,7 +113,7 @@ def _handle(sink: SinkContext, event: ApiServerEvent, sender: str | None) -> str
         if event.action == "delete":
             ref = JobRef(kind.api_version, kind.kind, event.namespace, event.name, event.uid)
             return sink.reconciler.forget(ref, "deleted", by).label
-        return sink.reconciler.reconcile(event.object, kind, by).label
+        return _reconcile(sink, event.object, kind, by)
     # Reference mode names the object but not its UID: the API server says what exists now
     # (for a delete event too: the name may already belong to a re-created object). Anything
     # else scheduled under that name belonged to an object that is gone.
@@ -126,7 +127,16 @@ def _handle(sink: SinkContext, event: ApiServerEvent, sender: str | None) -> str
             outcome = forgotten.label if forgotten.label == "cancelled" else outcome
     if obj is None or event.action == "delete":
         return outcome
-    return sink.reconciler.reconcile(obj, kind, by).label
+    return _reconcile(sink, obj, kind, by)
+
+
+def _reconcile(sink: SinkContext, obj: dict, kind: JobKind, by: str) -> str:
+    """The one reconcile path; an object whose fields its declaration cannot read (a condition's type
+    that is an object, conditions that are a map) is refused, naming the field, and nothing is written."""
+    try:
+        return sink.reconciler.reconcile(obj, kind, by, refuse_unreadable=True).label
+    except UnreadableObject as exc:
+        raise BadEvent(422, f"the object cannot be decided, nothing was written: {exc}") from None
 
 
 def _read(sink: SinkContext, kind: JobKind, event: ApiServerEvent) -> dict | None:

@@ -15,8 +15,14 @@ every path its declaration reads against the schema of the version jobttl uses
 - no CRD (404: not installed, or served by an aggregated API), batch/v1 (Kubernetes' own): nothing
   to check. A kind not served is reported by the resync as before (``jobttl_kind_not_served``);
 - a CRD that does not serve the kind's version: the same, said once (a warning for a declared kind);
-- a CRD that prunes nothing (``spec.preserveUnknownFields: true``, from apiextensions v1beta1): any
-  path may be there, so none is refused; the ``kinds-checked`` line names it (``unchecked``);
+- a CRD that prunes nothing (``spec.preserveUnknownFields: true``, from apiextensions v1beta1) or
+  gives the version no schema: any path may be there, so none is refused; the ``kinds-checked`` line
+  names it (``unchecked``), and every path is unverified (below);
+- a path the schema cannot follow to its end (preserved unknown fields, a map of anything): not
+  refused, but ``unverified``, never verified: a warning (``kind-unverified``, ``reason: schema``)
+  for the operator's own declaration, the ``kinds-checked`` line's ``unverified`` for built-in ones;
+- a path a replacing declaration inherited from the built-in one: held as the built-in's (a
+  warning, never a stop: the operator did not write it);
 - RBAC refusing the read (403), or an API server not answering: one warning naming what was not
   checked (and the rule to grant); the worker goes on, as it did before the check existed.
 
@@ -60,6 +66,9 @@ class Report:
     forbidden: list[str] = field(default_factory=list)  # CRDs RBAC would not let it read
     unreadable: dict[str, str] = field(default_factory=dict)  # CRD -> why (API down, undecodable)
     unchecked: dict[str, str] = field(default_factory=dict)  # apiVersion/Kind -> why its paths were not checked
+    # apiVersion/Kind -> the paths its CRD's schema cannot follow to their end (never verified), and
+    # whether the declaration is the operator's own (its paths warned) or built in (or inherited).
+    unverified: dict[str, tuple[JobKind, list[crdcheck.Problem]]] = field(default_factory=dict)
 
 
 def _name(kind: JobKind) -> str:
@@ -107,18 +116,28 @@ def check(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAUSE, tim
         if crd is None:
             report.no_crd.append(_name(kind))
             continue
-        verdict = crdcheck.verify(kind.declaration, crd, lenient=kind.builtin)
-        if not verdict.served:
-            report.not_served.append((kind, verdict.served_versions))
-        elif verdict.problems and kind.builtin:
-            report.absent.append((kind, list(verdict.problems)))
-        elif verdict.problems:
-            report.errors += [crdcheck.describe(kind.declared_in, p) for p in verdict.problems]
-        elif verdict.unchecked:
-            report.unchecked[_name(kind)] = verdict.unchecked
-        else:
-            report.verified.append(_name(kind))
+        _file(report, kind, crdcheck.verify(kind.declaration, crd, lenient=kind.builtin, inherited=kind.inherited))
     return report
+
+
+def _file(report: Report, kind: JobKind, verdict: crdcheck.CrdCheck) -> None:
+    """Where one kind's check goes in the report: verified only when every path was checked and found."""
+    if not verdict.served:
+        report.not_served.append((kind, verdict.served_versions))
+        return
+    # A built-in declaration's paths (and those a replacement inherited from it) warn: the operator
+    # did not write them. The operator's own stop the worker.
+    theirs = [p for p in verdict.problems if kind.builtin or p.inherited]
+    own = [p for p in verdict.problems if p not in theirs]
+    if theirs:
+        report.absent.append((kind, theirs))
+    report.errors += [crdcheck.describe(kind.declared_in, p) for p in own]
+    if verdict.unchecked:
+        report.unchecked[_name(kind)] = verdict.unchecked
+    if verdict.unverified:
+        report.unverified[_name(kind)] = (kind, list(verdict.unverified))
+    if verdict.verified:
+        report.verified.append(_name(kind))
 
 
 def _read(get_crd: GetCRD, kind: JobKind, pause: float, timeout: float, deadline: float) -> dict[str, Any] | None:
@@ -158,6 +177,33 @@ def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAU
     if report.errors:
         raise ConfigError("a kind declaration reads fields its CustomResourceDefinition does not have (such a path "
                           "never matches):\n  " + "\n  ".join(report.errors))
+    _say_not_read(report, kinds)
+    _say_unverified(report)
+    for kind, problems in report.absent:
+        whose = (f"the built-in declaration of {_name(kind)} reads" if kind.builtin else
+                 f"{kind.declared_in} inherits from the built-in declaration of {_name(kind)}")
+        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
+                    fields=[f"{p.field}: {p.text}" for p in problems],
+                    detail=f"{whose} fields the installed CRD {kind.crd} does not have (another version of its "
+                           "operator?); those readings never match: " + "; ".join(f"{p.field}: {p.message}" for p in problems)
+                           + ". Declare those fields in the policy's kindDeclarations to read them where they are")
+    for kind, served in report.not_served:
+        if not kind.builtin:
+            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
+                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
+                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
+    unverified = {name: [p.text for p in problems] for name, (_, problems) in report.unverified.items()}
+    why = [f"{kind}: {text}" for kind, text in report.unchecked.items()] + [
+        f"{name}: {p.message}" for name, (_, problems) in report.unverified.items() if name not in report.unchecked
+        for p in problems]
+    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
+                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
+                unverified=unverified, **({"detail": "; ".join(why)} if why else {}))
+    return report
+
+
+def _say_not_read(report: Report, kinds: tuple[JobKind, ...]) -> None:
+    """The CRDs RBAC would not let the worker read, or the API server did not give: one warning each."""
     if report.forbidden:
         logs.record(log, "kind-unverified", level=logging.WARNING, reason="forbidden", crds=report.forbidden,
                     detail=f"RBAC refused to let the worker read the CustomResourceDefinitions "
@@ -169,20 +215,18 @@ def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAU
                     detail="could not read the CustomResourceDefinitions "
                            + "; ".join(f"{crd} ({why})" for crd, why in report.unreadable.items())
                            + ": their kinds' declared paths are not checked against their schemas")
-    for kind, problems in report.absent:
-        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
-                    fields=[f"{p.field}: {p.text}" for p in problems],
-                    detail=f"the built-in declaration of {_name(kind)} reads fields the installed CRD {kind.crd} does "
-                           f"not have (another version of its operator?); those readings never match: "
-                           + "; ".join(f"{p.field}: {p.message}" for p in problems)
-                           + ". Redeclare the kind in the policy's kindDeclarations to read them where they are")
-    for kind, served in report.not_served:
-        if not kind.builtin:
-            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
-                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
-                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
-    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
-                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
-                **({"detail": "; ".join(f"{kind}: {why}" for kind, why in report.unchecked.items())}
-                   if report.unchecked else {}))
-    return report
+
+
+def _say_unverified(report: Report) -> None:
+    """The operator's own paths a CRD cannot check (no schema, preserved unknown fields, a map of
+    anything): a warning each kind, since a misspelt managedBy or suspend path would pass there.
+    Those of built-in declarations (or inherited from them) are in the `kinds-checked` line."""
+    for name, (kind, problems) in report.unverified.items():
+        own = [p for p in problems if not (kind.builtin or p.inherited)]
+        if not own:
+            continue
+        said = (f"{report.unchecked[name]}: jobttl reads every path it declares unverified "
+                f"({', '.join(p.text for p in own)})" if name in report.unchecked
+                else "; ".join(f"{p.field}: {p.message}" for p in own) + ": jobttl reads these paths unverified")
+        logs.record(log, "kind-unverified", level=logging.WARNING, reason="schema", kind=name,
+                    fields=[f"{p.field}: {p.text}" for p in own], detail=f"{kind.declared_in}: {said}")

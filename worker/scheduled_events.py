@@ -21,10 +21,12 @@ later, up to `ATTEMPTS` times.
 InvalidTTL: a Warning Event on a finished job jobttl keeps because its TTL (``jobttl.io/ttl``, its
 own TTL field) or ``jobttl.io/keep-until`` cannot be used, naming the value, the forms accepted
 and what jobttl does instead (`jobttl.core.domain.decision.invalid_ttl_message`): without it a typo keeps
-the job for good, and only those who can read jobttl's logs or Redis would know. The same outbox,
-the same pace: RECONCILE writes the notice (`jobttl.core.store.schedule.InvalidNotice`) in the call that
-decides, once per object and value (its memory is the job's history card), and the worker posts
-it unless the job's latest decision is another by then.
+the job for good, and only those who can read jobttl's logs or Redis would know. So too InvalidKeep
+(a ``jobttl.io/keep`` value that is neither "true" nor "false": kept) and UnknownKey (a ``jobttl.io/``
+key jobttl does not know, with the nearest one it does: kept). The same outbox, the same pace:
+RECONCILE writes the notice (`jobttl.core.store.schedule.InvalidNotice`) in the call that decides,
+once per object and value (its memory is the job's history card), and the worker posts it unless
+the job's latest decision is another by then.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from redis import Redis
 from jobttl.core.domain import jsoncodec
 from jobttl.core.store import keys
 from jobttl.core.runtime import logs
-from jobttl.core.domain.decision import INVALID_TTL_REASON, Verdict, invalid_ttl_message
+from jobttl.core.domain.decision import (INVALID_KEEP_REASON, INVALID_TTL_REASON, UNKNOWN_KEY_REASON,
+                                         warning_message)
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
@@ -51,6 +54,9 @@ BATCH = 20  # notices claimed at a time
 RETRY_AFTER = 30  # seconds before a notice whose POST failed is tried again
 ATTEMPTS = 5
 INVALID_TTL_LABEL = "invalid-ttl"  # jobttl_deletion_notices_total's stage label for InvalidTTL Warnings
+# ... and for the other Warnings to an owner: by the Event's reason.
+WARNING_LABELS = {INVALID_TTL_REASON: INVALID_TTL_LABEL, INVALID_KEEP_REASON: "invalid-keep",
+                  UNKNOWN_KEY_REASON: "unknown-key"}
 
 
 class Notices:
@@ -95,15 +101,17 @@ class Notices:
         return self._create(entry, pending.ref, SCHEDULED_REASON, message, "Schedule", stage, due=due)
 
     def _post_invalid(self, entry: str, notice: InvalidNotice) -> bool:
-        """An InvalidTTL Warning, unless the job's latest decision is no longer this one (fixed,
-        changed again, gone): like a superseded schedule change, it posts nothing."""
+        """A Warning to the job's owner (InvalidTTL, InvalidKeep, UnknownKey), unless the job's latest
+        decision is no longer this one (fixed, changed again, gone): like a superseded schedule change,
+        it posts nothing."""
         raw = self.redis.hget(keys.card(notice.ref.namespace, notice.ref.name), notice.ref.uid)
         latest = jsoncodec.loads(raw) if raw else None
-        if not isinstance(latest, dict) or latest.get("reason") != Verdict.INVALID_TTL.value \
+        if not isinstance(latest, dict) or latest.get("reason") != notice.verdict \
                 or latest.get("detail") != notice.detail:
             return True
-        message = invalid_ttl_message(notice.ref.kind, notice.detail, notice.source)
-        return self._create(entry, notice.ref, INVALID_TTL_REASON, message, "Keep", INVALID_TTL_LABEL, warning=True)
+        message = warning_message(notice.reason, notice.ref.kind, notice.detail, notice.source)
+        return self._create(entry, notice.ref, notice.reason, message, "Keep",
+                            WARNING_LABELS.get(notice.reason, INVALID_TTL_LABEL), warning=True)
 
     def _create(self, entry: str, ref: JobRef, reason: str, message: str, action: str, label: str,
                 warning: bool = False, **fields: Any) -> bool:

@@ -25,7 +25,13 @@ what its schema keeps):
 
 A path must also name what its reader takes: a value (a state, a time, a TTL, a controller's
 name, a suspend flag) rather than an object or a list, and a TTL object (``ttl.within``) an object.
-Pure: declarations and CRD objects in, problems out (the worker fetches; `jobttl.worker.kindcheck`).
+
+A path the schema cannot follow to its end (below preserved unknown fields, a map of anything, an
+open node; or a CRD with no schema for the version, or one that prunes nothing) is not refused but
+``unverified`` (`CrdCheck.unverified`, with why and a declared name close to it): never counted
+as verified, since a misspelt ``suspend`` or ``managedBy`` would pass there.
+Pure: declarations and CRD objects in, problems out (the worker fetches; `jobttl.worker.kindcheck`;
+``jobttl explain --crd`` reads them from a file).
 """
 
 from __future__ import annotations
@@ -83,6 +89,7 @@ class Problem:
     field: str  # in the declaration, e.g. "suspend"
     text: str  # the path as written
     message: str  # what is wrong, with the nearest names
+    inherited: bool = False  # in a field a replacing declaration took from the built-in one
 
 
 @dataclass(frozen=True)
@@ -96,6 +103,12 @@ class CrdCheck:
     problems: tuple[Problem, ...] = ()
     checked: int = 0  # paths checked
     unchecked: str | None = None  # why the paths were not checked against the schema, when they were not
+    unverified: tuple[Problem, ...] = ()  # paths the schema could not follow to their end, and why
+
+    @property
+    def verified(self) -> bool:
+        """Every path checked and found: nothing wrong, nothing the schema could not tell."""
+        return self.served and not self.problems and self.unchecked is None and not self.unverified
 
 
 def uses(decl: dict[str, Any]) -> list[PathUse]:
@@ -171,8 +184,17 @@ class _Level:
     def open(self) -> bool:
         """Whether anything may be below: unknown fields preserved, a map of anything, or a node
         saying nothing of what is there (no type, nothing declared below: a legacy schema's)."""
-        return any(n.get("x-kubernetes-preserve-unknown-fields") is True or n.get("additionalProperties") is True
-                   for n in self.expanded) or not any(_says_what(n) for n in self.expanded)
+        return self.why_open() is not None
+
+    def why_open(self) -> str | None:
+        """Why the schema does not say what is below this level (then a path below cannot be checked)."""
+        if any(n.get("x-kubernetes-preserve-unknown-fields") is True for n in self.expanded):
+            return "keeps unknown fields (x-kubernetes-preserve-unknown-fields)"
+        if any(n.get("additionalProperties") is True for n in self.expanded):
+            return "is a map of anything (additionalProperties: true)"
+        if not any(_says_what(n) for n in self.expanded):
+            return "declares nothing (no type, no properties: a legacy schema's)"
+        return None
 
     def names(self) -> list[str]:
         names = dict.fromkeys(k for n in self.expanded for k in (n.get("properties") or {}))
@@ -254,9 +276,24 @@ def _nearest(key: str, level: _Level, prefix: tuple[str, ...], root: _Level, sho
     return f" (it has: {listed})" if names else " (it declares no fields)"
 
 
+@dataclass(frozen=True)
+class Reach:
+    """How far the schema follows a path: `problem` when it names nothing (or the wrong thing), `open`
+    (why) when the schema stops saying what is there before the path ends: then it cannot be checked."""
+
+    problem: str | None = None
+    open: str | None = None
+
+
 def walk(schema: dict[str, Any], use: PathUse) -> str | None:
     """What is wrong with `use` under `schema` (a CRD version's openAPIV3Schema), or None: "is not
-    in" and why (a field missing, a list in the way), or "does not fit" and why (the wrong type)."""
+    in" and why (a field missing, a list in the way), or "does not fit" and why (the wrong type).
+    None also where the schema cannot tell (`reach` says so)."""
+    return reach(schema, use).problem
+
+
+def reach(schema: dict[str, Any], use: PathUse) -> Reach:
+    """`walk`, and whether the path could be checked to its end."""
     root = _Level([schema], resource=True)
     conditions_as = CONDITION_PREFIX if use.text.startswith(CONDITION_PREFIX) else None
 
@@ -267,25 +304,49 @@ def walk(schema: dict[str, Any], use: PathUse) -> str | None:
     for i, key in enumerate(use.path):
         assert isinstance(level, _Level)
         prefix = use.path[:i]
-        where = show(prefix) if prefix else "the object"
-        if key == ITEMS:
-            nxt = level.items()
-            if nxt is None:
-                return f"is not in: {where} is not a list (it is {_a(level.types())})"
-        else:
-            if "array" in level.types() and not level.child(key):
-                return (f"is not in: {where} is a list: a path cannot read into a list's items"
-                        + ("" if tuple(prefix) != CONDITIONS[:2] else " (the finishing condition's fields are "
-                                                                     "condition.FIELD, in finishedAt)"))
-            nxt = level.child(key)
-            if nxt is None and level.types() and not level.types() & {"object", "array"}:
-                return f"is not in: {where} is {_a(level.types())}, with no fields below it"
-            if nxt is None:
-                return f"is not in: {where} has no field {key!r}{_nearest(key, level, prefix, root, shown)}"
+        nxt = _step(level, key, prefix, root, shown)
+        if isinstance(nxt, str):
+            return Reach(problem=nxt)
         if nxt is _OPEN:
-            return None  # preserved unknown fields, or a map of anything: whatever is below may be there
+            # Preserved unknown fields, a map of anything, a legacy node: whatever is below may be there.
+            return Reach(open=_open_reason(level, key, prefix, shown))
         level = nxt
     assert isinstance(level, _Level)
+    return Reach(problem=_fits(level, use, shown))
+
+
+def _step(level: _Level, key: str, prefix: tuple[str, ...], root: _Level,
+          shown: Callable[[tuple[str, ...]], str]) -> _Level | object | str:
+    """The level `key` leads to from `level`, _OPEN, or what is wrong ("is not in: ...")."""
+    where = show(prefix) if prefix else "the object"
+    if key == ITEMS:
+        nxt = level.items()
+        return nxt if nxt is not None else f"is not in: {where} is not a list (it is {_a(level.types())})"
+    if "array" in level.types() and not level.child(key):
+        return (f"is not in: {where} is a list: a path cannot read into a list's items"
+                + ("" if tuple(prefix) != CONDITIONS[:2] else " (the finishing condition's fields are "
+                                                             "condition.FIELD, in finishedAt)"))
+    nxt = level.child(key)
+    if nxt is None and level.types() and not level.types() & {"object", "array"}:
+        return f"is not in: {where} is {_a(level.types())}, with no fields below it"
+    if nxt is None:
+        return f"is not in: {where} has no field {key!r}{_nearest(key, level, prefix, root, shown)}"
+    return nxt
+
+
+def _open_reason(level: _Level, key: str, prefix: tuple[str, ...], shown: Callable[[tuple[str, ...]], str]) -> str:
+    """Why a path cannot be checked past `prefix`, and a declared name close to `key` there, if any
+    (under preserved unknown fields `spec.suspnd` may be there, but `spec.suspend` is declared)."""
+    where = show(prefix) if prefix else "the object"
+    if key == ITEMS:
+        return f"{where} says nothing of its items"
+    close = difflib.get_close_matches(key, level.names(), n=1, cutoff=0.8)
+    hint = f"; it declares {close[0]}: did you mean {shown((*prefix, close[0]))}?" if close and close[0] != key else ""
+    return f"{where} {level.why_open() or 'says nothing of its fields'}{hint}"
+
+
+def _fits(level: _Level, use: PathUse, shown: Callable[[tuple[str, ...]], str]) -> str | None:
+    """Whether the field the path ends at is what its reader takes: a value, or an object."""
     types = level.types()
     if use.wants == VALUE and types and types <= {"object", "array"}:
         below = sorted(level.names())
@@ -305,13 +366,17 @@ def _a(types: set[str]) -> str:
 
 # --- a declaration against its CRD ------------------------------------------------------------------
 
-def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> CrdCheck:
+def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inherited: tuple[str, ...] = ()
+           ) -> CrdCheck:
     """Check one declaration against its CRD object (as the API server answers a GET).
 
     `lenient` (the built-in declarations): a path among alternatives may be missing as long as
     one of them is there, since they are fallbacks for other versions of the CRD (the Kubeflow
     jobs' pre-1.2 ``spec.ttlSecondsAfterFinished``). An operator's own declaration is held to
-    every path: it was written for this cluster."""
+    every path: it was written for this cluster; but the fields it `inherited` from a built-in
+    declaration (`jobttl.core.domain.kinddecl.replacing`) are held as built-in ones are, and their
+    problems say so (`Problem.inherited`). A path the schema cannot follow to its end (preserved
+    unknown fields, a map of anything, no schema at all) is `unverified`, never verified."""
     spec = crd.get("spec") or {}
     name = (crd.get("metadata") or {}).get("name", "")
     versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]
@@ -319,6 +384,31 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
     version = next((v for v in versions if v.get("name") == decl["version"]), None)
     if version is None or not version.get("served", True):
         return CrdCheck(name, served=False, served_versions=served)
+    problems = _names_and_scope(decl, spec, name)
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    found = uses(decl)
+    unchecked = None
+    if spec.get("preserveUnknownFields") is True:
+        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
+        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
+        unchecked = (f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD from "
+                     "apiextensions v1beta1): any path may name a field")
+    elif not isinstance(schema, dict):
+        unchecked = f"the CRD {name} gives {decl['version']} no schema (openAPIV3Schema): any path may name a field"
+    if unchecked is not None:
+        unverified = tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
+                                   _inherits(use, inherited)) for use in found)
+        return CrdCheck(name, True, served, tuple(problems), 0, unchecked=unchecked, unverified=unverified)
+    reached = {use: reach(schema, use) for use in found}
+    problems += _path_problems(decl, name, reached, lenient, inherited)
+    unverified = tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked against the schema of "
+                                                    f"{decl_key(decl)} (CRD {name}): {r.open}", _inherits(use, inherited))
+                       for use, r in reached.items() if r.open is not None)
+    return CrdCheck(name, True, served, tuple(problems), len(found), unverified=unverified)
+
+
+def _names_and_scope(decl: dict[str, Any], spec: dict[str, Any], name: str) -> list[Problem]:
+    """What the CRD says of the kind itself: its name and that it is namespaced."""
     problems = []
     names = spec.get("names") or {}
     if names.get("kind") and names["kind"] != decl["kind"]:
@@ -327,32 +417,35 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False) -> 
     if spec.get("scope") == "Cluster":
         problems.append(Problem("plural", decl["plural"], f"the CRD {name} is cluster-scoped: jobttl handles "
                                                           "namespaced kinds only"))
-    schema = (version.get("schema") or {}).get("openAPIV3Schema")
-    found = uses(decl)
-    if spec.get("preserveUnknownFields") is True:
-        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
-        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
-        return CrdCheck(name, True, served, tuple(problems), 0,
-                        unchecked=f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD "
-                                  "from apiextensions v1beta1): any path may name a field")
-    if isinstance(schema, dict):
-        wrong = {use: walk(schema, use) for use in found}
-        fine = {use.alternatives for use, problem in wrong.items() if problem is None and use.alternatives}
-        failed: list[tuple[str, ...]] = []
-        said: set[tuple[str, str]] = set()
-        for use, problem in wrong.items():
-            if problem is None or (lenient and use.alternatives in fine):
-                continue
-            verb, _, detail = problem.partition(": ")
-            # One line per cause: not again for a path below one already refused (a TTL key below its
-            # ttl.within), nor the same cause in the same field (conditions' type and status).
-            if any(use.path[:len(p)] == p for p in failed) or (use.field, detail) in said:
-                continue
-            failed.append(use.path)
-            said.add((use.field, detail))
-            problems.append(Problem(use.field, use.text, f"{use.text!r} {verb} the schema of {decl_key(decl)} "
-                                                         f"(CRD {name}): {detail}"))
-    return CrdCheck(name, True, served, tuple(problems), len(found) if isinstance(schema, dict) else 0)
+    return problems
+
+
+def _inherits(use: PathUse, inherited: tuple[str, ...]) -> bool:
+    """Whether `use` is in a field the declaration inherited (``ttl.paths[1]`` is in ``ttl``)."""
+    return re.split(r"[.\[]", use.field, maxsplit=1)[0] in inherited
+
+
+def _path_problems(decl: dict[str, Any], name: str, reached: dict[PathUse, Reach], lenient: bool,
+                   inherited: tuple[str, ...]) -> list[Problem]:
+    """The paths naming nothing (or the wrong thing): one line per cause."""
+    fine = {use.alternatives for use, r in reached.items() if r.problem is None and use.alternatives}
+    problems: list[Problem] = []
+    failed: list[tuple[str, ...]] = []
+    said: set[tuple[str, str]] = set()
+    for use, r in reached.items():
+        held_as_builtin = lenient or _inherits(use, inherited)
+        if r.problem is None or (held_as_builtin and use.alternatives in fine):
+            continue
+        verb, _, detail = r.problem.partition(": ")
+        # One line per cause: not again for a path below one already refused (a TTL key below its
+        # ttl.within), nor the same cause in the same field (conditions' type and status).
+        if any(use.path[:len(p)] == p for p in failed) or (use.field, detail) in said:
+            continue
+        failed.append(use.path)
+        said.add((use.field, detail))
+        problems.append(Problem(use.field, use.text, f"{use.text!r} {verb} the schema of {decl_key(decl)} "
+                                                     f"(CRD {name}): {detail}", _inherits(use, inherited)))
+    return problems
 
 
 def describe(where: str, problem: Problem) -> str:

@@ -12,7 +12,8 @@ when we happened to see an event. Where the TTL comes from, in order:
    or it has a controller ``ownerReference`` (its owner's lifecycle governs it). Its own
    controller would keep it, so jobttl does too, unless a policy rule says ``owned: delete`` /
    ``managedBy: delete``. A kind may also say "not yet" (Argo's archiving);
-1. the object opts out (annotation ``jobttl.io/keep: "true"``) or a policy rule says keep;
+1. the object opts out (annotation ``jobttl.io/keep`` anything but ``"false"``: see `owner_keeps`), carries a
+   ``jobttl.io/`` key jobttl does not know (a typo: kept until fixed), or a policy rule says keep;
 2. the object's annotation ``jobttl.io/ttl`` (``90s``, ``36h``, ``7d``);
 3. the object's own TTL field (``spec.runPolicy.ttlSecondsAfterFinished`` and the like);
 4. the policy's TTL for the outcome (``ttlAfterSuccess``/``ttlAfterFailure``), then ``ttl``;
@@ -23,13 +24,15 @@ annotation ``jobttl.io/keep-until`` (RFC 3339) postpones expiry up to that cap.
 
 from __future__ import annotations
 
+import difflib
 import enum
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 from jobttl.core.domain.durations import parse_duration
 from jobttl.core.domain.identity import shown
-from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, parse_time
+from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, UnreadableField, parse_time
 from jobttl.core.domain.notify import owner_requests
 from jobttl.core.domain.policy import Effective, Policy, RuledValue
 
@@ -42,8 +45,20 @@ KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
 NOTIFY_ANNOTATION = ANNOTATION_PREFIX + "notify"
 MAX_NOTIFY_REQUEST = 256  # characters; a longer value asks for nothing
 
-# The Warning Event on an object whose TTL (or keep-until) jobttl cannot use: see `invalid_ttl_message`.
+# The keys jobttl reads on an object, all annotations. Labels under jobttl.io/ are read only where the
+# policy's selectors or keepLast groupBy name them (`Policy.label_keys`).
+KNOWN_ANNOTATIONS = (TTL_ANNOTATION, KEEP_ANNOTATION, KEEP_UNTIL_ANNOTATION, NOTIFY_ANNOTATION)
+# jobttl.io/keep's one value that does not keep: "false", exactly (as Kubernetes writes booleans in
+# annotations). "true" keeps; anything else keeps too, with a Warning: unclear means keep.
+KEEP, DO_NOT_KEEP = "true", "false"
+
+# Warning Events on an object jobttl keeps because of what its owner wrote (posted once per object
+# and value, from the notices outbox: jobttl.worker.scheduled_events): a TTL (or keep-until) jobttl
+# cannot use (`invalid_ttl_message`), a jobttl.io/keep value it does not recognise, a jobttl.io/ key
+# it does not know.
 INVALID_TTL_REASON = "InvalidTTL"
+INVALID_KEEP_REASON = "InvalidKeep"
+UNKNOWN_KEY_REASON = "UnknownKey"
 
 DEFAULT_POLICY = Policy()
 # Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
@@ -70,6 +85,9 @@ class Verdict(enum.Enum):
     SUSPENDED = "suspended"  # may be resumed; its controller does not expire it meanwhile
     OWNED = "owned"  # has a controller ownerReference: its owner's lifecycle governs it
     ARCHIVING = "archiving"  # not yet: Argo has not archived it
+    # A field its declaration reads holds what that reading cannot take (a condition's type that is
+    # an object, conditions that are a map): kept, the field named; the sink refuses such an event.
+    UNREADABLE = "unreadable"
 
 
 @dataclass(frozen=True)
@@ -85,6 +103,14 @@ class Decision:
     rules: tuple[str, ...] = ()  # the policy rules that matched
     finished_from: str | None = None  # the field the finish time was read from
     notify: str | None = None  # the job's jobttl.io/notify, as written: channel names the notifier checks
+    # The Warning Event the object's owner gets for it (INVALID_KEEP_REASON, UNKNOWN_KEY_REASON), beside
+    # a KEPT verdict; not in `as_dict` (held deletions are expiring decisions: they never carry one).
+    warning: str | None = None
+
+    @property
+    def event_warning(self) -> str | None:
+        """The Warning Event this decision posts on the object, if any (its message: `warning_message`)."""
+        return self.warning or (INVALID_TTL_REASON if self.verdict is Verdict.INVALID_TTL else None)
 
     def as_dict(self) -> dict[str, Any]:
         """The decision as JSON-ready data (held deletions are kept in this shape)."""
@@ -98,6 +124,12 @@ class Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
                    data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
                    tuple(data.get("rules") or ()), data.get("finishedFrom"), data.get("notify"))
+
+
+def warning_message(event_reason: str, kind: str, detail: str, source: str | None) -> str:
+    """What a Warning Event of `event_warning` says: the decision's reason, which names the value
+    and what jobttl does (an invalid TTL's says it in `invalid_ttl_message`)."""
+    return invalid_ttl_message(kind, detail, source) if event_reason == INVALID_TTL_REASON else detail
 
 
 def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
@@ -136,7 +168,26 @@ def _own_ttl_value(value: Any, source: str) -> int | str:
 
 
 def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) -> Decision:
-    """What should happen to this job object, independent of the current time."""
+    """What should happen to this job object, independent of the current time. An object with a
+    field its declaration cannot read (`UnreadableField`) is kept: `Verdict.UNREADABLE`, naming it."""
+    try:
+        return _decide(obj, kind, policy)
+    except UnreadableField as exc:
+        declared = "its built-in declaration" if kind.builtin or not kind.declared_in else kind.declared_in
+        return Decision(Verdict.UNREADABLE, f"{exc} (read as {declared} says): jobttl keeps this {kind.kind} until "
+                                            "the field is fixed")
+
+
+def _mapping(meta: dict[str, Any], name: str) -> dict[str, Any]:
+    """metadata.labels or .annotations: a map, or nothing; anything else is unreadable (a keep
+    annotation inside a list must not pass for no annotation at all)."""
+    value = meta.get(name)
+    if value is not None and not isinstance(value, dict):
+        raise UnreadableField(f"metadata.{name}", "a map of strings", value)
+    return value or {}
+
+
+def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
     meta = obj.get("metadata") or {}
     if meta.get("deletionTimestamp"):
         return Decision(Verdict.BEING_DELETED, "the object already has a deletionTimestamp")
@@ -144,8 +195,7 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if excluded:
         return Decision(Verdict.EXCLUDED, excluded)
 
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    annotations, labels = _mapping(meta, "annotations"), _mapping(meta, "labels")
     effective = policy.effective(meta.get("namespace", ""), labels)
     dry_run = effective.get("dry_run")
     scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value),
@@ -176,8 +226,9 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
     if skip is not None:
         return Decision(skip[0], skip[1], **done)
 
-    if str(annotations.get(KEEP_ANNOTATION, "")).lower() == "true":
-        return Decision(Verdict.KEPT, f"annotation {KEEP_ANNOTATION} is true", **done)
+    kept = owner_keeps(annotations, labels, kind.kind, policy)
+    if kept is not None:
+        return Decision(Verdict.KEPT, kept[0], warning=kept[1], **done)
     keep = effective.get("keep")
     if keep and keep.value:
         return Decision(Verdict.KEPT, f"{keep.source} says keep", **done)
@@ -209,11 +260,80 @@ def _someone_elses(obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], eff
     return None
 
 
+def owner_keeps(annotations: dict[str, Any], labels: dict[str, Any], kind: str,
+                policy: Policy) -> tuple[str, str | None] | None:
+    """Whether the object's owner keeps it, by what they wrote under jobttl.io/: (why, the Warning to post
+    or None), or None. ``jobttl.io/keep: "true"`` keeps quietly; any value but ``"false"`` keeps, with an
+    InvalidKeep Warning (``"yes"``, ``"1"``, ``"TRUE"``, ``"true "`` meant keep, and unclear means keep);
+    a jobttl.io/ key jobttl does not know keeps, with an UnknownKey Warning naming the nearest known key
+    (``jobttl.io/kepp``: a typo, whose meaning jobttl cannot guess)."""
+    if KEEP_ANNOTATION in annotations:
+        value = annotations[KEEP_ANNOTATION]
+        if value == KEEP:
+            return f"annotation {KEEP_ANNOTATION} is true", None
+        if value != DO_NOT_KEEP:
+            return (f"annotation {KEEP_ANNOTATION} is {shown(value)}, neither \"{KEEP}\" nor \"{DO_NOT_KEEP}\": jobttl "
+                    f"keeps this {kind}, as for any value but \"{DO_NOT_KEEP}\" (write \"{KEEP}\" to keep it, "
+                    f"\"{DO_NOT_KEEP}\" or no annotation to let it expire)"), INVALID_KEEP_REASON
+    unknown = unknown_keys(annotations, labels, policy)
+    if unknown:
+        where, key, nearest = unknown[0]
+        hint = f" (did you mean {nearest}?)" if nearest else (
+            f" (jobttl reads the annotations {', '.join(KNOWN_ANNOTATIONS)})")
+        return (f"{where} {key} is not a key jobttl knows{hint}: jobttl keeps this {kind} until it is fixed or "
+                "removed"), UNKNOWN_KEY_REASON
+    return None
+
+
+def unknown_keys(annotations: dict[str, Any], labels: dict[str, Any], policy: Policy) -> list[tuple[str, str, str | None]]:
+    """(annotation or label, key, the nearest known key or None) for each key under jobttl.io/ (in any
+    case, or under a prefix one typo away: ``jobtll.io/``) that jobttl does not read there."""
+    found = [(where, key) for where, keys in (("annotation", annotations), ("label", labels))
+             for key in keys if isinstance(key, str) and _ours(key)]
+    if not found:
+        return []  # nearly every object: no key under jobttl.io/ but those jobttl reads, or none at all
+    known = [("annotation", k) for k in KNOWN_ANNOTATIONS] + [("label", k) for k in sorted(policy.label_keys)
+                                                              if _ours(k)]
+    return sorted((where, key, _nearest(key, known)) for where, key in found if (where, key) not in known)
+
+
+def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
+    """The known key (``annotation jobttl.io/keep``) closest to `key`, by the names after the prefix
+    (``kepp``, ``ttl-seconds``: a typo, or a known name with more after it), or None."""
+    name = key.partition("/")[2].lower()
+
+    def score(candidate: str) -> float:
+        other = candidate.partition("/")[2]
+        ratio = difflib.SequenceMatcher(None, name, other).ratio()
+        return max(ratio, 0.8) if name.startswith(other) or other.startswith(name) else ratio
+    scored = sorted((score(k), w, k) for w, k in known)
+    best, where, candidate = scored[-1] if scored else (0.0, "", "")
+    return f"{where} {candidate}" if best >= 0.6 and name else None
+
+
+@lru_cache(maxsize=4096)
+def _ours(key: str) -> bool:
+    """A key under jobttl's prefix, however spelt: ``jobttl.io/``, ``JobTTL.io/``, ``jobtll.io/``. Asked of
+    every key of every object decided: remembered, and a prefix of another length is not compared."""
+    prefix, slash, _ = key.partition("/")
+    ours = ANNOTATION_PREFIX[:-1]
+    if not slash or abs(len(prefix) - len(ours)) > 2:
+        return False
+    return difflib.SequenceMatcher(None, prefix.lower(), ours).ratio() >= 0.8
+
+
 def controller_owner(meta: dict[str, Any]) -> str | None:
     """``Kind/name`` of the object's controller ownerReference (``controller: true``), if it has one."""
     references = meta.get("ownerReferences")
-    for reference in references if isinstance(references, list) else ():
-        if isinstance(reference, dict) and reference.get("controller") is True:
+    if references is not None and not isinstance(references, list):
+        raise UnreadableField("metadata.ownerReferences", "a list", references)
+    for i, reference in enumerate(references or ()):
+        if not isinstance(reference, dict):
+            raise UnreadableField(f"metadata.ownerReferences[{i}]", "an owner reference (an object)", reference)
+        controller = reference.get("controller")
+        if controller is not None and not isinstance(controller, bool):
+            raise UnreadableField(f"metadata.ownerReferences[{i}].controller", "true or false", controller)
+        if controller:
             return f"{reference.get('kind') or '?'}/{reference.get('name') or '?'}"
     return None
 

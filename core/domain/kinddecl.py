@@ -22,9 +22,11 @@ rules); it costs milliseconds per evaluation, so it runs only when its ``celWhen
 
 from __future__ import annotations
 
+import copy
 import json
 import re
-from functools import cache
+from dataclasses import dataclass
+from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -232,15 +234,15 @@ class _Compiler:
 
     @staticmethod
     def hold(rules: list[dict[str, Any]]) -> Any:
-        from jobttl.core.domain.kinds import get_path, no_hold
+        from jobttl.core.domain.kinds import no_hold, read_text
         if not rules:
             return no_hold
-        compiled = tuple((parse_path(r["path"]), frozenset(r["values"]), r["why"]) for r in rules)
+        compiled = tuple((parse_path(r["path"]), r["path"], frozenset(r["values"]), r["why"]) for r in rules)
 
         def hold(obj: dict) -> str | None:
-            for path, values, why in compiled:
-                value = get_path(obj, path)
-                if isinstance(value, str) and value in values:
+            for path, text, values, why in compiled:
+                value = read_text(obj, path, text)
+                if value in values:
                     return f"{describe(path)} is {value}: {why}"
             return None
         return hold
@@ -267,15 +269,18 @@ class _LazyProgram:
 def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
     """The finish time: the first of `readers` (an object path, or None and a key of the finishing
     condition) that holds a readable time, and the field it came from."""
-    from jobttl.core.domain.kinds import get_path, parse_time
+    from jobttl.core.domain.kinds import UnreadableField, parse_time, read_path
 
-    def read(obj: dict, condition: dict | None, kind: str | None) -> tuple[int | None, str | None]:
+    def read(obj: dict, condition: dict | None, kind: str | None, index: int = 0) -> tuple[int | None, str | None]:
         for path, name in readers:
             if path is None:
                 value = condition.get(name) if condition is not None else None
-                where = f"status.conditions[{kind}].{name}"
+                where, field = f"status.conditions[{kind}].{name}", f"status.conditions[{index}].{name}"
             else:
-                value, where = get_path(obj, path), name
+                value, where = read_path(obj, path), name
+                field = where
+            if value is not None and not isinstance(value, str):
+                raise UnreadableField(field, "an RFC 3339 time (a string)", value)
             time = parse_time(value)
             if time is not None:
                 return time, where
@@ -286,31 +291,40 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
 def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) -> Any:
     """Finished when a condition has one of the declared (type, status) pairs; the object's
     first such condition decides. The reason is the type (``type=status`` when not True)."""
-    from jobttl.core.domain.kinds import Finish, get_path
+    from jobttl.core.domain.kinds import Finish, UnreadableField, read_path
     read_time = _time_reader(readers)
 
     def finish(obj: dict) -> Finish | None:
-        conditions = get_path(obj, ("status", "conditions"))
-        for condition in conditions if isinstance(conditions, list) else ():
+        conditions = read_path(obj, ("status", "conditions"))
+        if conditions is not None and not isinstance(conditions, list):
+            raise UnreadableField("status.conditions", "a list of conditions", conditions)
+        # The list is read whole, every condition's type and status: one that is not a condition is
+        # unreadable wherever it stands (never a traceback, never passed over as absent).
+        found = None
+        for i, condition in enumerate(conditions or ()):
             if not isinstance(condition, dict):
-                continue
+                raise UnreadableField(f"status.conditions[{i}]", "a condition (an object)", condition)
             kind, status = condition.get("type"), condition.get("status")
-            outcome = wanted.get((kind, status))  # type: ignore[arg-type]
-            if outcome is None:
-                continue
-            time, field = read_time(obj, condition, kind)
-            return Finish(outcome, kind if status == "True" else f"{kind}={status}", time, field)
-        return None
+            if not (isinstance(kind, str) or kind is None) or not (isinstance(status, str) or status is None):
+                name = "status" if isinstance(kind, str) or kind is None else "type"
+                raise UnreadableField(f"status.conditions[{i}].{name}", "a string", condition[name])
+            if found is None and (kind, status) in wanted:
+                found = i, kind, status
+        if found is None:
+            return None
+        i, kind, status = found
+        time, field = read_time(obj, conditions[i], kind, i)
+        return Finish(wanted[(kind, status)], kind if status == "True" else f"{kind}={status}", time, field)
     return finish
 
 
 def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple) -> Any:
-    from jobttl.core.domain.kinds import Finish, get_path
+    from jobttl.core.domain.kinds import Finish, read_text
     read_time = _time_reader(readers)
 
     def finish(obj: dict) -> Finish | None:
-        state = get_path(obj, path)
-        outcome = values.get(state) if isinstance(state, str) else None
+        state = read_text(obj, path)
+        outcome = values.get(state) if state is not None else None
         if outcome is None:
             return None
         time, field = read_time(obj, None, None)
@@ -320,11 +334,11 @@ def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: t
 
 def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
     """The object's TTL is at the first of `paths` that is set."""
-    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
+    from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
         for path, name in paths:
-            value = get_path(obj, path)
+            value = read_path(obj, path)  # a value of any type is the owner's to fix: an invalid TTL
             if value is not None:
                 return OwnTTL(value, name)
         return None
@@ -334,10 +348,10 @@ def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
 def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str, tuple[str, ...]]) -> Any:
     """A TTL object (Argo's ttlStrategy): the first of `objects` that is set, taken whole (never
     merged key by key), then the keys listed for the finishing state, in order."""
-    from jobttl.core.domain.kinds import Finish, OwnTTL, get_path
+    from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
     def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
-        found = next(((get_path(obj, p), name) for p, name in objects if get_path(obj, p) is not None), None)
+        found = next(((read_path(obj, p), name) for p, name in objects if read_path(obj, p) is not None), None)
         if found is None:
             return None
         strategy, where = found
@@ -407,6 +421,41 @@ def key(decl: dict[str, Any]) -> str:
     """``apiVersion/Kind`` of a declaration (``batch/v1/Job``, ``v1/Pod``)."""
     group = decl.get("group", "")
     return f"{group}/{decl['version']}/{decl['kind']}" if group else f"{decl['version']}/{decl['kind']}"
+
+
+# --- replacing a built-in kind ---------------------------------------------------------------------
+# What a built-in declaration guards with: its own TTL (a TFJob that asks for 20 days), whose
+# objects another controller runs, which are suspended, which are not final yet. A declaration
+# replacing a built-in kind inherits each it leaves out; only `null` drops one, and says so.
+INHERITED = ("ttl", "managedBy", "suspend", "notYet")
+
+
+@dataclass(frozen=True)
+class Replacement:
+    """A declaration as it is compiled: the operator's, plus what it inherits from the built-in one."""
+
+    declaration: dict[str, Any]
+    inherited: tuple[str, ...] = ()  # fields taken from the built-in declaration
+    dropped: tuple[str, ...] = ()  # fields the built-in one has that the operator set to null
+
+
+def without_nulls(decl: Any) -> Any:
+    """An operator's declaration with its `null` INHERITED fields removed (null: none, said on purpose)."""
+    if not isinstance(decl, dict):
+        return decl
+    return {k: v for k, v in decl.items() if not (k in INHERITED and v is None)}
+
+
+def replacing(decl: dict[str, Any], builtin: dict[str, Any] | None) -> Replacement:
+    """`decl` as it replaces `builtin` (None: it replaces no built-in kind): each INHERITED field it
+    leaves out taken from `builtin`, each it sets to null dropped."""
+    merged = without_nulls(decl)
+    if builtin is None:
+        return Replacement(merged)
+    inherited = tuple(k for k in INHERITED if k not in decl and k in builtin)
+    dropped = tuple(k for k in INHERITED if k in decl and decl[k] is None and k in builtin)
+    merged.update({k: copy.deepcopy(builtin[k]) for k in inherited})
+    return Replacement(merged, inherited, dropped)
 
 
 def load_file(path: Path) -> tuple[list[dict[str, Any]], str]:

@@ -60,6 +60,63 @@ def get_path(obj: Any, path: tuple[str, ...]) -> Any:
     return obj
 
 
+# --- reading what a declaration names, type-checked where it is read --------------------------------
+# An API server keeps only what a CRD's schema allows, but a forged event, a CRD that keeps unknown
+# fields or a declaration reading the wrong path can put anything there: a condition whose type is
+# an object, conditions that are a map, a time that is a number. Such a field is not "absent" (that
+# could delete a job whose suspend, owner or finish jobttl misread): the object cannot be decided,
+# and decide() says so (Verdict.UNREADABLE): the sink refuses the event (422), the resync and the
+# worker keep the object, with the field named.
+
+class UnreadableField(ValueError):
+    """A field a declaration reads holds what that reading cannot take; the message names it."""
+
+    def __init__(self, field: str, expected: str, value: Any):
+        self.field = field
+        super().__init__(f"{field}: expected {expected}, got {json_type(value)}")
+
+
+def json_type(value: Any) -> str:
+    """What a JSON value is, in words (never its text: it may be huge, or nested past any repr)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    for kind, words in ((dict, "an object"), (list, "a list"), (str, "a string"), ((int, float), "a number")):
+        if isinstance(value, kind):
+            return words
+    return "null" if value is None else type(value).__name__
+
+
+def read_path(obj: Any, path: tuple[str, ...]) -> Any:
+    """`get_path`, but a step through something that is there and is not a mapping is unreadable (a
+    declaration's path goes through objects only; ``spec.runPolicy`` as a list is no runPolicy)."""
+    node = obj
+    for key in path:  # the hot path of every decision: plain look-ups, the error worked out apart
+        if isinstance(node, dict):
+            node = node.get(key)
+        elif node is None:
+            return None
+        else:
+            raise _not_an_object(obj, path)
+    return node
+
+
+def _not_an_object(obj: Any, path: tuple[str, ...]) -> UnreadableField:
+    """The error for the first step of `path` that meets something not a mapping."""
+    for i, key in enumerate(path):
+        if not isinstance(obj, dict):
+            return UnreadableField(".".join(path[:i]), "an object", obj)
+        obj = obj.get(key)
+    raise AssertionError("every step was a mapping")
+
+
+def read_text(obj: Any, path: tuple[str, ...], field: str | None = None) -> str | None:
+    """The string at `path`, None when absent or null; anything else is unreadable."""
+    value = read_path(obj, path)
+    if value is not None and not isinstance(value, str):
+        raise UnreadableField(field or ".".join(path), "a string", value)
+    return value
+
+
 def parse_time(value: Any) -> int | None:
     """RFC 3339 (as the API server writes it) to whole epoch seconds; None if unreadable.
 
@@ -128,6 +185,9 @@ class JobKind:
     declaration: Any = field(default=None, compare=False, repr=False)
     declared_in: str = field(default="", compare=False, repr=False)
     builtin: bool = field(default=False, compare=False, repr=False)
+    # The fields (ttl, managedBy, suspend, notYet) an operator's declaration replacing a built-in
+    # kind took from the built-in one (`kinddecl.replacing`): checked against the CRD as built-in ones are.
+    inherited: tuple[str, ...] = field(default=(), compare=False, repr=False)
 
     def ttl_left_to_controller(self, finish: Finish) -> bool:
         """Whether the object's own TTL, when set, is its own controller's to apply (not jobttl's)."""
@@ -152,14 +212,14 @@ class JobKind:
         """The managedBy value naming another controller, or None when the kind's own runs it."""
         if self.managed_by is None:
             return None
-        value = get_path(obj, self.managed_by)
+        value = read_text(obj, self.managed_by)
         if value is None or value in self.own_controllers:
             return None
         return Field(".".join(self.managed_by), value)
 
     def suspended(self, obj: dict) -> Field | None:
         """The suspend field when it is set. Anything but absent or false counts: unsure means keep."""
-        value = get_path(obj, self.suspend) if self.suspend else None
+        value = read_path(obj, self.suspend) if self.suspend else None
         return None if value in (None, False) else Field(".".join(self.suspend), value)
 
     def path(self, namespace: str, name: str) -> str:

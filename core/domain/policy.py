@@ -41,13 +41,12 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from jobttl.core.domain import config_yaml, kinddecl
 from jobttl.core.domain.durations import parse_duration
-from jobttl.core.domain import kinddecl
 from jobttl.core.domain.notify import Channel, parse_channels
 from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
 
@@ -216,6 +215,14 @@ class Policy:
         """This policy, for an installation that may delete only in `namespaces` (empty: anywhere)."""
         return replace(self, delete_namespaces=tuple(namespaces))
 
+    @cached_property
+    def label_keys(self) -> frozenset[str]:
+        """Every label key the policy reads: its rules' selectors and keepLast's groupBy (an object's
+        jobttl.io/ label the policy names is a known key: `decision.unknown_keys`)."""
+        keys = {r.key for rule in self.rules for r in rule.selector or ()}
+        return frozenset(keys | {level.keep_last.group_by for level in [self.cleanup, *(r.cleanup for r in self.rules)]
+                                 if level.keep_last is not None and level.keep_last.group_by})
+
     def namespace_excluded(self, namespace: str) -> str | None:
         """Why `namespace` is out of scope, or None if it is in."""
         # First: a job jobttl may not delete there is kept whatever the policy says of it, so no
@@ -285,19 +292,38 @@ class Policy:
 # --- loading and validation ----------------------------------------------------------------
 
 class _Reader:
-    def __init__(self, origin: str):
+    def __init__(self, origin: str, document: config_yaml.Document | None = None):
         self.origin = origin
+        self.document = document  # the file's lines, when it was read from one
 
     def place(self, where: str) -> str:
-        """Where a field was written: the file, then the field."""
-        return f"{self.origin}: {where}"
+        """Where a field was written: the file, its line (when read from a file), then the field."""
+        line = self.document.line(where) if self.document is not None else None
+        return f"{self.origin}{f':{line}' if line else ''}: {where}"
 
     def fail(self, where: str, problem: str) -> PolicyError:
         return PolicyError(f"{self.place(where)}: {problem}")
 
+    def kind_error(self, exc: kinddecl.KindError, replacements: list[kinddecl.Replacement] = ()) -> PolicyError:
+        """A declaration's error (``ORIGIN: FIELD: PROBLEM``) with the line of its field, and, in a field
+        the declaration inherited from a built-in one, what the operator can write instead."""
+        text, prefix = str(exc), f"{self.origin}: "
+        if not text.startswith(prefix):
+            return PolicyError(text)
+        where, _, problem = text[len(prefix):].partition(": ")
+        for i, replacement in enumerate(replacements):
+            for name in replacement.inherited:
+                if where.startswith((f"kindDeclarations[{i}].{name}.", f"kindDeclarations[{i}].{name}[")) \
+                        or where == f"kindDeclarations[{i}].{name}":
+                    problem += (f" (inherited from the built-in declaration of {kinddecl.key(replacement.declaration)}:"
+                                f" write {name} in this declaration, or {name}: null to do without)")
+        return self.fail(where, problem)
+
     def mapping(self, value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
         if not isinstance(value, dict):
             raise self.fail(where, f"expected a mapping, got {type(value).__name__}")
+        if not all(isinstance(k, str) for k in value):
+            raise self.fail(where, "every key must be a string (quote keys such as 1, true or null)")
         unknown = sorted(set(value) - allowed)
         if unknown:
             raise self.fail(f"{where}.{unknown[0]}" if where != "(top level)" else unknown[0],
@@ -378,30 +404,34 @@ class _Reader:
         return tuple(chosen)
 
     def known_kinds(self, declarations: Any, opt_in: Any) -> tuple[JobKind, ...]:
-        """The built-in kinds, replaced where `kindDeclarations` declares the same apiVersion/Kind,
-        then the declared new ones; each with the finishing states `optIn` enables for it."""
+        """The built-in kinds, replaced where `kindDeclarations` declares the same apiVersion/Kind (the
+        replacement inheriting what it leaves out, `kinddecl.replacing`), then the declared new ones;
+        each with the finishing states `optIn` enables for it."""
         if declarations is not None and not isinstance(declarations, list):
             raise self.fail("kindDeclarations", "expected a list of kind declarations (README: Declaring a kind)")
-        declared = declarations or []
         builtin = kinddecl.builtin_declarations()
+        replacements = [kinddecl.replacing(d, builtin.get(kinddecl.key(d))) if isinstance(d, dict) and _named(d)
+                        else kinddecl.Replacement(d) for d in declarations or []]
+        declared = [r.declaration for r in replacements]
         by_key = {**builtin, **{kinddecl.key(d): d for d in declared if isinstance(d, dict) and _named(d)}}
         opt_ins = self.opt_ins(opt_in, by_key)
         try:
             compiled = kinddecl.compile_kinds(declared, self.origin, "kindDeclarations", opt_ins)
         except kinddecl.KindError as exc:
-            raise PolicyError(str(exc)) from None
-        own = {f"{k.api_version}/{k.kind}": k for k in compiled}
+            raise self.kind_error(exc, replacements) from None
+        own = {f"{k.api_version}/{k.kind}": (replace(k, inherited=r.inherited), r) for k, r in zip(compiled, replacements)}
         kinds = []
         for kind in BUILTIN_KINDS:
             name = f"{kind.api_version}/{kind.kind}"
             if name in own:
-                _warn_of_dropped_safeguards(name, builtin[name], by_key[name], self.origin)
-                kinds.append(own.pop(name))  # the operator's declaration replaces the built-in one
+                replacing, replacement = own.pop(name)
+                _say_replaced(name, builtin[name], replacement, self.origin)
+                kinds.append(replacing)  # the operator's declaration replaces the built-in one
             elif name in opt_ins:
                 kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins, builtin=True)
             else:
                 kinds.append(kind)
-        return tuple(kinds) + tuple(own.values())
+        return tuple(kinds) + tuple(kind for kind, _ in own.values())
 
     def opt_ins(self, value: Any, declarations: dict[str, dict[str, Any]]) -> dict[str, tuple[str, ...]]:
         """`optIn: {apiVersion/Kind: [State, ...]}`: finishing states a kind counts only when named here."""
@@ -535,8 +565,9 @@ def _named(declaration: dict[str, Any]) -> bool:
     return isinstance(declaration.get("version"), str) and isinstance(declaration.get("kind"), str)
 
 
-def parse_policy(data: Any, origin: str = "policy") -> Policy:
-    reader = _Reader(origin)
+def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Document | None = None) -> Policy:
+    """The policy `data` says (`document`: the file it was read from, for the lines errors name)."""
+    reader = _Reader(origin, document)
     if data is None:
         return Policy()
     data = reader.mapping(data, "(top level)", TOP_LEVEL_KEYS)
@@ -583,12 +614,20 @@ def load_policy(path: str | Path | None) -> Policy:
         return Policy()
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text())
+        with path.open("rb") as file:
+            raw = file.read(config_yaml.MAX_BYTES + 1)  # never more: a policy over the limit is refused
     except OSError as exc:
         raise PolicyError(f"{path}: cannot read the policy file: {exc.strerror}") from None
-    except yaml.YAMLError as exc:
-        raise PolicyError(f"{path}: not valid YAML: {exc}") from None
-    return parse_policy(data, str(path))
+    return loads_policy(raw, str(path))
+
+
+def loads_policy(raw: bytes | str, origin: str) -> Policy:
+    """The policy in a file's bytes, read as `jobttl.core.domain.config_yaml` reads an operator's YAML."""
+    try:
+        document = config_yaml.loads(raw, origin)
+    except config_yaml.ConfigYAMLError as exc:
+        raise PolicyError(str(exc)) from None
+    return parse_policy(document.data, origin, document)
 
 
 def _enabled_by_default(known: tuple[JobKind, ...], data: dict[str, Any]) -> tuple[JobKind, ...]:
@@ -615,17 +654,22 @@ def _chosen(reader, data: dict[str, Any], known: tuple[JobKind, ...]) -> tuple[J
     return chosen
 
 
-# What a built-in declaration guards against; a replacement that leaves one out deletes more.
-_SAFEGUARDS = {"managedBy": "objects another controller manages", "suspend": "suspended objects",
+# What a built-in declaration guards with; a replacement that drops one (`null`) deletes more.
+_SAFEGUARDS = {"ttl": "the TTL objects ask for themselves: the policy's applies instead",
+               "managedBy": "objects another controller manages", "suspend": "suspended objects",
                "notYet": "objects not final yet (e.g. Argo's archiving)"}
 
 
-def _warn_of_dropped_safeguards(name: str, builtin: dict[str, Any], replacement: dict[str, Any], origin: str) -> None:
-    """A declaration replacing a built-in kind is taken whole: say loudly what it no longer guards."""
-    dropped = [f"{field} ({why})" for field, why in _SAFEGUARDS.items() if field in builtin and field not in replacement]
-    if (builtin.get("ttl") or {}).get("appliedBy") and not (replacement.get("ttl") or {}).get("appliedBy"):
+def _say_replaced(name: str, builtin: dict[str, Any], replacement: kinddecl.Replacement, origin: str) -> None:
+    """A declaration replacing a built-in kind: what it inherits (info), and loudly what it drops."""
+    decl = replacement.declaration
+    dropped = [f"{field} ({_SAFEGUARDS[field]})" for field in replacement.dropped]
+    if "ttl" not in replacement.inherited and (builtin.get("ttl") or {}).get("appliedBy") \
+            and not (decl.get("ttl") or {}).get("appliedBy"):
         dropped.append("ttl.appliedBy (objects whose own controller applies their TTL)")
-    if dropped:
-        logging.getLogger("jobttl.policy").warning(
-            "%s: kindDeclarations replaces the built-in %s without %s: jobttl now deletes those too",
-            origin, name, ", ".join(dropped), extra={"event": "kind-replaced", "kind": name, "dropped": dropped})
+    inherited = f"; inherits {', '.join(replacement.inherited)} from it" if replacement.inherited else ""
+    deletes = f"; without {', '.join(dropped)}: jobttl now deletes those too" if dropped else ""
+    logging.getLogger("jobttl.policy").log(
+        logging.WARNING if dropped else logging.INFO,
+        "%s: kindDeclarations replaces the built-in %s%s%s", origin, name, inherited, deletes,
+        extra={"event": "kind-replaced", "kind": name, "inherited": list(replacement.inherited), "dropped": dropped})

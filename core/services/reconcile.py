@@ -47,7 +47,12 @@ from jobttl.core.store.policy_errors import PolicyErrors, declaration_of
 log = logging.getLogger("jobttl.reconcile")
 
 # Decisions that mean "this object will not be deleted", and should say so loudly.
-_WARN = (Verdict.INVALID_TTL,)
+_WARN = (Verdict.INVALID_TTL, Verdict.UNREADABLE)
+
+
+class UnreadableObject(ValueError):
+    """An object whose fields its declaration cannot read (Verdict.UNREADABLE), refused where the
+    caller asked (the sink: a 422 naming the field, and nothing written)."""
 
 
 @dataclass(frozen=True)
@@ -78,6 +83,7 @@ class Rejected:
     namespace: Any
     name: Any
     reason: str
+    unreadable: bool = False  # decide() could not read a field (Verdict.UNREADABLE): the object's fault
 
     def __str__(self) -> str:
         return f"{self.kind} {self.namespace}/{self.name}: {self.reason}"
@@ -106,11 +112,14 @@ class Reconciler:
         return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions, recent=recent)
 
     # --- the entry points ---------------------------------------------------------------------
-    def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED) -> Outcome:
-        """Make the schedule match what `decide()` says of this object now (its identity is valid)."""
-        outcomes, rejected = self.reconcile_many([(obj, kind)], by, mode)
+    def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED,
+                  refuse_unreadable: bool = False) -> Outcome:
+        """Make the schedule match what `decide()` says of this object now (its identity is valid).
+        With `refuse_unreadable`, an object decide() cannot read raises UnreadableObject, and nothing
+        is written (the sink refuses the event); without, it is kept like any object not expiring."""
+        outcomes, rejected = self.reconcile_many([(obj, kind)], by, mode, refuse_unreadable=refuse_unreadable)
         if rejected:
-            raise ValueError(str(rejected[0]))
+            raise (UnreadableObject if rejected[0].unreadable else ValueError)(str(rejected[0]))
         return outcomes[0]
 
     def forget(self, ref: JobRef, reason: str, by: str) -> Outcome:
@@ -139,7 +148,8 @@ class Reconciler:
         return self._run(intents)
 
     def reconcile_many(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
-                       mode: str = GUARDED, stage: str | None = None) -> tuple[list[Outcome], list[Rejected]]:
+                       mode: str = GUARDED, stage: str | None = None,
+                       refuse_unreadable: bool = False) -> tuple[list[Outcome], list[Rejected]]:
         """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes
         (and, when the policy keeps only the last N, one before them to file the jobs in their groups).
 
@@ -150,13 +160,17 @@ class Reconciler:
         """
         decided, rejected = [], []
         for obj, kind in objects:
+            meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
             try:
                 decided.append((obj, kind, JobRef.of(obj), decide(obj, kind, self.policy)))
             except Exception as exc:  # one odd object must not stop the others
-                meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
                 rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
                                          meta.get("name"),
                                          shapes.describe(exc)))
+                continue
+            if refuse_unreadable and decided[-1][3].verdict is Verdict.UNREADABLE:
+                rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
+                                         meta.get("name"), decided.pop()[3].reason, unreadable=True))
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
@@ -259,7 +273,7 @@ class Reconciler:
                                 else logging.INFO, logger=log, by=intent.by, due=applied.due,
                                 stage=intent.stage if intent.stage != JOB_STAGE else None,
                                 previousDue=applied.previous_due, reason=reason, **decision_fields(intent.decision))
-        elif intent.decision is not None and intent.decision.verdict in _WARN:
+        elif intent.decision is not None and (intent.decision.verdict in _WARN or intent.decision.warning):
             log.warning("%s will not be deleted: %s", intent.ref, intent.decision.reason,
                         extra={"event": "skipped", "object": intent.ref.as_dict(), "reason": intent.reason,
                                "detail": intent.decision.reason})

@@ -48,7 +48,6 @@ from rq.serializers import JSONSerializer
 from jobttl.core.domain import jsoncodec
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.audit import Audit, decision_fields, entry_fields
-from jobttl.core.domain.decision import Verdict
 from jobttl.core.domain.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.store.guard import HeldDeletion, burst_rule
 from jobttl.core.domain.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent, split_member
@@ -161,10 +160,11 @@ class Store:
         else:
             unbooked = None
         invalid = None
-        if decision is not None and decision.verdict is Verdict.INVALID_TTL and stage == JOB_STAGE:
-            # The InvalidTTL Warning, for the owner of a job jobttl keeps for a value it cannot
-            # read: in the same script call (RECONCILE posts it once per value).
-            invalid = InvalidNotice(ref, decision.reason, decision.ttl_source).entry
+        if decision is not None and decision.event_warning and stage == JOB_STAGE:
+            # The Warning (InvalidTTL, InvalidKeep, UnknownKey) for the owner of a job jobttl keeps for
+            # what they wrote: in the same script call (RECONCILE posts it once per object and value).
+            invalid = InvalidNotice(ref, decision.reason, decision.ttl_source, decision.event_warning,
+                                    decision.verdict.value).entry
         rule = self._rules.get(intent.mode) or burst_rule(intent.mode, self.burst_limit)
         return scripts.Reconcile(
             ref=ref, outbox=self.outbox, member=member, uid=ref.uid, expiring=expiring, due=due.at,

@@ -46,7 +46,7 @@ from rq.serializers import JSONSerializer
 
 from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys, scripts, tasks
-from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.decision import INVALID_TTL_REASON, Decision, Verdict
 from jobttl.core.domain.identity import JobRef
 # The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
 from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
@@ -87,17 +87,25 @@ def notice_member(member: str, due: int) -> str:
 
 @dataclass(frozen=True)
 class InvalidNotice:
-    """An InvalidTTL Warning in the notices outbox: whom, the decision's reason (which names the
-    value; the job's history card holds it too, so the worker can tell whether it still stands)
-    and where the TTL came from. The same notice is the same entry: written twice, it is there once."""
+    """A Warning in the notices outbox for the owner of a job jobttl keeps because of what they wrote
+    (`Decision.event_warning`): whom, the decision's reason (which names the value; the job's history
+    card holds it too, so the worker can tell whether it still stands), where the TTL came from, the
+    Event's reason (InvalidTTL, InvalidKeep, UnknownKey) and the verdict the card must still say. The
+    same notice is the same entry: written twice, it is there once (an InvalidTTL one is written as
+    before these had a reason, so a notice booked by an earlier release is the same entry too)."""
 
     ref: JobRef
     detail: str
     source: str | None
+    reason: str = INVALID_TTL_REASON
+    verdict: str = Verdict.INVALID_TTL.value
 
     @property
     def entry(self) -> str:
-        return jsoncodec.dumps_str({"invalid": self.detail, "source": self.source, "ref": self.ref.as_dict()})
+        data = {"invalid": self.detail, "source": self.source, "ref": self.ref.as_dict()}
+        if self.reason != INVALID_TTL_REASON:
+            data.update(reason=self.reason, verdict=self.verdict)
+        return jsoncodec.dumps_str(data)
 
     @classmethod
     def read(cls, entry: str) -> InvalidNotice | None:
@@ -105,7 +113,8 @@ class InvalidNotice:
         if not entry.startswith("{"):
             return None
         data = jsoncodec.loads(entry)
-        return cls(JobRef.from_dict(data["ref"]), data["invalid"], data.get("source"))
+        return cls(JobRef.from_dict(data["ref"]), data["invalid"], data.get("source"),
+                   data.get("reason", INVALID_TTL_REASON), data.get("verdict", Verdict.INVALID_TTL.value))
 
 
 @dataclass(frozen=True)

@@ -486,10 +486,16 @@ def build_parser() -> argparse.ArgumentParser:
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
     resync.add_argument("--force", action="store_true", help="use this Redis even if it holds no jobttl schedule")
 
-    explain = process("explain", _explain, "what jobttl would decide for objects in a file, and why (offline: no "
-                                           "cluster, no Redis)")
-    explain.add_argument("-f", "--filename", required=True, metavar="FILE",
-                         help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin")
+    explain = process("explain", _explain, "what jobttl would decide for objects in a file, and why; or, with "
+                                           "--crd, whether the kinds' declared paths are in their CRDs (offline: "
+                                           "no cluster, no Redis)")
+    explain.add_argument("-f", "--filename", metavar="FILE",
+                         help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin "
+                              "(default: none; one of -f and --crd is required)")
+    explain.add_argument("--crd", metavar="FILE",
+                         help="check the policy's kinds against the CustomResourceDefinitions in FILE (`kubectl get "
+                              "crd NAME -o yaml`, release manifests; - for stdin) as the worker does at start, instead "
+                              "of deciding objects (default: none)")
     explain.add_argument("--policy", metavar="FILE",
                          help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)")
     explain.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")

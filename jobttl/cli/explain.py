@@ -20,7 +20,8 @@ import json
 import sys
 import time
 from datetime import datetime
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import yaml
 
@@ -30,6 +31,7 @@ from jobttl.core.domain.decision import Decision, Verdict, decide
 from jobttl.core.domain.kinds import BUILTIN_KINDS, JobKind
 from jobttl.core.domain.policy import Policy, PolicyError, load_policy
 
+T = TypeVar("T")
 API_VERSION = "jobttl.io/explain/v1"
 UNKNOWN_KIND = "unknown-kind"
 KIND_NOT_ENABLED = "kind-not-enabled"
@@ -121,25 +123,39 @@ def _now(text: str | None) -> float | str:
     return when.timestamp()
 
 
+def read_input(filename: str, parse: Callable[[str], T]) -> T | None:
+    """`parse` of FILE's text (``-``: stdin), or None once stderr says why it could not be read."""
+    try:
+        text = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()
+        return parse(text)
+    except OSError as exc:
+        print(f"jobttl: cannot read {filename}: {exc.strerror}", file=sys.stderr)
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        print(f"jobttl: {filename}: not valid YAML or JSON: {exc}", file=sys.stderr)
+    return None
+
+
 def main(args: argparse.Namespace, settings: Settings) -> int:
+    if (args.filename is None) == (args.crd is None):
+        print("jobttl: explain needs -f FILE (objects to decide) or --crd FILE (CRDs to check the kinds against)",
+              file=sys.stderr)
+        return 2
     try:
         # Another policy file, in the same installation: JOBTTL_DELETE_NAMESPACES confines it too.
         policy = load_policy(args.policy).confined_to(settings.delete_namespaces) if args.policy else settings.policy
     except PolicyError as exc:
         print(f"jobttl: {exc}", file=sys.stderr)
         return 2
+    if args.crd is not None:
+        from jobttl.cli import explain_crd
+
+        return explain_crd.main(args, policy)
     now = _now(args.now)
     if isinstance(now, str):
         print(f"jobttl: {now}", file=sys.stderr)
         return 2
-    try:
-        text = sys.stdin.read() if args.filename == "-" else open(args.filename, encoding="utf-8").read()
-        found = objects(text)
-    except OSError as exc:
-        print(f"jobttl: cannot read {args.filename}: {exc.strerror}", file=sys.stderr)
-        return 2
-    except yaml.YAMLError as exc:
-        print(f"jobttl: {args.filename}: not valid YAML or JSON: {exc}", file=sys.stderr)
+    found = read_input(args.filename, objects)
+    if found is None:
         return 2
     items = [explain(obj, policy, now) for obj in found]
     if args.json:

@@ -19,7 +19,7 @@ import yaml
 from jobttl.core.runtime.config import Settings
 from jobttl.core.domain.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources, trigger_kinds,
                                    workloads)
-from jobttl.core.domain.policy import Policy, PolicyError, load_policy, parse_policy
+from jobttl.core.domain.policy import Policy, PolicyError, load_policy, loads_policy
 
 
 def main(args: argparse.Namespace, settings: Settings) -> int:
@@ -81,7 +81,7 @@ def _deployed_policy(objects: list[dict], settings: Settings) -> tuple[Policy | 
     if text is None:
         return settings.policy, f"{here}: {origin}; give --policy FILE to check against that one"
     try:
-        return parse_policy(yaml.safe_load(text) if text else None, origin), origin
-    except (PolicyError, yaml.YAMLError) as exc:
+        return loads_policy(text, origin), origin
+    except PolicyError as exc:
         print(f"jobttl: invalid policy in the manifests ({origin}): {exc}", file=sys.stderr)
         return None, origin

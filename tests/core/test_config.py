@@ -48,7 +48,7 @@ def test_an_invalid_policy_file_stops_the_process_naming_file_and_field(monkeypa
     monkeypatch.setenv("JOBTTL_POLICY", str(policy))
     assert main(["sink"]) == 2
     err = capsys.readouterr().err
-    assert f"JOBTTL_POLICY: {policy}: ttlAfterFailure: is longer than maxTTL" in err
+    assert f"JOBTTL_POLICY: {policy}:2: ttlAfterFailure: is longer than maxTTL" in err
 
 
 @pytest.mark.parametrize("name, value", [("JOBTTL_DELETE_RATE", "fast"), ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),

@@ -197,9 +197,59 @@ def test_another_kind_name_and_a_cluster_scoped_crd_are_refused():
         ("plural", "the CRD widgets.widgets.example.com is cluster-scoped: jobttl handles namespaced kinds only")]
 
 
-def test_a_version_without_a_schema_checks_nothing():
-    verdict = verify({**WIDGET, "suspend": "spec.anything"}, crd_of(None))
-    assert verdict.served and verdict.problems == () and verdict.checked == 0
+def test_a_version_without_a_schema_checks_nothing_and_verifies_nothing():
+    """Before issue 26 this counted as verified: a misspelt suspend path passed."""
+    verdict = verify({**WIDGET, "suspend": "spec.suspnd"}, crd_of(None))
+    assert verdict.served and verdict.problems == () and verdict.checked == 0 and not verdict.verified
+    assert "gives v1 no schema (openAPIV3Schema)" in verdict.unchecked
+    assert [p.text for p in verdict.unverified] == ["status.conditions[].type", "status.conditions[].status",
+                                                    "status.finishedAt", "condition.lastTransitionTime", "spec.suspnd"]
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("spec.anything.suspend", "spec.anything is a map of anything (additionalProperties: true)"),
+    ("spec.loose.suspnd", "spec.loose keeps unknown fields (x-kubernetes-preserve-unknown-fields)"),
+    ("spec.loose.strct", "spec.loose keeps unknown fields (x-kubernetes-preserve-unknown-fields); it declares strict: "
+                         "did you mean spec.loose.strict?"),
+])
+def test_a_path_the_schema_cannot_follow_is_unverified_not_verified(text, reason):
+    for field in ("suspend", "managedBy"):
+        decl = {**WIDGET, "suspend": text} if field == "suspend" else {**WIDGET, "managedBy": {"path": text, "own": ["x"]}}
+        verdict = verify(decl, crd_of(SCHEMA))
+        assert verdict.problems == () and not verdict.verified
+        unverified, = verdict.unverified
+        assert unverified.text == text and unverified.message.endswith(reason), unverified.message
+
+
+def test_a_schema_that_follows_every_path_verifies_it():
+    verdict = verify({**WIDGET, "suspend": "spec.suspend", "managedBy": {"path": "spec.managedBy", "own": ["x"]}},
+                     crd_of(SCHEMA))
+    assert verdict.verified and verdict.unverified == () and verdict.checked == 6
+
+
+@needs_reference
+def test_argo_s_upstream_crd_keeps_unknown_fields_so_a_misspelt_suspend_is_unverified():
+    """The upstream Workflow CRD declares spec and status as objects keeping anything: no path below them
+    can be checked, and a declaration reading `spec.suspnd` must not pass as verified."""
+    decl = {**copy.deepcopy(kinddecl.builtin_declarations()["argoproj.io/v1alpha1/Workflow"]), "suspend": "spec.suspnd"}
+    verdict = verify(decl, upstream("workflows.argoproj.io"))
+    assert verdict.problems == () and not verdict.verified
+    assert {p.text: p.message.split(": ", 1)[1] for p in verdict.unverified}["spec.suspnd"] == (
+        "spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)")
+    # The archiving label is ObjectMeta's: any label key is there, checked.
+    assert 'metadata.labels["workflows.argoproj.io/workflow-archiving-status"]' not in {
+        p.text for p in verdict.unverified}
+
+
+def test_an_inherited_path_is_held_as_a_builtin_one():
+    """A replacement inherits the Kubeflow TTL's fallbacks: the pre-1.2 one may be absent, and what is
+    absent is said as the built-in's (Problem.inherited), not the operator's."""
+    decl = {**WIDGET, "ttl": {"paths": ["spec.runPolicy.ttlSecondsAfterFinished", "spec.ttlSecondsAfterFinished"]},
+            "suspend": "spec.runPolicy.suspnd"}
+    assert [(p.field, p.inherited) for p in verify(decl, crd_of(SCHEMA)).problems] == [
+        ("ttl.paths[1]", False), ("suspend", False)]
+    problems = verify(decl, crd_of(SCHEMA), inherited=("ttl", "suspend")).problems
+    assert [(p.field, p.inherited) for p in problems] == [("suspend", True)]
 
 
 def test_a_crd_that_prunes_nothing_refuses_no_path_but_says_it_did_not_check():

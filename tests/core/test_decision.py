@@ -10,12 +10,15 @@ mpi-operator launchers (kubeflow/mpi-operator @ caa3c47f pkg/controller/mpi_job_
 Argo CronWorkflow children.
 """
 
+import copy
+import re
+
 import pytest
 
 from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
                             with_server_fields)
 from jobttl.core.domain.decision import Verdict, controller_owner, decide, invalid_ttl_message
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB, WORKFLOW, parse_time
+from jobttl.core.domain.kinds import BATCH_JOB, TFJOB, WORKFLOW, UnreadableField, parse_time
 from jobttl.core.domain.policy import parse_policy
 
 
@@ -115,9 +118,12 @@ def test_a_finished_job_with_unreadable_times_is_not_scheduled():
     assert decision.expires_at is None
 
 
-def test_garbage_in_status_is_not_finished_rather_than_an_error():
-    assert decide(job(ttl=10, status={"conditions": "nope"}), TFJOB).verdict is Verdict.NOT_FINISHED
-    assert decide(job(ttl=10, status={"conditions": [None, 3]}), TFJOB).verdict is Verdict.NOT_FINISHED
+def test_garbage_in_status_is_unreadable_and_kept_rather_than_an_error():
+    """issue 26 §9: not "not finished" (a field misread as absent), nor a traceback: kept, the field named."""
+    for status, field in (({"conditions": "nope"}, "status.conditions: expected a list of conditions, got a string"),
+                          ({"conditions": [None, 3]}, "status.conditions[0]: expected a condition (an object), got null")):
+        decision = decide(job(ttl=10, status=status), TFJOB)
+        assert decision.verdict is Verdict.UNREADABLE and decision.reason.startswith(field), decision.reason
 
 
 def test_the_admins_cap_applies_before_absurd_values_are_judged():
@@ -174,12 +180,26 @@ def test_owned_objects_are_their_owners(obj, verdict, words):
 
 
 @pytest.mark.parametrize("references, owner", [
-    (None, None), ("garbage", None), ([None, {"kind": "CronJob", "name": "a"}], None),
+    (None, None), ([{"kind": "CronJob", "name": "a"}], None),
     ([{"kind": "ReplicaSet", "name": "x"}, {"kind": "CronJob", "name": "nightly", "controller": True}], "CronJob/nightly"),
     ([{"controller": True}], "?/?"),
 ])
 def test_only_a_controller_owner_reference_counts(references, owner):
     assert controller_owner({"ownerReferences": references}) == owner
+
+
+@pytest.mark.parametrize("references, field", [
+    ("garbage", "metadata.ownerReferences: expected a list, got a string"),
+    ({"controller": True}, "metadata.ownerReferences: expected a list, got an object"),
+    ([None, {"kind": "CronJob", "name": "a", "controller": True}],
+     "metadata.ownerReferences[0]: expected an owner reference (an object), got null"),
+    ([{"kind": "CronJob", "name": "a", "controller": "true"}],
+     "metadata.ownerReferences[0].controller: expected true or false, got a string"),
+])
+def test_owner_references_that_cannot_be_read_are_not_read_as_none(references, field):
+    """Before issue 26 these read as "no owner": a CronJob's Job behind a map of references expired."""
+    with pytest.raises(UnreadableField, match=re.escape(field)):
+        controller_owner({"ownerReferences": references})
 
 
 def test_what_is_someone_elses_is_said_in_a_fixed_order():
@@ -243,3 +263,112 @@ def test_a_huge_invalid_value_is_quoted_cut_short():
     decision = decide(obj, TFJOB)
     assert decision.verdict is Verdict.INVALID_TTL
     assert "'xxxx" in decision.reason and len(decision.reason) < 300
+
+
+# --- issue 26 §9: every field a declaration reads is type-checked where it is read ------------------
+
+def _set(path: str, value):
+    """A change setting the dotted `path` (list indexes as numbers) of an object to `value`."""
+    def change(obj):
+        *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
+        node = obj
+        for part in parents:
+            node = node[part]
+        node[last] = value
+    return change
+
+
+@pytest.mark.parametrize("kind, change, field", [
+    (TFJOB, _set("status.conditions.2.type", {"x": 1}), "status.conditions[2].type: expected a string, got an object"),
+    (TFJOB, _set("status.conditions.0.status", ["True"]), "status.conditions[0].status: expected a string, got a list"),
+    (TFJOB, _set("status.conditions", {"Succeeded": "True"}), "status.conditions: expected a list of conditions, got an object"),
+    (TFJOB, _set("status.conditions.1", "Running"), "status.conditions[1]: expected a condition (an object), got a string"),
+    (TFJOB, _set("status.completionTime", 1_700_000_000), "status.completionTime: expected an RFC 3339 time (a string), "
+                                                           "got a number"),
+    (TFJOB, _set("status", ["Succeeded"]), "status: expected an object, got a list"),
+    (TFJOB, _set("spec.runPolicy", [1]), "spec.runPolicy: expected an object, got a list"),
+    (TFJOB, _set("spec.runPolicy.managedBy", ["kueue"]), "spec.runPolicy.managedBy: expected a string, got a list"),
+    (TFJOB, _set("metadata.annotations", ["jobttl.io/keep=true"]), "metadata.annotations: expected a map of strings, "
+                                                                   "got a list"),
+    (TFJOB, _set("metadata.labels", "pin"), "metadata.labels: expected a map of strings, got a string"),
+    (BATCH_JOB, _set("status.conditions.1.lastTransitionTime", {"t": 1}),
+     "status.conditions[1].lastTransitionTime: expected an RFC 3339 time (a string), got an object"),
+    (BATCH_JOB, _set("metadata.ownerReferences", {"controller": True}), "metadata.ownerReferences: expected a list"),
+    (WORKFLOW, _set("status.phase", {"Succeeded": True}), "status.phase: expected a string, got an object"),
+    (WORKFLOW, _set("status.finishedAt", 5), "status.finishedAt: expected an RFC 3339 time (a string), got a number"),
+    (WORKFLOW, _set("metadata.labels", {"workflows.argoproj.io/workflow-archiving-status": 5}),
+     'metadata.labels["workflows.argoproj.io/workflow-archiving-status"]: expected a string, got a number'),
+])
+def test_a_field_of_the_wrong_type_is_unreadable_and_kept_naming_it(kind, change, field):
+    obj = with_server_fields(job_object(kind, "odd", ttl=60 if kind is TFJOB else None))
+    obj["metadata"].setdefault("labels", {})
+    change(obj)
+    decision = decide(obj, kind, parse_policy({"ttl": "1h"}))
+    assert decision.verdict is Verdict.UNREADABLE, decision
+    assert decision.reason.startswith(field), decision.reason
+    assert decision.reason.endswith(f"(read as its built-in declaration says): jobttl keeps this {kind.kind} until "
+                                    "the field is fixed")
+
+
+# --- issue 26 §3: jobttl.io/keep fails closed; a jobttl.io/ key jobttl does not know keeps ---------
+
+SELECTING = parse_policy({"ttl": "1h", "rules": [
+    {"name": "release", "selector": {"matchLabels": {"jobttl.io/release": "true"}}, "ttl": "2h"},
+    {"name": "grouped", "namespaces": ["grouped"], "keepLast": {"succeeded": 3, "groupBy": "jobttl.io/pipeline"}}]})
+
+
+def annotated(annotations=None, labels=None):
+    obj = with_server_fields(job_object(TFJOB, "kept"))
+    obj["metadata"]["annotations"] = annotations or {}
+    obj["metadata"]["labels"] = labels or {}
+    return obj
+
+
+@pytest.mark.parametrize("value, verdict, warning", [
+    ("true", Verdict.KEPT, None),
+    ("false", Verdict.EXPIRES, None),  # the one value that does not keep
+    *[(value, Verdict.KEPT, "InvalidKeep") for value in ("yes", "1", "true ", "TRUE", "True", "False", "FALSE", "no",
+                                                       "0", "", " false", "off")],
+])
+def test_anything_but_an_explicit_false_keeps(value, verdict, warning):
+    decision = decide(annotated({"jobttl.io/keep": value}), TFJOB, SELECTING)
+    assert (decision.verdict, decision.warning) == (verdict, warning)
+    if warning:
+        assert decision.reason.startswith(f"annotation jobttl.io/keep is {value!r}, neither \"true\" nor \"false\"")
+
+
+@pytest.mark.parametrize("annotations, labels, words", [
+    ({"jobttl.io/kepp": "true"}, {}, "annotation jobttl.io/kepp is not a key jobttl knows (did you mean annotation "
+                                     "jobttl.io/keep?)"),
+    ({"jobttl.io/ttl-seconds": "30"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
+    ({"jobttl.io/keepuntil": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
+    ({}, {"jobttl.io/keep": "true"}, "label jobttl.io/keep is not a key jobttl knows (did you mean annotation "
+                                     "jobttl.io/keep?)"),
+    ({}, {"jobttl.io/relase": "true"}, "(did you mean label jobttl.io/release?)"),
+    ({"jobtll.io/keep": "true"}, {}, "annotation jobtll.io/keep is not a key"),
+    ({"JobTTL.io/keep": "true"}, {}, "annotation JobTTL.io/keep is not a key"),
+    ({"jobttl.io/owner": "ml-team"}, {}, "(jobttl reads the annotations jobttl.io/ttl, jobttl.io/keep, "
+                                         "jobttl.io/keep-until, jobttl.io/notify)"),
+    ({"jobttl.io/keep": "false", "jobttl.io/tll": "1h"}, {}, "annotation jobttl.io/tll is not a key"),
+])
+def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(annotations, labels, words):
+    decision = decide(annotated(annotations, labels), TFJOB, SELECTING)
+    assert (decision.verdict, decision.warning) == (Verdict.KEPT, "UnknownKey")
+    assert words in decision.reason and decision.reason.endswith("jobttl keeps this TFJob until it is fixed or removed")
+
+
+@pytest.mark.parametrize("annotations, labels", [
+    ({}, {"jobttl.io/release": "true"}),  # a label the policy's selector names
+    ({}, {"jobttl.io/pipeline": "nightly"}),  # a label keepLast groups by
+    ({"example.com/keep": "true", "jobttl.example.com/x": "1"}, {}),  # other prefixes are not ours
+    ({"jobttl.io/ttl": "2h", "jobttl.io/keep-until": "2000-01-01T00:00:00Z"}, {}),
+    ({"jobttl.io/notify": "team-ml"}, {}),  # the owner asks for its messages (docs/notifications.md)
+])
+def test_the_keys_jobttl_reads_and_other_prefixes_expire_as_usual(annotations, labels):
+    assert decide(annotated(annotations, labels), TFJOB, SELECTING).verdict is Verdict.EXPIRES
+
+
+def test_the_rule_is_the_same_wherever_it_is_decided():
+    """The sink, the resync and the worker all call decide(): one rule, in the pure domain."""
+    obj = annotated({"jobttl.io/keep": "yes"})
+    assert decide(obj, TFJOB, SELECTING) == decide(copy.deepcopy(obj), TFJOB, SELECTING)

@@ -289,14 +289,103 @@ def test_a_kind_declared_or_opted_into_but_left_out_of_kinds_is_refused():
         "policy.yaml: optIn.batch.volcano.sh/v1alpha1/Job: opted into, but not in `kinds`: add it there")
 
 
-def test_a_replacement_that_drops_a_builtin_safeguard_says_so(caplog):
-    tfjob = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
-    del tfjob["managedBy"], tfjob["suspend"]
-    with caplog.at_level("WARNING", logger="jobttl.policy"):
-        parse_policy({"kindDeclarations": [tfjob]}, "policy.yaml")
+# --- a declaration replacing a built-in kind inherits its safeguards ---------------------------------
+
+def bare_tfjob() -> dict:
+    """TFJob redeclared with its finishing conditions alone, as an operator reading only the README might."""
+    decl = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
+    for name in ("ttl", "managedBy", "suspend", "pods"):
+        del decl[name]
+    return decl
+
+
+def finished_tfjob(**run_policy) -> dict:
+    return {"apiVersion": "kubeflow.org/v1", "kind": "TFJob",
+            "metadata": {"name": "train", "namespace": "research", "uid": "u1"},
+            "spec": {"runPolicy": run_policy},
+            "status": {"completionTime": "2030-01-01T00:00:00Z",
+                       "conditions": [{"type": "Succeeded", "status": "True",
+                                       "lastTransitionTime": "2030-01-01T00:00:00Z"}]}}
+
+
+def replaced_tfjob(policy):
+    return next(k for k in policy.kinds if (k.api_version, k.kind) == ("kubeflow.org/v1", "TFJob"))
+
+
+def test_a_tfjob_that_asked_for_20_days_keeps_them_when_a_replacement_leaves_out_ttl(caplog):
+    """issue 26: before, the replacement was taken whole and the TFJob went after the policy's 1 day."""
+    with caplog.at_level("INFO", logger="jobttl.policy"):
+        policy = parse_policy({"ttl": "1d", "kindDeclarations": [bare_tfjob()]}, "policy.yaml")
+    kind = replaced_tfjob(policy)
+    decision = decide(finished_tfjob(ttlSecondsAfterFinished=20 * 86400), kind, policy)
+    assert (decision.ttl, decision.ttl_source) == (20 * 86400, "spec.runPolicy.ttlSecondsAfterFinished")
+    assert kind.inherited == ("ttl", "managedBy", "suspend")
     [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
-    assert record.dropped == ["managedBy (objects another controller manages)", "suspend (suspended objects)"]
-    caplog.clear()
-    with caplog.at_level("WARNING", logger="jobttl.policy"):
+    assert (record.levelname, record.inherited, record.dropped) == ("INFO", ["ttl", "managedBy", "suspend"], [])
+    assert "inherits ttl, managedBy, suspend from it" in record.getMessage()
+
+
+@pytest.mark.parametrize("run_policy, verdict", [
+    ({"managedBy": "kueue.x-k8s.io/multikueue"}, Verdict.MANAGED_ELSEWHERE),
+    ({"suspend": True}, Verdict.SUSPENDED),
+])
+def test_a_replacement_that_leaves_out_managed_by_or_suspend_still_leaves_those_jobs_alone(run_policy, verdict):
+    policy = parse_policy({"ttl": "1d", "kindDeclarations": [bare_tfjob()]})
+    assert decide(finished_tfjob(**run_policy), replaced_tfjob(policy), policy).verdict is verdict
+
+
+def test_argo_redeclared_without_not_yet_still_waits_for_the_archive():
+    decl = copy.deepcopy(kinddecl.builtin_declarations()["argoproj.io/v1alpha1/Workflow"])
+    del decl["notYet"]
+    policy = parse_policy({"ttl": "1d", "kindDeclarations": [decl]})
+    kind = next(k for k in policy.kinds if k.kind == "Workflow")
+    wf = {"metadata": {"name": "w", "namespace": "n", "labels": {"workflows.argoproj.io/workflow-archiving-status":
+                                                                     "Pending"}},
+          "status": {"phase": "Succeeded", "finishedAt": "2030-01-01T00:00:00Z"}}
+    assert decide(wf, kind, policy).verdict is Verdict.ARCHIVING
+
+
+def test_null_drops_a_safeguard_on_purpose_and_says_so(caplog):
+    decl = {**bare_tfjob(), "ttl": None, "suspend": None}
+    with caplog.at_level("INFO", logger="jobttl.policy"):
+        policy = parse_policy({"ttl": "1d", "kindDeclarations": [decl]}, "policy.yaml")
+    kind = replaced_tfjob(policy)
+    assert (kind.inherited, kind.suspend) == (("managedBy",), None)
+    assert decide(finished_tfjob(ttlSecondsAfterFinished=20 * 86400), kind, policy).ttl == 86400
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    assert record.levelname == "WARNING"
+    assert record.dropped == ["ttl (the TTL objects ask for themselves: the policy's applies instead)",
+                              "suspend (suspended objects)"]
+
+
+def test_a_replacement_with_a_ttl_of_its_own_but_no_applied_by_says_so(caplog):
+    job = copy.deepcopy(kinddecl.builtin_declarations()["batch/v1/Job"])
+    job["ttl"] = {"paths": ["spec.ttlSecondsAfterFinished"]}
+    with caplog.at_level("INFO", logger="jobttl.policy"):
+        parse_policy({"kindDeclarations": [job]}, "policy.yaml")
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    assert record.dropped == ["ttl.appliedBy (objects whose own controller applies their TTL)"]
+
+
+def test_the_same_declaration_as_the_builtin_one_replaces_it_quietly(caplog):
+    with caplog.at_level("INFO", logger="jobttl.policy"):
         parse_policy({"kindDeclarations": [kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"]]})
-    assert not [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    assert (record.levelname, record.inherited, record.dropped) == ("INFO", [], [])
+
+
+def test_an_inherited_field_that_no_longer_fits_is_refused_saying_what_to_write():
+    """Argo's TTL keys name its phases: a replacement finished by conditions has other names."""
+    decl = copy.deepcopy(kinddecl.builtin_declarations()["argoproj.io/v1alpha1/Workflow"])
+    del decl["ttl"]
+    decl["finished"] = {"conditions": [{"type": "Completed", "outcome": "succeeded"}]}
+    message = policy_error({"kindDeclarations": [decl]})
+    assert message.startswith("policy.yaml: kindDeclarations[0].ttl.keys.Succeeded: names no state")
+    assert message.endswith("(inherited from the built-in declaration of argoproj.io/v1alpha1/Workflow: write ttl in "
+                            "this declaration, or ttl: null to do without)")
+
+
+def test_null_means_none_in_a_new_kind_too():
+    kind, = [k for k in parse_policy({"kindDeclarations": [widget(suspend=None, ttl=None)]}).kinds
+             if k.kind == "Widget"]
+    assert kind.suspend is None and kind.inherited == ()

@@ -282,7 +282,7 @@ def test_policy_files_name_themselves_in_errors(tmp_path):
             maxTTL: 1d
             ttl: 2d
     """))
-    with pytest.raises(PolicyError, match=rf"^{path}: rules\[0\]\.ttl: is longer than maxTTL"):
+    with pytest.raises(PolicyError, match=rf"^{path}:6: rules\[0\]\.ttl: is longer than maxTTL"):
         load_policy(path)
     path.write_text("ttl: [unclosed")
     with pytest.raises(PolicyError, match="not valid YAML"):

@@ -201,7 +201,7 @@ def test_a_typo_in_a_declaration_stops_jobttl_at_start_naming_the_field(tmp_path
     path.write_text(yaml.safe_dump(policy(str(tmp_path), declaration)))
     started = jobttl({**env, "JOBTTL_POLICY": str(path)}, "worker")
     assert started.returncode == 2, started.stderr
-    assert f"{path}: kindDeclarations[0].plural: required" in started.stderr
+    assert f"{path}:5: kindDeclarations[0].plural: required" in started.stderr
     broken = {**WIDGET, "finishedAt": ["finishedAt"]}
     path.write_text(yaml.safe_dump(policy(str(tmp_path), broken)))
     explained = jobttl(env, "explain", "-f", str(path), "--policy", str(path))

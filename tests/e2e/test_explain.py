@@ -276,7 +276,7 @@ def test_the_example_policy_decides_the_docs_finished_sample(tmp_path):
     (["-f", "-"], "kind: [unclosed", "not valid YAML or JSON"),
     (["-f", "-", "--now", "tomorrow"], "", "--now: expected an RFC 3339 time"),
     (["-f", "-", "--now", "2030-01-01T00:00:00"], "", "--now: give the time zone"),
-    (["-f", "-", "--policy", str(ROOT / "tests" / "e2e" / "test_explain.py")], "", "test_explain.py: not valid YAML"),
+    (["-f", "-", "--policy", str(ROOT / "tests" / "e2e" / "test_explain.py")], "", "test_explain.py:1: not valid YAML"),
 ])
 def test_bad_input_is_a_clear_error(args, stdin, words):
     result = explain(stdin, *args)

@@ -44,13 +44,13 @@ def posted_warnings() -> float:
     return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
 
 
-def settled(cluster: Cluster, name: str) -> None:
+def settled(cluster: Cluster, name: str, timeout: float = 15) -> None:
     """Everything this test wrote to the outbox so far has been posted: the outbox goes oldest
     first, so once a notice written after it is posted, theirs were too (or were nothing)."""
     marker = cluster.create_finished(name, ttl=None, finished_at=time.time())
     marker = annotate(cluster, name, "ttl", "soon")
     sent(cluster, marker, "ignored:invalid-ttl")
-    wait_for(lambda: events(cluster, marker, "InvalidTTL"), timeout=15, what="the marker's InvalidTTL Event")
+    wait_for(lambda: events(cluster, marker, "InvalidTTL"), timeout=timeout, what="the marker's InvalidTTL Event")
 
 
 def test_a_bad_ttl_annotation_is_warned_once_per_value_and_not_once_fixed(cluster, worker):

@@ -9,15 +9,19 @@ Resource and Reference mode, each broken in at least one way an API server would
 produce (names, namespaces, UIDs, JSON, nesting, surrogates as escapes and as raw bytes,
 content types, CloudEvents attributes), plus byte-level mutations of events that cannot
 schedule anything, Reference-mode events naming odd objects (the sink reads them from the
-emulator: gone, running, nested too deep to decode) and raw-socket abuse (broken chunked
-encoding, huge or malformed headers, lying Content-Lengths).
+emulator: gone, running, nested too deep to decode, a condition whose type is an object), raw-socket
+abuse (broken chunked encoding, huge or malformed headers, lying Content-Lengths), and well-formed
+events of finished jobs one of whose fields a kind's declaration reads holds the wrong type (a
+condition's type or status that is an object, conditions that are a map, a time that is a number,
+managedBy a list, ownerReferences a map, runPolicy a list: issue 26 §9, where 42 of 10,000 such
+events got a 500).
 
 Asserted: no answer is 5xx (nothing is down, so not even 503); every case that is invalid
 by construction is a 4xx; nothing is booked but the valid events mixed in as a control
 (which must be); the sink is alive and logged no unexpected error.
 
 `make test` sends the first 2,000 cases, in which every class of case (each family and each
-way it breaks, 32 in all) comes at least twice; `make e2e` sends the other 8,400 (the `slow`
+way it breaks, 42 in all) comes at least twice; `make e2e` sends the other 8,400 (the `slow`
 marker), each run with the same assertions. The two ranges never overlap, so both can run
 against one sink and one Redis (a control's name and UID come from its index).
 """
@@ -250,7 +254,7 @@ def reference_case(index: int, rng: random.Random) -> Case:
     elif how == 1:
         ref["namespace"] = rng.choice(BAD_NAMESPACES + [f"a{PLACEHOLDER}"])
     else:  # well-formed names of odd objects: gone, running, too deep to decode, another namespace
-        ref["name"] = rng.choice(["nothing-here", "running", "deep", "a" * 253, "a.b.c", "0", "no-ttl"])
+        ref["name"] = rng.choice(["nothing-here", "running", "deep", "a" * 253, "a.b.c", "0", "no-ttl", "odd-conditions"])
         ref["namespace"] = rng.choice([NAMESPACE, "elsewhere", "kube-system", "a" * 63])
         if rng.random() < 0.2:
             ref.update(rng.choice([{"apiVersion": "kubeflow.org/v2"}, {"kind": "Pod", "apiVersion": "v1"}]))
@@ -304,16 +308,55 @@ def raw_case(index: int, rng: random.Random, port: int) -> Case:
     return Case(index, f"raw-{how}", how not in (4, 6), raw=raw)
 
 
+# Values of the wrong JSON type for a field a kind's declaration reads (issue 26 §9: a condition's
+# type that was an object got a 500, "unhashable type: 'dict'", from reconcile).
+WRONG_TYPES = [{"x": 1}, ["True"], 5, 1.5, True, {}, []]
+
+
+def fields_case(index: int, rng: random.Random) -> Case:
+    """A finished TFJob, valid in every way the sink checks before deciding, but one field its
+    declaration reads (or decide() reads of every object) holds the wrong type: a 422 naming it."""
+    obj = finished_tfjob(rng)
+    status, run_policy, condition = obj["status"], obj["spec"]["runPolicy"], obj["status"]["conditions"][-1]
+    how = rng.randrange(10)
+    wrong = copy.deepcopy(rng.choice(WRONG_TYPES))
+    if how == 0:  # the finishing condition's type
+        condition["type"] = wrong
+    elif how == 1:  # a condition's status (this one or an earlier one)
+        rng.choice(status["conditions"])["status"] = wrong
+    elif how == 2:  # conditions that are not a list
+        status["conditions"] = rng.choice([{"Succeeded": "True"}, "Succeeded", 5, {"type": "Succeeded"}])
+    elif how == 3:  # a condition that is not an object
+        status["conditions"].insert(rng.randrange(len(status["conditions"]) + 1), rng.choice(["Succeeded", 5, ["x"]]))
+    elif how == 4:  # the finish time
+        status["completionTime"] = rng.choice([{"t": 1}, 1700000000, ["2026-01-01T00:00:00Z"], True])
+    elif how == 5:  # the condition's time, read when completionTime is not there
+        del status["completionTime"]
+        condition["lastTransitionTime"] = rng.choice([{"t": 1}, 1700000000, ["2026-01-01T00:00:00Z"]])
+    elif how == 6:  # managedBy
+        run_policy["managedBy"] = rng.choice([["kubeflow.org/training-operator"], {"name": "x"}, 5, True])
+    elif how == 7:  # ownerReferences
+        obj["metadata"]["ownerReferences"] = rng.choice([
+            {"controller": True}, ["CronJob/x"], [{"kind": "CronJob", "name": "x", "controller": "true"}]])
+    elif how == 8:  # a path through something that is not an object
+        obj["spec"]["runPolicy"] = rng.choice([[run_policy], "OnFailure", 5])
+    else:  # status itself
+        obj["status"] = rng.choice([[status], "Succeeded", 5])
+    headers = binary_headers(rng.choice(["dev.knative.apiserver.resource.add", "dev.knative.apiserver.resource.update"]))
+    return Case(index, f"fields-{how}", True, headers, json.dumps(obj).encode())
+
+
 def control_case(index: int, rng: random.Random) -> Case:
     obj = finished_tfjob(rng)
     obj["metadata"]["name"] = f"control-{index}"
     return Case(index, "control", False, binary_headers(), json.dumps(obj).encode(), control_uid=obj["metadata"]["uid"])
 
 
-FAMILIES = [binary_case, binary_case, structured_case, reference_case, noise_case]
+FAMILIES = [binary_case, binary_case, structured_case, reference_case, noise_case, fields_case]
 # Every class of case: a family and the way it breaks (the `how` each family draws).
 CLASSES = ({f"binary-{how}" for how in range(10)} | {f"structured-{how}" for how in range(8)}
-           | {f"reference-{how}" for how in range(4)} | {f"raw-{how}" for how in range(8)} | {"noise", "control"})
+           | {f"reference-{how}" for how in range(4)} | {f"raw-{how}" for how in range(8)}
+           | {f"fields-{how}" for how in range(10)} | {"noise", "control"})
 
 
 def case(index: int, port: int) -> Case:
@@ -386,6 +429,9 @@ def stack(tmp_path_factory):
     deep = job_object(TFJOB, "deep", NAMESPACE, state="running", at=time.time())
     deep["spec"]["deep"] = nested(DEEP, random.Random(SEED))
     seed_object(emulator.store, deep)
+    odd = job_object(TFJOB, "odd-conditions", NAMESPACE, at=time.time() - 3600)
+    odd["status"]["conditions"][-1]["type"] = {"Succeeded": True}  # a 422 when read, never a 500
+    seed_object(emulator.store, odd)
     sink, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
                             "JOBTTL_QUEUE": "fuzz"}, tmp_path_factory.mktemp("fuzz-logs"))
     try:

@@ -97,10 +97,22 @@ def test_absurd_annotations_are_invalid_not_crashes(client):
     assert post(client, obj).headers["X-Jobttl-Outcome"] == "ignored:invalid-ttl"
 
 
-def test_garbage_conditions_are_not_finished(client):
+@pytest.mark.parametrize("where, value, words", [
+    ("conditions", 5, "status.conditions: expected a list of conditions, got a number"),
+    ("type", {"Succeeded": True}, "status.conditions[2].type: expected a string, got an object"),
+    ("status", {"x": 1}, "status.conditions[2].status: expected a string, got an object"),
+    ("completionTime", ["2030-01-01T00:00:00Z"], "status.completionTime: expected an RFC 3339 time (a string), got a list"),
+])
+def test_a_field_the_declaration_reads_of_the_wrong_type_is_a_422_naming_it_and_writes_nothing(client, redis, where,
+                                                                                                value, words):
+    """issue 26 §9: a condition's type or status that is an object was a 500 ("unhashable type: 'dict'")."""
     obj = finished()
-    obj["status"]["conditions"] = 5
-    assert post(client, obj).headers["X-Jobttl-Outcome"] == "ignored:not-finished"
+    if where in ("type", "status"):
+        obj["status"]["conditions"][-1][where] = value
+    else:
+        obj["status"][where] = value
+    assert_refused_unwritten(redis, lambda: post(client, obj), 422, "the object cannot be decided, nothing was written",
+                             words)
 
 
 def test_a_finished_job_is_scheduled_and_its_duplicate_changes_nothing(client):

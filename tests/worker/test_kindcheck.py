@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from jobttl.core.runtime.config import ConfigError
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain import kinddecl
+from jobttl.core.domain.kinds import TFJOB, WORKFLOW
 from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl.core.domain.permissions import permissions
 from jobttl.core.domain.kinddecl import key as kinddecl_key
@@ -27,6 +28,7 @@ from tests.services import start_emulator
 
 WIDGET_CRD = Path(__file__).resolve().parents[1] / "e2e" / "widget-crd.yaml"
 TFJOB_CRD = REFERENCE / "kubeflow" / "kubeflow.org_tfjobs.yaml"
+ARGO_CRD = REFERENCE / "kubeflow" / "argoproj.io_workflows.yaml"  # spec and status keep unknown fields
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
           "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
           "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"], "suspend": "spec.size"}
@@ -56,8 +58,8 @@ def kube(tmp_path_factory):
     (directory / "older-tfjobs.yaml").write_text(yaml.safe_dump(crd))
     (directory / "legacy-gizmos.yaml").write_text(yaml.safe_dump(LEGACY_CRD))
     gadgets = Resource("gadgets.example.com", "v1", "Gadget", "gadgets")
-    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml"]), gadgets,
-              JOB, POD, EVENT)
+    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml", ARGO_CRD]),
+              gadgets, JOB, POD, EVENT)
     server = start_emulator(directory, served, gc_delay=0.1)
     yield server
     server.stop()
@@ -201,3 +203,48 @@ def test_the_whole_check_stops_reading_when_its_budget_is_spent(client, kube):
     assert time.monotonic() - started < 2.5
     assert "tfjobs.kubeflow.org" not in report.unreadable  # the first read was in time
     assert "widgets.widgets.example.com" in report.unreadable and not report.verified, report
+
+
+def test_a_crd_that_cannot_check_a_declared_path_says_unverified_and_warns_naming_it(client, caplog):
+    """issue 26: a CRD without a schema for the declared paths was reported verified, so a misspelt
+    suspend or managedBy path passed. Argo's upstream CRD keeps anything under spec and status."""
+    caplog.set_level(logging.INFO, "jobttl.worker")
+    workflow = copy.deepcopy(kinddecl.builtin_declarations()["argoproj.io/v1alpha1/Workflow"])
+    workflow["suspend"] = "spec.suspnd"
+    workflow["managedBy"] = {"path": "spec.managedBy", "own": ["argo"]}
+    report = kindcheck.verify_kinds(client.get_crd, kinds(workflow), pause=0)
+    assert not report.errors and "argoproj.io/v1alpha1/Workflow" not in report.verified
+    _, problems = report.unverified["argoproj.io/v1alpha1/Workflow"]
+    assert {"spec.suspnd", "spec.managedBy", "status.phase"} <= {p.text for p in problems}
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    assert (warning.levelname, warning.reason, warning.kind) == ("WARNING", "schema", "argoproj.io/v1alpha1/Workflow")
+    assert "suspend: spec.suspnd" in warning.fields and "managedBy.path: spec.managedBy" in warning.fields
+    assert "'spec.suspnd' cannot be checked against the schema of argoproj.io/v1alpha1/Workflow (CRD " \
+           "workflows.argoproj.io): spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)" in warning.detail
+    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert "spec.suspnd" in checked.unverified["argoproj.io/v1alpha1/Workflow"]
+
+
+def test_a_builtin_kind_its_crd_cannot_check_is_unverified_in_the_checked_line_without_a_warning(client, caplog):
+    caplog.set_level(logging.INFO, "jobttl.worker")
+    report = kindcheck.verify_kinds(client.get_crd, (WORKFLOW,), pause=0)
+    assert report.verified == [] and "argoproj.io/v1alpha1/Workflow" in report.unverified
+    assert not [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert "status.phase" in checked.unverified["argoproj.io/v1alpha1/Workflow"]
+
+
+def test_a_path_a_replacement_inherited_is_held_as_the_builtin_one_a_warning_not_a_stop(client, caplog):
+    """TFJob redeclared without ttl and suspend inherits spec.runPolicy.suspend, which the older CRD here
+    lacks: the worker says so (the operator did not write it) and goes on, as for the built-in
+    declaration; and the inherited TTL's pre-1.2 fallback may be absent, as the built-in's may."""
+    caplog.set_level(logging.WARNING, "jobttl.worker")
+    tfjob = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
+    del tfjob["suspend"], tfjob["ttl"]
+    report = kindcheck.verify_kinds(client.get_crd, kinds(tfjob), pause=0)
+    (kind, problems), = report.absent
+    assert not report.errors and kind.inherited == ("ttl", "suspend")
+    assert [(p.field, p.text, p.inherited) for p in problems] == [("suspend", "spec.runPolicy.suspend", True)]
+    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
+    assert "policy.yaml: kindDeclarations[0] inherits from the built-in declaration of kubeflow.org/v1/TFJob" \
+           in warning.detail
