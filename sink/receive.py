@@ -36,8 +36,6 @@ from jobttl.sink.context import SinkContext, Unavailable
 
 log = logging.getLogger("jobttl.sink")
 blueprint = Blueprint("receive", __name__)
-# PingSource resyncs are coalesced to at most one per this many seconds.
-PING_COALESCE = 60
 
 
 def _context() -> SinkContext:
@@ -100,7 +98,8 @@ def _unavailable(sink: SinkContext, label: str, dependency: str, message: str) -
 def _other(sink: SinkContext, event: OtherEvent) -> str:
     if event.type == PING_TYPE:
         # A Knative PingSource on a schedule: time for a resync (the workers run it).
-        return "resync-requested" if sink.schedule.request_resync(coalesce=PING_COALESCE) else "resync-coalesced"
+        # At most one per JOBTTL_RESYNC_MIN_INTERVAL: one asked sooner is deferred, and a burst coalesced.
+        return sink.schedule.request_resync_soon("ping").label
     return "ignored:other-event-type"
 
 

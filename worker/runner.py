@@ -191,7 +191,8 @@ def run(settings: Settings, burst: bool = False) -> None:
     logs.record(log, "worker-start", queue=settings.queue_name, burst=burst, worker=worker.name)
     if settings.resync_interval:
         # Events may have been missed while no worker ran: start from the cluster's truth.
-        ctx.schedule.request_resync()
+        # Several workers starting at once (a rollout) ask for one (JOBTTL_RESYNC_MIN_INTERVAL).
+        ctx.schedule.request_resync_soon("worker-start")
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:

@@ -199,7 +199,8 @@ class Store:
                 if record is not None:
                     self.book(record, now, pipeline=pipe)
                     commits[i] = len(pipe)
-                    scripts.Commit(ref=intent.ref, member=intent.member, uid=intent.ref.uid, due=record.due,
+                    scripts.Commit(ref=intent.ref, member=intent.member, uid=intent.ref.uid,
+                                   namespace=intent.ref.namespace, due=record.due,
                                    seen=done.previous_due, audit_max=self.audit_max, card_ttl=self.card_ttl,
                                    dry_run=record.dry_run, fields=_fields(intent)).queue(pipe)
                 self.retire_replaced(done, record, pipeline=pipe)
