@@ -12,7 +12,9 @@ round, and prints one table (bench/results/latest.md) and JSON (bench/results/la
 7.   100,000 deletions due at one instant, through RQ's scheduler (bench.scheduler);
 8.   lateness of 1,000 deletions due over 10 s with 2 workers (bench.worker.lateness);
 9.   CEL: decide() on 1.7 MB RayJobs vs the same rule in plain Python, and the sink's ordinary
-     event and /healthz while six costly RayJob events are in flight vs the event alone (bench.cel).
+     event and /healthz while six costly RayJob events are in flight vs the event alone (bench.cel);
+10.  one namespace's page of pending deletions from the namespace index vs the scan of every record
+     it replaced, and vs an unfiltered page (bench.namespaces).
 
 Then, unless --no-breakdown, short extra runs count every Redis round trip by call site
 (bench.counting); with --profile, py-spy samples jobttl's processes (bench.profile).
@@ -34,11 +36,11 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel")
+ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "namespaces")
 FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
-        "lateness_n": 1000, "lateness_spread": 10, "rounds": 3}
+        "lateness_n": 1000, "lateness_spread": 10, "namespaces_n": 20_000, "rounds": 3}
 QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
-         "lateness_n": 100, "lateness_spread": 3, "rounds": 1}
+         "lateness_n": 100, "lateness_spread": 3, "namespaces_n": 1000, "rounds": 1}
 
 
 def machine() -> dict:
@@ -81,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = sizes["rounds"]
     results, breakdown = [], {}
 
-    from bench import cel, memory, resync, scheduler, sink, worker
+    from bench import cel, memory, namespaces, resync, scheduler, sink, worker
 
     runners = {
         "sink": lambda: sink.run(workdir, rounds, sizes["sink_seconds"], profile_dir),
@@ -91,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
         "scheduler": lambda: scheduler.run(workdir, rounds, sizes["scheduler_n"]),
         "lateness": lambda: worker.lateness(workdir, rounds, sizes["lateness_n"], sizes["lateness_spread"]),
         "cel": lambda: cel.run(workdir, rounds),
+        "namespaces": lambda: namespaces.run(workdir, rounds, sizes["namespaces_n"]),
     }
     breakdowns = {
         "sink": lambda: sink.breakdown(workdir, max(1, sizes["sink_seconds"] // 2)),
