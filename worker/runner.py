@@ -32,8 +32,11 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis import Redis
+from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
@@ -42,6 +45,7 @@ from rq.utils import import_attribute, now as utcnow
 from jobttl.core.domain import jsoncodec
 from jobttl.core.runtime import logs
 from jobttl.core.store import scripts, upgrade
+from jobttl.core.store.capacity import Capacity, is_full_error
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services.install import CONFIGMAP
 from jobttl.core.store.tasks import declared as declared_tasks
@@ -59,6 +63,9 @@ MAINTENANCE_INTERVAL = 5  # RQ: scheduler restart and takeover, abandoned-job cl
 # it before any worker could start. Five looks a second cost five ZRANGEBYSCOREs and
 # heartbeats a second, and take most of that wait away.
 SCHEDULER_INTERVAL = 0.2
+# A full Redis (OOM on a write): the worker waits this long, doubling up to the max, and tries again.
+FULL_BACKOFF_FIRST = 1.0
+FULL_BACKOFF_MAX = 30.0
 
 
 class JobttlJob(Job):
@@ -81,11 +88,24 @@ class JobttlScheduler(RQScheduler):
     def work(self) -> None:
         self._install_signal_handlers()
         self.register_birth()
+        full = False
         while not self._stop_requested:
-            if self.should_reacquire_locks:
-                self.acquire_locks()
-            self.heartbeat()
-            self.enqueue_scheduled_jobs()
+            try:
+                if self.should_reacquire_locks:
+                    self.acquire_locks()
+                self.heartbeat()
+                self.enqueue_scheduled_jobs()
+            except RedisError as exc:
+                # A full Redis refuses the move of a due job onto the queue: the job stays
+                # scheduled, and is moved once Redis takes writes again (never dropped).
+                if not is_full_error(exc):
+                    raise
+                if not full:
+                    logs.record(log, "redis-full", level=logging.ERROR, during="scheduler", detail=str(exc))
+                full = True
+                time.sleep(FULL_BACKOFF_FIRST)
+                continue
+            full = False
             time.sleep(SCHEDULER_INTERVAL)
         self.stop()
 
@@ -102,6 +122,63 @@ class JobttlWorker(SimpleWorker):
         self.context = context
         self.clock_problem: str | None = None
         self._maintained_at: float | None = None
+        self._full_since: float | None = None  # Redis refused a write for want of memory (RedisFullBackoff)
+        self._full_backoff = FULL_BACKOFF_FIRST
+
+    # --- a full Redis: back off, never exit (jobttl.core.store.capacity) ---------------------------
+    # RQ's loop quits on any error but a timeout; Redis past its maxmemory answers RQ's own writes
+    # (the dequeue's LMOVE, the heartbeat, a job's status) with OOM. The worker waits instead,
+    # longer each time up to FULL_BACKOFF_MAX, and goes on once Redis takes writes again: what is
+    # booked is deleted, and each deletion frees memory.
+    def _redis_full(self, exc: Exception, during: str) -> None:
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=_full_detail(self.connection, exc))
+        else:
+            logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
+                        seconds=round(time.monotonic() - self._full_since), retryIn=self._full_backoff)
+        deadline = time.monotonic() + self._full_backoff
+        while not self._stop_requested and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self._full_backoff = min(self._full_backoff * 2, FULL_BACKOFF_MAX)
+
+    def _redis_took_writes(self) -> None:
+        if self._full_since is not None:
+            logs.record(log, "redis-has-room", seconds=round(time.monotonic() - self._full_since),
+                        detail="Redis takes writes again: deletions go on")
+            self._full_since, self._full_backoff = None, FULL_BACKOFF_FIRST
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        while True:
+            try:
+                result = self._dequeue_when_clocks_agree(timeout, max_idle_time)
+            except RedisError as exc:
+                if not is_full_error(exc):
+                    raise
+                self._redis_full(exc, "dequeue")
+                if self._stop_requested:
+                    raise StopRequested() from None
+                continue
+            self._redis_took_writes()
+            return result
+
+    def execute_job(self, job, queue):
+        try:
+            return super().execute_job(job, queue)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            # The job stays where RQ left it (its started registry or its queue): RQ's cleanup
+            # finds it abandoned and runs it again, as after a killed worker.
+            self._redis_full(exc, f"job {job.id}")
+
+    def heartbeat(self, *args, **kwargs):
+        try:
+            return super().heartbeat(*args, **kwargs)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "heartbeat")
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT, log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
@@ -133,6 +210,14 @@ class JobttlWorker(SimpleWorker):
         return self._maintained_at is None or time.monotonic() - self._maintained_at > self.maintenance_interval
 
     def run_maintenance_tasks(self) -> None:
+        try:
+            self._maintain()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "maintenance")
+
+    def _maintain(self) -> None:
         self._maintained_at = time.monotonic()
         self.clock_problem = self._measure_clocks()
         if self.clock_problem:
@@ -148,7 +233,7 @@ class JobttlWorker(SimpleWorker):
         super().run_maintenance_tasks()
         sweep(self.context)
 
-    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+    def _dequeue_when_clocks_agree(self, timeout, max_idle_time=None):
         while self.clock_problem and not self._stop_requested:
             # Take no deletions while the clocks disagree; keep the worker registered and measuring.
             self.heartbeat()
@@ -201,6 +286,13 @@ def run(settings: Settings, burst: bool = False) -> None:
         if health is not None:
             health.shutdown()
         logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name)
+
+
+def _full_detail(redis: Redis, exc: Exception) -> str:
+    try:
+        return f"{Capacity.read(redis).describe()} ({exc})"
+    except RedisError:
+        return str(exc)
 
 
 def rq_logging_level(level: str) -> str:
