@@ -8,7 +8,7 @@ read from ``INFO memory``:
 - **full** (`Capacity.full`): used memory past ``1 - RESERVE`` of ``maxmemory``. New bookings stop
   there (`Gate`): the sink answers events 503 (Knative redelivers them), and its ``/readyz``
   says not ready. The reserve is the worker's: a deletion writes a little (its claim, RQ's status,
-  the audit entry) before it frees a pending deletion's ~1.6 KB, so the worker keeps deleting what
+  the audit entry) before it frees a pending deletion's ~1.9 KB, so the worker keeps deleting what
   is booked, and deleting is what frees memory.
 - **refusing** (`Capacity.refusing`): past ``maxmemory`` itself (something else filled it, or a
   resync booked into the reserve). Redis answers writes with OOM (`is_full_error`); the sink
