@@ -162,8 +162,8 @@ SETTINGS: tuple[EnvSetting, ...] = (
     EnvSetting("resync_interval", "JOBTTL_RESYNC_INTERVAL", number(0),
             "seconds between automatic resyncs, which also run when a worker starts; 0 = none"),
     EnvSetting("resync_min_interval", "JOBTTL_RESYNC_MIN_INTERVAL", number(0, 86400),
-            "seconds at least between two resyncs that events ask for (a PingSource event, a worker starting, an "
-            "operator's undo): one asked sooner is deferred to the end of the interval, and those asked meanwhile "
+            "seconds at least between two resyncs that events ask for (a PingSource event, a worker starting): "
+            "one asked sooner is deferred to the end of the interval, and those asked meanwhile "
             "are coalesced into it; 0 = each runs at once"),
     EnvSetting("resync_max_deletions", "JOBTTL_RESYNC_MAX_DELETIONS", number(0),
             "a resync that would newly delete more than this holds them for confirmation; events that make more "

@@ -390,9 +390,10 @@ class Operations:
                               until=_number(override.get("until")) if field == "until" else None)
             refs.append(ref)
         # The CLI cannot read the object; a worker can. A resync is the one path that decides from
-        # the object and the policy and books through the guard (at most one per the minimum interval,
-        # however many undos: JOBTTL_RESYNC_MIN_INTERVAL).
-        self.schedule.request_resync_soon("undo")
+        # the object and the policy and books through the guard (one per second however many undos).
+        # An operator's command, not an event: JOBTTL_RESYNC_MIN_INTERVAL does not defer it, so the
+        # undo takes effect within seconds, as the command says.
+        self.schedule.request_resync()
         return Undone(action, refs, {r.uid: said[r.uid] for r in refs},
                       [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])
 

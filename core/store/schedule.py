@@ -342,8 +342,7 @@ class Schedule:
 
     # --- resync requests ---------------------------------------------------------------------------
     def request_resync_soon(self, why: str, min_interval: int | None = None) -> ResyncAsked:
-        """A resync something happening asked for (a PingSource event, a worker starting, an
-        operator's undo): now, unless one such ran less than the minimum interval ago
+        """A resync something happening asked for (a PingSource event, a worker starting): now, unless one such ran less than the minimum interval ago
         (``JOBTTL_RESYNC_MIN_INTERVAL``); then one is booked for when the interval is over, and
         every request until it runs is coalesced into it. However many arrive, at most one resync
         per interval runs for them, and the last of a burst is never lost: the deferred one runs

@@ -149,14 +149,6 @@ def test_an_undo_asks_the_workers_for_a_resync(ops):
     ops.undo("team", name, "cancel")
     asked = [f"resync-{slot}" for slot in range(start, int(time.time()) + 1)]
     assert set(asked) & set(ops.queue.job_ids), (asked, ops.queue.job_ids)
-    # A second undo within the minimum interval (JOBTTL_RESYNC_MIN_INTERVAL) is served by one resync
-    # booked for the interval's end, not one more now.
-    scheduled(ops, f"{name}-2", time.time(), ttl=600)
-    ops.cancel("team", f"{name}-2")
-    ops.undo("team", f"{name}-2", "cancel")
-    assert len(ops.queue.job_ids) == 1
-    [deferred] = ops.queue.scheduled_job_registry.get_job_ids()
-    assert int(deferred.split("-")[1]) - int(ops.queue.job_ids[0].split("-")[1]) == ops.schedule.resync_min_interval
 
 
 # --- a Kind name is not a kind: batch/v1's Job and Volcano's Job of one name are two jobs ------------
