@@ -172,6 +172,24 @@ class JobttlWorker(SimpleWorker):
             # finds it abandoned and runs it again, as after a killed worker.
             self._redis_full(exc, f"job {job.id}")
 
+    def register_birth(self, *args, **kwargs):
+        # RQ registers the worker (a write) before its loop: a full Redis is waited out here too.
+        while True:
+            try:
+                return super().register_birth(*args, **kwargs)
+            except RedisError as exc:
+                if not is_full_error(exc):
+                    raise
+                self._redis_full(exc, "start")
+
+    def set_state(self, *args, **kwargs):
+        try:
+            return super().set_state(*args, **kwargs)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "state")
+
     def heartbeat(self, *args, **kwargs):
         try:
             return super().heartbeat(*args, **kwargs)
@@ -188,7 +206,13 @@ class JobttlWorker(SimpleWorker):
         self.scheduler = JobttlScheduler(self.queues, connection=self.connection, serializer=self.serializer,
                                          logging_level=self.context.settings.log_level,
                                          date_format=date_format, log_format=log_format)
-        self.scheduler.acquire_locks()
+        try:
+            self.scheduler.acquire_locks()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "scheduler")  # maintenance asks for the lock again
+            return
         if not self.scheduler.acquired_locks:
             return  # another worker's scheduler holds the queue; maintenance asks again
         if not burst:
@@ -261,15 +285,16 @@ def run(settings: Settings, burst: bool = False) -> None:
     # have stops the worker here, before it deletes anything (jobttl.worker.kindcheck).
     kindcheck.verify_at_start(ctx.kube, ctx.kinds.kinds)
     ctx.redis.ping()
-    upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
-    scripts.load(ctx.redis)
     health = serve_health(ctx, settings.worker_metrics_port) if settings.worker_metrics_port else None
+    # A full Redis at start is waited out, as at work: the worker never exits on it.
+    _while_redis_is_full(lambda: upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds), "start")
+    scripts.load(ctx.redis)
     worker = JobttlWorker([ctx.schedule.queue.name], connection=ctx.redis, serializer=JSONSerializer,
                           worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, log_job_description=False,
                           context=ctx)
-    if not _wait_for_agreeing_clocks(ctx, worker.name, burst):
+    if not _while_redis_is_full(lambda: _wait_for_agreeing_clocks(ctx, worker.name, burst), "start"):
         return
-    if not _establish_install(ctx, burst):
+    if not _while_redis_is_full(lambda: _establish_install(ctx, burst), "start"):
         return
     follower = Follower(ctx)
     follower.start()
@@ -277,7 +302,7 @@ def run(settings: Settings, burst: bool = False) -> None:
     if settings.resync_interval:
         # Events may have been missed while no worker ran: start from the cluster's truth.
         # Several workers starting at once (a rollout) ask for one (JOBTTL_RESYNC_MIN_INTERVAL).
-        ctx.schedule.request_resync_soon("worker-start")
+        _while_redis_is_full(lambda: ctx.schedule.request_resync_soon("worker-start"), "start")
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
@@ -286,6 +311,25 @@ def run(settings: Settings, burst: bool = False) -> None:
         if health is not None:
             health.shutdown()
         logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name)
+
+
+def _while_redis_is_full(step, during: str):
+    """Run `step`, waiting while Redis refuses its writes for want of memory (logged as at work)."""
+    wait, since = FULL_BACKOFF_FIRST, None
+    while True:
+        try:
+            return step()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            if since is None:
+                since = time.monotonic()
+                logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=str(exc))
+            else:
+                logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
+                            seconds=round(time.monotonic() - since), retryIn=wait)
+            time.sleep(wait)
+            wait = min(wait * 2, FULL_BACKOFF_MAX)
 
 
 def _full_detail(redis: Redis, exc: Exception) -> str:
