@@ -21,6 +21,11 @@ mechanisms and sets them so that (measured in the fault tests):
 
 It also refuses to work while its clock disagrees with the API server's or Redis's
 (`jobttl.core.domain.clock`): it stops its scheduler and takes no deletions until they agree.
+
+A Redis past its maxmemory refuses writes (OOM; `jobttl.core.store.capacity`), RQ's own among
+them, and RQ's loop quits on any error but a timeout: `JobttlWorker` waits it out instead, at
+start and at work (`redis-full`, `redis-still-full`, `redis-has-room`), and deletes what is booked
+once Redis takes writes again.
 """
 
 from __future__ import annotations
