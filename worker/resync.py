@@ -148,7 +148,7 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         quiet = report.status == "done"  # nothing held
         if report.errors:
             report.status = "incomplete"
-        if quiet and install is not None and install.under_review and report.install_problem is None and listed_kinds \
+        if quiet and install is not None and install.reviewing and report.install_problem is None and listed_kinds \
                 and _nothing_left_to_review(ctx, held, install, confirmed=set()):
             # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
             # the review ends for them, and `jobttl status` does not ask for one.
@@ -286,7 +286,7 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
                          installedAt=(report.install or {}).get("installedAt"),
                          detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
                                 f"run `jobttl resync --confirm {report.held_id}`")
-    reviewing = install is not None and install.under_review
+    reviewing = install is not None and install.reviewing
     if reviewing and confirming and not first_run and report.install_problem is None \
             and _nothing_left_to_review(ctx, held, install, confirmed):
         # The operator has seen all that was due at install, and said go: the review ends before
@@ -294,7 +294,7 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
         # resync listed completely (`not_listed` stay under review, what they hold stays held).
         install = _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report,
                                  not_listed) or install
-        reviewing = install.under_review
+        reviewing = install.reviewing
     still = {m for m in review if install is not None and install.holds(dues[m], _kind_of(due_now[m][0]))}
     release = {m: v for m, v in due_now.items() if m not in hold and not (reviewing and m in still)}
     # Held before, and listed now without being due: nothing to hold any more.

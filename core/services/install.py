@@ -70,6 +70,12 @@ class InstallRecord:
 
     @property
     def under_review(self) -> bool:
+        """The review of the install is open: no confirmation (or nothing-was-due) has ended it yet."""
+        return self.reviewed_at is None
+
+    @property
+    def reviewing(self) -> bool:
+        """Anything is still under review: the install's, or kinds its confirmation did not cover."""
         return self.reviewed_at is None or bool(self.kinds_under_review)
 
     def holds(self, due: int, kind: str | None = None) -> bool:
@@ -209,8 +215,8 @@ class InstallReview:
     def mark_reviewed(self, by: str, now: float, still: frozenset[str] = frozenset()) -> InstallRecord | None:
         """The operator confirmed what was held: the review is done, in the cluster first, but for the kinds
         in `still` (not listed completely by the resync that confirmed)."""
-        record = self.current() if self._established is None else self._established
-        if record is None or not record.under_review or self.kube is None:
+        record = self.current() or self._established
+        if record is None or self.kube is None or not _covers_more(record, still):
             return record
         for _ in range(5):
             found = self.kube.get_configmap(self.namespace, CONFIGMAP)
@@ -218,8 +224,8 @@ class InstallReview:
                 record = self._create(record.reviewed(by, int(now), still))
                 break
             current = self._from_configmap(found)
-            if not current.under_review:
-                record = current
+            if not _covers_more(current, still):
+                record = current  # nothing newly covered: the record stays as it is
                 break
             try:
                 self.kube.replace_configmap(found, current.reviewed(by, int(now), still).as_data())
@@ -272,6 +278,11 @@ class InstallReview:
             if entry.get(b"event") in _DELETIONS and marker not in entry:
                 return True
         return False
+
+
+def _covers_more(record: InstallRecord, still: frozenset[str]) -> bool:
+    """Whether a confirmation leaving `still` under review ends any review `record` has open."""
+    return record.under_review or bool(record.kinds_under_review - still)
 
 
 def _rfc3339(epoch: float) -> str:

@@ -85,7 +85,7 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
         cluster.clear_faults()
     assert confirming.queued_now == 2, confirming  # the TFJobs: listed completely, and confirmed
     install = ctx.install.current()
-    assert install.under_review and install.kinds_under_review == {"batch/v1/Job"}
+    assert install.reviewing and install.kinds_under_review == {"batch/v1/Job"}
     data = cluster.store.get(CONFIG_MAP, ctx.install.namespace, CONFIGMAP)["data"]
     assert data["kindsUnderReview"] == "batch/v1/Job" and "reviewedAt" in data  # in the cluster first
     assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
@@ -97,7 +97,7 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
     assert resync.run(ctx, confirm=first.held_id).status == "stale-confirmation"
     done = resync.run(ctx, confirm=again.held_id)  # listed completely now, and confirmed: go
     assert done.status == "done" and done.queued_now == 2, done
-    assert not ctx.install.current().under_review
+    assert not ctx.install.current().reviewing
 
 
 def test_a_booking_an_event_made_before_any_worker_is_held_with_the_rest(ctx, cluster):
