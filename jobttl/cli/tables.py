@@ -122,19 +122,18 @@ def status(data: dict[str, Any]) -> None:
         if last.get("held_dropped"):
             console.print(f"Held set: {last['held_dropped']} held deletions dropped, their object not in the cluster "
                           "(deleted since, or named by events for objects that do not exist)")
-    install = data.get("install")
-    if install and install.get("underReview"):
-        kinds = install.get("kindsUnderReview") or []
-        if install.get("reviewedAt") and kinds:
-            console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(kinds)}: the "
-                          "confirming resync could not list them completely; what of them was already due at the "
-                          f"install ({install['installedAt']}) waits for a complete listing and your confirmation"
-                          + (f"; {data['held']} held: `jobttl held`, then `jobttl resync --confirm ID`"
-                             if data["held"] else ": run `jobttl resync`"), soft_wrap=True)
-        else:
-            console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already "
-                          "due then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync "
-                                                     "--confirm ID`" if data["held"] else "; none held"))
+    install = data.get("install") or {}
+    kinds = install.get("kindsUnderReview") or []
+    if install.get("underReview"):
+        console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already "
+                      "due then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync "
+                                                 "--confirm ID`" if data["held"] else "; none held"))
+    elif kinds:
+        # One line, for grep: the kinds a confirmation did not cover (not listed completely then).
+        console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(kinds)}: not listed "
+                      "completely when it was confirmed (not served, or an API error); what of them was already due "
+                      f"at the install ({install['installedAt']}) is held for your confirmation once a resync lists "
+                      "them", soft_wrap=True)
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     for name, report in (data.get("policyErrors") or {}).items():

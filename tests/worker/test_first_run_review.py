@@ -91,6 +91,8 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
     assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
     assert ctx.install.holds(int(time.time()) - MONTH, "batch/v1/Job"), "a worker reaching one holds it"
     assert not ctx.install.holds(int(time.time()) - MONTH, "kubeflow.org/v1/TFJob")
+    said = status_text(ctx)
+    assert "First-run review: reviewed" in said and "but for batch/v1/Job" in said, said
     # Served again: the next resync holds them still; the old id no longer matches what is held.
     again = resync.run(ctx)
     assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0
@@ -98,6 +100,20 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
     done = resync.run(ctx, confirm=again.held_id)  # listed completely now, and confirmed: go
     assert done.status == "done" and done.queued_now == 2, done
     assert not ctx.install.current().reviewing
+
+
+def status_text(ctx) -> str:
+    """`jobttl status` as the operator runs it, on this context's Redis and queue."""
+    import subprocess
+    import sys
+
+    from tests.services import ROOT
+
+    env = {"JOBTTL_REDIS_URL": ctx.settings.redis_url, "JOBTTL_QUEUE": ctx.settings.queue_name, "PATH": "/usr/bin:/bin",
+           "COLUMNS": "400"}
+    done = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    return done.stdout + done.stderr
 
 
 def test_a_booking_an_event_made_before_any_worker_is_held_with_the_rest(ctx, cluster):
