@@ -34,14 +34,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
-from rq.job import Job
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
-from rq.utils import import_attribute, now as utcnow
+from rq.utils import now as utcnow
 
 from jobttl.core.domain import jsoncodec
 from jobttl.core.runtime import logs
-from jobttl.core.store import scripts, upgrade
+from jobttl.core.store import foreign, scripts, upgrade
+from jobttl.core.store.foreign import CheckedJob
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services.install import CONFIGMAP
 from jobttl.core.store.tasks import declared as declared_tasks
@@ -59,15 +59,6 @@ MAINTENANCE_INTERVAL = 5  # RQ: scheduler restart and takeover, abandoned-job cl
 # it before any worker could start. Five looks a second cost five ZRANGEBYSCOREs and
 # heartbeats a second, and take most of that wait away.
 SCHEDULER_INTERVAL = 0.2
-
-
-class JobttlJob(Job):
-    """RQ's Job, running jobttl 0.1's task names as 0.2's (upgrades keep every booked deletion)."""
-
-    @property
-    def func(self):
-        name = declared_tasks().current(self.func_name) if self.func_name else self.func_name
-        return import_attribute(name) if name else None
 
 
 class JobttlScheduler(RQScheduler):
@@ -95,7 +86,7 @@ class JobttlWorker(SimpleWorker):
 
     exponential_backoff_factor = 1.0  # RQ: reconnect to Redis every second...
     max_connection_wait_time = 1.0  # ...not after up to 60 s
-    job_class = JobttlJob
+    job_class = CheckedJob  # resolves jobttl's tasks only (jobttl.core.store.foreign)
 
     def __init__(self, *args, context: WorkerContext, **kwargs):
         super().__init__(*args, **kwargs)
@@ -123,6 +114,20 @@ class JobttlWorker(SimpleWorker):
         finally:
             self.scheduler.release_locks()
             self.scheduler.register_death()
+
+    def perform_job(self, job, queue, execution) -> bool:
+        # Before RQ resolves anything the job names: a job jobttl did not book (a Redis writer's
+        # `subprocess.check_output`) is failed here, never imported nor retried.
+        reason = foreign.refusal(job, declared_tasks())
+        if reason is None:
+            return super().perform_job(job, queue, execution)
+        foreign.report(job, reason, self.context.metrics)
+        job.retries_left = None  # its retries are the forger's too
+        self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
+        job.ended_at = utcnow()
+        self.handle_job_failure(job, queue, started_job_registry=queue.started_job_registry,
+                                exc_string=f"ForeignJob: not run, {reason}", execution=execution)
+        return False
 
     @property
     def should_run_maintenance_tasks(self) -> bool:

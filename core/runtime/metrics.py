@@ -63,6 +63,9 @@ class Metrics:
                                      "for it, never its URL), event and outcome: sent, failed (tried again later), "
                                      "dropped (given up), refused (a job asked for a channel that does not take its "
                                      "messages)", ["channel", "event", "outcome"], registry=r)
+        self.foreign_jobs = Counter("jobttl_foreign_jobs", "RQ jobs in the worker's queue that jobttl did not book "
+                                    "(a function that is not one of its tasks, a callback, a webhook): failed "
+                                    "without importing anything", registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
         for event, reason in ALERTED_DECISIONS:

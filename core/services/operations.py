@@ -28,6 +28,7 @@ from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.guard import HeldDeletions
+from jobttl.core.domain.review import listed_by_api_server
 from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.domain.identity import JobRef, check_name, check_namespace
@@ -282,6 +283,8 @@ class Operations:
             uid, stage = split_member(h.member)
             d = h.decision
             items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
+                                            # In the id (and confirmed) only once the API server returned it.
+                                            "listed": listed_by_api_server(h.by),
                                             "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome,
                                             "ttl": d.ttl, "ttlSource": d.ttl_source, "rules": list(d.rules),
                                             "reason": d.reason}))

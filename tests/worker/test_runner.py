@@ -7,17 +7,20 @@ import signal
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
+from jobttl.worker import tasks
 from jobttl.worker.runner import JobttlScheduler, JobttlWorker, rq_logging_level
 from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401 - the module's emulator fixture
 
 
 def test_the_worker_runs_jobttls_scheduler_and_it_moves_due_jobs(kube, redis_server, tmp_path,  # noqa: F811
-                                                                 queue_name):
+                                                                 queue_name, monkeypatch):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
+    monkeypatch.setattr(tasks, "_context", bench.ctx)  # the task runs in this process, on the bench's context
     worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx)
     queue = bench.ctx.schedule.queue
-    job = queue.enqueue_in(datetime.timedelta(seconds=-1), "builtins.len", "x")
+    # One of jobttl's tasks (the worker runs no other: tests/worker/test_foreign_jobs.py), with nothing to do.
+    job = queue.enqueue_in(datetime.timedelta(seconds=-1), "jobttl.worker.tasks.warn_upcoming", "no-such-uid", 0)
     assert job.id in ScheduledJobRegistry(queue=queue).get_job_ids()
     worker.work(burst=True, with_scheduler=True)  # RQ's own path: in burst, one look in this process
     assert isinstance(worker.scheduler, JobttlScheduler)
@@ -87,5 +90,21 @@ def test_the_rq_internals_the_worker_overrides_keep_their_shape():
         failed("how Worker.run_maintenance_tasks finds a dead scheduler", where=where)
     assert "self.last_cleaned_at = " in source(Worker, "clean_registries"), \
         failed("where the worker records its last maintenance (last_cleaned_at)", where=where)
+    # The foreign-job guard (jobttl.core.store.foreign): the worker's perform_job checks a job first and
+    # fails it through RQ's own failure path; CheckedJob replaces how a Job resolves what it names.
+    assert parameters(Worker, "perform_job") == ["self", "job", "queue", "execution"], \
+        failed("Worker.perform_job's arguments", where=where)
+    assert parameters(Worker, "handle_job_failure") == ["self", "job", "queue", "started_job_registry", "exc_string",
+                                                        "execution"], \
+        failed("Worker.handle_job_failure's arguments", where=where)
+    assert "self.perform_job(job, queue, execution)" in source(rq.worker.SimpleWorker, "execute_job"), \
+        failed("how SimpleWorker runs a job", where=where)
+    from rq.job import Job
+    for name in ("func", "success_callback", "failure_callback", "stopped_callback"):
+        assert isinstance(inspect.getattr_static(Job, name), property), \
+            failed(f"Job.{name} (no longer a property)", where="CheckedJob in core/store/foreign.py")
+    for name in ("_success_callback_name", "_failure_callback_name", "_stopped_callback_name", "webhooks"):
+        assert name in source(Job, "__init__"), \
+            failed(f"Job's {name}", where="refusal in core/store/foreign.py")
     for setting in ("exponential_backoff_factor", "max_connection_wait_time", "job_class"):
         assert hasattr(Worker, setting), failed(f"the worker setting {setting}", where=where)
