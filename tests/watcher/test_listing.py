@@ -182,7 +182,7 @@ def test_the_watcher_keeps_identities_not_bodies_and_one_index_across_relists(ap
     """What a LIST leaves behind, measured by Python's allocator (tracemalloc), counting only what
     the watcher and its client allocated: a few hundred bytes per object, whatever the object's
     size, and the same after a relist (the index is updated in place, not rebuilt beside)."""
-    count, padding = 600, 20_000  # objects of ~22 KB
+    count, padding = 300, 20_000  # objects of ~22 KB
     for i in range(count):
         seed(api, f"big-{i:04d}", finished=False, padding=padding)
     kube = KubeClient(config.new_client_from_config(config_file=str(api.kubeconfig)), component="watch")
@@ -194,7 +194,7 @@ def test_the_watcher_keeps_identities_not_bodies_and_one_index_across_relists(ap
     def kept() -> int:
         return sum(stat.size for stat in tracemalloc.take_snapshot().filter_traces(ours).statistics("filename"))
 
-    tracemalloc.start(40)
+    tracemalloc.start(8)
     try:
         before = kept()
         kind_watcher.relist()
