@@ -221,10 +221,17 @@ class KindWatcher:
             self.last_progress = time.monotonic()
             list_rv = page.resource_version  # every page of one list carries the first page's
             undecodable += page.undecodable
-            for obj in page.items:
-                if not self._take_stock(obj, first):
-                    undecodable += 1
             token = page.continue_token
+            staged = [self._take_stock(obj, first) for obj in page.items]
+            # The page is dropped before the index takes its entries, as copies: a string kept from the
+            # decoded page would pin its allocator arena, keeping the page's memory resident.
+            page = None
+            for entry in staged:
+                if entry is None:
+                    undecodable += 1
+                else:
+                    self._remember(*entry)
+            staged = None
             if not token:
                 break
             if self.stop.is_set():
@@ -247,14 +254,14 @@ class KindWatcher:
         logs.record(log, "listed", kind=self.kind.kind, apiVersion=self.kind.api_version, count=len(self.known),
                     finished=sum(1 for seen in self.known.values() if seen.finished), resourceVersion=list_rv)
 
-    def _take_stock(self, obj: dict[str, Any], first: bool) -> bool:
-        """Remember one listed object and send what it calls for: on the first list an ``add`` if it
-        is finished, later an ``add`` if it is new and an ``update`` if it changed. False if it
-        has no identity to remember it by."""
+    def _take_stock(self, obj: dict[str, Any], first: bool) -> tuple[Any, ...] | None:
+        """Send what one listed object calls for: on the first list an ``add`` if it is finished,
+        later an ``add`` if it is new and an ``update`` if it changed. Returns what to remember of
+        it, or None if it has no identity to remember it by."""
         meta = obj.get("metadata")
         uid = meta.get("uid") if isinstance(meta, dict) else None
         if not isinstance(uid, str):
-            return False
+            return None
         rv = str(meta.get("resourceVersion") or "")
         done = finished(self.kind, obj)
         before = self.known.get(uid)
@@ -263,9 +270,11 @@ class KindWatcher:
             self.poster.post(self.kind, "add", obj)
         elif before is not None and before.resource_version != rv:
             self.poster.post(self.kind, "update", obj)
-        self.known[uid] = Seen(sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""), rv,
-                               done, self.listing)
-        return True
+        return uid, meta.get("namespace"), meta.get("name"), rv, done
+
+    def _remember(self, uid: str, namespace: Any, name: Any, rv: str, done: bool) -> None:
+        self.known[_fresh(uid)] = Seen(sys.intern(str(namespace or "")), _fresh(str(name or "")), _fresh(rv), done,
+                                       self.listing)
 
     def watch_once(self) -> None:
         self.last_progress = time.monotonic()
@@ -290,10 +299,14 @@ class KindWatcher:
             if action == "delete":
                 self.known.pop(uid, None)
             else:
-                self.known[uid] = Seen(sys.intern(str(meta.get("namespace") or "")), str(meta.get("name") or ""),
-                                       str(rv or ""), finished(self.kind, obj), self.listing)
+                self._remember(uid, meta.get("namespace"), meta.get("name"), str(rv or ""), finished(self.kind, obj))
             # Only advance once the sink has the event, so a crash replays rather than skips it.
             self.resource_version = rv
+
+
+def _fresh(text: str) -> str:
+    """`text` in an allocation of its own (a new object, not the decoded page's)."""
+    return text.encode().decode()
 
 
 def _identity(uid: str, seen: Seen) -> dict[str, Any]:
