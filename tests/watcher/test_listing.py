@@ -206,3 +206,24 @@ def test_the_watcher_keeps_identities_not_bodies_and_one_index_across_relists(ap
     assert len(kind_watcher.known) == count
     assert first / count < 1_000, f"{first / count:.0f} bytes kept per object of ~{padding // 1000} KB"
     assert second <= first * 1.1, f"a relist grew what is kept: {first} then {second} bytes"
+
+
+def test_health_fails_when_a_kinds_loop_has_stopped_and_names_it(api):
+    """A kind's loop that died would never watch again: /healthz says so (Kubernetes restarts the pod)."""
+    kube = KubeClient(config.new_client_from_config(config_file=str(api.kubeconfig)), component="watch")
+    stop = threading.Event()
+    kind_watcher = watch.KindWatcher(kube, TFJOB, watch.EventPoster("http://127.0.0.1:9", kube.host, stop), stop)
+    dead = threading.Thread(target=lambda: None)
+    dead.start()
+    dead.join()
+    server = watch.serve_probes(watch.Probes([kind_watcher], [dead]), "127.0.0.1", 0)
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        health = requests.get(f"{url}/healthz", timeout=5)
+        assert (health.status_code, health.json()) == (503, {"status": "stopped",
+                                                              "kinds": {"kubeflow.org/v1/TFJob": "stopped"}})
+        assert requests.get(f"{url}/readyz", timeout=5).status_code == 503
+        assert requests.get(f"{url}/metrics", timeout=5).status_code == 404
+    finally:
+        server.shutdown()
+        server.server_close()
