@@ -23,7 +23,7 @@ from jobttl.core.domain.kinds import TFJOB
 from jobttl.core.kube import client as kube_client
 from jobttl.core.kube.client import KubeClient
 from jobttl.watcher import watch
-from jobttl_emulator import TFJOB as TFJOB_RESOURCE, seed_object
+from jobttl_emulator import CONFIG_MAP, TFJOB as TFJOB_RESOURCE, seed_object
 
 NS = "team-a"
 
@@ -227,3 +227,42 @@ def test_health_fails_when_a_kinds_loop_has_stopped_and_names_it(api):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_bookmarks_keep_a_quiet_kinds_watch_resumable_after_compaction(tmp_path, receiver):
+    """Other resources change (the resourceVersion is cluster-wide) while no TFJob does; the
+    API server's BOOKMARKs carry the watcher's resourceVersion forward, so once it compacts, a
+    dropped watch still resumes from where it was, without a 410 and a LIST of everything again."""
+    server = start_emulator(tmp_path, (TFJOB_RESOURCE, CONFIG_MAP), gc_delay=0.2, bookmark_interval=0.2)
+    try:
+        seed(server, "quiet", finished=False)
+        kube = KubeClient(config.new_client_from_config(config_file=str(server.kubeconfig)), component="watch")
+        stop = threading.Event()
+        kind_watcher = watch.KindWatcher(kube, TFJOB, watch.EventPoster(receiver.url, kube.host, stop), stop)
+        thread = threading.Thread(target=kind_watcher.run, daemon=True)
+        thread.start()
+        try:
+            wait_for(lambda: kind_watcher.listed and server.store.open_watches >= 1, what="the watcher to watch")
+            latest = 0
+            for i in range(5):
+                made = seed_object(server.store, {"apiVersion": "v1", "kind": "ConfigMap",
+                                                  "metadata": {"name": f"other-{i}", "namespace": NS}})
+                latest = int(made["metadata"]["resourceVersion"])
+            wait_for(lambda: int(kind_watcher.resource_version or 0) >= latest, what="a BOOKMARK past the changes")
+            server.compact()
+            server.close_watches()
+            tfjob_watches = lambda: [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"
+                                     and r["query"].get("watch") == "true"]
+            wait_for(lambda: len(tfjob_watches()) >= 2, what="the watch to be opened again")
+            seed(server, "after", finished=False)  # through the resumed watch (or, were it refused, a relist)
+            wait_for(lambda: ("add", "after") in sent(receiver), what="the next TFJob's event")
+        finally:
+            stop.set()
+            server.close_watches()
+            thread.join(timeout=10)
+        lists = [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"
+                 and "watch" not in r["query"]]
+        assert len(lists) == 1, "resumed from the bookmark: no second LIST"
+        assert int(tfjob_watches()[1]["query"]["resourceVersion"]) >= latest
+    finally:
+        server.stop()
