@@ -33,7 +33,6 @@ import json
 import logging
 import sys
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
 
@@ -154,12 +153,6 @@ class KindWatcher:
         self.resource_version: str | None = None
         self.listed = False  # a LIST has completed: the first one announces only finished objects
         self.not_served = False  # reported once that the cluster does not serve this kind
-        self.last_progress = time.monotonic()  # a page, an event or a reconnect
-
-    @property
-    def settled(self) -> bool:
-        """Ready as far as this kind goes: listed once, or known not to be served."""
-        return self.listed or self.not_served
 
     def run(self) -> None:
         backoff = Backoff()
@@ -218,7 +211,6 @@ class KindWatcher:
                 self.listing += 1
                 token, undecodable = None, 0
                 continue
-            self.last_progress = time.monotonic()
             list_rv = page.resource_version  # every page of one list carries the first page's
             undecodable += page.undecodable
             token = page.continue_token
@@ -277,9 +269,7 @@ class KindWatcher:
                                        self.listing)
 
     def watch_once(self) -> None:
-        self.last_progress = time.monotonic()
         for event_type, obj in self.kube.watch(self.kind, self.resource_version, self.watch_timeout):
-            self.last_progress = time.monotonic()
             if self.stop.is_set():
                 return
             if obj is None:
