@@ -436,8 +436,9 @@ def _page(body: bytes) -> Page:
         raise Undecodable(f"a list page must be a JSON object, got {type(data).__name__}")
     meta = data.get("metadata") or {}
     items = data.get("items") or []
-    return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
-                meta.get("resourceVersion"))
+    objects = [i for i in items if isinstance(i, dict)]
+    return Page(objects, meta.get("continue") or None, meta.get("resourceVersion"),
+                undecodable=len(items) - len(objects) if isinstance(items, list) else 0)
 
 
 @contextlib.contextmanager

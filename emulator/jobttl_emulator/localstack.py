@@ -423,7 +423,7 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     notifier = _start_notifier(stack, env)
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
     worker = stack.jobttl("worker", "worker", env=env)
-    stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
+    stack.jobttl("watch", "watch", "--sink", sink_url, "--host", "127.0.0.1", "--port", "0", env=env)
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
     _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
     _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)

@@ -94,7 +94,7 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
     api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
     kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
-    run(kube, settings.policy.kinds, args.sink)
+    run(kube, settings.policy.kinds, args.sink, port=args.port or None, host=args.host)
 
 
 def _notify(args: argparse.Namespace, settings: Settings) -> None:
@@ -474,6 +474,10 @@ def build_parser() -> argparse.ArgumentParser:
     watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
     watch.add_argument("--sink", required=True, metavar="URL",
                        help="the sink to POST events to, e.g. http://jobttl-sink")
+    watch.add_argument("--host", default="0.0.0.0", help="address to serve the probes on")
+    watch.add_argument("--port", type=_port, default=8081,
+                       help="port of the probes: GET /healthz (every kind's loop alive), GET /readyz (every kind "
+                            "listed once); 0: none")
 
     process("notify", _notify, "send the notifications the policy's notify asks for (digests of the audit trail, "
                                "through Apprise)")
