@@ -84,18 +84,19 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
     finally:
         cluster.clear_faults()
     assert confirming.queued_now == 2, confirming  # the TFJobs: listed completely, and confirmed
+    assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
+    # Served again: the next resync holds the Jobs still (was: deleted unreviewed after a 404).
+    again = resync.run(ctx)
+    assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0, again
     install = ctx.install.current()
     assert install.reviewing and install.kinds_under_review == {"batch/v1/Job"}
     data = cluster.store.get(CONFIG_MAP, ctx.install.namespace, CONFIGMAP)["data"]
     assert data["kindsUnderReview"] == "batch/v1/Job" and "reviewedAt" in data  # in the cluster first
-    assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
     assert ctx.install.holds(int(time.time()) - MONTH, "batch/v1/Job"), "a worker reaching one holds it"
     assert not ctx.install.holds(int(time.time()) - MONTH, "kubeflow.org/v1/TFJob")
     said = status_text(ctx)
     assert "First-run review: reviewed" in said and "but for batch/v1/Job" in said, said
-    # Served again: the next resync holds them still; the old id no longer matches what is held.
-    again = resync.run(ctx)
-    assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0
+    # The old id no longer matches what is held.
     assert resync.run(ctx, confirm=first.held_id).status == "stale-confirmation"
     done = resync.run(ctx, confirm=again.held_id)  # listed completely now, and confirmed: go
     assert done.status == "done" and done.queued_now == 2, done
