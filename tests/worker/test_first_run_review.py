@@ -175,3 +175,22 @@ def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluste
     assert done.returncode == 2, done.stderr
     assert "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): " \
            "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
+
+
+def test_a_confirmation_that_cannot_write_the_install_record_releases_nothing_and_says_why(ctx, cluster):
+    """The review ends in the cluster first: a 403 (or 500) on updating the ConfigMap keeps it open,
+    what it holds held, and the report says why."""
+    old_jobs(cluster, TFJOB, 2, "tf")
+    first = resync.run(ctx)
+    assert first.first_run_held == 2
+    cluster.add_fault(verb="update", status=403, count=10, path_contains=f"/configmaps/{CONFIGMAP}")
+    try:
+        confirming = resync.run(ctx, confirm=first.held_id)
+    finally:
+        cluster.clear_faults()
+    assert confirming.queued_now == 0 and confirming.status == "incomplete", confirming
+    assert "could not be marked done" in confirming.install_problem and "403" in confirming.install_problem
+    assert HeldDeletions(ctx.redis).count() == 2 and ctx.redis.zcard(keys.PENDING_INDEX) == 0
+    assert ctx.install.current().under_review
+    done = resync.run(ctx, confirm=first.held_id)  # the record writable again: go
+    assert done.status == "done" and done.queued_now == 2 and not ctx.install.current().reviewing
