@@ -84,18 +84,19 @@ def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, 
     finally:
         cluster.clear_faults()
     assert confirming.queued_now == 2, confirming  # the TFJobs: listed completely, and confirmed
+    assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
+    # Served again: the next resync holds the Jobs still (was: deleted unreviewed after a 404).
+    again = resync.run(ctx)
+    assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0, again
     install = ctx.install.current()
     assert install.reviewing and install.kinds_under_review == {"batch/v1/Job"}
     data = cluster.store.get(CONFIG_MAP, ctx.install.namespace, CONFIGMAP)["data"]
     assert data["kindsUnderReview"] == "batch/v1/Job" and "reviewedAt" in data  # in the cluster first
-    assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
     assert ctx.install.holds(int(time.time()) - MONTH, "batch/v1/Job"), "a worker reaching one holds it"
     assert not ctx.install.holds(int(time.time()) - MONTH, "kubeflow.org/v1/TFJob")
     said = status_text(ctx)
     assert "First-run review: reviewed" in said and "but for batch/v1/Job" in said, said
-    # Served again: the next resync holds them still; the old id no longer matches what is held.
-    again = resync.run(ctx)
-    assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0
+    # The old id no longer matches what is held.
     assert resync.run(ctx, confirm=first.held_id).status == "stale-confirmation"
     done = resync.run(ctx, confirm=again.held_id)  # listed completely now, and confirmed: go
     assert done.status == "done" and done.queued_now == 2, done
@@ -174,3 +175,22 @@ def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluste
     assert done.returncode == 2, done.stderr
     assert "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): " \
            "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
+
+
+def test_a_confirmation_that_cannot_write_the_install_record_releases_nothing_and_says_why(ctx, cluster):
+    """The review ends in the cluster first: a 403 (or 500) on updating the ConfigMap keeps it open,
+    what it holds held, and the report says why."""
+    old_jobs(cluster, TFJOB, 2, "tf")
+    first = resync.run(ctx)
+    assert first.first_run_held == 2
+    cluster.add_fault(verb="update", status=403, count=10, path_contains=f"/configmaps/{CONFIGMAP}")
+    try:
+        confirming = resync.run(ctx, confirm=first.held_id)
+    finally:
+        cluster.clear_faults()
+    assert confirming.queued_now == 0 and confirming.status == "incomplete", confirming
+    assert "could not be marked done" in confirming.install_problem and "403" in confirming.install_problem
+    assert HeldDeletions(ctx.redis).count() == 2 and ctx.redis.zcard(keys.PENDING_INDEX) == 0
+    assert ctx.install.current().under_review
+    done = resync.run(ctx, confirm=first.held_id)  # the record writable again: go
+    assert done.status == "done" and done.queued_now == 2 and not ctx.install.current().reviewing
