@@ -47,6 +47,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from redis.exceptions import RedisError
+from rq.exceptions import StopRequested
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler, run as run_rq_scheduler
@@ -75,7 +76,7 @@ MAINTENANCE_INTERVAL = 5  # RQ: scheduler restart and takeover, abandoned-job cl
 # heartbeats a second, and take most of that wait away.
 SCHEDULER_INTERVAL = 0.2
 SPAWN = multiprocessing.get_context("spawn")
-SCHEDULER_STOP_GRACE = 5.0  # seconds a scheduler told to stop has before it is killed
+SCHEDULER_STOP_GRACE = 3.0  # seconds a scheduler told to stop has before it is killed (it stops in 0.2 s)
 EXIT_SCHEDULER_STALLED = 3  # the worker's exit status when its watchdog gave up on the scheduler
 
 
@@ -168,6 +169,15 @@ class JobttlWorker(SimpleWorker):
             self.scheduler.release_locks()
             self.scheduler.register_death()
 
+    def _shutdown(self) -> None:
+        # RQ, asked to stop while idle, raises StopRequested from the signal handler, wherever the
+        # main thread is, and sets no flag. Maintenance calls the API server and Redis under
+        # `except Exception` (a clock measure that fails is waited out, not fatal): a signal
+        # landing there was swallowed and the worker ran on, deaf to that SIGINT or SIGTERM. The
+        # flag keeps the request whatever catches the exception; RQ's loop reads it each turn.
+        self._stop_requested = True
+        super()._shutdown()
+
     @property
     def should_run_maintenance_tasks(self) -> bool:
         # RQ compares wall-clock times here. Once a clock that ran ahead is stepped back (as NTP
@@ -189,11 +199,15 @@ class JobttlWorker(SimpleWorker):
                 logs.record(log, "scheduler-stopped", level=logging.WARNING, detail=self.clock_problem)
             self.last_cleaned_at = utcnow()  # RQ: maintenance was "done", so it is not retried at once
             return
-        self.watch_scheduler()
+        if not self._stop_requested:
+            self.watch_scheduler()
+        if not self._stop_requested:
+            super().run_maintenance_tasks()
+            sweep(self.context)
         if self._stop_requested:
-            return
-        super().run_maintenance_tasks()
-        sweep(self.context)
+            # RQ's idle loop (`dequeue_job_and_maintain_ttl`) reads no flag: it ends on this
+            # exception only, which a signal during maintenance raised and something swallowed.
+            raise StopRequested()
 
     def watch_scheduler(self) -> watchdog.Verdict | None:
         """Are due deletions still moving? If not: restart the scheduler, or stop this worker
@@ -261,6 +275,8 @@ class JobttlWorker(SimpleWorker):
             time.sleep(1)
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
+        if self._stop_requested:
+            raise StopRequested()  # RQ's work loop ends on it
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def _measure_clocks(self) -> str | None:
@@ -301,8 +317,11 @@ def run(settings: Settings, burst: bool = False) -> None:
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
-        follower.stop()
-        ctx.events.flush()
+        # Within Kubernetes' grace and the 10 s jobttl promises from SIGTERM to exit (the scheduler's
+        # stop above it, `SCHEDULER_STOP_GRACE`): a follow-up the follower is making is made again
+        # by the next worker (it only re-reads), the Events queued are given the longest.
+        follower.stop(timeout=1.0)
+        ctx.events.flush(timeout=4.0)
         if health is not None:
             health.shutdown()
         logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name,
