@@ -71,6 +71,9 @@ class Metrics:
                                         "process no longer moving due deletions onto the queue, by reason (dead, "
                                         "stuck: no heartbeat, overdue: due deletions not moving) and action "
                                         "(restart, exit)", ["reason", "action"], registry=r)
+        for reason in ("dead", "stuck", "overdue"):  # at 0 from the start: the alert reads the series
+            for action in ("restart", "exit"):
+                self.scheduler_stalls.labels(reason, action)
         for event, reason in ALERTED_DECISIONS:
             self.decisions.labels(event, reason)
 
