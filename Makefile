@@ -92,7 +92,7 @@ podman:
 # First the tests make test leaves out (marked slow; pyproject.toml), then the image: no Docker
 # engine needed, a debootstrapped Debian base (cached in .cache/e2e/), podman's builder, the
 # Docker Compose v2 CLI through `podman system service`. The image part needs root.
-e2e: $(INSTALLED) redis-server podman
+e2e: $(INSTALLED) redis-server prometheus podman
 	$(PY) -m pytest -n 2 --dist loadfile -m slow
 	$(PY) -m tests.e2e_image.run
 

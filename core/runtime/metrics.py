@@ -68,6 +68,15 @@ class Metrics:
                                     "without importing anything", registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
+        # The worker's watchdog over RQ's scheduler process (jobttl.worker.watchdog): due deletions
+        # that stop moving onto the queue, by why (dead, stuck, overdue) and what it did (restart, exit).
+        self.scheduler_stalls = Counter("jobttl_scheduler_stalled", "Times the worker found its scheduler "
+                                        "process no longer moving due deletions onto the queue, by reason (dead, "
+                                        "stuck: no heartbeat, overdue: due deletions not moving) and action "
+                                        "(restart, exit)", ["reason", "action"], registry=r)
+        for reason in ("dead", "stuck", "overdue"):  # at 0 from the start: the alert reads the series
+            for action in ("restart", "exit"):
+                self.scheduler_stalls.labels(reason, action)
         for event, reason in ALERTED_DECISIONS:
             self.decisions.labels(event, reason)
 

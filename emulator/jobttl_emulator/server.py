@@ -44,7 +44,7 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -104,6 +104,13 @@ class Fault:
     path_contains: str | None = None
     user: str = DEFAULT_USER  # who the 403 message says was refused
     message: str | None = None  # overrides the Status message
+    # In-process only: the request waits until the gate is set (at most `delay` s), not a fixed
+    # `delay`, so a test makes something happen while a request is held, however loaded the machine.
+    gate: threading.Event | None = field(default=None, compare=False, repr=False)
+    arrived: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(replace(self, gate=None, arrived=None)).items() if k not in ("gate", "arrived")}
 
     def matches(self, verb: str, path: str) -> bool:
         return self.count > 0 and self.verb in (None, verb) and (not self.path_contains or self.path_contains in path)
@@ -148,6 +155,7 @@ class Hooks:
         path_contains: str | None = None,
         user: str = DEFAULT_USER,
         message: str | None = None,
+        gate: threading.Event | None = None,
     ) -> Fault:
         if verb is not None and verb not in VERBS:
             raise ValueError(f"verb must be one of {VERBS}, not {verb!r}")
@@ -158,14 +166,15 @@ class Hooks:
         if int(count) < 1:
             raise ValueError("count must be at least 1")
         with self._lock:
-            fault = Fault(self._next_id, verb, None if status is None else int(status), int(count), float(delay), path_contains, user, message)
+            fault = Fault(self._next_id, verb, None if status is None else int(status), int(count), float(delay), path_contains, user, message,
+                          gate=gate)
             self._next_id += 1
             self._faults.append(fault)
             return fault
 
     def faults(self) -> list[dict]:
         with self._lock:
-            return [asdict(f) for f in self._faults if f.count > 0]
+            return [f.as_dict() for f in self._faults if f.count > 0]
 
     def take_fault(self, verb: str, path: str) -> Fault | None:
         """Consume one use of the first pending fault matching the request."""
@@ -173,6 +182,7 @@ class Hooks:
             for fault in self._faults:
                 if fault.matches(verb, path):
                     fault.count -= 1
+                    fault.arrived.set()
                     taken = copy.copy(fault)
                     self._faults = [f for f in self._faults if f.count > 0]
                     return taken
@@ -515,7 +525,7 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
             fault = hooks.add_fault(**spec)
         except (TypeError, ValueError) as exc:
             return _json({"error": str(exc)}, 400)
-        return _json(asdict(fault), 201)
+        return _json(fault.as_dict(), 201)
 
     @app.delete("/_emulator/faults")
     def delete_faults() -> Response:
@@ -590,7 +600,9 @@ def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Respon
     verb = _verb(method, route, args.get("watch") in _TRUE)
     fault = hooks.take_fault(verb, path)
     if fault is not None:
-        if fault.delay:
+        if fault.gate is not None:
+            fault.gate.wait(fault.delay or None)
+        elif fault.delay:
             time.sleep(fault.delay)
         if fault.status is not None:
             raise _fault_error(fault, verb, route, path)
@@ -1002,8 +1014,9 @@ class EmulatorServer:
         path_contains: str | None = None,
         user: str = DEFAULT_USER,
         message: str | None = None,
+        gate: threading.Event | None = None,
     ) -> Fault:
-        return self.hooks.add_fault(verb, status, count, delay, path_contains, user, message)
+        return self.hooks.add_fault(verb, status, count, delay, path_contains, user, message, gate)
 
     def clear_faults(self) -> int:
         return self.hooks.clear_faults()
