@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
-import os
 import signal
 import threading
 import time
