@@ -17,7 +17,9 @@ round, and prints one table (bench/results/latest.md) and JSON (bench/results/la
      that keeps nothing (bench.watcher; --watcher-sizes);
 11.  100k finished TFJobs in 1,000 namespaces booked from events through the sink: rate and Redis
      memory per pending deletion vs plain RQ `enqueue_at`, and the resync over them vs the bare
-     paged LIST (bench.booking; --booking-n).
+     paged LIST (bench.booking; --booking-n);
+12.  one namespace's page of pending deletions from the namespace index vs the scan of every record
+     it replaced, and vs an unfiltered page (bench.namespaces).
 
 Then, unless --no-breakdown, short extra runs count every Redis round trip by call site
 (bench.counting); with --profile, py-spy samples jobttl's processes (bench.profile).
@@ -39,12 +41,13 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking")
+ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking", "namespaces")
 FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
         "lateness_n": 1000, "lateness_spread": 10, "rounds": 3,
-        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000}
+        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000, "namespaces_n": 20_000}
 QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
-         "lateness_n": 100, "lateness_spread": 3, "rounds": 1, "watcher_sizes": (200, 1000), "booking_n": 1000}
+         "lateness_n": 100, "lateness_spread": 3, "rounds": 1, "watcher_sizes": (200, 1000), "booking_n": 1000,
+         "namespaces_n": 1000}
 
 
 def machine() -> dict:
@@ -94,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = sizes["rounds"]
     results, breakdown = [], {}
 
-    from bench import booking, cel, memory, resync, scheduler, sink, watcher, worker
+    from bench import booking, cel, memory, namespaces, resync, scheduler, sink, watcher, worker
 
     runners = {
         "sink": lambda: sink.run(workdir, rounds, sizes["sink_seconds"], profile_dir),
@@ -106,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         "cel": lambda: cel.run(workdir, rounds),
         "watcher": lambda: watcher.run(workdir, rounds, sizes["watcher_sizes"]),
         "booking": lambda: booking.run(workdir, rounds, sizes["booking_n"]),
+        "namespaces": lambda: namespaces.run(workdir, rounds, sizes["namespaces_n"]),
     }
     breakdowns = {
         "sink": lambda: sink.breakdown(workdir, max(1, sizes["sink_seconds"] // 2)),

@@ -37,6 +37,8 @@ def _group(key: str) -> str:
         return "RQ scheduled registry (zset entry)"
     if key == keys.PENDING_INDEX:
         return "jobttl:pending (zset entry)"
+    if key == keys.NAMESPACES or key.startswith(keys.NAMESPACE_PREFIX):
+        return "namespace index (hash entry, zset entry)"
     if key == keys.AUDIT_STREAM:
         return "audit stream"
     if key.startswith(keys.CARD_PREFIX) and key.endswith(":log"):

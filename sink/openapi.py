@@ -78,9 +78,11 @@ DOCUMENT: dict[str, Any] = {
             "responses": {"200": _json(_ref("Health"), "alive")},
         }},
         "/readyz": {"get": {
-            "summary": "Redis answers a PING within a second",
+            "summary": "Redis answers within a second, its clock agrees, and it has room for bookings",
             "operationId": "readyz",
-            "responses": {"200": _json(_ref("Health"), "ready"), "503": _json(_ref("Error"), "Redis is unreachable")},
+            "responses": {"200": _json(_ref("Health"), "ready"),
+                          "503": _json(_ref("Error"), "Redis is unreachable, its clock disagrees, or it is full "
+                                                      "(past 90% of its maxmemory); the message says which")},
         }},
         "/api/v1/deletions": {"get": {
             "summary": "Pending deletions, in due order",

@@ -31,13 +31,12 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.services.reconcile import UnreadableObject
+from jobttl.core.store.capacity import Capacity, RedisFull, is_full_error
 from jobttl.sink.auth import Forbidden, Unauthenticated, VerifierUnavailable
 from jobttl.sink.context import SinkContext, Unavailable
 
 log = logging.getLogger("jobttl.sink")
 blueprint = Blueprint("receive", __name__)
-# PingSource resyncs are coalesced to at most one per this many seconds.
-PING_COALESCE = 60
 
 
 def _context() -> SinkContext:
@@ -77,6 +76,11 @@ def receive() -> Response:
     except Forbidden as exc:
         return _refused(sink, label, 403, str(exc))
     except RedisError as exc:
+        if is_full_error(exc):
+            # Nothing of this event was booked: Knative delivers it again, and it is booked once
+            # the worker's deletions (or an operator) have made room.
+            return _unavailable(sink, label, "redis-full", str(exc) if isinstance(exc, RedisFull) else
+                                f"Redis is full and refuses writes ({exc}); retry later", retry_after=30)
         return _unavailable(sink, label, "redis", f"Redis is unavailable, retry later: {exc}")
     except (Unavailable, VerifierUnavailable) as exc:
         return _unavailable(sink, label, "kubernetes", str(exc))
@@ -91,16 +95,17 @@ def _refused(sink: SinkContext, label: str, status: int, message: str,
     return error(status, message, headers)
 
 
-def _unavailable(sink: SinkContext, label: str, dependency: str, message: str) -> Response:
+def _unavailable(sink: SinkContext, label: str, dependency: str, message: str, retry_after: int = 1) -> Response:
     sink.metrics.events.labels(label, "unavailable").inc()
     logs.record(log, "unavailable", level=logging.ERROR, dependency=dependency, detail=message)
-    return error(503, message, {"Retry-After": "1"})
+    return error(503, message, {"Retry-After": str(retry_after)})
 
 
 def _other(sink: SinkContext, event: OtherEvent) -> str:
     if event.type == PING_TYPE:
         # A Knative PingSource on a schedule: time for a resync (the workers run it).
-        return "resync-requested" if sink.schedule.request_resync(coalesce=PING_COALESCE) else "resync-coalesced"
+        # At most one per JOBTTL_RESYNC_MIN_INTERVAL: one asked sooner is deferred, and a burst coalesced.
+        return sink.schedule.request_resync_soon("ping").label
     return "ignored:other-event-type"
 
 
@@ -171,6 +176,13 @@ def readyz() -> Response:
     if abs(offset) > sink.settings.clock_skew_bound:
         return error(503, f"this host's clock is {-offset:+.1f}s off Redis's (bound "
                           f"{sink.settings.clock_skew_bound:g}s)")
+    # A full Redis: events would be answered 503 (jobttl.core.store.capacity), so take no traffic.
+    try:
+        capacity = Capacity.read(sink.probe)
+    except RedisError as exc:
+        return error(503, f"Redis is unavailable: {exc}")
+    if capacity.full:
+        return error(503, capacity.describe())
     return jsonify(status="ready", redisClockOffset=round(offset, 3))
 
 

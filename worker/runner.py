@@ -43,9 +43,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from redis import Redis
+from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
-from redis.exceptions import RedisError
 from rq.exceptions import StopRequested
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler, run as run_rq_scheduler
@@ -56,6 +57,7 @@ from rq.utils import now as utcnow
 from jobttl.core.domain import jsoncodec
 from jobttl.core.runtime import logs
 from jobttl.core.store import foreign, scripts, upgrade
+from jobttl.core.store.capacity import Capacity, is_full_error
 from jobttl.core.store.foreign import CheckedJob
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services.install import CONFIGMAP
@@ -77,6 +79,9 @@ SCHEDULER_INTERVAL = 0.2
 SPAWN = multiprocessing.get_context("spawn")
 SCHEDULER_STOP_GRACE = 3.0  # seconds a scheduler told to stop has before it is killed (it stops in 0.2 s)
 EXIT_SCHEDULER_STALLED = 3  # the worker's exit status when its watchdog gave up on the scheduler
+# A full Redis (OOM on a write): the worker waits this long, doubling up to the max, and tries again.
+FULL_BACKOFF_FIRST = 1.0
+FULL_BACKOFF_MAX = 30.0
 
 
 def _run_spawned_scheduler(scheduler: JobttlScheduler, level: int, scheduler_level: int) -> None:
@@ -113,11 +118,24 @@ class JobttlScheduler(RQScheduler):
     def work(self) -> None:
         self._install_signal_handlers()
         self.register_birth()
+        full = False
         while not self._stop_requested:
-            if self.should_reacquire_locks:
-                self.acquire_locks()
-            self.heartbeat()
-            self.enqueue_scheduled_jobs()
+            try:
+                if self.should_reacquire_locks:
+                    self.acquire_locks()
+                self.heartbeat()
+                self.enqueue_scheduled_jobs()
+            except RedisError as exc:
+                # A full Redis refuses the move of a due job onto the queue: the job stays
+                # scheduled, and is moved once Redis takes writes again (never dropped).
+                if not is_full_error(exc):
+                    raise
+                if not full:
+                    logs.record(log, "redis-full", level=logging.ERROR, during="scheduler", detail=str(exc))
+                full = True
+                time.sleep(FULL_BACKOFF_FIRST)
+                continue
+            full = False
             time.sleep(SCHEDULER_INTERVAL)
         self.stop()
 
@@ -137,6 +155,63 @@ class JobttlWorker(SimpleWorker):
         self.watch = watch or watchdog.SchedulerWatch()
         self._watched_process: object | None = None
         self.gave_up: watchdog.Verdict | None = None  # set when the watchdog stops the worker
+        self._full_since: float | None = None  # Redis refused a write for want of memory (RedisFullBackoff)
+        self._full_backoff = FULL_BACKOFF_FIRST
+
+    # --- a full Redis: back off, never exit (jobttl.core.store.capacity) ---------------------------
+    # RQ's loop quits on any error but a timeout; Redis past its maxmemory answers RQ's own writes
+    # (the dequeue's LMOVE, the heartbeat, a job's status) with OOM. The worker waits instead,
+    # longer each time up to FULL_BACKOFF_MAX, and goes on once Redis takes writes again: what is
+    # booked is deleted, and each deletion frees memory.
+    def _redis_full(self, exc: Exception, during: str) -> None:
+        if self._full_since is None:
+            self._full_since = time.monotonic()
+            logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=_full_detail(self.connection, exc))
+        else:
+            logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
+                        seconds=round(time.monotonic() - self._full_since), retryIn=self._full_backoff)
+        deadline = time.monotonic() + self._full_backoff
+        while not self._stop_requested and time.monotonic() < deadline:
+            time.sleep(0.2)
+        self._full_backoff = min(self._full_backoff * 2, FULL_BACKOFF_MAX)
+
+    def _redis_took_writes(self) -> None:
+        if self._full_since is not None:
+            logs.record(log, "redis-has-room", seconds=round(time.monotonic() - self._full_since),
+                        detail="Redis takes writes again: deletions go on")
+            self._full_since, self._full_backoff = None, FULL_BACKOFF_FIRST
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        while True:
+            try:
+                result = self._dequeue_when_clocks_agree(timeout, max_idle_time)
+            except RedisError as exc:
+                if not is_full_error(exc):
+                    raise
+                self._redis_full(exc, "dequeue")
+                if self._stop_requested:
+                    raise StopRequested() from None
+                continue
+            self._redis_took_writes()
+            return result
+
+    def execute_job(self, job, queue):
+        try:
+            return super().execute_job(job, queue)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            # The job stays where RQ left it (its started registry or its queue): RQ's cleanup
+            # finds it abandoned and runs it again, as after a killed worker.
+            self._redis_full(exc, f"job {job.id}")
+
+    def heartbeat(self, *args, **kwargs):
+        try:
+            return super().heartbeat(*args, **kwargs)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "heartbeat")
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT, log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
@@ -191,6 +266,14 @@ class JobttlWorker(SimpleWorker):
         return self._maintained_at is None or time.monotonic() - self._maintained_at > self.maintenance_interval
 
     def run_maintenance_tasks(self) -> None:
+        try:
+            self._maintain()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "maintenance")
+
+    def _maintain(self) -> None:
         self._maintained_at = time.monotonic()
         self.clock_problem = self._measure_clocks()
         if self.clock_problem:
@@ -272,7 +355,7 @@ class JobttlWorker(SimpleWorker):
             process.kill()
             process.join()
 
-    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+    def _dequeue_when_clocks_agree(self, timeout, max_idle_time=None):
         while self.clock_problem and not self._stop_requested:
             # Take no deletions while the clocks disagree; keep the worker registered and measuring.
             self.heartbeat()
@@ -317,7 +400,8 @@ def run(settings: Settings, burst: bool = False) -> None:
     logs.record(log, "worker-start", queue=settings.queue_name, burst=burst, worker=worker.name)
     if settings.resync_interval:
         # Events may have been missed while no worker ran: start from the cluster's truth.
-        ctx.schedule.request_resync()
+        # Several workers starting at once (a rollout) ask for one (JOBTTL_RESYNC_MIN_INTERVAL).
+        ctx.schedule.request_resync_soon("worker-start")
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
@@ -333,6 +417,13 @@ def run(settings: Settings, burst: bool = False) -> None:
     if worker.gave_up:
         # Restarting the scheduler did not help: a new process (Kubernetes restarts the pod) might.
         raise SystemExit(EXIT_SCHEDULER_STALLED)
+
+
+def _full_detail(redis: Redis, exc: Exception) -> str:
+    try:
+        return f"{Capacity.read(redis).describe()} ({exc})"
+    except RedisError:
+        return str(exc)
 
 
 def rq_logging_level(level: str) -> str:

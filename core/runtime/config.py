@@ -161,6 +161,10 @@ SETTINGS: tuple[EnvSetting, ...] = (
             "deletions per second across all workers (shared through Redis); 0 = no limit"),
     EnvSetting("resync_interval", "JOBTTL_RESYNC_INTERVAL", number(0),
             "seconds between automatic resyncs, which also run when a worker starts; 0 = none"),
+    EnvSetting("resync_min_interval", "JOBTTL_RESYNC_MIN_INTERVAL", number(0, 86400),
+            "seconds at least between two resyncs that events ask for (a PingSource event, a worker starting): "
+            "one asked sooner is deferred to the end of the interval, and those asked meanwhile "
+            "are coalesced into it; 0 = each runs at once"),
     EnvSetting("resync_max_deletions", "JOBTTL_RESYNC_MAX_DELETIONS", number(0),
             "a resync that would newly delete more than this holds them for confirmation; events that make more "
             "than this many deletions due within a minute are held too"),
@@ -235,6 +239,7 @@ class Settings:
     log_level: str = "INFO"
     delete_rate: float = 5.0
     resync_interval: int = 900
+    resync_min_interval: int = 300
     resync_max_deletions: int = 500
     resync_max_share: float = 0.5
     first_run_review: str = "on"

@@ -138,12 +138,16 @@ class Operations:
                 limit: int | None = None) -> tuple[list[Pending], int]:
         """Pending deletions in due order, filtered; and how many match in all.
 
-        Unfiltered pages come straight from the due-ordered index; filters read the records
-        in batches (two round trips per thousand).
+        Unfiltered pages, and a namespace's, come straight from the due-ordered index (a namespace's
+        from the namespace index beside it, `jobttl.core.store.schedule`); a kind filter reads the
+        records in batches (two round trips per thousand), of the namespace's alone when one is given.
         """
-        if not namespace and not kind:
-            return self.schedule.records(self.schedule.members(offset, limit)), self.schedule.count()
-        matching = [p for batch in self.schedule.scan() for p in batch
+        if not kind:
+            return (self.schedule.records(self.schedule.members(offset, limit, namespace)),
+                    self.schedule.count(namespace))
+        # The namespace index says where each member is filed; the record is checked too (Redis is
+        # no trusted input: a record that names another namespace is not listed under this one).
+        matching = [p for batch in self.schedule.scan(namespace=namespace) for p in batch
                     if (not namespace or p.ref.namespace == namespace)
                     and self._named(kind, p.ref.api_version, p.ref.kind)]
         end = None if limit is None else offset + limit
@@ -153,7 +157,7 @@ class Operations:
         """Dry-run records due now (what dry run would have deleted by now), filtered as `pending`."""
         now = time.time()
         if namespace:
-            return sum(1 for batch in self.schedule.scan() for p in batch if p.dry_run and p.due <= now
+            return sum(1 for batch in self.schedule.scan(namespace=namespace) for p in batch if p.dry_run and p.due <= now
                        and p.ref.namespace == namespace and self._named(kind, p.ref.api_version, p.ref.kind))
         due = self.schedule.due_counts(now)
         if not kind:
@@ -390,6 +394,8 @@ class Operations:
             refs.append(ref)
         # The CLI cannot read the object; a worker can. A resync is the one path that decides from
         # the object and the policy and books through the guard (one per second however many undos).
+        # An operator's command, not an event: JOBTTL_RESYNC_MIN_INTERVAL does not defer it, so the
+        # undo takes effect within seconds, as the command says.
         self.schedule.request_resync()
         return Undone(action, refs, {r.uid: said[r.uid] for r in refs},
                       [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])

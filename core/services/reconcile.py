@@ -42,6 +42,7 @@ from jobttl.core.services.recent import Recent
 from jobttl.core.store.schedule import Schedule
 from jobttl.core.domain.stages import pod_stage
 from jobttl.core.store.protocol import Store
+from jobttl.core.store.capacity import Gate
 from jobttl.core.store.policy_errors import PolicyErrors, declaration_of
 
 log = logging.getLogger("jobttl.reconcile")
@@ -91,14 +92,14 @@ class Rejected:
 
 class Reconciler:
     def __init__(self, schedule: Schedule, audit: Audit, policy: Policy, metrics: Metrics | None = None,
-                 burst_limit: int | None = None, recent: Recent | None = None):
+                 burst_limit: int | None = None, recent: Recent | None = None, gate: Gate | None = None):
         self.schedule = schedule
         self.audit = audit
         self.policy = policy
         self.metrics = metrics
         self.burst_limit = burst_limit
         self.recent = recent  # the sink's memory of decisions just applied (jobttl.core.services.recent)
-        self.store = Store(schedule, audit, burst_limit)
+        self.store = Store(schedule, audit, burst_limit, gate)
         self.keeplast = KeepLastIndex(schedule.redis)
         self.policy_errors = PolicyErrors(schedule.redis, audit)
         if metrics is not None:
@@ -109,7 +110,9 @@ class Reconciler:
     @classmethod
     def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None,
                       recent: Recent | None = None) -> Reconciler:
-        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions, recent=recent)
+        # Bookings stop while Redis is full (jobttl.core.store.capacity): the rest is the worker's.
+        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions, recent=recent,
+                   gate=Gate(schedule.redis))
 
     # --- the entry points ---------------------------------------------------------------------
     def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED,

@@ -18,6 +18,7 @@ from redis.exceptions import RedisError
 from rq.utils import utcparse
 
 from jobttl.core.store import keys, scripts
+from jobttl.core.store.capacity import RESERVE, Capacity
 from jobttl.core.domain.kinds import group_of, split_group_kind
 
 # An overdue deletion: due more than this long ago and still pending (a dry-run record never is:
@@ -29,6 +30,7 @@ def register(registry: CollectorRegistry, redis: Redis, queue_name: str) -> None
     """Add the schedule's gauges and the workers' heartbeat to `registry`."""
     registry.register(_ScheduleCollector(redis, queue_name))
     registry.register(_HeartbeatCollector(redis, queue_name))
+    registry.register(_CapacityCollector(redis))
 
 
 class _ScheduleCollector:
@@ -122,6 +124,30 @@ class _HeartbeatCollector:
                                   "The newest RQ heartbeat of a worker registered on the queue (0: none)")
         gauge.add_metric([], newest)
         yield gauge
+
+
+class _CapacityCollector:
+    """How full Redis is (jobttl.core.store.capacity), read from INFO memory at scrape time."""
+
+    def __init__(self, redis: Redis):
+        self.redis = redis
+
+    def collect(self):
+        try:
+            capacity = Capacity.read(self.redis)
+        except RedisError:
+            return  # as for the schedule's gauges: no sample rather than a wrong one
+        for name, help_, value in (
+                ("jobttl_redis_full", f"1 while Redis is full: past {1 - RESERVE:.0%} of its maxmemory, where the sink "
+                                      "books nothing more (events get 503) and the worker deletes from its reserve, "
+                                      "or past maxmemory, where Redis refuses writes", float(capacity.full)),
+                ("jobttl_redis_refusing_writes", "1 while Redis is past its maxmemory and refuses writes (noeviction)",
+                 float(capacity.refusing)),
+                ("jobttl_redis_used_memory_bytes", "Memory Redis counts against its maxmemory", capacity.used),
+                ("jobttl_redis_maxmemory_bytes", "Redis's maxmemory (0: none)", capacity.maxmemory)):
+            gauge = GaugeMetricFamily(name, help_)
+            gauge.add_metric([], value)
+            yield gauge
 
 
 def _timestamp(rq_time: bytes) -> float:

@@ -11,9 +11,16 @@ OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
 # The dry-run records beside the index: what dry run would delete, counted without reading records.
 # By kind as Kind.group (jobttl.core.domain.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
 DRY_RUN = "jobttl:dry-run:kinds"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
-DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # DRY_RUN_LAYOUT once an older layout's dry-run records are filed
-DRY_RUN_LAYOUT = "2"  # "1": filed by bare Kind, in LEGACY_DRY_RUN (jobttl.core.store.upgrade moves them)
+DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # DRY_RUN_LAYOUT once an older layout's records beside the index are filed
+# "1": filed by bare Kind, in LEGACY_DRY_RUN; "2": by Kind.group, no namespace index; "3": both records below
+# (jobttl.core.store.upgrade files what an older layout lacks).
+DRY_RUN_LAYOUT = "3"
 LEGACY_DRY_RUN = "jobttl:dry-run"  # set: the bare Kinds of the sets "jobttl:dry-run:<Kind>" (until 0.2.x)
+# The namespace index beside the index: what `?namespace=` and `jobttl pending --namespace` read. The
+# scripts that write the index keep it in the same atomic step; the hash says where each member is
+# filed, so taking one out never depends on what a caller says its namespace is.
+NAMESPACES = "jobttl:namespaces"  # hash: member → its namespace (the index's members that have a record)
+NAMESPACE_PREFIX = NAMESPACES + ":"  # zset per namespace: its index members → the same due time
 
 # The audit trail and each job's history (jobttl.core.store.audit)
 AUDIT_STREAM = "jobttl:audit"
@@ -37,7 +44,9 @@ STUCK = "jobttl:stuck"  # hash: member → what blocks it
 RESYNC_LOCK = "jobttl:resync:lock"
 RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
 RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
-RESYNC_WANTED = "jobttl:resync:wanted"  # a resync is requested or waiting: pings coalesce on it
+# string per queue: when the latest resync an event asked for runs (epoch seconds): requests within
+# the minimum interval after it are deferred to one resync, or coalesced into the one deferred already.
+RESYNC_NEXT_PREFIX = "jobttl:resync:next:"
 
 # keepLast (jobttl.core.domain.keeplast, its index jobttl.core.store.keeplast_index)
 KEEPLAST_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
@@ -80,6 +89,15 @@ def override(uid: str) -> str:
 def dry_run(group_kind: str) -> str:
     """zset per kind (``Job.batch``): the index's dry-run members → the same due time (a subset of the index)."""
     return f"{DRY_RUN}:{group_kind}"
+
+
+def resync_next(queue: str) -> str:
+    return RESYNC_NEXT_PREFIX + queue
+
+
+def namespace_index(namespace: str) -> str:
+    """zset per namespace: the index's members of that namespace → the same due time (a subset of the index)."""
+    return NAMESPACE_PREFIX + namespace
 
 
 def card(namespace: str, name: str) -> str:

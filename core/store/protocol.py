@@ -48,6 +48,7 @@ from rq.serializers import JSONSerializer
 from jobttl.core.domain import jsoncodec
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.audit import Audit, decision_fields, entry_fields
+from jobttl.core.store.capacity import Gate
 from jobttl.core.domain.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.store.guard import HeldDeletion, burst_rule
 from jobttl.core.domain.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent, split_member
@@ -97,8 +98,11 @@ class _BookedJob(Job):
 class Store:
     """The write protocol over one schedule (its queue, retries, announcements) and audit trail."""
 
-    def __init__(self, schedule: Schedule, audit: Audit, burst_limit: int | None = None):
+    def __init__(self, schedule: Schedule, audit: Audit, burst_limit: int | None = None, gate: Gate | None = None):
         self.schedule = schedule
+        # While Redis is full, bookings are refused (RedisFull) before anything is written: the
+        # reserve past that point is the worker's, whose deletions free memory. None: no check.
+        self.gate = gate
         self.redis = schedule.redis
         self.queue = schedule.queue
         # The same queue, making jobs that leave RQ's empty fields out of their first write.
@@ -187,6 +191,8 @@ class Store:
         todo = [i for i, a in enumerate(applied) if a.change in (Change.SCHEDULE, Change.CANCELLED)]
         if not todo:
             return applied
+        if self.gate is not None and any(applied[i].change is Change.SCHEDULE for i in todo):
+            self.gate.check()
         # Redis's clock, as the scripts judged "due now" by it: a host whose clock runs ahead must
         # not enqueue a future deletion for right away.
         now = applied[todo[0]].now or time.time()
@@ -199,7 +205,8 @@ class Store:
                 if record is not None:
                     self.book(record, now, pipeline=pipe)
                     commits[i] = len(pipe)
-                    scripts.Commit(ref=intent.ref, member=intent.member, uid=intent.ref.uid, due=record.due,
+                    scripts.Commit(ref=intent.ref, member=intent.member, uid=intent.ref.uid,
+                                   namespace=intent.ref.namespace, due=record.due,
                                    seen=done.previous_due, audit_max=self.audit_max, card_ttl=self.card_ttl,
                                    dry_run=record.dry_run, fields=_fields(intent)).queue(pipe)
                 self.retire_replaced(done, record, pipeline=pipe)

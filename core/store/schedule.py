@@ -20,6 +20,10 @@ Layout in Redis:
   tell what dry run would delete from what is overdue without reading a record (`due_counts`).
   The scripts that write the index keep them, in the same atomic step; every resync repairs
   what anything else wrote (`file_dry_run`).
+- ``jobttl:namespaces:<namespace>``: sorted sets beside the index, each namespace's members at the
+  same due time, and ``jobttl:namespaces``, a hash saying where each member is filed. Kept by the
+  same scripts in the same atomic step, repaired by the same resync: what ``?namespace=`` and
+  ``jobttl pending --namespace`` read, a page of one namespace at the cost of a page of all.
 
 How a reconcile writes here (a Lua compare, then RQ's write of the job with its record in
 one MULTI) is `jobttl.core.store.protocol`'s; this module names the parts and reads them.
@@ -31,6 +35,7 @@ old job is deleted, so an RQ job is never rewritten while a worker runs it.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +50,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.runtime import logs
 from jobttl.core.store import keys, scripts, tasks
 from jobttl.core.domain.decision import INVALID_TTL_REASON, Decision, Verdict
 from jobttl.core.domain.identity import JobRef
@@ -54,6 +60,8 @@ from jobttl.core.store.scripts import CountDue, DryRunFile, DueCounts  # noqa: F
 
 if TYPE_CHECKING:
     from jobttl.core.runtime.config import Settings
+
+log = logging.getLogger("jobttl.schedule")
 
 # Operator overrides outlive any sensible TTL but not forever: UIDs are never reused.
 OVERRIDE_SECONDS = 400 * 86400
@@ -180,11 +188,25 @@ class Pending:
             "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
 
 
+@dataclass(frozen=True)
+class ResyncAsked:
+    """What became of a request for a resync (`Schedule.request_resync_soon`)."""
+
+    outcome: str  # "now", "deferred" (booked for `at`) or "coalesced" (into the one booked for `at`)
+    at: int  # when the resync that serves it runs (epoch seconds)
+    booked: bool  # this request booked an RQ job (False: one of that slot was there)
+
+    @property
+    def label(self) -> str:
+        return {"now": "resync-requested"}.get(self.outcome, f"resync-{self.outcome}")
+
+
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
     def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 120,
-                 warn_before: int | None = None, task_names: tasks.Tasks | None = None):
+                 warn_before: int | None = None, task_names: tasks.Tasks | None = None,
+                 resync_min_interval: int = 300):
         # decode_responses must be off for RQ; we decode our own values.
         self.redis = redis
         # What the booked RQ jobs run: the worker's declared tasks (jobttl.core.store.tasks).
@@ -194,12 +216,15 @@ class Schedule:
         self.job_timeout = job_timeout
         # Seconds before each deletion to announce it (None: no announcements).
         self.warn_before = warn_before
+        # Resyncs events ask for run at most once per this many seconds (`request_resync_soon`).
+        self.resync_min_interval = resync_min_interval
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings, task_names: tasks.Tasks | None = None) -> Schedule:
         """The schedule every jobttl process uses: same queue, retries, timeouts and announcements."""
         return cls(redis, settings.queue_name, settings.retry_intervals, job_timeout=settings.job_timeout,
-                   warn_before=settings.announce_before, task_names=task_names)
+                   warn_before=settings.announce_before, task_names=task_names,
+                   resync_min_interval=settings.resync_min_interval)
 
     @property
     def job_key_prefix(self) -> str:
@@ -243,22 +268,25 @@ class Schedule:
             found.append(record)
         return found
 
-    def members(self, offset: int = 0, limit: int | None = None) -> list[tuple[str, int]]:
+    def members(self, offset: int = 0, limit: int | None = None, namespace: str | None = None) -> list[tuple[str, int]]:
+        """(member, due) pairs in due order; of one namespace's from the namespace index."""
         end = -1 if limit is None else offset + limit - 1
-        return [(m.decode(), int(s)) for m, s in self.redis.zrange(keys.PENDING_INDEX, offset, end, withscores=True)]
+        key = keys.namespace_index(namespace) if namespace else keys.PENDING_INDEX
+        return [(m.decode(), int(s)) for m, s in self.redis.zrange(key, offset, end, withscores=True)]
 
-    def scan(self, batch: int = 1000) -> Iterator[list[Pending]]:
-        """Every pending deletion, a batch at a time (one round trip for the index page, one for records)."""
+    def scan(self, batch: int = 1000, namespace: str | None = None) -> Iterator[list[Pending]]:
+        """Every pending deletion (of `namespace`: from its index), a batch at a time (one round trip
+        for the index page, one for records)."""
         offset = 0
         while True:
-            page = self.members(offset, batch)
+            page = self.members(offset, batch, namespace)
             if not page:
                 return
             yield self.records(page)
             offset += len(page)
 
-    def count(self) -> int:
-        return self.redis.zcard(keys.PENDING_INDEX)
+    def count(self, namespace: str | None = None) -> int:
+        return self.redis.zcard(keys.namespace_index(namespace) if namespace else keys.PENDING_INDEX)
 
     def due_counts(self, *times: float) -> DueCounts:
         """How many are due by each of `times`, dry-run records apart, in one read."""
@@ -268,10 +296,15 @@ class Schedule:
     def drop_orphan(self, member: str) -> bool:
         """Take out an index entry whose RQ job (and record) is gone; True if it was there."""
         kinds = [k.decode() for k in self.redis.smembers(keys.DRY_RUN)]
+        # A UID's namespace never changes: where it is filed, read first, is where it stays.
+        namespace = self.redis.hget(keys.NAMESPACES, member)
         with self.redis.pipeline() as pipe:
             pipe.zrem(keys.PENDING_INDEX, member)
             for kind in kinds:
                 pipe.zrem(keys.dry_run(kind), member)
+            if namespace is not None:
+                pipe.zrem(keys.namespace_index(namespace.decode()), member)
+                pipe.hdel(keys.NAMESPACES, member)
             return bool(pipe.execute()[0])
 
     # --- operator overrides: keyed by UID, consulted by every reconcile and by the worker -------
@@ -308,15 +341,30 @@ class Schedule:
             pipe.execute()
 
     # --- resync requests ---------------------------------------------------------------------------
-    def request_resync(self, at: float | None = None, coalesce: int = 0) -> bool:
-        """Ask the workers for a resync now, or at `at` (epoch seconds); True if this asked.
+    def request_resync_soon(self, why: str, min_interval: int | None = None) -> ResyncAsked:
+        """A resync something happening asked for (a PingSource event, a worker starting): now, unless one such ran less than the minimum interval ago
+        (``JOBTTL_RESYNC_MIN_INTERVAL``); then one is booked for when the interval is over, and
+        every request until it runs is coalesced into it. However many arrive, at most one resync
+        per interval runs for them, and the last of a burst is never lost: the deferred one runs
+        after it. Each deferral or coalescing is logged (``resync-deferred``, ``resync-coalesced``),
+        with why it was asked and when it runs. The periodic resyncs (`request_resync(at=...)`) keep
+        their own slots."""
+        interval = self.resync_min_interval if min_interval is None else min_interval
+        outcome, at = scripts.ResyncSlot(queue=self.queue.name, min_interval=interval).run(self.redis)
+        booked = self.request_resync(at=None if outcome == "now" else at)
+        if outcome != "now":
+            logs.record(log, f"resync-{outcome}", why=why, at=at, minInterval=interval,
+                        detail=f"a resync ran or is booked less than {interval} s before; "
+                               f"this request is served by the one at {_utc(at).isoformat()}")
+        return ResyncAsked(outcome, at, booked)
+
+    def request_resync(self, at: float | None = None) -> bool:
+        """Book a resync now, or at `at` (epoch seconds); True if this booked it.
 
         The job id names the second it is due, so workers booking the same periodic slot
-        book it once. With `coalesce`, requests for "now" (PingSource events) ask at most once
-        per that many seconds: however many pings arrive, one resync runs and at most one waits.
+        book it once. Requests an event makes go through `request_resync_soon`, which bounds
+        how often they run.
         """
-        if at is None and coalesce and not self.redis.set(keys.RESYNC_WANTED, "1", nx=True, ex=coalesce):
-            return False
         slot = int(time.time() if at is None else at)
         options = dict(job_id=f"resync-{slot}", job_timeout=3600, result_ttl=86400, unique=True)
         try:
@@ -340,30 +388,37 @@ class Schedule:
 
 
 def file_dry_run(redis: Redis, batch: int = 1000) -> int:
-    """File every index member among the dry-run records as its RQ job's meta says, and take out
-    whatever they hold that the index does not (DRY_RUN_FILE, atomic per member): the upgrade
-    from a layout without those records, and the resync's repair after anything wrote the index
-    without them (a process of an earlier release, a hand edit). How many dry-run records there are.
+    """File every index member among the dry-run records and in the namespace index as its RQ job's
+    meta says, and take out whatever they hold that the index does not (DRY_RUN_FILE, atomic per
+    member): the upgrade from a layout without those records, and the resync's repair after
+    anything wrote the index without them (a process of an earlier release, a hand edit). How many
+    dry-run records there are.
 
     Then the sets an earlier 0.2 kept by bare Kind (keys.LEGACY_DRY_RUN) are dropped: what they
     held is in the index, filed here by Kind.group; only a process of that release reads them."""
     filed = 0
     kinds = [k.decode() for k in redis.smembers(keys.DRY_RUN)]
 
-    def members() -> Iterator[tuple[str, bool]]:
-        """(member, in the index?): the index's, then the dry-run sets'. ZSCAN: members moved or
-        added meanwhile are filed by the scripts that write them; one in both is filed twice, alike."""
-        for key in (keys.PENDING_INDEX, *map(keys.dry_run, kinds)):
+    namespace_sets = [k.decode() for k in redis.scan_iter(match=keys.NAMESPACE_PREFIX + "*", count=batch)]
+
+    def members() -> Iterator[tuple[str, bool, str | None]]:
+        """(member, in the index?, the namespace set it was found in): the index's, then the
+        dry-run sets', the namespace index's. ZSCAN: members moved or added meanwhile are filed by
+        the scripts that write them; one in several is filed several times, alike."""
+        for key in (keys.PENDING_INDEX, *map(keys.dry_run, kinds), *namespace_sets):
+            seen_in = key[len(keys.NAMESPACE_PREFIX):] if key in namespace_sets else None
             for member, _ in redis.zscan_iter(key, count=batch):
-                yield member.decode(), key == keys.PENDING_INDEX
+                yield member.decode(), key == keys.PENDING_INDEX, seen_in
+        for member, _ in redis.hscan_iter(keys.NAMESPACES, count=batch):
+            yield member.decode(), False, None
     scanned = members()
     while page := list(itertools.islice(scanned, batch)):
         with redis.pipeline(transaction=False) as pipe:
-            for member, _ in page:
+            for member, _, seen_in in page:
                 uid, stage = split_member(member)
-                DryRunFile(member=member, job_prefix=f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-"
-                           ).queue(pipe)
-            filed += sum(dry for (_, indexed), dry in zip(page, scripts.execute(pipe)) if indexed)
+                DryRunFile(member=member, job_prefix=f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-",
+                           seen_in=seen_in).queue(pipe)
+            filed += sum(dry for (_, indexed, _), dry in zip(page, scripts.execute(pipe)) if indexed)
     legacy = [k.decode() for k in redis.smembers(keys.LEGACY_DRY_RUN)]
     redis.delete(keys.LEGACY_DRY_RUN, *(f"{keys.LEGACY_DRY_RUN}:{kind}" for kind in legacy
                                         if f"{keys.LEGACY_DRY_RUN}:{kind}" != keys.DRY_RUN))

@@ -236,7 +236,7 @@ class Reconcile(Script):
             "audit_stream": keys.AUDIT_STREAM, "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
             "held": keys.HELD, "recent": keys.RECENT_DUE,
             "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
-            "outbox": lambda s: s.outbox, "dry_kinds": keys.DRY_RUN}
+            "outbox": lambda s: s.outbox, "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
     ref: JobRef = unsent()
     outbox: str = unsent()  # the notices outbox of the queue (keys.notices)
     member: str
@@ -280,10 +280,11 @@ class Commit(Script):
 
     KEYS = {"index": keys.PENDING_INDEX, "audit_stream": keys.AUDIT_STREAM,
             "card": lambda s: keys.card(s.ref.namespace, s.ref.name), "override": lambda s: keys.override(s.ref.uid),
-            "dry_kinds": keys.DRY_RUN}
+            "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
     ref: JobRef = unsent()
     member: str
     uid: str
+    namespace: str  # where the namespace index files it (the ref's)
     due: int
     seen: int | None  # what RECONCILE saw pending
     audit_max: int
@@ -377,7 +378,7 @@ class Finish(Script):
             "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
             "terminating": keys.TERMINATING, "terminating_info": keys.TERMINATING_INFO,
             "claim": lambda s: keys.claim(s.member), "intent": lambda s: keys.intent(s.member),
-            "override": lambda s: keys.override(s.ref.uid), "dry_kinds": keys.DRY_RUN}
+            "override": lambda s: keys.override(s.ref.uid), "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
     ref: JobRef = unsent()
     member: str
     uid: str
@@ -466,11 +467,13 @@ class KeepLastFile(Script):
 
 @script("dry_run_file.lua", prelude=True)
 class DryRunFile(Script):
-    """File one member among the dry-run records as its RQ job's meta says. True if it is one."""
+    """File one member among the dry-run records and in the namespace index as its RQ job's meta
+    says (or take it out of both). True if it is a dry-run record."""
 
-    KEYS = {"index": keys.PENDING_INDEX, "dry_kinds": keys.DRY_RUN}
+    KEYS = {"index": keys.PENDING_INDEX, "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
     member: str
     job_prefix: str  # the key of its RQ job without the due time ("rq:job:delete-<uid>-")
+    seen_in: str | None = None  # the namespace whose set it was found in (taken out of it unless filed there)
 
     @classmethod
     def parse(cls, reply: int) -> bool:
@@ -538,6 +541,24 @@ class ClaimFollowUps(Script):
     @classmethod
     def parse(cls, reply: list[bytes]) -> list[str]:
         return [_text(member) for member in reply]
+
+
+class ResyncSlotReply(NamedTuple):
+    outcome: str  # "now", "deferred" or "coalesced" (jobttl.core.store.schedule.Schedule.request_resync_soon)
+    at: int  # when the resync runs (epoch seconds, Redis's clock)
+
+
+@script("resync_slot.lua", preload=False)
+class ResyncSlot(Script):
+    """When a resync an event asked for may run: at most one per `min_interval` seconds."""
+
+    KEYS = {"next": lambda s: keys.resync_next(s.queue)}
+    queue: str = unsent()
+    min_interval: int
+
+    @classmethod
+    def parse(cls, reply: list[bytes]) -> ResyncSlotReply:
+        return ResyncSlotReply(_text(reply[0]), int(reply[1]))
 
 
 # --- sending them ------------------------------------------------------------------------------------

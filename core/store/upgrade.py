@@ -19,6 +19,14 @@ Volcano's Jobs as one), has them filed once by Kind.group (``jobttl:dry-run:kind
 from each pending deletion's RQ job meta; the bare-Kind sets are dropped, and the Redis is marked
 (``jobttl:schema:dry-run`` = ``2``). The layout version stays 2: a process of an earlier 0.2
 release reads the same layout, and only the gauges count by those records.
+
+A Redis written before the namespace index was kept beside the index (``jobttl:namespaces``,
+``jobttl:namespaces:<namespace>``: what ``?namespace=`` and ``jobttl pending --namespace`` read)
+has it filed the same way, in the same pass (`file_dry_run` files both), and is marked
+``jobttl:schema:dry-run`` = ``3``. Until a process of this release has filed it, a namespace
+filter would list nothing: every process files it at start (`ensure`), the command line too,
+before it reads. A process of an earlier release still running beside (a rolling upgrade)
+books without filing; the next resync files what it booked.
 """
 
 from __future__ import annotations

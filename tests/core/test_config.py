@@ -52,7 +52,8 @@ def test_an_invalid_policy_file_stops_the_process_naming_file_and_field(monkeypa
 
 
 @pytest.mark.parametrize("name, value", [("JOBTTL_DELETE_RATE", "fast"), ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),
-                                         ("JOBTTL_RESYNC_INTERVAL", "-1")])
+                                         ("JOBTTL_RESYNC_INTERVAL", "-1"), ("JOBTTL_RESYNC_MIN_INTERVAL", "-5"),
+                                         ("JOBTTL_RESYNC_MIN_INTERVAL", "5m"), ("JOBTTL_RESYNC_MIN_INTERVAL", "90000")])
 def test_resync_and_rate_settings_are_validated(name, value):
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})

@@ -13,7 +13,8 @@ REGISTRIES = ("rq:scheduled:q", "rq:finished:q", "rq:failed:q", "rq:deferred:q")
 
 
 def commit(redis, ref, due, seen=None, dry_run=False, member=None):
-    return scripts.Commit(ref=ref, member=member or ref.uid, uid=ref.uid, due=due, seen=seen, audit_max=1000,
+    return scripts.Commit(ref=ref, member=member or ref.uid, uid=ref.uid, namespace=ref.namespace, due=due, seen=seen,
+                          audit_max=1000,
                           card_ttl=600, dry_run=dry_run, fields={**ref.as_dict(), "by": "test"}).run(redis)
 
 

@@ -569,3 +569,36 @@ def test_the_packaged_copy_installs(cluster, packaged_copy):
         assert release["status"] == "deployed"
         assert apps.read_namespaced_deployment("archived-jobttl-worker", namespace).spec.replicas == 1
         assert len(secret_password(core, namespace, "archived-jobttl-redis")) == 64
+
+# --- the bundled Redis fills without harm (issue 26 §7) ------------------------------------------
+
+
+def _redis_args(values: dict[str, Any]) -> dict[str, str]:
+    statefulset = find(render(values), "StatefulSet", f"{RELEASE}-redis")
+    args = statefulset["spec"]["template"]["spec"]["containers"][0]["args"]
+    return {args[i]: args[i + 1] for i in range(0, len(args) - 1) if args[i].startswith("--")}
+
+
+def test_the_bundled_redis_refuses_writes_below_its_memory_limit_rather_than_being_killed():
+    args = _redis_args({})
+    assert args["--maxmemory-policy"] == "noeviction"
+    assert int(args["--maxmemory"]) == 384 * 1024 ** 2, "three quarters of the shipped 512Mi limit"
+    assert int(_redis_args({"redis": {"bundled": {"resources": {"limits": {"memory": "2Gi"}}}}})["--maxmemory"]) \
+        == 1536 * 1024 ** 2
+    assert int(_redis_args({"redis": {"bundled": {"maxmemory": "400Mi"}}})["--maxmemory"]) == 400 * 1024 ** 2
+
+
+@pytest.mark.parametrize("bundled, refused", [
+    ({"maxmemory": "512Mi"}, "redis.bundled.maxmemory: 512Mi is not below Redis's memory limit"),
+    ({"maxmemory": "1G"}, "redis.bundled.maxmemory: 1G is not below"),
+    ({"resources": {"limits": {"memory": "0.5Gi"}}}, "redis.bundled.resources.limits.memory: \"0.5Gi\" is not a memory"),
+    ({"resources": {"limits": {"memory": None}}}, "redis.bundled.maxmemory: set it, or redis.bundled.resources.limits.memory"),
+])
+def test_a_maxmemory_the_pod_would_be_killed_before_is_refused_at_render(bundled, refused):
+    with pytest.raises(helm.HelmRenderError, match=refused.replace(".", r"\.").replace("(", r"\(")):
+        chart().render({"redis": {"bundled": bundled}}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_a_maxmemory_that_is_no_quantity_is_refused_by_the_values_schema():
+    with pytest.raises(helm.HelmValuesError, match="maxmemory"):
+        chart().render({"redis": {"bundled": {"maxmemory": "384mb"}}}, name=RELEASE, namespace=NAMESPACE)

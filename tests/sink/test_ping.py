@@ -17,17 +17,32 @@ def ping():
     return to_binary_event(event)
 
 
-def test_thirty_pings_in_thirty_seconds_ask_for_one_resync(redis_server, queue_name):
-    redis_server.client().delete(keys.RESYNC_WANTED)
-    app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name}))
+def test_thirty_pings_in_a_burst_ask_for_one_resync_now_and_one_after_the_minimum_interval(redis_server, queue_name):
+    redis_server.client().delete(keys.resync_next(queue_name))
+    app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
+                                        "JOBTTL_RESYNC_MIN_INTERVAL": "600"}))
     client = app.test_client()
     message = ping()
     responses = [client.post("/", headers=dict(message.headers), data=message.body) for _ in range(30)]
     assert all(r.status_code == 202 and r.data == b"" for r in responses)
     outcomes = [r.headers["X-Jobttl-Outcome"] for r in responses]
-    assert outcomes == ["resync-requested"] + ["resync-coalesced"] * 29
-    jobs = Queue(queue_name, connection=redis_server.client(), serializer=JSONSerializer).get_jobs()
-    assert [job.func_name for job in jobs] == ["jobttl.worker.tasks.resync"]
+    assert outcomes == ["resync-requested", "resync-deferred"] + ["resync-coalesced"] * 28
+    queue = Queue(queue_name, connection=redis_server.client(), serializer=JSONSerializer)
+    assert [job.func_name for job in queue.get_jobs()] == ["jobttl.worker.tasks.resync"]
+    [deferred] = queue.scheduled_job_registry.get_job_ids()
+    ran = int(queue.get_job_ids()[0].split("-")[1])
+    assert deferred == f"resync-{ran + 600}", "the deferred one runs when the interval after the first is over"
+    redis_server.client().delete(keys.resync_next(queue_name))
+
+
+def test_with_no_minimum_interval_each_ping_asks_for_a_resync_now(redis_server, queue_name):
+    redis_server.client().delete(keys.resync_next(queue_name))
+    app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
+                                        "JOBTTL_RESYNC_MIN_INTERVAL": "0"}))
+    message = ping()
+    response = app.test_client().post("/", headers=dict(message.headers), data=message.body)
+    assert response.headers["X-Jobttl-Outcome"] == "resync-requested"
+    assert not redis_server.client().exists(keys.resync_next(queue_name))
 
 
 def test_other_unknown_event_types_are_ignored_and_do_not_become_metric_labels(redis_server, queue_name):

@@ -451,3 +451,41 @@ print(f"Secret {namespace}/{name} is there: its password stays")
 {{- fail (printf "networkPolicy.egress.redis: with egress policies on and redis.mode %s, list where the Redis is ([{cidr: 10.0.0.0/8, ports: [6379, 26379]}]): else the sink and the worker could not reach it" .Values.redis.mode) }}
 {{- end }}
 {{- end }}
+
+{{- /* A Kubernetes memory quantity (512Mi, 1Gi, 400M, 536870912) in bytes; fails naming `field`
+otherwise. Called as (dict "quantity" q "field" "redis.bundled.maxmemory"). */}}
+{{- define "jobttl.memoryBytes" -}}
+{{- $q := toString .quantity }}
+{{- $units := dict "" 1 "Ki" 1024 "Mi" 1048576 "Gi" 1073741824 "Ti" 1099511627776 "k" 1000 "M" 1000000 "G" 1000000000 "T" 1000000000000 }}
+{{- $parts := regexFindAll "^([0-9]+)(Ki|Mi|Gi|Ti|k|M|G|T)?$" $q 1 }}
+{{- if not $parts }}
+{{- fail (printf "%s: %q is not a memory quantity jobttl reads (a whole number with Ki, Mi, Gi, Ti, k, M, G or T, e.g. 384Mi)" .field $q) }}
+{{- end }}
+{{- $number := regexFind "^[0-9]+" $q }}
+{{- $unit := trimPrefix $number $q }}
+{{- mul (int64 $number) (get $units $unit) }}
+{{- end }}
+
+{{- /* The bundled Redis's maxmemory in bytes: redis.bundled.maxmemory, or three quarters of its
+memory limit (384Mi of 512Mi), so that Redis refuses writes (noeviction) before the kernel kills
+the pod: the rest of the limit is Redis's own overhead (AOF rewrite buffers, client buffers,
+fragmentation). A maxmemory at or above the limit, or none and no limit, fails the render. */}}
+{{- define "jobttl.redis.maxmemory" -}}
+{{- $bundled := .Values.redis.bundled }}
+{{- $limits := (($bundled.resources | default dict).limits | default dict) }}
+{{- $limit := 0 }}
+{{- if $limits.memory }}
+{{- $limit = include "jobttl.memoryBytes" (dict "quantity" $limits.memory "field" "redis.bundled.resources.limits.memory") | int64 }}
+{{- end }}
+{{- if $bundled.maxmemory }}
+{{- $max := include "jobttl.memoryBytes" (dict "quantity" $bundled.maxmemory "field" "redis.bundled.maxmemory") | int64 }}
+{{- if and $limit (ge $max $limit) }}
+{{- fail (printf "redis.bundled.maxmemory: %s is not below Redis's memory limit (redis.bundled.resources.limits.memory %s): the pod would be killed before Redis refuses a write; leave room for Redis's overhead (e.g. three quarters of the limit)" (toString $bundled.maxmemory) (toString $limits.memory)) }}
+{{- end }}
+{{- $max }}
+{{- else if $limit }}
+{{- div (mul $limit 3) 4 }}
+{{- else }}
+{{- fail "redis.bundled.maxmemory: set it, or redis.bundled.resources.limits.memory (maxmemory is then three quarters of it): without either the bundled Redis grows until its node runs out of memory" }}
+{{- end }}
+{{- end }}

@@ -14,6 +14,8 @@ if dry_run then
 else
   undry(dry_kinds, member)
 end
+-- The namespace index follows the index (filed again when a concurrent reconcile committed it).
+file_namespace(namespaces, member, namespace, due)
 if cur ~= seen and cur == due then return {'unchanged', due_text, shown} end
 redis.call('ZADD', index, due, member)
 local event = (cur and cur ~= due) and 'moved' or 'scheduled'

@@ -5,11 +5,13 @@
 if forget and tonumber(redis.call('ZSCORE', index, member) or '-1') == due then
   redis.call('ZREM', index, member)
   undry(dry_kinds, member)
+  unfile_namespace(namespaces, member)
 end
 if forget and stages_too and member == uid then
   -- The job itself is going: its pods stage goes with it (its RQ job finds itself superseded).
   redis.call('ZREM', index, 'pods:' .. uid)
   undry(dry_kinds, 'pods:' .. uid)
+  unfile_namespace(namespaces, 'pods:' .. uid)
 end
 if done then
   -- A stage that ran for good: RECONCILE never books it again (see its done:<stage> check).

@@ -100,3 +100,22 @@ local function mark_dry(kinds, api_version, kind, member, due)
   redis.call('SADD', kinds, kind)
   redis.call('ZADD', kinds .. ':' .. kind, due, member)
 end
+
+-- The namespace index beside the index: `namespaces` (keys.NAMESPACES) says in which namespace each
+-- member is filed, and a sorted set per namespace (namespaces .. ':' .. namespace) holds its members
+-- at the index's due time. Every write of the index keeps it, so a namespace's pending deletions are
+-- read without reading any record. A member leaves the set it was filed in, whatever a caller says.
+local function unfile_namespace(namespaces, member)
+  local was = redis.call('HGET', namespaces, member)
+  if was then
+    redis.call('ZREM', namespaces .. ':' .. was, member)
+    redis.call('HDEL', namespaces, member)
+  end
+end
+
+local function file_namespace(namespaces, member, namespace, due)
+  local was = redis.call('HGET', namespaces, member)
+  if was and was ~= namespace then redis.call('ZREM', namespaces .. ':' .. was, member) end
+  if was ~= namespace then redis.call('HSET', namespaces, member, namespace) end
+  redis.call('ZADD', namespaces .. ':' .. namespace, due, member)
+end

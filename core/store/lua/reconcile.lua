@@ -76,6 +76,7 @@ if expiring then
     if not cur then return result('ignored') end
     redis.call('ZREM', index, member)
     undry(dry_kinds, member)
+    unfile_namespace(namespaces, member)
     change('cancelled', nil, cur, 'done')
     return result('cancelled', nil, 'done')
   end
@@ -97,6 +98,7 @@ if not due then
   if echo and state == 'started' then return result('running', cur) end
   redis.call('ZREM', index, member)
   undry(dry_kinds, member)
+  unfile_namespace(namespaces, member)
   change('cancelled', nil, cur, reason)
   return result('cancelled', nil, reason)
 end
