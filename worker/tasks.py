@@ -117,12 +117,13 @@ def warn_upcoming(uid: str | dict, due: int) -> str:
     return "announced"
 
 
-def resync() -> dict:
+def resync(confirm: str | None = None) -> dict:
     """Entry point for RQ: one resync, then the next one booked (if periodic resyncs are on); then
-    the archive's retention, which needs no cluster and so runs as often."""
+    the archive's retention, which needs no cluster and so runs as often. `confirm`: the held set's
+    id an operator confirmed (the console books it: `Schedule.request_confirmation`)."""
     ctx = context()
     try:
-        report = resync_run.run(ctx).as_dict()
+        report = resync_run.run(ctx, confirm=confirm).as_dict()
         if ctx.archiver is not None:
             archiving.prune(ctx.archiver.store, ctx.settings.policy.archive_store, ctx.audit, ctx.metrics)
         return report

@@ -328,6 +328,14 @@ class Schedule:
             return False
         return True
 
+    def request_confirmation(self, held: str) -> str:
+        """Ask the workers for the resync that releases the held set named `held` (what `jobttl resync
+        --confirm HELD` does, run by a worker: the console cannot read the cluster); its RQ job id."""
+        job_id = f"resync-confirm-{held[:32]}-{int(time.time() * 1000)}"
+        self.queue.enqueue(self.tasks.resync, kwargs={"confirm": held}, job_id=job_id, job_timeout=3600,
+                           result_ttl=86400)
+        return job_id
+
     def mark_would_delete(self, job: Job, at: int) -> None:
         """Dry-run: the worker would have deleted it now. The record stays, so listings show
         what a real run would delete and later events and resyncs do not queue it again."""
