@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import secrets
 from pathlib import Path
+from typing import Any
 
 from flask import Flask, Response, render_template, request
 from redis import Redis
@@ -75,8 +76,8 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None, 
     return app
 
 
-def _when(epoch: float | None) -> str:
-    if epoch is None:
+def _when(epoch: Any) -> str:
+    if not isinstance(epoch, (int, float)) or isinstance(epoch, bool):
         return "-"
     return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -85,8 +86,8 @@ def _utc(epoch: float, fmt: str) -> str:
     return datetime.datetime.fromtimestamp(float(epoch), datetime.timezone.utc).strftime(fmt)
 
 
-def _left(due: float | None, now: float) -> str:
-    if due is None:
+def _left(due: Any, now: float) -> str:
+    if not isinstance(due, (int, float)) or isinstance(due, bool):
         return "-"
     seconds = float(due) - now
     if seconds < 0:
@@ -94,8 +95,9 @@ def _left(due: float | None, now: float) -> str:
     return f"in {format_duration(seconds)}"
 
 
-def _duration(seconds: float | None) -> str:
-    return "-" if seconds is None else format_duration(seconds, exact=True)
+def _duration(seconds: Any) -> str:
+    ok = isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+    return format_duration(seconds, exact=True) if ok else "-"
 
 
 def _kind(item: dict) -> str:

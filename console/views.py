@@ -277,8 +277,8 @@ def confirm() -> Response:
         abort(409, str(exc))
     report = _wait_for(ops, job_id)
     if report is None:
-        flash(f"Confirmation of {held_id} booked (resync {job_id}); no worker has run it yet: this page shows "
-              "the held set until one does", "pending")
+        flash(f"Confirmation of {held_id} booked (resync {job_id}); no worker has run it yet (another resync may be "
+              "running: it waits for it): this page shows the held set until one does", "pending")
     elif report.get("status") == "done":
         _acted(f"Confirmed {held_id}: the held deletions are released to the workers (as `jobttl resync --confirm "
                f"{held_id}`, by {person.user.name})")

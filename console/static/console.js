@@ -7,7 +7,7 @@
     if (d) parts.push(d + "d");
     if (h) parts.push(h + "h");
     if (m && !d) parts.push(m + "m");
-    if (!d && !h) parts.push(r + "s");
+    if (!d) parts.push(r + "s");
     return parts.join(" ");
   }
   function tick() {

@@ -180,6 +180,11 @@ class Pending:
             "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
 
 
+# How a confirmation booked while another resync runs is tried again (seconds; the last repeats).
+CONFIRM_RETRIES = 130
+CONFIRM_RETRY_INTERVALS = (1, 2, 5, 10, 30)
+
+
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
@@ -332,8 +337,10 @@ class Schedule:
         """Ask the workers for the resync that releases the held set named `held` (what `jobttl resync
         --confirm HELD` does, run by a worker: the console cannot read the cluster); its RQ job id."""
         job_id = f"resync-confirm-{held[:32]}-{int(time.time() * 1000)}"
+        # Retried while another resync holds the lock (the task raises then), never lost to it: for
+        # an hour (a resync of a large cluster takes minutes).
         self.queue.enqueue(self.tasks.resync, kwargs={"confirm": held}, job_id=job_id, job_timeout=3600,
-                           result_ttl=86400)
+                           result_ttl=86400, retry=Retry(max=CONFIRM_RETRIES, interval=list(CONFIRM_RETRY_INTERVALS)))
         return job_id
 
     def mark_would_delete(self, job: Job, at: int) -> None:

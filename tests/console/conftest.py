@@ -84,4 +84,6 @@ def seeded(settings_env):
     book(shared, "team-b", "gpt-small", ttl=3 * 86400)
     shared.audit.record("deleted", GONE, by="worker", ttl=3600, ttlSource="policy", rules=["training-jobs"],
                         lateness=0.4)
+    # An entry with neither TTL nor lateness (an operator's), as most of the trail is.
+    shared.audit.record("retry", GONE, jobId="j-1", by="operator")
     return shared

@@ -121,6 +121,8 @@ def test_the_pending_page_filters_sorts_and_explains(client):
 def test_the_history_page_and_a_jobs_card_with_its_archive(client):
     page = text(client.get("/history?event=deleted", headers=bearer("carol-token")))
     assert "team-a/resnet-old" in page and "training-jobs" in page
+    every = client.get("/history", headers=bearer("carol-token"))
+    assert every.status_code == 200 and "retry" in text(every) and "TTL 1h; 0.4 s after due" in text(every)
     card = text(client.get(f"/jobs/{GONE.namespace}/{GONE.name}", headers=bearer("carol-token")))
     assert "uid: " + GONE.uid in card  # the archived manifest
     assert "training done" in card  # the log's tail
