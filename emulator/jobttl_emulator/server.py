@@ -18,7 +18,10 @@ Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
 
 Cluster-scoped kinds (namespaces) drop the ``namespaces/<ns>`` part. Also:
 ``/version``, discovery, ``/openapi/v2``, ``/openapi/v3[/<group-version>]`` and
-``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``.
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, and ``TokenReview`` and
+``SubjectAccessReview`` (``POST /apis/authentication.k8s.io/v1/tokenreviews``,
+``/apis/authorization.k8s.io/v1/subjectaccessreviews``) answered from the tokens and grants
+``PUT /_emulator/identities`` gives (authn.py).
 
 Responses follow the wire format of a real server closely enough for the
 ``kubernetes`` Python client (typed and dynamic) and kubectl not to notice:
@@ -51,9 +54,9 @@ from typing import Any
 from flask import Flask, Response, request
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from . import authz, logs, protobuf
+from . import authn, authz, logs, protobuf
 from .crds import load_crds, merge_resources
-from .discovery import AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
+from .discovery import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
 from .openapi import OpenAPI
 from .resources import DEFAULT_RESOURCES, Resource
 from .store import (
@@ -126,6 +129,8 @@ class Hooks:
         self._next_id = 1
         # SelfSubjectAccessReview rules (see authz.py); None: everything is allowed.
         self.access_rules: list[dict] | None = None
+        # TokenReview's tokens and SubjectAccessReview's grants (see authn.py); empty: nobody.
+        self.identities = authn.Identities()
 
     def record(self, entry: dict) -> None:
         with self._lock:
@@ -563,6 +568,14 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
         hooks.access_rules = rules
         return _json({"rules": rules})
 
+    @app.put("/_emulator/identities")
+    def put_identities() -> Response:
+        checked = authn.Identities.check(request.get_json(silent=True))
+        if isinstance(checked, str):
+            return _json({"error": checked}, 400)
+        hooks.identities.set(*checked)
+        return _json({"tokens": len(checked[0]), "grants": len(checked[1])})
+
     @app.route("/", defaults={"path": ""}, methods=_METHODS)
     @app.route("/<path:path>", methods=_METHODS)
     def api(path: str) -> Response:
@@ -612,6 +625,14 @@ def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Respon
         if method != "POST":
             raise _method_not_allowed()
         return _json(authz.review(_json_body(raw, request.mimetype), hooks.access_rules), 201)
+    if segments == ["apis", AUTHORIZATION_GROUP, "v1", "subjectaccessreviews"]:
+        if method != "POST":
+            raise _method_not_allowed()
+        return _json(hooks.identities.access_review(_json_body(raw, request.mimetype)), 201)
+    if segments == ["apis", AUTHENTICATION_GROUP, "v1", "tokenreviews"]:
+        if method != "POST":
+            raise _method_not_allowed()
+        return _json(hooks.identities.token_review(_json_body(raw, request.mimetype)), 201)
     if method == "GET":
         if segments in (["healthz"], ["livez"], ["readyz"]):
             return Response("ok", mimetype="text/plain")
@@ -1038,6 +1059,11 @@ class EmulatorServer:
     def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
         """What ``pods/<pod>/log`` returns for ``container`` (``previous``: its previous instance's log)."""
         self.store.logs.set(namespace, pod, container, text, previous)
+
+    def set_identities(self, tokens: dict[str, dict] | None = None, grants: list[dict] | None = None) -> None:
+        """The tokens ``TokenReview`` knows (token → ``{"username", "groups", "uid"}``) and what
+        ``SubjectAccessReview`` allows (``[{"users": [...], "groups": [...], "rules": [PolicyRule...]}]``)."""
+        self.hooks.identities.set(tokens, grants)
 
     def set_access_rules(self, rules: list[dict] | None) -> None:
         """Rules ``SelfSubjectAccessReview`` answers by (see ``authz.py``); None allows everything."""
