@@ -27,7 +27,7 @@ from rq.utils import import_attribute
 from jobttl.core.runtime import logs
 from jobttl.core.store.tasks import Tasks, declared
 
-log = logging.getLogger("jobttl.worker")
+log = logging.getLogger("jobttl.foreign")
 
 # How much of a stored function name goes into a log line or an error: it is whatever a Redis
 # writer wrote, so it is cut and printed with repr(), never trusted as text.

@@ -129,11 +129,20 @@ def status(data: dict[str, Any]) -> None:
                       "due then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync "
                                                  "--confirm ID`" if data["held"] else "; none held"))
     elif kinds:
-        # One line, for grep: the kinds a confirmation did not cover (not listed completely then).
-        console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(kinds)}: not listed "
-                      "completely when it was confirmed (not served, or an API error); what of them was already due "
-                      f"at the install ({install['installedAt']}) is held for your confirmation once a resync lists "
-                      "them", soft_wrap=True)
+        # One line each, for grep: the kinds a confirmation did not cover (not listed completely then),
+        # apart from those this cluster does not serve at all (no CRD: usually nothing to do).
+        unserved = set((last or {}).get("missing_kinds") or ())
+        listed_later = [k for k in kinds if k not in unserved]
+        if listed_later:
+            console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(listed_later)}: "
+                          "not listed completely when it was confirmed (an API error, or not served then); what of "
+                          f"them was already due at the install ({install['installedAt']}) is held for your "
+                          "confirmation once a resync lists them" + (f"; {data['held']} held: `jobttl held`"
+                                                                     if data["held"] else ""), soft_wrap=True)
+        if unserved & set(kinds):
+            console.print(f"First-run review: not served by this cluster, so not reviewed: "
+                          f"{', '.join(sorted(unserved & set(kinds)))}: if one is served later, what of it was "
+                          "already due at the install waits for your confirmation", soft_wrap=True)
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     for name, report in (data.get("policyErrors") or {}).items():

@@ -126,6 +126,12 @@ def test_the_first_install_holds_what_was_overdue_until_the_operator_confirms(st
                  what="the confirmed deletions")
         install = jobttl(env, "status")[1]["install"]
         assert not install["underReview"] and install["reviewedBy"].startswith("operator: jobttl resync --confirm")
+        # The kinds this cluster does not serve were not listed, so not reviewed (issue 26 §2): named apart.
+        assert TFJOB.api_version + "/TFJob" not in install["kindsUnderReview"]
+        assert "batch/v1/Job" not in install["kindsUnderReview"] and install["kindsUnderReview"]
+        said = subprocess.run([sys.executable, "-m", "jobttl", "status"], env={**env, "COLUMNS": "400"}, cwd=ROOT,
+                              capture_output=True, text=True, timeout=60).stdout
+        assert "First-run review: not served by this cluster, so not reviewed" in said, said
         assert "reviewedAt" in emulator.store.get(CONFIG_MAP, "jobttl", CONFIGMAP)["data"]
 
         # Redis loses its data (a restart without its AOF). The cluster still says jobttl was installed
