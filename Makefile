@@ -28,7 +28,7 @@ PY := $(VENV)/bin/python
 RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
 
-.PHONY: run shell test redis-server prometheus bench wrk podman e2e lock knative image chart
+.PHONY: run shell test redis-server prometheus chromium axe-core screenshots bench wrk podman e2e lock knative image chart
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -53,12 +53,31 @@ prometheus:
 	  $$SUDO apt-get update -qq && \
 	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus; }
 
+# The console's browser tests (tests/console/test_browser.py): Debian's Chromium and its driver (no
+# browser download), and axe-core from npm into a git-ignored folder, injected into each page.
+chromium:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  echo "chromium/chromedriver not found; installing Debian's chromium and chromium-driver"; \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
+	  $$SUDO apt-get update -qq && \
+	  $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium chromium-driver; }
+
+AXE := .tools/node_modules/axe-core/axe.min.js
+$(AXE):
+	mkdir -p .tools && npm install --silent --no-audit --no-fund --prefix .tools axe-core@4
+
+axe-core: $(AXE)
+
+# The console's screenshots in docs/console/, taken by its browser tests against a real stack.
+screenshots: $(INSTALLED) redis-server chromium axe-core
+	JOBTTL_SCREENSHOTS=docs/console $(PY) -m pytest tests/console/test_browser.py -q
+
 # Two processes, each taking whole files (module fixtures stay shared): about half the time of
 # one. `.venv/bin/python -m pytest tests/...` runs a part in one process, for debugging (marked
 # slow or not). Tests marked slow wait minutes on real timeouts (or send thousands of cases, of
 # which make test sends a smaller set covering every case): make e2e runs them, to keep CI's run
 # inside its 15 minutes.
-test: $(INSTALLED) redis-server prometheus
+test: $(INSTALLED) redis-server prometheus chromium axe-core
 	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
 
 run: $(RUN_INSTALLED) redis-server
@@ -92,7 +111,7 @@ podman:
 # First the tests make test leaves out (marked slow; pyproject.toml), then the image: no Docker
 # engine needed, a debootstrapped Debian base (cached in .cache/e2e/), podman's builder, the
 # Docker Compose v2 CLI through `podman system service`. The image part needs root.
-e2e: $(INSTALLED) redis-server podman
+e2e: $(INSTALLED) redis-server prometheus podman chromium axe-core
 	$(PY) -m pytest -n 2 --dist loadfile -m slow
 	$(PY) -m tests.e2e_image.run
 

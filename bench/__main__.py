@@ -13,7 +13,12 @@ round, and prints one table (bench/results/latest.md) and JSON (bench/results/la
 8.   lateness of 1,000 deletions due over 10 s with 2 workers (bench.worker.lateness);
 9.   CEL: decide() on 1.7 MB RayJobs vs the same rule in plain Python, and the sink's ordinary
      event and /healthz while six costly RayJob events are in flight vs the event alone (bench.cel);
-10.  one namespace's page of pending deletions from the namespace index vs the scan of every record
+10.  `jobttl watch`'s resident memory over 10k, 50k and 100k running TFJobs vs a bare client watch
+     that keeps nothing (bench.watcher; --watcher-sizes);
+11.  100k finished TFJobs in 1,000 namespaces booked from events through the sink: rate and Redis
+     memory per pending deletion vs plain RQ `enqueue_at`, and the resync over them vs the bare
+     paged LIST (bench.booking; --booking-n);
+12.  one namespace's page of pending deletions from the namespace index vs the scan of every record
      it replaced, and vs an unfiltered page (bench.namespaces).
 
 Then, unless --no-breakdown, short extra runs count every Redis round trip by call site
@@ -36,11 +41,13 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "namespaces")
+ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking", "namespaces")
 FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
-        "lateness_n": 1000, "lateness_spread": 10, "namespaces_n": 20_000, "rounds": 3}
+        "lateness_n": 1000, "lateness_spread": 10, "rounds": 3,
+        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000, "namespaces_n": 20_000}
 QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
-         "lateness_n": 100, "lateness_spread": 3, "namespaces_n": 1000, "rounds": 1}
+         "lateness_n": 100, "lateness_spread": 3, "rounds": 1, "watcher_sizes": (200, 1000), "booking_n": 1000,
+         "namespaces_n": 1000}
 
 
 def machine() -> dict:
@@ -63,10 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also sample jobttl's processes with py-spy")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the round-trip-by-call-site runs")
     parser.add_argument("--out", default=str(RESULTS / "latest.json"), help="where the JSON goes")
+    parser.add_argument("--watcher-sizes", help="row 10's object counts, growing, e.g. 10000,50000 "
+                                                "(default 10000,50000,100000)")
+    parser.add_argument("--booking-n", type=int, help="row 11's finished jobs (default 100000)")
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else FULL)
     if args.rounds:
         sizes["rounds"] = args.rounds
+    if args.watcher_sizes:
+        sizes["watcher_sizes"] = tuple(int(n) for n in args.watcher_sizes.split(","))
+    if args.booking_n:
+        sizes["booking_n"] = args.booking_n
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(rows) - set(ROWS)
     if unknown:
@@ -83,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     rounds = sizes["rounds"]
     results, breakdown = [], {}
 
-    from bench import cel, memory, namespaces, resync, scheduler, sink, worker
+    from bench import booking, cel, memory, namespaces, resync, scheduler, sink, watcher, worker
 
     runners = {
         "sink": lambda: sink.run(workdir, rounds, sizes["sink_seconds"], profile_dir),
@@ -93,6 +107,8 @@ def main(argv: list[str] | None = None) -> int:
         "scheduler": lambda: scheduler.run(workdir, rounds, sizes["scheduler_n"]),
         "lateness": lambda: worker.lateness(workdir, rounds, sizes["lateness_n"], sizes["lateness_spread"]),
         "cel": lambda: cel.run(workdir, rounds),
+        "watcher": lambda: watcher.run(workdir, rounds, sizes["watcher_sizes"]),
+        "booking": lambda: booking.run(workdir, rounds, sizes["booking_n"]),
         "namespaces": lambda: namespaces.run(workdir, rounds, sizes["namespaces_n"]),
     }
     breakdowns = {

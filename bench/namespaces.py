@@ -1,4 +1,4 @@
-"""Row 10: one namespace's page of pending deletions (the read API's ``?namespace=``, ``jobttl pending
+"""Row 12: one namespace's page of pending deletions (the read API's ``?namespace=``, ``jobttl pending
 --namespace``), from the namespace index beside the pending index, against the scan of every
 record it replaced (the same answer computed as 0.3.0 did: every record read, filtered) and
 against the unfiltered page of the same size (what a page costs when nothing is filtered).

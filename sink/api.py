@@ -13,10 +13,12 @@ import time
 
 from flask import Blueprint, Response, current_app, jsonify, request
 from redis.exceptions import RedisError
-from werkzeug.exceptions import BadRequest, Conflict, NotFound, ServiceUnavailable
+from werkzeug.datastructures import WWWAuthenticate
+from werkzeug.exceptions import BadRequest, Conflict, Forbidden, NotFound, ServiceUnavailable, Unauthorized
 
 from jobttl.core.services import operations
 from jobttl.core.domain.identity import InvalidIdentity
+from jobttl.sink import auth
 from jobttl.sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
 
 blueprint = Blueprint("api", __name__)
@@ -42,8 +44,21 @@ def _whole_number(name: str, default: int, minimum: int, maximum: int | None = N
     return value
 
 
+def _reader(verb: str, namespace: str | None = None, name: str | None = None) -> None:
+    """The same right as writes (JOBTTL_READ_API_AUTH): 401 without a valid token, 403 without the right."""
+    try:
+        current_app.extensions["jobttl"].readers.check(request.headers.get("Authorization"), verb, namespace, name)
+    except auth.Unauthenticated as exc:
+        raise Unauthorized(str(exc), www_authenticate=WWWAuthenticate("Bearer", {"realm": "jobttl-read-api"})) from None
+    except auth.Forbidden as exc:
+        raise Forbidden(str(exc)) from None
+    except auth.VerifierUnavailable as exc:
+        raise ServiceUnavailable(str(exc)) from None
+
+
 @blueprint.get("/api/v1/deletions")
 def list_deletions() -> Response:
+    _reader("list", request.args.get("namespace") or None)
     limit = _whole_number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _whole_number("offset", 0, 0, MAX_OFFSET)
     # An empty parameter (`?kind=`, as forms and scripts send it) filters nothing.
@@ -55,6 +70,7 @@ def list_deletions() -> Response:
 
 @blueprint.get("/api/v1/deletions/<namespace>/<name>")
 def get_deletion(namespace: str, name: str) -> Response:
+    _reader("get", namespace, name)
     try:
         return jsonify(_operations().find(namespace, name, request.args.get("kind") or None))
     except operations.NotFound as exc:

@@ -1,4 +1,5 @@
-"""Who may send the sink events: Knative's OIDC sender tokens, and an allowlist of sources.
+"""Who may send the sink events: Knative's OIDC sender tokens, and an allowlist of sources; and who may
+read its read API (`ReaderCheck`).
 
 Any pod in the cluster can reach the sink; a forged "delete" or "not finished" event would
 cancel a pending deletion until the next resync (nothing is ever deleted on an event's
@@ -19,11 +20,16 @@ word: the worker re-reads the object). Three layers close that:
 from __future__ import annotations
 
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import jwt
 import requests
 
+from jobttl.core.domain import rights
+from jobttl.core.kube import access as access_errors
+from jobttl.core.kube.access import Access, bearer
+from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl.core.runtime.config import Settings
 
 DISCOVERY = "/.well-known/openid-configuration"
@@ -95,3 +101,62 @@ class SenderCheck:
             context = ssl.create_default_context(cafile=self.ca_file) if self.ca_file else None
             self._keys = jwt.PyJWKClient(discovery["jwks_uri"], cache_keys=True, lifespan=300, ssl_context=context)
         return self._keys
+
+
+@dataclass
+class ReaderCheck:
+    """Who may read the read API (`JOBTTL_READ_API_AUTH`), the same right as writes (issue 26 §6).
+
+    - ``oidc``: a bearer token verified as the events' are (`SenderCheck`: the issuer's keys, the
+      sink's audience), from one of ``JOBTTL_READ_API_OIDC_SUBJECTS`` when that is set;
+    - ``kubernetes``: a Kubernetes token, reviewed by the API server (TokenReview), whose user may
+      ``list`` (all deletions, or one namespace's) or ``get`` (one job) ``deletions.jobttl.io``
+      (SubjectAccessReview: the ClusterRole ``jobttl-reader`` grants both);
+    - ``none``: anyone who reaches the sink (the NetworkPolicy's business).
+    """
+
+    mode: str = "none"
+    oidc: SenderCheck | None = None
+    access_of: Callable[[], Access] | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ReaderCheck:
+        mode = settings.read_api_auth or "none"
+        oidc = SenderCheck((), settings.sink_oidc_audience, settings.sink_oidc_issuer, settings.sink_oidc_ca_file,
+                           settings.read_api_oidc_subjects) if mode == "oidc" else None
+        built: list[Access] = []
+
+        def access() -> Access:
+            if not built:
+                kube = KubeClient(load_api_client(settings.kubeconfig), min(settings.api_timeout, 10),
+                                  component="access")
+                built.append(Access(kube))
+            return built[0]
+
+        return cls(mode, oidc, access if mode == "kubernetes" else None)
+
+    def check(self, authorization: str | None, verb: str, namespace: str | None = None,
+              name: str | None = None) -> str | None:
+        """Who is reading (None without auth); raises Unauthenticated, Forbidden or VerifierUnavailable."""
+        if self.mode == "oidc":
+            try:
+                return str(self.oidc.token(authorization)["sub"])
+            except Forbidden as exc:
+                raise Forbidden(str(exc).replace("events from", "reads by").replace(
+                    "JOBTTL_SINK_OIDC_SUBJECTS", "JOBTTL_READ_API_OIDC_SUBJECTS")) from None
+        if self.mode == "kubernetes":
+            try:
+                access = self.access_of()
+            except Exception as exc:  # noqa: BLE001 - no kubeconfig, no service account: nobody can be checked
+                raise VerifierUnavailable(f"cannot load Kubernetes credentials to review tokens: {exc}") from None
+            try:
+                user = access.authenticate(bearer(authorization))
+                access.authorize(user, verb, rights.DELETIONS, namespace, name)
+            except access_errors.Unauthenticated as exc:
+                raise Unauthenticated(str(exc)) from None
+            except access_errors.Forbidden as exc:
+                raise Forbidden(str(exc)) from None
+            except access_errors.AccessUnavailable as exc:
+                raise VerifierUnavailable(str(exc)) from None
+            return user.name
+        return None

@@ -13,7 +13,7 @@ from jobttl.core.services import graph
 from jobttl.core.services.operations import Operations
 from jobttl.core.services.recent import Recent
 from jobttl.core.store import redisconn, scripts, upgrade
-from jobttl.sink.auth import SenderCheck
+from jobttl.sink.auth import ReaderCheck, SenderCheck
 
 
 class Unavailable(Exception):
@@ -25,6 +25,7 @@ class SinkContext(graph.Graph):
     metrics: Metrics  # the sink serves its metrics (/metrics)
     probe: Redis  # shorter timeouts, for /readyz
     senders: SenderCheck
+    readers: ReaderCheck
     _kube: KubeClient | None = field(default=None, repr=False)
 
     @classmethod
@@ -38,7 +39,8 @@ class SinkContext(graph.Graph):
                              recent=recent)
         probe = redis if redis is not None else redisconn.client(settings.redis_url, redisconn.PROBE,
                                                                  settings.redis_ca_file)
-        context = cls(**shared.parts(), probe=probe, senders=SenderCheck.from_settings(settings), _kube=kube)
+        context = cls(**shared.parts(), probe=probe, senders=SenderCheck.from_settings(settings),
+                      readers=ReaderCheck.from_settings(settings), _kube=kube)
         try:
             upgrade.ensure(context.redis, context.audit.tombstone_seconds)
             scripts.load(context.redis)

@@ -27,3 +27,17 @@ def redis(redis_server):
 def queue_name():
     """A queue of its own per test, so tests sharing one Redis never see each other's jobs."""
     return f"test-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _root_logging_restored():
+    """A test that runs `jobttl.cli.main` in this process configures the process's logging (the
+    root logger's one JSON handler): undone after it, so that later tests' lines go where pytest
+    puts them, and nothing of one test writes into another's captured output."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)

@@ -125,6 +125,9 @@ class RecordingSink:
 
     def __init__(self):
         self.events: list[dict] = []
+        # Cleared: each event is kept, and its answer waits until it is set again (a sender held mid-work).
+        self.gate = threading.Event()
+        self.gate.set()
         app = Flask("recording-sink")
 
         @app.post("/")
@@ -132,6 +135,7 @@ class RecordingSink:
             headers = {k.lower(): v for k, v in request.headers.items()}
             self.events.append({"type": headers["ce-type"], "headers": headers, "data": json.loads(request.data),
                                 "received": time.time()})
+            self.gate.wait()
             return "", 202
 
         self.server = make_server("127.0.0.1", 0, app, threaded=True)

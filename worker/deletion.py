@@ -37,6 +37,7 @@ from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.decision import Decision, Verdict
 from jobttl.core.store.guard import FIRST_RUN, HeldDeletion, HeldDeletions
 from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.review import kind_key
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import Conflict, ObjectGone
 from jobttl.core.domain.policy import Policy
@@ -115,9 +116,9 @@ class Deletion:
         """What to do with the object just read: the facts gathered (I/O), then the pure judgement."""
         current = self.current
         decision = self.reading.decide(target, kind, obj, current) if to_decide(target, current, obj) else None
-        # Asked whenever there is a decision to judge: cheap, as Redis is read only for deletions due
-        # before the install time this process knows (jobttl.core.services.install.InstallReview.holds).
-        held = decision is not None and self.review.holds(target.due)
+        # Asked whenever there is a decision to judge: one read of Redis's mirror of the install record
+        # (jobttl.core.services.install.InstallReview.holds), for the review of this kind.
+        held = decision is not None and self.review.holds(target.due, kind_key(kind.api_version, kind.kind))
         return judge(target, current, obj, decision, ApiTime(self.clock.earliest(), self.clock.problem()), held)
 
     def perform(self, target: Target, kind: JobKind | None, obj: dict[str, Any] | None, action: Action) -> str | None:

@@ -50,9 +50,9 @@ class Follower:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=timeout)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):

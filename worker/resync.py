@@ -31,9 +31,10 @@ from jobttl.core.store import keys
 from jobttl.core.domain.decision import Decision
 from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.domain.identity import JobRef
-from jobttl.core.services.install import InstallRecord
+from jobttl.core.domain.review import Held, dropped_from_held, kind_key, listed_by_api_server, still_under_review
+from jobttl.core.services.install import CONFIGMAP, InstallRecord, unreadable_record
 from jobttl.core.domain.kinds import JobKind, shown_kind
-from jobttl.core.kube.client import NotServed, Page, PermanentApiError, TransientApiError, Undecodable
+from jobttl.core.kube.client import Conflict, NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.kube.prefetch import prefetched
 from jobttl.core.services.reconcile import COLLECT, Outcome
 from jobttl.core.store.schedule import Change, file_dry_run, member_for, split_member
@@ -71,6 +72,11 @@ class ResyncReport:
     rejections: list[str] = field(default_factory=list)  # the first MAX_REPORTED, with why
     missing_kinds: list[str] = field(default_factory=list)  # not served by this cluster
     errors: list[str] = field(default_factory=list)
+    # Why the install record could not be read or written: all that was due is then held, none released.
+    install_problem: str | None = None
+    # Held deletions dropped: their object was not in the complete listing of their kind (gone, or a
+    # forged event's: never there).
+    held_dropped: int = 0
 
     def __getattr__(self, name: str) -> int:
         if name in COUNTS:
@@ -100,22 +106,25 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         return report
     held = HeldDeletions(ctx.redis)
     try:
-        # One read of the held set: the id compared is the id of exactly what may be released.
-        before = {h.member for h in held.all()}
-        if confirm is not None and confirm != held_id(sorted(before)):
+        # One read of the held set: the id compared is the id of exactly what may be released, the
+        # deletions of objects the API server returned (what events alone held is not confirmed).
+        held_before = held.all()
+        before = {h.member for h in held_before}
+        listed_before = {h.member for h in held_before if listed_by_api_server(h.by)}
+        if confirm is not None and confirm != held_id(sorted(listed_before)):
             # The held set changed since the operator looked (or was released): nothing is confirmed.
-            report.status, report.held_id = "stale-confirmation", held_id(sorted(before))
+            report.status, report.held_id = "stale-confirmation", held_id(sorted(listed_before))
             return report
-        confirmed = before if confirm else set()
+        confirmed = listed_before if confirm else set()
         try:
             # A resync before any worker (`jobttl resync` on a new cluster) starts the review as a
             # worker would: it must not book, unreviewed, what was overdue at install.
             install = ctx.install.current() or ctx.install.establish(ctx.clock.now())
-        except (TransientApiError, PermanentApiError, ValueError) as exc:
-            # Without the install record nobody can tell what the review holds: nothing is decided.
-            report.errors.append(f"the install record (jobttl.core.services.install): {exc}")
-            report.status = "incomplete"
-            return report
+        except (TransientApiError, PermanentApiError, Conflict, ValueError) as exc:
+            # Without the install record nobody can tell what the review holds: all that is due is
+            # held (none released, nothing confirmed), and the report and the log say why.
+            install = _install_unreadable(ctx, report, exc) if ctx.install.enabled else None
+            confirmed = set()
         report.install = install.as_dict() if install is not None else None
         due_now: dict[str, tuple[JobRef, Decision, str]] = {}
         dues: dict[str, int] = {}
@@ -129,16 +138,22 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         # have written it without them (a process of an earlier release during a rollout).
         file_dry_run(ctx.redis)
         _drop_vanished_from_keeplast(ctx, listed, seen)
-        review = {m for m in due_now if install is not None and install.holds(dues[m])}
-        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, review, confirmed,
-                         bool(confirm), report, install)
+        listed_kinds = {kind_key(*k) for k in listed}
+        enabled_kinds = {kind_key(k.api_version, k.kind) for k in ctx.settings.policy.kinds}
+        _drop_unlisted_held(ctx, held, held_before, seen, listed_kinds, report)
+        review = {m for m in due_now if install is not None and install.holds(dues[m], _kind_of(due_now[m][0]))}
+        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, dues, review, confirmed,
+                         bool(confirm), report, install, still_under_review(
+                             None, enabled_kinds, listed_kinds))
+        quiet = report.status == "done"  # nothing held
         if report.errors:
             report.status = "incomplete"
-        elif report.status == "done" and install is not None and install.under_review \
+        if quiet and install is not None and install.reviewing and report.install_problem is None and listed_kinds \
                 and _nothing_left_to_review(ctx, held, install, confirmed=set()):
-            # A first install where nothing was overdue: nothing to review, so the review ends, and
-            # `jobttl status` does not ask for one.
-            _mark_reviewed(ctx, "resync: nothing was due at install", report)
+            # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
+            # the review ends for them, and `jobttl status` does not ask for one.
+            _mark_reviewed(ctx, "resync: nothing was due at install", report,
+                           still_under_review(None, enabled_kinds, listed_kinds))
     finally:
         lock.release()
         _record(ctx, report)
@@ -179,7 +194,8 @@ def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: Resyn
         # While the first-run review is open, a deletion already booked (an event before the first
         # worker started) that was due at install is the review's too: it is held with the rest.
         booked_for_review = outcome.change is Change.UNCHANGED and install is not None and outcome.due is not None \
-            and install.holds(outcome.due) and not (outcome.decision and outcome.decision.dry_run)
+            and install.holds(outcome.due, kind_key(kind.api_version, kind.kind)) \
+            and not (outcome.decision and outcome.decision.dry_run)
         if outcome.change is Change.DUE_NOW or booked_for_review:
             member = member_for(outcome.ref.uid, outcome.stage)
             due_now[member] = (outcome.ref, outcome.decision, outcome.stage)
@@ -230,8 +246,9 @@ def _drop_vanished_from_keeplast(ctx: WorkerContext, listed: set, seen: set[str]
 
 
 def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
-                     due_now: dict[str, tuple[JobRef, Decision, str]], review: set[str], confirmed: set[str],
-                     confirming: bool, report: ResyncReport, install: InstallRecord | None) -> None:
+                     due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], review: set[str],
+                     confirmed: set[str], confirming: bool, report: ResyncReport, install: InstallRecord | None,
+                     not_listed: frozenset[str]) -> None:
     """Queue the deletions found due, or hold them.
 
     `review`: those the first-run review holds (due at install, not yet reviewed). They are held
@@ -269,14 +286,17 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
                          installedAt=(report.install or {}).get("installedAt"),
                          detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
                                 f"run `jobttl resync --confirm {report.held_id}`")
-    reviewing = install is not None and install.under_review
-    if reviewing and confirming and not first_run and not report.errors \
+    reviewing = install is not None and install.reviewing
+    if reviewing and confirming and not first_run and report.install_problem is None \
             and _nothing_left_to_review(ctx, held, install, confirmed):
         # The operator has seen all that was due at install, and said go: the review ends before
-        # the release, so that no worker holds what was just confirmed.
-        _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report)
-        reviewing = False
-    release = {m: v for m, v in due_now.items() if m not in hold and not (reviewing and m in review)}
+        # the release, so that no worker holds what was just confirmed; but only for the kinds this
+        # resync listed completely (`not_listed` stay under review, what they hold stays held).
+        install = _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report,
+                                 not_listed) or install
+        reviewing = install.reviewing
+    still = {m for m in review if install is not None and install.holds(dues[m], _kind_of(due_now[m][0]))}
+    release = {m: v for m, v in due_now.items() if m not in hold and not (reviewing and m in still)}
     # Held before, and listed now without being due: nothing to hold any more.
     settled = {m for m in before if split_member(m)[0] in seen and m not in due_now}
     held.release(set(release) | settled)
@@ -295,16 +315,68 @@ def _nothing_left_to_review(ctx: WorkerContext, held: HeldDeletions, install: In
     booked = ctx.schedule.due_counts(install.installed_at).due[0]  # dry-run records apart
     if booked:
         # Each a booking due at install: fine only if the operator has seen it (held, and confirmed;
-        # what the review holds is never a dry-run record).
-        members = {m.decode() for m in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", install.installed_at)}
-        if booked > len(members & confirmed):
+        # what the review holds is never a dry-run record), or its kind's review has ended (what an
+        # earlier confirmation released, of the kinds it covered).
+        dues = {m.decode(): int(d) for m, d in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", install.installed_at,
+                                                                        withscores=True)}
+        members = set(dues)
+        unseen = members - confirmed
+        if install.reviewed_at is not None and unseen:
+            records = ctx.schedule.records([(m, dues[m]) for m in sorted(unseen)])
+            unseen = {p.member for p in records if not p.ref.kind or _kind_of(p.ref) in install.kinds_under_review}
+        if unseen and booked > len(members & confirmed):
             return False
-    return all(h.member in confirmed for h in held.all() if h.by == FIRST_RUN)
+    return all(h.member in confirmed for h in held.all()
+               if h.by == FIRST_RUN and install.holds(install.installed_at, _kind_of(h.ref)))
 
 
-def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport) -> None:
-    record = ctx.install.mark_reviewed(by, ctx.clock.now())
+def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport,
+                   still: frozenset[str] = frozenset()) -> InstallRecord | None:
+    """End the review (but for the kinds in `still`), in the cluster first. A record that cannot be written
+    leaves the review open: None, and the report says why."""
+    try:
+        record = ctx.install.mark_reviewed(by, ctx.clock.now(), still)
+    except (TransientApiError, PermanentApiError, Conflict, ValueError) as exc:
+        _install_problem(ctx, report, f"the review could not be marked done in the install record: {exc}")
+        return None
     report.install = record.as_dict() if record is not None else None
+    return record
+
+
+def _install_unreadable(ctx: WorkerContext, report: ResyncReport, exc: Exception) -> InstallRecord:
+    _install_problem(ctx, report, f"the install record could not be read or written: {exc}")
+    return unreadable_record(ctx.clock.now())
+
+
+def _install_problem(ctx: WorkerContext, report: ResyncReport, problem: str) -> None:
+    """The install record is out of reach: said in the report (so `jobttl status`), the audit trail and
+    the log; the resync is incomplete and holds what the review would."""
+    report.install_problem = problem
+    report.errors.append(problem)
+    ctx.audit.record("install-record-unreadable", None, logging.ERROR, logger=log, detail=problem,
+                     configmap=f"{ctx.install.namespace}/{CONFIGMAP}",
+                     consequence="every deletion due now is held, none released, until a resync can read and "
+                                 "write the record (check the worker's RBAC: get, create and update on that "
+                                 "ConfigMap)")
+
+
+def _kind_of(ref: JobRef) -> str:
+    return kind_key(ref.api_version, ref.kind)
+
+
+def _drop_unlisted_held(ctx: WorkerContext, held: HeldDeletions, held_before: list[HeldDeletion], seen: set[str],
+                        listed: set[str], report: ResyncReport) -> None:
+    """Held deletions whose object the complete listing of its kind did not return are dropped: gone
+    since, re-created, or named by a forged event (jobttl.core.domain.review.dropped_from_held)."""
+    gone = dropped_from_held([Held(h.member, split_member(h.member)[0], _kind_of(h.ref), h.by) for h in held_before],
+                             seen, listed)
+    if not gone:
+        return
+    held.release(gone)
+    report.held_dropped = len(gone)
+    ctx.audit.record("held-dropped", None, logging.WARNING, logger=log, count=len(gone), reason="not-in-cluster",
+                     detail="held deletions whose object the API server did not list (deleted since, or named by "
+                            "events for objects that do not exist): dropped from the held set")
 
 
 def _record(ctx: WorkerContext, report: ResyncReport) -> None:

@@ -22,6 +22,16 @@ mechanisms and sets them so that (measured in the fault tests):
 It also refuses to work while its clock disagrees with the API server's or Redis's
 (`jobttl.core.domain.clock`): it stops its scheduler and takes no deletions until they agree.
 
+The scheduler process is *spawned* (a fresh interpreter), not forked as RQ does: the worker
+already runs threads (the follower, the health server, the Events' sender, the Kubernetes
+client's), and a fork copies every lock one of them holds at that instant into a child that has
+no thread to release it. The child then blocks forever at the first such lock it takes:
+`datetime.strptime`'s cache lock, which RQ's scheduler takes for every due job it reads
+(`rq.utils.utcparse`), deadlocked one fork in five in a reproduction with one thread parsing
+dates. Such a scheduler looks alive and moves nothing. Whatever the cause, the watchdog
+(`jobttl.worker.watchdog`) looks at every maintenance whether due deletions still move, and
+restarts the scheduler, or exits, saying so.
+
 A Redis past its maxmemory refuses writes (OOM; `jobttl.core.store.capacity`), RQ's own among
 them, and RQ's loop quits on any error but a timeout: `JobttlWorker` waits it out instead, at
 start and at work (`redis-full`, `redis-still-full`, `redis-has-room`), and deletes what is booked
@@ -31,6 +41,7 @@ once Redis takes writes again.
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import signal
 import threading
 import time
@@ -42,20 +53,22 @@ from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import StopRequested
-from rq.job import Job
-from rq.scheduler import RQScheduler
+from rq.registry import ScheduledJobRegistry
+from rq.scheduler import RQScheduler, run as run_rq_scheduler
+from rq.scripts import release_lock
 from rq.serializers import JSONSerializer
-from rq.utils import import_attribute, now as utcnow
+from rq.utils import now as utcnow
 
 from jobttl.core.domain import jsoncodec
 from jobttl.core.runtime import logs
-from jobttl.core.store import scripts, upgrade
+from jobttl.core.store import foreign, scripts, upgrade
 from jobttl.core.store.capacity import Capacity, is_full_error
+from jobttl.core.store.foreign import CheckedJob
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services.install import CONFIGMAP
 from jobttl.core.store.tasks import declared as declared_tasks
 from jobttl.core.kube.client import PermanentApiError, TransientApiError
-from jobttl.worker import kindcheck, tasks
+from jobttl.worker import kindcheck, tasks, watchdog
 from jobttl.worker.context import WorkerContext
 from jobttl.worker.follow import Follower
 from jobttl.worker.sweep import sweep
@@ -68,18 +81,19 @@ MAINTENANCE_INTERVAL = 5  # RQ: scheduler restart and takeover, abandoned-job cl
 # it before any worker could start. Five looks a second cost five ZRANGEBYSCOREs and
 # heartbeats a second, and take most of that wait away.
 SCHEDULER_INTERVAL = 0.2
+SPAWN = multiprocessing.get_context("spawn")
+SCHEDULER_STOP_GRACE = 3.0  # seconds a scheduler told to stop has before it is killed (it stops in 0.2 s)
+EXIT_SCHEDULER_STALLED = 3  # the worker's exit status when its watchdog gave up on the scheduler
 # A full Redis (OOM on a write): the worker waits this long, doubling up to the max, and tries again.
 FULL_BACKOFF_FIRST = 1.0
 FULL_BACKOFF_MAX = 30.0
 
 
-class JobttlJob(Job):
-    """RQ's Job, running jobttl 0.1's task names as 0.2's (upgrades keep every booked deletion)."""
-
-    @property
-    def func(self):
-        name = declared_tasks().current(self.func_name) if self.func_name else self.func_name
-        return import_attribute(name) if name else None
+def _run_spawned_scheduler(scheduler: JobttlScheduler, level: int, scheduler_level: int) -> None:
+    """The scheduler process's body: the worker's logging, then RQ's own `run` (its start and stop lines)."""
+    logs.configure(logging.getLevelName(level))
+    scheduler.log.setLevel(scheduler_level)
+    run_rq_scheduler(scheduler)
 
 
 class JobttlScheduler(RQScheduler):
@@ -89,6 +103,22 @@ class JobttlScheduler(RQScheduler):
     locks live beyond a minute, so it cannot be a fraction: this loop is RQ's own with a
     shorter sleep, and `interval` stays RQ's.
     """
+
+    def start(self) -> multiprocessing.process.BaseProcess:
+        # RQ forks here (`ForkProcess`); see the module's docstring for why jobttl spawns. The
+        # child gets this object pickled (queue names, the connection's class and plain kwargs,
+        # its name) and builds its own Redis connection and logging.
+        self._status = self.Status.STARTED
+        self._connection = None  # RQ: a connection cannot cross to the child
+        self._process = None
+        process = SPAWN.Process(target=_run_spawned_scheduler, name="Scheduler",
+                                args=(self, logging.getLogger().level, self.log.getEffectiveLevel()))
+        process.start()
+        self._process = process
+        return process
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_process": None, "_connection": None}
 
     def work(self) -> None:
         self._install_signal_handlers()
@@ -120,13 +150,16 @@ class JobttlWorker(SimpleWorker):
 
     exponential_backoff_factor = 1.0  # RQ: reconnect to Redis every second...
     max_connection_wait_time = 1.0  # ...not after up to 60 s
-    job_class = JobttlJob
+    job_class = CheckedJob  # resolves jobttl's tasks only (jobttl.core.store.foreign)
 
-    def __init__(self, *args, context: WorkerContext, **kwargs):
+    def __init__(self, *args, context: WorkerContext, watch: watchdog.SchedulerWatch | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.context = context
         self.clock_problem: str | None = None
         self._maintained_at: float | None = None
+        self.watch = watch or watchdog.SchedulerWatch()
+        self._watched_process: object | None = None
+        self.gave_up: watchdog.Verdict | None = None  # set when the watchdog stops the worker
         self._full_since: float | None = None  # Redis refused a write for want of memory (RedisFullBackoff)
         self._full_backoff = FULL_BACKOFF_FIRST
 
@@ -230,6 +263,29 @@ class JobttlWorker(SimpleWorker):
             self.scheduler.release_locks()
             self.scheduler.register_death()
 
+    def perform_job(self, job, queue, execution) -> bool:
+        # Before RQ resolves anything the job names: a job jobttl did not book (a Redis writer's
+        # `subprocess.check_output`) is failed here, never imported nor retried.
+        reason = foreign.refusal(job, declared_tasks())
+        if reason is None:
+            return super().perform_job(job, queue, execution)
+        foreign.report(job, reason, self.context.metrics)
+        job.retries_left = None  # its retries are the forger's too
+        self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
+        job.ended_at = utcnow()
+        self.handle_job_failure(job, queue, started_job_registry=queue.started_job_registry,
+                                exc_string=f"ForeignJob: not run, {reason}", execution=execution)
+        return False
+
+    def _shutdown(self) -> None:
+        # RQ, asked to stop while idle, raises StopRequested from the signal handler, wherever the
+        # main thread is, and sets no flag. Maintenance calls the API server and Redis under
+        # `except Exception` (a clock measure that fails is waited out, not fatal): a signal
+        # landing there was swallowed and the worker ran on, deaf to that SIGINT or SIGTERM. The
+        # flag keeps the request whatever catches the exception; RQ's loop reads it each turn.
+        self._stop_requested = True
+        super()._shutdown()
+
     @property
     def should_run_maintenance_tasks(self) -> bool:
         # RQ compares wall-clock times here. Once a clock that ran ahead is stepped back (as NTP
@@ -259,8 +315,79 @@ class JobttlWorker(SimpleWorker):
                 logs.record(log, "scheduler-stopped", level=logging.WARNING, detail=self.clock_problem)
             self.last_cleaned_at = utcnow()  # RQ: maintenance was "done", so it is not retried at once
             return
-        super().run_maintenance_tasks()
-        sweep(self.context)
+        if not self._stop_requested:
+            self.watch_scheduler()
+        if not self._stop_requested:
+            super().run_maintenance_tasks()
+            sweep(self.context)
+        if self._stop_requested:
+            # RQ's idle loop (`dequeue_job_and_maintain_ttl`) reads no flag: it ends on this
+            # exception only, which a signal during maintenance raised and something swallowed.
+            raise StopRequested()
+
+    def watch_scheduler(self) -> watchdog.Verdict | None:
+        """Are due deletions still moving? If not: restart the scheduler, or stop this worker
+        (it then exits non-zero, `run`), saying so in a log line and a metric."""
+        if self.scheduler is None:
+            return None  # burst, or no scheduler asked for
+        now = time.monotonic()
+        if self.scheduler._process is not self._watched_process:  # started since the last look (RQ or us)
+            self._watched_process = self.scheduler._process
+            self.watch.started(now)
+        try:
+            if Capacity.read(self.connection).refusing:
+                # A full Redis refuses the scheduler's writes (its heartbeat, the move of a due job):
+                # no stall of its own, and restarting it (or exiting) would not help. Watched anew after.
+                self.watch.started(now)
+                return None
+            seen = self._observe_scheduler()
+        except RedisError:
+            return None  # Redis is down: RQ's loop waits for it, and the watch looks again after
+        verdict = self.watch.judge(seen, now)
+        if verdict is None:
+            return None
+        process = self.scheduler._process
+        self.context.metrics.scheduler_stalls.labels(verdict.reason, verdict.action).inc()
+        logs.record(log, "scheduler-stalled", level=logging.ERROR, reason=verdict.reason, action=verdict.action,
+                    detail=verdict.detail, scheduler=self.scheduler.name,
+                    pid=process.pid if process is not None else None)
+        self.stop_scheduler()
+        release_lock(self.connection, self.scheduler.get_locking_key(self.queue_names()[0]), self.scheduler.name)
+        if verdict.action == watchdog.EXIT:
+            self.gave_up = verdict
+            self._stop_requested = True
+        else:
+            self.scheduler.acquire_locks(auto_start=True)
+        return verdict
+
+    def _observe_scheduler(self) -> watchdog.Observation:
+        process = self.scheduler._process
+        queue = self.queue_names()[0]
+        registry = ScheduledJobRegistry(queue, connection=self.connection, serializer=self.serializer)
+        seconds, micros = self.connection.time()
+        overdue = self.connection.zrangebyscore(registry.key, "-inf", seconds + micros / 1e6 - self.watch.bound,
+                                                start=0, num=1)
+        holder = self.connection.get(self.scheduler.get_locking_key(queue))
+        heartbeat = self.connection.hget(self.scheduler.key, "last_heartbeat")
+        return watchdog.Observation(
+            started=process is not None, alive=process is not None and process.is_alive(),
+            heartbeat=heartbeat.decode() if heartbeat else None, lock_holder=holder.decode() if holder else None,
+            name=self.scheduler.name, oldest_overdue=overdue[0].decode() if overdue else None)
+
+    def stop_scheduler(self) -> None:
+        # RQ's sends SIGTERM and joins without a bound: a scheduler that hangs would hold this
+        # worker's shutdown (and the pod's, until SIGKILL). It has `SCHEDULER_STOP_GRACE`, then is killed.
+        process = self.scheduler._process if self.scheduler is not None else None
+        if process is None or process.pid is None:
+            return
+        if process.is_alive():
+            process.terminate()
+        process.join(SCHEDULER_STOP_GRACE)
+        if process.is_alive():
+            logs.record(log, "scheduler-killed", level=logging.WARNING, pid=process.pid,
+                        detail=f"the scheduler process did not stop within {SCHEDULER_STOP_GRACE:.0f} s of SIGTERM")
+            process.kill()
+            process.join()
 
     def _dequeue_when_clocks_agree(self, timeout, max_idle_time=None):
         while self.clock_problem and not self._stop_requested:
@@ -269,6 +396,8 @@ class JobttlWorker(SimpleWorker):
             time.sleep(1)
             if self.should_run_maintenance_tasks:
                 self.run_maintenance_tasks()
+        if self._stop_requested:
+            raise StopRequested()  # RQ's work loop ends on it
         return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
 
     def _measure_clocks(self) -> str | None:
@@ -311,11 +440,18 @@ def run(settings: Settings, burst: bool = False) -> None:
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
-        follower.stop()
-        ctx.events.flush()
+        # Within Kubernetes' grace and the 10 s jobttl promises from SIGTERM to exit (the scheduler's
+        # stop above it, `SCHEDULER_STOP_GRACE`): a follow-up the follower is making is made again
+        # by the next worker (it only re-reads), the Events queued are given the longest.
+        follower.stop(timeout=1.0)
+        ctx.events.flush(timeout=4.0)
         if health is not None:
             health.shutdown()
-        logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name)
+        logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name,
+                    **({"reason": f"scheduler-{worker.gave_up.reason}"} if worker.gave_up else {}))
+    if worker.gave_up:
+        # Restarting the scheduler did not help: a new process (Kubernetes restarts the pod) might.
+        raise SystemExit(EXIT_SCHEDULER_STALLED)
 
 
 def _while_redis_is_full(step, during: str):

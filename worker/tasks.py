@@ -117,12 +117,21 @@ def warn_upcoming(uid: str | dict, due: int) -> str:
     return "announced"
 
 
-def resync() -> dict:
+class ResyncBusy(Exception):
+    """A confirmed resync found another one running (RQ retries it)."""
+
+
+def resync(confirm: str | None = None) -> dict:
     """Entry point for RQ: one resync, then the next one booked (if periodic resyncs are on); then
-    the archive's retention, which needs no cluster and so runs as often."""
+    the archive's retention, which needs no cluster and so runs as often. `confirm`: the held set's
+    id an operator confirmed (the console books it: `Schedule.request_confirmation`)."""
     ctx = context()
     try:
-        report = resync_run.run(ctx).as_dict()
+        report = resync_run.run(ctx, confirm=confirm).as_dict()
+        if confirm is not None and report["status"] == "already-running":
+            # An operator's confirmation must not be lost to a periodic resync that holds the lock:
+            # RQ tries it again (its booking's Retry), and the console waits for the outcome.
+            raise ResyncBusy(f"another resync is running: the confirmation of {confirm} is tried again")
         if ctx.archiver is not None:
             archiving.prune(ctx.archiver.store, ctx.settings.policy.archive_store, ctx.audit, ctx.metrics)
         return report

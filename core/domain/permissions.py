@@ -22,6 +22,11 @@ VERSION = "/version"  # a non-resource URL every authenticated client may read (
 # by name (`resourceNames`: the enabled kinds' CRDs only, see `crd_names`).
 CRDS = "customresourcedefinitions"
 CRD_GROUP = "apiextensions.k8s.io"
+# Someone else's token and rights, checked for the console and the read API (jobttl.core.kube.access):
+# RBAC grants create on these (authentication.k8s.io and authorization.k8s.io), the rights of
+# system:auth-delegator.
+TOKEN_REVIEWS = "tokenreviews"
+SUBJECT_ACCESS_REVIEWS = "subjectaccessreviews"
 
 # The verbs each jobttl component uses, by resource. KubeClient refuses anything else, so this
 # table is the truth the RBAC manifests in knative/ are tested against. The sink reads an
@@ -33,6 +38,8 @@ PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
     "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"}),
                CONFIGMAPS: frozenset({"get", "create", "update"}), CRDS: frozenset({"get"})},
     "watch": {JOBS: frozenset({"get", "list", "watch"})},
+    # The console's and the read API's checks of who is asking (jobttl.core.kube.access).
+    "access": {TOKEN_REVIEWS: frozenset({"create"}), SUBJECT_ACCESS_REVIEWS: frozenset({"create"})},
 }
 ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
                                                   EVENTS: frozenset({"create", "list"})}

@@ -38,7 +38,8 @@ from jobttl.core.runtime.config import ConfigError
 from jobttl.core.domain.identity import JobRef, check_name, check_namespace
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.permissions import CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS, VERSION, permissions
+from jobttl.core.domain.permissions import (CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS,
+                                           SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, VERSION, permissions)
 
 
 class ObjectGone(Exception):
@@ -345,6 +346,32 @@ class KubeClient:
         """GET /version: cheap, always allowed; its Date header measures the API server's clock."""
         return self._json(self._request("get", VERSION, "GET", "/version", "/version"), "/version")
 
+    # --- someone else's identity and rights (jobttl.core.kube.access) -----------------------------------
+    def token_review(self, token: str, audiences: tuple[str, ...] = ()) -> dict[str, Any]:
+        """POST a TokenReview (authentication.k8s.io/v1); its `status` (authenticated, user, error)."""
+        spec: dict[str, Any] = {"token": token}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
+        answer = self._request("create", TOKEN_REVIEWS, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
+                               "tokenreviews.authentication.k8s.io", body=body)
+        return self._json(answer, "TokenReview").get("status") or {}
+
+    def subject_access_review(self, user: str, groups: list[str], uid: str | None, extra: dict[str, Any],
+                              attributes: dict[str, str]) -> dict[str, Any]:
+        """POST a SubjectAccessReview (authorization.k8s.io/v1) of `attributes` (resourceAttributes)
+        for that user; its `status` (allowed, denied, reason)."""
+        spec: dict[str, Any] = {"user": user, "groups": groups, "resourceAttributes": attributes}
+        if uid:
+            spec["uid"] = uid
+        if extra:
+            spec["extra"] = extra
+        body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
+        answer = self._request("create", SUBJECT_ACCESS_REVIEWS, "POST",
+                               "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                               "subjectaccessreviews.authorization.k8s.io", body=body)
+        return self._json(answer, "SubjectAccessReview").get("status") or {}
+
     # --- core: Events, pods, logs ---------------------------------------------------------------------
     def create_event(self, ref: JobRef, reason: str, message: str, warning: bool = False,
                      action: str = "Delete") -> None:
@@ -436,8 +463,9 @@ def _page(body: bytes) -> Page:
         raise Undecodable(f"a list page must be a JSON object, got {type(data).__name__}")
     meta = data.get("metadata") or {}
     items = data.get("items") or []
-    return Page([i for i in items if isinstance(i, dict)], meta.get("continue") or None,
-                meta.get("resourceVersion"))
+    objects = [i for i in items if isinstance(i, dict)]
+    return Page(objects, meta.get("continue") or None, meta.get("resourceVersion"),
+                undecodable=len(items) - len(objects) if isinstance(items, list) else 0)
 
 
 @contextlib.contextmanager

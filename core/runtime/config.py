@@ -205,6 +205,19 @@ SETTINGS: tuple[EnvSetting, ...] = (
             "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
             "any token for the audience (any pod can mint one for its own service account)"),
     EnvSetting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
+    EnvSetting("read_api_auth", "JOBTTL_READ_API_AUTH", choice("oidc", "kubernetes", "none"),
+            "who may read the read API: oidc (a bearer token checked as the events' are, JOBTTL_SINK_OIDC_*), "
+            "kubernetes (a Kubernetes token, checked with TokenReview, allowed `list` on deletions.jobttl.io by "
+            "SubjectAccessReview: ClusterRole jobttl-reader) or none; unset: oidc when the events need it, else none"),
+    EnvSetting("read_api_oidc_subjects", "JOBTTL_READ_API_OIDC_SUBJECTS", words,
+            "with JOBTTL_READ_API_AUTH=oidc, token subjects that may read (comma-separated); default: any token for "
+            "the sink's audience"),
+    EnvSetting("console_auth", "JOBTTL_CONSOLE_AUTH", choice("kubernetes", "none"),
+            "who may use `jobttl console`: kubernetes (a Kubernetes token checked with TokenReview; each page and "
+            "action allowed by SubjectAccessReview) or none (no sign-in: only with --host on a loopback address)"),
+    EnvSetting("console_session_key_file", "JOBTTL_CONSOLE_SESSION_KEY_FILE", text,
+            "a file holding the key that signs the console's session cookies (shared by its replicas); unset: a "
+            "random key per process (sign-ins end when it restarts)"),
     EnvSetting("console_url", "JOBTTL_CONSOLE_URL", url("http", "https"),
             "the web console's address as operators reach it: notifications link to it (`deleted` to its history, "
             "review-opened to its held page); unset: no links"),
@@ -259,6 +272,10 @@ class Settings:
     sink_oidc_ca_file: str | None = None
     sink_oidc_subjects: tuple[str, ...] = ()
     read_api: str = "on"
+    read_api_auth: str | None = None
+    read_api_oidc_subjects: tuple[str, ...] = ()
+    console_auth: str = "kubernetes"
+    console_session_key_file: str | None = None
     console_url: str | None = None
     notify_metrics_port: int = 9091
     notify_gather: int = 30
@@ -293,6 +310,12 @@ class Settings:
                               "(or rediss+sentinel://), or unset the CA file")
         if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
             raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
+        auth = values.get("read_api_auth")
+        if auth == "oidc" and not values.get("sink_oidc_audience"):
+            raise ConfigError("JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked: set "
+                              "JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER, or choose kubernetes or none")
+        if auth is None:
+            values["read_api_auth"] = "oidc" if values.get("sink_oidc_audience") else "none"
         try:
             values["policy"] = load_policy(values.get("policy_path")).confined_to(values.get("delete_namespaces", ()))
         except PolicyError as exc:

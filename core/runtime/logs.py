@@ -12,8 +12,28 @@ import sys
 from pythonjsonlogger.json import JsonFormatter
 
 
+class StderrHandler(logging.StreamHandler):
+    """A StreamHandler on the process's standard error as it is when each line is written.
+
+    logging's own StreamHandler keeps the stream it was given: a process whose `sys.stderr`
+    is replaced later (a test's captured output, which is closed at the test's end) would go on
+    writing to the old one, each line a "ValueError: I/O operation on closed file" traceback.
+    """
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value) -> None:
+        pass  # always sys.stderr
+
+
 def configure(level: str = "INFO") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()
     handler.setFormatter(
         JsonFormatter(
             "%(asctime)s %(levelname)s %(name)s %(message)s",

@@ -63,8 +63,20 @@ class Metrics:
                                      "for it, never its URL), event and outcome: sent, failed (tried again later), "
                                      "dropped (given up), refused (a job asked for a channel that does not take its "
                                      "messages)", ["channel", "event", "outcome"], registry=r)
+        self.foreign_jobs = Counter("jobttl_foreign_jobs", "RQ jobs in the worker's queue that jobttl did not book "
+                                    "(a function that is not one of its tasks, a callback, a webhook): failed "
+                                    "without importing anything", registry=r)
         self.events_dropped = Counter("jobttl_kubernetes_events_dropped",
                                       "Kubernetes Events not recorded (queue full or API error)", registry=r)
+        # The worker's watchdog over RQ's scheduler process (jobttl.worker.watchdog): due deletions
+        # that stop moving onto the queue, by why (dead, stuck, overdue) and what it did (restart, exit).
+        self.scheduler_stalls = Counter("jobttl_scheduler_stalled", "Times the worker found its scheduler "
+                                        "process no longer moving due deletions onto the queue, by reason (dead, "
+                                        "stuck: no heartbeat, overdue: due deletions not moving) and action "
+                                        "(restart, exit)", ["reason", "action"], registry=r)
+        for reason in ("dead", "stuck", "overdue"):  # at 0 from the start: the alert reads the series
+            for action in ("restart", "exit"):
+                self.scheduler_stalls.labels(reason, action)
         for event, reason in ALERTED_DECISIONS:
             self.decisions.labels(event, reason)
 

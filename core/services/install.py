@@ -16,9 +16,13 @@ Deletions due after the install time (jobs finishing from now on) are never held
 
 A Redis that lost its data is not a first install: the ConfigMap says when jobttl was installed
 and whether the review is done, and the guard's thresholds govern what a resync finds overdue,
-as they always did. Where there is no ConfigMap, an audit trail written by a worker (a resync,
-a deletion) also says that jobttl ran before (an upgrade from 0.2): no review is asked for.
-Only a cluster where neither exists is a first install.
+as they always did. Where there is no ConfigMap, a worker's deletion in the audit trail made by a
+release that kept no record says that jobttl ran before (an upgrade from 0.2): no review is asked
+for. Nothing else does: not a resync's entry (a `jobttl resync` that could not read the record
+writes one too), not a dry run's, not a deletion of this release (made under a record since lost:
+the ConfigMap deleted and Redis flushed while the review was open). Only a cluster where neither
+the record nor such a deletion exists is a first install: with both the ConfigMap and Redis's
+mirror gone, the next start holds what is overdue again, never taking it as reviewed.
 
 The rule (`InstallRecord.holds`) is pure; `InstallReview` reads and writes the record.
 """
@@ -33,6 +37,7 @@ from datetime import datetime, timezone
 from redis import Redis
 
 from jobttl.core.store import keys
+from jobttl.core.store.audit import DELETION_EVENTS, INSTALL_RECORDED
 from jobttl.core.runtime import logs
 from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone, PermanentApiError
 
@@ -44,10 +49,13 @@ DEFAULT_NAMESPACE = "jobttl"
 
 FIRST_INSTALL = "first-install"  # nothing said jobttl ran here before: the review applies
 RAN_BEFORE = "ran-before"  # an audit trail of a worker without a record (0.2): nothing to review
+UNREADABLE = "unreadable"  # a resync that could not read or write the record: it holds all that is due
 
-# Audit events only a worker (or a resync) writes: the sink alone never proves a worker ran.
-_WORKER_EVENTS = {b"deleted", b"delete-requested", b"would-delete", b"resync", b"refused", b"pods-deleted"}
-_AUDIT_LOOKBACK = 1000
+# "Ran before" needs a worker's deletion made by a release that kept no install record (0.2): a
+# resync's entry, a dry run's, a refusal or the sink's prove nothing was ever reviewed, and a
+# deletion of this release (marked `INSTALL_RECORDED`) was made under a record that is now lost.
+_DELETIONS = {event.encode() for event in DELETION_EVENTS}
+_AUDIT_LOOKBACK = 10_000
 
 
 @dataclass(frozen=True)
@@ -56,18 +64,34 @@ class InstallRecord:
     origin: str = FIRST_INSTALL
     reviewed_at: int | None = None
     reviewed_by: str | None = None
+    # Once reviewed: the kinds (apiVersion/Kind) the confirmation did not cover, because its resync
+    # could not list them completely. They stay under review (jobttl.core.domain.review).
+    kinds_under_review: frozenset[str] = frozenset()
 
     @property
     def under_review(self) -> bool:
+        """The review of the install is open: no confirmation (or nothing-was-due) has ended it yet."""
         return self.reviewed_at is None
 
-    def holds(self, due: int) -> bool:
-        """The rule: a deletion that was already due when jobttl was installed waits for the review.
-        `<=`: due at the install second is overdue at install, as `decide` counts expiry."""
-        return self.under_review and due <= self.installed_at
+    @property
+    def reviewing(self) -> bool:
+        """Anything is still under review: the install's, or kinds its confirmation did not cover."""
+        return self.reviewed_at is None or bool(self.kinds_under_review)
 
-    def reviewed(self, by: str, at: int) -> InstallRecord:
-        return InstallRecord(self.installed_at, self.origin, at, by)
+    def holds(self, due: int, kind: str | None = None) -> bool:
+        """The rule: a deletion that was already due when jobttl was installed waits for the review of its
+        kind (`kind_key`; None: any kind still under review). `<=`: due at the install second is overdue at
+        install, as `decide` counts expiry."""
+        if due > self.installed_at:
+            return False
+        if self.reviewed_at is None:
+            return True
+        return bool(self.kinds_under_review) if kind is None else kind in self.kinds_under_review
+
+    def reviewed(self, by: str, at: int, still: frozenset[str] = frozenset()) -> InstallRecord:
+        """Reviewed by `by`, but for the kinds in `still` (of those this record still had under review)."""
+        left = still if self.reviewed_at is None else self.kinds_under_review & still
+        return InstallRecord(self.installed_at, self.origin, at, by, frozenset(left))
 
     def as_data(self) -> dict[str, str]:
         """The ConfigMap's data (and the Redis hash): RFC 3339 times, readable with kubectl."""
@@ -75,6 +99,8 @@ class InstallRecord:
         if self.reviewed_at is not None:
             data["reviewedAt"] = _rfc3339(self.reviewed_at)
             data["reviewedBy"] = self.reviewed_by or ""
+        if self.kinds_under_review:
+            data["kindsUnderReview"] = ",".join(sorted(self.kinds_under_review))
         return data
 
     @classmethod
@@ -85,14 +111,21 @@ class InstallRecord:
         if "installedAt" not in data:
             raise ValueError("installedAt: missing")
         reviewed = data.get("reviewedAt")
+        kinds = frozenset(k.strip() for k in (data.get("kindsUnderReview") or "").split(",") if k.strip())
         return cls(_epoch(data["installedAt"], "installedAt"), data.get("origin") or FIRST_INSTALL,
-                   _epoch(reviewed, "reviewedAt") if reviewed else None, data.get("reviewedBy") or None)
+                   _epoch(reviewed, "reviewedAt") if reviewed else None, data.get("reviewedBy") or None, kinds)
 
     def as_dict(self) -> dict:
         """For `jobttl status` and reports."""
         return {"installedAt": _rfc3339(self.installed_at), "origin": self.origin, "underReview": self.under_review,
                 "reviewedAt": _rfc3339(self.reviewed_at) if self.reviewed_at is not None else None,
-                "reviewedBy": self.reviewed_by}
+                "reviewedBy": self.reviewed_by, "kindsUnderReview": sorted(self.kinds_under_review)}
+
+
+def unreadable_record(now: float) -> InstallRecord:
+    """What a resync goes by when it cannot read or write the install record: a review open at `now`,
+    so that everything due by then is held, none of it released, and nothing is written."""
+    return InstallRecord(int(now), UNREADABLE)
 
 
 def namespace_from_env(configured: str | None) -> str:
@@ -141,14 +174,12 @@ class InstallReview:
             return self.establish(self._established.installed_at)
         return None
 
-    def holds(self, due: int) -> bool:
-        """Whether the first-run review holds a deletion due then. Cheap when it cannot: Redis is read
-        only for deletions due before the install time this process knows."""
-        known = self._established
-        if known is not None and not known.holds(due):
-            return False
+    def holds(self, due: int, kind: str | None = None) -> bool:
+        """Whether the first-run review holds a deletion of `kind` (`kind_key`) due then. Redis's mirror is
+        read every time (one HGETALL): a record made again after the ConfigMap and Redis's data were
+        lost starts a new review, later than the one this process knew."""
         record = self.current()
-        return record is not None and record.holds(due)
+        return record is not None and record.holds(due, kind)
 
     # --- writing ------------------------------------------------------------------------------------
     def establish(self, now: float) -> InstallRecord | None:
@@ -181,25 +212,26 @@ class InstallReview:
         self._established = record
         return record
 
-    def mark_reviewed(self, by: str, now: float) -> InstallRecord | None:
-        """The operator confirmed what was held: the review is done, in the cluster first."""
-        record = self.current() if self._established is None else self._established
-        if record is None or not record.under_review or self.kube is None:
+    def mark_reviewed(self, by: str, now: float, still: frozenset[str] = frozenset()) -> InstallRecord | None:
+        """The operator confirmed what was held: the review is done, in the cluster first, but for the kinds
+        in `still` (not listed completely by the resync that confirmed)."""
+        record = self.current() or self._established
+        if record is None or self.kube is None or not _covers_more(record, still):
             return record
         for _ in range(5):
             found = self.kube.get_configmap(self.namespace, CONFIGMAP)
             if found is None:
-                record = self._create(record.reviewed(by, int(now)))
+                record = self._create(record.reviewed(by, int(now), still))
                 break
             current = self._from_configmap(found)
-            if not current.under_review:
-                record = current
+            if not _covers_more(current, still):
+                record = current  # nothing newly covered: the record stays as it is
                 break
             try:
-                self.kube.replace_configmap(found, current.reviewed(by, int(now)).as_data())
+                self.kube.replace_configmap(found, current.reviewed(by, int(now), still).as_data())
             except Conflict:
                 continue  # someone else wrote it meanwhile: read again
-            record = current.reviewed(by, int(now))
+            record = current.reviewed(by, int(now), still)
             break
         else:
             raise Conflict(f"ConfigMap {self.namespace}/{CONFIGMAP} kept changing: the review is not marked done")
@@ -240,12 +272,17 @@ class InstallReview:
             pipe.execute()
 
     def _worker_ran_before(self) -> bool:
-        if self.redis.exists(keys.RESYNC_LAST_SUCCESS):
-            return True
+        """Whether the audit trail holds a deletion by a worker of a release without install records."""
+        marker = INSTALL_RECORDED.encode()
         for _, entry in self.redis.xrevrange(keys.AUDIT_STREAM, count=_AUDIT_LOOKBACK):
-            if entry.get(b"event") in _WORKER_EVENTS:
+            if entry.get(b"event") in _DELETIONS and marker not in entry:
                 return True
         return False
+
+
+def _covers_more(record: InstallRecord, still: frozenset[str]) -> bool:
+    """Whether a confirmation leaving `still` under review ends any review `record` has open."""
+    return record.under_review or bool(record.kinds_under_review - still)
 
 
 def _rfc3339(epoch: float) -> str:

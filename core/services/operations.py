@@ -28,6 +28,7 @@ from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.guard import HeldDeletions
+from jobttl.core.domain.review import listed_by_api_server
 from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.domain.identity import JobRef, check_name, check_namespace
@@ -286,12 +287,70 @@ class Operations:
             uid, stage = split_member(h.member)
             d = h.decision
             items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
+                                            # In the id (and confirmed) only once the API server returned it.
+                                            "listed": listed_by_api_server(h.by),
                                             "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome,
                                             "ttl": d.ttl, "ttlSource": d.ttl_source, "rules": list(d.rules),
                                             "reason": d.reason}))
         items.sort(key=lambda i: (i["due"] or 0, i["namespace"], i["name"]))
         return {"heldId": HeldDeletions(self.redis).current_id() if held else None, "items": items,
                 "install": self.install()}
+
+    def due_histogram(self, now: float, hours: int = 24, days: int = 7) -> dict[str, list[dict[str, Any]]]:
+        """How many deletions are due in each of the next `hours` hours and `days` days (the first of each
+        from now; overdue ones count in the first): one ZCOUNT per bucket of the due index, one round trip."""
+        start = int(now)
+        buckets = {"hours": [(start + 3600 * i, start + 3600 * (i + 1)) for i in range(hours)],
+                   "days": [(start + 86400 * i, start + 86400 * (i + 1)) for i in range(days)]}
+        with self.redis.pipeline(transaction=False) as pipe:
+            for spans in buckets.values():
+                for i, (low, high) in enumerate(spans):
+                    pipe.zcount(keys.PENDING_INDEX, "-inf" if i == 0 else low, f"({high}")
+            counts = iter(pipe.execute())
+        return {name: [{"from": low, "to": high, "count": next(counts)} for low, high in spans]
+                for name, spans in buckets.items()}
+
+    def counts(self, cap: int = 20_000) -> dict[str, Any]:
+        """Pending deletions by kind and by namespace, from at most `cap` records (due first): `complete`
+        says whether every one was counted."""
+        by_kind: dict[str, int] = {}
+        by_namespace: dict[str, int] = {}
+        seen = 0
+        for batch in self.schedule.scan():
+            for p in batch:
+                kind = shown_kind(p.ref.api_version, p.ref.kind)
+                by_kind[kind] = by_kind.get(kind, 0) + 1
+                by_namespace[p.ref.namespace] = by_namespace.get(p.ref.namespace, 0) + 1
+                seen += 1
+            if seen >= cap:
+                break
+        return {"byKind": dict(sorted(by_kind.items(), key=lambda i: -i[1])),
+                "byNamespace": dict(sorted(by_namespace.items(), key=lambda i: -i[1])),
+                "counted": seen, "complete": seen < cap or seen >= self.schedule.count()}
+
+    def confirm_held(self, held: str, by: str) -> str:
+        """Release the held set `held` names (its id, as `jobttl held` shows it): the same as `jobttl resync
+        --confirm HELD`, run by a worker. Raises NotFound when the held set is no longer that one (it
+        changed since it was shown, or was released): nothing is confirmed. Returns the resync's RQ job id."""
+        current = HeldDeletions(self.redis).current_id()
+        if current is None or current != held:
+            raise NotFound(f"the held set is no longer {held!r} (now: {current or 'nothing held'}): it changed since "
+                           "it was shown; review it again")
+        self.audit.record("review-confirm-requested", None, heldId=held, by=by,
+                          detail=f"the same as `jobttl resync --confirm {held}`, run by a worker")
+        return self.schedule.request_confirmation(held)
+
+    def resync_result(self, job_id: str) -> dict[str, Any] | None:
+        """The report of a resync booked by `confirm_held` once a worker ran it; None until then."""
+        try:
+            job = Job.fetch(job_id, connection=self.redis, serializer=JSONSerializer)
+        except NoSuchJobError:
+            raise NotFound(f"no resync {job_id!r}") from None
+        if job.is_failed:
+            result = job.latest_result()
+            return {"status": "failed", "errors": [_error(result.exc_string if result else None)]}
+        value = job.return_value()
+        return value if isinstance(value, dict) else None
 
     def stuck(self) -> list[dict[str, Any]]:
         return [shapes.with_times({"member": m.decode(), **jsoncodec.loads(v)})

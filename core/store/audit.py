@@ -58,12 +58,22 @@ class AuditEntry:
         return shapes.entry(self.fields, id=self.id, at=self.at)
 
 
+# What a worker's DELETE leaves in the trail. Such an entry is the only evidence that jobttl "ran
+# before" on a cluster without an install record (jobttl.core.services.install): an upgrade from 0.2,
+# which kept none. Every release that keeps the record marks its own deletions (`INSTALL_RECORDED`),
+# so that a deletion made after a Redis flush, while a review was open, never passes for 0.2's.
+DELETION_EVENTS = frozenset({"deleted", "delete-requested", "pods-deleted"})
+INSTALL_RECORDED = "installRecord"  # the field; its value is "kept"
+
+
 def entry_fields(event: str, ref: JobRef | None, **fields: Any) -> dict[str, str]:
     """The one shape of an audit entry: flat strings, None left out, structures as JSON."""
     entry = {"event": event, **(ref.as_dict() if ref else {})}
     for key, value in fields.items():
         if value is not None:
             entry[key] = value if isinstance(value, str) else jsoncodec.dumps_str(value)
+    if event in DELETION_EVENTS:
+        entry[INSTALL_RECORDED] = "kept"
     return entry
 
 

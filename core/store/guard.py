@@ -33,6 +33,7 @@ from jobttl.core.store import keys
 from jobttl.core.domain.decision import Decision
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.plan import COLLECT, GUARDED
+from jobttl.core.domain.review import listed_by_api_server
 
 
 FIRST_RUN = "first-run"  # HeldDeletion.by: held for the first-run review (jobttl.core.services.install)
@@ -122,7 +123,12 @@ class HeldDeletions:
         return [m.decode() for m in self.redis.hkeys(keys.HELD)]
 
     def current_id(self) -> str | None:
-        return held_id(self.members())
+        """The id an operator confirms: of the held deletions of objects the API server returned
+        (jobttl.core.domain.review.listed_by_api_server); what events alone held is not in it."""
+        return held_id(self.listed_members())
+
+    def listed_members(self) -> list[str]:
+        return [h.member for h in self.all() if listed_by_api_server(h.by)]
 
     def count(self) -> int:
         return self.redis.hlen(keys.HELD)

@@ -201,6 +201,11 @@ class ResyncAsked:
         return {"now": "resync-requested"}.get(self.outcome, f"resync-{self.outcome}")
 
 
+# How a confirmation booked while another resync runs is tried again (seconds; the last repeats).
+CONFIRM_RETRIES = 130
+CONFIRM_RETRY_INTERVALS = (1, 2, 5, 10, 30)
+
+
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
@@ -375,6 +380,16 @@ class Schedule:
         except DuplicateJobError:
             return False
         return True
+
+    def request_confirmation(self, held: str) -> str:
+        """Ask the workers for the resync that releases the held set named `held` (what `jobttl resync
+        --confirm HELD` does, run by a worker: the console cannot read the cluster); its RQ job id."""
+        job_id = f"resync-confirm-{held[:32]}-{int(time.time() * 1000)}"
+        # Retried while another resync holds the lock (the task raises then), never lost to it: for
+        # an hour (a resync of a large cluster takes minutes).
+        self.queue.enqueue(self.tasks.resync, kwargs={"confirm": held}, job_id=job_id, job_timeout=3600,
+                           result_ttl=86400, retry=Retry(max=CONFIRM_RETRIES, interval=list(CONFIRM_RETRY_INTERVALS)))
+        return job_id
 
     def mark_would_delete(self, job: Job, at: int) -> None:
         """Dry-run: the worker would have deleted it now. The record stays, so listings show

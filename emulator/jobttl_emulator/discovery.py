@@ -31,9 +31,18 @@ VERBS = ["delete", "deletecollection", "get", "list", "patch", "create", "update
 _NAMESPACE_VERBS = ["create", "delete", "get", "list", "patch", "update", "watch"]
 _READ_VERBS = ["get", "list", "watch"]  # what a read-only registration (CRDs) serves
 AUTHORIZATION_GROUP = "authorization.k8s.io"
+AUTHENTICATION_GROUP = "authentication.k8s.io"
 _ACCESS_REVIEW = {
     "name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview", "namespaced": False,
     "kind": "SelfSubjectAccessReview", "verbs": ["create"],
+}
+_SUBJECT_ACCESS_REVIEW = {
+    "name": "subjectaccessreviews", "singularName": "subjectaccessreview", "namespaced": False,
+    "kind": "SubjectAccessReview", "verbs": ["create"],
+}
+_TOKEN_REVIEW = {
+    "name": "tokenreviews", "singularName": "tokenreview", "namespaced": False,
+    "kind": "TokenReview", "verbs": ["create"],
 }
 
 
@@ -69,7 +78,9 @@ def _entries(res: Resource) -> list[dict]:
 def _resource_list(resources: tuple[Resource, ...], group: str, version: str) -> dict:
     entries = [e for res in resources if (res.group, res.version) == (group, version) for e in _entries(res)]
     if (group, version) == (AUTHORIZATION_GROUP, "v1"):
-        entries.append(_ACCESS_REVIEW)
+        entries += [_ACCESS_REVIEW, _SUBJECT_ACCESS_REVIEW]
+    if (group, version) == (AUTHENTICATION_GROUP, "v1"):
+        entries.append(_TOKEN_REVIEW)
     group_version = f"{group}/{version}" if group else version
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}
 
@@ -80,6 +91,7 @@ def _group_versions(resources: tuple[Resource, ...]) -> dict[str, list[str]]:
         if res.group and res.version not in versions.setdefault(res.group, []):
             versions[res.group].append(res.version)
     versions.setdefault(AUTHORIZATION_GROUP, ["v1"])
+    versions.setdefault(AUTHENTICATION_GROUP, ["v1"])
     return versions
 
 

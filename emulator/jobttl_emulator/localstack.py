@@ -1,8 +1,9 @@
 """Run the whole jobttl stack on one machine: ``make run`` (or ``python -m jobttl_emulator.localstack``).
 
 Starts its own redis-server, the Kubernetes API emulator seeded with example TFJobs
-(``seeds/tfjobs.yaml`` beside this module), the sink, the worker and the watcher that feeds the
-sink CloudEvents, all with their built-in defaults. It writes the environment it started to
+(``seeds/tfjobs.yaml`` beside this module), the sink, the worker, the watcher that feeds the
+sink CloudEvents and the web console (``jobttl console`` on 127.0.0.1, without sign-in: its URL is
+printed first), all with their built-in defaults. It writes the environment it started to
 ``.run/env`` (``. .run/env``, then ``jobttl status`` or ``kubectl get tfjobs -A`` reach this
 stack), with ``.run/bin/jobttl`` for use without sourcing anything, and shows what jobttl has
 pending with a live countdown, each deletion as jobttl records it, and a summary on exit.
@@ -399,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
-    ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics")}
+    ports = {name: free_port() for name in ("redis", "emulator", "sink", "metrics", "console")}
     kubeconfig = stack.workdir / "kubeconfig"
     kubeconfig.unlink(missing_ok=True)
     queue = os.environ.get("JOBTTL_QUEUE") or QUEUE
@@ -423,14 +424,19 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     notifier = _start_notifier(stack, env)
     sink = stack.jobttl("sink", "sink", "--host", "127.0.0.1", "--port", str(ports["sink"]), env=env)
     worker = stack.jobttl("worker", "worker", env=env)
-    stack.jobttl("watch", "watch", "--sink", sink_url, env=env)
+    stack.jobttl("watch", "watch", "--sink", sink_url, "--host", "127.0.0.1", "--port", "0", env=env)
+    # The console without sign-in: on this machine's loopback only (jobttl console refuses it elsewhere).
+    console_url = f"http://127.0.0.1:{ports['console']}/"
+    console = stack.jobttl("console", "console", "--host", "127.0.0.1", "--port", str(ports["console"]),
+                           env={**env, "JOBTTL_CONSOLE_AUTH": "none"})
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
     _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
     _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)
     if notifier is not None:
         _until(lambda: _get(notifier[1]), 30, "the notifier (jobttl notify)", notifier[0])
+    _until(lambda: _get(f"{console_url}healthz"), 30, "the console (jobttl console)", console)
     env_file = write_environment(stack.workdir, shared)
-    _banner(stack, shared, env_file, sink_url, emulator_url, metrics_url)
+    _banner(stack, shared, env_file, sink_url, emulator_url, metrics_url, console_url)
     dues: dict[str, int] = {}
     try:
         return _follow(jobttl, Screen(), start, dues, args)
@@ -468,8 +474,9 @@ def policy_notifies(path: str | None) -> bool:
 
 
 def _banner(stack: Stack, env: dict[str, str], env_file: Path, sink_url: str, emulator_url: str,
-            metrics_url: str) -> None:
+            metrics_url: str, console_url: str) -> None:
     print("jobttl is running (Ctrl-C stops everything):")
+    print(f"  console {console_url} (open it in a browser: no sign-in, this machine only)")
     print(f"  sink {sink_url} (read API: {sink_url}/api/v1/deletions), API emulator {emulator_url},")
     print(f"  Redis {env['JOBTTL_REDIS_URL']}, worker metrics {metrics_url}, logs in {_shown(stack.logs)}/")
     print(f"In another shell, `. {_shown(env_file)}` (or paste these lines), then `jobttl status` or "

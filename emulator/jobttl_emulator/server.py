@@ -18,7 +18,10 @@ Paths served for every registered :class:`~jobttl_emulator.resources.Resource`
 
 Cluster-scoped kinds (namespaces) drop the ``namespaces/<ns>`` part. Also:
 ``/version``, discovery, ``/openapi/v2``, ``/openapi/v3[/<group-version>]`` and
-``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``.
+``POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews``, and ``TokenReview`` and
+``SubjectAccessReview`` (``POST /apis/authentication.k8s.io/v1/tokenreviews``,
+``/apis/authorization.k8s.io/v1/subjectaccessreviews``) answered from the tokens and grants
+``PUT /_emulator/identities`` gives (authn.py).
 
 Responses follow the wire format of a real server closely enough for the
 ``kubernetes`` Python client (typed and dynamic) and kubectl not to notice:
@@ -44,16 +47,16 @@ import time
 import uuid
 from collections import deque
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from flask import Flask, Response, request
 from werkzeug.serving import WSGIRequestHandler, make_server
 
-from . import authz, logs, protobuf
+from . import authn, authz, logs, protobuf
 from .crds import load_crds, merge_resources
-from .discovery import AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
+from .discovery import AUTHENTICATION_GROUP, AUTHORIZATION_GROUP, SERVER_VERSION, VERBS, discovery
 from .openapi import OpenAPI
 from .resources import DEFAULT_RESOURCES, Resource
 from .store import (
@@ -104,6 +107,13 @@ class Fault:
     path_contains: str | None = None
     user: str = DEFAULT_USER  # who the 403 message says was refused
     message: str | None = None  # overrides the Status message
+    # In-process only: the request waits until the gate is set (at most `delay` s), not a fixed
+    # `delay`, so a test makes something happen while a request is held, however loaded the machine.
+    gate: threading.Event | None = field(default=None, compare=False, repr=False)
+    arrived: threading.Event = field(default_factory=threading.Event, compare=False, repr=False)
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in asdict(replace(self, gate=None, arrived=None)).items() if k not in ("gate", "arrived")}
 
     def matches(self, verb: str, path: str) -> bool:
         return self.count > 0 and self.verb in (None, verb) and (not self.path_contains or self.path_contains in path)
@@ -119,6 +129,8 @@ class Hooks:
         self._next_id = 1
         # SelfSubjectAccessReview rules (see authz.py); None: everything is allowed.
         self.access_rules: list[dict] | None = None
+        # TokenReview's tokens and SubjectAccessReview's grants (see authn.py); empty: nobody.
+        self.identities = authn.Identities()
 
     def record(self, entry: dict) -> None:
         with self._lock:
@@ -148,6 +160,7 @@ class Hooks:
         path_contains: str | None = None,
         user: str = DEFAULT_USER,
         message: str | None = None,
+        gate: threading.Event | None = None,
     ) -> Fault:
         if verb is not None and verb not in VERBS:
             raise ValueError(f"verb must be one of {VERBS}, not {verb!r}")
@@ -158,14 +171,15 @@ class Hooks:
         if int(count) < 1:
             raise ValueError("count must be at least 1")
         with self._lock:
-            fault = Fault(self._next_id, verb, None if status is None else int(status), int(count), float(delay), path_contains, user, message)
+            fault = Fault(self._next_id, verb, None if status is None else int(status), int(count), float(delay), path_contains, user, message,
+                          gate=gate)
             self._next_id += 1
             self._faults.append(fault)
             return fault
 
     def faults(self) -> list[dict]:
         with self._lock:
-            return [asdict(f) for f in self._faults if f.count > 0]
+            return [f.as_dict() for f in self._faults if f.count > 0]
 
     def take_fault(self, verb: str, path: str) -> Fault | None:
         """Consume one use of the first pending fault matching the request."""
@@ -173,6 +187,7 @@ class Hooks:
             for fault in self._faults:
                 if fault.matches(verb, path):
                     fault.count -= 1
+                    fault.arrived.set()
                     taken = copy.copy(fault)
                     self._faults = [f for f in self._faults if f.count > 0]
                     return taken
@@ -515,7 +530,7 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
             fault = hooks.add_fault(**spec)
         except (TypeError, ValueError) as exc:
             return _json({"error": str(exc)}, 400)
-        return _json(asdict(fault), 201)
+        return _json(fault.as_dict(), 201)
 
     @app.delete("/_emulator/faults")
     def delete_faults() -> Response:
@@ -552,6 +567,14 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
             return _json({"error": "expected a list of rule objects, or null to allow everything"}, 400)
         hooks.access_rules = rules
         return _json({"rules": rules})
+
+    @app.put("/_emulator/identities")
+    def put_identities() -> Response:
+        checked = authn.Identities.check(request.get_json(silent=True))
+        if isinstance(checked, str):
+            return _json({"error": checked}, 400)
+        hooks.identities.set(*checked)
+        return _json({"tokens": len(checked[0]), "grants": len(checked[1])})
 
     @app.route("/", defaults={"path": ""}, methods=_METHODS)
     @app.route("/<path:path>", methods=_METHODS)
@@ -590,7 +613,9 @@ def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Respon
     verb = _verb(method, route, args.get("watch") in _TRUE)
     fault = hooks.take_fault(verb, path)
     if fault is not None:
-        if fault.delay:
+        if fault.gate is not None:
+            fault.gate.wait(fault.delay or None)
+        elif fault.delay:
             time.sleep(fault.delay)
         if fault.status is not None:
             raise _fault_error(fault, verb, route, path)
@@ -600,6 +625,14 @@ def _serve(store: Store, hooks: Hooks, documents: OpenAPI, raw: bytes) -> Respon
         if method != "POST":
             raise _method_not_allowed()
         return _json(authz.review(_json_body(raw, request.mimetype), hooks.access_rules), 201)
+    if segments == ["apis", AUTHORIZATION_GROUP, "v1", "subjectaccessreviews"]:
+        if method != "POST":
+            raise _method_not_allowed()
+        return _json(hooks.identities.access_review(_json_body(raw, request.mimetype)), 201)
+    if segments == ["apis", AUTHENTICATION_GROUP, "v1", "tokenreviews"]:
+        if method != "POST":
+            raise _method_not_allowed()
+        return _json(hooks.identities.token_review(_json_body(raw, request.mimetype)), 201)
     if method == "GET":
         if segments in (["healthz"], ["livez"], ["readyz"]):
             return Response("ok", mimetype="text/plain")
@@ -1002,8 +1035,9 @@ class EmulatorServer:
         path_contains: str | None = None,
         user: str = DEFAULT_USER,
         message: str | None = None,
+        gate: threading.Event | None = None,
     ) -> Fault:
-        return self.hooks.add_fault(verb, status, count, delay, path_contains, user, message)
+        return self.hooks.add_fault(verb, status, count, delay, path_contains, user, message, gate)
 
     def clear_faults(self) -> int:
         return self.hooks.clear_faults()
@@ -1025,6 +1059,11 @@ class EmulatorServer:
     def set_log(self, namespace: str, pod: str, container: str, text: str, previous: bool = False) -> None:
         """What ``pods/<pod>/log`` returns for ``container`` (``previous``: its previous instance's log)."""
         self.store.logs.set(namespace, pod, container, text, previous)
+
+    def set_identities(self, tokens: dict[str, dict] | None = None, grants: list[dict] | None = None) -> None:
+        """The tokens ``TokenReview`` knows (token → ``{"username", "groups", "uid"}``) and what
+        ``SubjectAccessReview`` allows (``[{"users": [...], "groups": [...], "rules": [PolicyRule...]}]``)."""
+        self.hooks.identities.set(tokens, grants)
 
     def set_access_rules(self, rules: list[dict] | None) -> None:
         """Rules ``SelfSubjectAccessReview`` answers by (see ``authz.py``); None allows everything."""

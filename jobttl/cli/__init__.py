@@ -34,6 +34,8 @@ COMMAND_ENV = {
     "worker": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_POLICY", "KUBECONFIG", "JOBTTL_PROPAGATION_POLICY",
                "JOBTTL_RESYNC_INTERVAL", "JOBTTL_DELETE_RATE", "JOBTTL_WORKER_METRICS_PORT"),
     "watch": ("KUBECONFIG", "JOBTTL_POLICY"),
+    "console": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "JOBTTL_POLICY", "KUBECONFIG", "JOBTTL_CONSOLE_AUTH",
+                "JOBTTL_CONSOLE_SESSION_KEY_FILE"),
     "notify": ("JOBTTL_REDIS_URL", "JOBTTL_POLICY", "JOBTTL_CONSOLE_URL", "JOBTTL_NOTIFY_METRICS_PORT"),
     "resync": ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "KUBECONFIG", "JOBTTL_POLICY", "JOBTTL_RESYNC_MAX_DELETIONS",
                "JOBTTL_RESYNC_MAX_SHARE"),
@@ -94,7 +96,13 @@ def _watch(args: argparse.Namespace, settings: Settings) -> None:
     # A watch per kind, each holding a connection: a pool as large, or urllib3 discards them.
     api_client = load_api_client(settings.kubeconfig, pool_size=len(settings.policy.kinds) + 2)
     kube = KubeClient(api_client, timeout=settings.api_timeout, component="watch")
-    run(kube, settings.policy.kinds, args.sink)
+    run(kube, settings.policy.kinds, args.sink, port=args.port or None, host=args.host)
+
+
+def _console(args: argparse.Namespace, settings: Settings) -> None:
+    from jobttl.console.server import serve
+
+    serve(settings, host=args.host, port=args.port, threads=args.threads)
 
 
 def _notify(args: argparse.Namespace, settings: Settings) -> None:
@@ -474,6 +482,17 @@ def build_parser() -> argparse.ArgumentParser:
     watch = process("watch", _watch, "watch job kinds and post ApiServerSource-style CloudEvents to a sink")
     watch.add_argument("--sink", required=True, metavar="URL",
                        help="the sink to POST events to, e.g. http://jobttl-sink")
+    watch.add_argument("--host", default="0.0.0.0", help="address to serve the probes on")
+    watch.add_argument("--port", type=_port, default=8081,
+                       help="port of the probes: GET /healthz (every kind's loop alive), GET /readyz (every kind "
+                            "listed once); 0: none")
+
+    console = process("console", _console, "serve the web console: what goes when, the held review, history, and "
+                                           "the actions of the commands below, for Kubernetes users with the right")
+    console.add_argument("--host", default="0.0.0.0", help="address to listen on (JOBTTL_CONSOLE_AUTH=none: a "
+                                                           "loopback address only)")
+    console.add_argument("--port", type=_port, default=8081, help="port to listen on")
+    console.add_argument("--threads", type=_count, default=4, help="request threads (waitress)")
 
     process("notify", _notify, "send the notifications the policy's notify asks for (digests of the audit trail, "
                                "through Apprise)")

@@ -115,11 +115,34 @@ def status(data: dict[str, Any]) -> None:
                       + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
         for kind in last.get("missing_kinds") or ():
             console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
-    install = data.get("install")
-    if install and install.get("underReview"):
-        console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already due "
-                      "then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync --confirm ID`"
-                                             if data["held"] else "; none held"))
+        if last.get("install_problem"):
+            console.print(f"Install record: {last['install_problem']}: the last resync held every deletion due, "
+                          "released none; check the worker's RBAC on the ConfigMap jobttl-install, then run "
+                          "`jobttl resync`", soft_wrap=True)
+        if last.get("held_dropped"):
+            console.print(f"Held set: {last['held_dropped']} held deletions dropped, their object not in the cluster "
+                          "(deleted since, or named by events for objects that do not exist)")
+    install = data.get("install") or {}
+    kinds = install.get("kindsUnderReview") or []
+    if install.get("underReview"):
+        console.print(f"First-run review: open since the install ({install['installedAt']}): deletions already "
+                      "due then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync "
+                                                 "--confirm ID`" if data["held"] else "; none held"))
+    elif kinds:
+        # One line each, for grep: the kinds a confirmation did not cover (not listed completely then),
+        # apart from those this cluster does not serve at all (no CRD: usually nothing to do).
+        unserved = set((last or {}).get("missing_kinds") or ())
+        listed_later = [k for k in kinds if k not in unserved]
+        if listed_later:
+            console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(listed_later)}: "
+                          "not listed completely when it was confirmed (an API error, or not served then); what of "
+                          f"them was already due at the install ({install['installedAt']}) is held for your "
+                          "confirmation once a resync lists them" + (f"; {data['held']} held: `jobttl held`"
+                                                                     if data["held"] else ""), soft_wrap=True)
+        if unserved & set(kinds):
+            console.print(f"First-run review: not served by this cluster, so not reviewed: "
+                          f"{', '.join(sorted(unserved & set(kinds)))}: if one is served later, what of it was "
+                          "already due at the install waits for your confirmation", soft_wrap=True)
     for name, problem in (data.get("clockProblems") or {}).items():
         console.print(f"Clock: {name}: {problem}")
     for name, report in (data.get("policyErrors") or {}).items():
@@ -322,7 +345,14 @@ def held(data: dict[str, Any]) -> None:
                       "-" if h["ttl"] is None else format_duration(h["ttl"], exact=True), h["ttlSource"] or "-",
                       ", ".join(h["rules"]) or "-")
     console.print(table)
-    console.print(f"{len(data['items'])} held; to delete exactly these: jobttl resync --confirm {data['heldId']}")
+    unlisted = [h for h in data["items"] if not h.get("listed", True)]
+    listed = len(data["items"]) - len(unlisted)
+    if listed:
+        console.print(f"{listed} held; to delete exactly these: jobttl resync --confirm {data['heldId']}")
+    if unlisted:
+        console.print(f"{len(unlisted)} held from events alone (held by: events), not yet listed by the API server: "
+                      "not in that id; the next resync lists them (and they join the id) or drops them (gone, or "
+                      "never there)")
     console.print("to keep one instead: `jobttl cancel NAMESPACE/NAME` or the annotation jobttl.io/keep: \"true\"; "
                   "to change what the policy decides, edit it and run `jobttl resync` again")
 
@@ -346,6 +376,14 @@ def resync(report: dict[str, Any], held: list, settings) -> None:
         console.print(f"  not served by this cluster (skipped): {kind}")
     for error in report["errors"]:
         console.print(f"  error: {error}")
+    if report.get("install_problem"):
+        console.print("  every deletion due now is held and none released until a resync can read and write the "
+                      "install record (the worker needs get, create and update on the ConfigMap jobttl-install)")
+    if report.get("held_dropped"):
+        console.print(f"  {report['held_dropped']} held deletions dropped: their object is not in the cluster")
+    kinds = (report.get("install") or {}).get("kindsUnderReview") or []
+    if kinds:
+        console.print(f"  still under the first-run review (not listed completely): {', '.join(kinds)}")
     for rejection in report["rejections"]:
         console.print(f"  rejected: {rejection}")
     if report["held"]:

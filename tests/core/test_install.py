@@ -142,3 +142,72 @@ def test_switched_off_nothing_is_recorded_or_held(cluster, redis):
     off = InstallReview(redis, kube, "jobttl-off", enabled=False)
     assert off.establish(INSTALLED) is None and not off.holds(0)
     assert kube.get_configmap("jobttl-off", CONFIGMAP) is None and not redis.exists(keys.INSTALL)
+
+
+# --- issue 26 §2: what "ran before" takes, and a review that outlives the loss of both records ----------
+
+@pytest.mark.parametrize("entry", [
+    {"event": "resync", "status": "incomplete"},  # a `jobttl resync` that could not read the ConfigMap
+    {"event": "would-delete", "by": "worker"},  # a dry run deletes nothing
+    {"event": "refused", "by": "worker"},
+    {"event": "deleted", "by": "worker", "installRecord": "kept"},  # this release's, under a record since lost
+])
+def test_only_a_deletion_by_a_release_without_install_records_means_jobttl_ran_before(review, redis, entry):
+    redis.xadd(keys.AUDIT_STREAM, entry)
+    redis.set(keys.RESYNC_LAST_SUCCESS, "1")  # a resync completing proves nobody reviewed anything
+    record = review.establish(INSTALLED)
+    assert record.origin == FIRST_INSTALL and record.under_review
+
+
+def test_this_releases_deletions_carry_the_mark_that_tells_them_from_0_2s():
+    from jobttl.core.domain.identity import JobRef
+    from jobttl.core.store.audit import entry_fields
+
+    ref = JobRef("kubeflow.org/v1", "TFJob", "ml", "a", "u1")
+    for event in ("deleted", "delete-requested", "pods-deleted"):
+        assert entry_fields(event, ref, by="worker")["installRecord"] == "kept"
+    assert "installRecord" not in entry_fields("scheduled", ref, by="event")
+
+
+def test_with_the_configmap_and_redis_both_gone_the_next_start_is_a_first_install(review, redis):
+    review.establish(INSTALLED)
+    review.mark_reviewed("operator", INSTALLED + 60)
+    redis.xadd(keys.AUDIT_STREAM, {"event": "deleted", "by": "worker", "installRecord": "kept"})
+    _delete_configmap(review)
+    redis.delete(keys.INSTALL)
+    record = InstallReview(redis, review.kube, review.namespace).establish(INSTALLED + 86400)
+    assert record.origin == FIRST_INSTALL and record.under_review and record.installed_at == INSTALLED + 86400
+
+
+def test_a_running_worker_keeps_an_open_review_when_both_records_are_lost(review, redis):
+    review.establish(INSTALLED)
+    redis.flushdb()
+    redis.xadd(keys.AUDIT_STREAM, {"event": "deleted", "by": "worker", "installRecord": "kept"})  # since the flush
+    _delete_configmap(review)
+    assert review.holds(INSTALLED - 10, "kubeflow.org/v1/TFJob"), "still the review it knew"
+    assert InstallRecord.from_data(configmap(review)["data"]).under_review
+
+
+def _delete_configmap(review: InstallReview) -> None:
+    from kubernetes import client
+
+    client.CoreV1Api(review.kube.api_client).delete_namespaced_config_map(CONFIGMAP, review.namespace)
+
+
+@pytest.mark.parametrize("record, due, kind, held", [
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5,
+     "batch/v1/Job", True),  # a kind the confirmation did not cover
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5,
+     "kubeflow.org/v1/TFJob", False),  # one it covered
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5, None, True),
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED + 5,
+     "batch/v1/Job", False),  # due after install
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
+     .reviewed("op", INSTALLED + 2, frozenset()), INSTALLED - 5, "batch/v1/Job", False),  # covered later
+    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
+     .reviewed("op", INSTALLED + 2, frozenset({"kubeflow.org/v1/TFJob"})), INSTALLED - 5, "kubeflow.org/v1/TFJob",
+     False),  # a reviewed kind never comes back under review
+])
+def test_what_a_partial_review_holds(record, due, kind, held):
+    assert record.holds(due, kind) is held
+    assert InstallRecord.from_data(record.as_data()) == record

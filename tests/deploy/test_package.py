@@ -80,7 +80,7 @@ def test_everything_installs_under_one_namespace(unpacked):
     top = {p.name for p in unpacked.iterdir() if not p.name.endswith(".dist-info")}
     assert top == {"jobttl"}, "no top-level sink, worker, watcher or emulator packages to collide with"
     assert {p.name for p in (unpacked / "jobttl").iterdir() if p.is_dir() and p.name != "__pycache__"} == {
-        "cli", "core", "sink", "worker", "watcher", "notifier"}
+        "cli", "core", "sink", "worker", "watcher", "notifier", "console"}
 
 
 @pytest.fixture(scope="module")

@@ -183,3 +183,15 @@ def test_the_repositorys_changelog_has_a_section_for_this_version():
     sections = release.sections((REPO / "CHANGELOG.md").read_text())
     assert release.version() in sections
     assert sections[release.version()][1], "the section lists the release's changes"
+
+
+def test_a_step_that_pipes_a_command_fails_when_the_command_does():
+    """GitHub's default `run` shell is `bash -e` without pipefail: `helm push ... | tee` would hide a failed push."""
+    workflow = yaml.safe_load(RELEASE.read_text())
+    default_shell = workflow.get("defaults", {}).get("run", {}).get("shell")
+    piped = [(f"{name}/{step.get('name', '?')}", step) for name, job in workflow["jobs"].items()
+             for step in job.get("steps", []) if re.search(r"[^|]\|[^|]", step.get("run", ""))]
+    assert piped, "the release pushes its chart through tee"
+    for where, step in piped:
+        # An explicit `shell: bash` runs with -o pipefail; otherwise the script must set it.
+        assert "set -o pipefail" in step["run"] or (step.get("shell") or default_shell) == "bash", where

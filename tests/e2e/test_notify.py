@@ -276,5 +276,5 @@ def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_pat
                             timeout=60, env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path),
                                              "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0", **env})
     assert result.returncode == 2, result.stderr
-    assert f"jobttl: configuration error: JOBTTL_POLICY: {path}: {problem}" in result.stderr
+    assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:2: {problem}" in result.stderr  # file, line, field
     assert CHAT_TOKEN not in result.stderr

@@ -131,7 +131,8 @@ def test_an_expression_that_could_stall_stops_jobttl_at_start_naming_where(tmp_p
                             env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"}, capture_output=True,
                             timeout=60)
     assert result.returncode == 2, result.stderr
-    assert (f"{policy}: kindDeclarations[0].ttl.cel: line 1, column 17 of the expression: its cost can reach "
+    cel_line = next(n for n, line in enumerate(NESTED.splitlines(), 1) if line.lstrip().startswith("cel:"))
+    assert (f"{policy}:{cel_line}: kindDeclarations[0].ttl.cel: line 1, column 17 of the expression: its cost can reach "
             in result.stderr)
     assert ("map() here runs its body (6,020 steps) once per item, and its list holds up to 300 items"
             in result.stderr)

@@ -160,6 +160,14 @@ def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(loca
     stack = local_stack("--exit-when-done", "--timeout", "60")
     stack.wait_up()
     processes, redis_folder = started_by(stack)
+
+    # The console's URL comes first; it serves this machine only, without sign-in, the examples counting down.
+    console = re.search(r"^  console (http://127\.0\.0\.1:\d+/) ", stack.output, re.M)
+    assert console, stack.output
+    page = requests.get(f"{console.group(1)}pending", headers={"Accept": "text/html"}, timeout=10)
+    assert page.status_code == 200 and 'class="countdown"' in page.text
+    listed = set(re.findall(r'data-job="kubeflow/([^"]+)"', page.text))
+    assert listed and listed <= {"mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s"}, page.text
     redis_url = re.search(r"export JOBTTL_REDIS_URL=(\S+)", stack.output).group(1)
     assert redis_folder.is_dir()
 

@@ -1,13 +1,15 @@
-"""A worker told to stop (SIGTERM, as Kubernetes does) finishes the deletion it is doing."""
+"""A worker told to stop (SIGTERM, as Kubernetes does, or SIGINT) finishes the deletion it is doing."""
 
 import json
 import os
 import signal
 import time
 
+import pytest
 from rq.job import JobStatus
 
 from tests.e2e.conftest import Cluster
+from tests.e2e.test_stop_on_time import SIGNALS, STOP_BOUND
 from tests.services import JobttlProcess, wait_for
 from jobttl.core.store.audit import Audit
 from jobttl.core.domain.decision import decide
@@ -18,8 +20,12 @@ from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Schedule, job_id_for
 
 
-def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, log_dir, redis):
-    queue = "shutdown"
+@pytest.mark.parametrize("how", SIGNALS)
+def test_a_stop_signal_lets_the_current_deletion_finish_and_the_worker_exits_within_the_bound(
+        cluster: Cluster, stack_env, log_dir, redis, how):
+    """SIGTERM to the process (as the kubelet sends it), or SIGINT to its group (Ctrl-C): the
+    deletion under way is seen through, then the worker exits within 10 s (issue 27 §5)."""
+    queue = f"shutdown-{how}"
     obj = cluster.create_finished("slow", ttl=0, finished_at=time.time() - 10)
     ref, decision = JobRef.of(obj), decide(obj, TFJOB)
     schedule = Schedule(redis, queue, retry_intervals=[])
@@ -32,8 +38,9 @@ def test_sigterm_lets_the_current_deletion_finish(cluster: Cluster, stack_env, l
     try:
         job = schedule.queue.fetch_job(job_id_for(ref.uid, decision.expires_at))
         wait_for(lambda: job.get_status(refresh=True) == JobStatus.STARTED, timeout=20, what="the deletion to start")
-        os.killpg(worker.process.pid, signal.SIGTERM)
-        assert worker.process.wait(timeout=30) == 0
+        sig, send = SIGNALS[how]
+        send(worker.process.pid, sig)
+        assert worker.process.wait(timeout=STOP_BOUND) == 0
     finally:
         worker.stop()
     # The worker itself saw its DELETE through: a worker killed mid-call would leave the RQ job

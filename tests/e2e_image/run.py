@@ -265,9 +265,8 @@ def stop_promptly(services: list[str], grace: int = 20) -> None:
 
 
 def wait_watching(docker_host: str, timeout: float = 60) -> None:
-    """The watcher has listed TFJobs, so it watches them: a TFJob that finished before that first
-    LIST would reach the sink only through a resync (15 minutes; the watcher sends no event for
-    what its first LIST finds), and the test would wait on that instead of on the watcher."""
+    """The watcher has listed TFJobs, so it watches them: the test's changes then reach the sink as
+    watch events (what finished before that first LIST is announced by the LIST itself)."""
     deadline = time.monotonic() + timeout
     while True:
         logs = compose(docker_host, "logs", "--no-color", "watcher").stdout

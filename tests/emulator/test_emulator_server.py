@@ -41,7 +41,7 @@ def test_version_and_discovery_documents(cluster, server):
         "preferredVersion": {"groupVersion": "kubeflow.org/v1", "version": "v1"},
     }
     # kubectl auth can-i creates SelfSubjectAccessReviews, which every server offers.
-    assert [g["name"] for g in groups["groups"]] == ["kubeflow.org", "authorization.k8s.io"]
+    assert [g["name"] for g in groups["groups"]] == ["kubeflow.org", "authorization.k8s.io", "authentication.k8s.io"]
     assert cluster.raw("GET", "/apis/kubeflow.org")[2]["kind"] == "APIGroup"
     resources = cluster.raw("GET", "/apis/kubeflow.org/v1")[2]
     assert resources["kind"] == "APIResourceList" and resources["groupVersion"] == "kubeflow.org/v1"
@@ -83,7 +83,7 @@ def test_more_kinds_are_one_registration_each(tmp_path):
     with EmulatorServer(resources=resources) as server:
         with client.ApiClient(client.Configuration(host=server.url)) as api_client:
             cluster = Cluster(server, client.CustomObjectsApi(api_client))
-            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == ["kubeflow.org", "batch", "argoproj.io", "authorization.k8s.io"]
+            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == ["kubeflow.org", "batch", "argoproj.io", "authorization.k8s.io", "authentication.k8s.io"]
             assert [r["name"] for r in cluster.raw("GET", "/api/v1")[2]["resources"]] == ["events"]
 
             custom = client.CustomObjectsApi(api_client)

@@ -42,9 +42,10 @@ class Issuer:
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, audience=AUDIENCE, issuer=None, expires_in=600, key=None) -> str:
+    def token(self, audience=AUDIENCE, issuer=None, expires_in=600, key=None,
+              subject="system:serviceaccount:jobttl:jobttl-source") -> str:
         now = int(time.time())
-        claims = {"iss": issuer or self.url, "aud": [audience], "sub": "system:serviceaccount:jobttl:jobttl-source",
+        claims = {"iss": issuer or self.url, "aud": [audience], "sub": subject,
                   "iat": now, "nbf": now, "exp": now + expires_in}
         return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": "k1"})
 

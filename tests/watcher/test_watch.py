@@ -62,8 +62,9 @@ def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, wa
     assert len({e["headers"]["ce-id"] for e in (add, update, delete)}) == 3
 
 
-def test_objects_that_exist_at_start_are_not_announced_only_their_changes(cluster: Cluster, emulator):
-    # Like ApiServerSource: the backlog is the resync's (guarded) job, not a flood of events.
+def test_running_objects_that_exist_at_start_are_not_announced_only_their_changes(cluster: Cluster, emulator):
+    # The first LIST announces finished objects only (tests/watcher/test_listing.py): a running
+    # one has nothing to decide until it changes.
     cluster.create("existing", ttl=0)
     with watching(emulator) as sink:
         cluster.patch("existing", {"metadata": {"labels": {"touched": "yes"}}})
@@ -90,9 +91,9 @@ def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: C
 
 def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink_url, log_dir, worker):
     opened = cluster.emulator.store.open_watches
-    process = JobttlProcess(["watch", "--sink", sink_url], stack_env, log_dir, "watch").start()
+    process = JobttlProcess(["watch", "--sink", sink_url, "--port", "0"], stack_env, log_dir, "watch").start()
     try:
-        # What exists when it starts is the resync's business; changes after that are its own.
+        # Nothing finished exists in this namespace when it starts: what it sends is the change.
         wait_for(lambda: cluster.emulator.store.open_watches > opened, timeout=20, what="the watcher to watch")
         cluster.create_running("watched", ttl=1, started=time.time())
         finished_at = int(time.time())

@@ -5,6 +5,7 @@ emulator (tests.e2e.conftest.OwnStack).
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 
@@ -23,9 +24,15 @@ from tests.fixtures import job_object
 from tests.services import wait_for
 
 
+# The longest the API server holds a request a test holds (it answers once the test has done its
+# part): within the worker's API timeout here, so the held request is answered, not abandoned.
+HELD = 30.0
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = OwnStack(tmp_path_factory.mktemp("races"), "races", gc_delay=0.1, resources=(POD,))
+    stack = OwnStack(tmp_path_factory.mktemp("races"), "races", gc_delay=0.1, resources=(POD,),
+                     JOBTTL_API_TIMEOUT=str(int(HELD) + 15))
     yield stack
     stack.stop()
 
@@ -39,17 +46,23 @@ def events(stack, namespace: str, name: str) -> list[str]:
 
 
 def test_an_operator_cancel_during_the_deletion_is_heeded(stack):
-    """The worker has read the object (slowly) when the operator says keep: no DELETE follows."""
+    """The worker is reading the object (its GET held by the API server) when the operator says
+    keep: no DELETE follows. The GET is answered once the cancel is done, however long that takes."""
     ns = f"cancel-{uuid.uuid4().hex[:6]}"
     obj = finished(stack, ns, "precious", ttl=60, at=time.time() - 3600)
-    stack.emulator.add_fault(verb="get", delay=3.0, count=1, path_contains=f"/namespaces/{ns}/tfjobs/precious")
+    answer = threading.Event()
+    held = stack.emulator.add_fault(verb="get", delay=HELD, count=1, gate=answer,
+                                    path_contains=f"/namespaces/{ns}/tfjobs/precious")
     stack.book(obj, TFJOB)
-    # The run has begun (its claim taken) and is reading the object, which takes 3 s.
-    wait_for(lambda: stack.redis.get(keys.claim(obj["metadata"]["uid"])), timeout=20,
-             what="the worker to start the deletion")
-    stack.jobttl("cancel", f"{ns}/precious")
+    try:
+        # The run has begun (its claim taken) and is reading the object.
+        assert held.arrived.wait(60), "the worker to start the deletion and read the object"
+        assert stack.redis.get(keys.claim(obj["metadata"]["uid"]))
+        stack.jobttl("cancel", f"{ns}/precious")
+    finally:
+        answer.set()
     wait_for(lambda: "kept-by-operator" in str(stack.history(ns, "precious")[-1:]) and
-             stack.redis.get(keys.claim(obj["metadata"]["uid"])) is None, timeout=20,
+             stack.redis.get(keys.claim(obj["metadata"]["uid"])) is None, timeout=60,
              what="the worker to finish with the operator's word")
     assert stack.deletes(ns) == [], "kept by the operator"
     assert "delete-requested" not in events(stack, ns, "precious")

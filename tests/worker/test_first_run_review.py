@@ -68,22 +68,53 @@ def test_a_resync_before_any_worker_starts_the_review_and_books_nothing_overdue(
     assert {h.ref.name for h in HeldDeletions(ctx.redis).all()} == {o["metadata"]["name"] for o in old}
 
 
-def test_a_confirmation_over_an_incomplete_listing_leaves_the_review_open(ctx, cluster):
+@pytest.mark.parametrize("status", [503, 404, 403])
+def test_a_confirmation_covers_only_the_kinds_its_resync_listed_completely(ctx, cluster, status):
+    """Issue 26 §2: a kind that answered 404 (or 403, 503) while the operator confirmed stays under
+    review: its overdue jobs stay held, `jobttl status` names it, until a complete listing and a
+    confirmation that covers it. Before: a 404 counted as listed, and once served again its overdue
+    jobs were deleted unreviewed."""
     old_jobs(cluster, TFJOB, 2, "tf")
     old_jobs(cluster, BATCH_JOB, 2, "batch")
     first = resync.run(ctx)
     assert first.first_run_held == 4
-    cluster.add_fault(verb="list", status=503, count=10, path_contains="/apis/batch/v1/jobs")
+    cluster.add_fault(verb="list", status=status, count=10, path_contains="/apis/batch/v1/jobs")
     try:
         confirming = resync.run(ctx, confirm=first.held_id)
     finally:
         cluster.clear_faults()
-    assert confirming.status == "incomplete" and confirming.queued_now == 0, confirming
-    assert ctx.install.current().under_review, "the operator's go covers only a complete look"
-    assert HeldDeletions(ctx.redis).count() == 4 and ctx.redis.zcard(keys.PENDING_INDEX) == 0
-    done = resync.run(ctx, confirm=first.held_id)  # listed completely now: go
-    assert done.status == "done" and done.queued_now == 4
-    assert not ctx.install.current().under_review
+    assert confirming.queued_now == 2, confirming  # the TFJobs: listed completely, and confirmed
+    assert {h.ref.kind for h in HeldDeletions(ctx.redis).all()} == {"Job"}
+    # Served again: the next resync holds the Jobs still (was: deleted unreviewed after a 404).
+    again = resync.run(ctx)
+    assert again.status == "held" and again.first_run_held == 2 and again.queued_now == 0, again
+    install = ctx.install.current()
+    assert install.reviewing and install.kinds_under_review == {"batch/v1/Job"}
+    data = cluster.store.get(CONFIG_MAP, ctx.install.namespace, CONFIGMAP)["data"]
+    assert data["kindsUnderReview"] == "batch/v1/Job" and "reviewedAt" in data  # in the cluster first
+    assert ctx.install.holds(int(time.time()) - MONTH, "batch/v1/Job"), "a worker reaching one holds it"
+    assert not ctx.install.holds(int(time.time()) - MONTH, "kubeflow.org/v1/TFJob")
+    said = status_text(ctx)
+    assert "First-run review: reviewed" in said and "but for batch/v1/Job" in said, said
+    # The old id no longer matches what is held.
+    assert resync.run(ctx, confirm=first.held_id).status == "stale-confirmation"
+    done = resync.run(ctx, confirm=again.held_id)  # listed completely now, and confirmed: go
+    assert done.status == "done" and done.queued_now == 2, done
+    assert not ctx.install.current().reviewing
+
+
+def status_text(ctx) -> str:
+    """`jobttl status` as the operator runs it, on this context's Redis and queue."""
+    import subprocess
+    import sys
+
+    from tests.services import ROOT
+
+    env = {"JOBTTL_REDIS_URL": ctx.settings.redis_url, "JOBTTL_QUEUE": ctx.settings.queue_name, "PATH": "/usr/bin:/bin",
+           "COLUMNS": "400"}
+    done = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=60)
+    return done.stdout + done.stderr
 
 
 def test_a_booking_an_event_made_before_any_worker_is_held_with_the_rest(ctx, cluster):
@@ -144,3 +175,22 @@ def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluste
     assert done.returncode == 2, done.stderr
     assert "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): " \
            "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
+
+
+def test_a_confirmation_that_cannot_write_the_install_record_releases_nothing_and_says_why(ctx, cluster):
+    """The review ends in the cluster first: a 403 (or 500) on updating the ConfigMap keeps it open,
+    what it holds held, and the report says why."""
+    old_jobs(cluster, TFJOB, 2, "tf")
+    first = resync.run(ctx)
+    assert first.first_run_held == 2
+    cluster.add_fault(verb="update", status=403, count=10, path_contains=f"/configmaps/{CONFIGMAP}")
+    try:
+        confirming = resync.run(ctx, confirm=first.held_id)
+    finally:
+        cluster.clear_faults()
+    assert confirming.queued_now == 0 and confirming.status == "incomplete", confirming
+    assert "could not be marked done" in confirming.install_problem and "403" in confirming.install_problem
+    assert HeldDeletions(ctx.redis).count() == 2 and ctx.redis.zcard(keys.PENDING_INDEX) == 0
+    assert ctx.install.current().under_review
+    done = resync.run(ctx, confirm=first.held_id)  # the record writable again: go
+    assert done.status == "done" and done.queued_now == 2 and not ctx.install.current().reviewing

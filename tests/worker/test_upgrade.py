@@ -157,10 +157,16 @@ def test_deletions_booked_by_0_1_run_on_time_under_0_2(release_0_1, stack, tmp_p
 
     worker = JobttlProcess(["worker"], env, tmp_path, "worker-0.2").start()
     try:
+        # On time: within 3 s of its due time or, on a machine loaded enough that the worker came
+        # up after it, of the worker being ready (its scheduler's first line; `ready` is after it).
+        wait_for(lambda: "Scheduler for upgrade started" in worker.log(), timeout=120,
+                 what="the 0.2 worker and its scheduler to start")
+        ready = time.time()
         deleted = lambda name: [r for r in emulator.requests("DELETE") if r["path"].endswith(f"/tfjobs/{name}")]  # noqa: E731
         [overdue] = wait_for(lambda: deleted("overdue"), timeout=20, what="the overdue deletion")
-        [soon] = wait_for(lambda: deleted("soon"), timeout=20, what="the deletion due in 6 s")
-        assert due["soon"] <= soon["time"] < due["soon"] + 3, "on time, as booked by 0.1"
+        [soon] = wait_for(lambda: deleted("soon"), timeout=max(due["soon"] - time.time(), 0) + 20,
+                          what="the deletion due in 6 s")
+        assert due["soon"] <= soon["time"] < max(due["soon"], ready) + 3, "on time, as booked by 0.1"
         assert overdue["status"] == soon["status"] == 200
         assert deleted("later") == [], "not before its time"
         later = [o for o in objects if o["metadata"]["name"] == "later"][0]
@@ -260,6 +266,13 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     worker = JobttlProcess(["worker"], {**env, "JOBTTL_WARN_URL": announcements.url,
                                         "JOBTTL_WARN_BEFORE": f"{WARN_BEFORE}s"}, tmp_path, "worker-rooms").start()
     try:
+        # On a loaded machine the worker (and its scheduler process) may come up after the first
+        # due time: a deletion is on time if it runs within ON_TIME of its due time or, if later,
+        # of the worker being ready (seen by its scheduler's first line; `ready` is after that).
+        wait_for(lambda: "Scheduler for upgrade started" in worker.log(), timeout=120,
+                 what="today's worker and its scheduler to start")
+        ready = time.time()
+
         def deleted(namespace: str, what: str) -> list[dict]:
             return emulator.requests("DELETE", path_contains=f"/namespaces/{namespace}/{what}")
 
@@ -284,7 +297,7 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     log = worker.log()
 
     def on_time(request: dict, stage: tuple[str, str]) -> bool:
-        return due[stage] <= request["time"] < due[stage] + ON_TIME and request["status"] == 200
+        return due[stage] <= request["time"] < max(due[stage], ready) + ON_TIME and request["status"] == 200
 
     assert on_time(plain, ("plain", "job")), (plain, due, log)
     assert sorted(d["path"].rsplit("/", 1)[1] for d in pod_deletes) == pods
@@ -292,11 +305,15 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     assert on_time(staged_job, ("staged", "job")) and staged_job["time"] > max(d["time"] for d in pod_deletes)
     assert on_time(postponed, ("postponed", "job")), "at the time the operator said, not before"
     # Every job stage announced once, WARN_BEFORE ahead of its time (the postponed one of its new
-    # time only: nothing is said of the time an operator replaced).
+    # time only: nothing is said of the time an operator replaced), and before it is deleted.
     announced = sorted((e["data"]["name"], e["data"]["deletionTime"]) for e in announcements.events)
     assert announced == sorted((name, rfc3339(due[(name, "job")])) for name in uid), announced
-    assert all(due[(e["data"]["name"], "job")] - WARN_BEFORE <= e["received"] < due[(e["data"]["name"], "job")]
-               for e in announcements.events)
+    job_deleted = {"plain": plain, "staged": staged_job, "postponed": postponed}
+    assert all(due[(e["data"]["name"], "job")] - WARN_BEFORE <= e["received"] < job_deleted[e["data"]["name"]]["time"]
+               for e in announcements.events), (announcements.events, due, ready)
+    late_start = ready > min(due.values()) - WARN_BEFORE
+    assert late_start or all(e["received"] < due[(e["data"]["name"], "job")] for e in announcements.events), \
+        "a worker up in time announces each ahead of its due time"
 
     # The resync the flat core asked for ran as today's, and found every record as today's code
     # would write it: nothing moved, so the jobs that ran were the flat core's own.
