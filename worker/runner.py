@@ -31,6 +31,11 @@ no thread to release it. The child then blocks forever at the first such lock it
 dates. Such a scheduler looks alive and moves nothing. Whatever the cause, the watchdog
 (`jobttl.worker.watchdog`) looks at every maintenance whether due deletions still move, and
 restarts the scheduler, or exits, saying so.
+
+A Redis past its maxmemory refuses writes (OOM; `jobttl.core.store.capacity`), RQ's own among
+them, and RQ's loop quits on any error but a timeout: `JobttlWorker` waits it out instead, at
+start and at work (`redis-full`, `redis-still-full`, `redis-has-room`), and deletes what is booked
+once Redis takes writes again.
 """
 
 from __future__ import annotations
@@ -205,6 +210,24 @@ class JobttlWorker(SimpleWorker):
             # finds it abandoned and runs it again, as after a killed worker.
             self._redis_full(exc, f"job {job.id}")
 
+    def register_birth(self, *args, **kwargs):
+        # RQ registers the worker (a write) before its loop: a full Redis is waited out here too.
+        while True:
+            try:
+                return super().register_birth(*args, **kwargs)
+            except RedisError as exc:
+                if not is_full_error(exc):
+                    raise
+                self._redis_full(exc, "start")
+
+    def set_state(self, *args, **kwargs):
+        try:
+            return super().set_state(*args, **kwargs)
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "state")
+
     def heartbeat(self, *args, **kwargs):
         try:
             return super().heartbeat(*args, **kwargs)
@@ -221,7 +244,13 @@ class JobttlWorker(SimpleWorker):
         self.scheduler = JobttlScheduler(self.queues, connection=self.connection, serializer=self.serializer,
                                          logging_level=self.context.settings.log_level,
                                          date_format=date_format, log_format=log_format)
-        self.scheduler.acquire_locks()
+        try:
+            self.scheduler.acquire_locks()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            self._redis_full(exc, "scheduler")  # maintenance asks for the lock again
+            return
         if not self.scheduler.acquired_locks:
             return  # another worker's scheduler holds the queue; maintenance asks again
         if not burst:
@@ -306,6 +335,11 @@ class JobttlWorker(SimpleWorker):
             self._watched_process = self.scheduler._process
             self.watch.started(now)
         try:
+            if Capacity.read(self.connection).refusing:
+                # A full Redis refuses the scheduler's writes (its heartbeat, the move of a due job):
+                # no stall of its own, and restarting it (or exiting) would not help. Watched anew after.
+                self.watch.started(now)
+                return None
             seen = self._observe_scheduler()
         except RedisError:
             return None  # Redis is down: RQ's loop waits for it, and the watch looks again after
@@ -385,15 +419,16 @@ def run(settings: Settings, burst: bool = False) -> None:
     # have stops the worker here, before it deletes anything (jobttl.worker.kindcheck).
     kindcheck.verify_at_start(ctx.kube, ctx.kinds.kinds)
     ctx.redis.ping()
-    upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds)
-    scripts.load(ctx.redis)
     health = serve_health(ctx, settings.worker_metrics_port) if settings.worker_metrics_port else None
+    # A full Redis at start is waited out, as at work: the worker never exits on it.
+    _while_redis_is_full(lambda: upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds), "start")
+    scripts.load(ctx.redis)
     worker = JobttlWorker([ctx.schedule.queue.name], connection=ctx.redis, serializer=JSONSerializer,
                           worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, log_job_description=False,
                           context=ctx)
-    if not _wait_for_agreeing_clocks(ctx, worker.name, burst):
+    if not _while_redis_is_full(lambda: _wait_for_agreeing_clocks(ctx, worker.name, burst), "start"):
         return
-    if not _establish_install(ctx, burst):
+    if not _while_redis_is_full(lambda: _establish_install(ctx, burst), "start"):
         return
     follower = Follower(ctx)
     follower.start()
@@ -401,7 +436,7 @@ def run(settings: Settings, burst: bool = False) -> None:
     if settings.resync_interval:
         # Events may have been missed while no worker ran: start from the cluster's truth.
         # Several workers starting at once (a rollout) ask for one (JOBTTL_RESYNC_MIN_INTERVAL).
-        ctx.schedule.request_resync_soon("worker-start")
+        _while_redis_is_full(lambda: ctx.schedule.request_resync_soon("worker-start"), "start")
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
@@ -417,6 +452,25 @@ def run(settings: Settings, burst: bool = False) -> None:
     if worker.gave_up:
         # Restarting the scheduler did not help: a new process (Kubernetes restarts the pod) might.
         raise SystemExit(EXIT_SCHEDULER_STALLED)
+
+
+def _while_redis_is_full(step, during: str):
+    """Run `step`, waiting while Redis refuses its writes for want of memory (logged as at work)."""
+    wait, since = FULL_BACKOFF_FIRST, None
+    while True:
+        try:
+            return step()
+        except RedisError as exc:
+            if not is_full_error(exc):
+                raise
+            if since is None:
+                since = time.monotonic()
+                logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=str(exc))
+            else:
+                logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
+                            seconds=round(time.monotonic() - since), retryIn=wait)
+            time.sleep(wait)
+            wait = min(wait * 2, FULL_BACKOFF_MAX)
 
 
 def _full_detail(redis: Redis, exc: Exception) -> str:

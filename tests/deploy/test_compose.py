@@ -370,7 +370,8 @@ def test_every_service_runs_the_image_and_command_meant(resolved):
     run = {name: (s["image"], s.get("entrypoint"), s.get("command")) for name, s in services.items()}
     assert run == {
         "redis": (REDIS_IMAGE, None, ["redis-server", "--appendonly", "yes", "--appendfsync", "everysec",
-                                             "--maxmemory-policy", "noeviction", "--hash-max-listpack-value", "512"]),
+                                      "--maxmemory", "402653184", "--maxmemory-policy", "noeviction",
+                                      "--hash-max-listpack-value", "512"]),
         "kwok": ("registry.k8s.io/kwok/cluster:v0.7.0-k8s.v1.33.0", None, None),
         "crds": ("jobttl:local", ["python", "/etc/jobttl/apply-crds.py"], None),
         "sink": ("jobttl:local", None, ["sink", "--host", "0.0.0.0", "--port", "8080"]),  # jobttl's waitress server

@@ -51,7 +51,9 @@ def stack(tmp_path_factory):
         worker = JobttlProcess(["worker"], env, directory, "worker").start()
         processes.append(worker)
         wait_for(lambda: "worker-start" in worker.log(), timeout=60, what="the worker to start")
-        yield Stack(cluster, redis, url, sink, worker, f"http://127.0.0.1:{metrics_port}")
+        stack = Stack(cluster, redis, url, sink, worker, f"http://127.0.0.1:{metrics_port}")
+        stack.started = processes
+        yield stack
     finally:
         for process in processes:
             process.stop()
@@ -103,8 +105,11 @@ def test_past_the_reserve_the_sink_books_nothing_more_and_the_worker_deletes_wha
         assert response.status_code == 202 and stack.pending(obj)
     assert stack.readyz().status_code == 200
 
-    # Redis fills: what it holds is now 95% of its maxmemory, past the 90% where bookings stop.
-    stack.redis.config_set("maxmemory", int(stack.used() / 0.95))
+    # Redis fills: 32 MiB of what a full Redis holds (pending deletions, elsewhere), and maxmemory
+    # such that this is 92% of it, past the 90% where bookings stop: the reserve left (8%, ~2.7 MiB)
+    # is the worker's, as 10% of the shipped 384 MiB is in production.
+    stack.redis.setrange("test:filler", 32 * 1024 * 1024 - 1, "x")  # made by Redis: no 32 MiB request buffer
+    stack.redis.config_set("maxmemory", int(stack.used() / 0.92))
     said = wait_for(lambda: (r := stack.readyz()).status_code == 503 and r.json(), timeout=10,
                     what="/readyz to say full")  # a Response of a 503 is falsy: its body is returned
     assert "Redis is full" in said["error"] and "maxmemory" in said["error"]
@@ -130,6 +135,7 @@ def test_past_the_reserve_the_sink_books_nothing_more_and_the_worker_deletes_wha
 
     # Room again (an operator raises maxmemory): ready, and the event Knative delivers again is booked.
     stack.redis.config_set("maxmemory", 0)
+    stack.redis.delete("test:filler")
     wait_for(lambda: stack.readyz().status_code == 200, timeout=10, what="/readyz to be ready again")
     assert wait_for(lambda: stack.send(obj).status_code == 202, timeout=10, what="the redelivered event")
     assert stack.pending(obj)
@@ -142,7 +148,7 @@ def test_a_redis_that_refuses_writes_gets_503s_and_the_worker_waits_then_deletes
     for obj in booked:
         assert stack.send(obj).status_code == 202
     # Past maxmemory: Redis refuses every write that may grow memory (OOM), RQ's own included.
-    stack.redis.config_set("maxmemory", stack.used() - 64 * 1024)
+    stack.redis.config_set("maxmemory", stack.used() - 256 * 1024)
     try:
         with pytest.raises(OutOfMemoryError, match="maxmemory"):
             stack.redis.set("probe", "x")
@@ -155,10 +161,18 @@ def test_a_redis_that_refuses_writes_gets_503s_and_the_worker_waits_then_deletes
         # The deletions come due while Redis refuses writes: the worker waits, and stays.
         wait_for(lambda: '"redis-still-full"' in stack.worker.log(), timeout=60, what="the worker to back off")
         assert stack.worker.process.poll() is None, "the worker never exits on a full Redis"
+        # A worker starting now (a rollout, a crash) waits too, rather than exit at start.
+        second = JobttlProcess(["worker"], {**stack.worker.env, "JOBTTL_WORKER_METRICS_PORT": "0"},
+                               stack.worker.log_path.parent, "second-worker").start()
+        stack.started.append(second)
+        wait_for(lambda: '"redis-full"' in second.log(), timeout=60, what="the second worker to say Redis is full")
+        wait_for(lambda: '"redis-still-full"' in second.log(), timeout=60, what="the second worker to back off")
+        assert second.process.poll() is None
     finally:
         stack.redis.config_set("maxmemory", 0)
+    wait_for(lambda: '"worker-start"' in second.log(), timeout=60, what="the second worker to start once there is room")
+    assert second.process.poll() is None
     wait_for(lambda: all(stack.deleted(o) and not stack.pending(o) for o in booked), timeout=90,
              what="the worker to delete what was booked once Redis takes writes")
-    assert '"redis-has-room"' in stack.worker.log()
-    assert stack.worker.process.poll() is None
+    assert stack.worker.process.poll() is None, "the first worker, which waited it out, runs on"
     assert stack.readyz().status_code == 200
