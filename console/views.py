@@ -61,8 +61,11 @@ def overview() -> str:
     now = time.time()
     status = ops.status()
     histogram = ops.due_histogram(now)
+    policy = _context().settings.policy
+    dry = {"everything": policy.values.dry_run is True,
+           "rules": [r.name for r in policy.rules if r.values.dry_run is True]}
     return _page("overview.html", person, status=status, histogram=histogram, counts=ops.counts(),
-                 stuck=ops.stuck(), held=status["held"], settings=_context().settings)
+                 stuck=ops.stuck(), held=status["held"], settings=_context().settings, dry=dry)
 
 
 @blueprint.get("/pending")

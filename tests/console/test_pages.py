@@ -258,3 +258,18 @@ def test_without_sign_in_pages_and_actions_need_no_token_and_record_the_local_op
                                                     "name": "mnist", "duration": "2h"})
     assert answer.status_code == 303
     assert seeded.operations().history(event="postponed", limit=1)[0]["by"] == "console:local operator (no sign-in)"
+
+
+def test_dry_run_is_said_plainly_on_the_overview(settings_env, seeded, tmp_path):
+    policy = tmp_path / "dry.yaml"
+    policy.write_text("dryRun: true\n")
+    client = create_app(Settings.from_env({**settings_env, "JOBTTL_POLICY": str(policy)})).test_client()
+    page = text(client.get("/", headers=bearer("carol-token")))
+    assert "Dry run: jobttl deletes nothing" in page and "dryRun: true" in page
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n- name: rehearse-research\n  namespaces: [research]\n  dryRun: true\n")
+    client = create_app(Settings.from_env({**settings_env, "JOBTTL_POLICY": str(rules)})).test_client()
+    page = text(client.get("/", headers=bearer("carol-token")))
+    assert "Dry run: some rules delete nothing" in page and "rehearse-research" in page
+    plain = text(create_app(Settings.from_env(settings_env)).test_client().get("/", headers=bearer("carol-token")))
+    assert "Dry run" not in plain
