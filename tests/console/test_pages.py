@@ -11,6 +11,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from jobttl.core.domain.identity import JobRef
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.store.guard import HeldDeletion, HeldDeletions
 from jobttl.console import views
@@ -273,3 +274,28 @@ def test_dry_run_is_said_plainly_on_the_overview(settings_env, seeded, tmp_path)
     assert "Dry run: some rules delete nothing" in page and "rehearse-research" in page
     plain = text(create_app(Settings.from_env(settings_env)).test_client().get("/", headers=bearer("carol-token")))
     assert "Dry run" not in plain
+
+
+def hold_unbooked(shared) -> HeldDeletion:
+    """A deletion held by the first-run review as the resync holds one: not booked, no card."""
+    decision = shared.operations().pending("team-a")[0][0].as_decision()
+    ref = JobRef("kubeflow.org/v1", "TFJob", "team-c", "old-sweep", "7e0b0c1a-0000-4000-8000-00000000000c")
+    held = HeldDeletion(ref.uid, ref, decision, "first-run")
+    HeldDeletions(shared.redis).hold([held])
+    return held
+
+
+def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client, seeded):
+    held = hold_unbooked(seeded)
+    csrf = signed_in(client, "alice-token")
+    page = text(client.get("/held", headers=HTML))
+    assert 'data-job="team-c/old-sweep"' in page
+    kept = client.post("/actions/keep", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
+                                              "next": "/held"})
+    assert kept.status_code == 303
+    assert seeded.schedule.override(held.ref.uid).get("keep") == "true"
+    assert seeded.operations().history(event="cancelled", limit=1)[0]["by"] == "console:alice"
+    later = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
+                                                   "duration": "2d", "next": "/held"})
+    assert later.status_code == 303
+    assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
