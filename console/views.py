@@ -186,7 +186,8 @@ def download(namespace: str, name: str, path: str) -> Response:
 def _back(default: str) -> Response:
     """Where the form came from (a path of this console only), else `default`."""
     target = request.form.get("next", "")
-    if not target.startswith("/") or target.startswith("//"):
+    # A path of this console: not "//host" nor "/\\host", which browsers take for another site.
+    if not target.startswith("/") or target[1:2] in ("/", "\\") or any(c in target for c in "\r\n"):
         target = default
     return redirect(target, code=303)
 

@@ -299,3 +299,10 @@ def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client
                                                    "duration": "2d", "next": "/held"})
     assert later.status_code == 303
     assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
+
+
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil"])
+def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client, elsewhere):
+    form = client.get("/signin", headers=HTML)
+    answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
+    assert answer.status_code == 303 and answer.headers["Location"] == "/"
