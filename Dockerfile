@@ -40,6 +40,7 @@ COPY sink ./sink
 COPY worker ./worker
 COPY watcher ./watcher
 COPY notifier ./notifier
+COPY console ./console
 RUN pip wheel --no-deps --wheel-dir /wheels .
 
 # --- dashboard: rq-dashboard for docker-compose.yml, with jobttl's own RQ wheel --------------

@@ -61,8 +61,11 @@ def overview() -> str:
     now = time.time()
     status = ops.status()
     histogram = ops.due_histogram(now)
+    policy = _context().settings.policy
+    dry = {"everything": policy.values.dry_run is True,
+           "rules": [r.name for r in policy.rules if r.values.dry_run is True]}
     return _page("overview.html", person, status=status, histogram=histogram, counts=ops.counts(),
-                 stuck=ops.stuck(), held=status["held"], settings=_context().settings)
+                 stuck=ops.stuck(), held=status["held"], settings=_context().settings, dry=dry)
 
 
 @blueprint.get("/pending")
@@ -183,7 +186,8 @@ def download(namespace: str, name: str, path: str) -> Response:
 def _back(default: str) -> Response:
     """Where the form came from (a path of this console only), else `default`."""
     target = request.form.get("next", "")
-    if not target.startswith("/") or target.startswith("//"):
+    # A path of this console: not "//host" nor "/\\host", which browsers take for another site.
+    if not target.startswith("/") or target[1:2] in ("/", "\\") or any(c in target for c in "\r\n"):
         target = default
     return redirect(target, code=303)
 

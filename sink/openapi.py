@@ -57,6 +57,13 @@ _NAME = {"type": "string", "minLength": 1, "maxLength": 253,
          "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"}
 _NAMESPACE = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}
 
+# With JOBTTL_READ_API_AUTH (oidc or kubernetes): the same right as writes (docs/console.md#the-read-api).
+_READER_REFUSED = {
+    "401": _json(_ref("Error"), "JOBTTL_READ_API_AUTH is on and no valid bearer token was sent (WWW-Authenticate)"),
+    "403": _json(_ref("Error"), "the token's user may not read this (the message names the right and the "
+                                "ClusterRole jobttl-reader)"),
+}
+
 DOCUMENT: dict[str, Any] = {
     "openapi": "3.0.3",
     "info": {
@@ -99,7 +106,8 @@ DOCUMENT: dict[str, Any] = {
             "responses": {
                 "200": _json(_ref("DeletionList"), "one page of pending deletions"),
                 "400": _json(_ref("Error"), "a query parameter is invalid; the message names it"),
-                "503": _json(_ref("Error"), "Redis is unreachable"),
+                **_READER_REFUSED,
+                "503": _json(_ref("Error"), "Redis is unreachable, or the token's reviewer (API server, issuer)"),
             },
         }},
         "/api/v1/deletions/{namespace}/{name}": {"get": {
@@ -118,7 +126,8 @@ DOCUMENT: dict[str, Any] = {
                 "400": _json(_ref("Error"), "the namespace or name is not a valid Kubernetes name"),
                 "404": _json(_ref("Error"), "jobttl knows nothing about this job"),
                 "409": _json(_ref("Error"), "jobs of several kinds share the name; pass kind"),
-                "503": _json(_ref("Error"), "Redis is unreachable"),
+                **_READER_REFUSED,
+                "503": _json(_ref("Error"), "Redis is unreachable, or the token's reviewer (API server, issuer)"),
             },
         }},
     },

@@ -27,7 +27,7 @@ from rq.serializers import JSONSerializer
 from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
-from jobttl.core.store.guard import HeldDeletions
+from jobttl.core.store.guard import HeldDeletion, HeldDeletions
 from jobttl.core.domain.review import listed_by_api_server
 from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.services.install import InstallRecord
@@ -407,6 +407,15 @@ class Operations:
         try:
             found = self._pending_named(namespace, name, kind)
         except NotFound as missing:
+            held = self._held_named(namespace, name, kind)
+            if held:
+                # Held for review (the first-run review, the guard): not booked, so kept by its override,
+                # which the resync that releases the held set honours.
+                for h in held:
+                    self.schedule.set_override(h.ref.uid, {"keep": "true"}, by)
+                    self.audit.record("cancelled", h.ref, reason="kept-by-operator", by=by,
+                                      detail="held for review: kept when the held set is confirmed")
+                return Kept(held[0].ref, None)
             ref = self._newest(namespace, name, kind, missing)
             said = self.schedule.override(ref.uid)
             if said.get("keep") == "true":
@@ -501,7 +510,13 @@ class Operations:
                  by: str = "operator") -> Pending:
         """Move the pending deletion `seconds` later (from now, if it is already overdue);
         events and resyncs keep the new time."""
-        found = self._pending_named(namespace, name, kind)
+        try:
+            found = self._pending_named(namespace, name, kind)
+        except NotFound:
+            held = self._held_named(namespace, name, kind)
+            if not held:
+                raise
+            return self._postpone_held(held, seconds, by)
         by_uid: dict[str, list[Pending]] = {}
         for pending in found:
             by_uid.setdefault(pending.ref.uid, []).append(pending)
@@ -517,6 +532,31 @@ class Operations:
             self._reconciler().release([(p.ref, p.as_decision(), p.stage) for p in stages], by)
         first = found[0]
         return self.schedule.get(first.ref.uid) or self.schedule.get(first.ref.uid, first.stage) or first
+
+    def _held_named(self, namespace: str, name: str, kind: str | None) -> list[HeldDeletion]:
+        """The held deletions (the review's, the guard's) of that name (and kind, if given)."""
+        check_namespace(namespace, "namespace")
+        check_name(name, "name")
+        found = [h for h in HeldDeletions(self.redis).all() if h.ref.namespace == namespace and h.ref.name == name
+                 and self._named(kind, h.ref.api_version, h.ref.kind)]
+        if found:
+            self._one_kind({(h.ref.api_version, h.ref.kind) for h in found}, kind, namespace, name, "is held")
+        return found
+
+    def _postpone_held(self, held: list[HeldDeletion], seconds: int, by: str) -> Pending:
+        """Postpone deletions held for review: their override says not before then, whenever the held
+        set is confirmed (the resync that releases it books them by that time)."""
+        now = int(self.redis.time()[0])
+        until = now
+        for h in held:
+            until = max(h.decision.expires_at or now, now) + seconds
+            self.schedule.set_override(h.ref.uid, {"until": str(until)}, by)
+            self.audit.record("postponed", h.ref, due=h.decision.expires_at, newDue=until, by=by,
+                              detail="held for review: postponed whenever the held set is confirmed")
+        first = held[0]
+        return Pending(first.ref, until, split_member(first.member)[1], first.decision.finished_at,
+                       first.decision.ttl, first.decision.ttl_source, tuple(first.decision.rules),
+                       first.decision.dry_run)
 
     # --- which kind: a Kind name is not an identity -------------------------------------------
     def _groups_of(self, kind: str) -> set[str]:

@@ -20,7 +20,7 @@ from jobttl.core.services import graph
 from jobttl.core.store import redisconn
 from jobttl_emulator import TFJOB as EMULATED_TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
-from tests.services import start_emulator
+from tests.services import RedisServer, start_emulator
 
 # alice operates, carol reads, bob may do nothing
 TOKENS = {"alice-token": {"username": "alice", "groups": ["platform-team"]},
@@ -31,6 +31,14 @@ GRANTS = [{"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPER
 
 GONE = JobRef("kubeflow.org/v1", "TFJob", "team-a", "resnet-old", "6f1d3c0e-0000-4000-8000-000000000001")
 LOG_TEXT = "epoch 1 loss 0.9\nepoch 2 loss 0.4\ntraining done\n"
+
+
+@pytest.fixture(scope="package")
+def redis_server():
+    """The console tests' own Redis: they flush it, and the due index is a Redis's, not a queue's."""
+    server = RedisServer().start()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")

@@ -11,6 +11,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
+from jobttl.core.domain.identity import JobRef
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.store.guard import HeldDeletion, HeldDeletions
 from jobttl.console import views
@@ -258,3 +259,50 @@ def test_without_sign_in_pages_and_actions_need_no_token_and_record_the_local_op
                                                     "name": "mnist", "duration": "2h"})
     assert answer.status_code == 303
     assert seeded.operations().history(event="postponed", limit=1)[0]["by"] == "console:local operator (no sign-in)"
+
+
+def test_dry_run_is_said_plainly_on_the_overview(settings_env, seeded, tmp_path):
+    policy = tmp_path / "dry.yaml"
+    policy.write_text("dryRun: true\n")
+    client = create_app(Settings.from_env({**settings_env, "JOBTTL_POLICY": str(policy)})).test_client()
+    page = text(client.get("/", headers=bearer("carol-token")))
+    assert "Dry run: jobttl deletes nothing" in page and "dryRun: true" in page
+    rules = tmp_path / "rules.yaml"
+    rules.write_text("rules:\n- name: rehearse-research\n  namespaces: [research]\n  dryRun: true\n")
+    client = create_app(Settings.from_env({**settings_env, "JOBTTL_POLICY": str(rules)})).test_client()
+    page = text(client.get("/", headers=bearer("carol-token")))
+    assert "Dry run: some rules delete nothing" in page and "rehearse-research" in page
+    plain = text(create_app(Settings.from_env(settings_env)).test_client().get("/", headers=bearer("carol-token")))
+    assert "Dry run" not in plain
+
+
+def hold_unbooked(shared) -> HeldDeletion:
+    """A deletion held by the first-run review as the resync holds one: not booked, no card."""
+    decision = shared.operations().pending("team-a")[0][0].as_decision()
+    ref = JobRef("kubeflow.org/v1", "TFJob", "team-c", "old-sweep", "7e0b0c1a-0000-4000-8000-00000000000c")
+    held = HeldDeletion(ref.uid, ref, decision, "first-run")
+    HeldDeletions(shared.redis).hold([held])
+    return held
+
+
+def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client, seeded):
+    held = hold_unbooked(seeded)
+    csrf = signed_in(client, "alice-token")
+    page = text(client.get("/held", headers=HTML))
+    assert 'data-job="team-c/old-sweep"' in page
+    kept = client.post("/actions/keep", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
+                                              "next": "/held"})
+    assert kept.status_code == 303
+    assert seeded.schedule.override(held.ref.uid).get("keep") == "true"
+    assert seeded.operations().history(event="cancelled", limit=1)[0]["by"] == "console:alice"
+    later = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
+                                                   "duration": "2d", "next": "/held"})
+    assert later.status_code == 303
+    assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
+
+
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil"])
+def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client, elsewhere):
+    form = client.get("/signin", headers=HTML)
+    answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
+    assert answer.status_code == 303 and answer.headers["Location"] == "/"

@@ -19,7 +19,7 @@ from jobttl.core.services import graph
 from jobttl.core.store import redisconn
 from jobttl_emulator import TFJOB as EMULATED_TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
-from tests.services import start_emulator, start_sink
+from tests.services import RedisServer, start_emulator, start_sink
 from tests.sink.test_auth import AUDIENCE, Issuer
 
 TOKENS = {"reader-token": {"username": "system:serviceaccount:monitoring:dashboards"},
@@ -35,6 +35,14 @@ GRANTS = [{"users": ["system:serviceaccount:monitoring:dashboards"], "rules": ri
 def emulator(tmp_path_factory):
     server = start_emulator(tmp_path_factory.mktemp("kube"), (EMULATED_TFJOB,))
     server.set_identities(TOKENS, GRANTS)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def redis_server():
+    """A Redis of this module's own: the due index is a Redis's, not a queue's, and other files book team-a too."""
+    server = RedisServer().start()
     yield server
     server.stop()
 
