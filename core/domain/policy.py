@@ -47,6 +47,7 @@ from typing import Any
 
 from jobttl.core.domain import config_yaml, kinddecl
 from jobttl.core.domain.durations import parse_duration
+from jobttl.core.domain.identity import MAX_NAMESPACE, InvalidIdentity, check_namespace, shown
 from jobttl.core.domain.notify import Channel, parse_channels
 from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
 
@@ -335,6 +336,21 @@ class _Reader:
             raise self.fail(where, "expected a list of non-empty strings")
         return tuple(value)
 
+    def namespaces(self, value: Any, where: str) -> tuple[str, ...]:
+        """A list of namespaces, each one the API server could have (a DNS-1123 label): matched exactly,
+        so `Production` or `"production "` would match nothing, and an exclude written so would let
+        production's jobs expire."""
+        names = self.strings(value, where)
+        for i, name in enumerate(names):
+            try:
+                check_namespace(name, "")
+            except InvalidIdentity:
+                raise self.fail(f"{where}[{i}]", f"{shown(name)} is not a namespace name (lowercase letters, "
+                                                 f"digits and '-', at most {MAX_NAMESPACE} characters, starting "
+                                                 "and ending with a letter or digit; no wildcards): it would "
+                                                 "match no namespace") from None
+        return names
+
     def values(self, data: dict[str, Any], where: str) -> Values:
         parsed: dict[str, Any] = {}
         for key, attr in VALUE_KEYS.items():
@@ -597,7 +613,7 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
             raise reader.fail(f"{where}.name", "required: every rule has a name, so decisions can cite it")
         if name in {r.name for r in rules}:
             raise reader.fail(f"{where}.name", f"duplicate rule name {name!r}")
-        rule_namespaces = reader.strings(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
+        rule_namespaces = reader.namespaces(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
         selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
         if not rule_namespaces and selector is None:
             raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
@@ -607,9 +623,9 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
     policy = Policy(
         values=reader.values(data, ""),
         rules=tuple(rules),
-        include_namespaces=(reader.strings(namespaces["include"], "namespaces.include")
+        include_namespaces=(reader.namespaces(namespaces["include"], "namespaces.include")
                             if "include" in namespaces else ()),
-        exclude_namespaces=(reader.strings(namespaces["exclude"], "namespaces.exclude")
+        exclude_namespaces=(reader.namespaces(namespaces["exclude"], "namespaces.exclude")
                             if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
         kinds=_chosen(reader, data, known) if "kinds" in data else _enabled_by_default(known, data),
         known_kinds=known,
