@@ -198,6 +198,9 @@ class _Checker:
         if not isinstance(event, yaml.ScalarEvent):
             raise self.fail(line, frame.path, "a key must be a plain value, not a list, a mapping or an alias")
         key = event.value
+        if event.tag is not None and event.tag not in _ALLOWED_TAGS:  # `!!merge <<` included
+            raise self.fail(line, _child(frame.path, key), f"the tag {event.tag} is not one a policy may use "
+                                                            "(YAML 1.2's core schema)")
         if key == _MERGE and event.implicit[0]:  # plain and untagged: a merge key to YAML 1.1 readers
             # Why refused, not merged: PyYAML lets the later of two `<<` (or of `<<: [*a, *b]`) win,
             # the opposite of the merge spec, so a second map silently undid the first one's exclude.

@@ -125,6 +125,13 @@ def test_a_merge_key_is_refused_naming_its_line(tmp_path, text, prefix):
     assert "write the keys out" in str(info.value)
 
 
+def test_a_merge_key_spelt_with_its_tag_is_refused_too(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("namespaces:\n  !!merge <<: [{exclude: [production]}, {exclude: []}]\n")
+    with pytest.raises(PolicyError, match=rf"^{path}:2: namespaces.<<: the tag tag:yaml.org,2002:merge is not one"):
+        load_policy(path)
+
+
 def test_aliases_and_a_quoted_merge_text_still_read():
     """An alias standing for a whole value is YAML 1.2; `<<` as a value (or quoted) is the text written."""
     data = config_yaml.loads("a: &x [production]\nb: *x\nc: <<\n\"<<\": 1\n", "p").data
