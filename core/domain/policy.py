@@ -717,7 +717,8 @@ def _say_replaced(name: str, builtin: dict[str, Any], replacement: kinddecl.Repl
     if "ttl" not in replacement.inherited and (builtin.get("ttl") or {}).get("appliedBy") \
             and not (decl.get("ttl") or {}).get("appliedBy"):
         dropped.append("ttl.appliedBy (objects whose own controller applies their TTL)")
-    inherited = f"; inherits {', '.join(replacement.inherited)} from it" if replacement.inherited else ""
+    source = "it" if kinddecl.key(decl) == name else "the built-in declaration of its CRD"
+    inherited = f"; inherits {', '.join(replacement.inherited)} from {source}" if replacement.inherited else ""
     deletes = f"; without {', '.join(dropped)}: jobttl now deletes those too" if dropped else ""
     declared = kinddecl.key(decl)
     # Another version of the same CRD: the built-in one is no longer decided at all (one kind per CRD).
