@@ -11,6 +11,9 @@ billion nodes for whatever walks it next. A policy decides what is deleted, so h
   string, which the policy's reader then refuses where it wants another type
   (``dryRun: yes``: "expected true or false, got 'yes'");
 - a key written twice in one mapping is refused, naming both lines;
+- a merge key (``<<``) is refused: YAML 1.2 has none, and PyYAML's reading of two of them (or of
+  ``<<: [*a, *b]``) lets the later map win, so ``{<<: {exclude: [production]}, <<: {exclude: []}}``
+  silently dropped an exclude; the keys are written out instead (plain aliases still work);
 - a file over `MAX_BYTES`, nesting past `MAX_DEPTH` (aliases counted where they are used),
   aliases that add more than `ALIAS_BUDGET` nodes, a second document, a key that is not a
   plain value, a tag outside the core schema's: refused, naming the line and the field.
@@ -69,8 +72,7 @@ for _tag, _pattern, _first in (
         ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
         ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
         ("float", r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
-         "-+.0123456789"),
-        ("merge", r"<<", "<")):
+         "-+.0123456789")):
     _Core12Loader.add_implicit_resolver(_CORE + _tag, re.compile(rf"^(?:{_pattern})$"), list(_first) + (
         [""] if _tag == "null" else []))
 
@@ -102,8 +104,7 @@ def _construct_bool(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> bool:
 
 
 _Core12Loader.add_constructor(_CORE + "bool", _construct_bool)
-# `<<` is a merge key where a key is written; as a value it is the text it is.
-_Core12Loader.add_constructor(_CORE + "merge", yaml.SafeLoader.construct_scalar)
+# No "merge" resolver: `<<` is the text it is (YAML 1.2), and the checker refuses it as a key.
 _Core12Loader.add_constructor(_CORE + "int", _construct_int)
 _Core12Loader.add_constructor(_CORE + "float", _construct_float)
 
@@ -197,10 +198,20 @@ class _Checker:
         if not isinstance(event, yaml.ScalarEvent):
             raise self.fail(line, frame.path, "a key must be a plain value, not a list, a mapping or an alias")
         key = event.value
-        if self.resolver.resolve(yaml.ScalarNode, key, event.implicit) not in (_CORE + "str", _CORE + "merge"):
+        if event.tag is not None and event.tag not in _ALLOWED_TAGS:  # `!!merge <<` included
+            raise self.fail(line, _child(frame.path, key), f"the tag {event.tag} is not one a policy may use "
+                                                            "(YAML 1.2's core schema)")
+        if key == _MERGE and event.implicit[0]:  # plain and untagged: a merge key to YAML 1.1 readers
+            # Why refused, not merged: PyYAML lets the later of two `<<` (or of `<<: [*a, *b]`) win,
+            # the opposite of the merge spec, so a second map silently undid the first one's exclude.
+            raise self.fail(line, _child(frame.path, key), "a merge key (<<): YAML 1.2 has no merge keys, and "
+                                                            "which map wins is not what it seems; write the "
+                                                            "keys out (an alias *name may still stand for a "
+                                                            "whole value)")
+        if self.resolver.resolve(yaml.ScalarNode, key, event.implicit) != _CORE + "str":
             raise self.fail(line, _child(frame.path, key), f"a key must be a string: YAML reads {key} as another "
                                                             f"type; quote it (\"{key}\")")
-        if key in frame.keys and key != _MERGE:
+        if key in frame.keys:
             raise self.fail(line, _child(frame.path, key), f"written twice in one mapping (lines "
                                                             f"{frame.keys[key]} and {line}): YAML keeps only "
                                                             "the last; say it once")

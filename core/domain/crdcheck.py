@@ -366,6 +366,89 @@ def _a(types: set[str]) -> str:
 
 # --- a declaration against its CRD ------------------------------------------------------------------
 
+class _Shape:
+    """What `verify` reads of a CRD object, checked before it reads it: the first field not shaped as the
+    API server writes it (a CRD from a file, or from an API that is not quite one), as (field, problem)."""
+
+    @staticmethod
+    def first(crd: Any) -> tuple[str, str] | None:
+        if not isinstance(crd, dict):
+            return "(the object)", f"expected a mapping, got {_typename(crd)}"
+        fields = [("metadata", crd.get("metadata"), dict, True), ("spec", crd.get("spec"), dict, True)]
+        for name, value, kind, required in fields:
+            if (value is not None or required) and not isinstance(value, kind):
+                return name, f"expected a mapping, got {_typename(value)}"
+        metadata, spec = crd["metadata"], crd["spec"]
+        for name, value, kind in (("metadata.name", metadata.get("name"), str), ("spec.names", spec.get("names"), dict),
+                                  ("spec.scope", spec.get("scope"), str),
+                                  ("spec.preserveUnknownFields", spec.get("preserveUnknownFields"), bool),
+                                  ("spec.versions", spec.get("versions"), list)):
+            if value is not None and not isinstance(value, kind):
+                return name, f"expected {_A[kind]}, got {_typename(value)}"
+        for key in ("kind", "plural"):
+            value = (spec.get("names") or {}).get(key)
+            if value is not None and not isinstance(value, str):
+                return f"spec.names.{key}", f"expected a string, got {_typename(value)}"
+        for i, version in enumerate(spec.get("versions") or ()):
+            problem = _Shape.version(version, f"spec.versions[{i}]")
+            if problem is not None:
+                return problem
+        return None
+
+    @staticmethod
+    def version(version: Any, where: str) -> tuple[str, str] | None:
+        if not isinstance(version, dict):
+            return where, f"expected a mapping, got {_typename(version)}"
+        for key, kind in (("name", str), ("served", bool), ("schema", dict)):
+            value = version.get(key)
+            if (value is not None or key == "name") and not isinstance(value, kind):
+                return f"{where}.{key}", f"expected {_A[kind]}, got {_typename(value)}"
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        if schema is None:
+            return None
+        return _Shape.schema(schema, f"{where}.schema.openAPIV3Schema")
+
+    @staticmethod
+    def schema(root: Any, where: str) -> tuple[str, str] | None:
+        """Every node below `root` where the walk reads it: properties a mapping of schemas, items and
+        additionalProperties a schema (or a boolean), allOf/anyOf/oneOf lists of schemas, type a string."""
+        stack = [(root, where)]
+        while stack:
+            node, at = stack.pop()
+            if not isinstance(node, dict):
+                return at, f"expected a schema (a mapping), got {_typename(node)}"
+            if "type" in node and not isinstance(node["type"], str):
+                return f"{at}.type", f"expected a string, got {_typename(node['type'])}"
+            properties = node.get("properties")
+            if properties is not None:
+                if not isinstance(properties, dict):
+                    return f"{at}.properties", f"expected a mapping, got {_typename(properties)}"
+                stack += [(v, f"{at}.properties.{k}") for k, v in properties.items()]
+            for key in ("items", "additionalProperties"):
+                if node.get(key) is not None and not isinstance(node[key], bool):
+                    stack.append((node[key], f"{at}.{key}"))
+            for key in ("allOf", "anyOf", "oneOf"):
+                branches = node.get(key)
+                if branches is not None and not isinstance(branches, list):
+                    return f"{at}.{key}", f"expected a list, got {_typename(branches)}"
+                stack += [(b, f"{at}.{key}[{i}]") for i, b in enumerate(branches or ())]
+        return None
+
+
+_A = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
+
+
+def _typename(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing (null)"}.get(
+        type(value), f"a {type(value).__name__}") + (f" {value!r}"[:60] if isinstance(value, (str, int, float)) else "")
+
+
+def malformed(crd: Any) -> str | None:
+    """Why `crd` is not a CRD object `verify` can read (``FIELD: PROBLEM``), or None."""
+    found = _Shape.first(crd)
+    return None if found is None else f"{found[0]}: {found[1]}"
+
+
 def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inherited: tuple[str, ...] = ()
            ) -> CrdCheck:
     """Check one declaration against its CRD object (as the API server answers a GET).
@@ -377,6 +460,16 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inh
     declaration (`jobttl.core.domain.kinddecl.replacing`) are held as built-in ones are, and their
     problems say so (`Problem.inherited`). A path the schema cannot follow to its end (preserved
     unknown fields, a map of anything, no schema at all) is `unverified`, never verified."""
+    shape = malformed(crd)
+    if shape is not None:
+        # A CRD not shaped as the API server writes one: nothing in it can be read, so nothing is checked.
+        name = crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) \
+            else None
+        name = name if isinstance(name, str) else "(unnamed)"
+        unchecked = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
+        return CrdCheck(name, True, (), (), 0, unchecked=unchecked,
+                        unverified=tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
+                                                 _inherits(use, inherited)) for use in uses(decl)))
     spec = crd.get("spec") or {}
     name = (crd.get("metadata") or {}).get("name", "")
     versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]

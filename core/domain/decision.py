@@ -25,6 +25,7 @@ annotation ``jobttl.io/keep-until`` (RFC 3339) postpones expiry up to that cap.
 from __future__ import annotations
 
 import difflib
+import re
 import enum
 from dataclasses import dataclass
 from functools import lru_cache
@@ -300,7 +301,7 @@ def unknown_keys(annotations: dict[str, Any], labels: dict[str, Any], policy: Po
 def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
     """The known key (``annotation jobttl.io/keep``) closest to `key`, by the names after the prefix
     (``kepp``, ``ttl-seconds``: a typo, or a known name with more after it), or None."""
-    name = key.partition("/")[2].lower()
+    name = (key.partition("/")[2] or _after_prefix(key) or "").lower()
 
     def score(candidate: str) -> float:
         other = candidate.partition("/")[2]
@@ -313,13 +314,47 @@ def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
 
 @lru_cache(maxsize=4096)
 def _ours(key: str) -> bool:
-    """A key under jobttl's prefix, however spelt: ``jobttl.io/``, ``JobTTL.io/``, ``jobtll.io/``. Asked of
-    every key of every object decided: remembered, and a prefix of another length is not compared."""
+    """A key under jobttl's prefix, however spelt: ``jobttl.io/``, ``JobTTL.io/``, ``jobtll.io/``, and the
+    prefix misspelt the ways owners write it (`_misspelt_prefix`: ``jobttl/``, ``jobttl.com/``,
+    ``jobttl.io.keep``). Asked of every key of every object decided: remembered, and a prefix of another
+    length is not compared."""
     prefix, slash, _ = key.partition("/")
     ours = ANNOTATION_PREFIX[:-1]
-    if not slash or abs(len(prefix) - len(ours)) > 2:
-        return False
-    return difflib.SequenceMatcher(None, prefix.lower(), ours).ratio() >= 0.8
+    if slash and abs(len(prefix) - len(ours)) <= 2 and difflib.SequenceMatcher(None, prefix.lower(), ours).ratio() >= 0.8:
+        return True
+    return _after_prefix(key) is not None
+
+
+_OUR_LABEL = ANNOTATION_PREFIX.split(".")[0]  # "jobttl"
+# A misspelt prefix: a first label one edit from "jobttl", then at most one short domain label
+# (".io", ".com", ".dev"), then "/" or "." and the name. Only the key's first 16 characters are read.
+_MISSPELT = re.compile(r"([a-z0-9_-]{5,7})(\.[a-z0-9]{1,4})?([/.])(.+)")
+
+
+def _after_prefix(key: str) -> str | None:
+    """The name after a misspelt jobttl prefix (``keep`` of ``jobttl/keep``, ``jobttl.io.keep``,
+    ``jobtl.io/keep``, ``JOBTTL.com/keep``), or None. Bounded: a short head and one small edit distance."""
+    match = _MISSPELT.match(key[:16].lower())
+    if match is None or (match.group(3) == "." and match.group(2) is None and "/" in key):
+        return None  # "jobttl.example.com/x": another organisation's prefix
+    label, _, _, _ = match.groups()
+    if _edits(label, _OUR_LABEL) > 1:
+        return None
+    return key[match.start(4):]
+
+
+def _edits(a: str, b: str) -> int:
+    """Optimal string alignment distance (a transposition is one edit: ``jbottl``), for short strings."""
+    previous2: list[int] = []
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        current = [i] + [0] * len(b)
+        for j, y in enumerate(b, 1):
+            current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y))
+            if i > 1 and j > 1 and x == b[j - 2] and a[i - 2] == y:
+                current[j] = min(current[j], previous2[j - 2] + 1)
+        previous2, previous = previous, current
+    return previous[-1]
 
 
 def controller_owner(meta: dict[str, Any]) -> str | None:

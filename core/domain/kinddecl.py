@@ -437,6 +437,8 @@ class Replacement:
     declaration: dict[str, Any]
     inherited: tuple[str, ...] = ()  # fields taken from the built-in declaration
     dropped: tuple[str, ...] = ()  # fields the built-in one has that the operator set to null
+    replaces: tuple[str, ...] = ()  # the built-in kinds (apiVersion/Kind) of the same CRD it replaces
+    conflicts: tuple[str, ...] = ()  # fields it leaves out that those built-in kinds set differently
 
 
 def without_nulls(decl: Any) -> Any:
@@ -446,16 +448,35 @@ def without_nulls(decl: Any) -> Any:
     return {k: v for k, v in decl.items() if not (k in INHERITED and v is None)}
 
 
-def replacing(decl: dict[str, Any], builtin: dict[str, Any] | None) -> Replacement:
-    """`decl` as it replaces `builtin` (None: it replaces no built-in kind): each INHERITED field it
-    leaves out taken from `builtin`, each it sets to null dropped."""
+def same_crd(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The built-in kinds (apiVersion/Kind) on the CRD `decl` declares: its own apiVersion/Kind, and the
+    same group's kind of that name or plural in any other version. Why: a CRD serves one object at every
+    version it has, so a kubeflow.org/v2 TFJob next to the built-in v1 one would decide the same
+    TFJob twice, the one without the built-in's guards deleting what the other keeps."""
+    group, plural = decl.get("group", ""), decl.get("plural")
+    return tuple(name for name, b in builtins.items() if name == key(decl) or (
+        b.get("group", "") == group and (b.get("kind") == decl.get("kind") or b.get("plural") == plural)))
+
+
+def replacing(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> Replacement:
+    """`decl` as it replaces the built-in kinds of its CRD (`same_crd`; none: it replaces nothing): each
+    INHERITED field it leaves out taken from the built-in one of its version (else from those of the
+    CRD's other versions, when they agree: else a conflict, for the policy to refuse), each it sets to
+    null dropped."""
     merged = without_nulls(decl)
-    if builtin is None:
+    names = same_crd(decl, builtins)
+    if not names:
         return Replacement(merged)
-    inherited = tuple(k for k in INHERITED if k not in decl and k in builtin)
-    dropped = tuple(k for k in INHERITED if k in decl and decl[k] is None and k in builtin)
-    merged.update({k: copy.deepcopy(builtin[k]) for k in inherited})
-    return Replacement(merged, inherited, dropped)
+    sources = [builtins[key(decl)]] if key(decl) in names else [builtins[name] for name in names]
+    inherited, conflicts = [], []
+    for name in INHERITED:
+        values = [source.get(name) for source in sources]
+        if name in decl or all(v is None for v in values):
+            continue
+        (conflicts if any(v != values[0] for v in values) else inherited).append(name)
+    dropped = tuple(k for k in INHERITED if k in decl and decl[k] is None and any(k in s for s in sources))
+    merged.update({k: copy.deepcopy(sources[0][k]) for k in inherited})
+    return Replacement(merged, tuple(inherited), dropped, names, tuple(conflicts))
 
 
 def load_file(path: Path) -> tuple[list[dict[str, Any]], str]:

@@ -135,7 +135,7 @@ def _channel(reader: Any, raw: Any, where: str) -> Channel:
     if not on and not owners:
         raise reader.fail(f"{where}.on", f"a channel needs events to receive (one or more of {', '.join(EVENTS)}), "
                                          "or owners: true")
-    namespaces = reader.strings(data["namespaces"], f"{where}.namespaces") if "namespaces" in data else ()
+    namespaces = reader.namespaces(data["namespaces"], f"{where}.namespaces") if "namespaces" in data else ()
     digest = reader.duration(data["digest"], f"{where}.digest") if "digest" in data else DEFAULT_DIGEST
     return Channel(name, on, url, env, namespaces, digest, owners, reader.place(f"{where}.{'url' if url else 'urlFromEnv'}"))
 

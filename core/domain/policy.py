@@ -47,6 +47,7 @@ from typing import Any
 
 from jobttl.core.domain import config_yaml, kinddecl
 from jobttl.core.domain.durations import parse_duration
+from jobttl.core.domain.identity import MAX_NAMESPACE, InvalidIdentity, check_namespace, shown
 from jobttl.core.domain.notify import Channel, parse_channels
 from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
 
@@ -335,6 +336,21 @@ class _Reader:
             raise self.fail(where, "expected a list of non-empty strings")
         return tuple(value)
 
+    def namespaces(self, value: Any, where: str) -> tuple[str, ...]:
+        """A list of namespaces, each one the API server could have (a DNS-1123 label): matched exactly,
+        so `Production` or `"production "` would match nothing, and an exclude written so would let
+        production's jobs expire."""
+        names = self.strings(value, where)
+        for i, name in enumerate(names):
+            try:
+                check_namespace(name, "")
+            except InvalidIdentity:
+                raise self.fail(f"{where}[{i}]", f"{shown(name)} is not a namespace name (lowercase letters, "
+                                                 f"digits and '-', at most {MAX_NAMESPACE} characters, starting "
+                                                 "and ending with a letter or digit; no wildcards): it would "
+                                                 "match no namespace") from None
+        return names
+
     def values(self, data: dict[str, Any], where: str) -> Values:
         parsed: dict[str, Any] = {}
         for key, attr in VALUE_KEYS.items():
@@ -410,8 +426,15 @@ class _Reader:
         if declarations is not None and not isinstance(declarations, list):
             raise self.fail("kindDeclarations", "expected a list of kind declarations (README: Declaring a kind)")
         builtin = kinddecl.builtin_declarations()
-        replacements = [kinddecl.replacing(d, builtin.get(kinddecl.key(d))) if isinstance(d, dict) and _named(d)
+        replacements = [kinddecl.replacing(d, builtin) if isinstance(d, dict) and _named(d)
                         else kinddecl.Replacement(d) for d in declarations or []]
+        for i, replacement in enumerate(replacements):
+            if replacement.conflicts:
+                field = replacement.conflicts[0]
+                raise self.fail(f"kindDeclarations[{i}]", f"replaces the built-in {' and '.join(replacement.replaces)} "
+                                                          f"(the same CRD in other versions), which differ in "
+                                                          f"{', '.join(replacement.conflicts)}: write {field} in this "
+                                                          f"declaration, or {field}: null to do without")
         declared = [r.declaration for r in replacements]
         by_key = {**builtin, **{kinddecl.key(d): d for d in declared if isinstance(d, dict) and _named(d)}}
         opt_ins = self.opt_ins(opt_in, by_key)
@@ -419,19 +442,25 @@ class _Reader:
             compiled = kinddecl.compile_kinds(declared, self.origin, "kindDeclarations", opt_ins)
         except kinddecl.KindError as exc:
             raise self.kind_error(exc, replacements) from None
-        own = {f"{k.api_version}/{k.kind}": (replace(k, inherited=r.inherited), r) for k, r in zip(compiled, replacements)}
-        kinds = []
+        own = [replace(k, inherited=r.inherited) for k, r in zip(compiled, replacements)]
+        replaced_by: dict[str, int] = {}  # a built-in kind → the first declaration of its CRD
+        for i, replacement in enumerate(replacements):
+            for name in replacement.replaces:
+                replaced_by.setdefault(name, i)
+        kinds, placed = [], set()
         for kind in BUILTIN_KINDS:
             name = f"{kind.api_version}/{kind.kind}"
-            if name in own:
-                replacing, replacement = own.pop(name)
-                _say_replaced(name, builtin[name], replacement, self.origin)
-                kinds.append(replacing)  # the operator's declaration replaces the built-in one
+            if name in replaced_by:
+                i = replaced_by[name]
+                _say_replaced(name, builtin[name], replacements[i], self.origin)
+                if i not in placed:  # the operator's declaration replaces the built-in one(s), in its place
+                    placed.add(i)
+                    kinds.append(own[i])
             elif name in opt_ins:
                 kinds += kinddecl.compile_kinds([builtin[name]], self.origin, "optIn", opt_ins, builtin=True)
             else:
                 kinds.append(kind)
-        return tuple(kinds) + tuple(kind for kind, _ in own.values())
+        return tuple(kinds) + tuple(kind for i, kind in enumerate(own) if i not in placed)
 
     def opt_ins(self, value: Any, declarations: dict[str, dict[str, Any]]) -> dict[str, tuple[str, ...]]:
         """`optIn: {apiVersion/Kind: [State, ...]}`: finishing states a kind counts only when named here."""
@@ -584,7 +613,7 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
             raise reader.fail(f"{where}.name", "required: every rule has a name, so decisions can cite it")
         if name in {r.name for r in rules}:
             raise reader.fail(f"{where}.name", f"duplicate rule name {name!r}")
-        rule_namespaces = reader.strings(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
+        rule_namespaces = reader.namespaces(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
         selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
         if not rule_namespaces and selector is None:
             raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
@@ -594,8 +623,9 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
     policy = Policy(
         values=reader.values(data, ""),
         rules=tuple(rules),
-        include_namespaces=reader.strings(namespaces["include"], "namespaces.include") if "include" in namespaces else (),
-        exclude_namespaces=(reader.strings(namespaces["exclude"], "namespaces.exclude")
+        include_namespaces=(reader.namespaces(namespaces["include"], "namespaces.include")
+                            if "include" in namespaces else ()),
+        exclude_namespaces=(reader.namespaces(namespaces["exclude"], "namespaces.exclude")
                             if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
         kinds=_chosen(reader, data, known) if "kinds" in data else _enabled_by_default(known, data),
         known_kinds=known,
@@ -605,7 +635,27 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
         notify=parse_channels(reader, data.get("notify")),
     )
     reader.check_cleanup(policy)
+    _one_kind_per_crd(reader, policy.kinds, data.get("kindDeclarations") or [])
     return policy
+
+
+def _one_kind_per_crd(reader: _Reader, kinds: tuple[JobKind, ...], declarations: list[Any]) -> None:
+    """Refuse two enabled kinds on one CRD (same group and plural) when one is the operator's: a CRD
+    serving both versions hands each object to both, and the one without a guard (suspend, its own TTL)
+    deletes what the other keeps. (The built-in MPIJob v1 and v2beta1 are two operators' CRDs of one
+    name that a cluster cannot install together.)"""
+    seen: dict[tuple[str, str], JobKind] = {}
+    for kind in kinds:
+        other = seen.setdefault((kind.group, kind.plural), kind)
+        if other is kind or (other.builtin and kind.builtin):
+            continue
+        names = [f"{k.api_version}/{k.kind}" for k in (other, kind)]
+        index = next((i for name in reversed(names) for i, d in enumerate(declarations)
+                      if isinstance(d, dict) and _named(d) and kinddecl.key(d) == name), None)
+        raise reader.fail("kinds" if index is None else f"kindDeclarations[{index}]",
+                          f"{names[0]} and {names[1]} are both enabled and are one CRD ({kind.plural}."
+                          f"{kind.group or 'core'}): each object would be decided twice, by rules that can "
+                          "disagree; declare one version of it, or enable one of them")
 
 
 def load_policy(path: str | Path | None) -> Policy:
@@ -667,9 +717,15 @@ def _say_replaced(name: str, builtin: dict[str, Any], replacement: kinddecl.Repl
     if "ttl" not in replacement.inherited and (builtin.get("ttl") or {}).get("appliedBy") \
             and not (decl.get("ttl") or {}).get("appliedBy"):
         dropped.append("ttl.appliedBy (objects whose own controller applies their TTL)")
-    inherited = f"; inherits {', '.join(replacement.inherited)} from it" if replacement.inherited else ""
+    source = "it" if kinddecl.key(decl) == name else "the built-in declaration of its CRD"
+    inherited = f"; inherits {', '.join(replacement.inherited)} from {source}" if replacement.inherited else ""
     deletes = f"; without {', '.join(dropped)}: jobttl now deletes those too" if dropped else ""
+    declared = kinddecl.key(decl)
+    # Another version of the same CRD: the built-in one is no longer decided at all (one kind per CRD).
+    version = (f" with {declared} (the same CRD in another version: jobttl now reads these objects "
+               f"as {declared} only)" if declared != name else "")
     logging.getLogger("jobttl.policy").log(
-        logging.WARNING if dropped else logging.INFO,
-        "%s: kindDeclarations replaces the built-in %s%s%s", origin, name, inherited, deletes,
-        extra={"event": "kind-replaced", "kind": name, "inherited": list(replacement.inherited), "dropped": dropped})
+        logging.WARNING if dropped or version else logging.INFO,
+        "%s: kindDeclarations replaces the built-in %s%s%s%s", origin, name, version, inherited, deletes,
+        extra={"event": "kind-replaced", "kind": name, "declared": declared, "inherited": list(replacement.inherited),
+               "dropped": dropped})

@@ -16,7 +16,8 @@ of them defines, so a declaration can be tried before it is rolled out. Each kin
 - ``not-served``: the CRD does not serve the declared version.
 
 Exit 1 when a kind is refused (the worker would not start with this policy and CRD), 2 when the
-file cannot be read or holds no CRD of a known kind, else 0.
+file cannot be read, holds a CRD not shaped as the API server writes one (``spec.names: TFJob``:
+the document and the field named), or holds no CRD of a known kind, else 0.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Any
 import yaml
 
 from jobttl.cli.explain import read_input
-from jobttl.core.domain.crdcheck import Problem
+from jobttl.core.domain.crdcheck import Problem, malformed
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.domain.policy import Policy
 from jobttl.worker import kindcheck
@@ -38,14 +39,24 @@ API_VERSION = "jobttl.io/explain-crd/v1"
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # a CRD is large (RayJob's: 1.4 MB)
 
 
+class MalformedCRD(ValueError):
+    """A CustomResourceDefinition in the file not shaped as the API server writes one; names the document and field."""
+
+
 def crds_in(text: str) -> dict[str, dict[str, Any]]:
-    """The CustomResourceDefinitions in YAML or JSON text (Lists unwrapped), by name."""
+    """The CustomResourceDefinitions in YAML or JSON text (Lists unwrapped), by name; MalformedCRD for one
+    whose fields the check reads are not shaped as a CRD's (a traceback otherwise)."""
     found = {}
-    for document in yaml.load_all(text, Loader=_LOADER):
+    for number, document in enumerate(yaml.load_all(text, Loader=_LOADER), 1):
         items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else [document]
-        for item in items if isinstance(items, list) else ():
+        for i, item in enumerate(items if isinstance(items, list) else ()):
             if isinstance(item, dict) and item.get("kind") == "CustomResourceDefinition":
-                found[str((item.get("metadata") or {}).get("name"))] = item
+                problem = malformed(item)
+                if problem is not None:
+                    where = f"document {number}" + (f", items[{i}]" if item is not document else "")
+                    name = (item.get("metadata") or {}).get("name") if isinstance(item.get("metadata"), dict) else None
+                    raise MalformedCRD(f"{where}{f' (CRD {name})' if isinstance(name, str) else ''}: {problem}")
+                found[str(item["metadata"].get("name"))] = item
     return found
 
 
@@ -80,7 +91,12 @@ def _problem(problem: Problem) -> dict[str, Any]:
 
 
 def main(args: argparse.Namespace, policy: Policy) -> int:
-    crds = read_input(args.crd, crds_in)
+    try:
+        crds = read_input(args.crd, crds_in)
+    except MalformedCRD as exc:
+        print(f"jobttl: {args.crd}: not a CustomResourceDefinition as the API server writes one: {exc}",
+              file=sys.stderr)
+        return 2
     if crds is None:
         return 2
     kinds = [k for k in policy.known_kinds if k.crd in crds and k.declaration is not None]

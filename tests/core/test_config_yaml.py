@@ -94,27 +94,55 @@ def test_text_that_is_not_utf8_names_its_line(tmp_path):
         load_policy(path)
 
 
-def test_merge_keys_and_a_few_aliases_still_work():
-    """kinds.yaml's style (`<<: *training-operator`) in a policy's kindDeclarations: merged, not duplicates."""
-    text = textwrap.dedent("""\
-        kindDeclarations:
-          - &widget
-            group: example.com
-            version: v1
-            kind: Widget
-            plural: widgets
-            finished: {state: {path: status.phase, values: {Done: succeeded}}}
-            finishedAt: [status.finishedAt]
-          - {<<: *widget, kind: Gadget, plural: gadgets}
-        """)
-    data = config_yaml.loads(text, "p").data
-    assert data["kindDeclarations"][1]["kind"] == "Gadget"
-    assert data["kindDeclarations"][1]["finishedAt"] == ["status.finishedAt"]
+MERGE_TWICE = "ttl: 1d\nnamespaces: {<<: {exclude: [production]}, <<: {exclude: []}}\n"
+MERGE_LIST = "ttl: 1d\nnamespaces:\n  <<: [{exclude: [production]}, {exclude: []}]\n"
+MERGE_ALIAS = textwrap.dedent("""\
+    kindDeclarations:
+      - &widget
+        group: example.com
+        version: v1
+        kind: Widget
+        plural: widgets
+        finished: {state: {path: status.phase, values: {Done: succeeded}}}
+        finishedAt: [status.finishedAt]
+      - {<<: *widget, kind: Gadget, plural: gadgets}
+    """)
 
 
-def test_the_builtin_kinds_file_reads_the_same_under_both_loaders():
-    """kinds.yaml is read with PyYAML's safe loader; operators' declarations like it, with this one."""
-    assert config_yaml.loads(BUILTIN_FILE.read_bytes(), "kinds.yaml").data == yaml.safe_load(BUILTIN_FILE.read_text())
+@pytest.mark.parametrize("text, prefix", [
+    pytest.param(MERGE_TWICE, "2: namespaces.<<", id="two merge keys (PyYAML: the later map wins, exclude dropped)"),
+    pytest.param(MERGE_LIST, "3: namespaces.<<", id="a list of maps (PyYAML: the later wins, exclude dropped)"),
+    pytest.param(MERGE_ALIAS, "9: kindDeclarations[1].<<", id="one merge of an alias, kinds.yaml's style"),
+    pytest.param("ttl: 1d\n<<: {ttl: 2d}\n", "2: <<", id="at the top level"),
+])
+def test_a_merge_key_is_refused_naming_its_line(tmp_path, text, prefix):
+    """YAML 1.2 has no merge keys; PyYAML's reading of them lets a later map undo an operator's exclude."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    assert str(info.value).startswith(f"{path}:{prefix}: a merge key (<<): YAML 1.2 has no merge keys"), str(info.value)
+    assert "write the keys out" in str(info.value)
+
+
+def test_a_merge_key_spelt_with_its_tag_is_refused_too(tmp_path):
+    path = tmp_path / "policy.yaml"
+    path.write_text("namespaces:\n  !!merge <<: [{exclude: [production]}, {exclude: []}]\n")
+    with pytest.raises(PolicyError, match=rf"^{path}:2: namespaces.<<: the tag tag:yaml.org,2002:merge is not one"):
+        load_policy(path)
+
+
+def test_aliases_and_a_quoted_merge_text_still_read():
+    """An alias standing for a whole value is YAML 1.2; `<<` as a value (or quoted) is the text written."""
+    data = config_yaml.loads("a: &x [production]\nb: *x\nc: <<\n\"<<\": 1\n", "p").data
+    assert data == {"a": ["production"], "b": ["production"], "c": "<<", "<<": 1}
+
+
+def test_the_builtin_declarations_written_out_read_the_same():
+    """kinds.yaml (read with PyYAML's safe loader, merge keys and all) written out as an operator would
+    copy it into kindDeclarations: read the same by the policy's loader."""
+    builtin = yaml.safe_load(BUILTIN_FILE.read_text())
+    assert config_yaml.loads(yaml.safe_dump(builtin), "kinds.yaml").data == builtin
 
 
 @pytest.mark.parametrize("text, words", [
@@ -122,6 +150,7 @@ def test_the_builtin_kinds_file_reads_the_same_under_both_loaders():
     pytest.param(DUPLICATE_NAMESPACES, ":8: namespaces: written twice in one mapping (lines 2 and 8)",
                  id="duplicate key"),
     pytest.param("ttl: 1:30\n", ":1: ttl: expected a duration", id="sexagesimal"),
+    pytest.param(MERGE_TWICE, ":2: namespaces.<<: a merge key (<<)", id="merge key"),
 ])
 def test_the_worker_exits_2_at_start_naming_the_line(tmp_path, text, words):
     """The real command: exit 2, one line naming file, line and field, no traceback; a hang would time out
@@ -133,4 +162,18 @@ def test_the_worker_exits_2_at_start_naming_the_line(tmp_path, text, words):
                              text=True, timeout=60)
     assert started.returncode == 2, started.stderr
     assert started.stderr.startswith(f"jobttl: configuration error: JOBTTL_POLICY: {path}{words}"), started.stderr
+    assert "Traceback" not in started.stderr
+
+
+@pytest.mark.parametrize("text", [pytest.param(MERGE_TWICE, id="two merge keys"),
+                                  pytest.param(MERGE_LIST, id="a list of maps")])
+def test_the_sink_exits_2_on_a_merge_key_instead_of_dropping_the_exclude(tmp_path, text):
+    """The real command (before: it started with exclude=(), so production jobs expired)."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    started = subprocess.run([sys.executable, "-m", "jobttl", "sink", "--port", "1"], cwd=ROOT, text=True,
+                             env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path)}, capture_output=True,
+                             timeout=60)
+    assert started.returncode == 2, started.stderr
+    assert f"{path}:" in started.stderr and "namespaces.<<: a merge key (<<)" in started.stderr, started.stderr
     assert "Traceback" not in started.stderr

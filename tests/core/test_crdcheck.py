@@ -346,3 +346,64 @@ def test_a_typo_in_any_path_of_a_builtin_declaration_would_be_caught(key, decl):
             assert walk(schema, PathUse("", "", (*found.path[:-1], "any-name-at-all"), crdcheck.ANY)) is None
             undetectable += 1
     assert caught > 0 or key == "argoproj.io/v1alpha1/Workflow"
+
+
+# --- a CRD not shaped as the API server writes one: unverified, never a crash -------------------------
+
+def malformed(change) -> dict:
+    crd = crd_of(obj(spec=obj(size={"type": "integer"}), status=obj(finishedAt={"type": "string"})))
+    change(crd)
+    return crd
+
+
+MALFORMED = [
+    pytest.param(lambda c: c["spec"].update(names="Widget"), "spec.names: expected a mapping, got a string 'Widget'",
+                 id="spec.names a string (was AttributeError)"),
+    pytest.param(lambda c: c.update(spec=["x"]), "spec: expected a mapping, got a list", id="spec a list"),
+    pytest.param(lambda c: c["spec"].update(versions="v1"), "spec.versions: expected a list, got a string",
+                 id="versions a string"),
+    pytest.param(lambda c: c["spec"]["versions"].append("v2"), "spec.versions[1]: expected a mapping",
+                 id="a version a string"),
+    pytest.param(lambda c: c["spec"]["versions"][0].update(name=1), "spec.versions[0].name: expected a string",
+                 id="a version's name a number"),
+    pytest.param(lambda c: c["spec"]["versions"][0].update(schema="x"), "spec.versions[0].schema: expected a mapping",
+                 id="schema a string"),
+    pytest.param(lambda c: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"].update(properties=["spec"]),
+                 "spec.versions[0].schema.openAPIV3Schema.properties: expected a mapping, got a list",
+                 id="properties a list"),
+    pytest.param(lambda c: c["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"].update(spec="object"),
+                 "spec.versions[0].schema.openAPIV3Schema.properties.spec: expected a schema (a mapping)",
+                 id="a property's schema a string"),
+    pytest.param(lambda c: c["spec"]["names"].update(kind=["Widget"]), "spec.names.kind: expected a string",
+                 id="names.kind a list"),
+    pytest.param(lambda c: c.update(metadata="widgets"), "metadata: expected a mapping", id="metadata a string"),
+]
+
+
+@pytest.mark.parametrize("change, words", MALFORMED)
+def test_a_malformed_crd_checks_nothing_and_says_which_field(change, words):
+    verdict = verify({**WIDGET, "suspend": "spec.suspnd"}, malformed(change))
+    assert not verdict.verified and verdict.checked == 0
+    assert words in verdict.unchecked and "is malformed" in verdict.unchecked
+    assert "spec.suspnd" in [p.text for p in verdict.unverified]
+    assert crdcheck.malformed(malformed(change)).startswith(words.split(":")[0])
+
+
+def test_a_well_formed_crd_is_not_malformed():
+    assert crdcheck.malformed(malformed(lambda c: None)) is None
+
+
+@pytest.mark.parametrize("change, words", MALFORMED[:3])
+def test_the_worker_s_start_check_of_a_malformed_crd_warns_unverified_and_goes_on(change, words, caplog):
+    """What the API answers is read through `get_crd` (the client's, in the worker): no crash, a warning."""
+    from jobttl.core.domain.policy import parse_policy
+    from jobttl.worker import kindcheck
+
+    declared = parse_policy({"kindDeclarations": [{**WIDGET, "suspend": "spec.size"}]}, "policy.yaml").kinds
+    widget = tuple(k for k in declared if k.kind == "Widget")
+    with caplog.at_level("WARNING"):
+        report = kindcheck.verify_kinds(lambda _kind, _timeout: malformed(change), widget, pause=0)
+    assert report.errors == [] and report.verified == []
+    assert "widgets.example.com/v1/Widget" in report.unverified
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-unverified"]
+    assert record.levelname == "WARNING" and words in record.detail and "spec.size" in record.detail

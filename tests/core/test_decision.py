@@ -350,6 +350,18 @@ def test_anything_but_an_explicit_false_keeps(value, verdict, warning):
     ({"jobttl.io/owner": "ml-team"}, {}, "(jobttl reads the annotations jobttl.io/ttl, jobttl.io/keep, "
                                          "jobttl.io/keep-until, jobttl.io/notify)"),
     ({"jobttl.io/keep": "false", "jobttl.io/tll": "1h"}, {}, "annotation jobttl.io/tll is not a key"),
+    # The prefix misspelt (before: not ours, so the job expired).
+    ({"jobttl/keep": "true"}, {}, "annotation jobttl/keep is not a key jobttl knows (did you mean annotation "
+                                  "jobttl.io/keep?)"),
+    ({"jobttl.io.keep": "true"}, {}, "annotation jobttl.io.keep is not a key jobttl knows (did you mean annotation "
+                                     "jobttl.io/keep?)"),
+    ({"jobttl.com/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+    ({"JOBTTL.COM/keep-until": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
+    ({"jobtl.io/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+    ({"jbottl.io/ttl": "30d"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
+    ({"job-ttl/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+    ({}, {"jobttl.keep": "true"}, "label jobttl.keep is not a key jobttl knows (did you mean annotation "
+                                  "jobttl.io/keep?)"),
 ])
 def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(annotations, labels, words):
     decision = decide(annotated(annotations, labels), TFJOB, SELECTING)
@@ -363,6 +375,8 @@ def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(anno
     ({"example.com/keep": "true", "jobttl.example.com/x": "1"}, {}),  # other prefixes are not ours
     ({"jobttl.io/ttl": "2h", "jobttl.io/keep-until": "2000-01-01T00:00:00Z"}, {}),
     ({"jobttl.io/notify": "team-ml"}, {}),  # the owner asks for its messages (docs/notifications.md)
+    ({"jobtitle/keep": "true", "batch.io/keep": "true", "jobs.io/keep": "1", "job/ttl": "1s"}, {}),  # not near
+    ({"app.kubernetes.io/name": "x", "kubeflow.org/keep": "true", "jobttl.example.com/keep": "true"}, {}),
 ])
 def test_the_keys_jobttl_reads_and_other_prefixes_expire_as_usual(annotations, labels):
     assert decide(annotated(annotations, labels), TFJOB, SELECTING).verdict is Verdict.EXPIRES
@@ -372,3 +386,11 @@ def test_the_rule_is_the_same_wherever_it_is_decided():
     """The sink, the resync and the worker all call decide(): one rule, in the pure domain."""
     obj = annotated({"jobttl.io/keep": "yes"})
     assert decide(obj, TFJOB, SELECTING) == decide(copy.deepcopy(obj), TFJOB, SELECTING)
+
+
+def test_a_misspelt_prefix_is_found_reading_a_bounded_head_of_any_key():
+    """The check reads only a key's first characters: a 100,000-character key costs what a short one does."""
+    from jobttl.core.domain import decision as module
+
+    assert module._after_prefix("jobttl.io." + "k" * 100_000) == "k" * 100_000
+    assert module._after_prefix("x" * 100_000 + "/keep") is None

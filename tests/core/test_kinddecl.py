@@ -389,3 +389,80 @@ def test_null_means_none_in_a_new_kind_too():
     kind, = [k for k in parse_policy({"kindDeclarations": [widget(suspend=None, ttl=None)]}).kinds
              if k.kind == "Widget"]
     assert kind.suspend is None and kind.inherited == ()
+
+
+# --- a built-in kind declared in another version: the same CRD, one kind ------------------------------
+
+def tfjob_at(version: str, kind: str = "TFJob", plural: str = "tfjobs") -> dict:
+    """TFJob declared at another version with its finishing conditions alone (no ttl, suspend, managedBy)."""
+    return {**bare_tfjob(), "version": version, "kind": kind, "plural": plural}
+
+
+def tfjob_object(version: str, **run_policy) -> dict:
+    return {**finished_tfjob(**run_policy), "apiVersion": f"kubeflow.org/{version}"}
+
+
+@pytest.mark.parametrize("run_policy, verdict", [
+    pytest.param({"suspend": True, "ttlSecondsAfterFinished": 20 * 86400}, Verdict.SUSPENDED, id="suspended"),
+    pytest.param({"managedBy": "kueue.x-k8s.io/multikueue"}, Verdict.MANAGED_ELSEWHERE, id="managed elsewhere"),
+])
+def test_a_builtin_kind_declared_in_another_version_replaces_it_and_inherits_its_guards(run_policy, verdict, caplog):
+    """Before: kubeflow.org/v2 TFJob inherited nothing and v1 stayed enabled; on a suspended TFJob asking
+    for 20 days v1 said SUSPENDED and v2 EXPIRES in 3600 s: the worker deleted it through v2."""
+    with caplog.at_level("INFO", logger="jobttl.policy"):
+        policy = parse_policy({"ttl": "1h", "kindDeclarations": [tfjob_at("v2")]}, "policy.yaml")
+    tfjobs = [k for k in policy.kinds if (k.group, k.plural) == ("kubeflow.org", "tfjobs")]
+    assert [k.api_version for k in tfjobs] == ["kubeflow.org/v2"]
+    assert "kubeflow.org/v1/TFJob" not in {f"{k.api_version}/{k.kind}" for k in policy.known_kinds}
+    assert tfjobs[0].inherited == ("ttl", "managedBy", "suspend")
+    assert decide(tfjob_object("v2", **run_policy), tfjobs[0], policy).verdict is verdict
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "kind-replaced"]
+    assert record.levelname == "WARNING"
+    assert ("replaces the built-in kubeflow.org/v1/TFJob with kubeflow.org/v2/TFJob (the same CRD in another "
+            "version" in record.getMessage())
+
+
+def test_a_builtin_kind_declared_in_another_version_keeps_the_ttl_the_object_asked_for():
+    policy = parse_policy({"ttl": "1h", "kindDeclarations": [tfjob_at("v2")]})
+    [kind] = [k for k in policy.kinds if k.plural == "tfjobs"]
+    decision = decide(tfjob_object("v2", ttlSecondsAfterFinished=20 * 86400), kind, policy)
+    assert decision.ttl == 20 * 86400
+
+
+def test_the_same_crd_by_its_plural_under_another_kind_name_is_a_replacement_too():
+    policy = parse_policy({"ttl": "1h", "kindDeclarations": [tfjob_at("v2", kind="TfJob")]})
+    [kind] = [k for k in policy.kinds if k.plural == "tfjobs"]
+    assert (kind.api_version, kind.kind, kind.suspend) == ("kubeflow.org/v2", "TfJob", ("spec", "runPolicy", "suspend"))
+
+
+def test_mpijob_at_a_new_version_is_refused_where_its_two_builtin_versions_disagree():
+    """MPIJob v1 (training-operator) and v2beta1 (mpi-operator) name different own controllers: no guess."""
+    decl = {**bare_tfjob(), "version": "v2", "kind": "MPIJob", "plural": "mpijobs"}
+    with pytest.raises(PolicyError, match=r"kindDeclarations\[0\]: replaces the built-in kubeflow.org/v1/MPIJob and "
+                                          r"kubeflow.org/v2beta1/MPIJob .* differ in managedBy: write managedBy"):
+        parse_policy({"kindDeclarations": [decl]}, "policy.yaml")
+    decl["managedBy"] = {"path": "spec.runPolicy.managedBy", "own": ["kubeflow.org/mpi-operator"]}
+    policy = parse_policy({"kindDeclarations": [decl]}, "policy.yaml")
+    assert [k.api_version for k in policy.kinds if k.plural == "mpijobs"] == ["kubeflow.org/v2"]
+
+
+@pytest.mark.parametrize("declarations, both", [
+    pytest.param([tfjob_at("v1"), tfjob_at("v2")], "kubeflow.org/v1/TFJob and kubeflow.org/v2/TFJob",
+                 id="a built-in kind declared at two versions"),
+    pytest.param([{**tfjob_at("v1"), "group": "example.com", "kind": "Widget", "plural": "widgets"},
+                  {**tfjob_at("v2"), "group": "example.com", "kind": "Widget", "plural": "widgets"}],
+                 "example.com/v1/Widget and example.com/v2/Widget", id="a new kind declared at two versions"),
+    pytest.param([{**tfjob_at("v1"), "group": "example.com", "kind": "Widget", "plural": "widgets"},
+                  {**tfjob_at("v1"), "group": "example.com", "kind": "Gadget", "plural": "widgets"}],
+                 "example.com/v1/Widget and example.com/v1/Gadget", id="two kinds of one plural"),
+])
+def test_two_enabled_kinds_on_one_crd_are_refused_naming_both(declarations, both):
+    with pytest.raises(PolicyError, match=rf"policy.yaml: kindDeclarations\[1\]: {both} are both enabled and are "
+                                          r"one CRD"):
+        parse_policy({"ttl": "1h", "kindDeclarations": declarations}, "policy.yaml")
+
+
+def test_the_builtin_mpijob_versions_stay_enabled_together_by_default():
+    """Two operators' CRDs of one name (mpijobs.kubeflow.org) a cluster cannot install together."""
+    assert [k.api_version for k in parse_policy({"ttl": "1h"}).kinds if k.plural == "mpijobs"] == \
+        ["kubeflow.org/v1", "kubeflow.org/v2beta1"]

@@ -367,3 +367,36 @@ def test_a_pods_stage_of_zero_seconds_is_a_pods_stage():
     """`podTTL: 0s` deletes the pods as the job finishes: the worker needs the pods RBAC for it."""
     assert parse_policy({"podTTL": "0s"}).pod_stages
     assert not parse_policy({}).pod_stages
+
+
+# --- namespace names the policy writes: DNS-1123 labels, or a refusal ------------------------------
+
+@pytest.mark.parametrize("text, where, shown", [
+    pytest.param("namespaces:\n  exclude: [kube-system, Production]\n", "2: namespaces.exclude[1]", "'Production'",
+                 id="an exclude in capitals would match nothing"),
+    pytest.param("namespaces:\n  include: [\"research \"]\n", "2: namespaces.include[0]", "'research '",
+                 id="a trailing space"),
+    pytest.param("rules:\n  - name: keep-prod\n    namespaces: [\"production \"]\n    keep: true\n",
+                 "3: rules[0].namespaces[0]", "'production '", id="a keep rule that would keep nothing"),
+    pytest.param("namespaces:\n  exclude: [prod-*]\n", "2: namespaces.exclude[0]", "'prod-*'",
+                 id="no wildcards"),
+    pytest.param("namespaces:\n  exclude: [" + "a" * 200_000 + "]\n", "2: namespaces.exclude[0]", "'aaaa",
+                 id="200,000 characters"),
+    pytest.param("notify:\n  - name: team\n    url: json://localhost\n    on: [deleted]\n    namespaces: [Team-A]\n",
+                 "5: notify[0].namespaces[0]", "'Team-A'", id="a notify channel's namespaces"),
+])
+def test_a_namespace_the_api_server_could_not_have_is_refused_naming_file_line_and_field(tmp_path, text, where, shown):
+    """Before: loaded, and namespace_excluded('production') said None: production's jobs expired."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError) as info:
+        load_policy(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}:{where}: {shown}"), message
+    assert "is not a namespace name" in message and len(message) < 400
+
+
+def test_namespaces_that_are_dns_labels_still_load():
+    policy = parse_policy({"namespaces": {"exclude": ["kube-system", "production", "team-1"], "include": []},
+                           "rules": [{"name": "r", "namespaces": ["a" * 63], "keep": True}]})
+    assert policy.namespace_excluded("production") == "namespace 'production' is excluded by the policy"

@@ -117,3 +117,22 @@ def test_explain_needs_objects_or_crds():
     result = subprocess.run([sys.executable, "-m", "jobttl", "explain"], capture_output=True, text=True, env=env,
                             cwd=ROOT, timeout=120)
     assert result.returncode == 2 and "needs -f FILE" in result.stderr
+
+
+@pytest.mark.parametrize("change, words", [
+    pytest.param(lambda crd: crd["spec"].update(names="TFJob"), "document 1 (CRD tfjobs.kubeflow.org): spec.names: "
+                 "expected a mapping, got a string 'TFJob'", id="spec.names a string (was a traceback, exit 1)"),
+    pytest.param(lambda crd: crd["spec"]["versions"][0].update(schema=[]),
+                 "document 1 (CRD tfjobs.kubeflow.org): spec.versions[0].schema: expected a mapping, got a list",
+                 id="a version's schema a list"),
+])
+def test_a_malformed_crd_is_a_clear_error_naming_the_document_and_field_exit_2(tmp_path, change, words):
+    crd = yaml.load(TFJOB_CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    change(crd)
+    path = tmp_path / "crd.yaml"
+    path.write_text(yaml.safe_dump(crd))
+    result = explain_crd(path, None, tmp_path)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.strip() == (f"jobttl: {path}: not a CustomResourceDefinition as the API server writes one: "
+                                     f"{words}")
+    assert "Traceback" not in result.stderr
