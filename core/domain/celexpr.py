@@ -93,6 +93,11 @@ class CelEvalError(Exception):
     """The expression could not give a TTL for this object: the declaration's error, not the object's."""
 
 
+class CelBusy(Exception):
+    """Every evaluation slot (`limit_evaluations`) is taken: try again later. Nobody's error; the
+    sink answers 503 and the sender retries, while its other threads serve health and events."""
+
+
 class _OverBudget(BaseException):
     # A BaseException: cel-python turns Exceptions into CEL error values that `||`, `&&` and
     # `exists` may swallow; running out of steps must stop the whole evaluation.
@@ -526,6 +531,18 @@ def _bounded_evaluator() -> Any:
     return BoundedEvaluator, celpy
 
 
+_SLOTS: threading.BoundedSemaphore | None = None
+_SLOTS_TOTAL = 0
+
+
+def limit_evaluations(slots: int | None) -> None:
+    """At most `slots` evaluations at once in this process (None: no limit); one more raises
+    `CelBusy` at once rather than waiting. The sink sets it below its thread count, so that
+    however many costly events arrive, some threads stay free for /healthz and other events."""
+    global _SLOTS, _SLOTS_TOTAL
+    _SLOTS, _SLOTS_TOTAL = (threading.BoundedSemaphore(slots), slots) if slots else (None, 0)
+
+
 class TtlExpression:
     """A checked CEL TTL expression (`CelCheckError` if refused), evaluated within `COST_LIMIT`."""
 
@@ -569,7 +586,14 @@ class TtlExpression:
         key = self.inputs_key(values)
         found = self.cache.get(key)
         if found is None:
-            found = self._run(values)
+            slots = _SLOTS
+            if slots is not None and not slots.acquire(blocking=False):
+                raise CelBusy(f"{_SLOTS_TOTAL} CEL evaluations are running, the most at once; retry later")
+            try:
+                found = self._run(values)
+            finally:
+                if slots is not None:
+                    slots.release()
             self.cache.put(key, found)
         if isinstance(found, str):
             # A fresh error each time: re-raising one cached instance would chain every caller's

@@ -367,3 +367,22 @@ def test_a_remembered_error_keeps_no_object_alive():
 def test_the_cache_key_is_the_inputs_alone():
     expression = TtlExpression("self.spec.x", X)
     assert expression.inputs_key([timedelta and 3]) == "[3]"
+
+
+def test_past_its_evaluation_slots_an_evaluation_is_refused_at_once_not_queued():
+    # The sink keeps most of its threads for /healthz and ordinary events: one more costly event
+    # than it has slots is told to retry (503), never queued behind the others.
+    expression = TtlExpression("has(self.spec.x) ? self.spec.x : null", X)
+    assert expression.evaluate([60]) == 60
+    celexpr.limit_evaluations(1)
+    try:
+        assert celexpr._SLOTS.acquire(blocking=False)  # one evaluation in flight
+        with pytest.raises(celexpr.CelBusy, match="1 CEL evaluations are running, the most at once"):
+            expression.evaluate([120])
+        assert expression.evaluate([60]) == 60  # a remembered result needs no slot
+        celexpr._SLOTS.release()
+        assert expression.evaluate([120]) == 120
+        assert celexpr._SLOTS.acquire(blocking=False)  # its slot was given back
+        celexpr._SLOTS.release()
+    finally:
+        celexpr.limit_evaluations(None)
