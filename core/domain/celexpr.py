@@ -17,9 +17,17 @@ it must never stall the service nor be misread. As Kubernetes does for CRD valid
 
 A step is one node of the parse tree evaluated, what cel-python's interpreter does per call
 (about 10-40 µs on the machines jobttl was measured on), plus one per `ADD_UNIT` items or
-characters a ``+`` builds. The static estimate counts every node of every branch, and a
-comprehension's body once per item its list can hold, so it bounds what any evaluation counts.
-Results are remembered by the inputs' values in a cache bounded in bytes (`ResultCache`).
+characters a ``+`` builds, plus, for a comparison (``==``, ``<``...), ``in``, ``contains()``,
+``startsWith()`` or ``endsWith()``, one per `COMPARE_UNIT` of its operands' weight (`_weight`:
+their items, nested too, and their characters), charged before the work, as Kubernetes' CEL
+cost model charges list equality per item. The static estimate counts the costlier branch of
+each conditional, a comprehension's body once per item its list can hold, and each operand's
+weight at its bound (`MAX_WEIGHT` for what is read from the inputs; a comparison of a macro's
+item is charged once for the whole list, which outweighs all its items), so it bounds what any
+evaluation counts. A CPU-time backstop (`CPU_DEADLINE`) stops what the model misjudges, and
+`limit_evaluations` bounds the evaluations at once (the sink keeps threads free for /healthz).
+Results are remembered by the inputs' values in a cache bounded in bytes (`ResultCache`); an
+error is remembered as its message, raised anew each time.
 """
 
 from __future__ import annotations
@@ -33,9 +41,10 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import Any
 
-# Steps one evaluation may take: the built-in RayJob expression at its largest valid object (12
-# deletion rules) takes 4,300 and is estimated at 10,900; at the interpreter's ~20 µs a step,
-# the limit is ~0.4 s of CPU at worst (bench/: the cel row).
+# Steps one evaluation may take: the built-in RayJob expression is estimated at 3,920 (its
+# comparisons of a rule's fields with the status charged at the 64 KiB the inputs may hold) and
+# takes ~1,400 at most on valid objects (12 deletion rules); at the interpreter's ~20 µs a step,
+# the limit is ~0.2-0.4 s of CPU at worst (bench/: the cel row).
 COST_LIMIT = 10_000
 MAX_INPUT_BYTES = 64 * 1024  # the celInputs' values of one object, as compact JSON
 MAX_EXPRESSION_CHARS = 10_000
