@@ -380,7 +380,9 @@ class _Checker:
     def _call(self, name: str, operands: list[_Info], cost: int) -> _Info:
         types = frozenset({_RETURNS.get(name, "dyn")})
         steps, charged = self.charge(operands, smallest=False) if name in _SEARCHES and operands else (0, {})
-        return _Info(types, MAX_INPUT_BYTES, cost + steps, weight=_scalar_weight(types),
+        # dyn(x) is x, string(x) no heavier: what is not a scalar weighs as much as its heaviest operand
+        weight = _scalar_weight(types, max([MAX_WEIGHT, *(o.weight for o in operands)]))
+        return _Info(types, MAX_INPUT_BYTES, cost + steps, weight=weight,
                      per_item=_per_item(*operands, _Info(DYN, per_item=charged)))
 
     def _has(self, node: Any, args: list) -> _Info:

@@ -386,3 +386,11 @@ def test_past_its_evaluation_slots_an_evaluation_is_refused_at_once_not_queued()
         celexpr._SLOTS.release()
     finally:
         celexpr.limit_evaluations(None)
+
+
+def test_a_value_built_heavier_than_the_inputs_is_charged_as_built_through_dyn():
+    # dyn(l + l) weighs what `+` built, not the inputs' bound: its comparison's estimate holds.
+    expression = TtlExpression("dyn(self.spec.l + self.spec.l) == dyn(self.spec.l + self.spec.l) ? 1 : null",
+                               inputs("spec.l"))
+    expression._run([list(range(10_000))])
+    assert expression.last_steps <= expression.estimate
