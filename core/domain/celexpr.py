@@ -64,7 +64,8 @@ MAX_WEIGHT = MAX_INPUT_BYTES // 2 + 1
 # A backstop to the step count, in the evaluating thread's CPU time: a step the cost model
 # misjudged still cannot hold a thread for long. A safety stop, never the expected outcome.
 CPU_DEADLINE = 1.0
-CACHE_BYTES = 1024 * 1024  # per expression: keys (the inputs' JSON) and results
+CACHE_BYTES = 1024 * 1024
+MAX_MESSAGE = 160  # of an error the cache remembers (within its ENTRY_BYTES)  # per expression: keys (the inputs' JSON) and results
 # What the result may be: seconds (int, uint), a duration, or null. `dyn` (a field's value,
 # unknown until run) is checked when evaluated.
 RESULT_TYPES = frozenset({"int", "uint", "duration", "null"})
@@ -618,7 +619,8 @@ class TtlExpression:
         try:
             return (self._result(self._evaluate(values)),)
         except CelEvalError as exc:
-            return str(exc)
+            message = str(exc)  # cel-python's may quote a value: kept short, the cache counts ENTRY_BYTES
+            return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
 
     def _evaluate(self, values: list[Any]) -> Any:
         if self._evaluator is None:

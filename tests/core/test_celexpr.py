@@ -394,3 +394,11 @@ def test_a_value_built_heavier_than_the_inputs_is_charged_as_built_through_dyn()
                                inputs("spec.l"))
     expression.evaluate([[0] * 30_000])  # 60 KiB of JSON: l + l weighs 60,001, more than any input
     assert expression.last_steps <= expression.estimate
+
+
+def test_a_remembered_error_is_short_whatever_value_it_quotes():
+    # cel-python's messages may quote the value: the cache counts an entry at ENTRY_BYTES.
+    expression = TtlExpression("self.spec.x + 1", X)
+    with pytest.raises(CelEvalError) as caught:
+        expression.evaluate(["a" * 60_000])
+    assert len(str(caught.value)) <= celexpr.MAX_MESSAGE
