@@ -65,7 +65,7 @@ MAX_WEIGHT = MAX_INPUT_BYTES // 2 + 1
 # misjudged still cannot hold a thread for long. A safety stop, never the expected outcome.
 CPU_DEADLINE = 1.0
 CACHE_BYTES = 1024 * 1024
-MAX_MESSAGE = 160  # of an error the cache remembers (within its ENTRY_BYTES)  # per expression: keys (the inputs' JSON) and results
+MAX_MESSAGE = 400  # of an error the cache remembers (cel-python's may quote a 64 KiB value)  # per expression: keys (the inputs' JSON) and results
 # What the result may be: seconds (int, uint), a duration, or null. `dyn` (a field's value,
 # unknown until run) is checked when evaluated.
 RESULT_TYPES = frozenset({"int", "uint", "duration", "null"})
@@ -619,7 +619,7 @@ class TtlExpression:
         try:
             return (self._result(self._evaluate(values)),)
         except CelEvalError as exc:
-            message = str(exc)  # cel-python's may quote a value: kept short, the cache counts ENTRY_BYTES
+            message = str(exc)
             return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
 
     def _evaluate(self, values: list[Any]) -> Any:
@@ -808,7 +808,7 @@ class ResultCache:
             return found
 
     def put(self, key: str, value: Any) -> None:
-        size = len(key) + self.ENTRY_BYTES
+        size = self.size(key, value)
         if size > self.limit:
             return
         with self.lock:
@@ -817,5 +817,9 @@ class ResultCache:
             self.entries[key] = value
             self.used += size
             while self.used > self.limit:
-                old, _ = self.entries.popitem(last=False)
-                self.used -= len(old) + self.ENTRY_BYTES
+                self.used -= self.size(*self.entries.popitem(last=False))
+
+    @classmethod
+    def size(cls, key: str, value: Any) -> int:
+        """An entry's bytes: its key, an error's message, and the fixed cost."""
+        return len(key) + cls.ENTRY_BYTES + (len(value) if isinstance(value, str) else 0)

@@ -397,8 +397,9 @@ def test_a_value_built_heavier_than_the_inputs_is_charged_as_built_through_dyn()
 
 
 def test_a_remembered_error_is_short_whatever_value_it_quotes():
-    # cel-python's messages may quote the value: the cache counts an entry at ENTRY_BYTES.
+    # cel-python's messages may quote the value; the cache counts what it keeps of it.
     expression = TtlExpression("self.spec.x + 1", X)
     with pytest.raises(CelEvalError) as caught:
         expression.evaluate(["a" * 60_000])
     assert len(str(caught.value)) <= celexpr.MAX_MESSAGE
+    assert expression.cache.used == len('["' + "a" * 60_000 + '"]') + ResultCache.ENTRY_BYTES + len(str(caught.value))
