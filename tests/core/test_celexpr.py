@@ -403,3 +403,69 @@ def test_a_remembered_error_is_short_whatever_value_it_quotes():
         expression.evaluate(["a" * 60_000])
     assert len(str(caught.value)) <= celexpr.MAX_MESSAGE
     assert expression.cache.used == len('["' + "a" * 60_000 + '"]') + ResultCache.ENTRY_BYTES + len(str(caught.value))
+
+
+def _random_expression(rng: random.Random, depth: int, names: tuple[str, ...]) -> str:
+    """A random boolean expression over `self.spec.l` (a list of at most 6 items), `self.spec.s`,
+    `self.spec.x` and the macros' variables in `names`: comparisons, searches, `+`, conditionals."""
+    def value(d: int) -> str:
+        choices = ["self.spec.l", "self.spec.s", "self.spec.x", "[1, 'a', [2]]", "'abc'", "3", *names]
+        if d > 0:
+            choices += [f"({value(d - 1)} + {value(d - 1)})", f"self.spec.l.map(v{d}, {value(d - 1)})",
+                        f"self.spec.l.filter(v{d}, {cond(d - 1, names + (f'v{d}',))})",
+                        f"({cond(d - 1)} ? {value(d - 1)} : {value(d - 1)})", f"dyn({value(d - 1)})"]
+        return rng.choice(choices)
+
+    def cond(d: int, scope: tuple[str, ...] = names) -> str:
+        nonlocal names
+        saved, names = names, scope
+        try:
+            op = rng.choice(["==", "!=", "in", "<", "contains", "exists", "size", "has", "&&"])
+            if op == "contains":
+                return f"string({value(d)}).contains(string({value(d)}))"
+            if op == "exists":
+                return f"self.spec.l.exists(e{d}, {cond(max(d - 1, 0), names + (f'e{d}',))})"
+            if op == "size":
+                return f"size({value(d)}) > 2"
+            if op == "has":
+                return "has(self.spec.x)"
+            if op == "&&":
+                return f"({cond(max(d - 1, 0))} && {cond(max(d - 1, 0))})"
+            return f"{value(d)} {op} {value(d)}"
+        finally:
+            names = saved
+
+    return cond(depth)
+
+
+def test_no_random_expression_counts_more_steps_than_its_estimate():
+    # The cost model's one promise: whatever the expression and the inputs, an evaluation counts no
+    # more steps than the load-time estimate (comparisons charged by weight on both sides).
+    rng = random.Random(2026)
+    given = inputs(("spec.l", 6), "spec.s", "spec.x")
+    checked = 0
+    for _ in range(120):
+        text = f"{_random_expression(rng, rng.randrange(1, 4), ())} ? 1 : null"
+        try:
+            expression = TtlExpression(text, given)
+        except CelCheckError:
+            continue
+        for _ in range(3):
+            item = lambda: rng.choice([1, "x" * rng.randrange(2_000), list(range(rng.randrange(1_500))),
+                                       {"k": list(range(rng.randrange(500)))}])
+            values = [[item() for _ in range(rng.randrange(7))], "s" * rng.randrange(10_000),
+                      rng.choice([None, 5, [1, 2], "y" * 3_000])]
+            expression._run(values)
+            assert expression.last_steps <= expression.estimate, (text, expression.last_steps, expression.estimate)
+            checked += 1
+    assert checked > 100
+
+
+def test_an_outer_items_comparisons_inside_an_inner_comprehension_count_once_per_inner_item():
+    # `a` is compared once per `b`: across the outer list, the list's weight times the inner size.
+    expression = TtlExpression("self.spec.l.exists(a, self.spec.l.exists(b, a != self.spec.x)) ? 1 : null",
+                               inputs(("spec.l", 2), "spec.x"))
+    heavy = [0] * 10_000
+    expression.evaluate([[heavy, heavy], heavy])  # 60 KiB: every comparison false, none cut short
+    assert expression.last_steps <= expression.estimate
+    assert expression.last_steps > 4 * (10_001 // celexpr.COMPARE_UNIT)
