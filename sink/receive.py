@@ -27,6 +27,7 @@ from werkzeug.exceptions import HTTPException
 
 from jobttl.core.runtime import logs
 from jobttl.core.domain.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
+from jobttl.core.domain.celexpr import CelBusy
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
@@ -84,6 +85,8 @@ def receive() -> Response:
         return _unavailable(sink, label, "redis", f"Redis is unavailable, retry later: {exc}")
     except (Unavailable, VerifierUnavailable) as exc:
         return _unavailable(sink, label, "kubernetes", str(exc))
+    except CelBusy as exc:  # costly CEL events may hold only some threads: the others stay free
+        return _unavailable(sink, label, "cel", str(exc))
     sink.metrics.events.labels(label, outcome.split(":", 1)[0]).inc()
     return Response(status=202, headers={"X-Jobttl-Outcome": outcome})
 

@@ -17,6 +17,7 @@ import logging
 
 from waitress import serve as waitress_serve
 
+from jobttl.core.domain import celexpr
 from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 
@@ -27,6 +28,9 @@ CLEANUP_INTERVAL = 5  # how often waitress looks for such connections
 
 def serve(settings: Settings, host: str, port: int, threads: int = 8) -> None:
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)  # "task queue depth" is noise here
+    # CEL evaluations take at most a quarter of the threads (each up to ~0.4 s of CPU): however many
+    # costly events arrive, the other threads answer /healthz, /readyz and ordinary events.
+    celexpr.limit_evaluations(max(1, threads // 4))
     waitress_serve(
         create_app(settings),
         host=host,

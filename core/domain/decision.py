@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from jobttl.core.domain.durations import parse_duration
+from jobttl.core.domain.durations import MAX_TTL, parse_duration
 from jobttl.core.domain.identity import shown
 from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, UnreadableField, parse_time
 from jobttl.core.domain.notify import owner_requests
@@ -60,10 +60,9 @@ KEEP, DO_NOT_KEEP = "true", "false"
 INVALID_TTL_REASON = "InvalidTTL"
 INVALID_KEEP_REASON = "InvalidKeep"
 UNKNOWN_KEY_REASON = "UnknownKey"
+MAX_KEY_SHOWN = 80  # of a key an UnknownKey message quotes, and compares with the known ones
 
 DEFAULT_POLICY = Policy()
-# Past this a due time is no longer a date anything can represent; "never" is jobttl.io/keep.
-MAX_TTL = 100 * 365 * 86400
 LATEST_DUE = 221845392000  # 9000-01-01: datetimes (and so RQ's scheduler) end at year 9999
 
 
@@ -276,9 +275,10 @@ def owner_keeps(annotations: dict[str, Any], labels: dict[str, Any], kind: str,
             return (f"annotation {KEEP_ANNOTATION} is {shown(value)}, neither \"{KEEP}\" nor \"{DO_NOT_KEEP}\": jobttl "
                     f"keeps this {kind}, as for any value but \"{DO_NOT_KEEP}\" (write \"{KEEP}\" to keep it, "
                     f"\"{DO_NOT_KEEP}\" or no annotation to let it expire)"), INVALID_KEEP_REASON
-    unknown = unknown_keys(annotations, labels, policy)
+    unknown = first_unknown_key(annotations, labels, policy)
     if unknown:
-        where, key, nearest = unknown[0]
+        where, key, nearest = unknown
+        key = key if len(key) <= MAX_KEY_SHOWN else key[:MAX_KEY_SHOWN - 3] + "..."
         hint = f" (did you mean {nearest}?)" if nearest else (
             f" (jobttl reads the annotations {', '.join(KNOWN_ANNOTATIONS)})")
         return (f"{where} {key} is not a key jobttl knows{hint}: jobttl keeps this {kind} until it is fixed or "
@@ -286,22 +286,30 @@ def owner_keeps(annotations: dict[str, Any], labels: dict[str, Any], kind: str,
     return None
 
 
-def unknown_keys(annotations: dict[str, Any], labels: dict[str, Any], policy: Policy) -> list[tuple[str, str, str | None]]:
-    """(annotation or label, key, the nearest known key or None) for each key under jobttl.io/ (in any
-    case, or under a prefix one typo away: ``jobtll.io/``) that jobttl does not read there."""
+def first_unknown_key(annotations: dict[str, Any], labels: dict[str, Any],
+                      policy: Policy) -> tuple[str, str, str | None] | None:
+    """(annotation or label, key, the nearest known key or None) of the first key (in order) under
+    jobttl.io/ (in any case, or under a prefix one typo away: ``jobtll.io/``) that jobttl does not
+    read there, or None. Only it is reported, so only its nearest key is looked for: a forged
+    object may carry thousands of such keys."""
     found = [(where, key) for where, keys in (("annotation", annotations), ("label", labels))
              for key in keys if isinstance(key, str) and _ours(key)]
     if not found:
-        return []  # nearly every object: no key under jobttl.io/ but those jobttl reads, or none at all
+        return None  # nearly every object: no key under jobttl.io/ but those jobttl reads, or none at all
     known = [("annotation", k) for k in KNOWN_ANNOTATIONS] + [("label", k) for k in sorted(policy.label_keys)
                                                               if _ours(k)]
-    return sorted((where, key, _nearest(key, known)) for where, key in found if (where, key) not in known)
+    unknown = [pair for pair in found if pair not in known]
+    if not unknown:
+        return None
+    where, key = min(unknown)
+    return where, key, _nearest(key, known)
 
 
 def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
     """The known key (``annotation jobttl.io/keep``) closest to `key`, by the names after the prefix
-    (``kepp``, ``ttl-seconds``: a typo, or a known name with more after it), or None."""
-    name = (key.partition("/")[2] or _after_prefix(key) or "").lower()
+    (``kepp``, ``ttl-seconds``: a typo, or a known name with more after it), or None. Known names
+    are short: a name is compared by its first `MAX_KEY_SHOWN` characters (difflib is quadratic)."""
+    name = (key.partition("/")[2] or _after_prefix(key) or "")[:MAX_KEY_SHOWN].lower()
 
     def score(candidate: str) -> float:
         other = candidate.partition("/")[2]
@@ -312,17 +320,21 @@ def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
     return f"{where} {candidate}" if best >= 0.6 and name else None
 
 
-@lru_cache(maxsize=4096)
 def _ours(key: str) -> bool:
     """A key under jobttl's prefix, however spelt: ``jobttl.io/``, ``JobTTL.io/``, ``jobtll.io/``, and the
     prefix misspelt the ways owners write it (`_misspelt_prefix`: ``jobttl/``, ``jobttl.com/``,
-    ``jobttl.io.keep``). Asked of every key of every object decided: remembered, and a prefix of another
-    length is not compared."""
+    ``jobttl.io.keep``). Asked of every key of every object decided: a prefix of another length is not
+    compared, the comparison is remembered by the prefix alone (a cache by the whole key would keep
+    every forged key), and a misspelt prefix is looked for in the key's head only."""
     prefix, slash, _ = key.partition("/")
-    ours = ANNOTATION_PREFIX[:-1]
-    if slash and abs(len(prefix) - len(ours)) <= 2 and difflib.SequenceMatcher(None, prefix.lower(), ours).ratio() >= 0.8:
+    if slash and abs(len(prefix) - len(ANNOTATION_PREFIX[:-1])) <= 2 and _ours_prefix(prefix):
         return True
     return _after_prefix(key) is not None
+
+
+@lru_cache(maxsize=4096)
+def _ours_prefix(prefix: str) -> bool:
+    return difflib.SequenceMatcher(None, prefix.lower(), ANNOTATION_PREFIX[:-1]).ratio() >= 0.8
 
 
 _OUR_LABEL = ANNOTATION_PREFIX.split(".")[0]  # "jobttl"

@@ -6,6 +6,9 @@ import re
 
 from jobttl.core.domain.identity import shown
 
+# The longest TTL jobttl schedules: past this a due time is no longer a date anything can represent;
+# "never" is jobttl.io/keep.
+MAX_TTL = 100 * 365 * 86400
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _PART = re.compile(r"(\d+)([smhdw])")
 # What `parse_duration` accepts, in words: its errors say it, and so does the InvalidTTL Event.

@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from jobttl.core.domain import config_yaml, kinddecl
-from jobttl.core.domain.durations import parse_duration
+from jobttl.core.domain.durations import MAX_TTL, parse_duration
 from jobttl.core.domain.identity import MAX_NAMESPACE, InvalidIdentity, check_namespace, shown
 from jobttl.core.domain.notify import Channel, parse_channels
 from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
@@ -219,7 +219,7 @@ class Policy:
     @cached_property
     def label_keys(self) -> frozenset[str]:
         """Every label key the policy reads: its rules' selectors and keepLast's groupBy (an object's
-        jobttl.io/ label the policy names is a known key: `decision.unknown_keys`)."""
+        jobttl.io/ label the policy names is a known key: `decision.first_unknown_key`)."""
         keys = {r.key for rule in self.rules for r in rule.selector or ()}
         return frozenset(keys | {level.keep_last.group_by for level in [self.cleanup, *(r.cleanup for r in self.rules)]
                                  if level.keep_last is not None and level.keep_last.group_by})
@@ -291,6 +291,10 @@ class Policy:
 
 
 # --- loading and validation ----------------------------------------------------------------
+
+def _shown_duration(value: Any) -> str:
+    return repr(value) if isinstance(value, str) else f"{value:,}s"
+
 
 class _Reader:
     def __init__(self, origin: str, document: config_yaml.Document | None = None):
@@ -370,6 +374,10 @@ class _Reader:
                     parsed[attr] = parse_duration(value)
                 except ValueError as exc:
                     raise self.fail(f"{where}{key}", str(exc)) from None
+                if parsed[attr] > MAX_TTL:  # else every job would get an InvalidTTL Warning: the owner blamed
+                    raise self.fail(f"{where}{key}", f"{_shown_duration(value)} is longer than jobttl's longest TTL, "
+                                                     f"{MAX_TTL:,}s (about 100 years); to keep jobs for ever, "
+                                                     "use keep: true")
         values = Values(**parsed)
         if values.max_ttl is not None:
             for attr, key in (("ttl", "ttl"), ("ttl_after_success", "ttlAfterSuccess"),

@@ -29,6 +29,7 @@ from typing import Any
 
 from jobttl.core.store import scripts
 from jobttl.core.domain import shapes
+from jobttl.core.domain.celexpr import CelBusy
 from jobttl.core.store.audit import Audit, decision_fields
 from jobttl.core.domain.decision import Decision, Verdict, decide
 from jobttl.core.domain.keeplast import limit_decision, membership
@@ -166,6 +167,8 @@ class Reconciler:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
             try:
                 decided.append((obj, kind, JobRef.of(obj), decide(obj, kind, self.policy)))
+            except CelBusy:
+                raise  # not the object's fault: its sender retries (the sink answers 503)
             except Exception as exc:  # one odd object must not stop the others
                 rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
                                          meta.get("name"),

@@ -369,6 +369,23 @@ def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(anno
     assert words in decision.reason and decision.reason.endswith("jobttl keeps this TFJob until it is fixed or removed")
 
 
+def test_forged_unknown_keys_cost_one_nearest_lookup_and_no_memory_kept(monkeypatch):
+    # A forged event may carry thousands of long jobttl.io/ keys: only the first is reported, so only
+    # its nearest key is looked for; and `_ours` must not remember every whole key it was asked.
+    from jobttl.core.domain import decision as module
+    looked = []
+    real = module._nearest
+    monkeypatch.setattr(module, "_nearest", lambda key, known: looked.append(key) or real(key, known))
+    remembered = getattr(module, "_ours_prefix", module._ours)  # what the prefix check remembers
+    remembered.cache_clear()
+    long = {f"jobttl.io/{i:04}-" + "x" * 2000: "1" for i in range(300)}
+    decision = decide(annotated(long, {}), TFJOB, SELECTING)
+    assert (decision.verdict, decision.warning) == (Verdict.KEPT, "UnknownKey")
+    assert looked == ["jobttl.io/0000-" + "x" * 2000]
+    assert "annotation jobttl.io/0000-xxx" in decision.reason and len(decision.reason) < 400
+    assert remembered.cache_info().currsize == 1  # by the prefix alone, not 300 keys of 2 KB
+
+
 @pytest.mark.parametrize("annotations, labels", [
     ({}, {"jobttl.io/release": "true"}),  # a label the policy's selector names
     ({}, {"jobttl.io/pipeline": "nightly"}),  # a label keepLast groups by

@@ -291,6 +291,26 @@ def test_policy_files_name_themselves_in_errors(tmp_path):
         load_policy(tmp_path / "missing.yaml")
 
 
+@pytest.mark.parametrize("text, line, field, shown", [
+    ("ttl: 99999999999999\n", 1, "ttl", "99,999,999,999,999s"),
+    ("ttl: 1d\nrules:\n  - name: a\n    namespaces: [x]\n    ttlAfterSuccess: 40000d\n", 5,
+     r"rules\[0\]\.ttlAfterSuccess", "'40000d'"),
+    ("maxTTL: 36501d\nttlAfterFailure: 2d\n", 1, "maxTTL", "'36501d'"),
+])
+def test_a_policy_duration_past_the_longest_ttl_is_refused_at_load_not_blamed_on_each_job(tmp_path, text, line,
+                                                                                           field, shown):
+    # Loaded, it would give every job an InvalidTTL Warning telling its owner to fix what the policy wrote.
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=rf"^{path}:{line}: {field}: {shown} is longer than jobttl's longest "
+                                          r"TTL, 3,153,600,000s \(about 100 years\)"):
+        load_policy(path)
+
+
+def test_a_policy_duration_of_just_under_100_years_loads():
+    assert parse_policy({"ttl": "36499d"}) is not None
+
+
 def test_an_empty_file_is_the_default_policy(tmp_path):
     path = tmp_path / "policy.yaml"
     path.write_text("# nothing yet\n")

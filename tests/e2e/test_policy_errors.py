@@ -134,6 +134,40 @@ def test_an_expression_that_could_stall_stops_jobttl_at_start_naming_where(tmp_p
     cel_line = next(n for n, line in enumerate(NESTED.splitlines(), 1) if line.lstrip().startswith("cel:"))
     assert (f"{policy}:{cel_line}: kindDeclarations[0].ttl.cel: line 1, column 17 of the expression: its cost can reach "
             in result.stderr)
-    assert ("map() here runs its body (6,020 steps) once per item, and its list holds up to 300 items"
+    assert ("map() here runs its body (8,068 steps) once per item, and its list holds up to 300 items"
             in result.stderr)
     assert time.monotonic() - started < 30  # refused while loading, nothing evaluated
+
+
+DEEP = """\
+kinds: [Widget]
+kindDeclarations:
+  - group: widgets.example.com
+    version: v1
+    kind: Widget
+    plural: widgets
+    finished: {state: {path: status.phase, values: {Done: succeeded}}}
+    finishedAt: [status.doneAt]
+    ttl:
+      celWhen: spec.x
+      celInputs: [spec.x]
+      cel: "CEL"
+"""
+
+
+@pytest.mark.parametrize("expression", [
+    "(" * 100 + "1" + ")" * 100,
+    "size(" + "[" * 100 + "1" + "]" * 100 + ") > 0 ? 1 : null",
+    "1" + " + 1" * 500,
+])
+def test_an_expression_nested_too_deeply_stops_jobttl_at_start_naming_field_and_column(tmp_path, expression):
+    # It used to be a RecursionError traceback from the load-time check.
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(DEEP.replace("CEL", expression))
+    result = subprocess.run([sys.executable, "-m", "jobttl", "sink", "--port", "1"], cwd=ROOT, text=True,
+                            env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"}, capture_output=True,
+                            timeout=60)
+    assert result.returncode == 2, result.stderr
+    assert f"{policy}:12: kindDeclarations[0].ttl.cel: line 1, column " in result.stderr
+    assert "of the expression: nested too deeply" in result.stderr
+    assert "Traceback" not in result.stderr and "RecursionError" not in result.stderr

@@ -242,3 +242,41 @@ def test_a_time_that_is_not_a_timestamp_is_a_400_naming_time(client, redis, mode
 def test_other_event_formats_and_batches_are_a_415(client, redis, content_type, words):
     assert_refused_unwritten(redis, lambda: client.post("/", headers={"content-type": content_type},
                                                         data=json.dumps([structured(finished())])), 415, words)
+
+
+WIDGETS = """\
+ttl: 1d
+kinds: [Widget]
+kindDeclarations:
+  - group: widgets.example.com
+    version: v1
+    kind: Widget
+    plural: widgets
+    finished: {state: {path: status.phase, values: {Done: succeeded}}}
+    finishedAt: [status.doneAt]
+    ttl: {celWhen: spec.x, celInputs: [spec.x], cel: "self.spec.x"}
+"""
+
+
+def test_a_cel_event_past_the_evaluation_slots_is_told_to_retry_and_nothing_is_written(redis_server, queue_name,
+                                                                                      redis, tmp_path):
+    # The sink keeps most threads free of CEL: with every slot taken, an event that needs one more
+    # evaluation gets a 503 with Retry-After at once (its sender retries), never a queued thread.
+    from jobttl.core.domain import celexpr
+    policy = tmp_path / "policy.yaml"
+    policy.write_text(WIDGETS)
+    client = app_with(redis_server, queue_name, JOBTTL_POLICY=str(policy)).test_client()
+    widget = with_server_fields({"apiVersion": "widgets.example.com/v1", "kind": "Widget",
+                                 "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}", "namespace": "team"},
+                                 "spec": {"x": 7200}, "status": {"phase": "Done",
+                                                                "doneAt": "2030-01-01T00:00:00Z"}})
+    celexpr.limit_evaluations(1)
+    try:
+        assert celexpr._SLOTS.acquire(blocking=False)  # a costly event in flight
+        response = assert_refused_unwritten(redis, lambda: post(client, widget), 503, "CEL evaluations are running")
+        assert response.headers["Retry-After"] == "1"
+        celexpr._SLOTS.release()
+        response = post(client, widget)
+        assert response.status_code == 202, response.json
+    finally:
+        celexpr.limit_evaluations(None)
