@@ -18,6 +18,7 @@ from jobttl.core.domain.notify import EVENTS, WARNINGS
 from jobttl.core.domain.shapes import rfc3339
 
 LINES = 20  # items listed per section; the rest are counted
+_LARGEST = 253402300799  # 9999-12-31T23:59:59Z: beyond it, a number is not a time nor a TTL jobttl tells
 
 # Each section's heading, given how many entries it has.
 _HEADINGS = {
@@ -43,6 +44,7 @@ class Message:
 def render(group: str, items: list[dict[str, Any]], total: int, console_url: str | None) -> Message:
     """The message for one digest group: `items` as kept (the first of `total` entries)."""
     by_event: dict[str, list[dict[str, Any]]] = {}
+    items = [item for item in items if isinstance(item, dict)]  # Redis is not a trusted input
     for item in items:
         by_event.setdefault(str(item.get("event")), []).append(item)
     events = tuple(e for e in EVENTS if e in by_event)
@@ -99,10 +101,12 @@ def _job(item: dict[str, Any]) -> str:
 
 
 def _int(value: Any) -> int | None:
+    """A whole number from what an entry says, or None (not a number, inf, nan, beyond a date's range)."""
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if abs(number) <= _LARGEST else None
 
 
 def _when(value: Any) -> str:

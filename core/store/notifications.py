@@ -20,6 +20,7 @@ Nothing here waits on a channel, and nothing in the deletion path waits on this.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,10 +58,45 @@ class Batch:
     total: int
     attempts: int
     lock: Lock
+    listed: int = -1  # buffered raws this message covers (-1: len(items))
+
+    def __post_init__(self) -> None:
+        if self.listed < 0:
+            self.listed = len(self.items)
+
+
+def _text(value: bytes | str) -> str:
+    """Redis is not a trusted input: bytes that are not UTF-8 (an XADD by anything with the password)
+    are read with U+FFFD in their place, and the entry is judged as written, never a thread's end."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _entries(rows: list) -> list[Entry]:
-    return [Entry(i.decode(), {k.decode(): v.decode() for k, v in data.items()}) for i, data in rows if data]
+    return [Entry(_text(i), {_text(k): _text(v) for k, v in data.items()}) for i, data in rows if data]
+
+
+def _item(raw: bytes) -> dict[str, Any] | None:
+    """One buffered item as the digest lists it; None for what is not one (not JSON, not an object:
+    written by something else than `file`)."""
+    try:
+        item = jsoncodec.loads(raw)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _number(value: bytes | str | None) -> float | None:
+    """A number the notifier wrote in Redis, or None for what is not one (absent, garbage, inf, nan)."""
+    try:
+        number = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _count(value: bytes | str | None) -> int:
+    number = _number(value)
+    return int(number) if number is not None else 0
 
 
 class NotifyStore:
@@ -152,16 +188,18 @@ class NotifyStore:
                                         self.redis.hmget(state, f"{group}:count", f"{group}:last", f"{group}:attempts"))
         if due is None:
             return None  # sent by another notifier meanwhile
-        when = send_at(due, float(last) if last else None, period)
+        when = send_at(due, _number(last), period)
         if when > now:
             self.redis.zadd(keys.notify_due(channel), {group: when}, xx=True)
             return None
         raws = self.redis.lrange(keys.notify_buffer(channel, group), 0, self.buffer_max - 1)
-        total = max(int(count or 0), len(raws))
+        total = max(_count(count), len(raws))
         if total == 0:
             self.redis.zrem(keys.notify_due(channel), group)
             return None
-        return Batch(channel, group, [jsoncodec.loads(r) for r in raws], total, int(attempts or 0), lock)
+        items = [item for item in map(_item, raws) if item is not None]
+        # `listed`: what the buffer loses once the message is settled: every raw read, kept or not.
+        return Batch(channel, group, items, total, _count(attempts), lock, listed=len(raws))
 
     def sent(self, batch: Batch, now: float) -> None:
         """The message went: the buffer loses what it told; the group is due again (a period from
@@ -186,7 +224,7 @@ class NotifyStore:
         buffer, state, due = (keys.notify_buffer(batch.channel, batch.group), keys.notify_state(batch.channel),
                               keys.notify_due(batch.channel))
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.ltrim(buffer, len(batch.items), -1)
+            pipe.ltrim(buffer, batch.listed, -1)
             pipe.hincrby(state, f"{batch.group}:count", -batch.total)
             pipe.hdel(state, f"{batch.group}:attempts")
             if state_fields:
@@ -196,7 +234,7 @@ class NotifyStore:
         # After the ZREM: an entry filed before it is in the buffer now; one filed after it made its
         # group due itself (ZADD NX). Either way the group is due when it has something to say: at
         # once, as far as this says (`take` holds it back until its period is over).
-        left = int(self.redis.hget(state, f"{batch.group}:count") or 0)
+        left = _count(self.redis.hget(state, f"{batch.group}:count"))
         if left < 0:
             self.redis.hset(state, f"{batch.group}:count", 0)  # a count lost (Redis restored): lists count
         if self.redis.llen(buffer) or left > 0:

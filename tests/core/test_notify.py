@@ -251,3 +251,25 @@ def test_a_channels_error_says_nothing_of_its_secrets(url, text, said):
 
 def test_a_delivery_names_a_channel_and_a_group():
     assert Delivery("ops", ALL_GROUP) == Delivery("ops", "all")
+
+
+@pytest.mark.parametrize("item", [
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "inf"},
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "1e400"},
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "nan"},
+    {"event": "upcoming", "kind": "TFJob", "namespace": "a", "name": "j", "due": "1e300"},
+    {"event": "stuck", "kind": "TFJob", "namespace": "a", "name": "j", "stuckFor": "-inf"},
+    {"event": "review-opened", "count": "inf"},
+])
+def test_a_digest_of_numbers_no_job_has_says_them_plainly(item):
+    """Redis is not a trusted input: a buffered item anything with the password wrote is told as
+    best it can be, never an exception that ends the channel's thread."""
+    group = "deleted/a" if item["event"] == "deleted" else ALL_GROUP
+    message = digest.render(group, [item], 1, None)
+    assert "TFJob a/j" in message.body or "held" in message.body
+
+
+def test_a_digest_leaves_out_what_is_not_an_item():
+    message = digest.render("deleted/a", ["junk", 42, None, ["x"], {"event": "deleted", "kind": "TFJob",
+                                                                   "namespace": "a", "name": "kept"}], 5, None)
+    assert "TFJob a/kept" in message.body and message.title == "jobttl: 5 jobs deleted in a"

@@ -25,6 +25,7 @@ from aiosmtpd.controller import Controller
 from flask import Flask, request
 from werkzeug.serving import make_server
 
+from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB
 from jobttl.core.store import keys
 from tests.e2e.conftest import OwnStack
@@ -278,3 +279,22 @@ def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_pat
     assert result.returncode == 2, result.stderr
     assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:2: {problem}" in result.stderr  # file, line, field
     assert CHAT_TOKEN not in result.stderr
+
+
+def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel(world):
+    """Redis is not a trusted input: an entry that is not UTF-8, and one whose numbers are no numbers
+    (inf), written by anything holding the password, are skipped or told as best they can be, and
+    the notifier goes on: the valid entry after them is sent, and /healthz stays honest."""
+    redis = world.stack.redis
+    bad = redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob",
+                                         "name": b"\xff\xfe-not-utf8", b"\xc3(": b"\x80"}).decode()
+    redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob", "name": "overflow",
+                                   "stuckFor": "inf", "ttl": "1e400"})
+    ref = JobRef("kubeflow.org/v1", "TFJob", "flaky", "valid-after", str(uuid.uuid4()))
+    world.stack.reconciler.audit.record("stuck", ref, stuckFor=120, finalizers="[example.com/keep]")
+    [message] = wait_for(lambda: [r for r in world.receiver.at("/hooks") if "stuck" in r.body["title"]],
+                         timeout=30, what=f"the stuck digest after the bad entry {bad}\n{world.notifier.log()}")
+    assert "TFJob flaky/valid-after: still present for 2m" in message.body["message"]
+    assert "TFJob flaky/overflow: still present;" in message.body["message"]
+    assert requests.get(f"http://127.0.0.1:{world.metrics_port}/healthz", timeout=5).status_code == 200
+    assert "Traceback" not in world.notifier.log()
