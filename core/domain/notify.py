@@ -35,6 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 ANNOTATION = "jobttl.io/notify"
 EVENTS = ("review-opened", "deleted", "upcoming", "stuck", "guard-tripped", "invalid-ttl", "policy-error",
@@ -149,13 +150,54 @@ def _target(reader: Any, data: dict[str, Any], where: str) -> tuple[str | None, 
     if "url" in data:
         url = data["url"]
         if not isinstance(url, str) or not _URL.fullmatch(url.strip()):
-            raise reader.fail(f"{where}.url", "expected an Apprise URL such as json://HOST/PATH, mailto://HOST, "
-                                              f"slack://TOKENS (https://github.com/caronc/apprise/wiki), got {url!r}")
+            raise reader.fail(f"{where}.url", "expected an Apprise URL such as json://HOST/PATH or mailto://HOST"
+                                              "?to=ADDRESS (https://github.com/caronc/apprise/wiki), got a value that "
+                                              "is not one")
+        problem = secret_slot(url.strip())
+        if problem is not None:
+            # Never the value in the message: it may be the very secret the check is about.
+            raise reader.fail(f"{where}.url", f"{problem}: a URL written in the policy sits in a ConfigMap every "
+                                              "process and `kubectl get` can read; put it in a Secret and name its "
+                                              "environment variable with urlFromEnv (docs/notifications.md)")
         return url.strip(), None
     env = data["urlFromEnv"]
     if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
         raise reader.fail(f"{where}.urlFromEnv", f"expected the name of an environment variable, got {env!r}")
     return None, env
+
+
+# Schemes whose URL can say where to send with no credential slot in its host or path: the generic
+# webhooks (the path is the receiver's, not a token's) and e-mail through a relay that takes no login.
+# Every other Apprise scheme (slack, msteams, discord, mmost, tgram, ...) carries its token in the
+# URL itself: urlFromEnv only. Said once more in the policy's schema (`url`'s pattern), for Helm.
+URL_SCHEMES = ("json", "jsons", "form", "forms", "xml", "xmls", "mailto", "mailtos")
+# Query parameters Apprise reads as credentials (mailto's user/pass, a webhook's token...): a name
+# holding one of these is refused, whatever its value.
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|bearer|sig|cred|session|cookie|user|login|code",
+                           re.IGNORECASE)
+
+
+def secret_slot(url: str) -> str | None:
+    """Why `url` may hold a credential (it must not, in the policy), or None. Syntactic and fail-closed:
+    a scheme outside `URL_SCHEMES`, a user or password (``user:pass@host``), a header (``?+Name=``),
+    a query or payload parameter Apprise passes on (``?-name=``, ``?:name=``), or a parameter whose
+    name says credential (``?token=``, ``?pass=``). The notifier checks once more with Apprise
+    itself (its privacy view must equal the URL)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in URL_SCHEMES:
+        return (f"url takes the schemes whose URL has no slot for a credential ({', '.join(URL_SCHEMES)}); "
+                f"{scheme}:// is not one (Slack's, Teams', Discord's... carry their token in the URL)")
+    location, _, query = rest.partition("?")
+    if "@" in location.partition("/")[0]:
+        return "it names a user or password (user:pass@host)"
+    for param in filter(None, re.split(r"[&;]", query.partition("#")[0])):
+        name = unquote_plus(param.partition("=")[0]) if not param.startswith("+") else param.partition("=")[0]
+        if name[:1] in "+-:" or param[:3].lower() in ("%2b", "%2d", "%3a"):
+            return (f"its query parameter {name[:1]}... adds a header or a field to what is sent (Apprise's "
+                    "+header, -query and :payload parameters may carry a token)")
+        if _SECRET_PARAM.search(name):
+            return f"its query parameter {name!r} is a credential's"
+    return None
 
 
 def _events(reader: Any, value: Any, where: str) -> frozenset[str]:

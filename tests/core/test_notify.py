@@ -273,3 +273,34 @@ def test_a_digest_leaves_out_what_is_not_an_item():
     message = digest.render("deleted/a", ["junk", 42, None, ["x"], {"event": "deleted", "kind": "TFJob",
                                                                    "namespace": "a", "name": "kept"}], 5, None)
     assert "TFJob a/kept" in message.body and message.title == "jobttl: 5 jobs deleted in a"
+
+
+SECRET = "S3CRETTOKEN"
+
+
+@pytest.mark.parametrize("url, problem", [
+    (f"json://hooks.example/p?+Authorization=Bearer%20{SECRET}", "adds a header or a field"),
+    (f"json://hooks.example/p?%2BAuthorization=Bearer%20{SECRET}", "adds a header or a field"),
+    (f"form://hooks.example/p?-token={SECRET}", "adds a header or a field"),
+    (f"jsons://hooks.example/p?:apikey={SECRET}", "adds a header or a field"),
+    (f"json://hooks.example/p?x=1&token={SECRET}", "'token' is a credential's"),
+    (f"mailto://smtp.example?to=ops@example.org&pass={SECRET}", "'pass' is a credential's"),
+    (f"mailtos://bob:{SECRET}@smtp.example?to=ops@example.org", "user or password"),
+    (f"json://{SECRET}@hooks.example/p", "user or password"),
+    (f"slack://T000/B000/{SECRET}", "slack:// is not one"),
+    (f"msteams://{SECRET}/b/c", "msteams:// is not one"),
+    (f"mmost://chat.example/{SECRET}", "mmost:// is not one"),
+])
+def test_a_url_with_a_slot_for_a_credential_is_refused_at_load_naming_the_field_never_the_value(url, problem):
+    """A `url` sits in the policy's ConfigMap: every process refuses one that may hold a secret."""
+    with pytest.raises(PolicyError) as raised:
+        parse_policy({"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]}, "policy.yaml")
+    assert str(raised.value).startswith("policy.yaml: notify[0].url: ") and problem in str(raised.value)
+    assert "urlFromEnv" in str(raised.value) and SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["json://hooks.example/jobttl", "jsons://hooks.example:8443/a/b?format=text",
+                                 "xml://10.0.0.5/x", "forms://hooks.example/p",
+                                 "mailto://smtp.example:25?from=jobttl@example.org&to=ops@example.org"])
+def test_a_url_without_a_credential_slot_is_taken(url):
+    assert parse_policy({"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]}, "p").notify[0].url == url

@@ -143,6 +143,10 @@ def test_a_policy_the_loader_accepts_the_schema_accepts(data):
     ({"notify": [{"name": "ops", "url": "json://h/p", "urlFromEnv": "X", "on": ["deleted"]}]}, "notify/0"),
     ({"notify": [{"name": "ops", "url": "json://h/p", "on": ["delted"]}]}, "notify/0/on/0"),
     ({"notify": [{"name": "Ops!", "url": "json://h/p", "on": ["deleted"]}]}, "notify/0/name"),
+    ({"notify": [{"name": "ops", "url": "slack://T/B/XXXXSECRET", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "json://h/p?+Authorization=Bearer%20S", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "form://h/p?a=1&-token=S", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "mailto://bob:pw@smtp.example", "on": ["deleted"]}]}, "notify/0/url"),
     (["ttl"], ""),
 ], ids=lambda v: json.dumps(v)[:60] if not isinstance(v, str) else None)
 def test_a_policy_whose_shape_the_loader_refuses_the_schema_refuses_too(data, where):

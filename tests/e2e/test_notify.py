@@ -267,7 +267,7 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
     ("{name: chat, urlFromEnv: UNSET_CHAT_URL, on: [deleted]}", {},
      "notify[0].urlFromEnv: the environment variable UNSET_CHAT_URL is not set"),
     (f"{{name: chat, url: 'mmost://127.0.0.1:8065/{CHAT_TOKEN}', on: [deleted]}}", {},
-     "notify[0].url: this URL holds a secret (Apprise hides part of it: mmost://127.0.0.1:8065/c...9/"),
+     "notify[0].url: url takes the schemes whose URL has no slot for a credential"),
 ])
 def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_path, channel, env, problem):
     """The process's answer (exit 2, the message); every other check: tests/notifier/test_channels.py."""
@@ -298,3 +298,18 @@ def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel
     assert "TFJob flaky/overflow: still present;" in message.body["message"]
     assert requests.get(f"http://127.0.0.1:{world.metrics_port}/healthz", timeout=5).status_code == 200
     assert "Traceback" not in world.notifier.log()
+
+
+@pytest.mark.parametrize("command", [["notify"], ["worker"], ["sink"]])
+@pytest.mark.parametrize("url", [f"json://127.0.0.1/p?+Authorization=Bearer%20{CHAT_TOKEN}",
+                                 f"form://127.0.0.1/p?-token={CHAT_TOKEN}", f"slack://T000/B000/{CHAT_TOKEN}"])
+def test_every_process_refuses_a_policy_url_that_may_hold_a_secret(tmp_path, command, url):
+    """Not only the notifier: the policy's ConfigMap is read by every process, notifications on or off."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"ttl: 1h\nnotify:\n  - name: ops\n    on: [deleted]\n    url: '{url}'\n")
+    result = subprocess.run([sys.executable, "-m", "jobttl", *command], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path),
+                                             "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert result.returncode == 2, result.stderr
+    assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:5: notify[0].url: " in result.stderr
+    assert "urlFromEnv" in result.stderr and CHAT_TOKEN not in result.stderr
