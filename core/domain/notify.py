@@ -19,9 +19,11 @@ it may be written to (``digest``)::
 What a channel is told comes from the audit trail, the one record of what happened
 (`notification_of` reads an entry as one of `EVENTS`): the notifier (`jobttl notify`) reads the
 trail and nothing in the deletion path waits for it. A channel gets at most one message per
-digest period for each of its digest groups (`group_of`): one per namespace for ``deleted``,
-one for everything else. The first message of a quiet group waits `GATHER` seconds (at most the
-period) so that what happens together is told together.
+digest period: everything it hears of joins its one digest group (`group_of`), and the message
+says each event in a section of its own (``deleted``: a section per namespace). On a cluster of a
+thousand namespaces that is still one message a period, not a thousand. The first message of a
+quiet channel waits `GATHER` seconds (at most the period) so that what happens together is told
+together.
 
 A job's owner asks for the messages of their job with the annotation ``jobttl.io/notify``: the
 names of channels the policy defines with ``owners: true`` and whose namespaces include the job's.
@@ -41,7 +43,6 @@ ANNOTATION = "jobttl.io/notify"
 EVENTS = ("review-opened", "deleted", "upcoming", "stuck", "guard-tripped", "invalid-ttl", "policy-error",
           "kind-not-served")
 OWNER_EVENTS = frozenset({"upcoming", "deleted"})  # what `jobttl.io/notify` asks for
-PER_NAMESPACE = frozenset({"deleted"})  # a digest per namespace
 WARNINGS = frozenset({"review-opened", "stuck", "guard-tripped", "invalid-ttl", "policy-error", "kind-not-served"})
 CHANNEL_KEYS = {"name", "url", "urlFromEnv", "on", "namespaces", "digest", "owners"}
 ALL_GROUP = "all"
@@ -236,8 +237,10 @@ def notification_of(fields: dict[str, str]) -> str | None:
 
 
 def group_of(event: str, namespace: str | None) -> str:
-    """The digest group: one per namespace for `deleted`, one for everything else."""
-    return f"{event}/{namespace}" if event in PER_NAMESPACE and namespace else ALL_GROUP
+    """The digest group: one per channel, whatever the event and the namespace (at most one message
+    per channel per period). Groups named ``deleted/NAMESPACE`` by earlier versions are still sent
+    as they are (`jobttl.core.domain.digest.render` reads any group)."""
+    return ALL_GROUP
 
 
 def owner_requests(value: str | None) -> tuple[str, ...]:

@@ -86,8 +86,18 @@ def policy(port: int, smtp: int, closed: int) -> str:
         notify:
           - name: hooks
             url: json://127.0.0.1:{port}/hooks
-            on: [deleted, stuck]
-            namespaces: [digest, flaky]
+            on: [deleted]
+            namespaces: [digest, other]
+            digest: 1h
+          - name: steady
+            url: json://127.0.0.1:{port}/steady
+            on: [deleted]
+            namespaces: [flaky]
+            digest: 1h
+          - name: alerts
+            url: json://127.0.0.1:{port}/alerts
+            on: [stuck]
+            namespaces: [flaky]
             digest: 1h
           - name: chat
             urlFromEnv: TEST_CHAT_URL
@@ -113,7 +123,7 @@ def policy(port: int, smtp: int, closed: int) -> str:
             url: json://127.0.0.1:{port}/team
             owners: true
             namespaces: [team]
-            digest: 1h
+            digest: 0s
         """)
 
 
@@ -180,12 +190,19 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     world.stop_notifier()
     for name, kind in (("mnist", TFJOB), ("resnet", PYTORCHJOB), ("bert", TFJOB)):
         world.finished(name, "digest", kind)
-    wait_for(lambda: world.deleted("digest") == ["bert", "mnist", "resnet"], timeout=30, what="three deletions")
+    world.finished("elsewhere", "other")
+    wait_for(lambda: world.deleted("digest") == ["bert", "mnist", "resnet"] and world.deleted("other"), timeout=30,
+             what="four deletions")
     world.start_notifier()
 
+    # Two namespaces, one channel: one message, a part per namespace.
     [hook] = wait_for(lambda: world.receiver.at("/hooks"), timeout=20, what="the webhook's digest")
-    assert hook.body["title"] == "jobttl: 3 jobs deleted in digest"
-    lines = hook.body["message"].splitlines()
+    assert hook.body["title"] == "jobttl: 4 jobs deleted in 2 namespaces"
+    first, second = hook.body["message"].split("\n\n")
+    assert second.splitlines() == ["1 deleted in namespace other: 1 TFJob",
+                                   "- TFJob other/elsewhere, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+                                   f"History: {CONSOLE}/history?namespace=other"]
+    lines = first.splitlines()
     assert lines[0] == "3 deleted in namespace digest: 2 TFJob, 1 PyTorchJob"
     assert sorted(lines[1:4]) == ["- PyTorchJob digest/resnet, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
                                   "- TFJob digest/bert, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
@@ -209,10 +226,10 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     # A fourth deletion within the hour: filed, due when the period is over, not sent now.
     world.finished("late", "digest")
     redis = world.stack.redis
-    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "deleted/digest")) == 1, timeout=30,
+    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "all")) == 1, timeout=30,
              what="the fourth deletion filed")
-    last = float(redis.hget(keys.notify_state("hooks"), "deleted/digest:last"))
-    wait_for(lambda: redis.zscore(keys.notify_due("hooks"), "deleted/digest") == last + HOUR, timeout=10,
+    last = float(redis.hget(keys.notify_state("hooks"), "all:last"))
+    wait_for(lambda: redis.zscore(keys.notify_due("hooks"), "all") == last + HOUR, timeout=10,
              what="the digest held back for its period")
     assert len(world.receiver.at("/hooks")) == 1 and len(world.mailbox.messages) == 1
 
@@ -223,8 +240,7 @@ def test_a_failing_channel_delays_no_deletion_and_no_other_channel_and_is_retrie
     wait_for(lambda: world.metric("flaky", "deleted", "failed") >= 2, timeout=30, what="the flaky channel failing")
     wait_for(lambda: world.metric("down", "deleted", "failed") >= 1, timeout=30, what="the channel that is down")
     # The other channel of the namespace has had its digest all along.
-    [hook] = wait_for(lambda: [r for r in world.receiver.at("/hooks") if "flaky" in r.body["title"]], timeout=20,
-                      what="the webhook's digest of the flaky namespace")
+    [hook] = wait_for(lambda: world.receiver.at("/steady"), timeout=20, what="the other channel's digest")
     assert hook.body["title"] == "jobttl: 1 job deleted in flaky"
 
     # While the channel still fails, another job goes at its time: nothing in the deletion path waits on it.
@@ -239,7 +255,7 @@ def test_a_failing_channel_delays_no_deletion_and_no_other_channel_and_is_retrie
     # The message retried is the digest as it stands: both deletions, in one message.
     assert delivered[0].body["title"] == "jobttl: 2 jobs deleted in flaky"
     assert world.metric("flaky", "deleted", "failed") == failed_before
-    assert world.stack.redis.llen(keys.notify_buffer("flaky", "deleted/flaky")) == 0
+    assert world.stack.redis.llen(keys.notify_buffer("flaky", "all")) == 0
     assert world.metric("down", "deleted", "sent") == 0
 
 
@@ -251,7 +267,7 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
 
     deleted = wait_for(lambda: [r for r in world.receiver.at("/team") if "deleted in team" in r.body["title"]],
                        timeout=20, what="the owner's deleted message")
-    assert deleted[0].body["title"] == "jobttl: 1 job deleted in team" and "team/mine" in deleted[0].body["message"]
+    assert "1 job deleted in team" in deleted[0].body["title"] and "team/mine" in deleted[0].body["message"]
     upcoming = wait_for(lambda: [r for r in world.receiver.at("/team") if "upcoming" in r.body["title"]],
                         timeout=20, what="the owner's upcoming message")
     assert "team/mine at " in upcoming[0].body["message"] and "pushy" not in upcoming[0].body["message"]
@@ -292,7 +308,7 @@ def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel
                                    "stuckFor": "inf", "ttl": "1e400"})
     ref = JobRef("kubeflow.org/v1", "TFJob", "flaky", "valid-after", str(uuid.uuid4()))
     world.stack.reconciler.audit.record("stuck", ref, stuckFor=120, finalizers="[example.com/keep]")
-    [message] = wait_for(lambda: [r for r in world.receiver.at("/hooks") if "stuck" in r.body["title"]],
+    [message] = wait_for(lambda: world.receiver.at("/alerts"),
                          timeout=30, what=f"the stuck digest after the bad entry {bad}\n{world.notifier.log()}")
     assert "TFJob flaky/valid-after: still present for 2m" in message.body["message"]
     assert "TFJob flaky/overflow: still present;" in message.body["message"]
