@@ -109,3 +109,38 @@ def test_a_url_without_a_credential_slot_renders():
     objects = render({"policy": {"notify": [{"name": "ops", "url": "mailto://smtp.example:25?from=j@example.org"
                                              "&to=ops@example.org", "on": ["deleted"]}]}})
     assert "mailto://smtp.example:25" in find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
+
+
+def notify_egress(values: dict) -> tuple[list, list]:
+    policy = find(render(values), "NetworkPolicy", "jobttl-notify")
+    assert problems(policy) == []
+    return policy["spec"]["policyTypes"], policy["spec"].get("egress")
+
+
+def test_with_egress_policies_the_notifier_reaches_dns_redis_and_the_channels_ports_only():
+    types, rules = notify_egress({**VALUES, "networkPolicy": {"egress": {"enabled": True}}})
+    assert types == ["Ingress", "Egress"]
+    dns, redis, *channels = rules
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert redis["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
+    assert redis["ports"] == [{"protocol": "TCP", "port": 6379}]
+    assert [c["to"] for c in channels] == [[{"ipBlock": {"cidr": "0.0.0.0/0"}}], [{"ipBlock": {"cidr": "::/0"}}]]
+    assert all(sorted(p["port"] for p in c["ports"]) == [25, 443, 465, 587] for c in channels)
+    assert not any(p["port"] in (6443, 8080) for rule in rules for p in rule["ports"]), "no API server, no sink"
+
+
+def test_the_notifiers_destinations_are_what_notifications_egress_lists_and_an_external_redis_its_own():
+    values = {**VALUES, "redis": {"mode": "external", "external": {"existingSecret": "redis-url"}},
+              "networkPolicy": {"egress": {"enabled": True, "redis": [{"cidr": "10.1.0.0/16", "ports": [6379]}]}},
+              "notifications": {**VALUES["notifications"], "egress": [{"cidr": "203.0.113.0/24", "ports": [443]},
+                                                                      {"cidr": "2001:db8::/32", "ports": [8080]}]}}
+    _, rules = notify_egress(values)
+    assert [r["to"] for r in rules[1:]] == [[{"ipBlock": {"cidr": "10.1.0.0/16"}}],
+                                            [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+                                            [{"ipBlock": {"cidr": "2001:db8::/32"}}]]
+    assert rules[3]["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+
+def test_without_egress_policies_the_notifier_has_an_ingress_policy_only():
+    types, rules = notify_egress(VALUES)
+    assert types == ["Ingress"] and rules is None
