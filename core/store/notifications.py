@@ -154,18 +154,29 @@ class NotifyStore:
              periods: dict[str, int], once: str | None = None) -> None:
         """File one entry for its deliveries (none: only acknowledged), in one MULTI."""
         raw = jsoncodec.dumps_str(item)
+        counts: dict[int, Delivery] = {}  # the HINCRBYs' places in the reply
         with self.redis.pipeline(transaction=True) as pipe:
             for delivery in deliveries:
                 buffer = keys.notify_buffer(delivery.channel, delivery.group)
                 pipe.rpush(buffer, raw)
                 pipe.ltrim(buffer, 0, self.buffer_max - 1)
+                counts[len(pipe.command_stack)] = delivery
                 pipe.hincrby(keys.notify_state(delivery.channel), f"{delivery.group}:count", 1)
                 due = first_due(now, periods[delivery.channel], self.gather)
                 pipe.zadd(keys.notify_due(delivery.channel), {delivery.group: due}, nx=True)
             if once is not None and deliveries:
                 pipe.set(keys.notify_once(once), entry_id, ex=ONCE_SECONDS)
             pipe.xack(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, entry_id)
-            pipe.execute()
+            replies = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if not isinstance(reply, Exception):
+                continue
+            if i not in counts:
+                raise reply
+            # A count that is no integer (written by something else): what the buffer holds is the count.
+            delivery = counts[i]
+            self.redis.hset(keys.notify_state(delivery.channel), f"{delivery.group}:count",
+                            self.redis.llen(keys.notify_buffer(delivery.channel, delivery.group)))
 
     # --- sending --------------------------------------------------------------------------------
     def due_groups(self, channel: str, now: float, limit: int = 20) -> list[str]:
@@ -194,6 +205,10 @@ class NotifyStore:
             return None
         raws = self.redis.lrange(keys.notify_buffer(channel, group), 0, self.buffer_max - 1)
         total = max(_count(count), len(raws))
+        if count is not None and not count.lstrip(b"-").isdigit():
+            # Not a count (written by something else): HINCRBY would fail on it in `file` and `_settle`
+            # for good. What the buffer holds is the count from now on.
+            self.redis.hset(keys.notify_state(channel), f"{group}:count", total)
         if total == 0:
             self.redis.zrem(keys.notify_due(channel), group)
             return None

@@ -193,3 +193,16 @@ def test_health_fails_once_a_worker_thread_has_ended(redis, receiver):
         assert requests.get(url + "/healthz", timeout=5).status_code == 200
     finally:
         server.shutdown()
+
+
+def test_a_digest_count_that_is_no_number_is_mended_and_the_channel_goes_on(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    redis.hset("jobttl:notify:state:ops", "all:count", "inf")  # anything with the password may write it
+    audit = Audit(redis)
+    audit.record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    [first] = told(notifier, receiver)
+    assert "ray.io/v1/RayJob" in first["message"]
+    assert redis.hget("jobttl:notify:state:ops", "all:count") == b"0"
+    audit.record("kind-not-served", None, logging.WARNING, resource="tekton.dev/v1/TaskRun", detail="no CRD")
+    second = told(notifier, receiver)
+    assert len(second) == 2 and "tekton.dev/v1/TaskRun" in second[1]["message"]
