@@ -78,6 +78,11 @@ class Notifier:
         cannot read is logged (its id, never its text), counted and skipped (False: acknowledged
         with the unheard), and the entries after it are filed as ever. Redis's own errors are not
         the entry's: they go up, and the entry is read again."""
+        if entry.lossy:  # told all the same, as read; but someone wrote the trail who is not jobttl
+            self.metrics.notify_bad_entries.labels("read").inc()
+            logs.record(log, "notify-bad-entry", level=logging.WARNING, entry=entry.id, stage="read",
+                        detail="bytes that are not UTF-8, read as U+FFFD: the audit trail has a writer that is "
+                               "not jobttl")
         try:
             return self.file(entry)
         except (RedisError, OSError):

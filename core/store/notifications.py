@@ -45,6 +45,7 @@ CONSUMER_IDLE_MS = 86_400_000  # a consumer idle this long with nothing pending 
 class Entry:
     id: str
     fields: dict[str, str]
+    lossy: bool = False  # held bytes that are not UTF-8 (read with U+FFFD): not written by jobttl
 
 
 @dataclass
@@ -72,7 +73,13 @@ def _text(value: bytes | str) -> str:
 
 
 def _entries(rows: list) -> list[Entry]:
-    return [Entry(_text(i), {_text(k): _text(v) for k, v in data.items()}) for i, data in rows if data]
+    entries = []
+    for entry_id, data in rows:
+        if data:
+            fields = {_text(k): _text(v) for k, v in data.items()}
+            lossy = any("\ufffd" in text for pair in fields.items() for text in pair)
+            entries.append(Entry(_text(entry_id), fields, lossy))
+    return entries
 
 
 def _item(raw: bytes) -> dict[str, Any] | None:

@@ -314,6 +314,9 @@ def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel
     assert "TFJob flaky/overflow: still present;" in message.body["message"]
     assert requests.get(f"http://127.0.0.1:{world.metrics_port}/healthz", timeout=5).status_code == 200
     assert "Traceback" not in world.notifier.log()
+    assert f'"entry": "{bad}"' in world.notifier.log() and "notify-bad-entry" in world.notifier.log()
+    assert "jobttl_notify_bad_entries_total{stage=\"read\"} 1.0" in \
+        requests.get(f"http://127.0.0.1:{world.metrics_port}/metrics", timeout=5).text
 
 
 @pytest.mark.parametrize("command", [["notify"], ["worker"], ["sink"]])

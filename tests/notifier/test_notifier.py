@@ -133,9 +133,13 @@ def test_an_entry_that_is_not_utf8_is_skipped_counted_and_the_next_is_told(redis
     bad = redis.xadd("jobttl:audit", {"event": "kind-not-served", "resource": b"\xff\xfe\xfa", b"\xc3(": b"\x80"})
     broken = redis.xadd("jobttl:audit", {"event": "policy-error", "rule": "r", "detail": "d", "at": "inf"})
     Audit(redis).record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
-    messages = told(notifier, receiver)
+    with caplog.at_level(logging.WARNING, logger="jobttl.notify"):
+        messages = told(notifier, receiver)
     assert any("- ray.io/v1/RayJob: no CRD" in m["message"] for m in messages)
     assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0, (bad, broken)
+    [lossy] = [r for r in caplog.records if r.getMessage() == "notify-bad-entry"]
+    assert lossy.entry == bad.decode() and "not UTF-8" in lossy.detail
+    assert notifier.metrics.notify_bad_entries.labels("read")._value.get() == 1
 
 
 def test_an_entry_the_notifier_cannot_file_is_logged_by_its_id_skipped_and_counted(redis, receiver, caplog):
