@@ -23,14 +23,14 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from jobttl.core.domain import digest
+from jobttl.core.domain import digest, jsoncodec, shapes
 from jobttl.core.domain.notify import Routed, route
 from jobttl.core.runtime import logs
 from jobttl.core.runtime.config import ConfigError, Settings
@@ -59,6 +59,7 @@ class Notifier:
         self.consumer = consumer or f"{socket.gethostname()}-{os.getpid()}"
         self.stop = threading.Event()
         self._reclaimed_at = 0.0
+        self.threads: list[threading.Thread] = []
 
     # --- reading the trail ---------------------------------------------------------------------------
     def read_once(self, block_ms: int = 1000) -> int:
@@ -68,9 +69,29 @@ class Notifier:
             self._reclaimed_at = time.monotonic()
             entries += self.store.reclaim(self.consumer)
         entries += self.store.read(self.consumer, block_ms=block_ms)
-        unheard = [entry.id for entry in entries if not self.file(entry)]
+        unheard = [entry.id for entry in entries if not self._file_or_skip(entry)]
         self.store.ack(unheard)  # what no channel hears of: acknowledged together, one round trip
         return len(entries)
+
+    def _file_or_skip(self, entry: Entry) -> bool:
+        """`file`, for one entry of a trail anything with Redis's password may write to: an entry it
+        cannot read is logged (its id, never its text), counted and skipped (False: acknowledged
+        with the unheard), and the entries after it are filed as ever. Redis's own errors are not
+        the entry's: they go up, and the entry is read again."""
+        if entry.lossy:  # told all the same, as read; but someone wrote the trail who is not jobttl
+            self.metrics.notify_bad_entries.labels("read").inc()
+            logs.record(log, "notify-bad-entry", level=logging.WARNING, entry=entry.id, stage="read",
+                        detail="bytes that are not UTF-8, read as U+FFFD: the audit trail has a writer that is "
+                               "not jobttl")
+        try:
+            return self.file(entry)
+        except (RedisError, OSError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - one bad entry must not end every notification
+            self.metrics.notify_bad_entries.labels("read").inc()
+            logs.record(log, "notify-bad-entry", level=logging.ERROR, entry=entry.id, stage="read",
+                        detail=shapes.describe(exc))
+            return False
 
     def file(self, entry: Entry) -> bool:
         """File one entry into the digests of the channels that hear of it; False when none does
@@ -110,6 +131,8 @@ class Notifier:
                 self._pause("notify-read-error", exc)
             except (RedisError, OSError) as exc:
                 self._pause("notify-read-error", exc)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, and the thread goes on
+                self._pause("notify-read-error", exc, level=logging.ERROR)
 
     # --- sending -------------------------------------------------------------------------------------
     def send_due(self, channel: AppriseChannel) -> int:
@@ -124,7 +147,18 @@ class Notifier:
         return tried
 
     def send(self, channel: AppriseChannel, batch: Batch) -> None:
-        message = digest.render(batch.group, batch.items, batch.total, self.console_url)
+        try:
+            if not batch.items:
+                raise ValueError(f"the digest's buffer holds nothing jobttl wrote ({batch.listed} unreadable)")
+            message = digest.render(batch.group, batch.items, batch.total, self.console_url)
+        except Exception as exc:  # noqa: BLE001 - what the buffer held must not end the channel's thread
+            # The group's buffer as it stands cannot be told: it is settled (dropped), counted, logged,
+            # and the channel goes on with what comes next.
+            self.store.sent(batch, time.time())
+            self.metrics.notify_bad_entries.labels("send").inc()
+            logs.record(log, "notify-bad-entry", level=logging.ERROR, channel=channel.name, group=batch.group,
+                        stage="send", entries=batch.total, detail=shapes.describe(exc))
+            return
         started = time.monotonic()
         error = channel.send(message)
         took = round(time.monotonic() - started, 3)
@@ -150,9 +184,11 @@ class Notifier:
                 self.send_due(channel)
             except (RedisError, OSError) as exc:
                 self._pause("notify-send-error", exc, channel=channel.name)
+            except Exception as exc:  # noqa: BLE001 - a bug of ours: logged, and the thread goes on
+                self._pause("notify-send-error", exc, level=logging.ERROR, channel=channel.name)
 
-    def _pause(self, event: str, exc: Exception, **fields) -> None:
-        logs.record(log, event, level=logging.WARNING, detail=str(exc), **fields)
+    def _pause(self, event: str, exc: Exception, level: int = logging.WARNING, **fields) -> None:
+        logs.record(log, event, level=level, detail=shapes.describe(exc), **fields)
         self.stop.wait(PAUSE)
 
     # --- the process ---------------------------------------------------------------------------------
@@ -162,7 +198,15 @@ class Notifier:
                     for c in self.channels]
         for thread in threads:
             thread.start()
+        self.threads = threads
         return threads
+
+    def dead_threads(self) -> list[str]:
+        """The worker threads that have ended while the notifier runs (none should, ever): /healthz
+        and /readyz fail, so that Kubernetes restarts the pod rather than leave it silent."""
+        if self.stop.is_set():
+            return []
+        return [thread.name for thread in self.threads if not thread.is_alive()]
 
 
 def _prepared(notifier: Notifier) -> bool:
@@ -193,7 +237,8 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> None:
     redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
     metrics = Metrics()
     notifier = Notifier(redis, channels, metrics, settings)
-    health = serve_health(metrics, settings.notify_metrics_port) if settings.notify_metrics_port else None
+    health = (serve_health(metrics, settings.notify_metrics_port, notifier.dead_threads)
+              if settings.notify_metrics_port else None)
     previous = {sig: signal.signal(sig, lambda *_: notifier.stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     threads = notifier.start() if _prepared(notifier) else []
     if threads:
@@ -210,15 +255,19 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> None:
         logs.record(log, "notify-stop", consumer=notifier.consumer)
 
 
-def serve_health(metrics: Metrics, port: int) -> ThreadingHTTPServer:
-    """/metrics and /healthz on `port`."""
+def serve_health(metrics: Metrics, port: int, dead: Callable[[], list[str]] = list) -> ThreadingHTTPServer:
+    """/metrics, and /healthz and /readyz on `port`: 503 naming the threads `dead` says have ended."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - http.server's name
             if self.path.startswith("/metrics"):
                 self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
             elif self.path.startswith(("/healthz", "/readyz")):
-                self._send(200, b'{"status": "ok"}', "application/json")
+                ended = dead()
+                if ended:
+                    self._send(503, jsoncodec.dumps({"status": "thread ended", "threads": ended}), "application/json")
+                else:
+                    self._send(200, b'{"status": "ok"}', "application/json")
             else:
                 self._send(404, b'{"error": "not found", "code": 404}', "application/json")
 

@@ -1,9 +1,10 @@
-"""What a notification says: one digest group's entries as a title and a plain-text body. Pure.
+"""What a notification says: one channel's digest as a title and a plain-text body. Pure.
 
-A ``deleted`` digest is one namespace's: how many, which kinds, each job, and the link to the
-console's history of that namespace (``JOBTTL_CONSOLE_URL``). Every other group gathers the
-channel's other events, a section each, in the order of `jobttl.core.domain.notify.EVENTS`. A
-section lists at most `LINES` items and says how many more there were.
+A digest gathers what the channel heard of in its period, a section per event, in the order of
+`jobttl.core.domain.notify.EVENTS`. The ``deleted`` section has a part per namespace: how many,
+which kinds, its jobs, and the link to the console's history of that namespace
+(``JOBTTL_CONSOLE_URL``); at most `NAMESPACES` namespaces are told one by one, the rest are
+counted. A list says at most `LINES` items and how many more there were.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from jobttl.core.domain.durations import format_duration
 from jobttl.core.domain.notify import EVENTS, WARNINGS
 from jobttl.core.domain.shapes import rfc3339
 
-LINES = 20  # items listed per section; the rest are counted
+LINES = 20  # items listed per section (per namespace in `deleted`); the rest are counted
+NAMESPACES = 50  # namespaces a deleted section tells one by one; the rest are counted
+_LARGEST = 253402300799  # 9999-12-31T23:59:59Z: beyond it, a number is not a time nor a TTL jobttl tells
 
 # Each section's heading, given how many entries it has.
 _HEADINGS = {
@@ -43,34 +46,57 @@ class Message:
 def render(group: str, items: list[dict[str, Any]], total: int, console_url: str | None) -> Message:
     """The message for one digest group: `items` as kept (the first of `total` entries)."""
     by_event: dict[str, list[dict[str, Any]]] = {}
+    items = [item for item in items if isinstance(item, dict)]  # Redis is not a trusted input
     for item in items:
         by_event.setdefault(str(item.get("event")), []).append(item)
     events = tuple(e for e in EVENTS if e in by_event)
     unlisted = max(0, total - len(items))
-    if group.startswith("deleted/"):
-        namespace = group.partition("/")[2]
-        title, body = _deleted(namespace, by_event.get("deleted", []), unlisted, console_url)
-    else:
-        title = "jobttl: " + ", ".join(_summary(e, by_event[e]) for e in events)
-        body = "\n\n".join(_section(e, by_event[e], console_url) for e in events)
-        if unlisted:
-            body += f"\n\n... and {unlisted} more entries not kept (the digest's limit)"
+    # A digest of deletions only: what the buffer did not keep were deletions too, and are counted as such.
+    uncounted = unlisted if events == ("deleted",) else 0
+    title = "jobttl: " + ", ".join(_summary(e, by_event[e], uncounted) for e in events)
+    body = "\n\n".join(_deleted(by_event[e], uncounted, console_url) if e == "deleted"
+                       else _section(e, by_event[e], console_url) for e in events)
+    if unlisted and not uncounted:
+        body += f"\n\n... and {unlisted} more entries not kept (the digest's limit)"
     return Message(title, body, any(e in WARNINGS for e in events), events)
 
 
-def _deleted(namespace: str, items: list[dict[str, Any]], unlisted: int, console_url: str | None) -> tuple[str, str]:
-    count = len(items) + unlisted
-    kinds = Counter(str(i.get("kind") or "?") for i in items)
-    title = f"jobttl: {count} {'job' if count == 1 else 'jobs'} deleted in {namespace}"
-    lines = [f"{count} deleted in namespace {namespace}: " + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
-             + (f" (and {unlisted} not kept by the digest)" if unlisted else "")]
-    lines += _listed(items, _deleted_line)
-    if console_url:
-        lines.append(f"History: {console_url.rstrip('/')}/history?namespace={quote(namespace)}")
-    return title, "\n".join(lines)
+def _by_namespace(items: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    """Items by namespace, the namespaces with most first (then by name)."""
+    namespaces: dict[str, list[dict[str, Any]]] = {}
+    for item in items:
+        namespaces.setdefault(str(item.get("namespace") or "?"), []).append(item)
+    return dict(sorted(namespaces.items(), key=lambda pair: (-len(pair[1]), pair[0])))
 
 
-def _summary(event: str, items: list[dict[str, Any]]) -> str:
+def _deleted(items: list[dict[str, Any]], unlisted: int, console_url: str | None) -> str:
+    namespaces = _by_namespace(items)
+    alone = unlisted if len(namespaces) == 1 else 0  # one namespace: the deletions not kept were its own
+    parts = []
+    for namespace, listed in list(namespaces.items())[:NAMESPACES]:
+        kinds = Counter(str(i.get("kind") or "?") for i in listed)
+        lines = [f"{len(listed) + alone} deleted in namespace {namespace}: "
+                 + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+                 + (f" (and {alone} not kept by the digest)" if alone else "")]
+        lines += _listed(listed, _deleted_line)
+        if console_url:
+            lines.append(f"History: {console_url.rstrip('/')}/history?namespace={quote(namespace)}")
+        parts.append("\n".join(lines))
+    rest = list(namespaces.values())[NAMESPACES:]
+    if rest:
+        more = f"... and {sum(map(len, rest))} deleted in {len(rest)} more namespaces"
+        parts.append(more + (f": {console_url.rstrip('/')}/history" if console_url else ""))
+    if unlisted and not alone:
+        parts.append(f"... and {unlisted} more deleted, not kept by the digest")
+    return "\n\n".join(parts)
+
+
+def _summary(event: str, items: list[dict[str, Any]], unlisted: int = 0) -> str:
+    if event == "deleted":
+        namespaces = {str(i.get("namespace") or "?") for i in items}
+        where = next(iter(namespaces)) if len(namespaces) == 1 else f"{len(namespaces)} namespaces"
+        count = len(items) + unlisted
+        return f"{count} {'job' if count == 1 else 'jobs'} deleted in {where}"
     if event in ("review-opened", "guard-tripped"):
         held = sum(_int(i.get("count")) or 1 for i in items)
         return f"{held} held ({'first-run review' if event == 'review-opened' else 'guard tripped'})"
@@ -99,10 +125,12 @@ def _job(item: dict[str, Any]) -> str:
 
 
 def _int(value: Any) -> int | None:
+    """A whole number from what an entry says, or None (not a number, inf, nan, beyond a date's range)."""
     try:
-        return int(float(value))
-    except (TypeError, ValueError):
+        number = int(float(value))
+    except (TypeError, ValueError, OverflowError):
         return None
+    return number if abs(number) <= _LARGEST else None
 
 
 def _when(value: Any) -> str:

@@ -19,9 +19,11 @@ it may be written to (``digest``)::
 What a channel is told comes from the audit trail, the one record of what happened
 (`notification_of` reads an entry as one of `EVENTS`): the notifier (`jobttl notify`) reads the
 trail and nothing in the deletion path waits for it. A channel gets at most one message per
-digest period for each of its digest groups (`group_of`): one per namespace for ``deleted``,
-one for everything else. The first message of a quiet group waits `GATHER` seconds (at most the
-period) so that what happens together is told together.
+digest period: everything it hears of joins its one digest group (`group_of`), and the message
+says each event in a section of its own (``deleted``: a section per namespace). On a cluster of a
+thousand namespaces that is still one message a period, not a thousand. The first message of a
+quiet channel waits `GATHER` seconds (at most the period) so that what happens together is told
+together.
 
 A job's owner asks for the messages of their job with the annotation ``jobttl.io/notify``: the
 names of channels the policy defines with ``owners: true`` and whose namespaces include the job's.
@@ -35,12 +37,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import unquote_plus
 
 ANNOTATION = "jobttl.io/notify"
 EVENTS = ("review-opened", "deleted", "upcoming", "stuck", "guard-tripped", "invalid-ttl", "policy-error",
           "kind-not-served")
 OWNER_EVENTS = frozenset({"upcoming", "deleted"})  # what `jobttl.io/notify` asks for
-PER_NAMESPACE = frozenset({"deleted"})  # a digest per namespace
 WARNINGS = frozenset({"review-opened", "stuck", "guard-tripped", "invalid-ttl", "policy-error", "kind-not-served"})
 CHANNEL_KEYS = {"name", "url", "urlFromEnv", "on", "namespaces", "digest", "owners"}
 ALL_GROUP = "all"
@@ -149,13 +151,54 @@ def _target(reader: Any, data: dict[str, Any], where: str) -> tuple[str | None, 
     if "url" in data:
         url = data["url"]
         if not isinstance(url, str) or not _URL.fullmatch(url.strip()):
-            raise reader.fail(f"{where}.url", "expected an Apprise URL such as json://HOST/PATH, mailto://HOST, "
-                                              f"slack://TOKENS (https://github.com/caronc/apprise/wiki), got {url!r}")
+            raise reader.fail(f"{where}.url", "expected an Apprise URL such as json://HOST/PATH or mailto://HOST"
+                                              "?to=ADDRESS (https://github.com/caronc/apprise/wiki), got a value that "
+                                              "is not one")
+        problem = secret_slot(url.strip())
+        if problem is not None:
+            # Never the value in the message: it may be the very secret the check is about.
+            raise reader.fail(f"{where}.url", f"{problem}: a URL written in the policy sits in a ConfigMap every "
+                                              "process and `kubectl get` can read; put it in a Secret and name its "
+                                              "environment variable with urlFromEnv (docs/notifications.md)")
         return url.strip(), None
     env = data["urlFromEnv"]
     if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
         raise reader.fail(f"{where}.urlFromEnv", f"expected the name of an environment variable, got {env!r}")
     return None, env
+
+
+# Schemes whose URL can say where to send with no credential slot in its host or path: the generic
+# webhooks (the path is the receiver's, not a token's) and e-mail through a relay that takes no login.
+# Every other Apprise scheme (slack, msteams, discord, mmost, tgram, ...) carries its token in the
+# URL itself: urlFromEnv only. Said once more in the policy's schema (`url`'s pattern), for Helm.
+URL_SCHEMES = ("json", "jsons", "form", "forms", "xml", "xmls", "mailto", "mailtos")
+# Query parameters Apprise reads as credentials (mailto's user/pass, a webhook's token...): a name
+# holding one of these is refused, whatever its value.
+_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|bearer|sig|cred|session|cookie|user|login|code",
+                           re.IGNORECASE)
+
+
+def secret_slot(url: str) -> str | None:
+    """Why `url` may hold a credential (it must not, in the policy), or None. Syntactic and fail-closed:
+    a scheme outside `URL_SCHEMES`, a user or password (``user:pass@host``), a header (``?+Name=``),
+    a query or payload parameter Apprise passes on (``?-name=``, ``?:name=``), or a parameter whose
+    name says credential (``?token=``, ``?pass=``). The notifier checks once more with Apprise
+    itself (its privacy view must equal the URL)."""
+    scheme, _, rest = url.partition("://")
+    if scheme.lower() not in URL_SCHEMES:
+        return (f"url takes the schemes whose URL has no slot for a credential ({', '.join(URL_SCHEMES)}); "
+                f"{scheme}:// is not one (Slack's, Teams', Discord's... carry their token in the URL)")
+    location, _, query = rest.partition("?")
+    if "@" in location.partition("/")[0]:
+        return "it names a user or password (user:pass@host)"
+    for param in filter(None, re.split(r"[&;]", query.partition("#")[0])):
+        name = unquote_plus(param.partition("=")[0]) if not param.startswith("+") else param.partition("=")[0]
+        if name[:1] in "+-:" or param[:3].lower() in ("%2b", "%2d", "%3a"):
+            return (f"its query parameter {name[:1]}... adds a header or a field to what is sent (Apprise's "
+                    "+header, -query and :payload parameters may carry a token)")
+        if _SECRET_PARAM.search(name):
+            return f"its query parameter {name!r} is a credential's"
+    return None
 
 
 def _events(reader: Any, value: Any, where: str) -> frozenset[str]:
@@ -194,8 +237,10 @@ def notification_of(fields: dict[str, str]) -> str | None:
 
 
 def group_of(event: str, namespace: str | None) -> str:
-    """The digest group: one per namespace for `deleted`, one for everything else."""
-    return f"{event}/{namespace}" if event in PER_NAMESPACE and namespace else ALL_GROUP
+    """The digest group: one per channel, whatever the event and the namespace (at most one message
+    per channel per period). Groups named ``deleted/NAMESPACE`` by earlier versions are still sent
+    as they are (`jobttl.core.domain.digest.render` reads any group)."""
+    return ALL_GROUP
 
 
 def owner_requests(value: str | None) -> tuple[str, ...]:

@@ -63,6 +63,9 @@ class Metrics:
                                      "for it, never its URL), event and outcome: sent, failed (tried again later), "
                                      "dropped (given up), refused (a job asked for a channel that does not take its "
                                      "messages)", ["channel", "event", "outcome"], registry=r)
+        self.notify_bad_entries = Counter("jobttl_notify_bad_entries", "What the notifier could not read and skipped "
+                                          "(logged as notify-bad-entry): an audit entry (stage read) or a digest's "
+                                          "buffer (stage send) that is not what jobttl writes", ["stage"], registry=r)
         self.foreign_jobs = Counter("jobttl_foreign_jobs", "RQ jobs in the worker's queue that jobttl did not book "
                                     "(a function that is not one of its tasks, a callback, a webhook): failed "
                                     "without importing anything", registry=r)

@@ -20,6 +20,7 @@ Nothing here waits on a channel, and nothing in the deletion path waits on this.
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ CONSUMER_IDLE_MS = 86_400_000  # a consumer idle this long with nothing pending 
 class Entry:
     id: str
     fields: dict[str, str]
+    lossy: bool = False  # held bytes that are not UTF-8 (read with U+FFFD): not written by jobttl
 
 
 @dataclass
@@ -57,10 +59,51 @@ class Batch:
     total: int
     attempts: int
     lock: Lock
+    listed: int = -1  # buffered raws this message covers (-1: len(items))
+
+    def __post_init__(self) -> None:
+        if self.listed < 0:
+            self.listed = len(self.items)
+
+
+def _text(value: bytes | str) -> str:
+    """Redis is not a trusted input: bytes that are not UTF-8 (an XADD by anything with the password)
+    are read with U+FFFD in their place, and the entry is judged as written, never a thread's end."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def _entries(rows: list) -> list[Entry]:
-    return [Entry(i.decode(), {k.decode(): v.decode() for k, v in data.items()}) for i, data in rows if data]
+    entries = []
+    for entry_id, data in rows:
+        if data:
+            fields = {_text(k): _text(v) for k, v in data.items()}
+            lossy = any("\ufffd" in text for pair in fields.items() for text in pair)
+            entries.append(Entry(_text(entry_id), fields, lossy))
+    return entries
+
+
+def _item(raw: bytes) -> dict[str, Any] | None:
+    """One buffered item as the digest lists it; None for what is not one (not JSON, not an object:
+    written by something else than `file`)."""
+    try:
+        item = jsoncodec.loads(raw)
+    except ValueError:
+        return None
+    return item if isinstance(item, dict) else None
+
+
+def _number(value: bytes | str | None) -> float | None:
+    """A number the notifier wrote in Redis, or None for what is not one (absent, garbage, inf, nan)."""
+    try:
+        number = float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+    return number if number is not None and math.isfinite(number) else None
+
+
+def _count(value: bytes | str | None) -> int:
+    number = _number(value)
+    return int(number) if number is not None else 0
 
 
 class NotifyStore:
@@ -118,18 +161,29 @@ class NotifyStore:
              periods: dict[str, int], once: str | None = None) -> None:
         """File one entry for its deliveries (none: only acknowledged), in one MULTI."""
         raw = jsoncodec.dumps_str(item)
+        counts: dict[int, Delivery] = {}  # the HINCRBYs' places in the reply
         with self.redis.pipeline(transaction=True) as pipe:
             for delivery in deliveries:
                 buffer = keys.notify_buffer(delivery.channel, delivery.group)
                 pipe.rpush(buffer, raw)
                 pipe.ltrim(buffer, 0, self.buffer_max - 1)
+                counts[len(pipe.command_stack)] = delivery
                 pipe.hincrby(keys.notify_state(delivery.channel), f"{delivery.group}:count", 1)
                 due = first_due(now, periods[delivery.channel], self.gather)
                 pipe.zadd(keys.notify_due(delivery.channel), {delivery.group: due}, nx=True)
             if once is not None and deliveries:
                 pipe.set(keys.notify_once(once), entry_id, ex=ONCE_SECONDS)
             pipe.xack(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, entry_id)
-            pipe.execute()
+            replies = pipe.execute(raise_on_error=False)
+        for i, reply in enumerate(replies):
+            if not isinstance(reply, Exception):
+                continue
+            if i not in counts:
+                raise reply
+            # A count that is no integer (written by something else): what the buffer holds is the count.
+            delivery = counts[i]
+            self.redis.hset(keys.notify_state(delivery.channel), f"{delivery.group}:count",
+                            self.redis.llen(keys.notify_buffer(delivery.channel, delivery.group)))
 
     # --- sending --------------------------------------------------------------------------------
     def due_groups(self, channel: str, now: float, limit: int = 20) -> list[str]:
@@ -152,16 +206,22 @@ class NotifyStore:
                                         self.redis.hmget(state, f"{group}:count", f"{group}:last", f"{group}:attempts"))
         if due is None:
             return None  # sent by another notifier meanwhile
-        when = send_at(due, float(last) if last else None, period)
+        when = send_at(due, _number(last), period)
         if when > now:
             self.redis.zadd(keys.notify_due(channel), {group: when}, xx=True)
             return None
         raws = self.redis.lrange(keys.notify_buffer(channel, group), 0, self.buffer_max - 1)
-        total = max(int(count or 0), len(raws))
+        total = max(_count(count), len(raws))
+        if count is not None and not count.lstrip(b"-").isdigit():
+            # Not a count (written by something else): HINCRBY would fail on it in `file` and `_settle`
+            # for good. What the buffer holds is the count from now on.
+            self.redis.hset(keys.notify_state(channel), f"{group}:count", total)
         if total == 0:
             self.redis.zrem(keys.notify_due(channel), group)
             return None
-        return Batch(channel, group, [jsoncodec.loads(r) for r in raws], total, int(attempts or 0), lock)
+        items = [item for item in map(_item, raws) if item is not None]
+        # `listed`: what the buffer loses once the message is settled: every raw read, kept or not.
+        return Batch(channel, group, items, total, _count(attempts), lock, listed=len(raws))
 
     def sent(self, batch: Batch, now: float) -> None:
         """The message went: the buffer loses what it told; the group is due again (a period from
@@ -186,7 +246,7 @@ class NotifyStore:
         buffer, state, due = (keys.notify_buffer(batch.channel, batch.group), keys.notify_state(batch.channel),
                               keys.notify_due(batch.channel))
         with self.redis.pipeline(transaction=True) as pipe:
-            pipe.ltrim(buffer, len(batch.items), -1)
+            pipe.ltrim(buffer, batch.listed, -1)
             pipe.hincrby(state, f"{batch.group}:count", -batch.total)
             pipe.hdel(state, f"{batch.group}:attempts")
             if state_fields:
@@ -196,7 +256,7 @@ class NotifyStore:
         # After the ZREM: an entry filed before it is in the buffer now; one filed after it made its
         # group due itself (ZADD NX). Either way the group is due when it has something to say: at
         # once, as far as this says (`take` holds it back until its period is over).
-        left = int(self.redis.hget(state, f"{batch.group}:count") or 0)
+        left = _count(self.redis.hget(state, f"{batch.group}:count"))
         if left < 0:
             self.redis.hset(state, f"{batch.group}:count", 0)  # a count lost (Redis restored): lists count
         if self.redis.llen(buffer) or left > 0:

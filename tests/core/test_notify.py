@@ -116,14 +116,14 @@ JOB = {"kind": "TFJob", "apiVersion": "kubeflow.org/v1", "name": "train", "uid":
 @pytest.mark.parametrize("fields, deliveries, refused", [
     # A channel hears of what it is `on`, in the namespaces it covers (cluster-wide entries: every channel's).
     ({"event": "stuck", "namespace": "team-a", **JOB}, [("ops", ALL_GROUP)], []),
-    ({"event": "deleted", "namespace": "team-a", **JOB}, [("team", "deleted/team-a")], []),
+    ({"event": "deleted", "namespace": "team-a", **JOB}, [("team", ALL_GROUP)], []),
     ({"event": "deleted", "namespace": "team-z", **JOB}, [], []),
     ({"event": "deletions-held", "count": "9"}, [("ops", ALL_GROUP)], []),
     ({"event": "scheduled", "namespace": "team-a", **JOB}, [], []),
     # A job's owner asks for its upcoming and deleted messages on a channel that takes them...
     ({"event": "scheduled", "namespace": "team-b", "notify": "owners", **JOB}, [("owners", ALL_GROUP)], []),
     ({"event": "deleted", "namespace": "team-a", "notify": "owners, team", **JOB},
-     [("team", "deleted/team-a"), ("owners", "deleted/team-a")], ["team"]),
+     [("team", ALL_GROUP), ("owners", ALL_GROUP)], ["team"]),
     # ... and nothing else: a channel without owners: true, one not covering the namespace, an unknown one,
     # a URL (never used as one), another event.
     ({"event": "deleted", "namespace": "team-z", "notify": "owners", **JOB}, [], ["owners"]),
@@ -251,3 +251,77 @@ def test_a_channels_error_says_nothing_of_its_secrets(url, text, said):
 
 def test_a_delivery_names_a_channel_and_a_group():
     assert Delivery("ops", ALL_GROUP) == Delivery("ops", "all")
+
+
+@pytest.mark.parametrize("item", [
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "inf"},
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "1e400"},
+    {"event": "deleted", "kind": "TFJob", "namespace": "a", "name": "j", "ttl": "nan"},
+    {"event": "upcoming", "kind": "TFJob", "namespace": "a", "name": "j", "due": "1e300"},
+    {"event": "stuck", "kind": "TFJob", "namespace": "a", "name": "j", "stuckFor": "-inf"},
+    {"event": "review-opened", "count": "inf"},
+])
+def test_a_digest_of_numbers_no_job_has_says_them_plainly(item):
+    """Redis is not a trusted input: a buffered item anything with the password wrote is told as
+    best it can be, never an exception that ends the channel's thread."""
+    group = "deleted/a" if item["event"] == "deleted" else ALL_GROUP
+    message = digest.render(group, [item], 1, None)
+    assert "TFJob a/j" in message.body or "held" in message.body
+
+
+def test_a_digest_leaves_out_what_is_not_an_item():
+    message = digest.render("deleted/a", ["junk", 42, None, ["x"], {"event": "deleted", "kind": "TFJob",
+                                                                   "namespace": "a", "name": "kept"}], 5, None)
+    assert "TFJob a/kept" in message.body and message.title == "jobttl: 5 jobs deleted in a"
+    assert message.body.startswith("5 deleted in namespace a: 1 TFJob (and 4 not kept by the digest)")
+
+
+SECRET = "S3CRETTOKEN"
+
+
+@pytest.mark.parametrize("url, problem", [
+    (f"json://hooks.example/p?+Authorization=Bearer%20{SECRET}", "adds a header or a field"),
+    (f"json://hooks.example/p?%2BAuthorization=Bearer%20{SECRET}", "adds a header or a field"),
+    (f"form://hooks.example/p?-token={SECRET}", "adds a header or a field"),
+    (f"jsons://hooks.example/p?:apikey={SECRET}", "adds a header or a field"),
+    (f"json://hooks.example/p?x=1&token={SECRET}", "'token' is a credential's"),
+    (f"mailto://smtp.example?to=ops@example.org&pass={SECRET}", "'pass' is a credential's"),
+    (f"mailtos://bob:{SECRET}@smtp.example?to=ops@example.org", "user or password"),
+    (f"json://{SECRET}@hooks.example/p", "user or password"),
+    (f"slack://T000/B000/{SECRET}", "slack:// is not one"),
+    (f"msteams://{SECRET}/b/c", "msteams:// is not one"),
+    (f"mmost://chat.example/{SECRET}", "mmost:// is not one"),
+])
+def test_a_url_with_a_slot_for_a_credential_is_refused_at_load_naming_the_field_never_the_value(url, problem):
+    """A `url` sits in the policy's ConfigMap: every process refuses one that may hold a secret."""
+    with pytest.raises(PolicyError) as raised:
+        parse_policy({"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]}, "policy.yaml")
+    assert str(raised.value).startswith("policy.yaml: notify[0].url: ") and problem in str(raised.value)
+    assert "urlFromEnv" in str(raised.value) and SECRET not in str(raised.value)
+
+
+@pytest.mark.parametrize("url", ["json://hooks.example/jobttl", "jsons://hooks.example:8443/a/b?format=text",
+                                 "xml://10.0.0.5/x", "forms://hooks.example/p",
+                                 "mailto://smtp.example:25?from=jobttl@example.org&to=ops@example.org"])
+def test_a_url_without_a_credential_slot_is_taken(url):
+    assert parse_policy({"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]}, "p").notify[0].url == url
+
+
+def test_deletions_in_many_namespaces_are_one_message_a_part_per_namespace():
+    """At most one message per channel per period: a thousand namespaces are one digest, not a thousand."""
+    items = [deleted(f"j{i}") for i in range(3)]
+    items += [{**deleted(f"k{i}", "PyTorchJob"), "namespace": f"ns-{i:04d}"} for i in range(1000)]
+    items.append({"event": "stuck", "kind": "TFJob", "namespace": "team-a", "name": "s", "stuckFor": "700"})
+    message = digest.render(ALL_GROUP, items, len(items), "https://jobttl.example")
+    assert message.title == "jobttl: 1003 jobs deleted in 1001 namespaces, 1 stuck"
+    parts = message.body.split("\n\n")
+    assert parts[0].splitlines() == ["3 deleted in namespace team-a: 3 TFJob", "- TFJob team-a/j0, TTL 1h from policy",
+                                     "- TFJob team-a/j1, TTL 1h from policy", "- TFJob team-a/j2, TTL 1h from policy",
+                                     "History: https://jobttl.example/history?namespace=team-a"]
+    assert parts[1].splitlines() == ["1 deleted in namespace ns-0000: 1 PyTorchJob",
+                                     "- PyTorchJob ns-0000/k0, TTL 1h from policy",
+                                     "History: https://jobttl.example/history?namespace=ns-0000"]
+    assert sum(p.startswith("1 deleted in namespace ns-") for p in parts) == digest.NAMESPACES - 1
+    assert f"... and {1000 - digest.NAMESPACES + 1} deleted in {1000 - digest.NAMESPACES + 1} more namespaces: " \
+           "https://jobttl.example/history" in parts
+    assert parts[-1].startswith("deletions stuck") and message.warning

@@ -147,6 +147,10 @@ def test_a_policy_the_loader_accepts_the_schema_accepts(data):
     ({"namespaces": {"include": ["research "]}}, "namespaces/include/0"),
     ({"rules": [{"name": "a", "namespaces": ["prod-*"], "keep": True}]}, "rules/0/namespaces/0"),
     ({"notify": [{"name": "ops", "url": "json://h/p", "on": ["deleted"], "namespaces": ["Ml"]}]}, "notify/0/namespaces/0"),
+    ({"notify": [{"name": "ops", "url": "slack://T/B/XXXXSECRET", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "json://h/p?+Authorization=Bearer%20S", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "form://h/p?a=1&-token=S", "on": ["deleted"]}]}, "notify/0/url"),
+    ({"notify": [{"name": "ops", "url": "mailto://bob:pw@smtp.example", "on": ["deleted"]}]}, "notify/0/url"),
     (["ttl"], ""),
 ], ids=lambda v: json.dumps(v)[:60] if not isinstance(v, str) else None)
 def test_a_policy_whose_shape_the_loader_refuses_the_schema_refuses_too(data, where):

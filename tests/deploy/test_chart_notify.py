@@ -85,3 +85,62 @@ def test_without_notifications_nothing_of_the_notifier_is_rendered():
     [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
     admitted = rule["from"][0]["podSelector"]["matchExpressions"][2]["values"]
     assert "notify" not in admitted and {"sink", "worker"} <= set(admitted)
+
+
+@pytest.mark.parametrize("url", ["slack://T000/B000/XXXXSECRET", "json://h/p?+Authorization=Bearer%20S3CRETTOKEN",
+                                 "form://h/p?-token=S3CRETTOKEN", "json://h/p?token=S3CRETTOKEN",
+                                 "mailto://smtp.example?to=ops@example.org&pass=S3CRETTOKEN",
+                                 "mailtos://bob:S3CRETTOKEN@smtp.example"])
+@pytest.mark.parametrize("enabled", [True, False])
+def test_a_url_that_may_hold_a_secret_is_never_rendered_into_the_policy(url, enabled):
+    """Helm's engine refuses it (the values schema's pattern, or the chart's fail), notifications on or
+    off: else it would sit in the policy's ConfigMap."""
+    values = {"policy": {"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]},
+              "notifications": {"enabled": enabled}}
+    with pytest.raises(Exception) as raised:
+        chart().render(values, name="jobttl", namespace=NAMESPACE, is_install=True)
+    error = str(raised.value)
+    assert "at '/policy/notify/0/url': " in error or error.count("policy.notify[0].url: ") == 1, error
+    if "policy.notify[0].url" in error:  # the chart's own fail never quotes the URL (Helm's schema error does)
+        assert "S3CRETTOKEN" not in error and "urlFromEnv" in error
+
+
+def test_a_url_without_a_credential_slot_renders():
+    objects = render({"policy": {"notify": [{"name": "ops", "url": "mailto://smtp.example:25?from=j@example.org"
+                                             "&to=ops@example.org", "on": ["deleted"]}]}})
+    assert "mailto://smtp.example:25" in find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
+
+
+def notify_egress(values: dict) -> tuple[list, list]:
+    policy = find(render(values), "NetworkPolicy", "jobttl-notify")
+    assert problems(policy) == []
+    return policy["spec"]["policyTypes"], policy["spec"].get("egress")
+
+
+def test_with_egress_policies_the_notifier_reaches_dns_redis_and_the_channels_ports_only():
+    types, rules = notify_egress({**VALUES, "networkPolicy": {"egress": {"enabled": True}}})
+    assert types == ["Ingress", "Egress"]
+    dns, redis, *channels = rules
+    assert {p["port"] for p in dns["ports"]} == {53}
+    assert redis["to"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "redis"
+    assert redis["ports"] == [{"protocol": "TCP", "port": 6379}]
+    assert [c["to"] for c in channels] == [[{"ipBlock": {"cidr": "0.0.0.0/0"}}], [{"ipBlock": {"cidr": "::/0"}}]]
+    assert all(sorted(p["port"] for p in c["ports"]) == [25, 443, 465, 587] for c in channels)
+    assert not any(p["port"] in (6443, 8080) for rule in rules for p in rule["ports"]), "no API server, no sink"
+
+
+def test_the_notifiers_destinations_are_what_notifications_egress_lists_and_an_external_redis_its_own():
+    values = {**VALUES, "redis": {"mode": "external", "external": {"existingSecret": "redis-url"}},
+              "networkPolicy": {"egress": {"enabled": True, "redis": [{"cidr": "10.1.0.0/16", "ports": [6379]}]}},
+              "notifications": {**VALUES["notifications"], "egress": [{"cidr": "203.0.113.0/24", "ports": [443]},
+                                                                      {"cidr": "2001:db8::/32", "ports": [8080]}]}}
+    _, rules = notify_egress(values)
+    assert [r["to"] for r in rules[1:]] == [[{"ipBlock": {"cidr": "10.1.0.0/16"}}],
+                                            [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+                                            [{"ipBlock": {"cidr": "2001:db8::/32"}}]]
+    assert rules[3]["ports"] == [{"protocol": "TCP", "port": 8080}]
+
+
+def test_without_egress_policies_the_notifier_has_an_ingress_policy_only():
+    types, rules = notify_egress(VALUES)
+    assert types == ["Ingress"] and rules is None

@@ -25,6 +25,7 @@ from aiosmtpd.controller import Controller
 from flask import Flask, request
 from werkzeug.serving import make_server
 
+from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB
 from jobttl.core.store import keys
 from tests.e2e.conftest import OwnStack
@@ -85,8 +86,18 @@ def policy(port: int, smtp: int, closed: int) -> str:
         notify:
           - name: hooks
             url: json://127.0.0.1:{port}/hooks
-            on: [deleted, stuck]
-            namespaces: [digest, flaky]
+            on: [deleted]
+            namespaces: [digest, other]
+            digest: 1h
+          - name: steady
+            url: json://127.0.0.1:{port}/steady
+            on: [deleted]
+            namespaces: [flaky]
+            digest: 1h
+          - name: alerts
+            url: json://127.0.0.1:{port}/alerts
+            on: [stuck]
+            namespaces: [flaky]
             digest: 1h
           - name: chat
             urlFromEnv: TEST_CHAT_URL
@@ -112,7 +123,7 @@ def policy(port: int, smtp: int, closed: int) -> str:
             url: json://127.0.0.1:{port}/team
             owners: true
             namespaces: [team]
-            digest: 1h
+            digest: 0s
         """)
 
 
@@ -179,12 +190,19 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     world.stop_notifier()
     for name, kind in (("mnist", TFJOB), ("resnet", PYTORCHJOB), ("bert", TFJOB)):
         world.finished(name, "digest", kind)
-    wait_for(lambda: world.deleted("digest") == ["bert", "mnist", "resnet"], timeout=30, what="three deletions")
+    world.finished("elsewhere", "other")
+    wait_for(lambda: world.deleted("digest") == ["bert", "mnist", "resnet"] and world.deleted("other"), timeout=30,
+             what="four deletions")
     world.start_notifier()
 
+    # Two namespaces, one channel: one message, a part per namespace.
     [hook] = wait_for(lambda: world.receiver.at("/hooks"), timeout=20, what="the webhook's digest")
-    assert hook.body["title"] == "jobttl: 3 jobs deleted in digest"
-    lines = hook.body["message"].splitlines()
+    assert hook.body["title"] == "jobttl: 4 jobs deleted in 2 namespaces"
+    first, second = hook.body["message"].split("\n\n")
+    assert second.splitlines() == ["1 deleted in namespace other: 1 TFJob",
+                                   "- TFJob other/elsewhere, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+                                   f"History: {CONSOLE}/history?namespace=other"]
+    lines = first.splitlines()
     assert lines[0] == "3 deleted in namespace digest: 2 TFJob, 1 PyTorchJob"
     assert sorted(lines[1:4]) == ["- PyTorchJob digest/resnet, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
                                   "- TFJob digest/bert, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
@@ -208,10 +226,10 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     # A fourth deletion within the hour: filed, due when the period is over, not sent now.
     world.finished("late", "digest")
     redis = world.stack.redis
-    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "deleted/digest")) == 1, timeout=30,
+    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "all")) == 1, timeout=30,
              what="the fourth deletion filed")
-    last = float(redis.hget(keys.notify_state("hooks"), "deleted/digest:last"))
-    wait_for(lambda: redis.zscore(keys.notify_due("hooks"), "deleted/digest") == last + HOUR, timeout=10,
+    last = float(redis.hget(keys.notify_state("hooks"), "all:last"))
+    wait_for(lambda: redis.zscore(keys.notify_due("hooks"), "all") == last + HOUR, timeout=10,
              what="the digest held back for its period")
     assert len(world.receiver.at("/hooks")) == 1 and len(world.mailbox.messages) == 1
 
@@ -222,8 +240,7 @@ def test_a_failing_channel_delays_no_deletion_and_no_other_channel_and_is_retrie
     wait_for(lambda: world.metric("flaky", "deleted", "failed") >= 2, timeout=30, what="the flaky channel failing")
     wait_for(lambda: world.metric("down", "deleted", "failed") >= 1, timeout=30, what="the channel that is down")
     # The other channel of the namespace has had its digest all along.
-    [hook] = wait_for(lambda: [r for r in world.receiver.at("/hooks") if "flaky" in r.body["title"]], timeout=20,
-                      what="the webhook's digest of the flaky namespace")
+    [hook] = wait_for(lambda: world.receiver.at("/steady"), timeout=20, what="the other channel's digest")
     assert hook.body["title"] == "jobttl: 1 job deleted in flaky"
 
     # While the channel still fails, another job goes at its time: nothing in the deletion path waits on it.
@@ -238,7 +255,7 @@ def test_a_failing_channel_delays_no_deletion_and_no_other_channel_and_is_retrie
     # The message retried is the digest as it stands: both deletions, in one message.
     assert delivered[0].body["title"] == "jobttl: 2 jobs deleted in flaky"
     assert world.metric("flaky", "deleted", "failed") == failed_before
-    assert world.stack.redis.llen(keys.notify_buffer("flaky", "deleted/flaky")) == 0
+    assert world.stack.redis.llen(keys.notify_buffer("flaky", "all")) == 0
     assert world.metric("down", "deleted", "sent") == 0
 
 
@@ -250,7 +267,7 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
 
     deleted = wait_for(lambda: [r for r in world.receiver.at("/team") if "deleted in team" in r.body["title"]],
                        timeout=20, what="the owner's deleted message")
-    assert deleted[0].body["title"] == "jobttl: 1 job deleted in team" and "team/mine" in deleted[0].body["message"]
+    assert "1 job deleted in team" in deleted[0].body["title"] and "team/mine" in deleted[0].body["message"]
     upcoming = wait_for(lambda: [r for r in world.receiver.at("/team") if "upcoming" in r.body["title"]],
                         timeout=20, what="the owner's upcoming message")
     assert "team/mine at " in upcoming[0].body["message"] and "pushy" not in upcoming[0].body["message"]
@@ -266,7 +283,7 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
     ("{name: chat, urlFromEnv: UNSET_CHAT_URL, on: [deleted]}", {},
      "notify[0].urlFromEnv: the environment variable UNSET_CHAT_URL is not set"),
     (f"{{name: chat, url: 'mmost://127.0.0.1:8065/{CHAT_TOKEN}', on: [deleted]}}", {},
-     "notify[0].url: this URL holds a secret (Apprise hides part of it: mmost://127.0.0.1:8065/c...9/"),
+     "notify[0].url: url takes the schemes whose URL has no slot for a credential"),
 ])
 def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_path, channel, env, problem):
     """The process's answer (exit 2, the message); every other check: tests/notifier/test_channels.py."""
@@ -278,3 +295,40 @@ def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_pat
     assert result.returncode == 2, result.stderr
     assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:2: {problem}" in result.stderr  # file, line, field
     assert CHAT_TOKEN not in result.stderr
+
+
+def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel(world):
+    """Redis is not a trusted input: an entry that is not UTF-8, and one whose numbers are no numbers
+    (inf), written by anything holding the password, are skipped or told as best they can be, and
+    the notifier goes on: the valid entry after them is sent, and /healthz stays honest."""
+    redis = world.stack.redis
+    bad = redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob",
+                                         "name": b"\xff\xfe-not-utf8", b"\xc3(": b"\x80"}).decode()
+    redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob", "name": "overflow",
+                                   "stuckFor": "inf", "ttl": "1e400"})
+    ref = JobRef("kubeflow.org/v1", "TFJob", "flaky", "valid-after", str(uuid.uuid4()))
+    world.stack.reconciler.audit.record("stuck", ref, stuckFor=120, finalizers="[example.com/keep]")
+    [message] = wait_for(lambda: world.receiver.at("/alerts"),
+                         timeout=30, what=f"the stuck digest after the bad entry {bad}\n{world.notifier.log()}")
+    assert "TFJob flaky/valid-after: still present for 2m" in message.body["message"]
+    assert "TFJob flaky/overflow: still present;" in message.body["message"]
+    assert requests.get(f"http://127.0.0.1:{world.metrics_port}/healthz", timeout=5).status_code == 200
+    assert "Traceback" not in world.notifier.log()
+    assert f'"entry": "{bad}"' in world.notifier.log() and "notify-bad-entry" in world.notifier.log()
+    assert "jobttl_notify_bad_entries_total{stage=\"read\"} 1.0" in \
+        requests.get(f"http://127.0.0.1:{world.metrics_port}/metrics", timeout=5).text
+
+
+@pytest.mark.parametrize("command", [["notify"], ["worker"], ["sink"]])
+@pytest.mark.parametrize("url", [f"json://127.0.0.1/p?+Authorization=Bearer%20{CHAT_TOKEN}",
+                                 f"form://127.0.0.1/p?-token={CHAT_TOKEN}", f"slack://T000/B000/{CHAT_TOKEN}"])
+def test_every_process_refuses_a_policy_url_that_may_hold_a_secret(tmp_path, command, url):
+    """Not only the notifier: the policy's ConfigMap is read by every process, notifications on or off."""
+    path = tmp_path / "policy.yaml"
+    path.write_text(f"ttl: 1h\nnotify:\n  - name: ops\n    on: [deleted]\n    url: '{url}'\n")
+    result = subprocess.run([sys.executable, "-m", "jobttl", *command], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path),
+                                             "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0"})
+    assert result.returncode == 2, result.stderr
+    assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:5: notify[0].url: " in result.stderr
+    assert "urlFromEnv" in result.stderr and CHAT_TOKEN not in result.stderr

@@ -4,10 +4,12 @@ receiver: the events the other parts of jobttl write, as operators are told of t
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
 
 import pytest
+import requests
 
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import TFJOB
@@ -18,7 +20,7 @@ from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.schedule import Schedule
 from jobttl.notifier.channels import open_channels
-from jobttl.notifier.runner import Notifier
+from jobttl.notifier.runner import Notifier, serve_health
 from tests.core.own_redis import redis, server  # noqa: F401 - fixtures
 from tests.fixtures import job_object
 from tests.notifier.receiver import Receiver
@@ -123,3 +125,88 @@ def test_entries_no_channel_hears_of_are_acknowledged_and_nothing_is_sent(redis,
     audit.record("cancelled", ref, reason="gone")
     assert told(notifier, receiver) == []
     assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0
+
+
+def test_an_entry_that_is_not_utf8_is_skipped_counted_and_the_next_is_told(redis, receiver, caplog):
+    """Redis is not a trusted input: anything with the password may XADD to the trail."""
+    notifier = notifier_for(redis, receiver)
+    bad = redis.xadd("jobttl:audit", {"event": "kind-not-served", "resource": b"\xff\xfe\xfa", b"\xc3(": b"\x80"})
+    broken = redis.xadd("jobttl:audit", {"event": "policy-error", "rule": "r", "detail": "d", "at": "inf"})
+    Audit(redis).record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    with caplog.at_level(logging.WARNING, logger="jobttl.notify"):
+        messages = told(notifier, receiver)
+    assert any("- ray.io/v1/RayJob: no CRD" in m["message"] for m in messages)
+    assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0, (bad, broken)
+    [lossy] = [r for r in caplog.records if r.getMessage() == "notify-bad-entry"]
+    assert lossy.entry == bad.decode() and "not UTF-8" in lossy.detail
+    assert notifier.metrics.notify_bad_entries.labels("read")._value.get() == 1
+
+
+def test_an_entry_the_notifier_cannot_file_is_logged_by_its_id_skipped_and_counted(redis, receiver, caplog):
+    notifier = notifier_for(redis, receiver)
+    # A heldId that makes the once-token unfit for Redis's SET is no failure of Redis: a `file` that
+    # raises for any reason of the entry's must skip that entry only.
+    original = notifier.file
+
+    def file(entry):
+        if entry.fields.get("resource") == "poison":
+            raise ValueError("an entry like no other")
+        return original(entry)
+
+    notifier.file = file
+    audit = Audit(redis)
+    audit.record("kind-not-served", None, logging.WARNING, resource="poison", detail="x")
+    audit.record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    with caplog.at_level(logging.ERROR, logger="jobttl.notify"):
+        [message] = told(notifier, receiver)
+    assert "ray.io/v1/RayJob" in message["message"] and "poison" not in message["message"]
+    [bad] = [r for r in caplog.records if r.getMessage() == "notify-bad-entry"]
+    assert bad.stage == "read" and bad.entry and "an entry like no other" in bad.detail
+    assert notifier.metrics.notify_bad_entries.labels("read")._value.get() == 1
+    assert redis.xpending("jobttl:audit", "jobttl-notify")["pending"] == 0
+
+
+def test_a_buffer_that_cannot_be_told_is_dropped_counted_and_the_channel_goes_on(redis, receiver, caplog):
+    notifier = notifier_for(redis, receiver)
+    redis.rpush("jobttl:notify:buffer:ops:all", b"not json", b"[1, 2]")
+    redis.hincrby("jobttl:notify:state:ops", "all:count", 2)
+    redis.zadd("jobttl:notify:due:ops", {"all": 0})
+    with caplog.at_level(logging.ERROR, logger="jobttl.notify"):
+        assert told(notifier, receiver) == [], "junk alone tells nothing"
+    assert redis.llen("jobttl:notify:buffer:ops:all") == 0, "the junk is settled, not retried forever"
+    [bad] = [r for r in caplog.records if r.getMessage() == "notify-bad-entry"]
+    assert bad.stage == "send" and bad.channel == "ops" and bad.group == "all"
+    assert notifier.metrics.notify_bad_entries.labels("send")._value.get() == 1
+    Audit(redis).record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    assert any("ray.io/v1/RayJob" in m["message"] for m in told(notifier, receiver))
+
+
+def test_health_fails_once_a_worker_thread_has_ended(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    server = serve_health(notifier.metrics, 0, notifier.dead_threads)
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        ended = threading.Thread(target=lambda: None, name="notify-read")
+        ended.start()
+        ended.join()
+        notifier.threads = [ended]
+        for path in ("/healthz", "/readyz"):
+            reply = requests.get(url + path, timeout=5)
+            assert reply.status_code == 503 and reply.json()["threads"] == ["notify-read"]
+        notifier.threads = [threading.current_thread()]
+        assert requests.get(url + "/healthz", timeout=5).status_code == 200
+    finally:
+        server.shutdown()
+
+
+def test_a_digest_count_that_is_no_number_is_mended_and_the_channel_goes_on(redis, receiver):
+    notifier = notifier_for(redis, receiver)
+    redis.hset("jobttl:notify:state:ops", "all:count", "inf")  # anything with the password may write it
+    audit = Audit(redis)
+    audit.record("kind-not-served", None, logging.WARNING, resource="ray.io/v1/RayJob", detail="no CRD")
+    [first] = told(notifier, receiver)
+    assert "ray.io/v1/RayJob" in first["message"]
+    assert redis.hget("jobttl:notify:state:ops", "all:count") == b"0"
+    audit.record("kind-not-served", None, logging.WARNING, resource="tekton.dev/v1/TaskRun", detail="no CRD")
+    second = told(notifier, receiver)
+    assert len(second) == 2 and "tekton.dev/v1/TaskRun" in second[1]["message"]

@@ -426,7 +426,7 @@ print(f"Secret {namespace}/{name} is there: its password stays")
 {{- define "jobttl.cidrRules" -}}
 {{- range . }}
 - to:
-    - ipBlock: {cidr: {{ .cidr }}}
+    - ipBlock: {cidr: {{ .cidr | quote }}}
   ports:
     {{- range .ports }}
     - {protocol: TCP, port: {{ . }}}

@@ -13,3 +13,21 @@
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* A channel's `url` sits in the policy's ConfigMap: one that may hold a credential is refused here,
+     notifications on or off, as every jobttl process refuses it at start (core/domain/notify.py's
+     secret_slot; the values schema's pattern already keeps out other schemes, a user or password,
+     and +header/-query/:payload parameters). The URL itself is never quoted: it may be the secret. */}}
+{{- define "jobttl.validateNotifyURLs" -}}
+{{- range $i, $channel := (.Values.policy.notify | default list) }}
+{{- if and (kindIs "map" $channel) (hasKey $channel "url") (kindIs "string" $channel.url) }}
+{{- $url := trim $channel.url }}
+{{- if not (regexMatch "^(jsons?|xmls?|forms?|mailtos?)://[^/?#@[:space:]]+([/?#].*)?$" $url) }}
+{{- fail (printf "policy.notify[%d].url: url takes only json(s)://, form(s)://, xml(s)://, mailto(s):// without user or password; a URL with a token (slack://, msteams://, ...) sits in the policy's ConfigMap: put it in a Secret, name it in notifications.secretEnv and use urlFromEnv (docs/notifications.md)" $i) }}
+{{- end }}
+{{- if regexMatch "(?i)[?&;](%2b|%2d|%3a|[-+:])|[?&;][^=&;#]*(pass|pwd|secret|token|key|auth|bearer|sig|cred|session|cookie|user|login|code)" $url }}
+{{- fail (printf "policy.notify[%d].url: a +header, -query or :payload parameter, or one named like a credential (token, pass, key, ...), may hold a secret and would sit in the policy's ConfigMap: put the URL in a Secret, name it in notifications.secretEnv and use urlFromEnv (docs/notifications.md)" $i) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}
