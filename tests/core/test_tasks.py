@@ -54,7 +54,8 @@ def test_the_declared_names_are_the_ones_pending_jobs_already_hold():
 def test_each_task_takes_the_arguments_the_store_books_it_with():
     assert list(inspect.signature(worker_tasks.delete_if_expired).parameters) == ["member", "due"]
     assert list(inspect.signature(worker_tasks.warn_upcoming).parameters) == ["uid", "due"]
-    assert list(inspect.signature(worker_tasks.resync).parameters) == []
+    assert list(inspect.signature(worker_tasks.resync).parameters) == ["confirm"]  # Schedule.request_confirmation
+    assert inspect.signature(worker_tasks.resync).parameters["confirm"].default is None  # the periodic resync books none
 
 
 def test_a_role_the_package_does_not_declare_stops_the_process_naming_it(tmp_path):
