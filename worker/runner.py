@@ -53,6 +53,8 @@ from redis.exceptions import RedisError
 from rq import SimpleWorker
 from rq.defaults import DEFAULT_LOGGING_DATE_FORMAT, DEFAULT_LOGGING_FORMAT
 from rq.exceptions import StopRequested
+from rq.timeouts import JobTimeoutException
+from rq.worker import WorkerStatus
 from rq.registry import ScheduledJobRegistry
 from rq.scheduler import RQScheduler, run as run_rq_scheduler
 from rq.scripts import release_lock
@@ -82,11 +84,23 @@ MAINTENANCE_INTERVAL = 5  # RQ: scheduler restart and takeover, abandoned-job cl
 # heartbeats a second, and take most of that wait away.
 SCHEDULER_INTERVAL = 0.2
 SPAWN = multiprocessing.get_context("spawn")
-SCHEDULER_STOP_GRACE = 3.0  # seconds a scheduler told to stop has before it is killed (it stops in 0.2 s)
+SCHEDULER_STOP_GRACE = 2.0  # seconds a scheduler told to stop has before it is killed (it stops in 0.2 s)
 EXIT_SCHEDULER_STALLED = 3  # the worker's exit status when its watchdog gave up on the scheduler
 # A full Redis (OOM on a write): the worker waits this long, doubling up to the max, and tries again.
 FULL_BACKOFF_FIRST = 1.0
 FULL_BACKOFF_MAX = 30.0
+
+
+HAND_BACK_AFTER = 4  # seconds a deletion under way has to finish once the worker is told to stop
+
+
+class DeletionHandedBack(JobTimeoutException):
+    """The worker is stopping: the deletion it was running is handed back, to run again (RQ's retry)."""
+
+
+def _hand_back(signum, frame) -> None:
+    raise DeletionHandedBack(f"the worker is stopping: this deletion did not finish within {HAND_BACK_AFTER} s "
+                             "and is handed back, to run again")
 
 
 def _run_spawned_scheduler(scheduler: JobttlScheduler, level: int, scheduler_level: int) -> None:
@@ -284,7 +298,19 @@ class JobttlWorker(SimpleWorker):
         # landing there was swallowed and the worker ran on, deaf to that SIGINT or SIGTERM. The
         # flag keeps the request whatever catches the exception; RQ's loop reads it each turn.
         self._stop_requested = True
+        if self.get_state() == WorkerStatus.BUSY:
+            self._hand_back_later()
         super()._shutdown()
+
+    def _hand_back_later(self) -> None:
+        """A deletion under way has `HAND_BACK_AFTER` seconds to finish; then it is interrupted as
+        a job timeout is, and handed back: the run releases its claim (an interrupted DELETE is
+        recovered by the next run from its intent), RQ books its retry, nothing is lost."""
+        armed = signal.alarm(0)  # RQ's job timeout, SIGALRM (the job runs in this process)
+        if not armed:
+            return  # no job timer: RQ's handler is not there to raise for us either
+        signal.signal(signal.SIGALRM, _hand_back)
+        signal.alarm(min(armed, HAND_BACK_AFTER))
 
     @property
     def should_run_maintenance_tasks(self) -> bool:
@@ -440,11 +466,11 @@ def run(settings: Settings, burst: bool = False) -> None:
     try:
         worker.work(burst=burst, with_scheduler=True, logging_level=rq_logging_level(settings.log_level))
     finally:
-        # Within Kubernetes' grace and the 10 s jobttl promises from SIGTERM to exit (the scheduler's
-        # stop above it, `SCHEDULER_STOP_GRACE`): a follow-up the follower is making is made again
-        # by the next worker (it only re-reads), the Events queued are given the longest.
+        # Within the 10 s jobttl promises from SIGTERM to exit: the scheduler's stop
+        # (`SCHEDULER_STOP_GRACE`), a deletion's (`HAND_BACK_AFTER`), then these. A follow-up the
+        # follower is making is made again by the next worker (it only re-reads).
         follower.stop(timeout=1.0)
-        ctx.events.flush(timeout=4.0)
+        ctx.events.flush(timeout=2.0)
         if health is not None:
             health.shutdown()
         logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name,

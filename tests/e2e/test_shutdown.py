@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import threading
 import time
 
 import pytest
@@ -53,3 +54,33 @@ def test_a_stop_signal_lets_the_current_deletion_finish_and_the_worker_exits_wit
     # It says so, last: RQ's own shutdown lines are DEBUG lines (jobttl.worker.runner.rq_logging_level).
     said = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
     assert said and said[-1].get("event") == "worker-stop", said[-3:]
+
+
+@pytest.mark.parametrize("how", SIGNALS)
+def test_a_deletion_that_cannot_finish_is_handed_back_and_the_worker_exits_within_the_bound(
+        cluster: Cluster, stack_env, log_dir, redis, how):
+    """The API server does not answer the DELETE: the worker told to stop does not wait for it
+    (up to JOBTTL_API_TIMEOUT, 30 s as shipped) but hands the deletion back, booked to run again."""
+    queue = f"handback-{how}"
+    obj = cluster.create_finished("unanswered", ttl=0, finished_at=time.time() - 10)
+    ref, decision = JobRef.of(obj), decide(obj, TFJOB)
+    schedule = Schedule(redis, queue, retry_intervals=[1])
+    Reconciler(schedule, Audit(redis), Policy()).reconcile(obj, TFJOB, "test")
+    answer = threading.Event()
+    held = cluster.emulator.add_fault(verb="delete", delay=60.0, count=1, gate=answer,
+                                      path_contains=f"/namespaces/{cluster.namespace}/tfjobs/unanswered")
+    worker = JobttlProcess(["worker"], {**stack_env, "JOBTTL_QUEUE": queue, "JOBTTL_WORKER_METRICS_PORT": "0",
+                                        "JOBTTL_API_TIMEOUT": "60"}, log_dir, f"handback-worker-{how}").start()
+    try:
+        assert held.arrived.wait(120), "the worker to send its DELETE"
+        sig, send = SIGNALS[how]
+        send(worker.process.pid, sig)
+        assert worker.process.wait(timeout=STOP_BOUND) == 0, worker.log()[-3000:]
+    finally:
+        answer.set()
+        worker.stop()
+    job = schedule.queue.fetch_job(job_id_for(ref.uid, decision.expires_at))
+    assert job.get_status(refresh=True) == JobStatus.SCHEDULED, "booked to run again (RQ's retry)"
+    assert "handed back" in worker.log()
+    recorded = [e.fields["event"] for e in Audit(redis).history(cluster.namespace, "unanswered")]
+    assert "retrying" in recorded, recorded
