@@ -169,7 +169,7 @@ def test_a_resync_finds_a_finished_widget_and_explain_explains_it(kube, env, sta
 def test_a_watched_widget_is_archived_and_deleted_at_finish_plus_ttl_with_its_uid(kube, env, stack, logs,
                                                                                   archive_dir):
     opened = kube.store.open_watches
-    watcher = JobttlProcess(["watch", "--sink", stack], env, logs, "watch").start()
+    watcher = JobttlProcess(["watch", "--sink", stack, "--port", "0"], env, logs, "watch").start()
     try:
         # Like ApiServerSource it takes stock first: only what changes once it watches is posted.
         wait_for(lambda: kube.store.open_watches > opened, timeout=30, what="jobttl watch to watch the Widgets")

@@ -82,7 +82,7 @@ def test_a_sink_stops_within_the_bound(stack_env, log_dir, how):
 
 @pytest.mark.parametrize("how", SIGNALS)
 def test_a_watcher_stops_within_the_bound(stack_env, log_dir, sink_url, how):
-    watcher = JobttlProcess(["watch", "--sink", sink_url], stack_env, log_dir, f"stop-watch-{how}").start()
+    watcher = JobttlProcess(["watch", "--sink", sink_url, "--port", "0"], stack_env, log_dir, f"stop-watch-{how}").start()
     try:
         wait_for(lambda: any(line.get("event") == "watch-start" for line in said(watcher)), timeout=120,
                  what="the watcher to start")

@@ -22,7 +22,7 @@ from tests.services import JobttlProcess, wait_for
 @pytest.fixture
 def watcher(cluster, stack_env, sink_url, log_dir):
     opened = cluster.emulator.store.open_watches
-    process = JobttlProcess(["watch", "--sink", sink_url], stack_env, log_dir, "watch").start()
+    process = JobttlProcess(["watch", "--sink", sink_url, "--port", "0"], stack_env, log_dir, "watch").start()
     wait_for(lambda: cluster.emulator.store.open_watches > opened, timeout=20, what="the watcher to watch")
     yield process
     process.stop()
