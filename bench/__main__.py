@@ -19,7 +19,9 @@ round, and prints one table (bench/results/latest.md) and JSON (bench/results/la
      memory per pending deletion vs plain RQ `enqueue_at`, and the resync over them vs the bare
      paged LIST (bench.booking; --booking-n);
 12.  one namespace's page of pending deletions from the namespace index vs the scan of every record
-     it replaced, and vs an unfiltered page (bench.namespaces).
+     it replaced, and vs an unfiltered page (bench.namespaces);
+13.  the sink's p50 and p99 latency under a steady ~200 events/s of new finished jobs vs the no-op
+     app (bench.sink.steady).
 
 Then, unless --no-breakdown, short extra runs count every Redis round trip by call site
 (bench.counting); with --profile, py-spy samples jobttl's processes (bench.profile).
@@ -41,13 +43,14 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking", "namespaces")
+ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking", "namespaces", "steady")
 FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
         "lateness_n": 1000, "lateness_spread": 10, "rounds": 3,
-        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000, "namespaces_n": 20_000}
+        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000, "namespaces_n": 20_000,
+        "steady_seconds": 20}
 QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
          "lateness_n": 100, "lateness_spread": 3, "rounds": 1, "watcher_sizes": (200, 1000), "booking_n": 1000,
-         "namespaces_n": 1000}
+         "namespaces_n": 1000, "steady_seconds": 3}
 
 
 def machine() -> dict:
@@ -110,6 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         "watcher": lambda: watcher.run(workdir, rounds, sizes["watcher_sizes"]),
         "booking": lambda: booking.run(workdir, rounds, sizes["booking_n"]),
         "namespaces": lambda: namespaces.run(workdir, rounds, sizes["namespaces_n"]),
+        "steady": lambda: sink.steady(workdir, rounds, sizes["steady_seconds"]),
     }
     breakdowns = {
         "sink": lambda: sink.breakdown(workdir, max(1, sizes["sink_seconds"] // 2)),

@@ -79,8 +79,9 @@ def _lua_string(text: str) -> str:
 
 
 def wrk_script(path: Path, headers: dict[str, str], body: bytes, fresh: bool, prefix: int,
-               name: str | None = None, uid: str | None = None) -> Path:
-    """A wrk script sending `body` (its `name` and `uid` replaced per request when `fresh`)."""
+               name: str | None = None, uid: str | None = None, pace_ms: int | None = None) -> Path:
+    """A wrk script sending `body` (its `name` and `uid` replaced per request when `fresh`); with
+    `pace_ms`, each connection waits that long after an answer before its next request (wrk's `delay`)."""
     text = body.decode()
     if fresh:
         pieces = re.split(f"({re.escape(name)}|{re.escape(uid)})", text)
@@ -95,6 +96,8 @@ def wrk_script(path: Path, headers: dict[str, str], body: bytes, fresh: bool, pr
                        + "}")
               .replace("SUBJECT", _lua_string(subject)).replace("FRESH", "true" if fresh else "false")
               .replace("PREFIX", str(prefix)))
+    if pace_ms is not None:
+        script += f"\nfunction delay()\n  return {int(pace_ms)}\nend\n"
     path.write_text(script)
     return path
 
@@ -249,3 +252,50 @@ def breakdown(workdir: Path, seconds: float) -> dict:
         finally:
             sinks.stop()
     return found
+
+
+STEADY_RATE = 200  # events per second: a busy cluster's steady stream of job changes (issue 27 §2)
+STEADY_CONNECTIONS = 4
+
+
+def steady(workdir: Path, rounds: int, seconds: float, rate: int = STEADY_RATE) -> RowResult:
+    """Row 13: the sink's latency under a steady stream (not its ceiling: rows 1-3), jobttl vs the no-op.
+
+    wrk paces each of `STEADY_CONNECTIONS` keep-alive connections: after each answer it waits
+    connections / rate seconds, so the stream is a little under `rate` (the answer's own time adds
+    to each pause); the rate reached is reported beside the latencies. New finished jobs,
+    as in row 1: every event books a deletion.
+    """
+    result = RowResult("steady", f"Sink: p50 and p99 latency at a steady ~{rate} events/s, jobttl vs a no-op Flask app")
+    pace_ms = round(1000 * STEADY_CONNECTIONS / rate)
+    with RedisSide() as redis:
+        sinks = Sinks(workdir, redis)
+        try:
+            result.facts.update(rate_asked=rate, connections=STEADY_CONNECTIONS, pace_ms=pace_ms,
+                                threads=sinks.threads)
+            headers, body, name, uid = event_for("succeeded", True, "steady-job")
+            result.facts["event_bytes"] = len(body)
+            sides = {side: (result.side(f"{side} p99", "ms (p99)", higher_is_better=False),
+                            result.side(f"{side} p50", "ms (p50)", higher_is_better=False))
+                     for side in ("jobttl", "no-op")}
+
+            def measure(side_name: str) -> None:
+                script = wrk_script(workdir / f"wrk-steady-{side_name}.lua", headers, body, True,
+                                    prefix=next(_PREFIXES), name=name, uid=uid, pace_ms=pace_ms)
+                out = wrk(sinks.url("noop" if side_name == "no-op" else side_name), script, seconds, STEADY_CONNECTIONS)
+                if out["errors"]:
+                    result.facts.setdefault("errors", []).append({side_name: out})
+                p99, p50 = sides[side_name]
+                p99.add(out["p99_us"] / 1000, rate=out["rate"])
+                p50.add(out["p50_us"] / 1000, rate=out["rate"])
+
+            for side_name in ("jobttl", "no-op"):  # warm up: imports, pools, Lua scripts loaded
+                wrk(sinks.url("noop" if side_name == "no-op" else side_name),
+                    wrk_script(workdir / "warm-steady.lua", headers, body, True, next(_PREFIXES), name, uid,
+                               pace_ms=pace_ms), 1, STEADY_CONNECTIONS)
+            interleave(rounds, [(side, lambda side=side: measure(side)) for side in ("jobttl", "no-op")])
+            result.lines.append(Line(f"13. sink p99 at ~{rate} events/s", "jobttl p99", "no-op p99", ""))
+            result.lines.append(Line(f"13. sink p50 at ~{rate} events/s", "jobttl p50", "no-op p50", ""))
+        finally:
+            sinks.stop()
+    return result
