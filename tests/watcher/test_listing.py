@@ -283,3 +283,12 @@ def test_a_probe_port_already_taken_stops_the_watcher_at_start_naming_it(api):
                               capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert f"--port {port}: cannot serve the probes there" in done.stderr
+
+
+@pytest.mark.parametrize("status, announced", [
+    (finished_status(1_700_000_000), True),
+    (running_status(1_700_000_000), False),
+    ({"conditions": {"type": "Succeeded"}}, True),  # unreadable: sent, for the sink to report (it deletes nothing)
+])
+def test_what_the_first_list_counts_as_finished(status, announced):
+    assert watch.finished(TFJOB, {**tfjob("x"), "status": status}) is announced
