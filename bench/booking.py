@@ -95,8 +95,7 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
     sink_port = free_port()
     env = {"JOBTTL_REDIS_URL": redis["jobttl"].url, "JOBTTL_QUEUE": QUEUE, "KUBECONFIG": emulator.kubeconfig,
            "JOBTTL_RESYNC_MAX_DELETIONS": str(n), "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
-    sink = spawn(python("-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(sink_port)), env,
-                 workdir / "booking-sink.log")
+    sink = None
     try:
         at = time.time() - 600
         started = time.perf_counter()
@@ -107,16 +106,24 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         # The resourceVersions the emulator gave them: read back once (a LIST), so events carry them.
         versions = _resource_versions(emulator)
         refs = [[ns, name, uid, versions[uid]] for ns, name, uid in refs]
-        wait_for(lambda: _answers(sink_port), timeout=30, what="the jobttl sink")
 
         def jobttl() -> None:
+            nonlocal sink
             side = redis["jobttl"]
             side.flush()
+            # Started on the empty Redis, as in a new install: it writes the layout's version and
+            # loads its scripts before the measurement starts (a Redis emptied under a running
+            # sink would have the resync upgrade it, which is not what this row measures).
+            sink = spawn(python("-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(sink_port)), env,
+                         workdir / "booking-sink.log")
+            wait_for(lambda: _answers(sink_port), timeout=60, what="the jobttl sink")
             client = side.client
             client.execute_command("MEMORY", "PURGE")
             before = client.info("memory")["used_memory"]
             seconds, bad = send_events(sink_port, refs, at)
             after = client.info("memory")["used_memory"]
+            stop(sink)
+            sink = None
             pending = client.zcard(keys.PENDING_INDEX)
             assert bad == 0 and pending == n, f"{bad} events refused, {pending} of {n} pending: see the sink's log"
             sizes, counts = usage_by_group(client)
@@ -161,7 +168,8 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         interleave(rounds, [(f"jobttl: {n:,} events to the sink, then a resync", jobttl),
                             (f"plain RQ: {n:,} enqueue_at, then the bare LIST", baseline)])
     finally:
-        stop(sink)
+        if sink is not None:
+            stop(sink)
         emulator.stop()
         for side in redis.values():
             side.stop()

@@ -39,6 +39,7 @@ from typing import Any, NamedTuple
 import requests
 
 from jobttl.core.runtime import logs
+from jobttl.core.runtime.config import ConfigError
 from jobttl.core.domain.apiserversource import resource_event
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import KubeClient, ListExpired, NotServed, TransientApiError
@@ -313,7 +314,10 @@ def run(kube: KubeClient, kinds: tuple[JobKind, ...], sink_url: str, stop: threa
     source = kube.host  # ApiServerSource puts the API server URL in `source`
     watchers = [KindWatcher(kube, kind, EventPoster(sink_url, source, stop), stop) for kind in kinds]
     threads = [threading.Thread(target=w.run, name=f"watch-{w.kind.kind}", daemon=True) for w in watchers]
-    probes = serve_probes(Probes(watchers, threads), host, port) if port is not None else None
+    try:
+        probes = serve_probes(Probes(watchers, threads), host, port) if port is not None else None
+    except OSError as exc:  # the port taken, the address not this host's: said at start, by name
+        raise ConfigError(f"jobttl watch --host {host} --port {port}: cannot serve the probes there: {exc}") from None
     for thread in threads:
         thread.start()
     logs.record(log, "watch-start", kinds=[k.kind for k in kinds], sink=sink_url,

@@ -8,6 +8,10 @@ recording receiver in place of the sink; the watcher is the real `jobttl watch` 
 from __future__ import annotations
 
 import contextlib
+import os
+import socket
+import subprocess
+import sys
 import threading
 import time
 import tracemalloc
@@ -266,3 +270,25 @@ def test_bookmarks_keep_a_quiet_kinds_watch_resumable_after_compaction(tmp_path,
         assert int(tfjob_watches()[1]["query"]["resourceVersion"]) >= latest
     finally:
         server.stop()
+
+
+def test_a_probe_port_already_taken_stops_the_watcher_at_start_naming_it(api):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "jobttl", "watch", "--sink", "http://127.0.0.1:9", "--host",
+                               "127.0.0.1", "--port", str(port)], env={**os.environ,
+                                                                      "KUBECONFIG": str(api.kubeconfig)},
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert f"--port {port}: cannot serve the probes there" in done.stderr
+
+
+@pytest.mark.parametrize("status, announced", [
+    (finished_status(1_700_000_000), True),
+    (running_status(1_700_000_000), False),
+    ({"conditions": {"type": "Succeeded"}}, True),  # unreadable: sent, for the sink to report (it deletes nothing)
+])
+def test_what_the_first_list_counts_as_finished(status, announced):
+    assert watch.finished(TFJOB, {**tfjob("x"), "status": status}) is announced
