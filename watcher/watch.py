@@ -339,7 +339,10 @@ class Probes:
         self.watchers, self.threads = watchers, threads
 
     def kinds(self) -> dict[str, str]:
-        return {f"{w.kind.api_version}/{w.kind.kind}": ("stopped" if not t.is_alive() else
+        # A loop not started yet (the probes are served first, so a taken port stops the watcher
+        # before it watches) is starting, not stopped: alive for /healthz, not ready.
+        return {f"{w.kind.api_version}/{w.kind.kind}": ("starting" if t.ident is None else
+                                                         "stopped" if not t.is_alive() else
                                                          "not-served" if w.not_served else
                                                          "watching" if w.listed else "listing")
                 for w, t in zip(self.watchers, self.threads)}

@@ -292,3 +292,20 @@ def test_a_probe_port_already_taken_stops_the_watcher_at_start_naming_it(api):
 ])
 def test_what_the_first_list_counts_as_finished(status, announced):
     assert watch.finished(TFJOB, {**tfjob("x"), "status": status}) is announced
+
+
+def test_a_loop_not_started_yet_is_alive_for_healthz_and_not_ready():
+    """The probes are served before the kinds' loops start: a kubelet asking then must not restart
+    the watcher (a not-started thread is not a stopped one)."""
+    from jobttl.core.domain.kinds import BUILTIN_KINDS
+    from jobttl.watcher.watch import Probes
+
+    kind = BUILTIN_KINDS[0]
+    loop = type("Loop", (), {"kind": kind, "not_served": False, "listed": False})()
+    thread = threading.Thread(target=lambda: None)
+    probes = Probes([loop], [thread])
+    assert probes.healthz()[0] == 200 and probes.readyz()[0] == 503
+    assert set(probes.kinds().values()) == {"starting"}
+    thread.start()
+    thread.join()
+    assert probes.healthz()[0] == 503, "a loop that ended is stopped"
