@@ -301,7 +301,8 @@ def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client
     assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
 
 
-@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil"])
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil",
+                                       "/\t/evil.example/", "/\n/evil.example/", "/ /evil.example", "/x\\..\\\\evil.example"])
 def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client, elsewhere):
     form = client.get("/signin", headers=HTML)
     answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
