@@ -117,5 +117,15 @@ def check_csrf() -> None:
     if not expected or not hmac.compare_digest(sent.encode(), str(expected).encode()):
         abort(403, "the form's CSRF token is missing or not this session's: reload the page and try again")
     origin = request.headers.get("Origin")
-    if origin and origin != "null" and origin.rstrip("/") != request.host_url.rstrip("/"):
+    if origin and origin != "null" and origin.rstrip("/") not in own_origins():
         abort(403, f"a form sent from {origin[:100]} is not accepted: only this console's own pages may act")
+
+
+def own_origins() -> set[str]:
+    """The origins this console's pages have: the one the request reached, and JOBTTL_CONSOLE_URL's
+    (behind a TLS-terminating Ingress the browser's is https://..., while waitress sees http)."""
+    origins = {request.host_url.rstrip("/")}
+    public = current_app.config.get("JOBTTL_PUBLIC_ORIGIN")
+    if public:
+        origins.add(public)
+    return origins

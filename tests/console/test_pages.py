@@ -307,3 +307,18 @@ def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client
     form = client.get("/signin", headers=HTML)
     answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
     assert answer.status_code == 303 and answer.headers["Location"] == "/"
+
+
+def test_behind_a_tls_ingress_the_pages_own_https_origin_acts_and_the_cookie_is_secure(settings_env, seeded):
+    """Review finding: behind a TLS-terminating Ingress waitress sees http, the browser sends
+    `Origin: https://...`: every form was refused, and the cookie went without Secure."""
+    app = create_app(Settings.from_env({**settings_env, "JOBTTL_CONSOLE_URL": "https://jobttl.example.com/"}))
+    client = app.test_client()
+    form = client.get("/signin", headers=HTML)
+    answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": "/pending"},
+                         headers={"Origin": "https://jobttl.example.com"})
+    assert answer.status_code == 303, answer.data
+    assert "Secure" in answer.headers["Set-Cookie"] and "HttpOnly" in answer.headers["Set-Cookie"]
+    csrf = csrf_of(client.get("/pending", headers=HTML).data)
+    elsewhere = client.post("/signout", data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
+    assert elsewhere.status_code == 403
