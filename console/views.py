@@ -334,7 +334,7 @@ def signin() -> Response | str:
 @blueprint.post("/signout")
 def signout() -> Response:
     auth.check_csrf()
-    session.clear()
+    auth.sign_out()
     return redirect(url_for("console.signin"), code=303)
 
 
