@@ -6,6 +6,7 @@ import datetime
 import secrets
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from flask import Flask, Response, render_template, request
 from redis import Redis
@@ -48,6 +49,12 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None, 
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
                       PERMANENT_SESSION_LIFETIME=datetime.timedelta(hours=SESSION_HOURS),
                       MAX_CONTENT_LENGTH=64 * 1024)
+    if settings.console_url:
+        # The address operators reach the console at: its origin is the pages' own (CSRF's Origin
+        # check), and an https one keeps the session cookie off plain HTTP (Secure).
+        public = urlsplit(settings.console_url)
+        app.config.update(JOBTTL_PUBLIC_ORIGIN=f"{public.scheme}://{public.netloc}",
+                          SESSION_COOKIE_SECURE=public.scheme == "https")
     app.extensions["jobttl"] = ConsoleContext.build(settings, redis=redis, access=access)
     app.register_blueprint(views.blueprint)
     app.jinja_env.filters.update(utc=_utc, when=_when, left=_left, duration=_duration, kind=_kind)

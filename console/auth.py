@@ -1,8 +1,9 @@
 """Who is using the console, and may they: a Kubernetes identity, CSRF, the session cookie.
 
 - Reading needs a Kubernetes identity: a bearer token (``Authorization: Bearer``, e.g. through an
-  authenticating proxy) or one pasted on the sign-in page, kept in the session: a cookie signed
-  with the console's key (`JOBTTL_CONSOLE_SESSION_KEY_FILE`), HttpOnly, SameSite=Strict. The token
+  authenticating proxy) or one pasted on the sign-in page, kept in Redis for the session (the
+  cookie, signed with the console's key `JOBTTL_CONSOLE_SESSION_KEY_FILE`, HttpOnly,
+  SameSite=Strict, holds a random session id only). The token
   is reviewed by the API server (TokenReview) and each page asks SubjectAccessReview for `list`
   (or `get`) on jobttl.io's virtual resources (`jobttl.core.domain.rights`: ClusterRole
   `jobttl-reader`).
@@ -23,6 +24,7 @@ from flask import abort, current_app, request, session
 
 from jobttl.core.kube import access as reviews
 from jobttl.core.kube.access import User, bearer
+from jobttl.core.store.console_sessions import ConsoleSessions
 
 NO_SIGN_IN = User("local operator (no sign-in)")
 
@@ -49,20 +51,30 @@ def _access() -> reviews.Access | None:
     return current_app.extensions["jobttl"].access
 
 
+def _sessions() -> ConsoleSessions:
+    return ConsoleSessions(current_app.extensions["jobttl"].redis)
+
+
+def sign_out() -> None:
+    """End this browser's session: its token deleted from Redis, its cookie emptied."""
+    _sessions().end(session.get("sid"))
+    session.clear()
+
+
 def who() -> Who:
     """The user of this request; raises SignInNeeded, or aborts 503 when the API server cannot tell."""
     access = _access()
     if access is None:
         return Who(NO_SIGN_IN, False)
     header = bearer(request.headers.get("Authorization"))
-    token = header or session.get("token")
+    token = header or _sessions().token(session.get("sid"))
     if not token:
         raise SignInNeeded("sign in with a Kubernetes token")
     try:
         return Who(access.authenticate(token), header is None)
     except reviews.Unauthenticated as exc:
         if header is None:
-            session.pop("token", None)
+            _sessions().end(session.pop("sid", None))
         raise SignInNeeded(str(exc)) from None
     except reviews.AccessUnavailable as exc:
         abort(503, str(exc))
@@ -96,8 +108,9 @@ def sign_in(token: str) -> User:
     """Review the token (TokenReview) and keep it in the session; raises access.Unauthenticated."""
     access = _access()
     user = access.authenticate(token.strip())
-    session.clear()
-    session["token"] = token.strip()
+    sign_out()
+    # The cookie carries a random id; the token stays in Redis (core/store/console_sessions.py).
+    session["sid"] = _sessions().start(token.strip(), int(current_app.permanent_session_lifetime.total_seconds()))
     session.permanent = True
     csrf_token()
     return user
@@ -117,5 +130,15 @@ def check_csrf() -> None:
     if not expected or not hmac.compare_digest(sent.encode(), str(expected).encode()):
         abort(403, "the form's CSRF token is missing or not this session's: reload the page and try again")
     origin = request.headers.get("Origin")
-    if origin and origin != "null" and origin.rstrip("/") != request.host_url.rstrip("/"):
+    if origin and origin != "null" and origin.rstrip("/") not in own_origins():
         abort(403, f"a form sent from {origin[:100]} is not accepted: only this console's own pages may act")
+
+
+def own_origins() -> set[str]:
+    """The origins this console's pages have: the one the request reached, and JOBTTL_CONSOLE_URL's
+    (behind a TLS-terminating Ingress the browser's is https://..., while waitress sees http)."""
+    origins = {request.host_url.rstrip("/")}
+    public = current_app.config.get("JOBTTL_PUBLIC_ORIGIN")
+    if public:
+        origins.add(public)
+    return origins

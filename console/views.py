@@ -8,6 +8,8 @@ redirect to the page they came from and a message (post/redirect/get): readable 
 
 from __future__ import annotations
 
+import re
+
 import time
 from typing import Any
 from urllib.parse import urlencode
@@ -183,11 +185,16 @@ def download(namespace: str, name: str, path: str) -> Response:
 
 # --- actions ---------------------------------------------------------------------------------------------
 
+_LOCAL_PATH = re.compile(r"/(?![/\\])[^\x00-\x20\x7f\\]*")
+
+
 def _back(default: str) -> Response:
     """Where the form came from (a path of this console only), else `default`."""
     target = request.form.get("next", "")
-    # A path of this console: not "//host" nor "/\\host", which browsers take for another site.
-    if not target.startswith("/") or target[1:2] in ("/", "\\") or any(c in target for c in "\r\n"):
+    # A path of this console: "/" then no "/" or "\\" ("//host", "/\\host" are other sites to a
+    # browser), and no backslash, space or control character anywhere (a browser drops tabs and
+    # newlines from a URL: "/\t/host" is "//host" to it).
+    if not _LOCAL_PATH.fullmatch(target):
         target = default
     return redirect(target, code=303)
 
@@ -327,7 +334,7 @@ def signin() -> Response | str:
 @blueprint.post("/signout")
 def signout() -> Response:
     auth.check_csrf()
-    session.clear()
+    auth.sign_out()
     return redirect(url_for("console.signin"), code=303)
 
 

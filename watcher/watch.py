@@ -97,7 +97,7 @@ class EventPoster:
                                              timeout=self.timeout)
                 if response.ok:
                     return True
-                if response.status_code < 500 and response.status_code not in (408, 409, 425, 429):
+                if response.status_code < 500 and response.status_code not in RETRIED:
                     # The sink says this event can never be accepted; retrying won't change it.
                     logs.record(log, "rejected", _who(kind, meta), logging.ERROR, status=response.status_code,
                                 detail=response.text[:500])
@@ -109,6 +109,12 @@ class EventPoster:
                         retryIn=backoff.delay)
             backoff.wait(self.stop)
         return False
+
+
+# What the sink may answer and later not: a timeout, a conflict, too early, too many; and 401/403,
+# which a token being rotated or a sink's auth being fixed answers for a while (dropping the event
+# would leave its job to the next resync).
+RETRIED = frozenset({401, 403, 408, 409, 425, 429})
 
 
 def _who(kind: JobKind, meta: dict[str, Any]) -> dict[str, Any]:

@@ -149,6 +149,7 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
         if report.errors:
             report.status = "incomplete"
         if quiet and install is not None and install.reviewing and report.install_problem is None and listed_kinds \
+                and not _dry_run_due_at_install(ctx, install) \
                 and _nothing_left_to_review(ctx, held, install, confirmed=set()):
             # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
             # the review ends for them, and `jobttl status` does not ask for one.
@@ -304,6 +305,14 @@ def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, befo
     for outcome in ctx.reconciler.release(list(release.values()), by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
+
+
+def _dry_run_due_at_install(ctx: WorkerContext, install: InstallRecord) -> bool:
+    """Whether dry run recorded a would-delete due by the install time. Such a job is the review's:
+    it deletes nothing now, but once dry run is turned off it comes back due at once. So the review
+    must not end by itself ("nothing was due at install") while one waits: it stays open, and the
+    job is held for it when dry run ends."""
+    return ctx.schedule.due_counts(install.installed_at).dry_run_total() > 0
 
 
 def _nothing_left_to_review(ctx: WorkerContext, held: HeldDeletions, install: InstallRecord,

@@ -108,7 +108,10 @@ class Access:
             attributes["namespace"] = namespace
         if name:
             attributes["name"] = name
-        key = ("access", user.name, user.groups, tuple(sorted(attributes.items())))
+        # Everything the review is sent with is in the key: an authorizer that reads `uid` or `extra`
+        # (scoped tokens) may answer one user's two tokens differently.
+        extra = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in user.extra.items()))
+        key = ("access", user.name, user.groups, user.uid, extra, tuple(sorted(attributes.items())))
         answer = self._recall(key)
         if answer is not None:
             return answer

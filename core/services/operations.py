@@ -12,6 +12,7 @@ metadata as pickle.
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +38,8 @@ from jobttl.core.domain.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, gro
 from jobttl.core.store.gauges import OVERDUE_AFTER
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import PERMANENT_FAILURE, Pending, Schedule, split_member
+
+log = logging.getLogger("jobttl.operations")
 
 # A worker publishes its clock reading every few seconds; older ones no longer describe it.
 CLOCK_READING_FRESH = 60
@@ -229,9 +232,14 @@ class Operations:
         for job in Job.fetch_many(registry.get_job_ids(), connection=self.redis, serializer=JSONSerializer):
             if job is None or self.schedule.tasks.role_of(job.func_name) != "delete":
                 continue
+            try:  # Redis is not trusted: a job written there by hand may not have jobttl's shape
+                ref, due = _ref_of(job), job.args[1]
+            except (IndexError, KeyError, TypeError, ValueError, AttributeError):
+                log.warning("a failed job %s on jobttl's queue is not one jobttl booked: left out of the list",
+                            job.id, extra={"event": "foreign-job", "jobId": job.id})
+                continue
             result = job.latest_result()
-            failures.append(Failure(job.id, _ref_of(job), job.args[1],
-                                    job.ended_at.timestamp() if job.ended_at else None,
+            failures.append(Failure(job.id, ref, due, job.ended_at.timestamp() if job.ended_at else None,
                                     _error(result.exc_string if result else None)))
         return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
 

@@ -144,3 +144,9 @@ def notify_lock(channel: str, group: str) -> str:
 def notify_once(token: str) -> str:
     """string: a held set already told (review-opened, guard-tripped: once per held id)."""
     return f"{NOTIFY_PREFIX}once:{token}"
+
+
+def console_session(digest: str) -> str:
+    """string, with a TTL: a console sign-in's Kubernetes token, by the SHA-256 of the session's id
+    (the browser's cookie holds the id only, never the token)."""
+    return f"jobttl:console:session:{digest}"

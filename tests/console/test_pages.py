@@ -4,8 +4,10 @@ only for users with the right, only with the session's CSRF token, and says who 
 
 from __future__ import annotations
 
+import base64
 import re
 import time
+import zlib
 
 import pytest
 from rq.job import Job
@@ -70,14 +72,24 @@ def test_a_token_the_api_server_rejects_does_not_sign_in(client):
     assert client.get("/", headers=HTML).status_code == 303
 
 
-def test_signing_in_keeps_the_token_in_a_signed_httponly_cookie(client):
+def test_signing_in_keeps_the_token_in_redis_and_a_session_id_in_a_signed_httponly_cookie(client, app):
     form = client.get("/signin", headers=HTML)
     answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token"})
     cookie = answer.headers["Set-Cookie"]
-    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "carol-token" not in cookie.split(";")[0][:12]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    value = cookie.split(";")[0].split("=", 1)[1]
+    payload = value.split(".")[1] if value.startswith(".") else value.split(".")[0]
+    decoded = base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4))
+    if value.startswith("."):  # itsdangerous compresses a long payload
+        decoded = zlib.decompress(decoded)
+    assert b"carol-token" not in decoded and b'"sid"' in decoded  # signed, not encrypted: never the token
     assert client.get("/", headers=HTML).status_code == 200
     csrf = csrf_of(client.get("/", headers=HTML).data)
+    kept = client.get_cookie("jobttl-console").value
     client.post("/signout", data={"csrf": csrf})
+    assert client.get("/", headers=HTML).status_code == 303
+    # A copy of the cookie taken before the sign-out signs nobody in after it: the token is gone.
+    client.set_cookie("jobttl-console", kept)
     assert client.get("/", headers=HTML).status_code == 303
 
 
@@ -301,8 +313,24 @@ def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client
     assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
 
 
-@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil"])
+@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil",
+                                       "/\t/evil.example/", "/\n/evil.example/", "/ /evil.example", "/x\\..\\\\evil.example"])
 def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client, elsewhere):
     form = client.get("/signin", headers=HTML)
     answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
     assert answer.status_code == 303 and answer.headers["Location"] == "/"
+
+
+def test_behind_a_tls_ingress_the_pages_own_https_origin_acts_and_the_cookie_is_secure(settings_env, seeded):
+    """Review finding: behind a TLS-terminating Ingress waitress sees http, the browser sends
+    `Origin: https://...`: every form was refused, and the cookie went without Secure."""
+    app = create_app(Settings.from_env({**settings_env, "JOBTTL_CONSOLE_URL": "https://jobttl.example.com/"}))
+    client = app.test_client()
+    form = client.get("/signin", headers=HTML)
+    answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": "/pending"},
+                         headers={"Origin": "https://jobttl.example.com"})
+    assert answer.status_code == 303, answer.data
+    assert "Secure" in answer.headers["Set-Cookie"] and "HttpOnly" in answer.headers["Set-Cookie"]
+    csrf = csrf_of(client.get("/pending", headers=HTML).data)
+    elsewhere = client.post("/signout", data={"csrf": csrf}, headers={"Origin": "https://evil.example"})
+    assert elsewhere.status_code == 403

@@ -3,6 +3,7 @@ real `kubernetes` client against the emulator, and the emulator's reviews as kub
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -75,6 +76,18 @@ def test_the_review_asks_about_jobttls_group_for_that_user(access, emulator):
     assert spec["user"] == "alice" and "ops" in spec["groups"] and spec["uid"] == "u-1"
     assert spec["resourceAttributes"] == {"group": "jobttl.io", "resource": "deletions", "verb": "postpone",
                                           "namespace": "team-a", "name": "mnist"}
+
+
+def test_an_answer_is_remembered_for_the_same_token_only_not_another_scoped_differently(access, emulator):
+    """An authorizer may read the review's `uid` and `extra` (scoped tokens): one user's two tokens
+    are asked about each, never answered from the other's cached decision."""
+    alice = access.authenticate("alice-token")
+    scoped = dataclasses.replace(alice, extra={"scopes.authorization.openshift.io": ["user:info"]})
+    before = len(emulator.hooks.requests("POST", "subjectaccessreviews"))
+    for user in (alice, alice, scoped):
+        access.allowed(user, rights.POSTPONE, rights.DELETIONS, "team-a", "mnist")
+    sent = emulator.hooks.requests("POST", "subjectaccessreviews")[before:]
+    assert [r["body"]["spec"].get("extra", {}) for r in sent] == [{}, {"scopes.authorization.openshift.io": ["user:info"]}]
 
 
 def test_an_api_server_that_cannot_answer_is_unavailable_never_allowed(access, emulator):

@@ -182,3 +182,19 @@ def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(re
     assert ops.find("team", name, "Job")["apiVersion"] == "batch/v1"  # a bare Job is batch/v1's, as in `kinds`
     # Now only the batch Job is pending: a name alone finds it.
     assert ops.postpone("team", name, 600).ref.uid == batch["metadata"]["uid"]
+
+
+def test_a_failed_job_not_of_jobttls_shape_is_left_out_of_the_failures_not_a_crash(ops, redis, caplog):
+    """Review finding: Redis is not trusted, and a "delete" job written there by hand with other
+    arguments made `jobttl failed` (and the console's page) raise instead of listing the rest."""
+    from rq.job import Job
+    from rq.registry import FailedJobRegistry
+    from rq.serializers import JSONSerializer
+
+    forged = Job.create(ops.schedule.tasks.delete, args=[], connection=redis, serializer=JSONSerializer,
+                        origin=ops.queue.name)
+    forged.save()
+    FailedJobRegistry(queue=ops.queue).add(forged, ttl=3600, exc_string="forged")
+    with caplog.at_level("WARNING", logger="jobttl.operations"):
+        assert ops.failed() == []
+    assert [r.jobId for r in caplog.records if getattr(r, "event", None) == "foreign-job"] == [forged.id]

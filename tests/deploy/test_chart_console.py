@@ -73,3 +73,16 @@ def test_the_cluster_roles_users_are_granted_are_jobttls_rights(name):
 def test_a_second_release_can_leave_the_cluster_roles_to_the_first():
     objects = render({**VALUES, "console": {**VALUES["console"], "clusterRoles": False}})
     assert not [o for o in objects if o["metadata"]["name"] in (rights.READER, rights.OPERATOR)]
+
+
+@pytest.mark.parametrize("values, url", [
+    ({"console": {"url": "https://jobttl.example.com"}}, "https://jobttl.example.com"),
+    ({"notifications": {"consoleURL": "https://console.example"}}, "https://console.example"),
+    ({}, "https://jobttl.example"),  # the Ingress's host, with TLS
+    ({"console": {"ingress": {"enabled": False}}}, None),
+])
+def test_the_consoles_public_address_reaches_it_as_jobttl_console_url(values, url):
+    merged = {**VALUES, **values, "console": {**VALUES["console"], **values.get("console", {})}}
+    [container] = pod_spec(find(render(merged), "Deployment", "jobttl-console"))["containers"]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env.get("JOBTTL_CONSOLE_URL") == url

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import threading
 import time
 
@@ -127,3 +128,38 @@ def test_a_kind_the_cluster_does_not_serve_is_reported_once_not_in_a_loop(emulat
     events = [getattr(r, "event", r.getMessage()) for r in caplog.records if r.name == "jobttl.watch"]
     assert events.count("kind-not-served") == 1, events
     assert "watch-error" not in events
+
+
+class _Answers(http.server.BaseHTTPRequestHandler):
+    """A sink that answers each POST with the next status of the server's list (then 202)."""
+
+    def do_POST(self):  # noqa: N802 - http.server's name
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        statuses = self.server.statuses
+        status = statuses.pop(0) if statuses else 202
+        self.server.seen.append(status)
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.parametrize("statuses, delivered", [
+    ([401, 403], True),  # a token being rotated, a sink's auth being fixed: tried again, not dropped
+    ([422], False),  # an event the sink can never take: said, and not sent again
+])
+def test_the_watcher_retries_what_the_sink_may_take_later_and_drops_only_what_it_never_will(statuses, delivered):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
+    server.statuses, server.seen = list(statuses), []
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        stop = threading.Event()
+        poster = watch.EventPoster(f"http://127.0.0.1:{server.server_address[1]}/", "https://kube", stop)
+        obj = {"metadata": {"namespace": "ns", "name": "job", "uid": "u-1", "resourceVersion": "1"}}
+        assert poster.post(TFJOB, "update", obj) is delivered
+        assert server.seen == (statuses + [202] if delivered else statuses)
+    finally:
+        server.shutdown()
+        server.server_close()

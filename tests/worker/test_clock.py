@@ -176,8 +176,12 @@ def test_a_skewed_worker_says_so_in_readyz_metrics_and_status(scenarios, name):
     # Each reference is measured on its own (NaN until it is): the API server's told /readyz, Redis's
     # may come a maintenance later on a loaded machine.
     redis_offset = ("jobttl_clock_offset_seconds", (("reference", "redis"),))
-    metrics = wait_for(lambda: (m := stack.metrics(worker)) if not math.isnan(m[redis_offset]) else None,
-                       timeout=60, what="the worker to measure Redis's clock")
+
+    def measured():
+        metrics = stack.metrics(worker)
+        return metrics if not math.isnan(metrics[redis_offset]) else None
+
+    metrics = wait_for(measured, timeout=60, what="the worker to measure Redis's clock")
     assert metrics[("jobttl_clock_ok", ())] == 0
     assert abs(metrics[("jobttl_clock_offset_seconds", (("reference", "apiserver"),))] + scenario.skew) < 5
     assert abs(metrics[redis_offset] + scenario.skew) < 5

@@ -157,6 +157,30 @@ def test_nothing_overdue_at_install_ends_the_review_but_an_unheld_booking_keeps_
     assert ctx.install.current().reviewed_by == "resync: nothing was due at install"
 
 
+def test_a_dry_run_install_keeps_the_review_open_and_holds_the_overdue_jobs_when_dry_run_ends(
+        cluster, redis_server, redis, tmp_path):
+    """Found in review: with dry run on, overdue jobs became dry-run records, the resync held nothing,
+    and the review ended by itself ("nothing was due at install"); turning dry run off then deleted
+    them, unreviewed."""
+    redis.flushdb()
+    old = old_jobs(cluster, TFJOB, 2, "dry")
+    policy = tmp_path / "policy.yaml"
+    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig),
+           "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}", "JOBTTL_POLICY": str(policy),
+           "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}",
+           "JOBTTL_RESYNC_INTERVAL": "0"}
+    policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\ndryRun: true\n")
+    dry = WorkerContext.from_settings(Settings.from_env(env))
+    report = resync.run(dry)
+    assert report.queued_now == 0 and dry.install.current().under_review, "the review stays open"
+    policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\n")
+    live = WorkerContext.from_settings(Settings.from_env(env))
+    report = resync.run(live)
+    assert report.queued_now == 0 and report.first_run_held == 2, report
+    assert {h.ref.name for h in HeldDeletions(live.redis).all() if h.by == FIRST_RUN} == \
+        {o["metadata"]["name"] for o in old}
+
+
 def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluster, redis_server, tmp_path):
     """A record edited by hand into nonsense: the worker refuses to start (exit 2), deleting nothing."""
     import subprocess
