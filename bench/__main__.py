@@ -76,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watcher-sizes", help="row 10's object counts, growing, e.g. 10000,50000 "
                                                 "(default 10000,50000,100000)")
     parser.add_argument("--booking-n", type=int, help="row 11's finished jobs (default 100000)")
+    parser.add_argument("--namespaces-n", type=int, help="row 12's pending deletions (default 20000)")
     args = parser.parse_args(argv)
     sizes = dict(QUICK if args.quick else FULL)
     if args.rounds:
@@ -84,11 +85,13 @@ def main(argv: list[str] | None = None) -> int:
         sizes["watcher_sizes"] = tuple(int(n) for n in args.watcher_sizes.split(","))
     if args.booking_n:
         sizes["booking_n"] = args.booking_n
+    if args.namespaces_n:
+        sizes["namespaces_n"] = args.namespaces_n
     rows = [r.strip() for r in args.rows.split(",") if r.strip()]
     unknown = set(rows) - set(ROWS)
     if unknown:
         parser.error(f"unknown rows: {', '.join(sorted(unknown))}")
-    if shutil.which("wrk") is None and "sink" in rows:
+    if shutil.which("wrk") is None and {"sink", "steady"} & set(rows):
         parser.error("wrk is not installed: `make bench` installs it (apt-get install -y wrk)")
     workdir = Path(tempfile.mkdtemp(prefix="jobttl-bench-"))
     profile_dir = None
