@@ -116,13 +116,13 @@ e2e: $(INSTALLED) redis-server prometheus podman chromium axe-core
 	$(PY) -m tests.e2e_image.run
 
 lock: $(INSTALLED)
-	$(PY) -m scripts.lock
+	$(PY) -m tools.lock
 
-# Helm's own engine (helm-python-sdk, a test extra) renders the chart; scripts/knative.py says what
+# Helm's own engine (helm-python-sdk, a test extra) renders the chart; tools/knative.py says what
 # it writes and why (`--check`: name what differs, write nothing).
 knative: $(INSTALLED)
-	$(PY) -m scripts.chart
-	$(PY) -m scripts.knative
+	$(PY) -m tools.chart
+	$(PY) -m tools.knative
 
 VERSION := $(shell sed -n 's/^version = "\(.*\)"$$/\1/p' pyproject.toml)
 IMAGE ?= ghcr.io/jobttl/jobttl
@@ -148,4 +148,4 @@ image:
 	@echo "$(IMAGE):$(VERSION)$(if $(PUSH), pushed)"
 
 chart: $(INSTALLED)
-	$(PY) -m scripts.chart --package dist
+	$(PY) -m tools.chart --package dist

@@ -1,7 +1,7 @@
 """The policy's JSON Schema (core/domain/policy.schema.json) and the policy loader agree.
 
 The schema is the policy's shape, said once, beside the loader: the Helm chart embeds it in
-values.schema.json (scripts/chart.py), so that `--set policy.tll=7d` stops `helm install`
+values.schema.json (tools/chart.py), so that `--set policy.tll=7d` stops `helm install`
 instead of the pods. It must accept every policy the loader accepts and refuse what the loader
 refuses for its shape: the keys it knows at each level are the loader's, and a table of policies
 (the repository's own, and broken ones) is judged the same by both. What only the loader can

@@ -18,7 +18,7 @@ code, not an imitation.
   refuses a policy typo, and installs.
 
 The rendered configuration running for real is test_chart_run.py. knative/ is generated from
-the chart (scripts/knative.py): test_knative.py.
+the chart (tools/knative.py): test_knative.py.
 """
 
 from __future__ import annotations
@@ -533,7 +533,7 @@ def test_the_chart_holds_no_links():
 def packaged_copy(tmp_path_factory) -> Path:
     """The chart copied out of the checkout as it is (a link would stay a link), then packaged
     from that copy by Helm's SDK, as `make chart` packages it."""
-    from scripts.chart import package
+    from tools.chart import package
 
     copy = tmp_path_factory.mktemp("copy") / "jobttl"
     shutil.copytree(CHART, copy, symlinks=True)

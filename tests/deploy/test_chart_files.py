@@ -1,4 +1,4 @@
-"""charts/jobttl/'s generated parts are what scripts/chart.py generates (`make knative` runs it).
+"""charts/jobttl/'s generated parts are what tools/chart.py generates (`make knative` runs it).
 
 - files/ holds copies of knative/monitoring's alerts and dashboard, no links;
 - values.schema.json's `policy` is core/domain/policy.schema.json (and the kind declarations' schema
@@ -18,7 +18,7 @@ import shutil
 import pytest
 import yaml
 
-from scripts import chart as generator
+from tools import chart as generator
 from tests.deploy.manifests import REPO
 
 CHART = REPO / "charts" / "jobttl"
@@ -106,7 +106,7 @@ def test_a_hand_edit_of_a_generated_file_and_a_link_are_named(generated, tmp_pat
     (copy / "files" / "dashboard.json").symlink_to(REPO / "knative" / "monitoring" / "dashboard.json")
     assert generator.differences(generated, copy) == [
         "charts/jobttl/files/dashboard.json is a link: a copied or packaged chart would not carry it",
-        "charts/jobttl/README.md differs from what scripts/chart.py generates"]
+        "charts/jobttl/README.md differs from what tools/chart.py generates"]
     assert generator.write(generated, copy) == ["wrote charts/jobttl/files/dashboard.json", "wrote charts/jobttl/README.md"]
     assert generator.differences(generated, copy) == []
 

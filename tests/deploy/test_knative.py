@@ -1,4 +1,4 @@
-"""knative/ is generated from the Helm chart (scripts/knative.py, `make knative`): the chart says
+"""knative/ is generated from the Helm chart (tools/knative.py, `make knative`): the chart says
 each thing once, and these tests fail when knative/ is not what it generates.
 
 - regenerating into a temporary directory gives, byte for byte, the files checked in, and no
@@ -28,7 +28,7 @@ import yaml
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
 from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD  # noqa: E402
-from scripts import knative  # noqa: E402
+from tools import knative  # noqa: E402
 from tests.deploy.chart import render as chart_render  # noqa: E402
 from tests.deploy.manifests import KNATIVE, _json_patch, object_id, render, rendered  # noqa: E402
 
@@ -145,7 +145,7 @@ def test_a_secret_without_a_placeholder_stops_the_generator(tmp_path):
 
 # --- each variant is the chart rendered with its values ----------------------------------------------
 
-# This module's own account of what Helm adds (independent of scripts/knative.py's).
+# This module's own account of what Helm adds (independent of tools/knative.py's).
 HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
                "app.kubernetes.io/managed-by"}
 

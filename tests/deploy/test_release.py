@@ -1,6 +1,6 @@
 """What a release pins: requirements.lock (the image's exact dependencies) and the version.
 
-The lock (scripts/lock.py writes it) must be whole on every Python jobttl supports: each
+The lock (tools/lock.py writes it) must be whole on every Python jobttl supports: each
 requirement reached from pyproject.toml, through the locked packages' own requirements and
 their markers, names a package the lock installs there at a version it accepts. The Dockerfile
 installs the lock with --no-deps, so a hole would only show at `pip check` in an image build.
@@ -24,7 +24,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 from packaging.version import Version
 
-from scripts import lock
+from tools import lock
 from tests.deploy.manifests import REPO
 
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

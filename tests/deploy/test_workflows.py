@@ -6,7 +6,7 @@ the file: it starts only from a version tag checked against pyproject.toml and C
 tests run before anything is published; the image is built for amd64 and arm64 with an SBOM and
 provenance; the image and the chart (packaged by `make chart`, pushed to an OCI registry) are
 signed keylessly with cosign; every action is pinned to a commit; write permissions are given to
-the jobs that publish and no other. scripts/release.py, which the workflow runs, is tested here too.
+the jobs that publish and no other. tools/release.py, which the workflow runs, is tested here too.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from scripts import release
+from tools import release
 from tests.deploy.manifests import REPO
 
 WORKFLOWS = REPO / ".github" / "workflows"
@@ -80,7 +80,7 @@ def uses(job: str) -> list[str]:
 def test_a_release_starts_from_a_version_tag_and_checks_it_first():
     data = workflow()
     assert data["on"] == {"push": {"tags": ["v*"]}}
-    assert "python -m scripts.release check" in runs("check")
+    assert "python -m tools.release check" in runs("check")
     for job, spec in data["jobs"].items():
         if job != "check":
             assert "check" in ([spec["needs"]] if isinstance(spec["needs"], str) else spec["needs"]), job
@@ -135,7 +135,7 @@ def test_checkouts_keep_no_credentials():
                 assert step["with"]["persist-credentials"] is False, job
 
 
-# --- scripts/release.py -----------------------------------------------------------------------------
+# --- tools/release.py -----------------------------------------------------------------------------
 
 CHANGELOG = """# Changelog
 

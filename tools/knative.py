@@ -1,8 +1,8 @@
 """knative/: the Kustomize manifests, generated from the Helm chart, which is their one source.
 
-    python -m scripts.knative           (`make knative`) rewrite knative/'s generated files
-    python -m scripts.knative --check   name the generated files that differ from what it would
-                                        write (exit 1); tests/deploy/test_knative.py does the same
+    python -m tools.knative           (`make knative`) rewrite knative/'s generated files
+    python -m tools.knative --check   name the generated files that differ from what it would
+                                      write (exit 1); tests/deploy/test_knative.py does the same
 
 The chart (charts/jobttl/) renders, with Helm's own engine (helm-python-sdk, the test extras),
 a release `jobttl` in the namespace `jobttl` with the values in knative/values/:
@@ -50,7 +50,7 @@ What the generator says itself, since a chart cannot:
 
 Hand-written, never touched: knative/kustomization.yaml, base/namespace.yaml (Helm installs into
 a namespace it is given), the READMEs, and the monitoring kit's data: monitoring/alerts.yaml and
-dashboard.json (and alerts.test.yaml), which scripts/chart.py copies into charts/jobttl/files/
+dashboard.json (and alerts.test.yaml), which tools/chart.py copies into charts/jobttl/files/
 (run first by `make knative`).
 Every generated file starts with GENERATED; a file that does and that the generator no longer
 writes is deleted (and named by --check). Same chart, same values, same bytes: nothing random,
@@ -294,7 +294,7 @@ def flow(value: Any) -> str:
 
 
 def header(what: str) -> str:
-    text = f"{GENERATED} (scripts/knative.py) from {what}. Do not edit: edit the chart or " \
+    text = f"{GENERATED} (tools/knative.py) from {what}. Do not edit: edit the chart or " \
            f"knative/values/, then run {COMMAND} (tests/deploy/test_knative.py fails until knative/ is what " \
            "they generate)."
     unbroken = "\0"  # `make knative` stays on one line
@@ -498,13 +498,13 @@ def write(files: dict[str, str], root: Path = KNATIVE) -> list[str]:
 
 
 def copy_chart(destination: Path, chart_dir: Path = CHART) -> Path:
-    """The chart copied (it holds no links: scripts/chart.py writes copies)."""
+    """The chart copied (it holds no links: tools/chart.py writes copies)."""
     shutil.copytree(chart_dir, destination, symlinks=True)
     return destination
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.knative", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m tools.knative", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; name what differs (exit 1)")
     args = parser.parse_args(argv)
     try:
@@ -517,7 +517,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in write(files) or ["knative/ is up to date"]:
             print(line)
     except GenerationError as exc:
-        print(f"scripts/knative.py: {exc}", file=sys.stderr)
+        print(f"tools/knative.py: {exc}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,9 +1,9 @@
 """What the release workflow (.github/workflows/release.yml) asks of the repository before it publishes.
 
-    python -m scripts.release check TAG    exit 1 naming the problem unless TAG is `v` + pyproject.toml's
-                                           version and CHANGELOG.md has a dated section for it (not
-                                           "Unreleased"); else print `version=X` (for $GITHUB_OUTPUT)
-    python -m scripts.release notes VERSION   print that section of CHANGELOG.md: the release's notes
+    python -m tools.release check TAG    exit 1 naming the problem unless TAG is `v` + pyproject.toml's
+                                         version and CHANGELOG.md has a dated section for it (not
+                                         "Unreleased"); else print `version=X` (for $GITHUB_OUTPUT)
+    python -m tools.release notes VERSION   print that section of CHANGELOG.md: the release's notes
 
 The version is said once, in pyproject.toml; the chart's version and appVersion and every image
 reference follow it (tests/deploy/test_release.py). CHANGELOG.md keeps the Keep a Changelog form:
