@@ -470,10 +470,10 @@ def test_the_readme_walkthrough_writes_status_as_a_real_server_needs(apply_crds)
 
 
 # --- the podman override (make e2e) ---------------------------------------------------------------
-# docker-compose.podman.yml runs the same stack on podman 4.3 with images built here: the
-# project's emulator as `kwok`, Debian's Redis. What it changes must not change what is tested.
+# tests/e2e_image/docker-compose.podman.yml runs the same stack on podman 4.3 with images built
+# here: the project's emulator as `kwok`, Debian's Redis. What it changes must not change what is tested.
 
-PODMAN_OVERRIDE = REPO / "docker-compose.podman.yml"
+PODMAN_OVERRIDE = REPO / "tests" / "e2e_image" / "docker-compose.podman.yml"
 
 
 @pytest.fixture(scope="module")

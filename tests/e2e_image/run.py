@@ -9,9 +9,9 @@
    reach the image), plus Debian's Redis and the project's emulator (tests/e2e_image/);
 3. the image run as its own user, uid 10001, with a read-only root filesystem and no tmpfs:
    `jobttl --help`, and `jobttl sink` answering /healthz;
-4. docker-compose.yml with docker-compose.podman.yml brought up by the Docker Compose v2 CLI
-   through `podman system service`, every health check passing; a TFJob created, finished, and
-   seen deleted by the worker; jobttl's services stopped, each by the image's stop signal;
+4. docker-compose.yml with docker-compose.podman.yml (beside this file) brought up by the Docker
+   Compose v2 CLI through `podman system service`, every health check passing; a TFJob created,
+   finished, and seen deleted by the worker; jobttl's services stopped, each by the image's stop signal;
 5. everything torn down (containers, network, Redis's volume, the API service), pass or fail.
 
 Not part of `make test`: it needs root, podman, runc and debootstrap, and several minutes.
@@ -43,7 +43,8 @@ IMAGE, DASHBOARD = "jobttl:local", "jobttl-rq-dashboard:local"  # docker-compose
 REDIS, EMULATOR = "localhost/jobttl-redis:bookworm", "localhost/jobttl-emulator:local"
 PROJECT = "jobttl-e2e"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-COMPOSE_FILES = ["-f", str(REPO / "docker-compose.yml"), "-f", str(REPO / "docker-compose.podman.yml")]
+# The override lives beside this file; Compose reads paths relative to the first file (the repository).
+COMPOSE_FILES = ["-f", str(REPO / "docker-compose.yml"), "-f", str(Path(__file__).with_name("docker-compose.podman.yml"))]
 # Podman lowers its own RLIMIT_NPROC to this (seen on 4.3 as root), and runc cannot raise a
 # container's above what conmon, podman's child, has.
 PODMAN_NPROC = 32768
