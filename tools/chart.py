@@ -37,6 +37,8 @@ from typing import Any
 
 import yaml
 
+from tools.command import check_or_write, exit_status
+
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "jobttl"
 MONITORING = REPO / "knative" / "monitoring"
@@ -139,7 +141,7 @@ class Documented:
 def documented(text: str, origin: str = "values.yaml") -> list[Documented]:
     """The values documented by `# --` comments, in file order."""
     found: list[Documented] = []
-    stack: list[tuple[int, str]] = []
+    stack: list[tuple[int, str]] = []  # (indent, key) of the key each line is under
     pending: Documented | None = None
     pending_indent = 0
     for number, line in enumerate(text.splitlines(), 1):
@@ -147,29 +149,39 @@ def documented(text: str, origin: str = "values.yaml") -> list[Documented]:
         indent = len(line) - len(line.lstrip())
         if stripped.startswith("# --"):
             pending, pending_indent = Documented((), stripped[4:].strip()), indent
-        elif pending is not None and stripped.startswith("# @default --"):
-            pending.default = stripped[len("# @default --"):].strip()
         elif pending is not None and stripped.startswith("#"):
-            pending.description += " " + stripped[1:].strip()
+            _continue_comment(pending, stripped)
         elif not stripped or stripped.startswith(("#", "- ")):
             if pending is not None:
                 raise GenerationError(f"{origin}:{number}: a `# --` comment documents no value (it must sit "
                                       "right above its key)")
-        else:
-            match = _KEY.match(line)
-            if match is None:
-                continue  # a continuation of a flow value
-            while stack and stack[-1][0] >= indent:
-                stack.pop()
-            stack.append((indent, match.group(2)))
-            if pending is not None:
-                if pending_indent != indent:
-                    raise GenerationError(f"{origin}:{number}: the `# --` comment above {match.group(2)} is not "
-                                          "indented as the key is")
-                pending.path = tuple(key for _, key in stack)
-                found.append(pending)
-                pending = None
+        elif _enter_key(stack, line, indent) and pending is not None:
+            if pending_indent != indent:
+                raise GenerationError(f"{origin}:{number}: the `# --` comment above {stack[-1][1]} is not "
+                                      "indented as the key is")
+            pending.path = tuple(key for _, key in stack)
+            found.append(pending)
+            pending = None
     return found
+
+
+def _continue_comment(pending: Documented, stripped: str) -> None:
+    """A comment line after `# --`: the default shown (`# @default --`), or more description."""
+    if stripped.startswith("# @default --"):
+        pending.default = stripped[len("# @default --"):].strip()
+    else:
+        pending.description += " " + stripped[1:].strip()
+
+
+def _enter_key(stack: list[tuple[int, str]], line: str, indent: int) -> bool:
+    """Whether the line holds a key: if so, the stack ends with it (the keys it closes popped)."""
+    match = _KEY.match(line)
+    if match is None:
+        return False  # a continuation of a flow value
+    while stack and stack[-1][0] >= indent:
+        stack.pop()
+    stack.append((indent, match.group(2)))
+    return True
 
 
 def leaves(values: Any, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
@@ -303,20 +315,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="write nothing; name what differs (exit 1)")
     parser.add_argument("--package", metavar="DIR", type=Path, help="then package the chart into DIR")
     args = parser.parse_args(argv)
-    try:
-        files = generate()
-        if args.check:
-            problems = differences(files)
-            for problem in problems:
-                print(f"{problem}: run {COMMAND}", file=sys.stderr)
-            return 1 if problems else 0
-        for line in write(files) or ["charts/jobttl/'s generated files are up to date"]:
-            print(line)
-    except GenerationError as exc:
-        print(f"tools/chart.py: {exc}", file=sys.stderr)
-        return 2
-    if args.package:
-        print(f"packaged {package(args.package)}")
+    status = exit_status(
+        lambda: check_or_write(generate(), check=args.check, differences=differences, write=write,
+                               up_to_date="charts/jobttl/'s generated files are up to date", command=COMMAND),
+        program="tools/chart.py", errors=GenerationError, status=2)
+    if status or args.check or not args.package:
+        return status
+    print(f"packaged {package(args.package)}")
     return 0
 
 

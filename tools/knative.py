@@ -73,6 +73,7 @@ from typing import Any
 import yaml
 
 from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD
+from tools.command import check_or_write, exit_status
 
 REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "jobttl"
@@ -167,6 +168,28 @@ def read_values(values_dir: Path, *names: str) -> dict[str, Any]:
     return values
 
 
+def _without_helm_entries(key: str, value: Any) -> Any:
+    """A map entry's value without the labels, selector terms and annotations Helm adds (this
+    level only: strip_helm() goes deeper)."""
+    if isinstance(value, list) and key == "matchExpressions":
+        return [e for e in value if not (isinstance(e, dict) and e.get("key") in HELM_LABELS)]
+    if not isinstance(value, dict):
+        return value
+    if key == "annotations":
+        return {k: v for k, v in value.items() if not k.startswith(HELM_ANNOTATION_PREFIX)}
+    if _holds_labels(key, value):
+        return {k: v for k, v in value.items() if k not in HELM_LABELS}
+    return value
+
+
+def _holds_labels(key: str, value: dict[str, Any]) -> bool:
+    """labels, matchLabels, or a selector that is a plain map of labels (a Service's)."""
+    return key in ("labels", "matchLabels") or (key == "selector" and all(isinstance(v, str) for v in value.values()))
+
+
+_STRIPPED_KEYS = frozenset({"labels", "annotations", "matchLabels", "matchExpressions"})
+
+
 def strip_helm(node: Any) -> Any:
     """The object without Helm's bookkeeping (the module docstring lists it)."""
     if isinstance(node, list):
@@ -177,14 +200,8 @@ def strip_helm(node: Any) -> Any:
     for key, value in node.items():
         if key in HELM_FIELDS:
             continue
-        plain_selector = key == "selector" and isinstance(value, dict) and all(isinstance(v, str) for v in value.values())
-        if (key in ("labels", "matchLabels") or plain_selector) and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if k not in HELM_LABELS}
-        elif key == "matchExpressions" and isinstance(value, list):
-            value = [e for e in value if not (isinstance(e, dict) and e.get("key") in HELM_LABELS)]
-        elif key == "annotations" and isinstance(value, dict):
-            value = {k: v for k, v in value.items() if not k.startswith(HELM_ANNOTATION_PREFIX)}
-        if key in ("labels", "annotations", "matchLabels", "matchExpressions") and not value and value != node[key]:
+        value = _without_helm_entries(key, value)
+        if key in _STRIPPED_KEYS and not value and value != node[key]:
             continue  # emptied by the stripping
         result[key] = strip_helm(value)
     return result
@@ -320,36 +337,54 @@ def json_patch(old: Any, new: Any, path: str = "") -> list[dict[str, Any]]:
     items indexed are tested by name, so the patch applies to what it was made from or fails."""
     if old == new:
         return []
-    # Into a map sharing an unchanged key, or whose shared keys all hold maps or lists; a map whose
-    # every shared value changed ({apiVersion, kind, name} of a reference) is replaced whole.
-    shared = [k for k in old if k in new] if isinstance(old, dict) and isinstance(new, dict) else []
-    if shared and (any(old[k] == new[k] for k in shared)
-                   or all(isinstance(old[k], (dict, list)) and isinstance(new[k], (dict, list)) for k in shared)):
-        ops: list[dict[str, Any]] = []
-        for key in old:
-            if key not in new:
-                ops += [{"op": "test", "path": f"{path}/{_escape(key)}", "value": old[key]},
-                        {"op": "remove", "path": f"{path}/{_escape(key)}"}]
-        for key, value in new.items():
-            if key not in old:
-                ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
-            else:
-                ops += json_patch(old[key], value, f"{path}/{_escape(key)}")
-        return ops
+    if _patched_inside(old, new):
+        return _map_patch(old, new, path)
     if isinstance(old, list) and isinstance(new, list) and old and len(new) >= len(old):
         if new[:len(old)] == old:
             return [{"op": "add", "path": f"{path}/-", "value": item} for item in new[len(old):]]
         if len(new) == len(old):
-            ops = []
-            for i, (a, b) in enumerate(zip(old, new)):
-                if a == b:
-                    continue
-                named = isinstance(a, dict) and isinstance(b, dict) and "name" in a and a.get("name") == b.get("name")
-                if named:
-                    ops.append({"op": "test", "path": f"{path}/{i}/name", "value": a["name"]})
-                ops += json_patch(a, b, f"{path}/{i}")
-            return ops
+            return _items_patch(old, new, path)
     return [{"op": "test", "path": path, "value": old}, {"op": "replace", "path": path, "value": new}]
+
+
+def _patched_inside(old: Any, new: Any) -> bool:
+    """Whether a map is patched key by key: it shares an unchanged key with its new value, or its
+    shared keys all hold maps or lists. A map whose every shared value changed ({apiVersion, kind,
+    name} of a reference) is replaced whole."""
+    if not (isinstance(old, dict) and isinstance(new, dict)):
+        return False
+    shared = [k for k in old if k in new]
+    return bool(shared) and (
+        any(old[k] == new[k] for k in shared)
+        or all(isinstance(old[k], (dict, list)) and isinstance(new[k], (dict, list)) for k in shared))
+
+
+def _map_patch(old: dict[str, Any], new: dict[str, Any], path: str) -> list[dict[str, Any]]:
+    """Keys removed (each tested first), then keys added or patched, in the new map's order."""
+    ops: list[dict[str, Any]] = []
+    for key in old:
+        if key not in new:
+            ops += [{"op": "test", "path": f"{path}/{_escape(key)}", "value": old[key]},
+                    {"op": "remove", "path": f"{path}/{_escape(key)}"}]
+    for key, value in new.items():
+        if key not in old:
+            ops.append({"op": "add", "path": f"{path}/{_escape(key)}", "value": value})
+        else:
+            ops += json_patch(old[key], value, f"{path}/{_escape(key)}")
+    return ops
+
+
+def _items_patch(old: list[Any], new: list[Any], path: str) -> list[dict[str, Any]]:
+    """A list of the same length patched item by item, each named item's name tested first."""
+    ops: list[dict[str, Any]] = []
+    for i, (a, b) in enumerate(zip(old, new)):
+        if a == b:
+            continue
+        named = isinstance(a, dict) and isinstance(b, dict) and "name" in a and a.get("name") == b.get("name")
+        if named:
+            ops.append({"op": "test", "path": f"{path}/{i}/name", "value": a["name"]})
+        ops += json_patch(a, b, f"{path}/{i}")
+    return ops
 
 
 def kustomization(*, kind: str, description: str, what: str, resources: list[str],
@@ -363,17 +398,9 @@ def kustomization(*, kind: str, description: str, what: str, resources: list[str
     if deleted or changed:
         lines.append("patches:")
     for doc in deleted:
-        meta = {k: doc.obj["metadata"][k] for k in ("name", "namespace") if k in doc.obj["metadata"]}
-        lines += [f"  # {doc.obj['kind']} {meta['name']}: not in this rendering.", "  - patch: |-",
-                  "      $patch: delete", f"      apiVersion: {doc.obj['apiVersion']}",
-                  f"      kind: {doc.obj['kind']}", f"      metadata: {flow(meta)}"]
+        lines += _delete_patch(doc)
     for before, after in changed:
-        group, _, version = after.obj["apiVersion"].rpartition("/")
-        meta = after.obj["metadata"]
-        target = {**({"group": group} if group else {}), "version": version, "kind": after.obj["kind"],
-                  "name": meta["name"], **({"namespace": meta["namespace"]} if "namespace" in meta else {})}
-        lines += [f"  - target: {flow(target)}", "    patch: |-"]
-        lines += [f"      - {flow(op)}" for op in json_patch(before.obj, after.obj)]
+        lines += _json_patch_entry(before, after)
     if images:
         lines += ["images:",
                   "  # The version the chart renders (its appVersion). To pin a digest or use a mirror: an",
@@ -381,6 +408,24 @@ def kustomization(*, kind: str, description: str, what: str, resources: list[str
         for image in images:
             lines += [f"  - name: {image['name']}", f"    newTag: {flow(image['newTag'])}"]
     return "\n".join(lines) + "\n"
+
+
+def _delete_patch(doc: Document) -> list[str]:
+    """A kustomization's `patches:` entry dropping an object the variant does not render."""
+    meta = {k: doc.obj["metadata"][k] for k in ("name", "namespace") if k in doc.obj["metadata"]}
+    return [f"  # {doc.obj['kind']} {meta['name']}: not in this rendering.", "  - patch: |-",
+            "      $patch: delete", f"      apiVersion: {doc.obj['apiVersion']}",
+            f"      kind: {doc.obj['kind']}", f"      metadata: {flow(meta)}"]
+
+
+def _json_patch_entry(before: Document, after: Document) -> list[str]:
+    """A kustomization's `patches:` entry turning the base's object into the variant's."""
+    group, _, version = after.obj["apiVersion"].rpartition("/")
+    meta = after.obj["metadata"]
+    target = {**({"group": group} if group else {}), "version": version, "kind": after.obj["kind"],
+              "name": meta["name"], **({"namespace": meta["namespace"]} if "namespace" in meta else {})}
+    return [f"  - target: {flow(target)}", "    patch: |-",
+            *(f"      - {flow(op)}" for op in json_patch(before.obj, after.obj))]
 
 
 def jobttl_images(docs: Iterable[Document], image_values: dict[str, Any]) -> list[dict[str, str]]:
@@ -411,45 +456,64 @@ def generate(chart_dir: Path = CHART, values_dir: Path = VALUES) -> dict[str, st
 
     base_values = read_values(values_dir, "base.yaml")
     base = render(chart_dir, base_values)
+    image_values = merged(helm_python.Chart.load(str(chart_dir)).values["image"], base_values.get("image") or {})
+    files = base_files(base, image_values)
+    for variant in VARIANTS:
+        docs = render(chart_dir, read_values(values_dir, "base.yaml", variant.values))
+        files.update(variant_files(variant, base, docs))
+    return dict(sorted(files.items()))
+
+
+def base_files(base: list[Document], image_values: dict[str, Any]) -> dict[str, str]:
+    """knative/base/: one file per template, and the kustomization listing them."""
     files: dict[str, str] = {}
     templates = by_template(base)
     for template, docs in templates.items():
         files[f"base/{template}"] = object_file(
             docs, f"charts/jobttl/templates/{template} with {values_source('base.yaml')}")
-    image_values = merged(helm_python.Chart.load(str(chart_dir)).values["image"], base_values.get("image") or {})
     files["base/kustomization.yaml"] = kustomization(
         kind="Kustomization", what=f"the Helm chart charts/jobttl/ with {values_source('base.yaml')}",
         description="jobttl on Knative, the base: `kubectl apply -k knative/` applies it (knative/README.md).\n"
                     "Clusters without a Knative Broker: `kubectl apply -k knative/overlays/direct/`.\n"
                     "namespace.yaml is hand-written (Helm installs into a namespace it is given); the rest is the chart's.",
         resources=["namespace.yaml"] + list(templates), images=jobttl_images(base, image_values))
+    return files
 
+
+def _check_keep(variant: Variant, differing: list[Document]) -> None:
+    """Every object a variant keeps as the base has it must be one its values change: a stale
+    `keep` stops the generator."""
+    kept = {(d.obj["kind"], d.obj["metadata"]["name"]) for d in differing} & variant.keep
+    if kept != set(variant.keep):
+        raise GenerationError(f"knative/values/{variant.values}: keep {sorted(variant.keep)}, but it changes only "
+                              f"{sorted(kept)} of those")
+
+
+def variant_files(variant: Variant, base: list[Document], docs: list[Document]) -> dict[str, str]:
+    """A variant's directory: the objects it adds (one file per template), and the kustomization
+    dropping what it lacks and patching what it changes of the base."""
+    names = ("base.yaml", variant.values)
     base_by_key = {d.key: d for d in base}
-    for variant in VARIANTS:
-        names = ("base.yaml", variant.values)
-        docs = render(chart_dir, read_values(values_dir, *names))
-        by_key = {d.key: d for d in docs}
-        kept = {(d.obj["kind"], d.obj["metadata"]["name"]) for d in docs if d.key in base_by_key
-                and d.obj != base_by_key[d.key].obj and (d.obj["kind"], d.obj["metadata"]["name"]) in variant.keep}
-        if kept != set(variant.keep):
-            raise GenerationError(f"knative/values/{variant.values}: keep {sorted(variant.keep)}, but it changes only "
-                                  f"{sorted(kept)} of those")
-        added = [d for d in docs if d.key not in base_by_key]
-        deleted = [d for d in base if d.key not in by_key]
-        changed = [(base_by_key[d.key], d) for d in docs if d.key in base_by_key and d.obj != base_by_key[d.key].obj
-                   and (d.obj["kind"], d.obj["metadata"]["name"]) not in variant.keep]
-        what = f"the Helm chart charts/jobttl/ with {values_source(*names)}, as changes to its rendering " \
-               f"with {values_source('base.yaml')} (knative/base)"
-        added_files = by_template(added)
-        for template, template_docs in added_files.items():
-            files[f"{variant.directory}/{template}"] = object_file(
-                template_docs, f"charts/jobttl/templates/{template} with {values_source(*names)}: the objects "
-                               "knative/base lacks")
-        resources = ([] if variant.kind == "Component" else ["../../base"]) + list(added_files)
-        files[f"{variant.directory}/kustomization.yaml"] = kustomization(
-            kind=variant.kind, description=variant.description, what=what, resources=resources,
-            deleted=deleted, changed=changed)
-    return dict(sorted(files.items()))
+    by_key = {d.key: d for d in docs}
+    differing = [d for d in docs if d.key in base_by_key and d.obj != base_by_key[d.key].obj]
+    _check_keep(variant, differing)
+    added = [d for d in docs if d.key not in base_by_key]
+    deleted = [d for d in base if d.key not in by_key]
+    changed = [(base_by_key[d.key], d) for d in differing
+               if (d.obj["kind"], d.obj["metadata"]["name"]) not in variant.keep]
+    what = f"the Helm chart charts/jobttl/ with {values_source(*names)}, as changes to its rendering " \
+           f"with {values_source('base.yaml')} (knative/base)"
+    files: dict[str, str] = {}
+    added_files = by_template(added)
+    for template, template_docs in added_files.items():
+        files[f"{variant.directory}/{template}"] = object_file(
+            template_docs, f"charts/jobttl/templates/{template} with {values_source(*names)}: the objects "
+                           "knative/base lacks")
+    resources = ([] if variant.kind == "Component" else ["../../base"]) + list(added_files)
+    files[f"{variant.directory}/kustomization.yaml"] = kustomization(
+        kind=variant.kind, description=variant.description, what=what, resources=resources,
+        deleted=deleted, changed=changed)
+    return files
 
 
 # --- comparing and writing ------------------------------------------------------------------------
@@ -507,19 +571,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.knative", description=__doc__.split("\n\n")[0])
     parser.add_argument("--check", action="store_true", help="write nothing; name what differs (exit 1)")
     args = parser.parse_args(argv)
-    try:
-        files = generate()
-        if args.check:
-            problems = differences(files)
-            for problem in problems:
-                print(f"{problem}: run {COMMAND}", file=sys.stderr)
-            return 1 if problems else 0
-        for line in write(files) or ["knative/ is up to date"]:
-            print(line)
-    except GenerationError as exc:
-        print(f"tools/knative.py: {exc}", file=sys.stderr)
-        return 2
-    return 0
+    return exit_status(
+        lambda: check_or_write(generate(), check=args.check, differences=differences, write=write,
+                               up_to_date="knative/ is up to date", command=COMMAND),
+        program="tools/knative.py", errors=GenerationError, status=2)
 
 
 if __name__ == "__main__":

@@ -114,30 +114,46 @@ def missing(locked: Locked, requires: Callable[[str, Version], list[str] | None]
     package the lock installs there, at a version the requirement accepts. `requires(name,
     version)` gives a package's Requires-Dist lines, or None where its metadata is unknown."""
     start = list(start if start is not None else roots())
+    return sorted({problem for python in pythons for problem in _missing_on(python, locked, requires, start)})
+
+
+def _missing_on(python: str, locked: Locked, requires: Callable[[str, Version], list[str] | None],
+                start: list[Requirement]) -> list[str]:
+    """missing() on one Python: the dependency tree walked from `start`, each package and its
+    extras once."""
+    env = environment(python)
     problems: list[str] = []
-    for python in pythons:
-        env = environment(python)
-        todo = [(r, frozenset(), "pyproject.toml") for r in start]
-        seen: set[tuple[str, frozenset]] = set()
-        while todo:
-            requirement, extras, by = todo.pop()
-            if requirement.marker and not any(requirement.marker.evaluate({**env, "extra": e}) for e in extras or {""}):
-                continue
-            name = canonicalize_name(requirement.name)
-            entry = locked.get(name)
-            if entry is None or (entry[1] is not None and not entry[1].evaluate(env)):
-                problems.append(f"Python {python}: {by} requires {requirement}, which the lock does not install")
-                continue
-            version, _ = entry
-            if not requirement.specifier.contains(version, prereleases=True):
-                problems.append(f"Python {python}: {by} requires {requirement}, the lock pins {version}")
-            wanted = frozenset(canonicalize_name(e) for e in requirement.extras)
-            if (name, wanted) in seen:
-                continue
-            seen.add((name, wanted))
-            for line in requires(name, version) or []:
-                todo.append((Requirement(line), wanted, f"{name} {version}"))
-    return sorted(set(problems))
+    todo = [(r, frozenset(), "pyproject.toml") for r in start]
+    seen: set[tuple[str, frozenset]] = set()
+    while todo:
+        requirement, extras, by = todo.pop()
+        if not _applies(requirement, extras, env):
+            continue
+        name = canonicalize_name(requirement.name)
+        version = _installed(locked.get(name), env)
+        if version is None:
+            problems.append(f"Python {python}: {by} requires {requirement}, which the lock does not install")
+            continue
+        if not requirement.specifier.contains(version, prereleases=True):
+            problems.append(f"Python {python}: {by} requires {requirement}, the lock pins {version}")
+        wanted = frozenset(canonicalize_name(e) for e in requirement.extras)
+        if (name, wanted) in seen:
+            continue
+        seen.add((name, wanted))
+        todo += [(Requirement(line), wanted, f"{name} {version}") for line in requires(name, version) or []]
+    return problems
+
+
+def _applies(requirement: Requirement, extras: frozenset[str], env: dict[str, str]) -> bool:
+    """Whether a requirement's marker holds on this Python, for any of the extras it was asked with."""
+    return not requirement.marker or any(requirement.marker.evaluate({**env, "extra": e}) for e in extras or {""})
+
+
+def _installed(entry: tuple[Version, Marker | None] | None, env: dict[str, str]) -> Version | None:
+    """The version a lock entry installs on this Python (None: not locked, or its marker excludes it)."""
+    if entry is None or (entry[1] is not None and not entry[1].evaluate(env)):
+        return None
+    return entry[0]
 
 
 # --- writing it ---------------------------------------------------------------------------------
@@ -161,19 +177,12 @@ def _pick(python: Path, requirement: str) -> Version:
     return Version(item["metadata"]["version"])
 
 
-def write(venv: Path = REPO / ".cache" / "lock") -> str:
-    shutil.rmtree(venv, ignore_errors=True)
-    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
-    python = venv / "bin" / "python"
-    subprocess.run([python, "-m", "pip", "install", "--quiet", *map(str, roots())], check=True)
-    frozen = subprocess.run([python, "-m", "pip", "freeze"], check=True, capture_output=True, text=True).stdout
-    installed = _venv_metadata(python)
-    lines = [line for line in frozen.splitlines() if line and not line.startswith("#")]
-    locked = read("\n".join(lines))
-    # What the other Pythons need and this one does not: each such requirement, with the marker
-    # under which its dependent asks for it, at the version pip picks for it now.
+def _conditional(locked: Locked,
+                 installed: dict[str, tuple[Version, list[str]]]) -> dict[str, tuple[list[str], list[str]]]:
+    """What the other Pythons need and this one does not: each such requirement's specifiers and
+    the markers under which its dependents ask for it, by name."""
     conditional: dict[str, tuple[list[str], list[str]]] = {}
-    for name, (version, _) in locked.items():
+    for name in locked:
         for line in installed[name][1]:
             requirement = Requirement(line)
             child = canonicalize_name(requirement.name)
@@ -183,7 +192,18 @@ def write(venv: Path = REPO / ".cache" / "lock") -> str:
                 specs, markers = conditional.setdefault(child, ([], []))
                 specs.append(str(requirement.specifier))
                 markers.append(f"({requirement.marker})")
-    for child, (specs, markers) in sorted(conditional.items()):
+    return conditional
+
+
+def write(venv: Path = REPO / ".cache" / "lock") -> str:
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    python = venv / "bin" / "python"
+    subprocess.run([python, "-m", "pip", "install", "--quiet", *map(str, roots())], check=True)
+    frozen = subprocess.run([python, "-m", "pip", "freeze"], check=True, capture_output=True, text=True).stdout
+    installed = _venv_metadata(python)
+    lines = [line for line in frozen.splitlines() if line and not line.startswith("#")]
+    for child, (specs, markers) in sorted(_conditional(read("\n".join(lines)), installed).items()):
         pinned = _pick(python, f"{child}{','.join(s for s in specs if s)}")
         lines.append(f"{child}=={pinned} ; {' or '.join(markers)}")
     text = HEADER + "\n".join(sorted(lines, key=str.lower)) + "\n"

@@ -17,6 +17,8 @@ import sys
 import tomllib
 from pathlib import Path
 
+from tools.command import exit_status
+
 REPO = Path(__file__).resolve().parent.parent
 _SECTION = re.compile(r"^## \[(?P<version>[^\]]+)\](?: - (?P<date>.+))?$", re.MULTILINE)
 
@@ -64,17 +66,17 @@ def check(tag: str, repo: Path = REPO) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    try:
-        if len(args) == 2 and args[0] == "check":
-            print(f"version={check(args[1])}")
-        elif len(args) == 2 and args[0] == "notes":
-            print(notes(args[1], (REPO / "CHANGELOG.md").read_text()))
-        else:
-            print(__doc__.split("\n\n")[1], file=sys.stderr)
-            return 2
-    except ReleaseError as exc:
-        print(f"release: {exc}", file=sys.stderr)
-        return 1
+    return exit_status(lambda: _run(args), program="release", errors=ReleaseError, status=1)
+
+
+def _run(args: list[str]) -> int:
+    if len(args) == 2 and args[0] == "check":
+        print(f"version={check(args[1])}")
+    elif len(args) == 2 and args[0] == "notes":
+        print(notes(args[1], (REPO / "CHANGELOG.md").read_text()))
+    else:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
     return 0
 
 
