@@ -27,17 +27,24 @@ PY := $(VENV)/bin/python
 # moto, ...: several hundred MB more).
 RUN_INSTALLED := $(VENV)/.installed-run
 INSTALLED := $(VENV)/.installed
+# Editable installs in setuptools' lenient mode (its default, named because it is chosen): an import
+# hook maps jobttl.core to core/ and so on (pyproject.toml's package-dir), so each module runs from
+# its one file in the repository and a new module needs no reinstall. What the hook maps changes
+# only with pyproject.toml, which the targets below depend on: make reinstalls then. Strict mode
+# would import a tree of links under build/ instead (a second path per file, a reinstall per new
+# file), hidden by the root's jobttl/ wherever the root is on the path: docs/development.md.
+EDITABLE := --config-settings editable_mode=lenient
 
 .PHONY: run shell test redis-server prometheus chromium axe-core screenshots bench wrk podman e2e lock knative image chart
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e . -e ./emulator
+	$(PY) -m pip install --quiet $(EDITABLE) -e . -e ./emulator
 	touch $@
 
 $(INSTALLED): $(RUN_INSTALLED) pyproject.toml emulator/pyproject.toml
-	$(PY) -m pip install --quiet -e '.[test]' -e ./emulator
+	$(PY) -m pip install --quiet $(EDITABLE) -e '.[test]' -e ./emulator
 	touch $@
 
 redis-server:

@@ -27,11 +27,20 @@ def _py_spy() -> str | None:
     return str(beside) if beside.exists() else shutil.which("py-spy")
 
 
+# A checkout's folders as the installed package names them (pyproject.toml's package-dir):
+# worker/runner.py runs as jobttl/worker/runner.py, so profiles read the same from either.
+_PACKAGE_FOLDERS = frozenset({"core", "sink", "worker", "watcher", "notifier", "console"})
+
+
 def _short(path: str) -> str:
     for marker in ("/site-packages/", "/wt-bench/", "/lib/python3."):
         if marker in path:
             tail = path.rsplit(marker, 1)[1]
-            return tail.split("/", 1)[1] if marker == "/lib/python3." else tail
+            if marker == "/lib/python3.":
+                return tail.split("/", 1)[1]
+            if marker == "/wt-bench/" and tail.split("/", 1)[0] in _PACKAGE_FOLDERS:
+                return f"jobttl/{tail}"
+            return tail
     return path
 
 

@@ -9,10 +9,12 @@ the import-linter contracts in pyproject.toml are about (the repository's folder
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 import subprocess
 import sys
 import tarfile
+import tomllib
 import zipfile
 from pathlib import Path
 
@@ -118,12 +120,44 @@ def test_the_import_contracts_hold_in_what_ships(unpacked):
 
 
 def test_the_import_contracts_hold_in_the_repository_as_a_developer_runs_them():
-    """`lint-imports` from the repository root reads `jobttl/`: its links to core/, sink/,
-    worker/ and watcher/ make it the namespace the wheel installs (without them: "Missing
-    layer 'jobttl.sink'")."""
+    """`lint-imports` from the repository root finds each of the contracts' root packages where the
+    editable install maps it (jobttl.core in core/, ...)."""
     result = subprocess.run([str(LINT_IMPORTS)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "7 kept, 0 broken" in result.stdout
+
+
+# The namespace's sub-packages, each at its one folder (pyproject.toml's package-dir).
+FOLDERS = {f"jobttl.{name}": REPO / ("jobttl/cli" if name == "cli" else name)
+           for name in ("cli", "core", "sink", "worker", "watcher", "notifier", "console")}
+
+
+def test_the_contracts_see_every_module_in_the_repository():
+    """The graph lint-imports checks from the repository root holds every module of the seven
+    folders: a folder it could not find would make its contracts hold of nothing."""
+    roots = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["root_packages"]
+    assert set(roots) == set(FOLDERS)
+    code = f"import grimp, json; print(json.dumps(sorted(grimp.build_graph(*{roots!r}).modules)))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    expected = set(FOLDERS)
+    for package, folder in FOLDERS.items():
+        for path in folder.rglob("*.py"):
+            parts = path.relative_to(folder).with_suffix("").parts
+            expected.add(".".join((package, *parts[:-1])) if parts[-1] == "__init__" else ".".join((package, *parts)))
+    assert set(json.loads(result.stdout)) == expected
+
+
+def test_each_module_has_one_path_its_file_in_the_repository():
+    """No links under jobttl/: the build maps the folders (package-dir), and Python run from the
+    repository root (as pytest, make run and lint-imports are) loads each sub-package from its
+    folder, the path a traceback, coverage or an editor shows."""
+    assert [p for p in (REPO / "jobttl").rglob("*") if p.is_symlink()] == []
+    assert not (REPO / "jobttl" / "__init__.py").exists(), "jobttl is a namespace: lint-imports's roots are its packages"
+    code = f"import importlib; print('\\n'.join(importlib.import_module(n).__file__ for n in {sorted(FOLDERS)!r}))"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [str(FOLDERS[n] / "__init__.py") for n in sorted(FOLDERS)]
 
 
 @pytest.mark.parametrize("module, line", [
@@ -140,10 +174,12 @@ def test_a_broken_layer_is_caught(unpacked, tmp_path, module, line):
     assert result.returncode != 0 and "BROKEN" in result.stdout
 
 
-def test_a_folder_cannot_be_imported_under_its_bare_name():
-    """Run from the repository root, `worker.x` and `jobttl.worker.x` would be two modules."""
-    result = subprocess.run([sys.executable, "-c", "import worker"], cwd=REPO, capture_output=True, text=True)
-    assert result.returncode != 0 and "import jobttl.worker, not worker" in result.stderr
+@pytest.mark.parametrize("folder", ["core", "sink", "worker", "watcher", "notifier", "console"])
+def test_a_folder_cannot_be_imported_under_its_bare_name(folder):
+    """The repository root is on the path wherever pytest runs (for `tests`): there `worker.x` and
+    `jobttl.worker.x` would be two modules, with two sets of classes and enums."""
+    result = subprocess.run([sys.executable, "-c", f"import {folder}"], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode != 0 and f"import jobttl.{folder}, not {folder}" in result.stderr
 
 
 def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repository(unpacked, sdist):
