@@ -482,7 +482,7 @@ class _Shape:
 
     @staticmethod
     def below(node: dict[str, Any], at: str) -> list[tuple[Any, str]]:
-        """The schemas right below a node `node` found shaped, with where each is."""
+        """The schemas right below a node that `node` found well shaped, each with where it is."""
         found = [(v, f"{at}.properties.{k}") for k, v in (node.get("properties") or {}).items()]
         found += [(node[key], f"{at}.{key}") for key in ("items", "additionalProperties")
                   if node.get(key) is not None and not isinstance(node[key], bool)]
