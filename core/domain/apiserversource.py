@@ -159,38 +159,8 @@ def _require_json_data(media_type: str, named: str) -> None:
 def parse(headers: Mapping[str, str], body: bytes) -> ApiServerEvent | OtherEvent:
     """Read one HTTP request as an ApiServerSource event (or another CloudEvent)."""
     headers = {k.lower(): v for k, v in headers.items()}
-    media_type = _media_type(headers.get("content-type"))
-    # The HTTP binding (section 3) tells the modes apart by Content-Type alone: a structured
-    # event may carry ce-* headers too, and its body is what counts.
-    if media_type.startswith("application/cloudevents-batch"):
-        raise BadEvent(415, "batched CloudEvents are not supported; send one event per request")
-    structured = media_type.startswith("application/cloudevents")
-    if structured and media_type != FORMAT.CONTENT_TYPE:
-        raise BadEvent(415, f"unsupported CloudEvents event format {media_type[:100]!r}; send "
-                            f"{FORMAT.CONTENT_TYPE} or binary mode")
-    if not structured:
-        if not any(name.startswith("ce-") for name in headers):
-            raise BadEvent(415, "expected a CloudEvent: ce-* headers with a JSON body, or Content-Type "
-                                f"application/cloudevents+json; got Content-Type {media_type[:100] or '(none)'!r}")
-        if media_type:
-            _require_json_data(media_type, "Content-Type")
-    message = HTTPMessage(headers=headers, body=body)
-    try:
-        event = (from_structured if structured else from_binary)(message, FORMAT, _event)
-    except jsoncodec.DecodeError as exc:  # invalid JSON, nesting too deep, a lone surrogate
-        raise BadEvent(400, f"event is not valid JSON: {exc}") from None
-    except (ValueError, OverflowError) as exc:
-        # Structured mode names what it refuses; in binary mode, this is the SDK reading ce-time.
-        what = "invalid CloudEvent"
-        if "ce-time" in headers:
-            what = "CloudEvents attribute 'time' must be an RFC 3339 timestamp"
-        raise BadEvent(400, f"{what}: {exc}") from None
-    except CloudEventValidationError as exc:
-        problems = "; ".join(str(e) for errors in exc.errors.values() for e in errors)
-        raise BadEvent(400, f"invalid CloudEvent: {problems}") from None
-    except (BaseCloudEventException, TypeError, KeyError) as exc:
-        raise BadEvent(400, f"invalid CloudEvent: {exc}") from None
-
+    structured = _structured(headers)
+    event = _cloud_event(headers, body, structured)
     event_type, source = str(event.get_type()), str(event.get_source())
     if not event_type.startswith(TYPE_PREFIX):
         return OtherEvent(event_type, source)
@@ -206,6 +176,47 @@ def parse(headers: Mapping[str, str], body: bytes) -> ApiServerEvent | OtherEven
         return _reference_event(action, data, source)
     except InvalidIdentity as exc:
         raise BadEvent(400, str(exc)) from None
+
+
+def _structured(headers: dict[str, str]) -> bool:
+    """Whether the request (its headers lower-cased) is a structured-mode event, else a binary-mode one;
+    BadEvent (415) when it is neither, or a batch, or in an event format this sink does not read."""
+    media_type = _media_type(headers.get("content-type"))
+    # The HTTP binding (section 3) tells the modes apart by Content-Type alone: a structured
+    # event may carry ce-* headers too, and its body is what counts.
+    if media_type.startswith("application/cloudevents-batch"):
+        raise BadEvent(415, "batched CloudEvents are not supported; send one event per request")
+    structured = media_type.startswith("application/cloudevents")
+    if structured and media_type != FORMAT.CONTENT_TYPE:
+        raise BadEvent(415, f"unsupported CloudEvents event format {media_type[:100]!r}; send "
+                            f"{FORMAT.CONTENT_TYPE} or binary mode")
+    if not structured:
+        if not any(name.startswith("ce-") for name in headers):
+            raise BadEvent(415, "expected a CloudEvent: ce-* headers with a JSON body, or Content-Type "
+                                f"application/cloudevents+json; got Content-Type {media_type[:100] or '(none)'!r}")
+        if media_type:
+            _require_json_data(media_type, "Content-Type")
+    return structured
+
+
+def _cloud_event(headers: dict[str, str], body: bytes, structured: bool) -> Any:
+    """The CloudEvent the SDK reads; whatever it refuses, a BadEvent (400) saying why."""
+    message = HTTPMessage(headers=headers, body=body)
+    try:
+        return (from_structured if structured else from_binary)(message, FORMAT, _event)
+    except jsoncodec.DecodeError as exc:  # invalid JSON, nesting too deep, a lone surrogate
+        raise BadEvent(400, f"event is not valid JSON: {exc}") from None
+    except (ValueError, OverflowError) as exc:
+        # Structured mode names what it refuses; in binary mode, this is the SDK reading ce-time.
+        what = "invalid CloudEvent"
+        if "ce-time" in headers:
+            what = "CloudEvents attribute 'time' must be an RFC 3339 timestamp"
+        raise BadEvent(400, f"{what}: {exc}") from None
+    except CloudEventValidationError as exc:
+        problems = "; ".join(str(e) for errors in exc.errors.values() for e in errors)
+        raise BadEvent(400, f"invalid CloudEvent: {problems}") from None
+    except (BaseCloudEventException, TypeError, KeyError) as exc:
+        raise BadEvent(400, f"invalid CloudEvent: {exc}") from None
 
 
 def _require_str(data: Mapping[str, Any], field: str, where: str) -> str:

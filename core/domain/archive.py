@@ -308,21 +308,35 @@ def index(ref: JobRef, contents: Contents, archived_at: float, stage: str, plan:
           earlier: dict[str, Any] | None = None) -> bytes:
     """index.json: written last, so an archive with one is complete. An earlier index (the pods
     stage's) keeps its logs: their pods are gone by the time the job itself is archived."""
-    logs = list(contents.logs)
-    written = {entry["path"] for entry in logs}
-    if earlier:
-        logs += [e for e in earlier.get("logs") or [] if isinstance(e, dict) and e.get("path") not in written]
-    files = {path: len(body) for path, body in contents.files.items()}
-    if earlier:
-        files = {**{k: v for k, v in (earlier.get("files") or {}).items() if isinstance(v, int)}, **files}
+    earlier = earlier or {}
+    files = _files(contents, earlier)
     document = {"format": FORMAT, **ref.as_dict(), "archivedAt": archived_at, "stage": stage,
-                "logKiB": plan.log_kib, "files": files, "bytes": sum(files.values()), "logs": logs,
-                "unkept": contents.unkept + ([u for u in earlier.get("unkept") or [] if isinstance(u, str)]
-                                             if earlier else []),
-                # One entry per stage: an archive written again (a retry, a changed object) replaces its own.
-                "archives": [a for a in (earlier.get("archives") or [] if earlier else [])
-                             if not (isinstance(a, dict) and a.get("stage") == stage)] + [{"stage": stage, "at": archived_at}]}
+                "logKiB": plan.log_kib, "files": files, "bytes": sum(files.values()), "logs": _logs(contents, earlier),
+                "unkept": contents.unkept + [u for u in earlier.get("unkept") or [] if isinstance(u, str)],
+                "archives": _other_stages(earlier, stage) + [{"stage": stage, "at": archived_at}]}
     return jsoncodec.dumps(document)
+
+
+# An earlier index is read back from the archive store, which is not trusted: what is not shaped as
+# jobttl writes it is dropped, never copied into the new index.
+
+def _logs(contents: Contents, earlier: dict[str, Any]) -> list[dict[str, Any]]:
+    """This run's log entries, then the earlier index's for files this run did not write again."""
+    written = {entry["path"] for entry in contents.logs}
+    return list(contents.logs) + [e for e in earlier.get("logs") or []
+                                  if isinstance(e, dict) and e.get("path") not in written]
+
+
+def _files(contents: Contents, earlier: dict[str, Any]) -> dict[str, int]:
+    """Sizes by path: the earlier index's, overwritten by this run's."""
+    files = {path: len(body) for path, body in contents.files.items()}
+    return {**{k: v for k, v in (earlier.get("files") or {}).items() if isinstance(v, int)}, **files}
+
+
+def _other_stages(earlier: dict[str, Any], stage: str) -> list[Any]:
+    """The earlier index's archives of other stages: one entry per stage, so an archive written again
+    (a retry, a changed object) replaces its own."""
+    return [a for a in earlier.get("archives") or [] if not (isinstance(a, dict) and a.get("stage") == stage)]
 
 
 def read_index(raw: bytes | None) -> dict[str, Any] | None:

@@ -113,6 +113,12 @@ class CrdCheck:
 
 def uses(decl: dict[str, Any]) -> list[PathUse]:
     """Every path a (schema-valid) declaration reads, with the field it is written in."""
+    ttl = decl.get("ttl") or {}
+    return [*_finished_uses(decl), *_ttl_uses(ttl), *_within_uses(ttl), *_cel_uses(ttl), *_guard_uses(decl)]
+
+
+def _finished_uses(decl: dict[str, Any]) -> list[PathUse]:
+    """The paths that tell a job finished (its conditions, or a state), and when (finishedAt)."""
     found: list[PathUse] = []
     finished = decl.get("finished") or {}
     if "conditions" in finished:
@@ -123,20 +129,39 @@ def uses(decl: dict[str, Any]) -> list[PathUse]:
     for i, text in enumerate(decl.get("finishedAt") or ()):
         path = ((*CONDITIONS, text[len(CONDITION_PREFIX):]) if text.startswith(CONDITION_PREFIX) else parse_path(text))
         found.append(PathUse(f"finishedAt[{i}]", text, path, VALUE, "finishedAt"))
-    ttl = decl.get("ttl") or {}
-    for i, text in enumerate(ttl.get("paths") or ()):
-        found.append(PathUse(f"ttl.paths[{i}]", text, parse_path(text), VALUE, "ttl.paths"))
+    return found
+
+
+def _ttl_uses(ttl: dict[str, Any]) -> list[PathUse]:
+    return [PathUse(f"ttl.paths[{i}]", text, parse_path(text), VALUE, "ttl.paths")
+            for i, text in enumerate(ttl.get("paths") or ())]
+
+
+def _within_uses(ttl: dict[str, Any]) -> list[PathUse]:
+    """Each `within` object, then the path of each of its keys."""
+    found: list[PathUse] = []
     for i, text in enumerate(ttl.get("within") or ()):
         found.append(PathUse(f"ttl.within[{i}]", text, parse_path(text), OBJECT, "ttl.within"))
         for state, keys in (ttl.get("keys") or {}).items():
             for j, key in enumerate(keys):
                 found.append(PathUse(f"ttl.keys.{state}[{j}]", f"{text}.{key}", (*parse_path(text), key), VALUE,
                                      f"ttl.keys.{state}[{j}]"))
+    return found
+
+
+def _cel_uses(ttl: dict[str, Any]) -> list[PathUse]:
+    found: list[PathUse] = []
     if "celWhen" in ttl:
         found.append(PathUse("ttl.celWhen", ttl["celWhen"], parse_path(ttl["celWhen"]), ANY))
     for i, item in enumerate(ttl.get("celInputs") or ()):
         text = item if isinstance(item, str) else item["path"]  # a path, or {path, maxItems}
         found.append(PathUse(f"ttl.celInputs[{i}]", text, parse_path(text), ANY))
+    return found
+
+
+def _guard_uses(decl: dict[str, Any]) -> list[PathUse]:
+    """The paths that hold a finished job back: managedBy, suspend, notYet."""
+    found: list[PathUse] = []
     if decl.get("managedBy"):
         found.append(PathUse("managedBy.path", decl["managedBy"]["path"], parse_path(decl["managedBy"]["path"])))
     if "suspend" in decl:
@@ -374,10 +399,24 @@ class _Shape:
     def first(crd: Any) -> tuple[str, str] | None:
         if not isinstance(crd, dict):
             return "(the object)", f"expected a mapping, got {_typename(crd)}"
-        fields = [("metadata", crd.get("metadata"), dict, True), ("spec", crd.get("spec"), dict, True)]
-        for name, value, kind, required in fields:
-            if (value is not None or required) and not isinstance(value, kind):
-                return name, f"expected a mapping, got {_typename(value)}"
+        # In this order: each step reads only what the ones before found shaped.
+        for step in (_Shape.parts, _Shape.fields, _Shape.versions):
+            found = step(crd)
+            if found is not None:
+                return found
+        return None
+
+    @staticmethod
+    def parts(crd: dict[str, Any]) -> tuple[str, str] | None:
+        """metadata and spec, both required mappings."""
+        for name in ("metadata", "spec"):
+            if not isinstance(crd.get(name), dict):
+                return name, f"expected a mapping, got {_typename(crd.get(name))}"
+        return None
+
+    @staticmethod
+    def fields(crd: dict[str, Any]) -> tuple[str, str] | None:
+        """The fields of metadata and spec `verify` reads, each optional but typed."""
         metadata, spec = crd["metadata"], crd["spec"]
         for name, value, kind in (("metadata.name", metadata.get("name"), str), ("spec.names", spec.get("names"), dict),
                                   ("spec.scope", spec.get("scope"), str),
@@ -389,7 +428,11 @@ class _Shape:
             value = (spec.get("names") or {}).get(key)
             if value is not None and not isinstance(value, str):
                 return f"spec.names.{key}", f"expected a string, got {_typename(value)}"
-        for i, version in enumerate(spec.get("versions") or ()):
+        return None
+
+    @staticmethod
+    def versions(crd: dict[str, Any]) -> tuple[str, str] | None:
+        for i, version in enumerate(crd["spec"].get("versions") or ()):
             problem = _Shape.version(version, f"spec.versions[{i}]")
             if problem is not None:
                 return problem
@@ -415,24 +458,37 @@ class _Shape:
         stack = [(root, where)]
         while stack:
             node, at = stack.pop()
-            if not isinstance(node, dict):
-                return at, f"expected a schema (a mapping), got {_typename(node)}"
-            if "type" in node and not isinstance(node["type"], str):
-                return f"{at}.type", f"expected a string, got {_typename(node['type'])}"
-            properties = node.get("properties")
-            if properties is not None:
-                if not isinstance(properties, dict):
-                    return f"{at}.properties", f"expected a mapping, got {_typename(properties)}"
-                stack += [(v, f"{at}.properties.{k}") for k, v in properties.items()]
-            for key in ("items", "additionalProperties"):
-                if node.get(key) is not None and not isinstance(node[key], bool):
-                    stack.append((node[key], f"{at}.{key}"))
-            for key in ("allOf", "anyOf", "oneOf"):
-                branches = node.get(key)
-                if branches is not None and not isinstance(branches, list):
-                    return f"{at}.{key}", f"expected a list, got {_typename(branches)}"
-                stack += [(b, f"{at}.{key}[{i}]") for i, b in enumerate(branches or ())]
+            problem = _Shape.node(node, at)
+            if problem is not None:
+                return problem
+            stack += _Shape.below(node, at)
         return None
+
+    @staticmethod
+    def node(node: Any, at: str) -> tuple[str, str] | None:
+        """The first problem of one schema node itself, before any node below it is read."""
+        if not isinstance(node, dict):
+            return at, f"expected a schema (a mapping), got {_typename(node)}"
+        if "type" in node and not isinstance(node["type"], str):
+            return f"{at}.type", f"expected a string, got {_typename(node['type'])}"
+        properties = node.get("properties")
+        if properties is not None and not isinstance(properties, dict):
+            return f"{at}.properties", f"expected a mapping, got {_typename(properties)}"
+        for key in ("allOf", "anyOf", "oneOf"):
+            branches = node.get(key)
+            if branches is not None and not isinstance(branches, list):
+                return f"{at}.{key}", f"expected a list, got {_typename(branches)}"
+        return None
+
+    @staticmethod
+    def below(node: dict[str, Any], at: str) -> list[tuple[Any, str]]:
+        """The schemas right below a node that `node` found well shaped, each with where it is."""
+        found = [(v, f"{at}.properties.{k}") for k, v in (node.get("properties") or {}).items()]
+        found += [(node[key], f"{at}.{key}") for key in ("items", "additionalProperties")
+                  if node.get(key) is not None and not isinstance(node[key], bool)]
+        for key in ("allOf", "anyOf", "oneOf"):
+            found += [(b, f"{at}.{key}[{i}]") for i, b in enumerate(node.get(key) or ())]
+        return found
 
 
 _A = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
@@ -463,41 +519,69 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inh
     shape = malformed(crd)
     if shape is not None:
         # A CRD not shaped as the API server writes one: nothing in it can be read, so nothing is checked.
-        name = crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) \
-            else None
-        name = name if isinstance(name, str) else "(unnamed)"
-        unchecked = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
-        return CrdCheck(name, True, (), (), 0, unchecked=unchecked,
-                        unverified=tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
-                                                 _inherits(use, inherited)) for use in uses(decl)))
+        return _malformed_check(decl, crd, shape, inherited)
     spec = crd.get("spec") or {}
     name = (crd.get("metadata") or {}).get("name", "")
-    versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]
-    served = tuple(str(v.get("name")) for v in versions if v.get("served", True))
-    version = next((v for v in versions if v.get("name") == decl["version"]), None)
-    if version is None or not version.get("served", True):
+    served, version = _served(spec, decl["version"])
+    if version is None:
         return CrdCheck(name, served=False, served_versions=served)
     problems = _names_and_scope(decl, spec, name)
     schema = (version.get("schema") or {}).get("openAPIV3Schema")
     found = uses(decl)
-    unchecked = None
-    if spec.get("preserveUnknownFields") is True:
-        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
-        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
-        unchecked = (f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD from "
-                     "apiextensions v1beta1): any path may name a field")
-    elif not isinstance(schema, dict):
-        unchecked = f"the CRD {name} gives {decl['version']} no schema (openAPIV3Schema): any path may name a field"
+    unchecked = _unchecked(decl, spec, schema, name)
     if unchecked is not None:
-        unverified = tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
-                                   _inherits(use, inherited)) for use in found)
-        return CrdCheck(name, True, served, tuple(problems), 0, unchecked=unchecked, unverified=unverified)
+        return CrdCheck(name, True, served, tuple(problems), 0, unchecked=unchecked,
+                        unverified=_all_unverified(found, unchecked, inherited))
+    return _schema_check(decl, name, served, problems, schema, found, lenient, inherited)
+
+
+def _served(spec: dict[str, Any], wanted: str) -> tuple[tuple[str, ...], dict[str, Any] | None]:
+    """The names of the versions the CRD serves, and the `wanted` one if it serves it."""
+    versions = [v for v in spec.get("versions") or () if isinstance(v, dict)]
+    served = tuple(str(v.get("name")) for v in versions if v.get("served", True))
+    version = next((v for v in versions if v.get("name") == wanted), None)
+    return served, version if version is not None and version.get("served", True) else None
+
+
+def _schema_check(decl: dict[str, Any], name: str, served: tuple[str, ...], problems: list[Problem],
+                  schema: dict[str, Any], found: list[PathUse], lenient: bool, inherited: tuple[str, ...]
+                  ) -> CrdCheck:
+    """Every path followed through the schema: the ones it lacks are problems, the ones it cannot
+    follow to their end unverified."""
     reached = {use: reach(schema, use) for use in found}
     problems += _path_problems(decl, name, reached, lenient, inherited)
     unverified = tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked against the schema of "
                                                     f"{decl_key(decl)} (CRD {name}): {r.open}", _inherits(use, inherited))
                        for use, r in reached.items() if r.open is not None)
     return CrdCheck(name, True, served, tuple(problems), len(found), unverified=unverified)
+
+
+def _malformed_check(decl: dict[str, Any], crd: Any, shape: str, inherited: tuple[str, ...]) -> CrdCheck:
+    """The check of a CRD `malformed` says why it cannot be read: every path unverified."""
+    name = crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) \
+        else None
+    name = name if isinstance(name, str) else "(unnamed)"
+    unchecked = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
+    return CrdCheck(name, True, (), (), 0, unchecked=unchecked,
+                    unverified=_all_unverified(uses(decl), unchecked, inherited))
+
+
+def _unchecked(decl: dict[str, Any], spec: dict[str, Any], schema: Any, name: str) -> str | None:
+    """Why no path of the served version can be checked against its schema, or None when they can."""
+    if spec.get("preserveUnknownFields") is True:
+        # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
+        # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
+        return (f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD from "
+                "apiextensions v1beta1): any path may name a field")
+    if not isinstance(schema, dict):
+        return f"the CRD {name} gives {decl['version']} no schema (openAPIV3Schema): any path may name a field"
+    return None
+
+
+def _all_unverified(found: list[PathUse], unchecked: str, inherited: tuple[str, ...]) -> tuple[Problem, ...]:
+    """Every path unverified, for one reason: the schema cannot be read or does not bind."""
+    return tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
+                         _inherits(use, inherited)) for use in found)
 
 
 def _names_and_scope(decl: dict[str, Any], spec: dict[str, Any], name: str) -> list[Problem]:

@@ -189,11 +189,9 @@ def _mapping(meta: dict[str, Any], name: str) -> dict[str, Any]:
 
 def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
     meta = obj.get("metadata") or {}
-    if meta.get("deletionTimestamp"):
-        return Decision(Verdict.BEING_DELETED, "the object already has a deletionTimestamp")
-    excluded = policy.namespace_excluded(meta.get("namespace", ""))
-    if excluded:
-        return Decision(Verdict.EXCLUDED, excluded)
+    out_of_reach = _out_of_reach(meta, policy)
+    if out_of_reach is not None:
+        return out_of_reach
 
     annotations, labels = _mapping(meta, "annotations"), _mapping(meta, "labels")
     effective = policy.effective(meta.get("namespace", ""), labels)
@@ -202,14 +200,9 @@ def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
                                  notify=notify_request(annotations))
     notes: list[str] = []  # why a job someone else runs is expired all the same
 
-    manager = kind.external_manager(obj)
-    if manager is not None:
-        opted_in = effective.opted_in("managed_by")
-        if opted_in is None:
-            return Decision(Verdict.MANAGED_ELSEWHERE, f"{manager.field} is {manager.value!r}, not "
-                            f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
-                            "skips it (a policy rule with managedBy: delete opts in)", **scope)
-        notes.append(f"managed by {manager.value!r}, expired as {opted_in.source} says (managedBy: delete)")
+    managed = _managed_elsewhere(obj, kind, effective, scope, notes)
+    if managed is not None:
+        return managed
 
     finish = kind.finish(obj)
     if finish is None:
@@ -226,6 +219,46 @@ def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
     if skip is not None:
         return Decision(skip[0], skip[1], **done)
 
+    kept = _kept(obj, kind, policy, annotations, labels, effective, done)
+    if kept is not None:
+        return kept
+
+    chosen = _choose_ttl(obj, annotations, own, finish.outcome, effective)
+    if isinstance(chosen, Decision):
+        return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
+    return _expiry(kind, finish, chosen, annotations, effective, notes, done)
+
+
+def _out_of_reach(meta: dict[str, Any], policy: Policy) -> Decision | None:
+    """Already being deleted, or in a namespace the policy excludes: nothing else is read."""
+    if meta.get("deletionTimestamp"):
+        return Decision(Verdict.BEING_DELETED, "the object already has a deletionTimestamp")
+    excluded = policy.namespace_excluded(meta.get("namespace", ""))
+    if excluded:
+        return Decision(Verdict.EXCLUDED, excluded)
+    return None
+
+
+def _managed_elsewhere(obj: dict[str, Any], kind: JobKind, effective: Effective, scope: dict[str, Any],
+                       notes: list[str]) -> Decision | None:
+    """Run by another controller than the kind's own (its managedBy field): left alone unless the
+    policy opts in, in which case `notes` says so and the decision goes on."""
+    manager = kind.external_manager(obj)
+    if manager is None:
+        return None
+    opted_in = effective.opted_in("managed_by")
+    if opted_in is None:
+        return Decision(Verdict.MANAGED_ELSEWHERE, f"{manager.field} is {manager.value!r}, not "
+                        f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
+                        "skips it (a policy rule with managedBy: delete opts in)", **scope)
+    notes.append(f"managed by {manager.value!r}, expired as {opted_in.source} says (managedBy: delete)")
+    return None
+
+
+def _kept(obj: dict[str, Any], kind: JobKind, policy: Policy, annotations: dict[str, Any], labels: dict[str, Any],
+          effective: Effective, done: dict[str, Any]) -> Decision | None:
+    """A finished job kept all the same: by its owner's annotation or label, by the policy's keep, or
+    held while its archive is written. The first that keeps it gives the reason."""
     kept = owner_keeps(annotations, labels, kind.kind, policy)
     if kept is not None:
         return Decision(Verdict.KEPT, kept[0], warning=kept[1], **done)
@@ -235,11 +268,7 @@ def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
     hold = kind.hold(obj)
     if hold is not None:
         return Decision(Verdict.ARCHIVING, hold, **done)
-
-    chosen = _choose_ttl(obj, annotations, own, finish.outcome, effective)
-    if isinstance(chosen, Decision):
-        return Decision(chosen.verdict, chosen.reason, ttl_source=chosen.ttl_source, **done)
-    return _expiry(kind, finish, chosen, annotations, effective, notes, done)
+    return None
 
 
 def _someone_elses(obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], effective: Effective,

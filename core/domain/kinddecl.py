@@ -187,6 +187,12 @@ class _Compiler:
         from jobttl.core.domain.kinds import no_ttl_field
         if not ttl:
             return no_ttl_field, None, ()
+        self.ttl_way(ttl, where)
+        not_applied = self.ttl_states(ttl, where, names)
+        return self.ttl_reader(ttl, where), ttl.get("appliedBy"), not_applied
+
+    def ttl_way(self, ttl: dict[str, Any], where: str) -> None:
+        """Exactly one way to read the TTL, and the fields that go with it only with it."""
         ways = [w for w in ("paths", "within", "cel") if w in ttl]
         if len(ways) != 1:
             raise self.fail(where, "set exactly one of paths, within (with keys) or cel")
@@ -195,6 +201,10 @@ class _Compiler:
                 raise self.fail(f"{where}.{key}", f"only with {needs}")
         if "within" in ttl and "keys" not in ttl:
             raise self.fail(f"{where}.keys", "required with within: which keys hold the TTL, for each finishing state")
+
+    def ttl_states(self, ttl: dict[str, Any], where: str, names: set[str]) -> tuple[str, ...]:
+        """The finishing states the TTL's keys and notAppliedFor name, each one this kind finishes in;
+        notAppliedFor (returned) only with appliedBy."""
         for name in ttl.get("keys", {}):
             if name not in names:
                 raise self.fail(f"{where}.keys.{name}", f"names no state this kind finishes in ({', '.join(sorted(names))})")
@@ -205,18 +215,21 @@ class _Compiler:
             if name not in names:
                 raise self.fail(f"{where}.notAppliedFor[{i}]", f"{name!r} names no state this kind finishes in "
                                                                 f"({', '.join(sorted(names))})")
+        return not_applied
+
+    def ttl_reader(self, ttl: dict[str, Any], where: str) -> Any:
+        """The kind's own TTL reader, by the one way `ttl_way` found."""
         if "paths" in ttl:
-            own = _ttl_at(tuple((parse_path(p), p) for p in ttl["paths"]))
-        elif "within" in ttl:
-            own = _ttl_within(tuple((parse_path(p), p) for p in ttl["within"]), {k: tuple(v) for k, v in ttl["keys"].items()})
-        else:
-            for key in ("celWhen", "celInputs"):
-                if key not in ttl:
-                    raise self.fail(f"{where}.{key}", "required with cel")
-            inputs = cel_inputs(ttl["celInputs"])
-            own = _ttl_cel(self.cel(ttl["cel"], f"{where}.cel", inputs), parse_path(ttl["celWhen"]), inputs,
-                           ttl.get("field", ttl["celWhen"]))
-        return own, ttl.get("appliedBy"), not_applied
+            return _ttl_at(tuple((parse_path(p), p) for p in ttl["paths"]))
+        if "within" in ttl:
+            return _ttl_within(tuple((parse_path(p), p) for p in ttl["within"]),
+                               {k: tuple(v) for k, v in ttl["keys"].items()})
+        for key in ("celWhen", "celInputs"):
+            if key not in ttl:
+                raise self.fail(f"{where}.{key}", "required with cel")
+        inputs = cel_inputs(ttl["celInputs"])
+        return _ttl_cel(self.cel(ttl["cel"], f"{where}.cel", inputs), parse_path(ttl["celWhen"]), inputs,
+                        ttl.get("field", ttl["celWhen"]))
 
     def cel(self, expression: str, where: str, inputs: tuple) -> Any:
         if not self.eager_cel:
@@ -298,24 +311,37 @@ def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) 
         conditions = read_path(obj, ("status", "conditions"))
         if conditions is not None and not isinstance(conditions, list):
             raise UnreadableField("status.conditions", "a list of conditions", conditions)
-        # The list is read whole, every condition's type and status: one that is not a condition is
-        # unreadable wherever it stands (never a traceback, never passed over as absent).
-        found = None
-        for i, condition in enumerate(conditions or ()):
-            if not isinstance(condition, dict):
-                raise UnreadableField(f"status.conditions[{i}]", "a condition (an object)", condition)
-            kind, status = condition.get("type"), condition.get("status")
-            if not (isinstance(kind, str) or kind is None) or not (isinstance(status, str) or status is None):
-                name = "status" if isinstance(kind, str) or kind is None else "type"
-                raise UnreadableField(f"status.conditions[{i}].{name}", "a string", condition[name])
-            if found is None and (kind, status) in wanted:
-                found = i, kind, status
+        found = _first_wanted(conditions or [], wanted)
         if found is None:
             return None
         i, kind, status = found
         time, field = read_time(obj, conditions[i], kind, i)
         return Finish(wanted[(kind, status)], kind if status == "True" else f"{kind}={status}", time, field)
     return finish
+
+
+def _first_wanted(conditions: list[Any], wanted: dict[tuple[str, str], str]) -> tuple[int, str, str] | None:
+    """(index, type, status) of the first condition with a wanted (type, status) pair, or None."""
+    # The list is read whole, every condition's type and status: one that is not a condition is
+    # unreadable wherever it stands (never a traceback, never passed over as absent).
+    found = None
+    for i, condition in enumerate(conditions):
+        kind, status = _condition_pair(condition, i)
+        if found is None and (kind, status) in wanted:
+            found = i, kind, status
+    return found
+
+
+def _condition_pair(condition: Any, i: int) -> tuple[Any, Any]:
+    """(type, status) of the condition at index i, each a string or absent (None); else UnreadableField."""
+    from jobttl.core.domain.kinds import UnreadableField
+    if not isinstance(condition, dict):
+        raise UnreadableField(f"status.conditions[{i}]", "a condition (an object)", condition)
+    kind, status = condition.get("type"), condition.get("status")
+    if not (isinstance(kind, str) or kind is None) or not (isinstance(status, str) or status is None):
+        name = "status" if isinstance(kind, str) or kind is None else "type"
+        raise UnreadableField(f"status.conditions[{i}].{name}", "a string", condition[name])
+    return kind, status
 
 
 def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple) -> Any:
@@ -468,15 +494,22 @@ def replacing(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> Repl
     if not names:
         return Replacement(merged)
     sources = [builtins[key(decl)]] if key(decl) in names else [builtins[name] for name in names]
+    inherited, conflicts = _inheritable(decl, sources)
+    dropped = tuple(k for k in INHERITED if k in decl and decl[k] is None and any(k in s for s in sources))
+    merged.update({k: copy.deepcopy(sources[0][k]) for k in inherited})
+    return Replacement(merged, tuple(inherited), dropped, names, tuple(conflicts))
+
+
+def _inheritable(decl: dict[str, Any], sources: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
+    """The INHERITED fields `decl` leaves out that its sources set: those they agree on (to take),
+    and those they do not (conflicts)."""
     inherited, conflicts = [], []
     for name in INHERITED:
         values = [source.get(name) for source in sources]
         if name in decl or all(v is None for v in values):
             continue
         (conflicts if any(v != values[0] for v in values) else inherited).append(name)
-    dropped = tuple(k for k in INHERITED if k in decl and decl[k] is None and any(k in s for s in sources))
-    merged.update({k: copy.deepcopy(sources[0][k]) for k in inherited})
-    return Replacement(merged, tuple(inherited), dropped, names, tuple(conflicts))
+    return inherited, conflicts
 
 
 def load_file(path: Path) -> tuple[list[dict[str, Any]], str]:

@@ -238,27 +238,42 @@ def mounted_policy(objects: list[dict[str, Any]], workload: Workload) -> tuple[s
         return None, f"{workload} sets {POLICY_ENV} from elsewhere than a value"
     volumes = {v.get("name"): v for v in workload.pod.get("volumes") or () if isinstance(v, dict)}
     for mount in workload.container.get("volumeMounts") or ():
-        where, file = normpath(str(mount.get("mountPath", ""))), normpath(path)
-        if mount.get("subPath"):  # the mount is the file itself
-            key = mount["subPath"] if file == where else None
-        else:
-            prefix = where.rstrip("/") + "/"
-            key = file[len(prefix):] if file.startswith(prefix) else None
+        key = _key_in_mount(mount, path)
         configmap = (volumes.get(mount.get("name")) or {}).get("configMap")
         if key is None or not isinstance(configmap, dict):
             continue
-        items = {i.get("path"): i.get("key") for i in configmap.get("items") or () if isinstance(i, dict)}
-        key = items.get(key, key) if items else key
-        for obj in objects:
-            meta = obj.get("metadata") or {}
-            if obj.get("kind") == "ConfigMap" and meta.get("name") == configmap.get("name") \
-                    and (workload.namespace is None or meta.get("namespace") in (None, workload.namespace)):
-                text = (obj.get("data") or {}).get(key)
-                if isinstance(text, str):
-                    return text, f"ConfigMap {configmap.get('name')}, key {key} ({workload}'s {POLICY_ENV})"
-        return None, f"{workload} reads {POLICY_ENV} {path} from ConfigMap {configmap.get('name')}, " \
-                     "which these manifests do not hold"
+        # The first ConfigMap mount holding the path decides: found there or not, no later mount is read.
+        return _configmap_file(objects, workload, configmap, _item_key(configmap, key), path)
     return None, f"{workload} reads {POLICY_ENV} {path} from no ConfigMap volume"
+
+
+def _key_in_mount(mount: dict[str, Any], path: str) -> str | None:
+    """The file `path` names inside the volume `mount` mounts, or None when the mount does not hold it."""
+    where, file = normpath(str(mount.get("mountPath", ""))), normpath(path)
+    if mount.get("subPath"):  # the mount is the file itself
+        return mount["subPath"] if file == where else None
+    prefix = where.rstrip("/") + "/"
+    return file[len(prefix):] if file.startswith(prefix) else None
+
+
+def _item_key(configmap: dict[str, Any], file: str) -> str:
+    """The ConfigMap key a file of its volume holds: its `items` map paths to keys; without them, the key."""
+    items = {i.get("path"): i.get("key") for i in configmap.get("items") or () if isinstance(i, dict)}
+    return items.get(file, file) if items else file
+
+
+def _configmap_file(objects: list[dict[str, Any]], workload: Workload, configmap: dict[str, Any], key: str,
+                    path: str) -> tuple[str | None, str]:
+    """(The text of `key` in the ConfigMap the volume names, where from), or (None, why not)."""
+    for obj in objects:
+        meta = obj.get("metadata") or {}
+        if obj.get("kind") == "ConfigMap" and meta.get("name") == configmap.get("name") \
+                and (workload.namespace is None or meta.get("namespace") in (None, workload.namespace)):
+            text = (obj.get("data") or {}).get(key)
+            if isinstance(text, str):
+                return text, f"ConfigMap {configmap.get('name')}, key {key} ({workload}'s {POLICY_ENV})"
+    return None, f"{workload} reads {POLICY_ENV} {path} from ConfigMap {configmap.get('name')}, " \
+                 "which these manifests do not hold"
 
 
 def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
@@ -268,45 +283,65 @@ def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
     part is found by what it runs; one that cannot be found is a problem too, and so is an object
     that cannot be read (`readable`). Empty: nothing missing."""
     objects, problems = readable(objects)
+    problems += _worker_missing(policy, objects)
+    problems += _sources_missing(policy, objects)
+    sinks = workloads(objects, "sink")
+    if not sinks:
+        problems.append("sink: no Deployment or Knative Service runs `jobttl sink`: no event is decided")
+    problems += _triggers(policy, objects, sinks)
+    return problems
+
+
+def _worker_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
+    """A worker must run, with the RBAC its policy needs, and may get its kinds' CRDs."""
+    problems = []
     workers = workloads(objects, "worker")
     if not workers:
         problems.append("worker: no Deployment (or other workload) runs `jobttl worker`: nothing deletes")
-    worker_needs = [(kind.group, kind.plural, verb) for kind in policy.kinds
-                    for verb in sorted(permissions("worker")[JOBS])]
-    worker_needs += [("", resource, verb) for resource, verbs in sorted(permissions(
+    needs = _worker_needs(policy)
+    for worker in workers:
+        problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", needs,
+                             policy.kinds)
+        problems += _crds_unreadable(objects, worker, policy.kinds)
+    return problems
+
+
+def _worker_needs(policy: Policy) -> list[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) the worker needs: its verbs on jobs on every kind, plus what the
+    policy's archiving and pods stages add on core resources."""
+    needs = [(kind.group, kind.plural, verb) for kind in policy.kinds
+             for verb in sorted(permissions("worker")[JOBS])]
+    needs += [("", resource, verb) for resource, verbs in sorted(permissions(
         "worker", archive=policy.archiving, pod_cleanup=policy.pod_stages).items())
         if resource not in (JOBS, VERSION, CONFIGMAPS, CRDS) for verb in sorted(verbs)]
-    for worker in workers:
-        problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", worker_needs,
-                             policy.kinds)
-        if not _bound_rules(objects, worker.namespace, worker.account):
-            continue  # RBAC managed elsewhere: the one line above says so
-        gettable = _granted_by_name(objects, worker.namespace, worker.account, CRD_GROUP, CRDS, "get")
-        unreadable = [name for name in crd_names(policy.kinds) if not {name, "*"} & gettable]
-        if unreadable:
-            problems.append(f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
-                            f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "
-                            "paths against them at start; without it, a warning and no check)")
+    return needs
 
-    sources = [o for o in objects if o.get("kind") == "ApiServerSource"
-               and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")]
+
+def _crds_unreadable(objects: list[dict[str, Any]], worker: Workload, kinds: tuple[JobKind, ...]) -> list[str]:
+    """One line when the worker may not get some of its kinds' CustomResourceDefinitions."""
+    if not _bound_rules(objects, worker.namespace, worker.account):
+        return []  # RBAC managed elsewhere: _lacking's one line says so
+    gettable = _granted_by_name(objects, worker.namespace, worker.account, CRD_GROUP, CRDS, "get")
+    unreadable = [name for name in crd_names(kinds) if not {name, "*"} & gettable]
+    if not unreadable:
+        return []
+    return [f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
+            f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "
+            "paths against them at start; without it, a warning and no check)"]
+
+
+def _sources_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
+    """An ApiServerSource or a watcher must send every kind's events, with the RBAC to watch them
+    (and the sink's to read them where a source sends references)."""
+    problems = []
+    sources = _api_server_sources(objects)
     watchers = workloads(objects, "watch")
     if not sources and not watchers:
         problems.append("source: no ApiServerSource and no workload runs `jobttl watch`: no event reaches the sink")
-    listed = {id(s): {(r.get("apiVersion"), r.get("kind")) for r in (s.get("spec") or {}).get("resources") or ()
-                      if isinstance(r, dict)} for s in sources}
-    unwatched = tuple(k for k in policy.kinds if not any((k.api_version, k.kind) in ls for ls in listed.values()))
+    listed = {id(s): _listed(s) for s in sources}
+    unwatched = _unwatched(policy.kinds, list(listed.values()))
     for source in sources:
-        meta, spec = source.get("metadata") or {}, source.get("spec") or {}
-        what = f"ApiServerSource {meta.get('name')}"
-        # What it lists, and what no source lists yet (it will need the RBAC once it does).
-        kinds = tuple(k for k in policy.kinds if (k.api_version, k.kind) in listed[id(source)] or k in unwatched)
-        problems += _lacking(objects, meta.get("namespace"), spec.get("serviceAccountName") or "default",
-                             f"the source: {what}", _on(kinds, SOURCE_VERBS), kinds)
-        if spec.get("mode") == "Reference":  # the sink reads each object the event names
-            for sink in workloads(objects, "sink"):
-                problems += _lacking(objects, sink.namespace, sink.account, f"the sink: {sink}; {what} sends "
-                                     "references", _on(kinds, permissions("sink-reference")[JOBS]), kinds)
+        problems += _source_lacking(policy, objects, source, listed[id(source)], unwatched)
     for watcher in watchers:  # it watches the kinds its policy enables
         problems += _lacking(objects, watcher.namespace, watcher.account, f"the watcher: {watcher}",
                              _on(policy.kinds, permissions("watch")[JOBS]), policy.kinds)
@@ -314,11 +349,38 @@ def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
         names = ", ".join(str((s.get("metadata") or {}).get("name")) for s in sources)
         problems += [f"source: ApiServerSource {names} does not watch {kind.api_version} {kind.kind}"
                      for kind in unwatched]
+    return problems
 
-    sinks = workloads(objects, "sink")
-    if not sinks:
-        problems.append("sink: no Deployment or Knative Service runs `jobttl sink`: no event is decided")
-    problems += _triggers(policy, objects, sinks)
+
+def _api_server_sources(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [o for o in objects if o.get("kind") == "ApiServerSource"
+            and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")]
+
+
+def _unwatched(kinds: tuple[JobKind, ...], listed: list[set[tuple[Any, Any]]]) -> tuple[JobKind, ...]:
+    """The kinds no source lists."""
+    return tuple(k for k in kinds if not any((k.api_version, k.kind) in ls for ls in listed))
+
+
+def _listed(source: dict[str, Any]) -> set[tuple[Any, Any]]:
+    """The (apiVersion, kind) an ApiServerSource's resources list."""
+    return {(r.get("apiVersion"), r.get("kind")) for r in (source.get("spec") or {}).get("resources") or ()
+            if isinstance(r, dict)}
+
+
+def _source_lacking(policy: Policy, objects: list[dict[str, Any]], source: dict[str, Any],
+                    listed: set[tuple[Any, Any]], unwatched: tuple[JobKind, ...]) -> list[str]:
+    """The RBAC one ApiServerSource lacks, and the sink's when the source sends references."""
+    meta, spec = source.get("metadata") or {}, source.get("spec") or {}
+    what = f"ApiServerSource {meta.get('name')}"
+    # What it lists, and what no source lists yet (it will need the RBAC once it does).
+    kinds = tuple(k for k in policy.kinds if (k.api_version, k.kind) in listed or k in unwatched)
+    problems = _lacking(objects, meta.get("namespace"), spec.get("serviceAccountName") or "default",
+                        f"the source: {what}", _on(kinds, SOURCE_VERBS), kinds)
+    if spec.get("mode") == "Reference":  # the sink reads each object the event names
+        for sink in workloads(objects, "sink"):
+            problems += _lacking(objects, sink.namespace, sink.account, f"the sink: {sink}; {what} sends "
+                                 "references", _on(kinds, permissions("sink-reference")[JOBS]), kinds)
     return problems
 
 
@@ -361,16 +423,20 @@ def _bound_rules(objects: list[dict[str, Any]], namespace: str | None, account: 
              if o.get("apiVersion") == RBAC and o.get("kind") == "ClusterRole"}
     rules: list[dict[str, Any]] = []
     for binding in objects:
-        if binding.get("apiVersion") != RBAC or binding.get("kind") != "ClusterRoleBinding":
-            continue
-        if not any(isinstance(s, dict) and s.get("kind") == "ServiceAccount" and s.get("name") == account
-                   and (namespace is None or s.get("namespace") in (None, namespace))
-                   for s in binding.get("subjects") or ()):
+        if binding.get("apiVersion") != RBAC or binding.get("kind") != "ClusterRoleBinding" \
+                or not _binds(binding, namespace, account):
             continue
         ref = binding.get("roleRef") or {}
         role = roles.get(ref.get("name")) if ref.get("kind") == "ClusterRole" else None
         rules += [rule for rule in (role or {}).get("rules") or () if isinstance(rule, dict)]
     return rules
+
+
+def _binds(binding: dict[str, Any], namespace: str | None, account: str) -> bool:
+    """Whether a binding's subjects name the service account (in its namespace, when known)."""
+    return any(isinstance(s, dict) and s.get("kind") == "ServiceAccount" and s.get("name") == account
+               and (namespace is None or s.get("namespace") in (None, namespace))
+               for s in binding.get("subjects") or ())
 
 
 def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str) -> set[tuple[str, str, str]]:

@@ -434,15 +434,7 @@ class _Reader:
         if declarations is not None and not isinstance(declarations, list):
             raise self.fail("kindDeclarations", "expected a list of kind declarations (README: Declaring a kind)")
         builtin = kinddecl.builtin_declarations()
-        replacements = [kinddecl.replacing(d, builtin) if isinstance(d, dict) and _named(d)
-                        else kinddecl.Replacement(d) for d in declarations or []]
-        for i, replacement in enumerate(replacements):
-            if replacement.conflicts:
-                field = replacement.conflicts[0]
-                raise self.fail(f"kindDeclarations[{i}]", f"replaces the built-in {' and '.join(replacement.replaces)} "
-                                                          f"(the same CRD in other versions), which differ in "
-                                                          f"{', '.join(replacement.conflicts)}: write {field} in this "
-                                                          f"declaration, or {field}: null to do without")
+        replacements = self.replacements(declarations or [], builtin)
         declared = [r.declaration for r in replacements]
         by_key = {**builtin, **{kinddecl.key(d): d for d in declared if isinstance(d, dict) and _named(d)}}
         opt_ins = self.opt_ins(opt_in, by_key)
@@ -451,10 +443,29 @@ class _Reader:
         except kinddecl.KindError as exc:
             raise self.kind_error(exc, replacements) from None
         own = [replace(k, inherited=r.inherited) for k, r in zip(compiled, replacements)]
-        replaced_by: dict[str, int] = {}  # a built-in kind → the first declaration of its CRD
+        return self.in_builtin_order(own, replacements, builtin, opt_ins)
+
+    def replacements(self, declarations: list[Any], builtin: dict[str, dict[str, Any]]
+                     ) -> list[kinddecl.Replacement]:
+        """Each declaration as it replaces the built-in kinds of its CRD; refused when the built-in ones
+        it would inherit from differ in a field it leaves out."""
+        replacements = [kinddecl.replacing(d, builtin) if isinstance(d, dict) and _named(d)
+                        else kinddecl.Replacement(d) for d in declarations]
         for i, replacement in enumerate(replacements):
-            for name in replacement.replaces:
-                replaced_by.setdefault(name, i)
+            if replacement.conflicts:
+                field = replacement.conflicts[0]
+                raise self.fail(f"kindDeclarations[{i}]", f"replaces the built-in {' and '.join(replacement.replaces)} "
+                                                          f"(the same CRD in other versions), which differ in "
+                                                          f"{', '.join(replacement.conflicts)}: write {field} in this "
+                                                          f"declaration, or {field}: null to do without")
+        return replacements
+
+    def in_builtin_order(self, own: list[JobKind], replacements: list[kinddecl.Replacement],
+                         builtin: dict[str, dict[str, Any]], opt_ins: dict[str, tuple[str, ...]]
+                         ) -> tuple[JobKind, ...]:
+        """The built-in kinds in their order, each replaced by the first declaration of its CRD (or
+        compiled again with the states `optIn` enables), then the declarations that replace none."""
+        replaced_by = _replaced_by(replacements)
         kinds, placed = [], set()
         for kind in BUILTIN_KINDS:
             name = f"{kind.api_version}/{kind.kind}"
@@ -597,6 +608,15 @@ class _Reader:
                                        "or s3://BUCKET[/PREFIX])")
 
 
+def _replaced_by(replacements: list[kinddecl.Replacement]) -> dict[str, int]:
+    """Each built-in kind a declaration replaces → the index of the first declaration of its CRD."""
+    replaced_by: dict[str, int] = {}
+    for i, replacement in enumerate(replacements):
+        for name in replacement.replaces:
+            replaced_by.setdefault(name, i)
+    return replaced_by
+
+
 def _named(declaration: dict[str, Any]) -> bool:
     """Whether a declaration has what its key needs (else the schema names what is missing)."""
     return isinstance(declaration.get("version"), str) and isinstance(declaration.get("kind"), str)
@@ -609,24 +629,7 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
         return Policy()
     data = reader.mapping(data, "(top level)", TOP_LEVEL_KEYS)
     namespaces = reader.mapping(data.get("namespaces", {}), "namespaces", {"include", "exclude"})
-    rules = []
-    raw_rules = data.get("rules", [])
-    if not isinstance(raw_rules, list):
-        raise reader.fail("rules", "expected a list")
-    for i, raw in enumerate(raw_rules):
-        where = f"rules[{i}]"
-        raw = reader.mapping(raw, where, RULE_KEYS)
-        name = raw.get("name")
-        if not isinstance(name, str) or not name:
-            raise reader.fail(f"{where}.name", "required: every rule has a name, so decisions can cite it")
-        if name in {r.name for r in rules}:
-            raise reader.fail(f"{where}.name", f"duplicate rule name {name!r}")
-        rule_namespaces = reader.namespaces(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
-        selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
-        if not rule_namespaces and selector is None:
-            raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
-        rules.append(Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}."),
-                          reader.cleanup(raw, f"{where}.", top=False)))
+    rules = _rules(reader, data.get("rules", []))
     known = reader.known_kinds(data.get("kindDeclarations"), data.get("optIn"))
     policy = Policy(
         values=reader.values(data, ""),
@@ -645,6 +648,32 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
     reader.check_cleanup(policy)
     _one_kind_per_crd(reader, policy.kinds, data.get("kindDeclarations") or [])
     return policy
+
+
+def _rules(reader: _Reader, raw_rules: Any) -> list[Rule]:
+    """The policy's rules, in order: each named (uniquely) and bound to namespaces, a selector or both."""
+    rules: list[Rule] = []
+    if not isinstance(raw_rules, list):
+        raise reader.fail("rules", "expected a list")
+    for i, raw in enumerate(raw_rules):
+        where = f"rules[{i}]"
+        raw = reader.mapping(raw, where, RULE_KEYS)
+        name = raw.get("name")
+        if not isinstance(name, str) or not name:
+            raise reader.fail(f"{where}.name", "required: every rule has a name, so decisions can cite it")
+        if name in {r.name for r in rules}:
+            raise reader.fail(f"{where}.name", f"duplicate rule name {name!r}")
+        rules.append(_rule(reader, raw, where, name))
+    return rules
+
+
+def _rule(reader: _Reader, raw: dict[str, Any], where: str, name: str) -> Rule:
+    rule_namespaces = reader.namespaces(raw["namespaces"], f"{where}.namespaces") if "namespaces" in raw else ()
+    selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
+    if not rule_namespaces and selector is None:
+        raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
+    return Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}."),
+                reader.cleanup(raw, f"{where}.", top=False))
 
 
 def _one_kind_per_crd(reader: _Reader, kinds: tuple[JobKind, ...], declarations: list[Any]) -> None:

@@ -42,16 +42,10 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
     """When this job's pods are deleted ahead of it, given the job's own decision `job`."""
     if job.verdict not in _POD_STAGE_VERDICTS:
         return PodStage(Decision(job.verdict, job.reason, outcome=job.outcome, rules=job.rules), job.verdict.value)
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-    cleanup = policy.cleanup_effective(meta.get("namespace", ""), labels)
-    specific = cleanup.get("pod_ttl_after_success" if job.outcome == "succeeded" else "pod_ttl_after_failure")
-    chosen = specific or cleanup.get("pod_ttl")
+    chosen, source = _pod_ttl(obj, policy, job.outcome)
     done = dict(outcome=job.outcome, rules=job.rules, dry_run=job.dry_run)
     if chosen is None:
         return PodStage(Decision(Verdict.NO_TTL, "the policy sets no podTTL", **done), "no-pod-ttl")
-    name = ("podTTLAfterSuccess" if job.outcome == "succeeded" else "podTTLAfterFailure") if specific else "podTTL"
-    source = f"{name} of {chosen.source}"
     if not kind.pod_cleanup_safe or not kind.pod_label:
         return PodStage(Decision(Verdict.NO_TTL, f"{kind.kind}'s pods are not deleted ahead of it (its controller "
                                                  "could re-create them, or they are not its own)", **done),
@@ -60,11 +54,7 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
     if finished is None or finished.time is None:
         return PodStage(Decision(Verdict.NO_FINISH_TIME, "no finish time to count the podTTL from", **done),
                         Verdict.NO_FINISH_TIME.value)
-    due = finished.time + chosen.value
-    kept = keep_until(obj, kind, policy)
-    if kept is not None and kept > due:
-        # The user keeps the job until then to debug it: its pods (and their logs) stay as long.
-        due, source = kept, f"{source}, postponed by annotation {KEEP_UNTIL_ANNOTATION}"
+    due, source = _kept_longer(obj, kind, policy, finished.time + chosen.value, source)
     if job.verdict is Verdict.EXPIRES and job.expires_at is not None and due >= job.expires_at:
         return PodStage(Decision(Verdict.NO_TTL, f"the pods go with the {kind.kind} (its TTL ends first)", **done),
                         "pods-with-job")
@@ -73,27 +63,51 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
                     "expires")
 
 
+def _pod_ttl(obj: dict[str, Any], policy: Policy, outcome: str | None) -> tuple[Any, str]:
+    """The podTTL the policy sets for this job's outcome (podTTLAfterSuccess or podTTLAfterFailure
+    before podTTL), and where it comes from; (None, "") when it sets none."""
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    cleanup = policy.cleanup_effective(meta.get("namespace", ""), labels)
+    specific = cleanup.get("pod_ttl_after_success" if outcome == "succeeded" else "pod_ttl_after_failure")
+    chosen = specific or cleanup.get("pod_ttl")
+    if chosen is None:
+        return None, ""
+    name = ("podTTLAfterSuccess" if outcome == "succeeded" else "podTTLAfterFailure") if specific else "podTTL"
+    return chosen, f"{name} of {chosen.source}"
+
+
+def _kept_longer(obj: dict[str, Any], kind: JobKind, policy: Policy, due: float, source: str) -> tuple[float, str]:
+    """The pods' due time and its source, postponed to the job's keep-until annotation when later."""
+    kept = keep_until(obj, kind, policy)
+    if kept is not None and kept > due:
+        # The user keeps the job until then to debug it: its pods (and their logs) stay as long.
+        return kept, f"{source}, postponed by annotation {KEEP_UNTIL_ANNOTATION}"
+    return due, source
+
+
 def owned_pods(pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str,
                created_by: int | None = None) -> list[dict[str, Any]]:
     """The pods the pods stage may delete: the kind's pod label naming this job, a controller
     ownerReference to this very job (its kind and UID), and (given `created_by`, the job's
     finish time) created no later than the job finished: a pod created after that belongs to a
     run that began since (``argo retry`` keeps the UID). Never anything else."""
-    chosen = []
-    for pod in pods:
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-        labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
-        if kind.pod_label is None or labels.get(kind.pod_label) != name or not meta.get("uid"):
-            continue
-        if created_by is not None:
-            created = parse_time(meta.get("creationTimestamp"))
-            if created is None or created > created_by:
-                continue
-        owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
-        if any(isinstance(o, dict) and o.get("controller") is True and o.get("uid") == uid and o.get("kind") == kind.kind
-               for o in owners):
-            chosen.append(pod)
-    return chosen
+    return [pod for pod in pods if _owned(pod, kind, name, uid, created_by)]
+
+
+def _owned(pod: dict[str, Any], kind: JobKind, name: str, uid: str, created_by: int | None) -> bool:
+    """Whether one pod passes every test `owned_pods` names: label, creation time, controller."""
+    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    labels = meta.get("labels") if isinstance(meta.get("labels"), dict) else {}
+    if kind.pod_label is None or labels.get(kind.pod_label) != name or not meta.get("uid"):
+        return False
+    if created_by is not None:
+        created = parse_time(meta.get("creationTimestamp"))
+        if created is None or created > created_by:
+            return False  # of a later run of the same job: not this run's to delete
+    owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
+    return any(isinstance(o, dict) and o.get("controller") is True and o.get("uid") == uid and o.get("kind") == kind.kind
+               for o in owners)
 
 
 def archived_pods(pods: list[dict[str, Any]], kind: JobKind, uid: str) -> list[dict[str, Any]]:

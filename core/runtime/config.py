@@ -293,34 +293,43 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            setting = _BY_FIELD.get(f.name)
-            raw = env.get(setting.env) if setting else None
-            if setting is None or raw is None or raw == "":
-                continue
-            try:
-                values[f.name] = setting.parse(raw)
-            except ValueError as exc:
-                raise ConfigError(f"{setting.env}: {exc}") from None
-        tls = urlparse(values.get("redis_url", cls.redis_url)).scheme.startswith("rediss")
-        if values.get("redis_ca_file") and not tls:
-            raise ConfigError("JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS: use rediss:// "
-                              "(or rediss+sentinel://), or unset the CA file")
-        if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
-            raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
-        auth = values.get("read_api_auth")
-        if auth == "oidc" and not values.get("sink_oidc_audience"):
-            raise ConfigError("JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked: set "
-                              "JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER, or choose kubernetes or none")
-        if auth is None:
+        values = _read_env(os.environ if env is None else env, [f.name for f in fields(cls)])
+        _check_together(values, values.get("redis_url", cls.redis_url))
+        if values.get("read_api_auth") is None:
             values["read_api_auth"] = "oidc" if values.get("sink_oidc_audience") else "none"
         try:
             values["policy"] = load_policy(values.get("policy_path")).confined_to(values.get("delete_namespaces", ()))
         except PolicyError as exc:
             raise ConfigError(f"JOBTTL_POLICY: {exc}") from None
         return cls(**values)
+
+
+def _read_env(env: Mapping[str, str], names: list[str]) -> dict[str, Any]:
+    """Each field's setting as its variable says (unset or empty: the default, left out)."""
+    values: dict[str, Any] = {}
+    for name in names:
+        setting = _BY_FIELD.get(name)
+        raw = env.get(setting.env) if setting else None
+        if setting is None or raw is None or raw == "":
+            continue
+        try:
+            values[name] = setting.parse(raw)
+        except ValueError as exc:
+            raise ConfigError(f"{setting.env}: {exc}") from None
+    return values
+
+
+def _check_together(values: dict[str, Any], redis_url: str) -> None:
+    """Settings that only make sense with others: ConfigError naming both when one is missing."""
+    tls = urlparse(redis_url).scheme.startswith("rediss")
+    if values.get("redis_ca_file") and not tls:
+        raise ConfigError("JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS: use rediss:// "
+                          "(or rediss+sentinel://), or unset the CA file")
+    if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
+        raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
+    if values.get("read_api_auth") == "oidc" and not values.get("sink_oidc_audience"):
+        raise ConfigError("JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked: set "
+                          "JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER, or choose kubernetes or none")
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -45,6 +45,27 @@ log = logging.getLogger("jobttl.operations")
 CLOCK_READING_FRESH = 60
 
 
+@dataclass(frozen=True)
+class _Known:
+    """What `find` read of one job name."""
+
+    history: list[dict[str, Any]]
+    pending: list[Pending]
+    tombstones: list[dict[str, Any]]
+    decisions: dict[str, dict[str, Any]]
+
+    def __bool__(self) -> bool:
+        return bool(self.history or self.pending or self.tombstones or self.decisions)
+
+    def kinds(self) -> set[tuple[str, str]]:
+        """(apiVersion, Kind) of everything held, as operators name kinds: a batch/v1 Job and a
+        Volcano Job of one name are two."""
+        return {(e.get("apiVersion") or "", e["kind"]) for e in self.history if "kind" in e} | \
+               {(p.ref.api_version, p.ref.kind) for p in self.pending} | \
+               {(t.get("apiVersion") or "", t["kind"]) for t in self.tombstones if "kind" in t} | \
+               {(d.get("apiVersion") or "", d["kind"]) for d in self.decisions.values() if "kind" in d}
+
+
 class NotFound(LookupError):
     """Nothing is known under that name (the message says what was looked for)."""
 
@@ -173,35 +194,41 @@ class Operations:
         its history and tombstones. Reads only that job's keys."""
         check_namespace(namespace, "namespace")
         check_name(name, "name")
-        history = [e.as_dict() for e in self.audit.history(namespace, name)]
-        decisions = self._with_api_versions(self.audit.decisions(namespace, name), history)
-        uids = list(decisions)
-        pending = self._pending_of(uids)
-        tombstones = self.audit.tombstones(namespace, name, uids)
+        found = self._known_about(namespace, name)
         if kind is not None:
-            history = [e for e in history if self._named(kind, e.get("apiVersion"), e.get("kind"))]
-            pending = [p for p in pending if self._named(kind, p.ref.api_version, p.ref.kind)]
-            tombstones = [t for t in tombstones if self._named(kind, t.get("apiVersion"), t.get("kind"))]
-            decisions = {u: d for u, d in decisions.items()
-                         if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])}
-        # Kinds as operators name them: a batch/v1 Job and a Volcano Job of one name are two.
-        kinds_of = {(e.get("apiVersion") or "", e["kind"]) for e in history if "kind" in e} | \
-                   {(p.ref.api_version, p.ref.kind) for p in pending} | \
-                   {(t.get("apiVersion") or "", t["kind"]) for t in tombstones if "kind" in t} | \
-                   {(d.get("apiVersion") or "", d["kind"]) for d in decisions.values() if "kind" in d}
-        if not (history or pending or tombstones or decisions):
+            found = self._of_kind(found, kind)
+        kinds_of = found.kinds()
+        if not found:
             raise NotFound(f"jobttl knows nothing about {kind + ' ' if kind else ''}{namespace}/{name}")
         self._one_kind(kinds_of, kind, namespace, name, "names jobs")
         known = max(kinds_of, default=("", kind), key=lambda k: bool(k[0]))  # one with its apiVersion, if any
         now = time.time()
-        overrides = self._overrides([uid for uid in uids if uid in decisions])
+        overrides = self._overrides(list(found.decisions))
         return {"namespace": namespace, "name": name, "kind": known[1] if kinds_of else kind,
                 "apiVersion": known[0] or None,
-                "pending": [p.as_dict(now) for p in pending],
+                "pending": [p.as_dict(now) for p in found.pending],
                 "overrides": [{"uid": uid, "keep": o.get("keep") == "true", "until": _number(o.get("until")),
                                "by": o.get("by"), "at": _number(o.get("at"))} for uid, o in overrides.items()],
-                "decisions": [{"uid": uid, **d} for uid, d in sorted(decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
-                "history": history, "tombstones": tombstones}
+                "decisions": [{"uid": uid, **d}
+                              for uid, d in sorted(found.decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
+                "history": found.history, "tombstones": found.tombstones}
+
+    def _known_about(self, namespace: str, name: str) -> _Known:
+        """One job name's keys: its history, the latest decision per UID, and those UIDs' pending
+        records and tombstones."""
+        history = [e.as_dict() for e in self.audit.history(namespace, name)]
+        decisions = self._with_api_versions(self.audit.decisions(namespace, name), history)
+        uids = list(decisions)
+        return _Known(history, self._pending_of(uids), self.audit.tombstones(namespace, name, uids), decisions)
+
+    def _of_kind(self, found: _Known, kind: str) -> _Known:
+        """What `found` holds of one kind; a decision of an earlier release, without its kind, stays."""
+        return _Known(
+            [e for e in found.history if self._named(kind, e.get("apiVersion"), e.get("kind"))],
+            [p for p in found.pending if self._named(kind, p.ref.api_version, p.ref.kind)],
+            [t for t in found.tombstones if self._named(kind, t.get("apiVersion"), t.get("kind"))],
+            {u: d for u, d in found.decisions.items()
+             if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])})
 
     def _pending_of(self, uids: list[str]) -> list[Pending]:
         members = [m for uid in uids for m in (uid, f"pods:{uid}")]

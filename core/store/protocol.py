@@ -153,22 +153,7 @@ class Store:
         ref, decision, stage, member, expiring = intent.ref, intent.decision, intent.stage, intent.member, \
             intent.expiring
         kept = due.why == KEPT_BY_OPERATOR
-        if kept:
-            unbooked = {"event": "skipped", "reason": KEPT_BY_OPERATOR, "kind": ref.kind,
-                        "apiVersion": ref.api_version}
-        elif not expiring and stage == JOB_STAGE:
-            # A pods stage that is not due says nothing on the job's card: the job's own decision does.
-            unbooked = {"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version,
-                        "reason": intent.reason,
-                        **({"detail": decision.reason} if decision is not None else {})}
-        else:
-            unbooked = None
-        invalid = None
-        if decision is not None and decision.event_warning and stage == JOB_STAGE:
-            # The Warning (InvalidTTL, InvalidKeep, UnknownKey) for the owner of a job jobttl keeps for
-            # what they wrote: in the same script call (RECONCILE posts it once per object and value).
-            invalid = InvalidNotice(ref, decision.reason, decision.ttl_source, decision.event_warning,
-                                    decision.verdict.value).entry
+        unbooked = _unbooked(intent, kept)
         rule = self._rules.get(intent.mode) or burst_rule(intent.mode, self.burst_limit)
         return scripts.Reconcile(
             ref=ref, outbox=self.outbox, member=member, uid=ref.uid, expiring=expiring, due=due.at,
@@ -182,7 +167,7 @@ class Store:
             # an expiring decision is news.
             held_entry=HeldDeletion(member, ref, decision, intent.by).as_json() if expiring and rule.limit is not None
             else "",
-            audit_max=self.audit_max, card_ttl=self.card_ttl, echo=intent.echo, invalid=invalid,
+            audit_max=self.audit_max, card_ttl=self.card_ttl, echo=intent.echo, invalid=_invalid(intent),
             fields=_fields(intent))
 
     def write(self, intents: Sequence[Intent], applied: list[Applied]) -> list[Applied]:
@@ -282,6 +267,28 @@ class Store:
                                        result_ttl=result_ttl, failure_ttl=FAILURE_TTL)
         job.description = None
         return job
+
+
+def _unbooked(intent: Intent, kept: bool) -> dict[str, Any] | None:
+    """The card entry for an intent that books nothing (kept by an operator, or not expiring), or None."""
+    ref = intent.ref
+    if kept:
+        return {"event": "skipped", "reason": KEPT_BY_OPERATOR, "kind": ref.kind, "apiVersion": ref.api_version}
+    if not intent.expiring and intent.stage == JOB_STAGE:
+        # A pods stage that is not due says nothing on the job's card: the job's own decision does.
+        return {"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version, "reason": intent.reason,
+                **({"detail": intent.decision.reason} if intent.decision is not None else {})}
+    return None
+
+
+def _invalid(intent: Intent) -> str | None:
+    """The Warning (InvalidTTL, InvalidKeep, UnknownKey) for the owner of a job jobttl keeps for what
+    they wrote, or None: in the same script call (RECONCILE posts it once per object and value)."""
+    decision = intent.decision
+    if decision is None or not decision.event_warning or intent.stage != JOB_STAGE:
+        return None
+    return InvalidNotice(intent.ref, decision.reason, decision.ttl_source, decision.event_warning,
+                         decision.verdict.value).entry
 
 
 def _applied(intent: Intent, due: Due, reply: scripts.ReconcileReply) -> Applied:

@@ -112,27 +112,11 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
     def wrap(cls: type[S]) -> type[S]:
         cls = dataclasses.dataclass(kw_only=True, slots=True)(cls)
         hints = get_type_hints(cls)
-        sent = [f for f in dataclasses.fields(cls) if f.metadata.get("sent", True)]
-        rests = [f for f in sent if f.metadata.get("rest")]
-        if rests and sent[-1] is not rests[0] or len(rests) > 1:
-            raise TypeError(f"{cls.__name__}: only the last argument may take the rest")
-        names = list(cls.KEYS) + [f.name for f in sent]
-        clash = {n for n in names if names.count(n) > 1 or n in _LUA_WORDS or (prelude and n in _PRELUDE_NAMES)}
-        if clash:
-            raise TypeError(f"{cls.__name__}: {', '.join(sorted(clash))} cannot name a KEY or argument")
-        header = [f"-- {file}, as jobttl.core.store.scripts.{cls.__name__} calls it: its KEYS and ARGV, named"]
-        header += [f"local {name} = KEYS[{i}]" for i, name in enumerate(cls.KEYS, 1)]
-        header += [_lua_read(f.name, i, hints[f.name], bool(f.metadata.get("rest"))) for i, f in enumerate(sent, 1)]
-        body = (LUA / file).read_text()
+        sent = _sent_fields(cls, prelude)
         cls.file = file
-        cls.source = "\n".join(header) + "\n" + (_PRELUDE if prelude else "") + body
+        cls.source = _named_source(cls, file, hints, sent, prelude)
         cls.sha = hashlib.sha1(cls.source.encode()).hexdigest()
-        plain = [f for f in sent if not f.metadata.get("rest")]
-        cls._read = operator.attrgetter(*(f.name for f in plain)) if plain else staticmethod(lambda call: ())
-        cls._single = len(plain) == 1  # attrgetter of one name answers the value, not a tuple
-        cls._flags = tuple(i for i, f in enumerate(plain) if hints[f.name] is bool)
-        cls._optional = tuple(i for i, f in enumerate(plain) if type(None) in get_args(hints[f.name]))
-        cls._rest = rests[0].name if rests else None
+        _set_readers(cls, hints, sent)
         cls.preloaded = preload
         WRAPPERS.append(cls)
         if preload:
@@ -140,6 +124,44 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
         _BY_SHA[cls.sha] = cls
         return cls
     return wrap
+
+
+def _sent_fields(cls: type[Script], prelude: bool) -> list[dataclasses.Field[Any]]:
+    """The fields a script wrapper sends as ARGV, in order; TypeError when a field but the last takes
+    the rest, or when a name would clash in Lua (another KEY or argument, a Lua word, or a name the
+    prelude defines)."""
+    sent = [f for f in dataclasses.fields(cls) if f.metadata.get("sent", True)]
+    rests = [f for f in sent if f.metadata.get("rest")]
+    if rests and sent[-1] is not rests[0] or len(rests) > 1:
+        raise TypeError(f"{cls.__name__}: only the last argument may take the rest")
+    names = list(cls.KEYS) + [f.name for f in sent]
+    clash = {n for n in names if names.count(n) > 1 or n in _LUA_WORDS or (prelude and n in _PRELUDE_NAMES)}
+    if clash:
+        raise TypeError(f"{cls.__name__}: {', '.join(sorted(clash))} cannot name a KEY or argument")
+    return sent
+
+
+def _named_source(cls: type[Script], file: str, hints: dict[str, Any], sent: list[dataclasses.Field[Any]],
+                  prelude: bool) -> str:
+    """The script as Redis runs it: a header naming its KEYS and ARGV as locals, the prelude if
+    asked for, then the file."""
+    header = [f"-- {file}, as jobttl.core.store.scripts.{cls.__name__} calls it: its KEYS and ARGV, named"]
+    header += [f"local {name} = KEYS[{i}]" for i, name in enumerate(cls.KEYS, 1)]
+    header += [_lua_read(f.name, i, hints[f.name], bool(f.metadata.get("rest"))) for i, f in enumerate(sent, 1)]
+    body = (LUA / file).read_text()
+    return "\n".join(header) + "\n" + (_PRELUDE if prelude else "") + body
+
+
+def _set_readers(cls: Any, hints: dict[str, Any], sent: list[dataclasses.Field[Any]]) -> None:
+    """What `execute` reads a call's arguments with: one attrgetter of the plain fields, and which of
+    them are flags and which optional; the field taking the rest, if any."""
+    plain = [f for f in sent if not f.metadata.get("rest")]
+    rests = [f for f in sent if f.metadata.get("rest")]
+    cls._read = operator.attrgetter(*(f.name for f in plain)) if plain else staticmethod(lambda call: ())
+    cls._single = len(plain) == 1  # attrgetter of one name answers the value, not a tuple
+    cls._flags = tuple(i for i, f in enumerate(plain) if hints[f.name] is bool)
+    cls._optional = tuple(i for i, f in enumerate(plain) if type(None) in get_args(hints[f.name]))
+    cls._rest = rests[0].name if rests else None
 
 
 class Script:

@@ -1,5 +1,6 @@
 """Misconfiguration stops the process at start with the setting named (jobttl.core.runtime.config)."""
 
+import certifi
 import pytest
 
 from jobttl.cli import main
@@ -70,6 +71,35 @@ def test_settings_that_would_silently_break_safety_are_refused(name, value):
 def test_oidc_needs_both_its_audience_and_its_issuer():
     with pytest.raises(ConfigError, match="JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER"):
         Settings.from_env({"JOBTTL_SINK_OIDC_AUDIENCE": "jobttl-sink"})
+
+
+CA = certifi.where()  # a PEM CA bundle TLS can load
+OIDC = {"JOBTTL_SINK_OIDC_AUDIENCE": "jobttl-sink", "JOBTTL_SINK_OIDC_ISSUER": "https://issuer.example"}
+
+
+@pytest.mark.parametrize("env, refused", [
+    ({"JOBTTL_REDIS_CA_FILE": CA}, "JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS"),
+    ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "redis://r:6379/0"}, "does not use TLS"),
+    ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "rediss://r:6379/0"}, None),
+    ({"JOBTTL_REDIS_CA_FILE": "", "JOBTTL_REDIS_URL": "redis://r:6379/0"}, None),  # empty: unset
+    ({"JOBTTL_SINK_OIDC_ISSUER": "https://issuer.example"}, "set both, or neither"),
+    (OIDC, None),
+    ({"JOBTTL_READ_API_AUTH": "oidc"}, "JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked"),
+    ({**OIDC, "JOBTTL_READ_API_AUTH": "oidc"}, None),
+])
+def test_settings_that_need_each_other_are_refused_alone(env, refused):
+    if refused is None:
+        Settings.from_env(env)
+        return
+    with pytest.raises(ConfigError) as raised:
+        Settings.from_env(env)
+    assert refused in str(raised.value)
+
+
+@pytest.mark.parametrize("env, auth", [({}, "none"), (OIDC, "oidc"), ({**OIDC, "JOBTTL_READ_API_AUTH": "none"}, "none"),
+                                       ({"JOBTTL_READ_API_AUTH": "kubernetes"}, "kubernetes")])
+def test_the_read_api_checks_tokens_as_the_events_are_unless_told_otherwise(env, auth):
+    assert Settings.from_env(env).read_api_auth == auth
 
 
 def test_every_setting_is_described_once_for_help_and_readme():

@@ -18,7 +18,8 @@ import yaml
 from tests.deploy.manifests import KNATIVE, find, rendered
 from tests.services import ROOT
 from jobttl.core.domain.kinds import DEFAULT_KINDS
-from jobttl.core.domain.manifests import cluster_roles, jobttl_command, missing, source_resources, trigger_kinds
+from jobttl.core.domain.manifests import (Workload, cluster_roles, jobttl_command, missing, mounted_policy,
+                                          source_resources, trigger_kinds)
 from jobttl.core.domain.policy import parse_policy
 
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
@@ -273,6 +274,68 @@ def test_a_stream_that_is_not_manifests_is_refused_with_exit_2(text, message):
 ])
 def test_what_a_container_runs_is_read_from_its_command_and_args(container, command):
     assert jobttl_command(container) == command
+
+
+def _policy_map(name: str = "policy", namespace: str | None = "jobttl", **data: str) -> dict:
+    return {"kind": "ConfigMap", "metadata": {"name": name, **({"namespace": namespace} if namespace else {})},
+            "data": data}
+
+
+def _reading(path: str | None, mounts: list[dict], volumes: list[dict], env: list[dict] | None = None) -> Workload:
+    """A worker whose container reads JOBTTL_POLICY at `path` (None: sets no JOBTTL_POLICY)."""
+    env = env if env is not None else [] if path is None else [{"name": "JOBTTL_POLICY", "value": path}]
+    return Workload("Deployment", "jobttl", "jobttl-worker", "jobttl",
+                    {"env": env, "volumeMounts": mounts}, {"volumes": volumes})
+
+
+CONFIGMAP_VOLUME = [{"name": "policy", "configMap": {"name": "policy"}}]
+WORKER = "Deployment jobttl/jobttl-worker"
+
+
+@pytest.mark.parametrize("workload, objects, found", [
+    # No JOBTTL_POLICY: the built-in defaults, read from nowhere.
+    (_reading(None, [], []), [], ("", f"the built-in defaults ({WORKER} sets no JOBTTL_POLICY)")),
+    (_reading(None, [], [], env=[{"name": "JOBTTL_POLICY", "valueFrom": {"configMapKeyRef": {}}}]), [],
+     (None, f"{WORKER} sets JOBTTL_POLICY from elsewhere than a value")),
+    (_reading("policy.yaml", [], []), [], (None, f"{WORKER} sets JOBTTL_POLICY from elsewhere than a value")),
+    # A directory mount: the path below it is the key.
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl"}], CONFIGMAP_VOLUME),
+     [_policy_map(**{"policy.yaml": "rules: []"})],
+     ("rules: []", f"ConfigMap policy, key policy.yaml ({WORKER}'s JOBTTL_POLICY)")),
+    # A subPath mount is the file itself: its subPath is the key, whatever the file is called.
+    (_reading("/etc/jobttl.yaml", [{"name": "policy", "mountPath": "/etc/jobttl.yaml", "subPath": "p"}],
+              CONFIGMAP_VOLUME),
+     [_policy_map(p="ttl: 1h")], ("ttl: 1h", f"ConfigMap policy, key p ({WORKER}'s JOBTTL_POLICY)")),
+    # The volume's items map a file to another key.
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl/"}],
+              [{"name": "policy", "configMap": {"name": "policy", "items": [{"key": "k", "path": "policy.yaml"}]}}]),
+     [_policy_map(k="ttl: 2h")], ("ttl: 2h", f"ConfigMap policy, key k ({WORKER}'s JOBTTL_POLICY)")),
+    # A ConfigMap of another namespace is not the one mounted; one without a namespace may be.
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl"}], CONFIGMAP_VOLUME),
+     [_policy_map(namespace="other", **{"policy.yaml": "x"})],
+     (None, f"{WORKER} reads JOBTTL_POLICY /etc/jobttl/policy.yaml from ConfigMap policy, which these manifests "
+            "do not hold")),
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl"}], CONFIGMAP_VOLUME),
+     [_policy_map(namespace=None, **{"policy.yaml": "y"})],
+     ("y", f"ConfigMap policy, key policy.yaml ({WORKER}'s JOBTTL_POLICY)")),
+    # The first ConfigMap mount holding the path decides, found or not.
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl"},
+                                          {"name": "other", "mountPath": "/etc"}],
+              CONFIGMAP_VOLUME + [{"name": "other", "configMap": {"name": "other"}}]),
+     [_policy_map(name="other", **{"jobttl/policy.yaml": "z"})],
+     (None, f"{WORKER} reads JOBTTL_POLICY /etc/jobttl/policy.yaml from ConfigMap policy, which these manifests "
+            "do not hold")),
+    # Mounts that do not hold the path, or that are not ConfigMaps, are passed over.
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/var"},
+                                          {"name": "empty", "mountPath": "/etc/jobttl"}],
+              CONFIGMAP_VOLUME + [{"name": "empty", "emptyDir": {}}]), [_policy_map(**{"policy.yaml": "x"})],
+     (None, f"{WORKER} reads JOBTTL_POLICY /etc/jobttl/policy.yaml from no ConfigMap volume")),
+    (_reading("/etc/jobttl/policy.yaml", [{"name": "policy", "mountPath": "/etc/jobttl.yaml", "subPath": "p"}],
+              CONFIGMAP_VOLUME), [_policy_map(p="x")],
+     (None, f"{WORKER} reads JOBTTL_POLICY /etc/jobttl/policy.yaml from no ConfigMap volume")),
+])
+def test_the_policy_a_workload_reads_is_found_through_its_mounts(workload, objects, found):
+    assert mounted_policy(objects, workload) == found
 
 
 def _worker_container(objects: list[dict]) -> dict:
