@@ -206,16 +206,7 @@ class KindWatcher:
             except ListExpired:
                 if token is None:
                     raise
-                if restarts >= LIST_RESTARTS:
-                    raise TransientApiError(f"listing {self.kind.resource}: the continue token expired "
-                                            f"{restarts + 1} times in a row") from None
-                # The continue token outlived the API server's compaction (410 Expired): the pages
-                # already read are of an older snapshot, so list again from the start, as a
-                # reflector does. A new mark: what only the abandoned pages saw is not "present".
-                restarts += 1
-                logs.record(log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version,
-                            detail="continue token expired (410): listing from the start")
-                self.listing += 1
+                restarts = self._list_again(restarts)
                 token, undecodable = None, 0
                 continue
             list_rv = page.resource_version  # every page of one list carries the first page's
@@ -225,26 +216,55 @@ class KindWatcher:
             # The page is dropped before the index takes its entries, as copies: a string kept from the
             # decoded page would pin its allocator arena, keeping the page's memory resident.
             page = None
-            for entry in staged:
-                if entry is None:
-                    undecodable += 1
-                else:
-                    self._remember(*entry)
+            undecodable += self._remember_staged(staged)
             staged = None
             if not token:
                 break
             if self.stop.is_set():
                 return
+        self._report_vanished(undecodable)
+        self._listed(list_rv)
+
+    def _list_again(self, restarts: int) -> int:
+        """After a 410 Expired on a continue token: the restarts so far, one more (TransientApiError when
+        it keeps expiring)."""
+        if restarts >= LIST_RESTARTS:
+            raise TransientApiError(f"listing {self.kind.resource}: the continue token expired "
+                                    f"{restarts + 1} times in a row") from None
+        # The continue token outlived the API server's compaction (410 Expired): the pages
+        # already read are of an older snapshot, so list again from the start, as a
+        # reflector does. A new mark: what only the abandoned pages saw is not "present".
+        logs.record(log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version,
+                    detail="continue token expired (410): listing from the start")
+        self.listing += 1
+        return restarts + 1
+
+    def _remember_staged(self, staged: list[tuple[Any, ...] | None]) -> int:
+        """Remember what a page staged; the number of objects without an identity to remember."""
+        undecodable = 0
+        for entry in staged:
+            if entry is None:
+                undecodable += 1
+            else:
+                self._remember(*entry)
+        return undecodable
+
+    def _report_vanished(self, undecodable: int) -> None:
+        """A delete event for each object known before and not in this list, unless some of the list
+        could not be decoded."""
         vanished = [uid for uid, seen in self.known.items() if seen.listing != self.listing]
         if undecodable:
             # An object we could not read is not one that vanished: no delete events this time.
             logs.record(log, "undecodable", level=logging.ERROR, kind=self.kind.kind, count=undecodable,
                         detail="objects in the list could not be decoded; vanished objects are not reported "
                                "this time, the resync will see them")
-        else:
-            for uid in vanished:
-                seen = self.known.pop(uid)
-                self.poster.post(self.kind, "delete", _identity(uid, seen))
+            return
+        for uid in vanished:
+            seen = self.known.pop(uid)
+            self.poster.post(self.kind, "delete", _identity(uid, seen))
+
+    def _listed(self, list_rv: str | None) -> None:
+        """A complete list: the kind is served, and watched from `list_rv`."""
         if self.not_served:
             logs.record(log, "kind-served", kind=self.kind.kind, apiVersion=self.kind.api_version)
             self.not_served = False

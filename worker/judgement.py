@@ -19,7 +19,7 @@ Three points of judgement, in the order a run meets them:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
 from jobttl.core.domain.decision import Decision, Verdict
 from jobttl.core.domain.due import Override, due_at
@@ -89,40 +89,37 @@ class ApiTime:
 # --- what it may do (the closed set) ---------------------------------------------------------------
 
 @dataclass(frozen=True)
-class Skip:
+class _Reasoned:
+    """An action the run's outcome names by its reason: ``<said>:<reason>``."""
+
+    reason: str
+    said: ClassVar[str] = "skipped"
+
+    @property
+    def outcome(self) -> str:
+        return f"{self.said}:{self.reason}"
+
+
+@dataclass(frozen=True)
+class Skip(_Reasoned):
     """Nothing of this run's to do, and nothing written: the schedule moved it (``superseded``), or
     another run of the same deletion is at work."""
 
-    reason: str
-
-    @property
-    def outcome(self) -> str:
-        return f"skipped:{self.reason}"
-
 
 @dataclass(frozen=True)
-class Refuse:
+class Refuse(_Reasoned):
     """Not now: the pending deletion stays (audited ``refused``); the worker's sweep books it again."""
 
-    reason: str
     detail: str
-
-    @property
-    def outcome(self) -> str:
-        return f"refused:{self.reason}"
+    said: ClassVar[str] = "refused"
 
 
 @dataclass(frozen=True)
-class Forget:
+class Forget(_Reasoned):
     """The object it was booked for is not there: gone, or re-created under its name (`successor`,
     which gets its own decision). The pending deletion ends."""
 
-    reason: str
     successor: dict[str, Any] | None = None
-
-    @property
-    def outcome(self) -> str:
-        return f"skipped:{self.reason}"
 
 
 @dataclass(frozen=True)
@@ -153,32 +150,27 @@ class Wait:
 
 
 @dataclass(frozen=True)
-class WouldDelete:
+class _Decided:
+    """An action carrying the decision it acts on (each subclass is its own action: equal only to its own kind)."""
+
+    decision: Decision
+
+
+class WouldDelete(_Decided):
     """Dry run: record what would have been deleted, delete nothing."""
 
-    decision: Decision
 
-
-@dataclass(frozen=True)
-class HoldForReview:
+class HoldForReview(_Decided):
     """Already due when jobttl was installed, and not yet reviewed: into the guard's held set."""
 
-    decision: Decision
 
-
-@dataclass(frozen=True)
-class Delete:
+class Delete(_Decided):
     """The job itself: archive (as the policy says), a rate-limit slot, `confirm`, then DELETE with
     UID and resourceVersion preconditions and the configured propagation."""
 
-    decision: Decision
 
-
-@dataclass(frozen=True)
-class DeletePods:
+class DeletePods(_Decided):
     """The pods stage: archive, a rate-limit slot, `confirm`, the job read once more, then its own pods."""
-
-    decision: Decision
 
 
 @dataclass(frozen=True)

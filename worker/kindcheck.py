@@ -179,26 +179,9 @@ def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAU
                           "never matches):\n  " + "\n  ".join(report.errors))
     _say_not_read(report, kinds)
     _say_unverified(report)
-    for kind, problems in report.absent:
-        whose = (f"the built-in declaration of {_name(kind)} reads" if kind.builtin else
-                 f"{kind.declared_in} inherits from the built-in declaration of {_name(kind)}")
-        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
-                    fields=[f"{p.field}: {p.text}" for p in problems],
-                    detail=f"{whose} fields the installed CRD {kind.crd} does not have (another version of its "
-                           "operator?); those readings never match: " + "; ".join(f"{p.field}: {p.message}" for p in problems)
-                           + ". Declare those fields in the policy's kindDeclarations to read them where they are")
-    for kind, served in report.not_served:
-        if not kind.builtin:
-            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
-                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
-                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
-    unverified = {name: [p.text for p in problems] for name, (_, problems) in report.unverified.items()}
-    why = [f"{kind}: {text}" for kind, text in report.unchecked.items()] + [
-        f"{name}: {p.message}" for name, (_, problems) in report.unverified.items() if name not in report.unchecked
-        for p in problems]
-    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
-                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
-                unverified=unverified, **({"detail": "; ".join(why)} if why else {}))
+    _say_absent(report)
+    _say_not_served(report)
+    _say_checked(report)
     return report
 
 
@@ -230,3 +213,35 @@ def _say_unverified(report: Report) -> None:
                 else "; ".join(f"{p.field}: {p.message}" for p in own) + ": jobttl reads these paths unverified")
         logs.record(log, "kind-unverified", level=logging.WARNING, reason="schema", kind=name,
                     fields=[f"{p.field}: {p.text}" for p in own], detail=f"{kind.declared_in}: {said}")
+
+
+def _say_absent(report: Report) -> None:
+    """The built-in declarations' fields (or inherited ones) the installed CRD does not have: one warning each kind."""
+    for kind, problems in report.absent:
+        whose = (f"the built-in declaration of {_name(kind)} reads" if kind.builtin else
+                 f"{kind.declared_in} inherits from the built-in declaration of {_name(kind)}")
+        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
+                    fields=[f"{p.field}: {p.text}" for p in problems],
+                    detail=f"{whose} fields the installed CRD {kind.crd} does not have (another version of its "
+                           "operator?); those readings never match: " + "; ".join(f"{p.field}: {p.message}" for p in problems)
+                           + ". Declare those fields in the policy's kindDeclarations to read them where they are")
+
+
+def _say_not_served(report: Report) -> None:
+    """An operator's declaration of a version its CRD does not serve: one warning each."""
+    for kind, served in report.not_served:
+        if not kind.builtin:
+            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
+                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
+                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
+
+
+def _say_checked(report: Report) -> None:
+    """The one `kinds-checked` line: what was verified, and why the rest was not."""
+    unverified = {name: [p.text for p in problems] for name, (_, problems) in report.unverified.items()}
+    why = [f"{kind}: {text}" for kind, text in report.unchecked.items()] + [
+        f"{name}: {p.message}" for name, (_, problems) in report.unverified.items() if name not in report.unchecked
+        for p in problems]
+    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
+                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
+                unverified=unverified, **({"detail": "; ".join(why)} if why else {}))

@@ -31,7 +31,9 @@ from jobttl.core.store import keys
 from jobttl.core.domain.decision import Decision
 from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.review import Held, dropped_from_held, kind_key, listed_by_api_server, still_under_review
+from jobttl.core.domain import review
+from jobttl.core.domain.review import (Bookings, Due, Held, dropped_from_held, kind_key, listed_by_api_server,
+                                         still_under_review)
 from jobttl.core.services.install import CONFIGMAP, InstallRecord, unreadable_record
 from jobttl.core.domain.kinds import JobKind, shown_kind
 from jobttl.core.kube.client import Conflict, NotServed, Page, PermanentApiError, TransientApiError, Undecodable
@@ -104,72 +106,98 @@ def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
     if not lock.acquire(blocking=False):
         report.status = "already-running"
         return report
-    held = HeldDeletions(ctx.redis)
     try:
-        # One read of the held set: the id compared is the id of exactly what may be released, the
-        # deletions of objects the API server returned (what events alone held is not confirmed).
-        held_before = held.all()
-        before = {h.member for h in held_before}
-        listed_before = {h.member for h in held_before if listed_by_api_server(h.by)}
-        if confirm is not None and confirm != held_id(sorted(listed_before)):
-            # The held set changed since the operator looked (or was released): nothing is confirmed.
-            report.status, report.held_id = "stale-confirmation", held_id(sorted(listed_before))
-            return report
-        confirmed = listed_before if confirm else set()
-        try:
-            # A resync before any worker (`jobttl resync` on a new cluster) starts the review as a
-            # worker would: it must not book, unreviewed, what was overdue at install.
-            install = ctx.install.current() or ctx.install.establish(ctx.clock.now())
-        except (TransientApiError, PermanentApiError, Conflict, ValueError) as exc:
-            # Without the install record nobody can tell what the review holds: all that is due is
-            # held (none released, nothing confirmed), and the report and the log say why.
-            install = _install_unreadable(ctx, report, exc) if ctx.install.enabled else None
-            confirmed = set()
-        report.install = install.as_dict() if install is not None else None
-        due_now: dict[str, tuple[JobRef, Decision, str]] = {}
-        dues: dict[str, int] = {}
-        seen: set[str] = set()
-        listed = set()
-        for kind in ctx.settings.policy.kinds:
-            if _list_kind(ctx, kind, report, seen, due_now, dues, lock, install):
-                listed.add((kind.api_version, kind.kind))
-        _forget_vanished(ctx, listed, seen, report, complete=len(listed) == len(ctx.settings.policy.kinds))
-        # The dry-run records the gauges count by, made to match the index again, should anything
-        # have written it without them (a process of an earlier release during a rollout).
-        file_dry_run(ctx.redis)
-        _drop_vanished_from_keeplast(ctx, listed, seen)
-        listed_kinds = {kind_key(*k) for k in listed}
-        enabled_kinds = {kind_key(k.api_version, k.kind) for k in ctx.settings.policy.kinds}
-        _drop_unlisted_held(ctx, held, held_before, seen, listed_kinds, report)
-        review = {m for m in due_now if install is not None and install.holds(dues[m], _kind_of(due_now[m][0]))}
-        _release_or_hold(ctx, Guard.from_settings(ctx.settings), held, before, seen, due_now, dues, review, confirmed,
-                         bool(confirm), report, install, still_under_review(
-                             None, enabled_kinds, listed_kinds))
-        quiet = report.status == "done"  # nothing held
-        if report.errors:
-            report.status = "incomplete"
-        if quiet and install is not None and install.reviewing and report.install_problem is None and listed_kinds \
-                and not _dry_run_due_at_install(ctx, install) \
-                and _nothing_left_to_review(ctx, held, install, confirmed=set()):
-            # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
-            # the review ends for them, and `jobttl status` does not ask for one.
-            _mark_reviewed(ctx, "resync: nothing was due at install", report,
-                           still_under_review(None, enabled_kinds, listed_kinds))
+        _resync(ctx, confirm, lock, report)
     finally:
         lock.release()
         _record(ctx, report)
     return report
 
 
-def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: set[str],
-               due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], lock,
+@dataclass
+class _Listing:
+    """What a resync's listing found: the UIDs it saw, the kinds it listed completely ((apiVersion, kind)),
+    and the deletions due now (found due, or booked and due at install while the review is open)."""
+
+    seen: set[str] = field(default_factory=set)
+    listed: set[tuple[str, str]] = field(default_factory=set)
+    due_now: dict[str, tuple[JobRef, Decision, str]] = field(default_factory=dict)
+    dues: dict[str, int] = field(default_factory=dict)
+
+    def due(self) -> dict[str, Due]:
+        """What the release rule (jobttl.core.domain.review) needs of each deletion due now."""
+        return {m: Due(self.dues[m], _kind_of(ref)) for m, (ref, _, _) in self.due_now.items()}
+
+
+def _resync(ctx: WorkerContext, confirm: str | None, lock, report: ResyncReport) -> None:
+    held = HeldDeletions(ctx.redis)
+    # One read of the held set: the id compared is the id of exactly what may be released, the
+    # deletions of objects the API server returned (what events alone held is not confirmed).
+    held_before = held.all()
+    confirmed = _confirmed(held_before, confirm, report)
+    if confirmed is None:
+        return
+    install, readable = _install_record(ctx, report)
+    if not readable:
+        confirmed = set()  # nobody can tell what the review holds: nothing is confirmed
+    report.install = install.as_dict() if install is not None else None
+    listing = _Listing()
+    for kind in ctx.settings.policy.kinds:
+        if _list_kind(ctx, kind, report, listing, lock, install):
+            listing.listed.add((kind.api_version, kind.kind))
+    _forget_vanished(ctx, listing.listed, listing.seen, report,
+                     complete=len(listing.listed) == len(ctx.settings.policy.kinds))
+    # The dry-run records the gauges count by, made to match the index again, should anything
+    # have written it without them (a process of an earlier release during a rollout).
+    file_dry_run(ctx.redis)
+    _drop_vanished_from_keeplast(ctx, listing.listed, listing.seen)
+    listed_kinds = {kind_key(*k) for k in listing.listed}
+    # A confirmation, or nothing due, ends the review only for the kinds listed completely.
+    not_listed = still_under_review(None, {kind_key(k.api_version, k.kind) for k in ctx.settings.policy.kinds},
+                                    listed_kinds)
+    were_held = _as_held(held_before)
+    _drop_unlisted_held(ctx, held, were_held, listing.seen, listed_kinds, report)
+    _release_or_hold(ctx, held, were_held, listing, install, confirmed, bool(confirm), not_listed, report)
+    quiet = report.status == "done"  # nothing held
+    if report.errors:
+        report.status = "incomplete"
+    if review.review_may_end_quietly(install, not quiet, report.install_problem is None, listed_kinds) \
+            and review.nothing_was_due_at_install(install, *_review_facts(ctx, held, install, set())):
+        # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
+        # the review ends for them, and `jobttl status` does not ask for one.
+        _mark_reviewed(ctx, "resync: nothing was due at install", report, not_listed)
+
+
+def _confirmed(held_before: list[HeldDeletion], confirm: str | None, report: ResyncReport) -> set[str] | None:
+    """What the operator's confirmation releases (nothing without one); None: it names a held set
+    that changed since the operator looked (or was released), and the resync stops there."""
+    listed_before = {h.member for h in held_before if listed_by_api_server(h.by)}
+    if confirm is not None and confirm != held_id(sorted(listed_before)):
+        report.status, report.held_id = "stale-confirmation", held_id(sorted(listed_before))
+        return None
+    return listed_before if confirm else set()
+
+
+def _install_record(ctx: WorkerContext, report: ResyncReport) -> tuple[InstallRecord | None, bool]:
+    """The install record, and whether it could be read (and made, where there was none)."""
+    try:
+        # A resync before any worker (`jobttl resync` on a new cluster) starts the review as a
+        # worker would: it must not book, unreviewed, what was overdue at install.
+        return ctx.install.current() or ctx.install.establish(ctx.clock.now()), True
+    except (TransientApiError, PermanentApiError, Conflict, ValueError) as exc:
+        # Without the install record nobody can tell what the review holds: all that is due is
+        # held (none released, nothing confirmed), and the report and the log say why.
+        return (_install_unreadable(ctx, report, exc) if ctx.install.enabled else None), False
+
+
+def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, listing: _Listing, lock,
                install: InstallRecord | None) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
         # The next page is listed while this one is reconciled (jobttl.core.kube.prefetch).
         with closing(prefetched(ctx.kube.pages(kind, PAGE_SIZE), name=f"resync-list-{kind.kind}")) as pages:
             for page in pages:
-                _reconcile_page(ctx, kind, page, report, seen, due_now, dues, install)
+                _reconcile_page(ctx, kind, page, report, listing, install)
                 lock.extend(LOCK_SECONDS, replace_ttl=True)
         return True
     except NotServed:
@@ -179,8 +207,7 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, seen: se
     return False
 
 
-def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, seen: set[str],
-                    due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int],
+def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, listing: _Listing,
                     install: InstallRecord | None) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
@@ -189,21 +216,25 @@ def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: Resyn
     for obj in items:
         uid = (obj.get("metadata") or {}).get("uid")
         if isinstance(uid, str):
-            seen.add(uid)  # rejected objects too: their pending deletions are not "vanished"
+            listing.seen.add(uid)  # rejected objects too: their pending deletions are not "vanished"
     for outcome in outcomes:
         report.count(outcome)
-        # While the first-run review is open, a deletion already booked (an event before the first
-        # worker started) that was due at install is the review's too: it is held with the rest.
-        booked_for_review = outcome.change is Change.UNCHANGED and install is not None and outcome.due is not None \
-            and install.holds(outcome.due, kind_key(kind.api_version, kind.kind)) \
-            and not (outcome.decision and outcome.decision.dry_run)
-        if outcome.change is Change.DUE_NOW or booked_for_review:
+        if _due_for_resync(outcome, kind, install):
             member = member_for(outcome.ref.uid, outcome.stage)
-            due_now[member] = (outcome.ref, outcome.decision, outcome.stage)
-            dues[member] = outcome.due
+            listing.due_now[member] = (outcome.ref, outcome.decision, outcome.stage)
+            listing.dues[member] = outcome.due
     for rejection in rejected:
         report.reject(str(rejection))
     report.counts["seen"] += len(items)
+
+
+def _due_for_resync(outcome: Outcome, kind: JobKind, install: InstallRecord | None) -> bool:
+    """Found due now; or, while the first-run review is open, a deletion already booked (an event before
+    the first worker started) that was due at install: the review's too, held with the rest."""
+    booked_for_review = outcome.change is Change.UNCHANGED and install is not None and outcome.due is not None \
+        and install.holds(outcome.due, kind_key(kind.api_version, kind.kind)) \
+        and not (outcome.decision and outcome.decision.dry_run)
+    return outcome.change is Change.DUE_NOW or booked_for_review
 
 
 def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: ResyncReport,
@@ -246,97 +277,79 @@ def _drop_vanished_from_keeplast(ctx: WorkerContext, listed: set, seen: set[str]
                                  if uid not in seen and (member.ref.api_version, member.ref.kind) in listed])
 
 
-def _release_or_hold(ctx: WorkerContext, guard: Guard, held: HeldDeletions, before: set[str], seen: set[str],
-                     due_now: dict[str, tuple[JobRef, Decision, str]], dues: dict[str, int], review: set[str],
-                     confirmed: set[str], confirming: bool, report: ResyncReport, install: InstallRecord | None,
-                     not_listed: frozenset[str]) -> None:
-    """Queue the deletions found due, or hold them.
-
-    `review`: those the first-run review holds (due at install, not yet reviewed). They are held
-    whatever the thresholds, and never released while the review is open; the others go through
-    the guard as a set, and all are held when there are too many. A confirmation releases exactly
-    what was held (and the operator reviewed), where still due, and ends the first-run review,
-    but only when the listing was complete and nothing due at install is left that the operator
-    has not seen (found since, or booked and not yet held): else the review stays open and what
-    it holds stays held. Only what this resync holds or releases changes in the held set: what
-    events held meanwhile stays.
+def _release_or_hold(ctx: WorkerContext, held: HeldDeletions, held_before: list[Held], listing: _Listing,
+                     install: InstallRecord | None, confirmed: set[str], confirming: bool, not_listed: frozenset[str],
+                     report: ResyncReport) -> None:
+    """Queue the deletions found due, or hold them, as the release rule says (jobttl.core.domain.review:
+    what the review holds is held whatever the thresholds and never released while it is open; the
+    rest goes through the guard as a set). A confirmation releases exactly what was held (and the
+    operator reviewed), where still due, and ends the first-run review, but only for the kinds listed
+    completely (`not_listed` stay under review) and when nothing due at install is left that the
+    operator has not seen: else the review stays open and what it holds stays held. Only what this
+    resync holds or releases changes in the held set: what events held meanwhile stays.
     """
-    fresh = {m: v for m, v in due_now.items() if m not in confirmed}
-    first_run = {m: v for m, v in fresh.items() if m in review}
-    others = {m: v for m, v in fresh.items() if m not in review}
-    if others and guard.exceeded(len(others), report.seen):
-        hold, why = fresh, "thresholds"
-    elif first_run:
-        hold, why = first_run, FIRST_RUN
-    else:
-        hold, why = {}, None
-    if hold:
-        held.hold([HeldDeletion(m, ref, d, FIRST_RUN if m in review else "resync")
-                   for m, (ref, d, _) in sorted(hold.items())])
-        report.counts["held"], report.status = len(hold), "held"
-        report.first_run_held = len(set(hold) & review)
-        report.held_id = held.current_id()
-    if why == "thresholds":
-        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(hold), seen=report.seen,
-                         heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                         firstRun=report.first_run_held,
-                         detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`")
-    elif why == FIRST_RUN:
-        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(hold), seen=report.seen,
-                         heldId=report.held_id, reason="first-run-review", firstRun=report.first_run_held,
-                         installedAt=(report.install or {}).get("installedAt"),
-                         detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
-                                f"run `jobttl resync --confirm {report.held_id}`")
-    reviewing = install is not None and install.reviewing
-    if reviewing and confirming and not first_run and report.install_problem is None \
-            and _nothing_left_to_review(ctx, held, install, confirmed):
+    guard = Guard.from_settings(ctx.settings)
+    due = listing.due()
+    plan = review.plan_holds(due, install, confirmed, guard, report.seen)
+    if plan.hold:
+        _hold(ctx, held, listing, plan, guard, report)
+    if review.confirmation_may_end_review(install, confirming, plan, report.install_problem is None) \
+            and review.nothing_left_to_review(install, *_review_facts(ctx, held, install, confirmed), confirmed):
         # The operator has seen all that was due at install, and said go: the review ends before
-        # the release, so that no worker holds what was just confirmed; but only for the kinds this
-        # resync listed completely (`not_listed` stay under review, what they hold stays held).
+        # the release, so that no worker holds what was just confirmed. A record that cannot be
+        # written leaves the review open (None): the release below then keeps what it holds.
         install = _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report,
                                  not_listed) or install
-        reviewing = install.reviewing
-    still = {m for m in review if install is not None and install.holds(dues[m], _kind_of(due_now[m][0]))}
-    release = {m: v for m, v in due_now.items() if m not in hold and not (reviewing and m in still)}
-    # Held before, and listed now without being due: nothing to hold any more.
-    settled = {m for m in before if split_member(m)[0] in seen and m not in due_now}
-    held.release(set(release) | settled)
+    # Safety: the release is planned with the record as it now stands in the cluster, never as hoped.
+    plan_out = review.plan_release(due, plan, install, held_before, listing.seen)
+    held.release(set(plan_out.release) | plan_out.settled)
     by = "resync-confirmed" if confirming else "resync"
-    for outcome in ctx.reconciler.release(list(release.values()), by):
+    released = [v for m, v in listing.due_now.items() if m in plan_out.release]
+    for outcome in ctx.reconciler.release(released, by):
         if outcome.change in (Change.SCHEDULED, Change.MOVED):
             report.counts["queued_now"] += 1
 
 
-def _dry_run_due_at_install(ctx: WorkerContext, install: InstallRecord) -> bool:
-    """Whether dry run recorded a would-delete due by the install time. Such a job is the review's:
-    it deletes nothing now, but once dry run is turned off it comes back due at once. So the review
-    must not end by itself ("nothing was due at install") while one waits: it stays open, and the
-    job is held for it when dry run ends."""
-    return ctx.schedule.due_counts(install.installed_at).dry_run_total() > 0
+def _hold(ctx: WorkerContext, held: HeldDeletions, listing: _Listing, plan: review.HoldPlan, guard: Guard,
+          report: ResyncReport) -> None:
+    """Hold what the plan holds (`by: first-run` what the review holds), and say why."""
+    held.hold([HeldDeletion(m, listing.due_now[m][0], listing.due_now[m][1], FIRST_RUN if m in plan.review
+                            else "resync") for m in sorted(plan.hold)])
+    report.counts["held"], report.status = len(plan.hold), "held"
+    report.first_run_held = len(plan.hold & plan.review)
+    report.held_id = held.current_id()
+    if plan.reason == review.THRESHOLDS:
+        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(plan.hold), seen=report.seen,
+                         heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
+                         firstRun=report.first_run_held,
+                         detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`")
+    else:
+        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(plan.hold), seen=report.seen,
+                         heldId=report.held_id, reason="first-run-review", firstRun=report.first_run_held,
+                         installedAt=(report.install or {}).get("installedAt"),
+                         detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
+                                f"run `jobttl resync --confirm {report.held_id}`")
 
 
-def _nothing_left_to_review(ctx: WorkerContext, held: HeldDeletions, install: InstallRecord,
-                            confirmed: set[str]) -> bool:
-    """Whether all that was due at install is in `confirmed`: nothing in the schedule is due by the
-    install time (a booking no worker has held yet; dry-run records delete nothing and do not count),
-    and nothing held for the review is outside `confirmed`. The schedule is read first: a worker's
-    hold writes the held set before it takes the booking out of the schedule."""
-    booked = ctx.schedule.due_counts(install.installed_at).due[0]  # dry-run records apart
+def _review_facts(ctx: WorkerContext, held: HeldDeletions, install: InstallRecord,
+                  confirmed: set[str]) -> tuple[Bookings, list[Held]]:
+    """What `nothing_left_to_review` reads: the schedule's bookings due by the install time, then the held
+    set. In that order: a worker's hold writes the held set before it takes the booking out of the
+    schedule, so a deletion on its way between the two is seen in one or the other."""
+    counts = ctx.schedule.due_counts(install.installed_at)
+    booked = counts.due[0]  # dry-run records apart
+    bookings = Bookings(booked, dry_run=counts.dry_run_total())
     if booked:
-        # Each a booking due at install: fine only if the operator has seen it (held, and confirmed;
-        # what the review holds is never a dry-run record), or its kind's review has ended (what an
-        # earlier confirmation released, of the kinds it covered).
         dues = {m.decode(): int(d) for m, d in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", install.installed_at,
                                                                         withscores=True)}
-        members = set(dues)
-        unseen = members - confirmed
+        unseen = set(dues) - confirmed
+        kinds = None
         if install.reviewed_at is not None and unseen:
-            records = ctx.schedule.records([(m, dues[m]) for m in sorted(unseen)])
-            unseen = {p.member for p in records if not p.ref.kind or _kind_of(p.ref) in install.kinds_under_review}
-        if unseen and booked > len(members & confirmed):
-            return False
-    return all(h.member in confirmed for h in held.all()
-               if h.by == FIRST_RUN and install.holds(install.installed_at, _kind_of(h.ref)))
+            # Their kinds matter only once the review has ended for some kinds: read then only.
+            kinds = {p.member: _kind_of(p.ref) if p.ref.kind else None
+                     for p in ctx.schedule.records([(m, dues[m]) for m in sorted(unseen)])}
+        bookings = Bookings(booked, frozenset(dues), kinds, counts.dry_run_total())
+    return bookings, _as_held(held.all())
 
 
 def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport,
@@ -373,12 +386,16 @@ def _kind_of(ref: JobRef) -> str:
     return kind_key(ref.api_version, ref.kind)
 
 
-def _drop_unlisted_held(ctx: WorkerContext, held: HeldDeletions, held_before: list[HeldDeletion], seen: set[str],
+def _as_held(held: list[HeldDeletion]) -> list[Held]:
+    """What the review's rules need of held deletions."""
+    return [Held(h.member, split_member(h.member)[0], _kind_of(h.ref), h.by) for h in held]
+
+
+def _drop_unlisted_held(ctx: WorkerContext, held: HeldDeletions, held_before: list[Held], seen: set[str],
                         listed: set[str], report: ResyncReport) -> None:
     """Held deletions whose object the complete listing of its kind did not return are dropped: gone
     since, re-created, or named by a forged event (jobttl.core.domain.review.dropped_from_held)."""
-    gone = dropped_from_held([Held(h.member, split_member(h.member)[0], _kind_of(h.ref), h.by) for h in held_before],
-                             seen, listed)
+    gone = dropped_from_held(held_before, seen, listed)
     if not gone:
         return
     held.release(gone)
