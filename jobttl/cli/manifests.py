@@ -56,19 +56,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         yaml.safe_dump({"apiServerSource": {"spec": {"resources": source_resources(policy)}},
                         "trigger": {"spec": {"filters": [{"any": trigger_kinds(policy)}]}}}, sys.stdout, sort_keys=False)
         return 0
+    return _check(args, policy, settings)
+
+
+def _check(args: argparse.Namespace, policy: Policy, settings: Settings) -> int:
+    """`check -f FILE`: what the manifests lack for the policy's kinds (exit 1 if anything, 2 if unreadable)."""
     if not args.filename:
         print("jobttl: manifests check needs -f FILE (rendered manifests; - for stdin)", file=sys.stderr)
         return 2
-    source = "stdin" if args.filename == "-" else args.filename
-    try:
-        text = sys.stdin.read() if args.filename == "-" else open(args.filename, encoding="utf-8").read()
-        objects = [o for o in yaml.safe_load_all(text) if isinstance(o, dict)]
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        print(f"jobttl: cannot read {source}: {exc}", file=sys.stderr)
-        return 2
-    objects = [item for o in objects for item in _items(o)]
-    if not objects:
-        print(f"jobttl: {source} holds no Kubernetes objects", file=sys.stderr)
+    objects = _read_objects(args.filename)
+    if objects is None:
         return 2
     origin = f"--policy {args.policy}" if args.policy else None
     if origin is None:
@@ -83,6 +80,22 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if not problems:
         print(f"every enabled kind ({len(policy.kinds)}) has its RBAC and its source")
     return 1 if problems else 0
+
+
+def _read_objects(filename: str) -> list[dict] | None:
+    """The objects in FILE (``-``: stdin), Lists unwrapped; None once stderr says why there are none."""
+    source = "stdin" if filename == "-" else filename
+    try:
+        text = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()
+        objects = [o for o in yaml.safe_load_all(text) if isinstance(o, dict)]
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        print(f"jobttl: cannot read {source}: {exc}", file=sys.stderr)
+        return None
+    objects = [item for o in objects for item in _items(o)]
+    if not objects:
+        print(f"jobttl: {source} holds no Kubernetes objects", file=sys.stderr)
+        return None
+    return objects
 
 
 def _items(obj: dict) -> list[dict]:
