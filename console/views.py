@@ -9,8 +9,9 @@ redirect to the page they came from and a message (post/redirect/get): readable 
 from __future__ import annotations
 
 import re
-
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
@@ -124,12 +125,8 @@ def job(namespace: str, name: str) -> str:
     _card_ref(namespace, name)
     person = _reader(verb="get", namespace=namespace, name=name)
     kind = request.args.get("kind") or None
-    try:
+    with _answering_lookups():
         card = _ops().find(namespace, name, kind)
-    except operations.NotFound as exc:
-        abort(404, str(exc))
-    except operations.Ambiguous as exc:
-        abort(409, str(exc))
     archive = _archive(namespace, name, kind)
     return _page("job.html", person, card=card, archive=archive,
                  can_act=auth.may(person, rights.KEEP, rights.DELETIONS, namespace))
@@ -199,6 +196,26 @@ def _back(default: str) -> Response:
     return redirect(target, code=303)
 
 
+def _job_action(verb: str) -> tuple[auth.Who, str, str, str | None]:
+    """Who acts, on which job (the form's namespace, name and kind), once they may `verb` it."""
+    person = auth.who()
+    auth.check_csrf()
+    namespace, name, kind = _job_form()
+    auth.require(person, verb, rights.DELETIONS, namespace, name)
+    return person, namespace, name, kind
+
+
+@contextmanager
+def _answering_lookups() -> Iterator[None]:
+    """A job not found answers 404; one the name leaves open (several kinds), or already kept, 409."""
+    try:
+        yield
+    except operations.NotFound as exc:
+        abort(404, str(exc))
+    except (operations.Ambiguous, operations.AlreadyKept) as exc:
+        abort(409, str(exc))
+
+
 def _job_form() -> tuple[str, str, str | None]:
     namespace, name = request.form.get("namespace", ""), request.form.get("name", "")
     try:
@@ -215,22 +232,15 @@ def _acted(message: str) -> None:
 
 @blueprint.post("/actions/postpone")
 def postpone() -> Response:
-    person = auth.who()
-    auth.check_csrf()
-    namespace, name, kind = _job_form()
-    auth.require(person, rights.POSTPONE, rights.DELETIONS, namespace, name)
+    person, namespace, name, kind = _job_action(rights.POSTPONE)
     try:
         seconds = parse_duration(request.form.get("duration", ""))
     except ValueError as exc:
         abort(400, f"duration: {exc} (e.g. 2h, 3d)")
     if seconds <= 0:
         abort(400, "duration: must be more than zero (e.g. 2h, 3d)")
-    try:
+    with _answering_lookups():
         moved = _ops().postpone(namespace, name, seconds, kind, by=person.by)
-    except operations.NotFound as exc:
-        abort(404, str(exc))
-    except operations.Ambiguous as exc:
-        abort(409, str(exc))
     _acted(f"Postponed {namespace}/{name}: now due {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(moved.due))} "
            f"(as `jobttl postpone {namespace}/{name} {request.form.get('duration')}`, by {person.user.name})")
     return _back(url_for("console.pending"))
@@ -238,16 +248,9 @@ def postpone() -> Response:
 
 @blueprint.post("/actions/keep")
 def keep() -> Response:
-    person = auth.who()
-    auth.check_csrf()
-    namespace, name, kind = _job_form()
-    auth.require(person, rights.KEEP, rights.DELETIONS, namespace, name)
-    try:
+    person, namespace, name, kind = _job_action(rights.KEEP)
+    with _answering_lookups():
         _ops().cancel(namespace, name, kind, by=person.by)
-    except (operations.NotFound, operations.AlreadyKept) as exc:
-        abort(404 if isinstance(exc, operations.NotFound) else 409, str(exc))
-    except operations.Ambiguous as exc:
-        abort(409, str(exc))
     _acted(f"Kept {namespace}/{name}: jobttl will not delete it (as `jobttl cancel {namespace}/{name}`, "
            f"by {person.user.name})")
     return _back(url_for("console.pending"))
@@ -256,19 +259,12 @@ def keep() -> Response:
 @blueprint.post("/actions/cancel")
 def cancel() -> Response:
     """Take back an operator's keep or postpone (`jobttl cancel --undo`, `jobttl postpone --undo`)."""
-    person = auth.who()
-    auth.check_csrf()
-    namespace, name, kind = _job_form()
-    auth.require(person, rights.CANCEL, rights.DELETIONS, namespace, name)
+    person, namespace, name, kind = _job_action(rights.CANCEL)
     action = request.form.get("action", "")
     if action not in operations.UNDOABLE:
         abort(400, f"action: expected one of {', '.join(operations.UNDOABLE)}, got {action[:50]!r}")
-    try:
+    with _answering_lookups():
         _ops().undo(namespace, name, action, kind, by=person.by)
-    except operations.NotFound as exc:
-        abort(404, str(exc))
-    except operations.Ambiguous as exc:
-        abort(409, str(exc))
     _acted(f"Took back the {action} of {namespace}/{name}: it is decided again from the job and the policy "
            f"(as `jobttl {action} --undo {namespace}/{name}`, by {person.user.name})")
     return _back(url_for("console.job", namespace=namespace, name=name))

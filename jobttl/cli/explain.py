@@ -25,6 +25,7 @@ from typing import Any, TypeVar
 
 import yaml
 
+from jobttl.cli.parsing import add_command
 from jobttl.core.domain import shapes
 from jobttl.core.runtime.config import Settings
 from jobttl.core.domain.decision import Decision, Verdict, decide
@@ -36,6 +37,7 @@ API_VERSION = "jobttl.io/explain/v1"
 UNKNOWN_KIND = "unknown-kind"
 KIND_NOT_ENABLED = "kind-not-enabled"
 UNREADABLE = "unreadable"
+ENVIRONMENT = ("JOBTTL_POLICY",)
 
 
 class _KubeLoader(yaml.SafeLoader):
@@ -135,7 +137,24 @@ def read_input(filename: str, parse: Callable[[str], T]) -> T | None:
     return None
 
 
-def main(args: argparse.Namespace, settings: Settings) -> int:
+def add_commands(commands: argparse._SubParsersAction) -> None:
+    parser = add_command(commands, "explain", run, "what jobttl would decide for objects in a file, and why; or, "
+                                                   "with --crd, whether the kinds' declared paths are in their CRDs "
+                                                   "(offline: no cluster, no Redis)", ENVIRONMENT, quiet=True)
+    parser.add_argument("-f", "--filename", metavar="FILE",
+                        help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin "
+                             "(default: none; one of -f and --crd is required)")
+    parser.add_argument("--crd", metavar="FILE",
+                        help="check the policy's kinds against the CustomResourceDefinitions in FILE (`kubectl get "
+                             "crd NAME -o yaml`, release manifests; - for stdin) as the worker does at start, instead "
+                             "of deciding objects (default: none)")
+    parser.add_argument("--policy", metavar="FILE",
+                        help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)")
+    parser.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
+    parser.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
     if (args.filename is None) == (args.crd is None):
         print("jobttl: explain needs -f FILE (objects to decide) or --crd FILE (CRDs to check the kinds against)",
               file=sys.stderr)

@@ -97,13 +97,7 @@ def _value(key: str, value: Any) -> str:
 
 
 def status(data: dict[str, Any]) -> None:
-    counts = _table("", "", title="Deletions")
-    counts.show_header = False
-    for label, key in (("pending", "pending"), ("due within the hour", "dueWithinHour"), ("overdue", "overdue"),
-                       ("queued now", "queued"), ("failed", "failed"), ("held for confirmation", "held"),
-                       ("stuck (deleted, still present)", "stuck"), ("deleted in the last 24 h", "deletedLast24h")):
-        counts.add_row(label, str(data[key]))
-    console.print(counts)
+    console.print(_deletion_counts(data))
     if data.get("dryRunWouldDelete"):
         console.print(f"{would_delete(data['dryRunWouldDelete'])} (due, and kept: dry run deletes nothing; "
                       "not counted as due or overdue)")
@@ -111,17 +105,42 @@ def status(data: dict[str, Any]) -> None:
     console.print(f"Scheduler: {data['scheduler'] or 'none: no worker holds the scheduler lock, due deletions are not queued'}")
     last = data.get("lastResync")
     if last:
-        console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
-                      + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
-        for kind in last.get("missing_kinds") or ():
-            console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
-        if last.get("install_problem"):
-            console.print(f"Install record: {last['install_problem']}: the last resync held every deletion due, "
-                          "released none; check the worker's RBAC on the ConfigMap jobttl-install, then run "
-                          "`jobttl resync`", soft_wrap=True)
-        if last.get("held_dropped"):
-            console.print(f"Held set: {last['held_dropped']} held deletions dropped, their object not in the cluster "
-                          "(deleted since, or named by events for objects that do not exist)")
+        _last_resync(last)
+    _first_run_review(data, last)
+    for name, problem in (data.get("clockProblems") or {}).items():
+        console.print(f"Clock: {name}: {problem}")
+    for name, report in (data.get("policyErrors") or {}).items():
+        console.print(policy_error_line(name, report), soft_wrap=True)  # one line a declaration, for grep
+    _workers(data["workers"])
+
+
+def _deletion_counts(data: dict[str, Any]) -> Table:
+    counts = _table("", "", title="Deletions")
+    counts.show_header = False
+    for label, key in (("pending", "pending"), ("due within the hour", "dueWithinHour"), ("overdue", "overdue"),
+                       ("queued now", "queued"), ("failed", "failed"), ("held for confirmation", "held"),
+                       ("stuck (deleted, still present)", "stuck"), ("deleted in the last 24 h", "deletedLast24h")):
+        counts.add_row(label, str(data[key]))
+    return counts
+
+
+def _last_resync(last: dict[str, Any]) -> None:
+    """The last resync's report, as `jobttl status` tells it: what it saw, and what needs a person."""
+    console.print(f"Last resync: {last['status']} {ago(last['started_at'])}, saw {last['seen']} jobs"
+                  + (f", {last['held']} held (jobttl resync --confirm {last['held_id']})" if last.get("held") else ""))
+    for kind in last.get("missing_kinds") or ():
+        console.print(f"Kind not served by this cluster (skipped; no CRD?): {kind}")
+    if last.get("install_problem"):
+        console.print(f"Install record: {last['install_problem']}: the last resync held every deletion due, "
+                      "released none; check the worker's RBAC on the ConfigMap jobttl-install, then run "
+                      "`jobttl resync`", soft_wrap=True)
+    if last.get("held_dropped"):
+        console.print(f"Held set: {last['held_dropped']} held deletions dropped, their object not in the cluster "
+                      "(deleted since, or named by events for objects that do not exist)")
+
+
+def _first_run_review(data: dict[str, Any], last: dict[str, Any] | None) -> None:
+    """The first-run review: open since the install, or confirmed but for kinds not listed completely then."""
     install = data.get("install") or {}
     kinds = install.get("kindsUnderReview") or []
     if install.get("underReview"):
@@ -129,35 +148,38 @@ def status(data: dict[str, Any]) -> None:
                       "due then wait for you" + (f"; {data['held']} held: `jobttl held`, then `jobttl resync "
                                                  "--confirm ID`" if data["held"] else "; none held"))
     elif kinds:
-        # One line each, for grep: the kinds a confirmation did not cover (not listed completely then),
-        # apart from those this cluster does not serve at all (no CRD: usually nothing to do).
-        unserved = set((last or {}).get("missing_kinds") or ())
-        listed_later = [k for k in kinds if k not in unserved]
-        if listed_later:
-            console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(listed_later)}: "
-                          "not listed completely when it was confirmed (an API error, or not served then); what of "
-                          f"them was already due at the install ({install['installedAt']}) is held for your "
-                          "confirmation once a resync lists them" + (f"; {data['held']} held: `jobttl held`"
-                                                                     if data["held"] else ""), soft_wrap=True)
-        if unserved & set(kinds):
-            console.print(f"First-run review: not served by this cluster, so not reviewed: "
-                          f"{', '.join(sorted(unserved & set(kinds)))}: if one is served later, what of it was "
-                          "already due at the install waits for your confirmation", soft_wrap=True)
-    for name, problem in (data.get("clockProblems") or {}).items():
-        console.print(f"Clock: {name}: {problem}")
-    for name, report in (data.get("policyErrors") or {}).items():
-        console.print(policy_error_line(name, report), soft_wrap=True)  # one line a declaration, for grep
-    if not data["workers"]:
+        _kinds_still_under_review(data, install, kinds, set((last or {}).get("missing_kinds") or ()))
+
+
+def _kinds_still_under_review(data: dict[str, Any], install: dict[str, Any], kinds: list[str],
+                              unserved: set[str]) -> None:
+    # One line each, for grep: the kinds a confirmation did not cover (not listed completely then),
+    # apart from those this cluster does not serve at all (no CRD: usually nothing to do).
+    listed_later = [k for k in kinds if k not in unserved]
+    if listed_later:
+        console.print(f"First-run review: reviewed ({install['reviewedAt']}) but for {', '.join(listed_later)}: "
+                      "not listed completely when it was confirmed (an API error, or not served then); what of "
+                      f"them was already due at the install ({install['installedAt']}) is held for your "
+                      "confirmation once a resync lists them" + (f"; {data['held']} held: `jobttl held`"
+                                                                 if data["held"] else ""), soft_wrap=True)
+    if unserved & set(kinds):
+        console.print(f"First-run review: not served by this cluster, so not reviewed: "
+                      f"{', '.join(sorted(unserved & set(kinds)))}: if one is served later, what of it was "
+                      "already due at the install waits for your confirmation", soft_wrap=True)
+
+
+def _workers(workers: list[dict[str, Any]]) -> None:
+    if not workers:
         console.print("Workers: none registered: nothing is deleted")
         return
-    workers = _table("worker", "state", "last heartbeat", "clock", title="Workers")
-    for w in data["workers"]:
+    table = _table("worker", "state", "last heartbeat", "clock", title="Workers")
+    for w in workers:
         clock = w.get("clock") or {}
         offset = clock.get("apiServerOffset")
         shown = "-" if offset is None else f"{-offset:+.1f}s vs API server"
-        workers.add_row(w["name"], w["state"], ago(w["lastHeartbeat"]),
-                        shown + (" (deletions wait)" if clock.get("problem") else ""))
-    console.print(workers)
+        table.add_row(w["name"], w["state"], ago(w["lastHeartbeat"]),
+                      shown + (" (deletions wait)" if clock.get("problem") else ""))
+    console.print(table)
 
 
 def policy_error_line(declaration: str, report: dict[str, Any]) -> str:
@@ -207,14 +229,7 @@ def history(data: dict[str, Any]) -> None:
 
 def show(data: dict[str, Any]) -> None:
     console.print(_object(data))
-    now = time.time()
-    for p in data["pending"]:
-        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True)
-        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left_of(p, now)}), "
-                      f"TTL {ttl} from {p['ttlSource'] or '-'}, rules {', '.join(p['rules']) or '-'}"
-                      f"{', dry run' if p['dryRun'] else ''}; uid {p['uid']}, job id {p['jobId']}")
-    if not data["pending"]:
-        console.print("  no pending deletion")
+    _pending_deletions(data["pending"])
     job = f"{data['namespace']}/{data['name']}"
     for o in data.get("overrides", []):
         for line in _overrides(o, job):
@@ -226,21 +241,38 @@ def show(data: dict[str, Any]) -> None:
     else:
         console.print("  no audit entries (what changed nothing is kept only as the latest decision above)")
     for t in data["tombstones"]:
-        console.print(f"Deleted {when(t['deletedAt'])} (uid {t['uid']}); its final status:")
-        final = t["status"]
-        conditions = _table("condition", "status", "reason", "since (UTC)", "message")
-        for c in final.get("conditions") or []:
-            conditions.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""),
-                               c.get("lastTransitionTime", ""), c.get("message", ""))
-        console.print(conditions)
-        for key, value in final.items():
-            if key != "conditions":
-                console.print(f"  {key}: {value}")
-        for key in ("labels", "annotations"):
-            if t.get(key):
-                console.print(f"  {key}: " + ", ".join(f"{k}={v}" for k, v in t[key].items()))
-        if t.get("archive"):
-            console.print(f"  archived at {t['archive']} (jobttl logs {t['namespace']}/{t['name']})")
+        _tombstone(t)
+
+
+def _pending_deletions(pending: list[dict[str, Any]]) -> None:
+    """`jobttl show`'s pending deletions of the job, a line each (one a stage)."""
+    now = time.time()
+    for p in pending:
+        ttl = "-" if p["ttl"] is None else format_duration(p["ttl"], exact=True)
+        console.print(f"  pending {p.get('stage', 'job')} deletion: due {when(p['due'])} ({left_of(p, now)}), "
+                      f"TTL {ttl} from {p['ttlSource'] or '-'}, rules {', '.join(p['rules']) or '-'}"
+                      f"{', dry run' if p['dryRun'] else ''}; uid {p['uid']}, job id {p['jobId']}")
+    if not pending:
+        console.print("  no pending deletion")
+
+
+def _tombstone(t: dict[str, Any]) -> None:
+    """A deleted UID's tombstone: when, its final status (conditions as a table), labels, its archive."""
+    console.print(f"Deleted {when(t['deletedAt'])} (uid {t['uid']}); its final status:")
+    final = t["status"]
+    conditions = _table("condition", "status", "reason", "since (UTC)", "message")
+    for c in final.get("conditions") or []:
+        conditions.add_row(c.get("type", ""), c.get("status", ""), c.get("reason", ""),
+                           c.get("lastTransitionTime", ""), c.get("message", ""))
+    console.print(conditions)
+    for key, value in final.items():
+        if key != "conditions":
+            console.print(f"  {key}: {value}")
+    for key in ("labels", "annotations"):
+        if t.get(key):
+            console.print(f"  {key}: " + ", ".join(f"{k}={v}" for k, v in t[key].items()))
+    if t.get("archive"):
+        console.print(f"  archived at {t['archive']} (jobttl logs {t['namespace']}/{t['name']})")
 
 
 def decision(d: dict[str, Any]) -> str:
@@ -339,12 +371,21 @@ def held(data: dict[str, Any]) -> None:
     table = _table("job", "stage", "held by", "due (UTC)", "overdue", "finished", "TTL", "TTL from", "rules")
     now = time.time()
     for h in data["items"]:
-        table.add_row(_object(h), h["stage"] or "job", _HELD_BY.get(h["heldBy"], h["heldBy"] or "-"), when(h["due"]),
-                      ago(h["due"]) if h["due"] and h["due"] <= now else "-",
-                      f"{h['outcome'] or '-'} {when(_epoch(h['finishedAt']))}",
-                      "-" if h["ttl"] is None else format_duration(h["ttl"], exact=True), h["ttlSource"] or "-",
-                      ", ".join(h["rules"]) or "-")
+        table.add_row(*_held_row(h, now))
     console.print(table)
+    _how_to_release(data)
+
+
+def _held_row(h: dict[str, Any], now: float) -> tuple[str, ...]:
+    return (_object(h), h["stage"] or "job", _HELD_BY.get(h["heldBy"], h["heldBy"] or "-"), when(h["due"]),
+            ago(h["due"]) if h["due"] and h["due"] <= now else "-",
+            f"{h['outcome'] or '-'} {when(_epoch(h['finishedAt']))}",
+            "-" if h["ttl"] is None else format_duration(h["ttl"], exact=True), h["ttlSource"] or "-",
+            ", ".join(h["rules"]) or "-")
+
+
+def _how_to_release(data: dict[str, Any]) -> None:
+    """Under `jobttl held`'s table: how to delete exactly those held, and what else can be done."""
     unlisted = [h for h in data["items"] if not h.get("listed", True)]
     listed = len(data["items"]) - len(unlisted)
     if listed:
@@ -372,6 +413,16 @@ def resync(report: dict[str, Any], held: list, settings) -> None:
                   f"{report['scheduled']} scheduled, {report['moved']} moved, {report['unchanged']} unchanged, "
                   f"{report['cancelled']} cancelled, {report['queued_now']} queued for deletion now, "
                   f"{report['held']} held, {report['rejected']} rejected")
+    _resync_notes(report)
+    if report["held"]:
+        _resync_held(report, held, settings)
+    if report["status"] == "stale-confirmation":
+        print(f"  not confirmed: the held deletions are not the set you named (now: {report['held_id'] or 'none'}); "
+              "run `jobttl resync` to see them", file=sys.stderr)
+
+
+def _resync_notes(report: dict[str, Any]) -> None:
+    """What the resync could not do, or left to a person: a line each."""
     for kind in report["missing_kinds"]:
         console.print(f"  not served by this cluster (skipped): {kind}")
     for error in report["errors"]:
@@ -386,24 +437,24 @@ def resync(report: dict[str, Any], held: list, settings) -> None:
         console.print(f"  still under the first-run review (not listed completely): {', '.join(kinds)}")
     for rejection in report["rejections"]:
         console.print(f"  rejected: {rejection}")
-    if report["held"]:
-        first_run = report.get("first_run_held") or 0
-        if first_run:
-            installed = (report.get("install") or {}).get("installedAt")
-            console.print(f"  {first_run} deletions were already due when jobttl was installed ({installed}): "
-                          "first run, they wait for your review")
-        if report["held"] > first_run:
-            console.print(f"  {report['held'] - first_run} deletions held by the blast-radius guard "
-                          f"(JOBTTL_RESYNC_MAX_DELETIONS={settings.resync_max_deletions}, "
-                          f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share})")
-        console.print("  for example:")
-        for ref in held:
-            console.print(f"    {ref}")
-        console.print(f"  `jobttl held` lists them with the rule behind each; "
-                      f"`jobttl resync --confirm {report['held_id']}` deletes them")
-    if report["status"] == "stale-confirmation":
-        print(f"  not confirmed: the held deletions are not the set you named (now: {report['held_id'] or 'none'}); "
-              "run `jobttl resync` to see them", file=sys.stderr)
+
+
+def _resync_held(report: dict[str, Any], held: list, settings) -> None:
+    """Why deletions are held (the first-run review, the guard's thresholds), some of them, and how to confirm."""
+    first_run = report.get("first_run_held") or 0
+    if first_run:
+        installed = (report.get("install") or {}).get("installedAt")
+        console.print(f"  {first_run} deletions were already due when jobttl was installed ({installed}): "
+                      "first run, they wait for your review")
+    if report["held"] > first_run:
+        console.print(f"  {report['held'] - first_run} deletions held by the blast-radius guard "
+                      f"(JOBTTL_RESYNC_MAX_DELETIONS={settings.resync_max_deletions}, "
+                      f"JOBTTL_RESYNC_MAX_SHARE={settings.resync_max_share})")
+    console.print("  for example:")
+    for ref in held:
+        console.print(f"    {ref}")
+    console.print(f"  `jobttl held` lists them with the rule behind each; "
+                  f"`jobttl resync --confirm {report['held_id']}` deletes them")
 
 
 def logs(location: str, document: dict[str, Any], entries: list[dict[str, Any]]) -> None:
