@@ -173,7 +173,7 @@ def write(venv: Path = REPO / ".cache" / "lock") -> str:
     # What the other Pythons need and this one does not: each such requirement, with the marker
     # under which its dependent asks for it, at the version pip picks for it now.
     conditional: dict[str, tuple[list[str], list[str]]] = {}
-    for name, (version, _) in locked.items():
+    for name in locked:
         for line in installed[name][1]:
             requirement = Requirement(line)
             child = canonicalize_name(requirement.name)

@@ -485,7 +485,7 @@ def _string_literal(node: Any) -> str | None:
         node = node.children[0]
     if getattr(node, "data", None) == "literal" and node.children[0].type == "STRING_LIT":
         text = node.children[0].value
-        if not text[:1] in "rR" and "\\" not in text:
+        if text[:1] not in "rR" and "\\" not in text:
             return text[1:-1]
     return None
 

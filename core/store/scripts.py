@@ -114,7 +114,7 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
         hints = get_type_hints(cls)
         sent = [f for f in dataclasses.fields(cls) if f.metadata.get("sent", True)]
         rests = [f for f in sent if f.metadata.get("rest")]
-        if rests and sent[-1] is not rests[0] or len(rests) > 1:
+        if (rests and sent[-1] is not rests[0]) or len(rests) > 1:
             raise TypeError(f"{cls.__name__}: only the last argument may take the rest")
         names = list(cls.KEYS) + [f.name for f in sent]
         clash = {n for n in names if names.count(n) > 1 or n in _LUA_WORDS or (prelude and n in _PRELUDE_NAMES)}
