@@ -126,7 +126,8 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
         body = (LUA / file).read_text()
         cls.file = file
         cls.source = "\n".join(header) + "\n" + (_PRELUDE if prelude else "") + body
-        cls.sha = hashlib.sha1(cls.source.encode()).hexdigest()
+        # EVALSHA's name for the script, not a secret: usedforsecurity=False lets a FIPS-mode OpenSSL compute it.
+        cls.sha = hashlib.sha1(cls.source.encode(), usedforsecurity=False).hexdigest()
         plain = [f for f in sent if not f.metadata.get("rest")]
         cls._read = operator.attrgetter(*(f.name for f in plain)) if plain else staticmethod(lambda call: ())
         cls._single = len(plain) == 1  # attrgetter of one name answers the value, not a tuple
