@@ -466,7 +466,7 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inh
         name = crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) \
             else None
         name = name if isinstance(name, str) else "(unnamed)"
-        unchecked = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
+        unchecked: str | None = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
         return CrdCheck(name, True, (), (), 0, unchecked=unchecked,
                         unverified=tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
                                                  _inherits(use, inherited)) for use in uses(decl)))

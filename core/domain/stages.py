@@ -47,7 +47,7 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
     cleanup = policy.cleanup_effective(meta.get("namespace", ""), labels)
     specific = cleanup.get("pod_ttl_after_success" if job.outcome == "succeeded" else "pod_ttl_after_failure")
     chosen = specific or cleanup.get("pod_ttl")
-    done = dict(outcome=job.outcome, rules=job.rules, dry_run=job.dry_run)
+    done: dict[str, Any] = dict(outcome=job.outcome, rules=job.rules, dry_run=job.dry_run)
     if chosen is None:
         return PodStage(Decision(Verdict.NO_TTL, "the policy sets no podTTL", **done), "no-pod-ttl")
     name = ("podTTLAfterSuccess" if job.outcome == "succeeded" else "podTTLAfterFailure") if specific else "podTTL"
