@@ -110,7 +110,7 @@ export MYPY_TREE_PY
 lint: $(INSTALLED)
 	$(VENV)/bin/ruff check .
 	$(PY) -c "$$MYPY_TREE_PY"
-	cd $(MYPY_TREE) && $(CURDIR)/$(VENV)/bin/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.cache/mypy
+	cd $(MYPY_TREE) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.cache/mypy
 
 # `make lint` checks with ruff's rules; this, ruff's formatting (it changes no file).
 format-check: $(INSTALLED)
