@@ -2,7 +2,10 @@
 #   make run    the whole service locally (Redis, emulator, sink, worker, watcher); it writes
 #               .run/env: `. .run/env` (or `make shell`) in another terminal, then `jobttl status`
 #               (`make run RUN_ARGS=--all-kinds` seeds one finished object of every built-in kind)
-#   make test   the test suite, but for the tests marked slow (CI runs it, via .ci/run)
+#   make test   ruff and mypy (make lint), then the test suite, but for the tests marked slow (CI runs
+#               it, via .ci/run)
+#   make lint   ruff's checks and mypy (configured in pyproject.toml); `make format-check` says which
+#               files `ruff format` would change (not yet part of make test)
 #   make bench  the benchmark (bench/; not part of make test): jobttl against plain baselines
 #   make e2e    the tests marked slow (RQ's recovery timings, a worker's clock stepping 30 days,
 #               the rest of the sink fuzzer's 10,400 cases: about 3 minutes), then the image built
@@ -35,7 +38,7 @@ INSTALLED := $(VENV)/.installed
 # file), hidden by the root's jobttl/ wherever the root is on the path: docs/development.md.
 EDITABLE := --config-settings editable_mode=lenient
 
-.PHONY: run shell test redis-server prometheus chromium axe-core screenshots bench wrk podman e2e lock knative image chart
+.PHONY: run shell test lint format-check redis-server prometheus chromium axe-core screenshots bench wrk podman e2e lock knative image chart
 
 $(RUN_INSTALLED): pyproject.toml emulator/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -84,8 +87,41 @@ screenshots: $(INSTALLED) redis-server chromium axe-core
 # slow or not). Tests marked slow wait minutes on real timeouts (or send thousands of cases, of
 # which make test sends a smaller set covering every case): make e2e runs them, to keep CI's run
 # inside its 15 minutes.
-test: $(INSTALLED) redis-server prometheus chromium axe-core
+test: $(INSTALLED) redis-server prometheus chromium axe-core lint
 	$(PY) -m pytest -n 2 --dist loadfile -m "not slow"
+
+# mypy finds a module by its path, folders named as the module's packages; the build maps ours instead
+# (package-dir in pyproject.toml: jobttl.core is core/, ...), which an editable install's import hook
+# follows and mypy does not. So mypy reads a tree of links named as the namespace ships, made from that
+# mapping each run (git-ignored), from inside it: it reports jobttl/core/... for core/..., and so on.
+MYPY_TREE := .cache/mypy-tree
+define MYPY_TREE_PY
+import pathlib, shutil, tomllib
+tree = pathlib.Path("$(MYPY_TREE)")
+shutil.rmtree(tree, ignore_errors=True)
+mapped = tomllib.loads(pathlib.Path("pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+for package, folder in mapped.items():
+    source, target = pathlib.Path(folder).resolve(), tree.joinpath(*package.split("."))
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if "." in package:
+        target.symlink_to(source, target_is_directory=True)
+        continue
+    target.mkdir()  # the top package: its own files, not the folders mapped beneath it
+    beneath = {p.removeprefix(package + ".") for p in mapped if p.startswith(package + ".")}
+    for entry in source.iterdir():
+        if entry.name not in beneath and not entry.is_symlink():
+            (target / entry.name).symlink_to(entry.resolve())
+endef
+export MYPY_TREE_PY
+
+lint: $(INSTALLED)
+	$(VENV)/bin/ruff check .
+	$(PY) -c "$$MYPY_TREE_PY"
+	cd $(MYPY_TREE) && $(abspath $(VENV))/bin/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.cache/mypy
+
+# `make lint` checks with ruff's rules; this, ruff's formatting (it changes no file).
+format-check: $(INSTALLED)
+	$(VENV)/bin/ruff format --check .
 
 run: $(RUN_INSTALLED) redis-server
 	$(PY) -m jobttl_emulator.localstack $(RUN_ARGS)

@@ -107,7 +107,7 @@ def summarize(raw: Path, top: int = 30) -> str:
         return "no samples\n"
     lines = [f"{total} samples of every thread (py-spy, {RATE} Hz, --idle)"]
     lines += _top("where the threads were:", leaves, total, top)
-    lines += [f"", f"{busy} samples computing; shares of those:"]
+    lines += ["", f"{busy} samples computing; shares of those:"]
     lines += _top(f"top {top} by self time (on top of the stack):", self_time, busy, top)
     lines += _top(f"top {top * 2} by inclusive time (anywhere on the stack):", inclusive, busy, top * 2)
     return "\n".join(lines) + "\n"

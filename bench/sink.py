@@ -237,7 +237,7 @@ def breakdown(workdir: Path, seconds: float) -> dict:
         out = workdir / "sink-counts"
         sinks = Sinks(workdir, redis, counting=out)
         try:
-            for kind, (title, state, fresh, _) in KINDS.items():
+            for kind, (_title, state, fresh, _) in KINDS.items():
                 headers, body, name, uid = event_for(state, fresh, "dup-count")
                 if not fresh:
                     requests.post(sinks.url("jobttl"), headers=headers, data=body, timeout=10)

@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import (Blueprint, Response, abort, current_app, flash, redirect, render_template, request, session,
-                   url_for)
+from flask import (Blueprint, Response, abort, current_app, flash, redirect, render_template, request, url_for)
 from redis.exceptions import RedisError
 
 from jobttl.core.domain import rights

@@ -209,6 +209,7 @@ def unexpected(exc: Exception) -> Response:
         return http_error(exc)
     if isinstance(exc, RedisError):
         return error(503, f"Redis is unavailable, retry later: {exc}", {"Retry-After": "1"})
-    log.exception("unexpected error handling %s %s", request.method, request.path,
+    # Flask calls its error handlers inside its own `except`: the traceback is this exception's.
+    log.exception("unexpected error handling %s %s", request.method, request.path,  # noqa: LOG004
                   extra={"event": "unexpected-error", "detail": str(exc)})
     return error(500, "internal error; the sink's log has the details")

@@ -24,7 +24,7 @@ import requests
 from flask import Flask, request
 from werkzeug.serving import make_server
 
-from jobttl_emulator.localstack import free_port, redis_command  # noqa: F401  (free_port: re-exported for tests)
+from jobttl_emulator.localstack import free_port, redis_command
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +38,7 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: f
             result = predicate()
             if result:
                 return result
-        except Exception as exc:  # the thing polled may not be up yet
+        except Exception as exc:  # noqa: BLE001 - the thing polled may not be up yet
             last_error = exc
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))

@@ -186,7 +186,7 @@ class KindWatcher:
                 self.resource_version = None
                 self.stop.wait(NOT_SERVED_RECHECK)
                 continue
-            except Exception as exc:  # connection reset, timeouts, 5xx: keep the resourceVersion, retry
+            except Exception as exc:  # noqa: BLE001 - connection reset, timeouts, 5xx: keep the resourceVersion, retry
                 logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind,
                             apiVersion=self.kind.api_version, detail=str(exc))
                 backoff.wait(self.stop)

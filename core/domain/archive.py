@@ -274,7 +274,7 @@ def earlier_events(raw: bytes | None) -> list[dict[str, Any]]:
     if not raw:
         return []
     try:
-        events = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+        events = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     except (yaml.YAMLError, RecursionError):
         return []
     return [e for e in events if isinstance(e, dict)] if isinstance(events, list) else []

@@ -386,7 +386,7 @@ class _Checker:
         return _Info(types, MAX_INPUT_BYTES, cost + steps, weight=weight,
                      per_item=_per_item(*operands, _Info(DYN, per_item=charged)))
 
-    def _has(self, node: Any, args: list) -> _Info:
+    def _has(self, node: Any, args: list[Any]) -> _Info:
         if len(args) != 1:
             raise self.fail(node, "has() takes one field, as has(self.spec.x)")
         info = self.walk(args[0])  # a presence test: a path on the way to an input is fine
@@ -403,7 +403,7 @@ class _Checker:
         infos = [self.value(a) for a in args]
         return self._call(name, [target, *infos], 2 + target.cost + sum(i.cost for i in infos))
 
-    def _macro(self, node: Any, name: str, args: list) -> _Info:
+    def _macro(self, node: Any, name: str, args: list[Any]) -> _Info:
         if len(args) != 2:
             raise self.fail(node, f"{name}() takes a variable and an expression, as {name}(x, x > 0)")
         variable = _macro_variable(args[0])
@@ -485,7 +485,7 @@ def _string_literal(node: Any) -> str | None:
         node = node.children[0]
     if getattr(node, "data", None) == "literal" and node.children[0].type == "STRING_LIT":
         text = node.children[0].value
-        if not text[:1] in "rR" and "\\" not in text:
+        if text[:1] not in "rR" and "\\" not in text:
             return text[1:-1]
     return None
 
@@ -505,7 +505,7 @@ def _bounded_evaluator() -> Any:
     import celpy
     from celpy.evaluation import CELEvalError, Evaluator
 
-    class BoundedEvaluator(Evaluator):  # type: ignore[misc, valid-type]
+    class BoundedEvaluator(Evaluator):
         def __init__(self, ast: Any, activation: Any, counter: list[int] | None = None, limit: int = COST_LIMIT,
                      deadline: float | None = None):
             super().__init__(ast, activation)
@@ -794,7 +794,7 @@ class ResultCache:
     cost per entry). Shared by the sink's threads: one lock."""
 
     limit: int
-    entries: OrderedDict = field(default_factory=OrderedDict)
+    entries: OrderedDict[str, Any] = field(default_factory=OrderedDict)
     used: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 

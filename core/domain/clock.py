@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
+from typing import Any
 
 DEFAULT_BOUND = 30.0
 # Readings of the API server's Date header are combined for this long, then started afresh
@@ -52,7 +54,8 @@ class Offset:
 class ReferenceClock:
     """Offsets of the local clock from the API server's and from Redis's."""
 
-    def __init__(self, bound: float = DEFAULT_BOUND, local=time.time, raw=lambda: time.clock_gettime(_RAW)):
+    def __init__(self, bound: float = DEFAULT_BOUND, local: Callable[[], float] = time.time,
+                 raw: Callable[[], float] = lambda: time.clock_gettime(_RAW)):
         self.bound = bound
         self.local = local
         self.raw = raw
@@ -120,7 +123,7 @@ class ReferenceClock:
                     "deletions wait until the clocks agree")
         return None
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         api, redis = self.api, self.redis
         return {"apiServerOffset": None if api is None else round(api.seconds, 3),
                 "apiServerOffsetUncertainty": None if api is None or api.low is None

@@ -33,7 +33,7 @@ from typing import Any
 
 from jobttl.core.domain.durations import MAX_TTL, parse_duration
 from jobttl.core.domain.identity import shown
-from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, UnreadableField, parse_time
+from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, OwnTTL, UnreadableField, parse_time
 from jobttl.core.domain.notify import owner_requests
 from jobttl.core.domain.policy import Effective, Policy, RuledValue
 
@@ -485,7 +485,7 @@ def keep_until(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLI
         return None  # decide() calls it an invalid TTL: nothing is deleted early either
 
 
-def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own, outcome: str,
+def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own: OwnTTL | None, outcome: str,
                 effective: Effective) -> tuple[int, str] | Decision:
     """The TTL before capping, and where it came from; or a Decision if there is none."""
     if TTL_ANNOTATION in annotations:

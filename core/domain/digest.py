@@ -10,6 +10,7 @@ counted. A list says at most `LINES` items and how many more there were.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -113,7 +114,7 @@ def _section(event: str, items: list[dict[str, Any]], console_url: str | None) -
     return "\n".join(lines)
 
 
-def _listed(items: list[dict[str, Any]], line) -> list[str]:
+def _listed(items: list[dict[str, Any]], line: Callable[[dict[str, Any]], str]) -> list[str]:
     shown = [f"- {line(i)}" for i in items[:LINES]]
     if len(items) > LINES:
         shown.append(f"- ... and {len(items) - LINES} more")

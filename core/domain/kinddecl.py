@@ -26,7 +26,7 @@ import copy
 import json
 import re
 from dataclasses import dataclass
-from functools import cache, lru_cache
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -231,12 +231,12 @@ class _Compiler:
         return _ttl_cel(self.cel(ttl["cel"], f"{where}.cel", inputs), parse_path(ttl["celWhen"]), inputs,
                         ttl.get("field", ttl["celWhen"]))
 
-    def cel(self, expression: str, where: str, inputs: tuple) -> Any:
+    def cel(self, expression: str, where: str, inputs: tuple[Any, ...]) -> Any:
         if not self.eager_cel:
             return _LazyProgram(lambda: self.cel_program(expression, where, inputs))
         return self.cel_program(expression, where, inputs)
 
-    def cel_program(self, expression: str, where: str, inputs: tuple) -> Any:
+    def cel_program(self, expression: str, where: str, inputs: tuple[Any, ...]) -> Any:
         """The checked and costed expression (jobttl.core.domain.celexpr); a KindError naming the
         field, and the line and column in the expression, when it is refused."""
         from jobttl.core.domain.celexpr import CelCheckError, TtlExpression
@@ -252,7 +252,7 @@ class _Compiler:
             return no_hold
         compiled = tuple((parse_path(r["path"]), r["path"], frozenset(r["values"]), r["why"]) for r in rules)
 
-        def hold(obj: dict) -> str | None:
+        def hold(obj: dict[str, Any]) -> str | None:
             for path, text, values, why in compiled:
                 value = read_text(obj, path, text)
                 if value in values:
@@ -284,7 +284,7 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
     condition) that holds a readable time, and the field it came from."""
     from jobttl.core.domain.kinds import UnreadableField, parse_time, read_path
 
-    def read(obj: dict, condition: dict | None, kind: str | None, index: int = 0) -> tuple[int | None, str | None]:
+    def read(obj: dict[str, Any], condition: dict[str, Any] | None, kind: str | None, index: int = 0) -> tuple[int | None, str | None]:
         for path, name in readers:
             if path is None:
                 value = condition.get(name) if condition is not None else None
@@ -301,13 +301,13 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
     return read
 
 
-def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple) -> Any:
+def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple[Any, ...]) -> Any:
     """Finished when a condition has one of the declared (type, status) pairs; the object's
     first such condition decides. The reason is the type (``type=status`` when not True)."""
     from jobttl.core.domain.kinds import Finish, UnreadableField, read_path
     read_time = _time_reader(readers)
 
-    def finish(obj: dict) -> Finish | None:
+    def finish(obj: dict[str, Any]) -> Finish | None:
         conditions = read_path(obj, ("status", "conditions"))
         if conditions is not None and not isinstance(conditions, list):
             raise UnreadableField("status.conditions", "a list of conditions", conditions)
@@ -348,7 +348,7 @@ def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: t
     from jobttl.core.domain.kinds import Finish, read_text
     read_time = _time_reader(readers)
 
-    def finish(obj: dict) -> Finish | None:
+    def finish(obj: dict[str, Any]) -> Finish | None:
         state = read_text(obj, path)
         outcome = values.get(state) if state is not None else None
         if outcome is None:
@@ -362,7 +362,7 @@ def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
     """The object's TTL is at the first of `paths` that is set."""
     from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
-    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+    def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         for path, name in paths:
             value = read_path(obj, path)  # a value of any type is the owner's to fix: an invalid TTL
             if value is not None:
@@ -376,7 +376,7 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
     merged key by key), then the keys listed for the finishing state, in order."""
     from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
-    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+    def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         found = next(((read_path(obj, p), name) for p, name in objects if read_path(obj, p) is not None), None)
         if found is None:
             return None
@@ -390,14 +390,14 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
     return own_ttl
 
 
-def cel_inputs(items: list[Any]) -> tuple:
+def cel_inputs(items: list[Any]) -> tuple[Any, ...]:
     """`celInputs`: each a path, or {path, maxItems} bounding the items (list) or entries (map) there."""
     from jobttl.core.domain.celexpr import CelInput
     return tuple(CelInput(parse_path(i), i) if isinstance(i, str) else
                  CelInput(parse_path(i["path"]), i["path"], i.get("maxItems")) for i in items)
 
 
-def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple, field: str) -> Any:
+def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[Any, ...], field: str) -> Any:
     """A TTL computed by CEL over `self`, built from the `inputs` paths alone.
 
     A CEL evaluation takes milliseconds (cel-python interprets its parse tree), a decision
@@ -407,7 +407,7 @@ def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple, field: str) -> 
     from jobttl.core.domain.celexpr import CelEvalError
     from jobttl.core.domain.kinds import DeclarationFault, Finish, OwnTTL, get_path
 
-    def own_ttl(obj: dict, finish: Finish) -> OwnTTL | None:
+    def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         if get_path(obj, when) is None:
             return None  # the common case: no CEL evaluation at all
         try:

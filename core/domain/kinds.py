@@ -131,11 +131,11 @@ def parse_time(value: Any) -> int | None:
         return None
 
 
-def no_ttl_field(obj: dict, finish: Finish) -> None:
+def no_ttl_field(obj: dict[str, Any], finish: Finish) -> None:
     return None
 
 
-def no_hold(obj: dict) -> None:
+def no_hold(obj: dict[str, Any]) -> None:
     return None
 
 
@@ -153,8 +153,8 @@ class JobKind:
     version: str
     kind: str
     plural: str
-    finish: Callable[[dict], Finish | None]
-    own_ttl: Callable[[dict, Finish], OwnTTL | None]
+    finish: Callable[[dict[str, Any]], Finish | None]
+    own_ttl: Callable[[dict[str, Any], Finish], OwnTTL | None]
     # The object's own TTL is applied by the kind's own controller (batch/v1 Job: Kubernetes'
     # TTL-after-finished controller; JobSet, Spark, Volcano: their operators): jobttl leaves such
     # objects alone rather than race it. `ttl_controller` names it in reasons; `ttl_not_applied_for`
@@ -172,7 +172,7 @@ class JobKind:
     # Where the object says it is suspended: its controller does not expire it while it is.
     suspend: tuple[str, ...] | None = None
     # A kind's own "not yet" for a finished job (Argo's archiving): why, or None.
-    hold: Callable[[dict], str | None] = no_hold
+    hold: Callable[[dict[str, Any]], str | None] = no_hold
     # Deleting the pods of a *finished* job before the job is safe: its controller creates no
     # pods for a finished job, and the pods are owned (controller ownerReference) by the job
     # itself. Only then may the policy's podTTL delete them first (jobttl.core.domain.stages).
@@ -208,7 +208,7 @@ class JobKind:
         Kubernetes' own groups (batch): a CRD's group needs a dot (apiextensions' validation)."""
         return f"{self.plural}.{self.group}" if "." in self.group else None
 
-    def external_manager(self, obj: dict) -> Field | None:
+    def external_manager(self, obj: dict[str, Any]) -> Field | None:
         """The managedBy value naming another controller, or None when the kind's own runs it."""
         if self.managed_by is None:
             return None
@@ -217,7 +217,7 @@ class JobKind:
             return None
         return Field(".".join(self.managed_by), value)
 
-    def suspended(self, obj: dict) -> Field | None:
+    def suspended(self, obj: dict[str, Any]) -> Field | None:
         """The suspend field when it is set. Anything but absent or false counts: unsure means keep."""
         value = read_path(obj, self.suspend) if self.suspend else None
         return None if value in (None, False) else Field(".".join(self.suspend), value)

@@ -212,7 +212,7 @@ def workloads(objects: list[dict[str, Any]], command: str) -> list[Workload]:
     for obj in objects:
         kind = obj.get("kind")
         knative = str(obj.get("apiVersion", "")).startswith(KNATIVE_SERVING)
-        if kind not in WORKLOADS or kind == "Service" and not knative:
+        if kind not in WORKLOADS or (kind == "Service" and not knative):
             continue  # a core Service runs nothing
         template = _get(obj, WORKLOADS[kind]) if WORKLOADS[kind] else obj
         pod = _get(template, ("spec",))

@@ -40,6 +40,7 @@ so each decision can say which rule produced it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
@@ -309,7 +310,7 @@ class _Reader:
     def fail(self, where: str, problem: str) -> PolicyError:
         return PolicyError(f"{self.place(where)}: {problem}")
 
-    def kind_error(self, exc: kinddecl.KindError, replacements: list[kinddecl.Replacement] = ()) -> PolicyError:
+    def kind_error(self, exc: kinddecl.KindError, replacements: Sequence[kinddecl.Replacement] = ()) -> PolicyError:
         """A declaration's error (``ORIGIN: FIELD: PROBLEM``) with the line of its field, and, in a field
         the declaration inherited from a built-in one, what the operator can write instead."""
         text, prefix = str(exc), f"{self.origin}: "
@@ -726,7 +727,7 @@ def _enabled_by_default(known: tuple[JobKind, ...], data: dict[str, Any]) -> tup
     return tuple(k for k in known if f"{k.api_version}/{k.kind}" in asked)
 
 
-def _chosen(reader, data: dict[str, Any], known: tuple[JobKind, ...]) -> tuple[JobKind, ...]:
+def _chosen(reader: _Reader, data: dict[str, Any], known: tuple[JobKind, ...]) -> tuple[JobKind, ...]:
     """The policy's own `kinds`. A kind it declares or opts into must be among them: else the
     declaration would be silently unused (a Helm chart renders `kinds` from its own value)."""
     chosen = reader.kinds(data["kinds"], known)

@@ -319,7 +319,7 @@ class Operations:
         held = HeldDeletions(self.redis).all()
         items = []
         for h in held:
-            uid, stage = split_member(h.member)
+            _, stage = split_member(h.member)
             d = h.decision
             items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
                                             # In the id (and confirmed) only once the API server returned it.

@@ -169,7 +169,7 @@ class Reconciler:
                 decided.append((obj, kind, JobRef.of(obj), decide(obj, kind, self.policy)))
             except CelBusy:
                 raise  # not the object's fault: its sender retries (the sink answers 503)
-            except Exception as exc:  # one odd object must not stop the others
+            except Exception as exc:  # noqa: BLE001 - one odd object must not stop the others
                 rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
                                          meta.get("name"),
                                          shapes.describe(exc)))

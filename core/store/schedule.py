@@ -56,7 +56,7 @@ from jobttl.core.domain.decision import INVALID_TTL_REASON, Decision, Verdict
 from jobttl.core.domain.identity import JobRef
 # The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
 from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
-from jobttl.core.store.scripts import CountDue, DryRunFile, DueCounts  # noqa: F401
+from jobttl.core.store.scripts import CountDue, DryRunFile, DueCounts
 
 if TYPE_CHECKING:
     from jobttl.core.runtime.config import Settings

@@ -73,8 +73,8 @@ def _until(check: Callable[[], Any], timeout: float, what: str, process: subproc
         try:
             if check():
                 return
-        except Exception:
-            pass  # not up yet
+        except Exception:  # noqa: BLE001 - not up yet
+            pass
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"{what} exited with status {process.returncode} before it came up; see .run/logs/")
         time.sleep(0.1)

@@ -1111,8 +1111,8 @@ def seed_object(store: Store, obj: dict) -> dict:
         raise ValueError(f"no registered resource serves {obj.get('apiVersion')} {obj.get('kind')}")
     obj = copy.deepcopy(obj)
     meta = obj.setdefault("metadata", {})
-    for field in _SERVER_SET_FIELDS:
-        meta.pop(field, None)
+    for server_set in _SERVER_SET_FIELDS:
+        meta.pop(server_set, None)
     namespace = meta.get("namespace") or "default"
     status = _fill_now(obj.pop("status", None), now_rfc3339())
     if status is not None and not res.status_subresource:

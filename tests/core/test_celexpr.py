@@ -451,7 +451,7 @@ def test_no_random_expression_counts_more_steps_than_its_estimate():
         except CelCheckError:
             continue
         for _ in range(3):
-            item = lambda: rng.choice([1, "x" * rng.randrange(2_000), list(range(rng.randrange(1_500))),
+            item = lambda: rng.choice([1, "x" * rng.randrange(2_000), list(range(rng.randrange(1_500))),  # noqa: E731
                                        {"k": list(range(rng.randrange(500)))}])
             values = [[item() for _ in range(rng.randrange(7))], "s" * rng.randrange(10_000),
                       rng.choice([None, 5, [1, 2], "y" * 3_000])]

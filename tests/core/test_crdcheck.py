@@ -303,7 +303,7 @@ def test_show_writes_paths_as_declarations_do():
 
 @functools.cache
 def upstream(name: str) -> dict:
-    return yaml.load((REFERENCE / UPSTREAM[name]).read_text(), Loader=LOADER)
+    return yaml.load((REFERENCE / UPSTREAM[name]).read_text(), Loader=LOADER)  # noqa: S506 - a safe loader
 
 
 def builtin_with_upstream() -> list[tuple[str, dict]]:

@@ -4,7 +4,6 @@
 import json
 import time
 
-import pytest
 
 from jobttl.core.store import keys, scripts
 from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)

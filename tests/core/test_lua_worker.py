@@ -4,7 +4,6 @@ slot: core/store/lua/*.lua through their wrappers in `jobttl.core.store.scripts`
 import json
 import time
 
-import pytest
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.domain.due import Override

@@ -19,7 +19,7 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.policy import parse_policy
 from jobttl.core.services.recent import Recent
 from jobttl.core.services.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.store.schedule import (PERMANENT_FAILURE, Change, InvalidNotice, Schedule, job_id_for,
+from jobttl.core.store.schedule import (Change, InvalidNotice, Schedule, job_id_for,
                                   notice_member, warning_id_for)
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer

@@ -12,7 +12,6 @@ import pickle
 import re
 import signal
 import time
-from pathlib import Path
 
 import pytest
 import yaml
@@ -123,7 +122,7 @@ def test_rqs_scheduler_child_rebuilds_a_client_that_finds_the_primary_through_th
     client = redisconn.client("redis+sentinel://:pw@s1:26380,s2/jobttl/3", redisconn.WORKER)
     redis_class, connection_class, kwargs = parse_connection(client)  # what RQ's scheduler keeps for its child
     plain = {k: v for k, v in kwargs.items() if k != "retry"}
-    assert pickle.loads(pickle.dumps(plain)) == plain, "plain values only: no live pool, no Sentinel object"
+    assert pickle.loads(pickle.dumps(plain)) == plain, "plain values only: no live pool, no Sentinel object"  # noqa: S301 - its own bytes
     rebuilt = redis_class(connection_pool=ConnectionPool(connection_class=connection_class, **kwargs))
     connection = rebuilt.connection_pool.make_connection()
     assert isinstance(connection, redisconn.SentinelPrimaryConnection)

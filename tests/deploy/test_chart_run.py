@@ -35,12 +35,12 @@ from kubernetes import client, config
 
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW  # noqa: E402
-from jobttl_emulator import CONFIG_MAP, EVENT, JOB, Resource  # noqa: E402
-from tests.deploy.chart import NAMESPACE, HookJobs, find, render  # noqa: E402
-from tests.deploy.manifests import ENV_REFERENCE, pod_spec  # noqa: E402
-from tests.fixtures import finished_status, running_status, tfjob  # noqa: E402
-from tests.services import ROOT, JobttlProcess, free_port, start_emulator, wait_for  # noqa: E402
+from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW
+from jobttl_emulator import CONFIG_MAP, EVENT, JOB, Resource
+from tests.deploy.chart import NAMESPACE, HookJobs, find, render
+from tests.deploy.manifests import ENV_REFERENCE, pod_spec
+from tests.fixtures import finished_status, running_status, tfjob
+from tests.services import ROOT, JobttlProcess, free_port, start_emulator, wait_for
 
 TTL = 3
 VALUES = {"intake": {"mode": "watch"}}  # everything else: the chart's defaults, the first-run review on

@@ -27,10 +27,10 @@ import yaml
 
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD  # noqa: E402
-from tools import knative  # noqa: E402
-from tests.deploy.chart import render as chart_render  # noqa: E402
-from tests.deploy.manifests import KNATIVE, _json_patch, object_id, render, rendered  # noqa: E402
+from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD
+from tools import knative
+from tests.deploy.chart import render as chart_render
+from tests.deploy.manifests import KNATIVE, _json_patch, object_id, render, rendered
 
 
 @pytest.fixture(scope="module")

@@ -440,7 +440,7 @@ def test_exactly_the_alerts_for_the_trouble_go_off(troubled):
     try:
         active = wait_for(settled, timeout=15, what="the expected alerts")
     except AssertionError:
-        raise AssertionError(f"active alerts: {troubled.prometheus.active_alerts()}, expected {EXPECTED_ALERTS}")
+        raise AssertionError(f"active alerts: {troubled.prometheus.active_alerts()}, expected {EXPECTED_ALERTS}") from None
     assert active["JobttlDeletionsFailing"] == "firing"  # no `for`: at once
     quiet = {a["alert"] for a in alerts()} - EXPECTED_ALERTS
     for alert in alerts():

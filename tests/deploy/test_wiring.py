@@ -7,7 +7,6 @@ cluster-local, the processes get arguments and settings the code accepts, Redis 
 
 from __future__ import annotations
 
-import ast
 import tomllib
 from urllib.parse import urlparse
 

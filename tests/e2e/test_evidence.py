@@ -213,8 +213,8 @@ def test_pods_go_at_their_ttl_and_the_job_at_its_own(lab, env, archive_dir):
     stages = {(p["stage"], p["due"]) for p in pending if p["name"] == "staged"}
     # On a loaded machine the command may answer after the pods stage (3 s) already ran: then the
     # audit trail says so, and the checks below hold it to its time.
-    ran = lambda: [e for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]
-                   if e["name"] == "staged" and e["event"] == "pods-deleted"]  # noqa: E731
+    ran = lambda: [e for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]  # noqa: E731
+                   if e["name"] == "staged" and e["event"] == "pods-deleted"]
     assert ("job", int(finished) + 7) in stages and (("pods", int(finished) + 3) in stages or ran()), stages
 
     wait_for(lambda: lab.pods() == ["lookalike"], timeout=15, what="the pods stage")

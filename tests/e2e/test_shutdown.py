@@ -1,8 +1,6 @@
 """A worker told to stop (SIGTERM, as Kubernetes does, or SIGINT) finishes the deletion it is doing."""
 
 import json
-import os
-import signal
 import threading
 import time
 

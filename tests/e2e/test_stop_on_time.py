@@ -33,7 +33,7 @@ def stops_in_time(process: JobttlProcess, how: str) -> int:
     send(process.process.pid, sig)
     try:
         return process.process.wait(timeout=STOP_BOUND)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a timeout, said with the process's log
         raise AssertionError(f"{process.args[0]} still running {STOP_BOUND:.0f} s after {how}:\n"
                              + process.log()[-3000:]) from None
 

@@ -143,7 +143,7 @@ def wait_http(url: str, timeout: float = 60) -> bytes:
                 return response.read()
         except OSError as exc:
             if time.monotonic() > deadline:
-                raise SystemExit(f"e2e: {url} did not answer in {timeout:.0f} s: {exc}")
+                raise SystemExit(f"e2e: {url} did not answer in {timeout:.0f} s: {exc}") from None
             time.sleep(0.5)
 
 

@@ -144,7 +144,7 @@ class WatchCollector:
         try:
             for event in self.watch.stream(func, *args, **kwargs):
                 self.events.put((event["type"], event["raw_object"]))
-        except BaseException as exc:  # surfaced to the test through .error
+        except BaseException as exc:  # noqa: BLE001 - surfaced to the test through .error
             self.error = exc
         finally:
             self.events.put(None)

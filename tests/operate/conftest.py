@@ -40,7 +40,7 @@ def redis_server():
 
 
 @pytest.fixture(scope="session")
-def stack_env(redis_server, emulator) -> dict[str, str]:  # noqa: F811  (overrides the e2e stack's)
+def stack_env(redis_server, emulator) -> dict[str, str]:  # overrides the e2e stack's
     return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT,
                              JOBTTL_TOMBSTONE_DAYS=str(TOMBSTONE_DAYS))
 

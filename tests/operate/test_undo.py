@@ -75,7 +75,7 @@ def test_undoing_a_postpone_moves_the_deletion_back_to_finish_plus_ttl(stack):
 
     shown = run(stack, "show", f"{NS}/postponed")
     until = rfc3339(finished + 3600 + 7200)
-    assert f"postponed by operator" in shown.stdout and f"not deleted before {until}" in shown.stdout, shown.stdout
+    assert "postponed by operator" in shown.stdout and f"not deleted before {until}" in shown.stdout, shown.stdout
     [said] = [o for o in run_json(stack, "show", f"{NS}/postponed")["overrides"]]
     assert (said["keep"], said["until"], said["by"]) == (False, finished + 3600 + 7200, "operator")
 

@@ -58,7 +58,7 @@ def test_fifty_slow_clients_do_not_delay_events_beyond_a_second(sink):
     process, url = sink
     port = int(url.rsplit(":", 1)[1])
     slow = [slow_connection(port) for _ in range(SLOW_CLIENTS)]
-    trickling, silent = slow[: SLOW_CLIENTS // 2], slow[SLOW_CLIENTS // 2:]
+    trickling, _silent = slow[: SLOW_CLIENTS // 2], slow[SLOW_CLIENTS // 2:]
     stop = threading.Event()
 
     def trickle() -> None:

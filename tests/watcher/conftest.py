@@ -14,5 +14,5 @@ WORKER_METRICS_PORT = free_port()
 
 
 @pytest.fixture(scope="session")
-def stack_env(redis_server, emulator) -> dict[str, str]:  # noqa: F811  (overrides the e2e stack's)
+def stack_env(redis_server, emulator) -> dict[str, str]:  # overrides the e2e stack's
     return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT)

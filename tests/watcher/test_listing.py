@@ -255,7 +255,7 @@ def test_bookmarks_keep_a_quiet_kinds_watch_resumable_after_compaction(tmp_path,
             wait_for(lambda: int(kind_watcher.resource_version or 0) >= latest, what="a BOOKMARK past the changes")
             server.compact()
             server.close_watches()
-            tfjob_watches = lambda: [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"
+            tfjob_watches = lambda: [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"  # noqa: E731
                                      and r["query"].get("watch") == "true"]
             wait_for(lambda: len(tfjob_watches()) >= 2, what="the watch to be opened again")
             seed(server, "after", finished=False)  # through the resumed watch (or, were it refused, a relist)

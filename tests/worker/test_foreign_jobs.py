@@ -114,7 +114,7 @@ def test_the_worker_s_job_class_resolves_nothing_outside_jobttl_s_tasks(redis_se
     queue = Queue(queue_name, connection=redis, serializer=JSONSerializer, job_class=CheckedJob)
     stored = queue.enqueue(f"{planted}.run")
     with pytest.raises(ForeignJob, match=f"'{planted}.run' is not one of jobttl's tasks"):
-        CheckedJob.fetch(stored.id, connection=redis, serializer=JSONSerializer).func
+        CheckedJob.fetch(stored.id, connection=redis, serializer=JSONSerializer).func  # noqa: B018 - reading it refuses
     ours = CheckedJob.fetch(queue.enqueue("jobttl.worker.tasks.warn_upcoming", "x", 0).id, connection=redis,
                             serializer=JSONSerializer)
     assert ours.func.__name__ == "warn_upcoming"

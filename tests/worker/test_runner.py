@@ -16,7 +16,7 @@ from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401 - the module's emulator fixture
 
 
-def test_the_worker_runs_jobttls_scheduler_and_it_moves_due_jobs(kube, redis_server, tmp_path,  # noqa: F811
+def test_the_worker_runs_jobttls_scheduler_and_it_moves_due_jobs(kube, redis_server, tmp_path,
                                                                  queue_name, monkeypatch):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
     monkeypatch.setattr(tasks, "_context", bench.ctx)  # the task runs in this process, on the bench's context
@@ -132,7 +132,7 @@ def _due_job(queue):
 
 
 def test_a_lock_held_in_the_worker_when_its_scheduler_starts_does_not_stall_the_scheduler(
-        kube, redis_server, tmp_path, queue_name):  # noqa: F811
+        kube, redis_server, tmp_path, queue_name):
     """Issue 27's silent stall. The worker runs threads (the follower, the health server, the
     Events' sender); RQ forked its scheduler from it, and a fork copies every lock another thread
     holds at that instant into a child with no thread to release it. RQ's scheduler takes
@@ -171,7 +171,7 @@ def _stalled_lines(caplog) -> list[dict]:
 
 
 def test_a_scheduler_that_hangs_is_found_and_restarted_and_due_deletions_move_again(
-        kube, redis_server, tmp_path, queue_name, caplog):  # noqa: F811
+        kube, redis_server, tmp_path, queue_name, caplog):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
     worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx,
                           watch=watchdog.SchedulerWatch(bound=1.0))
@@ -198,7 +198,7 @@ def test_a_scheduler_that_hangs_is_found_and_restarted_and_due_deletions_move_ag
 
 
 def test_a_dead_scheduler_is_said_and_restarted_and_repeated_stalls_stop_the_worker(
-        kube, redis_server, tmp_path, queue_name, caplog):  # noqa: F811
+        kube, redis_server, tmp_path, queue_name, caplog):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
     worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx,
                           watch=watchdog.SchedulerWatch(bound=1.0, max_restarts=1))
