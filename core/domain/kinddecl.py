@@ -344,7 +344,7 @@ def _condition_pair(condition: Any, i: int) -> tuple[Any, Any]:
     return kind, status
 
 
-def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple) -> Any:
+def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple[Any, ...]) -> Any:
     from jobttl.core.domain.kinds import Finish, read_text
     read_time = _time_reader(readers)
 
@@ -503,7 +503,8 @@ def replacing(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> Repl
 def _inheritable(decl: dict[str, Any], sources: list[dict[str, Any]]) -> tuple[list[str], list[str]]:
     """The INHERITED fields `decl` leaves out that its sources set: those they agree on (to take),
     and those they do not (conflicts)."""
-    inherited, conflicts = [], []
+    inherited: list[str] = []
+    conflicts: list[str] = []
     for name in INHERITED:
         values = [source.get(name) for source in sources]
         if name in decl or all(v is None for v in values):

@@ -256,13 +256,13 @@ def _key_in_mount(mount: dict[str, Any], path: str) -> str | None:
     return file[len(prefix):] if file.startswith(prefix) else None
 
 
-def _item_key(configmap: dict[str, Any], file: str) -> str:
+def _item_key(configmap: dict[str, Any], file: str) -> str | None:
     """The ConfigMap key a file of its volume holds: its `items` map paths to keys; without them, the key."""
     items = {i.get("path"): i.get("key") for i in configmap.get("items") or () if isinstance(i, dict)}
     return items.get(file, file) if items else file
 
 
-def _configmap_file(objects: list[dict[str, Any]], workload: Workload, configmap: dict[str, Any], key: str,
+def _configmap_file(objects: list[dict[str, Any]], workload: Workload, configmap: dict[str, Any], key: str | None,
                     path: str) -> tuple[str | None, str]:
     """(The text of `key` in the ConfigMap the volume names, where from), or (None, why not)."""
     for obj in objects:

@@ -115,7 +115,8 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
         sent = _sent_fields(cls, prelude)
         cls.file = file
         cls.source = _named_source(cls, file, hints, sent, prelude)
-        cls.sha = hashlib.sha1(cls.source.encode()).hexdigest()
+        # EVALSHA's name for the script, not a secret: usedforsecurity=False lets a FIPS-mode OpenSSL compute it.
+        cls.sha = hashlib.sha1(cls.source.encode(), usedforsecurity=False).hexdigest()
         _set_readers(cls, hints, sent)
         cls.preloaded = preload
         WRAPPERS.append(cls)
@@ -132,7 +133,7 @@ def _sent_fields(cls: type[Script], prelude: bool) -> list[dataclasses.Field[Any
     prelude defines)."""
     sent = [f for f in dataclasses.fields(cls) if f.metadata.get("sent", True)]
     rests = [f for f in sent if f.metadata.get("rest")]
-    if rests and sent[-1] is not rests[0] or len(rests) > 1:
+    if (rests and sent[-1] is not rests[0]) or len(rests) > 1:
         raise TypeError(f"{cls.__name__}: only the last argument may take the rest")
     names = list(cls.KEYS) + [f.name for f in sent]
     clash = {n for n in names if names.count(n) > 1 or n in _LUA_WORDS or (prelude and n in _PRELUDE_NAMES)}
