@@ -20,11 +20,11 @@ import json
 import sys
 import time
 from datetime import datetime
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
+from jobttl.cli.inputs import read_input
 from jobttl.cli.parsing import add_command
 from jobttl.core.domain import shapes
 from jobttl.core.runtime.config import Settings
@@ -32,7 +32,6 @@ from jobttl.core.domain.decision import Decision, Verdict, decide
 from jobttl.core.domain.kinds import BUILTIN_KINDS, JobKind
 from jobttl.core.domain.policy import Policy, PolicyError, load_policy
 
-T = TypeVar("T")
 API_VERSION = "jobttl.io/explain/v1"
 UNKNOWN_KIND = "unknown-kind"
 KIND_NOT_ENABLED = "kind-not-enabled"
@@ -123,18 +122,6 @@ def _now(text: str | None) -> float | str:
     if when.tzinfo is None:
         return f"--now: give the time zone (e.g. Z), got {text!r}"
     return when.timestamp()
-
-
-def read_input(filename: str, parse: Callable[[str], T]) -> T | None:
-    """`parse` of FILE's text (``-``: stdin), or None once stderr says why it could not be read."""
-    try:
-        text = sys.stdin.read() if filename == "-" else open(filename, encoding="utf-8").read()
-        return parse(text)
-    except OSError as exc:
-        print(f"jobttl: cannot read {filename}: {exc.strerror}", file=sys.stderr)
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        print(f"jobttl: {filename}: not valid YAML or JSON: {exc}", file=sys.stderr)
-    return None
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:

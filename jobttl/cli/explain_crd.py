@@ -29,7 +29,7 @@ from typing import Any
 
 import yaml
 
-from jobttl.cli.explain import read_input
+from jobttl.cli.inputs import read_input
 from jobttl.core.domain.crdcheck import Problem, malformed
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.domain.policy import Policy
