@@ -31,12 +31,25 @@ import heapq
 import itertools
 import threading
 import time
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from .resources import Resource
 
-if TYPE_CHECKING:
-    from .store import Store
+
+class StoreView(Protocol):
+    """What the collector uses of the store (jobttl_emulator.store.Store, which imports this module:
+    named here as a protocol, so that neither module imports the other twice over)."""
+
+    _lock: Any
+    _objects: dict[Resource, dict[str, dict]]
+
+    def resource_for(self, api_version: str, kind: str) -> Resource | None: ...
+
+    def namespace_object(self, name: str) -> dict | None: ...
+
+    def delete(self, res: Resource, namespace: str, name: str, options: dict | None = None) -> tuple[int, dict]: ...
+
+    def _commit(self, res: Resource, key: str, new: dict | None, prev: dict | None) -> dict: ...
 
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
@@ -55,7 +68,7 @@ def _deleting(obj: dict) -> bool:
 class GarbageCollector:
     """Work queue, uid indexes and the thread that processes them; every method runs under the store's lock."""
 
-    def __init__(self, store: Store, delay: float) -> None:
+    def __init__(self, store: StoreView, delay: float) -> None:
         self.store = store
         self.delay = delay
         self._cond = threading.Condition(store._lock)
