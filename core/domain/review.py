@@ -165,9 +165,10 @@ def nothing_left_to_review(record: ReviewRecord, bookings: Bookings, held: Itera
         # earlier confirmation released, of the kinds it covered).
         unseen = bookings.members - frozenset(confirmed)
         if record.reviewed_at is not None and unseen:
+            # Unclear means unseen: a member whose kind was not read, or whose record is gone since the
+            # index was read, keeps the review open (the next resync reads it again).
             kinds = bookings.kinds or {}
-            unseen = frozenset(m for m in unseen if m in kinds
-                               and (kinds[m] is None or kinds[m] in record.kinds_under_review))
+            unseen = frozenset(m for m in unseen if kinds.get(m) is None or kinds[m] in record.kinds_under_review)
         if unseen and bookings.count > len(bookings.members & frozenset(confirmed)):
             return False
     return all(h.member in confirmed for h in held
