@@ -43,8 +43,11 @@ def session_key(settings: Settings) -> bytes:
 def create_app(settings: Settings | None = None, *, redis: Redis | None = None, access: Access | None = None) -> Flask:
     """Dependencies may be passed in (tests); otherwise they come from `settings`."""
     settings = settings or Settings.from_env()
-    app = Flask("jobttl.console", template_folder=str(Path(__file__).parent / "templates"),
-                static_folder=str(Path(__file__).parent / "static"))
+    # The instance folder named (never used), as the sink's is (jobttl.sink.app: Flask cannot find it
+    # through the namespace from an editable install).
+    here = Path(__file__).resolve().parent
+    app = Flask("jobttl.console", template_folder=str(here / "templates"), static_folder=str(here / "static"),
+                instance_path=str(here / "instance"))
     app.config.update(SECRET_KEY=session_key(settings), SESSION_COOKIE_NAME="jobttl-console",
                       SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
                       PERMANENT_SESSION_LIFETIME=datetime.timedelta(hours=SESSION_HOURS),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from flask import Flask
 from redis import Redis
 
@@ -15,7 +17,9 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
                kube: KubeClient | None = None) -> Flask:
     """Dependencies may be passed in (tests); otherwise they come from `settings`."""
     settings = settings or Settings.from_env()
-    app = Flask("jobttl.sink")
+    # The instance folder named (never used): Flask looks for it through the package's namespace,
+    # which from an editable install (jobttl.sink in sink/, not under jobttl/) it cannot find.
+    app = Flask("jobttl.sink", instance_path=str(Path(__file__).resolve().parent / "instance"))
     app.config["MAX_CONTENT_LENGTH"] = settings.max_event_bytes
     app.extensions["jobttl"] = SinkContext.build(settings, redis=redis, kube=kube)
     app.register_blueprint(receive.blueprint)
