@@ -24,15 +24,14 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
 from jobttl.core.domain import digest, jsoncodec, shapes
 from jobttl.core.domain.notify import Routed, route
-from jobttl.core.runtime import logs
+from jobttl.core.runtime import logs, probes
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.store import redisconn
@@ -258,30 +257,12 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> None:
 def serve_health(metrics: Metrics, port: int, dead: Callable[[], list[str]] = list) -> ThreadingHTTPServer:
     """/metrics, and /healthz and /readyz on `port`: 503 naming the threads `dead` says have ended."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            if self.path.startswith("/metrics"):
-                self._send(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
-            elif self.path.startswith(("/healthz", "/readyz")):
-                ended = dead()
-                if ended:
-                    self._send(503, jsoncodec.dumps({"status": "thread ended", "threads": ended}), "application/json")
-                else:
-                    self._send(200, b'{"status": "ok"}', "application/json")
-            else:
-                self._send(404, b'{"error": "not found", "code": 404}', "application/json")
+    def answer(path: str) -> probes.Answer:
+        if path.startswith("/metrics"):
+            return probes.metrics(metrics.registry)
+        if path.startswith(("/healthz", "/readyz")):
+            ended = dead()
+            return probes.Answer(503, jsoncodec.dumps({"status": "thread ended", "threads": ended})) if ended else probes.OK
+        return probes.NOT_FOUND
 
-        def _send(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:  # scrapes are not news
-            pass
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="notify-health", daemon=True).start()
-    return server
+    return probes.serve(answer, port, "notify-health")

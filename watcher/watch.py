@@ -33,12 +33,12 @@ import json
 import logging
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, NamedTuple
 
 import requests
 
-from jobttl.core.runtime import logs
+from jobttl.core.runtime import logs, probes as probeserver
 from jobttl.core.runtime.config import ConfigError
 from jobttl.core.domain.apiserversource import resource_event
 from jobttl.core.domain.kinds import JobKind
@@ -389,27 +389,15 @@ class Probes:
 def serve_probes(probes: Probes, host: str, port: int) -> ThreadingHTTPServer:
     """/healthz and /readyz on `port` (0: any free port, `server_address` says which)."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            path = self.path.split("?", 1)[0]
-            if path == "/healthz":
-                status, body = probes.healthz()
-            elif path == "/readyz":
-                status, body = probes.readyz()
-            else:
-                status, body = 404, {"error": f"not found: {path} (the watcher serves /healthz and /readyz)",
-                                     "code": 404}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+    def answer(path: str) -> probeserver.Answer:
+        path = path.split("?", 1)[0]
+        if path == "/healthz":
+            status, body = probes.healthz()
+        elif path == "/readyz":
+            status, body = probes.readyz()
+        else:
+            status, body = 404, {"error": f"not found: {path} (the watcher serves /healthz and /readyz)",
+                                 "code": 404}
+        return probeserver.Answer(status, json.dumps(body).encode())
 
-        def log_message(self, *args) -> None:  # probes are not news
-            pass
-
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="watch-probes", daemon=True).start()
-    return server
+    return probeserver.serve(answer, port, "watch-probes", host)

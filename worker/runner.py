@@ -45,9 +45,8 @@ import multiprocessing
 import signal
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis import Redis
 from redis.exceptions import RedisError
 from rq import SimpleWorker
@@ -62,7 +61,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now as utcnow
 
 from jobttl.core.domain import jsoncodec
-from jobttl.core.runtime import logs
+from jobttl.core.runtime import logs, probes
 from jobttl.core.store import foreign, scripts, upgrade
 from jobttl.core.store.capacity import Capacity, is_full_error
 from jobttl.core.store.foreign import CheckedJob
@@ -559,30 +558,15 @@ def _establish_install(ctx: WorkerContext, burst: bool) -> bool:
 def serve_health(ctx: WorkerContext, port: int) -> ThreadingHTTPServer:
     """/metrics, /healthz and /readyz (not ready while the clocks disagree) on the worker's port."""
 
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - http.server's name
-            if self.path.startswith("/metrics"):
-                self._send(200, generate_latest(ctx.metrics.registry), CONTENT_TYPE_LATEST)
-            elif self.path.startswith("/healthz"):
-                self._send(200, b'{"status": "ok"}')
-            elif self.path.startswith("/readyz"):
-                problem = ctx.clock.problem()
-                body = {"status": "ready" if not problem else "clock-skew", **ctx.clock.as_dict()}
-                self._send(503 if problem else 200, jsoncodec.dumps(body))
-            else:
-                self._send(404, b'{"error": "not found", "code": 404}')
+    def answer(path: str) -> probes.Answer:
+        if path.startswith("/metrics"):
+            return probes.metrics(ctx.metrics.registry)
+        if path.startswith("/healthz"):
+            return probes.OK
+        if path.startswith("/readyz"):
+            problem = ctx.clock.problem()
+            body = {"status": "ready" if not problem else "clock-skew", **ctx.clock.as_dict()}
+            return probes.Answer(503 if problem else 200, jsoncodec.dumps(body))
+        return probes.NOT_FOUND
 
-        def _send(self, status: int, body: bytes, content_type: str = "application/json") -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args) -> None:  # scrapes are not news
-            pass
-
-    server = ThreadingHTTPServer(("0.0.0.0", port), Handler)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, name="worker-health", daemon=True).start()
-    return server
+    return probes.serve(answer, port, "worker-health")
