@@ -45,6 +45,8 @@ import multiprocessing
 import signal
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from http.server import ThreadingHTTPServer
 
 from redis import Redis
@@ -199,55 +201,47 @@ class JobttlWorker(SimpleWorker):
                         detail="Redis takes writes again: deletions go on")
             self._full_since, self._full_backoff = None, FULL_BACKOFF_FIRST
 
-    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
-        while True:
-            try:
-                result = self._dequeue_when_clocks_agree(timeout, max_idle_time)
-            except RedisError as exc:
-                if not is_full_error(exc):
-                    raise
-                self._redis_full(exc, "dequeue")
-                if self._stop_requested:
-                    raise StopRequested() from None
-                continue
-            self._redis_took_writes()
-            return result
-
-    def execute_job(self, job, queue):
+    @contextmanager
+    def _waiting_out_full_redis(self, during: str) -> Iterator[None]:
+        """The rule for RQ's writes, said once: a full Redis refusing one ends the block, is waited
+        out (`_redis_full`) and the code after the block goes on (a method whose `return` it
+        stopped returns None; a loop around the block tries again); any other error is raised."""
         try:
-            return super().execute_job(job, queue)
+            yield
         except RedisError as exc:
             if not is_full_error(exc):
                 raise
-            # The job stays where RQ left it (its started registry or its queue): RQ's cleanup
-            # finds it abandoned and runs it again, as after a killed worker.
-            self._redis_full(exc, f"job {job.id}")
+            self._redis_full(exc, during)
+
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        while True:
+            with self._waiting_out_full_redis("dequeue"):
+                result = self._dequeue_when_clocks_agree(timeout, max_idle_time)
+                break
+            if self._stop_requested:
+                raise StopRequested()
+        self._redis_took_writes()
+        return result
+
+    def execute_job(self, job, queue):
+        # On a full Redis the job stays where RQ left it (its started registry or its queue): RQ's
+        # cleanup finds it abandoned and runs it again, as after a killed worker.
+        with self._waiting_out_full_redis(f"job {job.id}"):
+            return super().execute_job(job, queue)
 
     def register_birth(self, *args, **kwargs):
         # RQ registers the worker (a write) before its loop: a full Redis is waited out here too.
         while True:
-            try:
+            with self._waiting_out_full_redis("start"):
                 return super().register_birth(*args, **kwargs)
-            except RedisError as exc:
-                if not is_full_error(exc):
-                    raise
-                self._redis_full(exc, "start")
 
     def set_state(self, *args, **kwargs):
-        try:
+        with self._waiting_out_full_redis("state"):
             return super().set_state(*args, **kwargs)
-        except RedisError as exc:
-            if not is_full_error(exc):
-                raise
-            self._redis_full(exc, "state")
 
     def heartbeat(self, *args, **kwargs):
-        try:
+        with self._waiting_out_full_redis("heartbeat"):
             return super().heartbeat(*args, **kwargs)
-        except RedisError as exc:
-            if not is_full_error(exc):
-                raise
-            self._redis_full(exc, "heartbeat")
 
     def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
                          date_format: str = DEFAULT_LOGGING_DATE_FORMAT, log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
@@ -257,15 +251,13 @@ class JobttlWorker(SimpleWorker):
         self.scheduler = JobttlScheduler(self.queues, connection=self.connection, serializer=self.serializer,
                                          logging_level=self.context.settings.log_level,
                                          date_format=date_format, log_format=log_format)
-        try:
+        with self._waiting_out_full_redis("scheduler"):
             self.scheduler.acquire_locks()
-        except RedisError as exc:
-            if not is_full_error(exc):
-                raise
-            self._redis_full(exc, "scheduler")  # maintenance asks for the lock again
-            return
         if not self.scheduler.acquired_locks:
-            return  # another worker's scheduler holds the queue; maintenance asks again
+            # Another worker's scheduler holds the queue, or a full Redis refused the lock (this new
+            # scheduler then holds none: RQ sets its locks once it has asked for them all).
+            # Maintenance asks again.
+            return
         if not burst:
             self.scheduler.start()
             return
@@ -320,12 +312,8 @@ class JobttlWorker(SimpleWorker):
         return self._maintained_at is None or time.monotonic() - self._maintained_at > self.maintenance_interval
 
     def run_maintenance_tasks(self) -> None:
-        try:
+        with self._waiting_out_full_redis("maintenance"):
             self._maintain()
-        except RedisError as exc:
-            if not is_full_error(exc):
-                raise
-            self._redis_full(exc, "maintenance")
 
     def _maintain(self) -> None:
         self._maintained_at = time.monotonic()
