@@ -434,17 +434,12 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
                         ttl_source=source, **done)
     if KEEP_UNTIL_ANNOTATION in annotations:
         try:
-            keep_until = _keep_until(annotations, finish.time, cap)
+            expires_at, ttl, source = _postponed(annotations, finish.time, cap, (expires_at, ttl, source))
         except ValueError:
             return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
                                                  f"as 2030-01-31T00:00:00Z within 100 years, got "
                                                  f"{shown(annotations[KEEP_UNTIL_ANNOTATION])}",
                             ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
-        assert keep_until is not None
-        if keep_until > expires_at:
-            capped = cap is not None and keep_until == finish.time + cap.value
-            expires_at, ttl = keep_until, keep_until - finish.time
-            source = f"annotation {KEEP_UNTIL_ANNOTATION}" + (f", capped by maxTTL of {cap.source}" if capped else "")
     return Decision(
         Verdict.EXPIRES,
         f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}" + "".join(f"; {n}" for n in notes),
@@ -453,6 +448,19 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
         expires_at=expires_at,
         **done,
     )
+
+
+def _postponed(annotations: dict[str, Any], finished_at: int, cap: RuledValue | None,
+               expiry: tuple[int, int, str]) -> tuple[int, int, str]:
+    """(expires at, TTL, its source), postponed by ``jobttl.io/keep-until`` when it keeps the job longer.
+    Raises ValueError as `_keep_until` does."""
+    keep_until = _keep_until(annotations, finished_at, cap)
+    assert keep_until is not None
+    if keep_until <= expiry[0]:
+        return expiry
+    capped = cap is not None and keep_until == finished_at + cap.value
+    source = f"annotation {KEEP_UNTIL_ANNOTATION}" + (f", capped by maxTTL of {cap.source}" if capped else "")
+    return keep_until, keep_until - finished_at, source
 
 
 def _keep_until(annotations: dict[str, Any], finished_at: int, cap: RuledValue | None) -> int | None:

@@ -29,7 +29,17 @@ ALERTED_DECISIONS = (("failed", ""), ("deleted", ""), ("delete-requested", ""))
 class Metrics:
     def __init__(self):
         self.registry = CollectorRegistry()
-        r = self.registry
+        self._define_decisions(self.registry)
+        self._define_resyncs_and_archives(self.registry)
+        self._define_notices_and_processes(self.registry)
+        for reason in ("dead", "stuck", "overdue"):  # at 0 from the start: the alert reads the series
+            for action in ("restart", "exit"):
+                self.scheduler_stalls.labels(reason, action)
+        for event, reason in ALERTED_DECISIONS:
+            self.decisions.labels(event, reason)
+
+    def _define_decisions(self, r: CollectorRegistry) -> None:
+        """What the sink received and decided, what the worker deleted, and how the API answered."""
         self.events = Counter("jobttl_sink_events", "CloudEvents received, by type and outcome",
                               ["type", "outcome"], registry=r)
         self.decisions = Counter("jobttl_decisions", "Decisions recorded in the audit trail, by event and reason",
@@ -49,6 +59,8 @@ class Metrics:
                                   buckets=LATENESS_BUCKETS, registry=r)
         self.api_latency = Histogram("jobttl_api_request_duration_seconds", "Kubernetes API request latency",
                                      ["verb"], registry=r)
+
+    def _define_resyncs_and_archives(self, r: CollectorRegistry) -> None:
         self.resync_duration = Histogram("jobttl_resync_duration_seconds", "How long resyncs take",
                                          buckets=(1, 5, 15, 60, 300, 900, 3600), registry=r)
         self.resync_objects = Counter("jobttl_resync_objects", "What resyncs did, by result", ["result"], registry=r)
@@ -57,6 +69,10 @@ class Metrics:
         self.archive_bytes = Counter("jobttl_archive_bytes", "Bytes written to the archive", registry=r)
         self.archive_failures = Counter("jobttl_archive_failures", "Archives that could not be written", registry=r)
         self.archive_pruned = Counter("jobttl_archive_pruned", "Archives removed by the retention", registry=r)
+
+    def _define_notices_and_processes(self, r: CollectorRegistry) -> None:
+        """Notices and notifications, and what the worker's own process watches (foreign jobs, Events
+        dropped, its scheduler)."""
         self.notices = Counter("jobttl_deletion_notices", "Notices posted as Events: DeletionScheduled by stage "
                                "(job, pods), InvalidTTL Warnings as invalid-ttl", ["stage"], registry=r)
         self.notifications = Counter("jobttl_notifications", "Notification messages by channel (the policy's name "
@@ -77,11 +93,6 @@ class Metrics:
                                         "process no longer moving due deletions onto the queue, by reason (dead, "
                                         "stuck: no heartbeat, overdue: due deletions not moving) and action "
                                         "(restart, exit)", ["reason", "action"], registry=r)
-        for reason in ("dead", "stuck", "overdue"):  # at 0 from the start: the alert reads the series
-            for action in ("restart", "exit"):
-                self.scheduler_stalls.labels(reason, action)
-        for event, reason in ALERTED_DECISIONS:
-            self.decisions.labels(event, reason)
 
     def watch_clock(self, clock) -> None:
         """Export a ReferenceClock's offsets at scrape time: only processes that measure one

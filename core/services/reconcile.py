@@ -162,6 +162,25 @@ class Reconciler:
         out of their groups. With `stage`, only that stage is reconciled (a worker replanning
         the stage it runs leaves the other to its own run).
         """
+        decided, rejected = self._decide_each(objects, by, refuse_unreadable)
+        notify = [self._notify(obj) for obj, *_ in decided]
+        decisions, pushed = self._keep_last([d for d in decided], notify, by, mode)
+        jobs = [Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
+                for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
+        pods = self._pod_stages(decided, decisions, notify, by, mode)
+        if stage == PODS_STAGE:
+            jobs, pushed = [], []
+        elif stage == JOB_STAGE:
+            pods = []
+        # The pods stages go first, so that each job's history card ends on its own deletion.
+        outcomes = self._remembered(pods + jobs + pushed, by, mode)
+        return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \
+            rejected
+
+    def _decide_each(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
+                     refuse_unreadable: bool) -> tuple[list[tuple[dict[str, Any], JobKind, JobRef, Decision]],
+                                                       list[Rejected]]:
+        """Each object's decision, or why it has none (one odd object must not stop the others)."""
         decided, rejected = [], []
         for obj, kind in objects:
             meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
@@ -182,19 +201,7 @@ class Reconciler:
                 self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
             if decided[-1][3].verdict is Verdict.POLICY_ERROR:
                 self._policy_error(kind, decided[-1][2], decided[-1][3], by)
-        notify = [self._notify(obj) for obj, *_ in decided]
-        decisions, pushed = self._keep_last([d for d in decided], notify, by, mode)
-        jobs = [Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
-                for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
-        pods = self._pod_stages(decided, decisions, notify, by, mode)
-        if stage == PODS_STAGE:
-            jobs, pushed = [], []
-        elif stage == JOB_STAGE:
-            pods = []
-        # The pods stages go first, so that each job's history card ends on its own deletion.
-        outcomes = self._remembered(pods + jobs + pushed, by, mode)
-        return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \
-            rejected
+        return decided, rejected
 
     def _remembered(self, intents: list[Intent], by: str, mode: str) -> list[Outcome]:
         """`_run`, unless the sink reconciled exactly these decisions a moment ago (jobttl.core.services.recent)."""

@@ -75,25 +75,33 @@ class _ScheduleCollector:
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge
-        would_delete = GaugeMetricFamily("jobttl_dry_run_would_delete",
-                                         "Dry-run records due now: what dry run would have deleted by now, by kind",
-                                         labels=["kind", "group"])
-        for group_kind, (_, due_now) in sorted(counts.dry_run.items()):
-            would_delete.add_metric(list(split_group_kind(group_kind)), due_now)
-        yield would_delete
-        # The kinds the last resync found the cluster does not serve (no CRD): 1 each. The report
-        # names them apiVersion/Kind: the version is a label too (MPIJob is served as v1 or v2beta1).
-        gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
-                                                            "cluster does not serve (no CRD installed)",
-                                  labels=["kind", "group", "version"])
-        try:
-            missing = json.loads(report).get("missing_kinds") or [] if report else []
-        except ValueError:
-            missing = []
-        for name in missing:
-            api_version, _, kind = str(name).rpartition("/")
-            gauge.add_metric([kind, group_of(api_version), api_version.rpartition("/")[2]], 1.0)
-        yield gauge
+        yield _would_delete(counts)
+        yield _kinds_not_served(report)
+
+
+def _would_delete(counts: scripts.DueCounts) -> GaugeMetricFamily:
+    would_delete = GaugeMetricFamily("jobttl_dry_run_would_delete",
+                                     "Dry-run records due now: what dry run would have deleted by now, by kind",
+                                     labels=["kind", "group"])
+    for group_kind, (_, due_now) in sorted(counts.dry_run.items()):
+        would_delete.add_metric(list(split_group_kind(group_kind)), due_now)
+    return would_delete
+
+
+def _kinds_not_served(report: bytes | None) -> GaugeMetricFamily:
+    # The kinds the last resync found the cluster does not serve (no CRD): 1 each. The report
+    # names them apiVersion/Kind: the version is a label too (MPIJob is served as v1 or v2beta1).
+    gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
+                                                        "cluster does not serve (no CRD installed)",
+                              labels=["kind", "group", "version"])
+    try:
+        missing = json.loads(report).get("missing_kinds") or [] if report else []
+    except ValueError:
+        missing = []
+    for name in missing:
+        api_version, _, kind = str(name).rpartition("/")
+        gauge.add_metric([kind, group_of(api_version), api_version.rpartition("/")[2]], 1.0)
+    return gauge
 
 
 class _HeartbeatCollector:
