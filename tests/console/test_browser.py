@@ -45,7 +45,7 @@ pytestmark = [pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="chromi
                                                                          "(make chromium)"),
               pytest.mark.timeout(300)]
 
-from selenium.common.exceptions import TimeoutException  # noqa: E402
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support import expected_conditions  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -59,6 +59,12 @@ TOKENS = {"alice-token": {"username": "alice@example.com", "groups": ["platform-
 GRANTS = [{"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
           {"groups": ["data-science"], "rules": rights.cluster_role(rights.READER)["rules"]}]
 SHOTS = Path(os.environ["JOBTTL_SCREENSHOTS"]) if os.environ.get("JOBTTL_SCREENSHOTS") else None
+
+
+def wait(browser, seconds: float) -> WebDriverWait:
+    """A wait that reads the page afresh each turn: an element read while the page changes under it
+    (a navigation, the countdown's script) is stale, a reason to look again rather than a failure."""
+    return WebDriverWait(browser, seconds, ignored_exceptions=(StaleElementReferenceException,))
 
 
 class Stack:
@@ -145,7 +151,7 @@ def sign_in(browser, stack: Stack, token: str) -> None:
     browser.find_element(By.ID, "token").send_keys(token)
     browser.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]").click()
     try:  # the page is read only if it never leaves the sign-in (read before, it may be gone by then)
-        WebDriverWait(browser, 60).until(lambda b: "/signin" not in b.current_url)
+        wait(browser, 60).until(lambda b: "/signin" not in b.current_url)
     except TimeoutException:
         raise AssertionError(f"still signing in: {browser.find_element(By.ID, 'main').text[:1000]}") from None
 
@@ -194,7 +200,7 @@ def test_the_pages_load_with_the_seeded_jobs_and_pass_axe(stack, browser, shots)
             assert {f"{ns}/{n}" for n, (ns, _) in FRESH.items()} <= set(rows)
             countdown = browser.find_element(By.CSS_SELECTOR, "#pending .countdown")
             first = countdown.text
-            WebDriverWait(browser, 30).until(lambda b: countdown.text != first)  # the script ticks
+            wait(browser, 30).until(lambda b: b.find_element(By.CSS_SELECTOR, "#pending .countdown").text != first)  # ticks
         if name == "held":
             rows = {r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#held tbody tr")}
             assert rows == {f"ml/{n}" for n in OLD}
@@ -216,7 +222,7 @@ def test_a_postpone_from_the_page_shows_in_jobttl_pending(stack, browser):
     field.clear()
     field.send_keys("3d")
     row.find_element(By.XPATH, ".//button[normalize-space()='Postpone']").click()
-    WebDriverWait(browser, 60).until(lambda b: "Postponed ml/mnist-baseline" in b.page_source)
+    wait(browser, 60).until(lambda b: "Postponed ml/mnist-baseline" in b.page_source)
     after = {p["name"]: p["due"] for p in stack.jobttl("pending")["items"]}
     assert after["mnist-baseline"] >= before["mnist-baseline"] + 3 * 86400
     entry = stack.jobttl("history", "ml/mnist-baseline", "--event", "postponed")["items"][0]
@@ -244,7 +250,7 @@ def test_a_held_review_confirmed_from_the_page_is_released_and_jobttl_held_agree
     kept = OLD[-1]
     browser.find_element(By.CSS_SELECTOR, f'#held tr[data-job="ml/{kept}"]').find_element(
         By.XPATH, ".//button[normalize-space()='Keep']").click()
-    WebDriverWait(browser, 60).until(lambda b: f"Kept ml/{kept}" in b.page_source,
+    wait(browser, 60).until(lambda b: f"Kept ml/{kept}" in b.page_source,
                                      message=browser.current_url + browser.find_element(By.ID, "main").text[:2000])
     # A periodic resync is running as the operator confirms: the confirmation waits for it, not lost.
     redis = stack.redis_server.client()
@@ -253,8 +259,8 @@ def test_a_held_review_confirmed_from_the_page_is_released_and_jobttl_held_agree
     released = threading.Thread(target=release_after_a_try, args=(redis, lock), daemon=True)
     released.start()
     browser.find_element(By.ID, "confirm-held").click()
-    WebDriverWait(browser, 30).until(expected_conditions.alert_is_present()).accept()
-    WebDriverWait(browser, 60).until(lambda b: f"Confirmed {held['heldId']}" in b.page_source)
+    wait(browser, 30).until(expected_conditions.alert_is_present()).accept()
+    wait(browser, 60).until(lambda b: f"Confirmed {held['heldId']}" in b.page_source)
     released.join(timeout=5)
     assert stack.jobttl("held")["items"] == []
     deleted = lambda: {r["path"].rsplit("/", 1)[1] for r in stack.emulator.requests("DELETE")}  # noqa: E731
@@ -286,7 +292,7 @@ def test_an_action_without_the_right_is_refused(stack, browser):
         add('csrf', document.querySelector('input[name=csrf]').value);
         add('namespace', 'ml'); add('name', 'gpt-small'); add('duration', '30d');
         document.body.appendChild(f); f.submit();""")
-    WebDriverWait(browser, 60).until(lambda b: "403" in b.find_element(By.TAG_NAME, "h1").text)
+    wait(browser, 60).until(lambda b: "403" in b.find_element(By.TAG_NAME, "h1").text)
     assert "carol@example.com may not postpone deletions.jobttl.io in namespace ml" in browser.page_source
     assert "jobttl-console-operator" in browser.page_source
     assert {p["name"]: p["due"] for p in stack.jobttl("pending")["items"]}["gpt-small"] == before["gpt-small"]
