@@ -1,7 +1,7 @@
 """Deleting one job whose TTL is up, if and only if it still should be: the worker's algorithm.
 
 The upstream TTL-after-finished controller's processJob, in two halves: what to do is judged by pure
-functions (`jobttl.worker.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
+functions (`jobttl.core.domain.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
 `Action` judged, each step with the collaborators it needs:
 
 1. BEGIN (`jobttl.worker.ledger`): is this RQ job still the pending deletion? The schedule may have
@@ -44,7 +44,7 @@ from jobttl.core.domain.policy import Policy
 from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
 from jobttl.worker.archiving import ArchiveFailed, Archived, Archiver
 from jobttl.worker.context import WorkerContext
-from jobttl.worker.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
+from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
                                      DeletePods, Forget, HoldForReview, Recover, Refuse, Replan, Skip, Target, Wait,
                                      WouldDelete, admit, confirm, judge, to_decide)
 from jobttl.worker.ledger import Ledger, details
@@ -65,7 +65,7 @@ RECORDED = ("deleted", "delete-requested", "would-delete")
 
 
 class Deletion:
-    """One run of one due deletion: the executor of what `jobttl.worker.judgement` decides."""
+    """One run of one due deletion: the executor of what `jobttl.core.domain.judgement` decides."""
 
     def __init__(self, ctx: WorkerContext, job: Job | None):
         self.job = job

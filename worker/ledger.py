@@ -18,7 +18,7 @@ from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.decision import Decision
 from jobttl.core.store.schedule import OVERRIDE_SECONDS
 from jobttl.core.store.scripts import Begin, Finish, Release
-from jobttl.worker.judgement import Current, Target
+from jobttl.core.domain.judgement import Current, Target
 
 log = logging.getLogger("jobttl.worker")
 

@@ -1,4 +1,4 @@
-"""The pods stage, once judged due (`jobttl.worker.judgement.DeletePods`) and confirmed: delete the
+"""The pods stage, once judged due (`jobttl.core.domain.judgement.DeletePods`) and confirmed: delete the
 finished job's own pods (label and controller reference, none younger than its finish), keep the job.
 
 Pods have no precondition that says "only if the job is still as we judged it": the job is read once
@@ -17,7 +17,8 @@ from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.domain.stages import owned_pods
 from jobttl.worker.archiving import Archived
-from jobttl.worker.judgement import PODS_STAGE, Target, unchanged
+from jobttl.core.domain.judgement import Target, unchanged
+from jobttl.core.domain.plan import PODS_STAGE
 from jobttl.worker.ledger import Ledger, details
 from jobttl.worker.events import EventRecorder
 from jobttl.worker.reading import reread

@@ -6,7 +6,7 @@ due time? what did operators say? did an earlier run get as far as its DELETE?),
 API server has it now (or None), the decision made from it, and the API server's time
 (`ApiTime`). Each returns an `Action`, a small closed set that `jobttl.worker.deletion` performs;
 this module imports no Redis, RQ or Kubernetes client (an import-linter contract holds it to that),
-so every branch is table-tested directly (tests/worker/test_judgement.py).
+so every branch is table-tested directly (tests/core/test_judging_a_due_deletion.py).
 
 Three points of judgement, in the order a run meets them:
 
