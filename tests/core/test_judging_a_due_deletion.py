@@ -53,7 +53,7 @@ def redis_says(due: int | None, keep: bool = False, until: int | None = None, in
 
 
 def intent(obj: dict | None = None) -> dict:
-    """What a run writes before its DELETE (jobttl.worker.ledger): the UID and what the tombstone keeps."""
+    """What a run writes before its DELETE (jobttl.core.store.ledger): the UID and what the tombstone keeps."""
     kept = {"metadata": {"labels": {"team": "a"}}, "status": (obj or tfjob())["status"]}
     return {"uid": UID, "at": FINISHED + 100, "resourceVersion": "1", "object": kept}
 

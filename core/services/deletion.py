@@ -4,9 +4,9 @@ The upstream TTL-after-finished controller's processJob, in two halves: what to 
 functions (`jobttl.core.domain.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
 `Action` judged, each step with the collaborators it needs:
 
-1. BEGIN (`jobttl.worker.ledger`): is this RQ job still the pending deletion? The schedule may have
+1. BEGIN (`jobttl.core.store.ledger`): is this RQ job still the pending deletion? The schedule may have
    moved it (a later TTL) or dropped it (the object went) since it was booked. `admit`.
-2. `reread` and `decide` (`jobttl.worker.reading`): the object as the API server has it now, and
+2. `reread` and `decide` (`jobttl.core.services.reading`): the object as the API server has it now, and
    this stage's decision from it. The event that scheduled the deletion was only a hint.
 3. `judge`: gone or re-created (forget), an earlier run's DELETE (record it), no longer or later
    (the one reconcile path cancels or moves it), clock trouble or early by the API server's clock
@@ -14,7 +14,7 @@ functions (`jobttl.core.domain.judgement`: `admit`, `judge`, `confirm`), and `De
 4. archive, a rate-limit slot, then BEGIN again (the intent written) and `confirm`.
 5. DELETE with UID and resourceVersion preconditions and the configured propagation (a 409 means
    the object changed between read and delete, so back to step 2), or the pods stage
-   (`jobttl.worker.pods_stage`).
+   (`jobttl.core.services.pods_stage`).
 6. FINISH: gone at once (``deleted``) or still held by finalizers (``delete-requested``, followed
    until it is gone, or reported ``stuck``); one audit entry, a tombstone, an Event.
 
@@ -42,14 +42,14 @@ from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import Conflict, ObjectGone
 from jobttl.core.domain.policy import Policy
 from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
-from jobttl.worker.archiving import ArchiveFailed, Archived, Archiver
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services.archiving import ArchiveFailed, Archived, Archiver
+from jobttl.core.services.worker_graph import WorkerGraph
 from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
                                      DeletePods, Forget, HoldForReview, Recover, Refuse, Replan, Skip, Target, Wait,
                                      WouldDelete, admit, confirm, judge, to_decide)
-from jobttl.worker.ledger import Ledger, details
-from jobttl.worker.pods_stage import PodsStage
-from jobttl.worker.reading import Reading
+from jobttl.core.store.ledger import Ledger, details
+from jobttl.core.services.pods_stage import PodsStage
+from jobttl.core.services.reading import Reading
 
 __all__ = ["MAX_CONFLICTS", "Current", "Deletion", "Target", "target_of"]
 
@@ -67,7 +67,7 @@ RECORDED = ("deleted", "delete-requested", "would-delete")
 class Deletion:
     """One run of one due deletion: the executor of what `jobttl.core.domain.judgement` decides."""
 
-    def __init__(self, ctx: WorkerContext, job: Job | None):
+    def __init__(self, ctx: WorkerGraph, job: Job | None):
         self.job = job
         settings, policy = ctx.settings, ctx.settings.policy
         token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"

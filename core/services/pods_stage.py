@@ -16,12 +16,12 @@ from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.domain.stages import owned_pods
-from jobttl.worker.archiving import Archived
+from jobttl.core.services.archiving import Archived
 from jobttl.core.domain.judgement import Target, unchanged
 from jobttl.core.domain.plan import PODS_STAGE
-from jobttl.worker.ledger import Ledger, details
-from jobttl.worker.events import EventRecorder
-from jobttl.worker.reading import reread
+from jobttl.core.store.ledger import Ledger, details
+from jobttl.core.services.events import EventRecorder
+from jobttl.core.services.reading import reread
 
 PODS_DELETED = "pods-deleted"
 
