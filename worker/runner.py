@@ -72,9 +72,9 @@ from jobttl.core.services.install import CONFIGMAP
 from jobttl.core.store.tasks import declared as declared_tasks
 from jobttl.core.kube.client import PermanentApiError, TransientApiError
 from jobttl.worker import kindcheck, tasks, watchdog
-from jobttl.worker.context import WorkerContext
-from jobttl.worker.follow import Follower
-from jobttl.worker.sweep import sweep
+from jobttl.core.services.worker_graph import WorkerGraph
+from jobttl.core.services.follow import Follower
+from jobttl.core.services.sweep import sweep
 
 log = logging.getLogger("jobttl.worker")
 
@@ -167,7 +167,7 @@ class JobttlWorker(SimpleWorker):
     max_connection_wait_time = 1.0  # ...not after up to 60 s
     job_class = CheckedJob  # resolves jobttl's tasks only (jobttl.core.store.foreign)
 
-    def __init__(self, *args, context: WorkerContext, watch: watchdog.SchedulerWatch | None = None, **kwargs):
+    def __init__(self, *args, context: WorkerGraph, watch: watchdog.SchedulerWatch | None = None, **kwargs):
         super().__init__(*args, **kwargs)
         self.context = context
         self.clock_problem: str | None = None
@@ -503,7 +503,7 @@ def rq_logging_level(level: str) -> str:
     return level if logging.getLevelNamesMapping()[level] >= logging.WARNING or level == "DEBUG" else "WARNING"
 
 
-def _wait_for_agreeing_clocks(ctx: WorkerContext, name: str, burst: bool) -> bool:
+def _wait_for_agreeing_clocks(ctx: WorkerGraph, name: str, burst: bool) -> bool:
     """Before joining (and maybe holding the scheduler lock), make sure this host's clock is right."""
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -522,7 +522,7 @@ def _wait_for_agreeing_clocks(ctx: WorkerContext, name: str, burst: bool) -> boo
             signal.signal(sig, handler)
 
 
-def _establish_install(ctx: WorkerContext, burst: bool) -> bool:
+def _establish_install(ctx: WorkerGraph, burst: bool) -> bool:
     """Read (or, on a first install, write) the install record before any deletion runs: the
     first-run review must be in force before the first due deletion reaches this worker. An API
     server that does not answer is waited for; one that refuses (RBAC) stops the worker."""
@@ -543,7 +543,7 @@ def _establish_install(ctx: WorkerContext, burst: bool) -> bool:
     raise TransientApiError("the install record (ConfigMap jobttl-install) could not be read for a minute")
 
 
-def serve_health(ctx: WorkerContext, port: int) -> ThreadingHTTPServer:
+def serve_health(ctx: WorkerGraph, port: int) -> ThreadingHTTPServer:
     """/metrics, /healthz and /readyz (not ready while the clocks disagree) on the worker's port."""
 
     def answer(path: str) -> probes.Answer:

@@ -5,8 +5,8 @@ books RQ jobs under those names (jobttl.core.store.tasks) without importing this
 booked job holds the name for as long as it is pending: a function renamed here keeps its old
 name as an alias (RQ imports the name it stored), until no pending job can hold it.
 
-Each builds nothing itself: the process's `WorkerContext` (one API connection pool) comes
-from `configure`, and the work from `jobttl.worker.deletion` and `jobttl.worker.resync`.
+Each builds nothing itself: the process's `WorkerGraph` (one API connection pool) comes
+from `configure`, and the work from `jobttl.core.services.deletion` and `jobttl.core.services.resync`.
 Every error a deletion raises ends in `_failed`, the one place that decides how RQ must
 react (retry with backoff, or fail for good), and records it.
 """
@@ -23,29 +23,29 @@ from jobttl.core.domain import shapes
 from jobttl.core.runtime.config import Settings
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.kube.client import Conflict, PermanentApiError, TransientApiError, Undecodable
-from jobttl.core.store.schedule import PODS_STAGE
-from jobttl.worker import archiving
-from jobttl.worker import resync as resync_run
-from jobttl.worker.archiving import ArchiveFailed
-from jobttl.worker.context import WorkerContext
-from jobttl.worker.deletion import Deletion, Target, target_of
-from jobttl.worker.events import announce
+from jobttl.core.domain.plan import PODS_STAGE
+from jobttl.core.services import archiving
+from jobttl.core.services import resync as resync_run
+from jobttl.core.services.archiving import ArchiveFailed
+from jobttl.core.services.worker_graph import WorkerGraph
+from jobttl.core.services.deletion import Deletion, Target, target_of
+from jobttl.core.services.events import announce
 
 log = logging.getLogger("jobttl.worker")
 
-_context: WorkerContext | None = None
+_context: WorkerGraph | None = None
 
 
-def configure(settings: Settings, notices: bool = True) -> WorkerContext:
+def configure(settings: Settings, notices: bool = True) -> WorkerGraph:
     """Build the process's one context (and so its one API connection pool). `notices`: whether
     this process posts the DeletionScheduled outbox (a worker does; a one-off `jobttl resync`
     leaves it to the workers, as it may exit mid-POST)."""
     global _context
-    _context = WorkerContext.from_settings(settings, notices=notices)
+    _context = WorkerGraph.from_settings(settings, notices=notices)
     return _context
 
 
-def context() -> WorkerContext:
+def context() -> WorkerGraph:
     """The process's context; a worker started without `jobttl worker` reads the environment."""
     return _context if _context is not None else configure(Settings.from_env())
 
@@ -73,7 +73,7 @@ def delete_if_expired(member: str | dict, due: int) -> str:
         raise
 
 
-def _failed(ctx: WorkerContext, job: Job | None, target: Target, exc: Exception) -> None:
+def _failed(ctx: WorkerGraph, job: Job | None, target: Target, exc: Exception) -> None:
     """The one handler: how RQ must react to `exc`, recorded, and a Warning Event when it gives up."""
     ref = target.ref
     if isinstance(exc, (PermanentApiError, Undecodable)) or getattr(exc, "permanent", False):

@@ -1,6 +1,6 @@
 """Keep the evidence, then delete: what an archive holds, where each file goes, and how long it stays.
 
-Pure functions (the worker does the reading and writing, `jobttl.worker.archiving`; the stores
+Pure functions (the worker does the reading and writing, `jobttl.core.services.archiving`; the stores
 are `jobttl.core.kube.archivestore`). One folder per job, ``<namespace>/<kind>/<name>-<uid>/``:
 
 - ``manifest.yaml``: the object as the API server returned it to the worker's last read,

@@ -54,7 +54,7 @@ KNOWN_ANNOTATIONS = (TTL_ANNOTATION, KEEP_ANNOTATION, KEEP_UNTIL_ANNOTATION, NOT
 KEEP, DO_NOT_KEEP = "true", "false"
 
 # Warning Events on an object jobttl keeps because of what its owner wrote (posted once per object
-# and value, from the notices outbox: jobttl.worker.scheduled_events): a TTL (or keep-until) jobttl
+# and value, from the notices outbox: jobttl.core.services.scheduled_events): a TTL (or keep-until) jobttl
 # cannot use (`invalid_ttl_message`), a jobttl.io/keep value it does not recognise, a jobttl.io/ key
 # it does not know.
 INVALID_TTL_REASON = "InvalidTTL"

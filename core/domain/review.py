@@ -1,7 +1,7 @@
 """The rules of the first-run review and of the guard's held set that decide what an operator's
 confirmation covers (issue 26 §2), and what a resync holds and releases (issue 29 §1). Pure: names
 and sets in, a decision out; the install record (jobttl.core.services.install) and the resync
-(jobttl.worker.resync) apply them.
+(jobttl.core.services.resync) apply them.
 
 - A kind is named as the API server serves it, ``apiVersion/Kind`` (`kind_key`).
 - A confirmation ends the review only for the kinds that resync listed completely; a kind it could
@@ -62,7 +62,7 @@ def dropped_from_held(held: Iterable[Held], seen: set[str], listed: set[str]) ->
 
 # --- What a resync holds, releases, and whether the review ends ---------------------------------
 #
-# The resync (jobttl.worker.resync) applies the rule in the order its reads and writes must happen:
+# The resync (jobttl.core.services.resync) applies the rule in the order its reads and writes must happen:
 #   1. `plan_holds`: what it holds, and why;                      -> it writes the held set
 #   2. `confirmation_may_end_review`, then, reading the schedule and the held set,
 #      `nothing_left_to_review`: whether the confirmation ends the review;  -> it writes the record

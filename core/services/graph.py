@@ -36,7 +36,7 @@ from jobttl.core.store.tasks import Tasks
 
 @dataclass
 class Graph:
-    """The shared parts; a process's context extends it with its own (jobttl.sink.context, jobttl.worker.context)."""
+    """The shared parts; a process's context extends it with its own (jobttl.sink.context, jobttl.core.services.worker_graph)."""
 
     settings: Settings
     redis: Redis

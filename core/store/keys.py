@@ -40,7 +40,7 @@ TERMINATING = "jobttl:terminating"  # zset: member → when to look again (DELET
 TERMINATING_INFO = "jobttl:terminating:info"  # hash: member → what was deleted, and when
 STUCK = "jobttl:stuck"  # hash: member → what blocks it
 
-# Resync (jobttl.worker.resync)
+# Resync (jobttl.core.services.resync)
 RESYNC_LOCK = "jobttl:resync:lock"
 RESYNC_LAST = "jobttl:resync:last"  # the last report (JSON)
 RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one finished
@@ -52,7 +52,7 @@ RESYNC_NEXT_PREFIX = "jobttl:resync:next:"
 KEEPLAST_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
 KEEPLAST_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 
-# DeletionScheduled Events (jobttl.worker.scheduled_events)
+# DeletionScheduled Events (jobttl.core.services.scheduled_events)
 NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when to post it (its workers drain it)
 
 # Notifications (jobttl.core.store.notifications): the notifier reads the audit trail as a consumer group
@@ -64,7 +64,7 @@ ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
 # Locks held for a moment by one process
 SWEEP_CURSOR = "jobttl:sweep:cursor"  # where in the overdue part of the index the next sweep looks
-SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.worker.sweep)
+SWEEP_LOCK = "jobttl:sweep:lock"  # one worker at a time sweeps for lost deletions (jobttl.core.services.sweep)
 UPGRADE_LOCK = "jobttl:upgrade:lock"  # one process at a time upgrades the layout (jobttl.core.store.upgrade)
 
 # Clocks and the rate limit

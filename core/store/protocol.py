@@ -111,7 +111,7 @@ class Store:
         # Where an earlier run of a booked id may still be listed (RQ's own key names).
         self._ended = (FinishedJobRegistry(queue=self.queue).key, FailedJobRegistry(queue=self.queue).key)
         self._registries = tuple(r(queue=self.queue).key for r in _REGISTRIES)
-        self.outbox = keys.notices(self.queue.name)  # DeletionScheduled and InvalidTTL (jobttl.worker.scheduled_events)
+        self.outbox = keys.notices(self.queue.name)  # DeletionScheduled and InvalidTTL (jobttl.core.services.scheduled_events)
         self.audit_max = audit.max_entries
         self.card_ttl = audit.tombstone_seconds
         self.burst_limit = burst_limit  # events' per-minute limit on news (jobttl.core.store.guard)
@@ -212,7 +212,7 @@ class Store:
         job = self._job(tasks.delete, (record.member, record.due), record.job_id, status, meta=record.meta(),
                         result_ttl=-1 if record.dry_run else RESULT_TTL)
         # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
-        # outbox, off the deletions' queue (jobttl.worker.scheduled_events); a change is one member.
+        # outbox, off the deletions' queue (jobttl.core.services.scheduled_events); a change is one member.
         notice = notice_member(record.member, record.due) if record.notify and record.due > now else None
         self._book(job, None if record.due <= now else record.due, pipeline, notice, now)
         warn_before = self.schedule.warn_before

@@ -141,7 +141,7 @@ class Pending:
     would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
     state: str | None = None  # the RQ job's status; None when the RQ job is missing
     extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
-    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.worker.scheduled_events)
+    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.core.services.scheduled_events)
 
     @property
     def member(self) -> str:

@@ -361,7 +361,7 @@ class Booked(Script):
     omitted: tuple[str, ...] = rest()  # the fields RQ's write left out
 
 
-# --- the worker's deletion (jobttl.worker.deletion, .follow) ----------------------------------------
+# --- the worker's deletion (jobttl.core.services.deletion, .follow) ----------------------------------------
 
 class BeginReply(NamedTuple):
     pending_due: int | None  # what the index holds for the member
@@ -554,7 +554,7 @@ class ReserveSlot(Script):
 
 @script("follow_claim.lua", preload=False)
 class ClaimFollowUps(Script):
-    """Deleted objects due for another look, claimed for a while (jobttl.worker.follow)."""
+    """Deleted objects due for another look, claimed for a while (jobttl.core.services.follow)."""
 
     KEYS = {"terminating": keys.TERMINATING}
     now: float

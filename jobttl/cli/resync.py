@@ -34,7 +34,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from redis.exceptions import RedisError
 
     from jobttl.core.store.guard import HeldDeletions
-    from jobttl.worker import resync, tasks
+    from jobttl.core.services import resync
+    from jobttl.worker import tasks
 
     try:
         connect(settings, args.force)  # a resync writes the schedule: never into a Redis that is not jobttl's

@@ -222,7 +222,7 @@ def test_what_is_someone_elses_is_said_in_a_fixed_order():
     assert decide(running, TFJOB).verdict is Verdict.BEING_DELETED
 
 
-# --- what the InvalidTTL Event says (jobttl.worker.scheduled_events posts it) -------------------------------
+# --- what the InvalidTTL Event says (jobttl.core.services.scheduled_events posts it) -------------------------------
 
 def test_an_unreadable_ttl_annotation_keeps_the_job_rather_than_fall_back_to_another_ttl():
     obj = job(ttl=60, status=finished_status(1_700_000_000))  # its own field would say 60 s

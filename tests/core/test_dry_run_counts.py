@@ -150,7 +150,7 @@ def test_the_scrape_reads_a_bounded_number_of_keys_however_many_dry_run_records(
 
 
 def test_the_repair_files_what_was_written_without_the_dry_run_sets_and_drops_what_they_hold_alone(schedule, redis):
-    """What the resync runs (jobttl.worker.resync): a process of the previous release, during a
+    """What the resync runs (jobttl.core.services.resync): a process of the previous release, during a
     rollout, wrote the index but not the dry-run sets."""
     r = reconciler(schedule)
     rehearsal, other, real = finished(rehearsal=True), finished(rehearsal=True), finished()

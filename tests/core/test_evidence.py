@@ -161,7 +161,7 @@ def kubelet(log: bytes, tail_lines: int, limit_bytes: int | None) -> bytes:
 
 
 def fetch(log: bytes, keep: int) -> tuple[bytes, list[archive.LogRequest]]:
-    """The worker's loop (jobttl.worker.archiving.Archiver.tail), over `kubelet`."""
+    """The worker's loop (jobttl.core.services.archiving.Archiver.tail), over `kubelet`."""
     request, asked = archive.first_log_request(keep), []
     while request is not None:
         asked.append(request)

@@ -559,7 +559,7 @@ def test_memory_is_bounded_and_forgets_the_oldest_first():
     assert recent.get("c", ("other",)) is None, "another decision is not the remembered one"
 
 
-# --- an invalid TTL is told to the job's owner: the InvalidTTL notice (jobttl.worker.scheduled_events) ---------
+# --- an invalid TTL is told to the job's owner: the InvalidTTL notice (jobttl.core.services.scheduled_events) ---------
 
 def invalid_notices(redis, schedule, obj) -> list[InvalidNotice]:
     """The InvalidTTL notices waiting in the outbox for this object, oldest first."""

@@ -1,5 +1,5 @@
 """What a resync holds, releases, and when the first-run review ends (jobttl.core.domain.review), table by
-table (issue 29 §1). Each row is named after the behaviour it pins; the resync (jobttl.worker.resync)
+table (issue 29 §1). Each row is named after the behaviour it pins; the resync (jobttl.core.services.resync)
 applies the rule with its reads and writes, and tests/worker/test_first_run_review.py,
 tests/e2e/test_first_run.py, test_review_holds.py and test_resync.py run it whole."""
 

@@ -236,7 +236,7 @@ def test_sink_arguments_parse_and_it_serves_the_declared_port_with_probes(object
 
 
 def _max_conflicts() -> int:
-    from jobttl.worker.deletion import MAX_CONFLICTS
+    from jobttl.core.services.deletion import MAX_CONFLICTS
 
     return MAX_CONFLICTS
 

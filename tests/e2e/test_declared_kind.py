@@ -185,7 +185,7 @@ def test_a_watched_widget_is_archived_and_deleted_at_finish_plus_ttl_with_its_ui
     delete, = widgets.deletes("w1")
     assert delete["body"]["preconditions"]["uid"] == widget["metadata"]["uid"]
 
-    def recorded():  # "deleted" once the follow-up sees it gone (jobttl.worker.follow)
+    def recorded():  # "deleted" once the follow-up sees it gone (jobttl.core.services.follow)
         history = json.loads(jobttl(env, "history", "--json", "--event", "deleted").stdout)["items"]
         return [(h["kind"], h["name"]) for h in history if h["uid"] == widget["metadata"]["uid"]]
     wait_for(recorded, timeout=20, what="the audit trail to record the Widget deleted")

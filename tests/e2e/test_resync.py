@@ -17,8 +17,8 @@ from jobttl_emulator import Resource, seed_object
 from jobttl.core.runtime.config import Settings
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for
-from jobttl.worker import resync as resync_run
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services import resync as resync_run
+from jobttl.core.services.worker_graph import WorkerGraph
 from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
 from jobttl.core.store.keys import HELD as HELD_KEY
 from jobttl.core.store import keys
@@ -51,8 +51,8 @@ def env(cluster, redis_server, **overrides) -> dict[str, str]:
     return {**values, **{k: str(v) for k, v in overrides.items()}}
 
 
-def context(cluster, redis_server, **overrides) -> WorkerContext:
-    return WorkerContext.from_settings(Settings.from_env(env(cluster, redis_server, **overrides)))
+def context(cluster, redis_server, **overrides) -> WorkerGraph:
+    return WorkerGraph.from_settings(Settings.from_env(env(cluster, redis_server, **overrides)))
 
 
 def seed(cluster, kind, namespace, count, at, state="succeeded", ttl=None, prefix="job"):

@@ -1,4 +1,4 @@
-"""Deletions that never finish: followed until gone, or reported stuck (jobttl.worker.follow).
+"""Deletions that never finish: followed until gone, or reported stuck (jobttl.core.services.follow).
 
 With Foreground propagation the API server keeps a deleted job Terminating while a finalizer
 holds it: here a finalizer on the job itself, which the emulator keeps until a client removes

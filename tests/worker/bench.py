@@ -1,5 +1,5 @@
 """A worker's own context in this process, against real Redis and the emulator over HTTP (pods,
-Events and TFJobs), for tests that run `jobttl.worker.deletion.Deletion` step by step.
+Events and TFJobs), for tests that run `jobttl.core.services.deletion.Deletion` step by step.
 
 Nothing is monkeypatched: a window between the worker's reads is opened with a rate-limit slot
 taken in Redis beforehand (`Bench.run_and_change`), and the test acts in it as a user would.
@@ -18,8 +18,8 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import TFJOB
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.store.schedule import member_for
-from jobttl.worker.context import WorkerContext
-from jobttl.worker.deletion import Deletion, Target
+from jobttl.core.services.worker_graph import WorkerGraph
+from jobttl.core.services.deletion import Deletion, Target
 from jobttl_emulator import EVENT, POD, TFJOB as TFJOB_RESOURCE, seed_object
 from tests.fixtures import job_object
 from tests.services import start_emulator, wait_for
@@ -51,7 +51,7 @@ class Bench:
                                       # record is read from Redis, which an earlier test of this process
                                       # may have left there, holding this bench's overdue stages.
                                       "JOBTTL_FIRST_RUN_REVIEW": "off"})
-        self.ctx = WorkerContext.from_settings(settings)
+        self.ctx = WorkerGraph.from_settings(settings)
         self.ctx.rate_limit = RateLimit(self.ctx.redis, rate, key=self.rate_key)
         self.redis = self.ctx.redis
 

@@ -8,7 +8,7 @@ from jobttl.core.kube.archivestore import DirectoryStore, latest
 from jobttl.core.store.audit import Audit
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.policy import ArchiveStore
-from jobttl.worker.archiving import prune
+from jobttl.core.services.archiving import prune
 
 
 def write(store, name, at, size):

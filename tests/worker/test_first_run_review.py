@@ -21,8 +21,8 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.services.install import CONFIGMAP
 from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
 from jobttl.core.services.reconcile import GUARDED
-from jobttl.worker import resync
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services import resync
+from jobttl.core.services.worker_graph import WorkerGraph
 from tests.e2e.conftest import CORE_EVENTS
 from tests.fixtures import job_object
 from tests.services import start_emulator
@@ -49,7 +49,7 @@ def ctx(cluster, redis_server, redis, tmp_path):
                                   "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
                                   "JOBTTL_POLICY": str(policy), "JOBTTL_FIRST_RUN_REVIEW": "on",
                                   "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}", "JOBTTL_RESYNC_INTERVAL": "0"})
-    return WorkerContext.from_settings(settings)
+    return WorkerGraph.from_settings(settings)
 
 
 def old_jobs(cluster, kind, count: int, prefix: str) -> list[dict]:
@@ -170,11 +170,11 @@ def test_a_dry_run_install_keeps_the_review_open_and_holds_the_overdue_jobs_when
            "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}",
            "JOBTTL_RESYNC_INTERVAL": "0"}
     policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\ndryRun: true\n")
-    dry = WorkerContext.from_settings(Settings.from_env(env))
+    dry = WorkerGraph.from_settings(Settings.from_env(env))
     report = resync.run(dry)
     assert report.queued_now == 0 and dry.install.current().under_review, "the review stays open"
     policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\n")
-    live = WorkerContext.from_settings(Settings.from_env(env))
+    live = WorkerGraph.from_settings(Settings.from_env(env))
     report = resync.run(live)
     assert report.queued_now == 0 and report.first_run_held == 2, report
     assert {h.ref.name for h in HeldDeletions(live.redis).all() if h.by == FIRST_RUN} == \

@@ -1,4 +1,4 @@
-"""The follower's own rules, in process (jobttl.worker.follow): real Redis, the emulator over HTTP.
+"""The follower's own rules, in process (jobttl.core.services.follow): real Redis, the emulator over HTTP.
 
 The end-to-end story (stuck, the Event, the gauge, the fallback) is tests/e2e/test_stuck_deletions.py;
 these are the cases a running stack cannot easily reach: the policy changing between the DELETE
@@ -17,9 +17,9 @@ from jobttl.core.store import keys
 from jobttl.core.runtime.config import Settings
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import TFJOB
-from jobttl.worker.deletion import Deletion, Target
-from jobttl.worker.context import WorkerContext
-from jobttl.worker.follow import Follower
+from jobttl.core.services.deletion import Deletion, Target
+from jobttl.core.services.worker_graph import WorkerGraph
+from jobttl.core.services.follow import Follower
 from tests.e2e.conftest import EVERY_KIND
 from tests.fixtures import job_object
 from tests.services import RedisServer, start_emulator
@@ -38,14 +38,14 @@ def stack(tmp_path_factory):
     emulator.stop()
 
 
-def context(stack, **settings) -> WorkerContext:
+def context(stack, **settings) -> WorkerGraph:
     emulator, redis_server, _ = stack
     env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "follow",
            "JOBTTL_DELETE_RATE": "0", "JOBTTL_STUCK_AFTER": "1h", **settings}
-    return WorkerContext.from_settings(Settings.from_env(env))
+    return WorkerGraph.from_settings(Settings.from_env(env))
 
 
-def deleted_but_held(stack, ctx: WorkerContext) -> JobRef:
+def deleted_but_held(stack, ctx: WorkerGraph) -> JobRef:
     """A finished TFJob the worker's own algorithm deleted, still Terminating on a finalizer."""
     emulator, _, _ = stack
     obj = job_object(TFJOB, "held", f"f-{uuid.uuid4().hex[:8]}", at=time.time() - 60, ttl=0)
@@ -58,7 +58,7 @@ def deleted_but_held(stack, ctx: WorkerContext) -> JobRef:
     return ref
 
 
-def events(ctx: WorkerContext, ref: JobRef) -> list[str]:
+def events(ctx: WorkerGraph, ref: JobRef) -> list[str]:
     return [e.as_dict()["event"] for e in reversed(ctx.audit.history(ref.namespace, ref.name))]
 
 

@@ -1,5 +1,5 @@
 """InvalidTTL: the Warning Event a worker posts from the notices outbox for a job jobttl keeps because
-its TTL cannot be read (jobttl.worker.scheduled_events), and nothing once the value is fixed: the worker's
+its TTL cannot be read (jobttl.core.services.scheduled_events), and nothing once the value is fixed: the worker's
 Notices in this process, real Redis, the emulator over HTTP (tests.worker.bench)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from jobttl.worker.scheduled_events import Notices
+from jobttl.core.services.scheduled_events import Notices
 from jobttl_emulator import EVENT
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 

@@ -1,5 +1,5 @@
 """keepLast as the worker checks it: by the cluster's listing, not the index's word, and the index
-repaired from that listing (`jobttl.worker.reading.Reading.check_limit`, `jobttl.core.store.keeplast_index.KeepLastIndex.repair`).
+repaired from that listing (`jobttl.core.services.reading.Reading.check_limit`, `jobttl.core.store.keeplast_index.KeepLastIndex.repair`).
 The worker's own Deletion in this process, real Redis, the emulator over HTTP (tests.worker.bench).
 """
 

@@ -1,4 +1,4 @@
-"""DeletionScheduled notices are paced (`jobttl.worker.events.NOTICES_PER_SECOND`) and never starve
+"""DeletionScheduled notices are paced (`jobttl.core.services.events.NOTICES_PER_SECOND`) and never starve
 behind the deletions' own Events: the worker's EventRecorder and Notices in this process, real Redis,
 the emulator over HTTP (tests.worker.bench)."""
 
@@ -12,9 +12,9 @@ import pytest
 
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import TFJOB
-from jobttl.worker import scheduled_events as notices_module
-from jobttl.worker.scheduled_events import Notices
-from jobttl.worker.events import NOTICES_PER_SECOND, EventRecorder
+from jobttl.core.services import scheduled_events as notices_module
+from jobttl.core.services.scheduled_events import Notices
+from jobttl.core.services.events import NOTICES_PER_SECOND, EventRecorder
 from jobttl_emulator import EVENT
 from tests.fixtures import job_object, with_server_fields
 from tests.services import wait_for

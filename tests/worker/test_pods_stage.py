@@ -1,5 +1,5 @@
 """The pods stage and the job stage's last steps, run by the worker's own algorithm in this process
-(`jobttl.worker.deletion.Deletion`, its pods stage `jobttl.worker.pods_stage.PodsStage`) against real
+(`jobttl.core.services.deletion.Deletion`, its pods stage `jobttl.core.services.pods_stage.PodsStage`) against real
 Redis and the emulator over HTTP: the job read again right before its pods go, pods younger than the
 finish kept, keep-until, dry run, the pods stage dropped with its job, and the intent a run leaves (or
 does not) when it ends.

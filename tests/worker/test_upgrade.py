@@ -284,7 +284,7 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
         ([plain], [staged_job], [postponed], pod_deletes) = wait_for(
             all_deleted, timeout=max(due.values()) - time.time() + 10, what="every deletion the flat core booked")
 
-        # "deleted" is said once the worker has seen the object gone (jobttl.worker.follow: 2 s on).
+        # "deleted" is said once the worker has seen the object gone (jobttl.core.services.follow: 2 s on).
         def history_when_all_deleted() -> list[dict] | None:
             items = command(env, "history", "--json", "--limit", "100")["items"]
             return items if {e.get("name") for e in items if e["event"] == "deleted"} == set(uid) else None

@@ -1,5 +1,5 @@
 """Telling people: a Kubernetes Event for each deletion and each failure, a DeletionScheduled
-Event for each schedule change (`jobttl.worker.scheduled_events`), and an optional CloudEvent announcing
+Event for each schedule change (`jobttl.core.services.scheduled_events`), and an optional CloudEvent announcing
 each deletion ahead of time.
 
 Users look for their job with ``kubectl get events``; once jobttl has deleted it, the
@@ -27,7 +27,7 @@ from jobttl.core.domain.apiserversource import UPCOMING_TYPE, cloudevent
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.worker.scheduled_events import Notices
+from jobttl.core.services.scheduled_events import Notices
 
 log = logging.getLogger("jobttl.notify")
 
@@ -48,7 +48,7 @@ class _Event:
 
 
 class EventRecorder:
-    """With `notices` (jobttl.worker.scheduled_events), the thread also posts the DeletionScheduled outbox,
+    """With `notices` (jobttl.core.services.scheduled_events), the thread also posts the DeletionScheduled outbox,
     paced (`NOTICES_PER_SECOND`), between the deletions' own Events: those go first, but a steady
     stream of them never keeps the notices waiting. It then runs from the start, not on first use."""
 

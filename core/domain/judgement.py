@@ -4,9 +4,9 @@ The upstream TTL-after-finished controller's processTTL → needsCleanup → tim
 of what the worker has read: the booked `Target`, what Redis said (`Current`: still pending at this
 due time? what did operators say? did an earlier run get as far as its DELETE?), the object as the
 API server has it now (or None), the decision made from it, and the API server's time
-(`ApiTime`). Each returns an `Action`, a small closed set that `jobttl.worker.deletion` performs;
+(`ApiTime`). Each returns an `Action`, a small closed set that `jobttl.core.services.deletion` performs;
 this module imports no Redis, RQ or Kubernetes client (an import-linter contract holds it to that),
-so every branch is table-tested directly (tests/worker/test_judgement.py).
+so every branch is table-tested directly (tests/core/test_judging_a_due_deletion.py).
 
 Three points of judgement, in the order a run meets them:
 

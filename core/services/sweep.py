@@ -16,7 +16,7 @@ from rq.job import JobStatus
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.runtime import logs
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services.worker_graph import WorkerGraph
 
 log = logging.getLogger("jobttl.sweep")
 
@@ -25,7 +25,7 @@ BATCH = 200
 LOCK = keys.SWEEP_LOCK
 
 
-def sweep(ctx: WorkerContext, interval: int = 5) -> int:
+def sweep(ctx: WorkerGraph, interval: int = 5) -> int:
     """Book again the stalled deletions; returns how many. Cheap when there are none."""
     if not ctx.redis.set(LOCK, "1", nx=True, ex=interval):
         return 0

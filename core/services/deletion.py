@@ -1,20 +1,20 @@
 """Deleting one job whose TTL is up, if and only if it still should be: the worker's algorithm.
 
 The upstream TTL-after-finished controller's processJob, in two halves: what to do is judged by pure
-functions (`jobttl.worker.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
+functions (`jobttl.core.domain.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
 `Action` judged, each step with the collaborators it needs:
 
-1. BEGIN (`jobttl.worker.ledger`): is this RQ job still the pending deletion? The schedule may have
+1. BEGIN (`jobttl.core.store.ledger`): is this RQ job still the pending deletion? The schedule may have
    moved it (a later TTL) or dropped it (the object went) since it was booked. `admit`.
-2. `reread` and `decide` (`jobttl.worker.reading`): the object as the API server has it now, and
+2. `reread` and `decide` (`jobttl.core.services.reading`): the object as the API server has it now, and
    this stage's decision from it. The event that scheduled the deletion was only a hint.
 3. `judge`: gone or re-created (forget), an earlier run's DELETE (record it), no longer or later
    (the one reconcile path cancels or moves it), clock trouble or early by the API server's clock
    (refuse, or wait briefly), dry run, the first-run review, else delete.
-4. archive, a rate-limit slot, then BEGIN again (the intent written) and `confirm`.
+4. archive (`jobttl.core.services.archiving.Evidence`), a rate-limit slot, then BEGIN again (the intent written) and `confirm`.
 5. DELETE with UID and resourceVersion preconditions and the configured propagation (a 409 means
    the object changed between read and delete, so back to step 2), or the pods stage
-   (`jobttl.worker.pods_stage`).
+   (`jobttl.core.services.pods_stage`).
 6. FINISH: gone at once (``deleted``) or still held by finalizers (``delete-requested``, followed
    until it is gone, or reported ``stuck``); one audit entry, a tombstone, an Event.
 
@@ -26,30 +26,27 @@ from __future__ import annotations
 import logging
 import time
 import uuid
+from dataclasses import dataclass
 from typing import Any
 
 from rq.job import Job
 
-from jobttl.core.domain import jsoncodec, shapes
-from jobttl.core.domain.archive import plan_for
-from jobttl.core.store.audit import Audit
-from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.domain import jsoncodec
 from jobttl.core.domain.decision import Decision, Verdict
 from jobttl.core.store.guard import FIRST_RUN, HeldDeletion, HeldDeletions
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.review import kind_key
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import Conflict, ObjectGone
-from jobttl.core.domain.policy import Policy
 from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
-from jobttl.worker.archiving import ArchiveFailed, Archived, Archiver
-from jobttl.worker.context import WorkerContext
-from jobttl.worker.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
-                                     DeletePods, Forget, HoldForReview, Recover, Refuse, Replan, Skip, Target, Wait,
-                                     WouldDelete, admit, confirm, judge, to_decide)
-from jobttl.worker.ledger import Ledger, details
-from jobttl.worker.pods_stage import PodsStage
-from jobttl.worker.reading import Reading
+from jobttl.core.services.archiving import Archived, Evidence
+from jobttl.core.services.worker_graph import WorkerGraph
+from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
+                                          DeletePods, Forget, HoldForReview, Recover, Refuse, Replan, Skip, Target,
+                                          Wait, WouldDelete, admit, confirm, judge, to_decide)
+from jobttl.core.store.ledger import Ledger, details
+from jobttl.core.services.pods_stage import PodsStage
+from jobttl.core.services.reading import Reading
 
 __all__ = ["MAX_CONFLICTS", "Current", "Deletion", "Target", "target_of"]
 
@@ -64,45 +61,49 @@ FIRST_FOLLOW_UP = 2
 RECORDED = ("deleted", "delete-requested", "would-delete")
 
 
-class Deletion:
-    """One run of one due deletion: the executor of what `jobttl.worker.judgement` decides."""
+@dataclass
+class Progress:
+    """How far this run has got."""
 
-    def __init__(self, ctx: WorkerContext, job: Job | None):
+    # Whether this run sent a DELETE that may have been applied: until it has, an intent it
+    # wrote says nothing true, and must not outlive the run (a later run would record the
+    # user's own deletion, or a re-creation, as jobttl's).
+    sent: bool = False
+    current: Current | None = None  # what Redis said last (BEGIN)
+    archived: Archived | None = None  # the archive this run wrote (one per version of the object)
+
+
+class Deletion:
+    """One run of one due deletion: the executor of what `jobttl.core.domain.judgement` decides."""
+
+    def __init__(self, graph: WorkerGraph, job: Job | None):
         self.job = job
-        settings, policy = ctx.settings, ctx.settings.policy
+        self.graph = graph  # the worker's collaborators, shared by its runs: API client, clock, audit, Events, ...
         token = f"{job.id if job else 'run'}:{uuid.uuid4().hex[:12]}"
-        self.ledger = Ledger(ctx.redis, ctx.clock, ctx.audit, settings.job_timeout + 60, token)
-        self.reading = Reading(ctx.kube, policy, ctx.reconciler.keeplast)
-        self.evidence = Evidence(ctx.archiver, policy, ctx.audit, ctx.clock)
-        self.pods = PodsStage(ctx.kube, ctx.rate_limit, self.ledger, ctx.events, ctx.clock)
-        self.kinds, self.clock, self.review, self.rate_limit = ctx.kinds, ctx.clock, ctx.install, ctx.rate_limit
-        self.kube, self.propagation = ctx.kube, settings.propagation_policy
-        self.reconciler, self.audit, self.events, self.schedule = ctx.reconciler, ctx.audit, ctx.events, ctx.schedule
-        self.held = HeldDeletions(ctx.redis)
-        self.history_limits = policy.history_limits
-        # Whether this run sent a DELETE that may have been applied: until it has, an intent it
-        # wrote says nothing true, and must not outlive the run (a later run would record the
-        # user's own deletion, or a re-creation, as jobttl's).
-        self.sent = False
-        self.current: Current | None = None  # what Redis said last (BEGIN)
-        self.archived: Archived | None = None  # the archive this run wrote (one per version of the object)
+        # This run's own steps, each with only what it needs.
+        self.ledger = Ledger(graph.redis, graph.clock, graph.audit, graph.settings.job_timeout + 60, token)
+        self.reading = Reading(graph.kube, graph.settings.policy, graph.reconciler.keeplast)
+        self.evidence = Evidence(graph.archiver, graph.settings.policy, graph.audit, graph.clock)
+        self.pods = PodsStage(graph.kube, graph.rate_limit, self.ledger, graph.events, graph.clock)
+        self.held = HeldDeletions(graph.redis)
+        self.progress = Progress()
 
     # --- the algorithm ---------------------------------------------------------------------------
     def run(self, target: Target) -> str:
-        self.current = self.ledger.begin(target, "start")
+        self.progress.current = self.ledger.begin(target, "start")
         try:
             outcome = self._run(target)
         except BaseException:
-            self.ledger.release(target, self.sent)
+            self.ledger.release(target, self.progress.sent)
             raise
         # FINISH releases the claim of a deletion it records; a claim another run holds is not ours.
         if not outcome.startswith(RECORDED) and outcome != Skip(ANOTHER_RUN).outcome:
-            self.ledger.release(target, self.sent)
+            self.ledger.release(target, self.progress.sent)
         return outcome
 
     def _run(self, target: Target) -> str:
-        kind = self.kinds.get(target.ref.api_version, target.ref.kind)
-        action = admit(target, self.current, kind is not None, self.clock.problem())
+        kind = self.graph.kinds.get(target.ref.api_version, target.ref.kind)
+        action = admit(target, self.progress.current, kind is not None, self.graph.clock.problem())
         if action is not None:
             return self.perform(target, kind, None, action)
         for _ in range(MAX_CONFLICTS):
@@ -114,12 +115,13 @@ class Deletion:
 
     def judgement_of(self, target: Target, kind: JobKind, obj: dict[str, Any] | None) -> Action:
         """What to do with the object just read: the facts gathered (I/O), then the pure judgement."""
-        current = self.current
+        current = self.progress.current
         decision = self.reading.decide(target, kind, obj, current) if to_decide(target, current, obj) else None
         # Asked whenever there is a decision to judge: one read of Redis's mirror of the install record
         # (jobttl.core.services.install.InstallReview.holds), for the review of this kind.
-        held = decision is not None and self.review.holds(target.due, kind_key(kind.api_version, kind.kind))
-        return judge(target, current, obj, decision, ApiTime(self.clock.earliest(), self.clock.problem()), held)
+        held = decision is not None and self.graph.install.holds(target.due, kind_key(kind.api_version, kind.kind))
+        clock = self.graph.clock
+        return judge(target, current, obj, decision, ApiTime(clock.earliest(), clock.problem()), held)
 
     def perform(self, target: Target, kind: JobKind | None, obj: dict[str, Any] | None, action: Action) -> str | None:
         """Carry out an `Action`: the run's outcome, or None to read the object again and judge afresh."""
@@ -133,7 +135,7 @@ class Deletion:
             case Recover(recorded, answer, successor):
                 outcome = self.finish(target, recorded, None, answer)
                 if successor is not None:
-                    self.reconciler.reconcile(successor, kind, "worker")  # re-created since: it gets its own decision
+                    self.graph.reconciler.reconcile(successor, kind, "worker")  # re-created since: it gets its own decision
                 return outcome
             case Replan(verdict):
                 return self.replan(target, kind, obj, verdict)
@@ -153,50 +155,50 @@ class Deletion:
     def wait(self, target: Target, seconds: float) -> str | None:
         """Early by the API server's clock, briefly: wait, then ask Redis again (has it moved meanwhile?)."""
         time.sleep(seconds)
-        self.current = self.ledger.begin(target, "start")
-        return Skip(SUPERSEDED).outcome if self.current.superseded(target) else None
+        self.progress.current = self.ledger.begin(target, "start")
+        return Skip(SUPERSEDED).outcome if self.progress.current.superseded(target) else None
 
     def delete(self, target: Target, kind: JobKind, obj: dict[str, Any], action: Delete | DeletePods) -> str | None:
         """Archive, a rate-limit slot, `confirm` with what Redis says now, then the DELETE (or the pods')."""
-        if self.archived is None or self.archived.resource_version != obj["metadata"].get("resourceVersion"):
-            self.archived = self.evidence.keep(target, kind, obj)  # before any DELETE: raises ArchiveFailed to wait
-        self.rate_limit.wait()
+        if self.progress.archived is None or self.progress.archived.resource_version != obj["metadata"].get("resourceVersion"):
+            self.progress.archived = self.evidence.keep(target, kind, obj)  # before any DELETE: raises ArchiveFailed to wait
+        self.graph.rate_limit.wait()
         # Right before the DELETE: has an operator acted, or the schedule moved, since we looked
         # (an archive and a rate-limit slot both take time)?
-        before, self.current = self.current, self.ledger.begin(target, "delete", obj)
-        halt = confirm(target, before, self.current)
+        before, self.progress.current = self.progress.current, self.ledger.begin(target, "delete", obj)
+        halt = confirm(target, before, self.progress.current)
         if halt is not None:
             return self.perform(target, kind, obj, halt)
         if isinstance(action, DeletePods):
-            return self.pods.run(target, kind, obj, action.decision, self.archived)
+            return self.pods.run(target, kind, obj, action.decision, self.progress.archived)
         try:
-            self.sent = True
-            answer = self.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
-                                      obj["metadata"]["resourceVersion"], self.propagation)
+            self.progress.sent = True
+            answer = self.graph.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
+                                      obj["metadata"]["resourceVersion"], self.graph.settings.propagation_policy)
         except ObjectGone:
             return self.forget(target, kind, GONE)
         except Conflict as exc:
-            self.sent = False  # a 409 deleted nothing
-            self.audit.record("conflict", target.ref, by="worker", due=target.due, detail=str(exc))
+            self.progress.sent = False  # a 409 deleted nothing
+            self.graph.audit.record("conflict", target.ref, by="worker", due=target.due, detail=str(exc))
             return None
-        return self.finish(target, obj, action.decision, answer, self.archived)
+        return self.finish(target, obj, action.decision, answer, self.progress.archived)
 
     def forget(self, target: Target, kind: JobKind, reason: str, successor: dict[str, Any] | None = None) -> str:
-        self.reconciler.forget(target.ref, reason, "worker")
+        self.graph.reconciler.forget(target.ref, reason, "worker")
         if successor is not None:
-            self.reconciler.reconcile(successor, kind, "worker")  # the new object gets its own decision
+            self.graph.reconciler.reconcile(successor, kind, "worker")  # the new object gets its own decision
         return Forget(reason).outcome
 
     def replan(self, target: Target, kind: JobKind, obj: dict[str, Any], verdict: Verdict) -> str:
         """The one reconcile path, for this stage only (another stage may be running right now,
         and is its own run's to decide): ``rescheduled``, or skipped with the reason it gave."""
-        outcomes, rejected = self.reconciler.reconcile_many([(obj, kind)], "worker", stage=target.stage)
+        outcomes, rejected = self.graph.reconciler.reconcile_many([(obj, kind)], "worker", stage=target.stage)
         if rejected:
             raise ValueError(str(rejected[0]))
         mine = next((o for o in outcomes if o.stage == target.stage and o.ref.uid == target.ref.uid), None)
         if mine is None and target.stage != JOB_STAGE:
             # A stage the policy no longer has: nothing else would ever cancel it.
-            mine = self.reconciler.drop_stage(target.ref, target.stage, "stage-not-in-policy", "worker")
+            mine = self.graph.reconciler.drop_stage(target.ref, target.stage, "stage-not-in-policy", "worker")
         if mine is None:
             raise RuntimeError(f"the reconcile of {target.ref} said nothing of its {target.stage} stage")
         if mine.change is Change.MOVED:
@@ -210,14 +212,14 @@ class Deletion:
         """
         if self.job is not None:
             self.job.result_ttl = -1
-        self.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
+        self.graph.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
                           stage=target.recorded_stage, reason=reason, failure=reason, detail=detail)
         return Refuse(reason, detail).outcome
 
     def would_delete(self, target: Target, decision: Decision) -> str:
-        now = self.clock.now()
+        now = self.graph.clock.now()
         if self.job is not None:
-            self.schedule.mark_would_delete(self.job, int(now))
+            self.graph.schedule.mark_would_delete(self.job, int(now))
         self.ledger.record("would-delete", target, forget=False, **details(target, decision, now))
         return "would-delete"
 
@@ -227,12 +229,12 @@ class Deletion:
         self.ledger.record("held", target, forget=True, stages_too=False, reason="first-run-review",
                            detail="already due when jobttl was installed: held until an operator reviews it "
                                   "(`jobttl held`, then `jobttl resync --confirm HELD_ID`)",
-                           **details(target, decision, self.clock.now()))
+                           **details(target, decision, self.graph.clock.now()))
         return "held:first-run-review"
 
     def finish(self, target: Target, obj: dict[str, Any], decision: Decision | None, answer: dict[str, Any],
                archived: Archived | None = None) -> str:
-        now = self.clock.now()
+        now = self.graph.clock.now()
         fields = details(target, decision, now) if decision is not None else {"due": target.due,
                                                                               "detail": "recorded by a later run"}
         # A Status means gone at once; the object itself (with a deletionTimestamp) means
@@ -240,7 +242,7 @@ class Deletion:
         gone = answer.get("kind") in ("Status", None)
         event = "deleted" if gone else "delete-requested"
         link = archived.location if archived else None
-        tombstone = self.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
+        tombstone = self.graph.audit.tombstone(target.ref, obj, now, archive=link) if obj else None
         # Follow-ups and "gone after" are the API server's clock, as the follower that takes them reads it.
         follow = None if gone else now + FIRST_FOLLOW_UP
         # The TTL and the owner's jobttl.io/notify go along: the follower's `deleted` entry says them again.
@@ -249,46 +251,14 @@ class Deletion:
         info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0, **said}) \
             if follow is not None else None
         self.ledger.record(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
-                           propagationPolicy=self.propagation, archive=link, **fields)
-        if self.history_limits:
-            self.reconciler.keeplast.drop([target.ref.uid])
+                           propagationPolicy=self.graph.settings.propagation_policy, archive=link, **fields)
+        if self.graph.settings.policy.history_limits:
+            self.graph.reconciler.keeplast.drop([target.ref.uid])
         if decision is not None:
-            self.events.record(target.ref, "SuccessfulDeleteJob",
+            self.graph.events.record(target.ref, "SuccessfulDeleteJob",
                                f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "
                                f"after it finished (from {decision.ttl_source})")
         return event
-
-
-class Evidence:
-    """The archive step: keep the evidence before deleting, as the policy says. Needs the archiver,
-    the policy, the audit trail and the clock."""
-
-    def __init__(self, archiver: Archiver | None, policy: Policy, audit: Audit, clock: ReferenceClock):
-        self.archiver = archiver
-        self.policy = policy
-        self.audit = audit
-        self.clock = clock
-
-    def keep(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Archived | None:
-        """The archive written, or a failure that delays the deletion (``archive-failed``), or, with
-        ``archive.required: false``, recorded and passed."""
-        plan = plan_for(obj, self.policy) if self.archiver is not None else None
-        if plan is None:
-            return None
-        try:
-            archived = self.archiver.write(kind, target.ref, obj, plan, target.stage, self.clock.now())
-        except ArchiveFailed as exc:
-            self.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
-                              logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                              failure="archive-failed", required=plan.required,
-                              error=shapes.describe(exc.__cause__ or exc))
-            if plan.required:
-                raise
-            return None
-        self.audit.record("archived", target.ref, logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                          archive=archived.location, bytes=archived.bytes, files=archived.files,
-                          unkept=list(archived.unkept) or None)
-        return archived
 
 
 def target_of(job: Job | None, member: Any, due: int) -> Target | None:

@@ -1,7 +1,8 @@
 """One deletion run's reads and writes of the schedule, through the typed wrappers of its scripts
 (jobttl.core.store.scripts, over core/store/lua/begin.lua, release.lua, finish.lua): BEGIN (the claim at the
 start; the intent right before the DELETE), RELEASE, and FINISH (the one write of an outcome).
-The only place a deletion run calls those scripts.
+The only place a deletion run (jobttl.core.services.deletion) calls those scripts. Its inputs are the
+domain's (`jobttl.core.domain.judgement.Target`, a `Decision`); it answers with one (`Current`).
 """
 
 from __future__ import annotations
@@ -16,9 +17,9 @@ from jobttl.core.domain import jsoncodec
 from jobttl.core.store.audit import Audit, entry_fields
 from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.decision import Decision
+from jobttl.core.domain.judgement import Current, Target
 from jobttl.core.store.schedule import OVERRIDE_SECONDS
 from jobttl.core.store.scripts import Begin, Finish, Release
-from jobttl.worker.judgement import Current, Target
 
 log = logging.getLogger("jobttl.worker")
 

@@ -40,7 +40,7 @@ from jobttl.core.kube.client import Conflict, NotServed, Page, PermanentApiError
 from jobttl.core.kube.prefetch import prefetched
 from jobttl.core.services.reconcile import COLLECT, Outcome
 from jobttl.core.store.schedule import Change, file_dry_run, member_for, split_member
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services.worker_graph import WorkerGraph
 
 log = logging.getLogger("jobttl.resync")
 
@@ -99,7 +99,7 @@ class ResyncReport:
             self.rejections.append(what)
 
 
-def run(ctx: WorkerContext, confirm: str | None = None) -> ResyncReport:
+def run(ctx: WorkerGraph, confirm: str | None = None) -> ResyncReport:
     """One resync; `confirm` releases the held set an operator reviewed (its id)."""
     report = ResyncReport()
     lock = ctx.redis.lock(keys.RESYNC_LOCK, timeout=LOCK_SECONDS)
@@ -129,7 +129,7 @@ class _Listing:
         return {m: Due(self.dues[m], _kind_of(ref)) for m, (ref, _, _) in self.due_now.items()}
 
 
-def _resync(ctx: WorkerContext, confirm: str | None, lock, report: ResyncReport) -> None:
+def _resync(ctx: WorkerGraph, confirm: str | None, lock, report: ResyncReport) -> None:
     held = HeldDeletions(ctx.redis)
     # One read of the held set: the id compared is the id of exactly what may be released, the
     # deletions of objects the API server returned (what events alone held is not confirmed).
@@ -178,7 +178,7 @@ def _confirmed(held_before: list[HeldDeletion], confirm: str | None, report: Res
     return listed_before if confirm else set()
 
 
-def _install_record(ctx: WorkerContext, report: ResyncReport) -> tuple[InstallRecord | None, bool]:
+def _install_record(ctx: WorkerGraph, report: ResyncReport) -> tuple[InstallRecord | None, bool]:
     """The install record, and whether it could be read (and made, where there was none)."""
     try:
         # A resync before any worker (`jobttl resync` on a new cluster) starts the review as a
@@ -190,7 +190,7 @@ def _install_record(ctx: WorkerContext, report: ResyncReport) -> tuple[InstallRe
         return (_install_unreadable(ctx, report, exc) if ctx.install.enabled else None), False
 
 
-def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, listing: _Listing, lock,
+def _list_kind(ctx: WorkerGraph, kind: JobKind, report: ResyncReport, listing: _Listing, lock,
                install: InstallRecord | None) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
@@ -207,7 +207,7 @@ def _list_kind(ctx: WorkerContext, kind: JobKind, report: ResyncReport, listing:
     return False
 
 
-def _reconcile_page(ctx: WorkerContext, kind: JobKind, page: Page, report: ResyncReport, listing: _Listing,
+def _reconcile_page(ctx: WorkerGraph, kind: JobKind, page: Page, report: ResyncReport, listing: _Listing,
                     install: InstallRecord | None) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
@@ -237,7 +237,7 @@ def _due_for_resync(outcome: Outcome, kind: JobKind, install: InstallRecord | No
     return outcome.change is Change.DUE_NOW or booked_for_review
 
 
-def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: ResyncReport,
+def _forget_vanished(ctx: WorkerGraph, listed: set, seen: set[str], report: ResyncReport,
                      complete: bool) -> None:
     """Drop pending deletions whose object was not in the listing: deleted, or re-created
     with a new UID. Entries scheduled after the resync began may be for objects created
@@ -268,7 +268,7 @@ def _forget_vanished(ctx: WorkerContext, listed: set, seen: set[str], report: Re
                                                         "listing returned")
 
 
-def _drop_vanished_from_keeplast(ctx: WorkerContext, listed: set, seen: set[str]) -> None:
+def _drop_vanished_from_keeplast(ctx: WorkerGraph, listed: set, seen: set[str]) -> None:
     """Jobs no longer in the cluster leave their keepLast groups, so that they never count as
     newer than the jobs that are (the index only ever under-counts after this)."""
     if not ctx.settings.policy.history_limits:
@@ -277,7 +277,7 @@ def _drop_vanished_from_keeplast(ctx: WorkerContext, listed: set, seen: set[str]
                                  if uid not in seen and (member.ref.api_version, member.ref.kind) in listed])
 
 
-def _release_or_hold(ctx: WorkerContext, held: HeldDeletions, held_before: list[Held], listing: _Listing,
+def _release_or_hold(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], listing: _Listing,
                      install: InstallRecord | None, confirmed: set[str], confirming: bool, not_listed: frozenset[str],
                      report: ResyncReport) -> None:
     """Queue the deletions found due, or hold them, as the release rule says (jobttl.core.domain.review:
@@ -310,7 +310,7 @@ def _release_or_hold(ctx: WorkerContext, held: HeldDeletions, held_before: list[
             report.counts["queued_now"] += 1
 
 
-def _hold(ctx: WorkerContext, held: HeldDeletions, listing: _Listing, plan: review.HoldPlan, guard: Guard,
+def _hold(ctx: WorkerGraph, held: HeldDeletions, listing: _Listing, plan: review.HoldPlan, guard: Guard,
           report: ResyncReport) -> None:
     """Hold what the plan holds (`by: first-run` what the review holds), and say why."""
     held.hold([HeldDeletion(m, listing.due_now[m][0], listing.due_now[m][1], FIRST_RUN if m in plan.review
@@ -331,7 +331,7 @@ def _hold(ctx: WorkerContext, held: HeldDeletions, listing: _Listing, plan: revi
                                 f"run `jobttl resync --confirm {report.held_id}`")
 
 
-def _review_facts(ctx: WorkerContext, held: HeldDeletions, install: InstallRecord,
+def _review_facts(ctx: WorkerGraph, held: HeldDeletions, install: InstallRecord,
                   confirmed: set[str]) -> tuple[Bookings, list[Held]]:
     """What `nothing_left_to_review` reads: the schedule's bookings due by the install time, then the held
     set. In that order: a worker's hold writes the held set before it takes the booking out of the
@@ -352,7 +352,7 @@ def _review_facts(ctx: WorkerContext, held: HeldDeletions, install: InstallRecor
     return bookings, _as_held(held.all())
 
 
-def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport,
+def _mark_reviewed(ctx: WorkerGraph, by: str, report: ResyncReport,
                    still: frozenset[str] = frozenset()) -> InstallRecord | None:
     """End the review (but for the kinds in `still`), in the cluster first. A record that cannot be written
     leaves the review open: None, and the report says why."""
@@ -365,12 +365,12 @@ def _mark_reviewed(ctx: WorkerContext, by: str, report: ResyncReport,
     return record
 
 
-def _install_unreadable(ctx: WorkerContext, report: ResyncReport, exc: Exception) -> InstallRecord:
+def _install_unreadable(ctx: WorkerGraph, report: ResyncReport, exc: Exception) -> InstallRecord:
     _install_problem(ctx, report, f"the install record could not be read or written: {exc}")
     return unreadable_record(ctx.clock.now())
 
 
-def _install_problem(ctx: WorkerContext, report: ResyncReport, problem: str) -> None:
+def _install_problem(ctx: WorkerGraph, report: ResyncReport, problem: str) -> None:
     """The install record is out of reach: said in the report (so `jobttl status`), the audit trail and
     the log; the resync is incomplete and holds what the review would."""
     report.install_problem = problem
@@ -391,7 +391,7 @@ def _as_held(held: list[HeldDeletion]) -> list[Held]:
     return [Held(h.member, split_member(h.member)[0], _kind_of(h.ref), h.by) for h in held]
 
 
-def _drop_unlisted_held(ctx: WorkerContext, held: HeldDeletions, held_before: list[Held], seen: set[str],
+def _drop_unlisted_held(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], seen: set[str],
                         listed: set[str], report: ResyncReport) -> None:
     """Held deletions whose object the complete listing of its kind did not return are dropped: gone
     since, re-created, or named by a forged event (jobttl.core.domain.review.dropped_from_held)."""
@@ -405,7 +405,7 @@ def _drop_unlisted_held(ctx: WorkerContext, held: HeldDeletions, held_before: li
                             "events for objects that do not exist): dropped from the held set")
 
 
-def _record(ctx: WorkerContext, report: ResyncReport) -> None:
+def _record(ctx: WorkerGraph, report: ResyncReport) -> None:
     if report.status in ("already-running", "stale-confirmation"):
         return
     report.duration = round(time.time() - report.started_at, 3)
@@ -423,7 +423,7 @@ def _record(ctx: WorkerContext, report: ResyncReport) -> None:
         ctx.metrics.resync_objects.labels(result).inc(report.counts[result])
 
 
-def _record_kinds_not_served(ctx: WorkerContext, report: ResyncReport) -> None:
+def _record_kinds_not_served(ctx: WorkerGraph, report: ResyncReport) -> None:
     """A kind the cluster stopped serving (or never served) goes into the audit trail once, when a
     resync first finds it so, not at every resync: the last report (keys.RESYNC_LAST) says what
     was already missing. The `jobttl_kind_not_served` gauge says it all along."""

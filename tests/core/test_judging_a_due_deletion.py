@@ -1,4 +1,4 @@
-"""The worker's judgement (`jobttl.worker.judgement`), table-tested as the upstream TTL-after-finished
+"""The worker's judgement (`jobttl.core.domain.judgement`), table-tested as the upstream TTL-after-finished
 controller tests needsCleanup / timeLeft / processTTL: one row per case, pure (no Redis, no API server).
 
 Each row builds a real object (tests.fixtures), decides it with the real policy code (as the worker's
@@ -22,7 +22,7 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
 from jobttl.core.domain.policy import parse_policy
 from jobttl.core.domain.stages import pod_stage
-from jobttl.worker.judgement import (ANOTHER_RUN, GONE, MAX_EARLY, PODS_STAGE, RECREATED, SUPERSEDED, Again,
+from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, MAX_EARLY, PODS_STAGE, RECREATED, SUPERSEDED, Again,
                                      ApiTime, Current, Delete, DeletePods, Forget, HoldForReview, Recover, Refuse,
                                      Replan, Skip, Target, Wait, WouldDelete, admit, confirm, due_later, judge,
                                      to_decide, unchanged)
@@ -53,7 +53,7 @@ def redis_says(due: int | None, keep: bool = False, until: int | None = None, in
 
 
 def intent(obj: dict | None = None) -> dict:
-    """What a run writes before its DELETE (jobttl.worker.ledger): the UID and what the tombstone keeps."""
+    """What a run writes before its DELETE (jobttl.core.store.ledger): the UID and what the tombstone keeps."""
     kept = {"metadata": {"labels": {"team": "a"}}, "status": (obj or tfjob())["status"]}
     return {"uid": UID, "at": FINISHED + 100, "resourceVersion": "1", "object": kept}
 
@@ -324,5 +324,5 @@ def test_a_decision_that_no_longer_expires_is_later_whatever_the_override():
 def test_the_stage_names_are_the_schedules():
     """The judgement may not import the schedule's module (it talks to Redis): both take the names
     from jobttl.core.domain.plan, and a copy written into the judgement again would have to stay equal."""
-    from jobttl.worker import judgement
+    from jobttl.core.domain import judgement
     assert (judgement.JOB_STAGE, judgement.PODS_STAGE) == (schedule.JOB_STAGE, schedule.PODS_STAGE)

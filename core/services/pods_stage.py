@@ -1,4 +1,4 @@
-"""The pods stage, once judged due (`jobttl.worker.judgement.DeletePods`) and confirmed: delete the
+"""The pods stage, once judged due (`jobttl.core.domain.judgement.DeletePods`) and confirmed: delete the
 finished job's own pods (label and controller reference, none younger than its finish), keep the job.
 
 Pods have no precondition that says "only if the job is still as we judged it": the job is read once
@@ -16,11 +16,12 @@ from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.domain.stages import owned_pods
-from jobttl.worker.archiving import Archived
-from jobttl.worker.judgement import PODS_STAGE, Target, unchanged
-from jobttl.worker.ledger import Ledger, details
-from jobttl.worker.events import EventRecorder
-from jobttl.worker.reading import reread
+from jobttl.core.services.archiving import Archived
+from jobttl.core.domain.judgement import Target, unchanged
+from jobttl.core.domain.plan import PODS_STAGE
+from jobttl.core.store.ledger import Ledger, details
+from jobttl.core.services.events import EventRecorder
+from jobttl.core.services.reading import reread
 
 PODS_DELETED = "pods-deleted"
 

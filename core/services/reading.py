@@ -18,7 +18,8 @@ from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import KubeClient, ObjectGone
 from jobttl.core.domain.policy import Policy
 from jobttl.core.domain.stages import pod_stage
-from jobttl.worker.judgement import JOB_STAGE, PODS_STAGE, Current, Target, due_later
+from jobttl.core.domain.judgement import Current, Target, due_later
+from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE
 
 
 def reread(kube: KubeClient, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:

@@ -16,17 +16,22 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobttl.core.domain import archive
-from jobttl.core.domain.archive import ArchivePlan, Contents
+from jobttl.core.domain.archive import ArchivePlan, Contents, plan_for
 from jobttl.core.kube.archivestore import ArchiveStoreError, Backend
 from jobttl.core.store.audit import Audit
+from jobttl.core.domain import shapes
+from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.judgement import Target
 from jobttl.core.domain.kinds import JobKind
 from jobttl.core.kube.client import KubeClient, ObjectGone, PermanentApiError
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.policy import ArchiveStore
+from jobttl.core.domain.policy import ArchiveStore, Policy
 from jobttl.core.domain.stages import archived_pods, containers, restarted
 
 log = logging.getLogger("jobttl.archive")
+# The deletion run's channel: `Evidence` is one of its steps, and its entries log as the run's do.
+run_log = logging.getLogger("jobttl.worker")
 
 
 class ArchiveFailed(Exception):
@@ -124,6 +129,39 @@ class Archiver:
             request = following
         kept = archive.trim_tail(answer.last, keep, starts_line=answer.complete)
         return kept, len(kept) < answer.bytes or not archive.whole_log(request, answer.bytes, answer.lines)
+
+
+class Evidence:
+    """The archive step: keep the evidence before deleting, as the policy says. Needs the archiver,
+    the policy, the audit trail and the clock."""
+
+    def __init__(self, archiver: Archiver | None, policy: Policy, audit: Audit, clock: ReferenceClock):
+        self.archiver = archiver
+        self.policy = policy
+        self.audit = audit
+        self.clock = clock
+
+    def keep(self, target: Target, kind: JobKind, obj: dict[str, Any]) -> Archived | None:
+        """The archive written, or a failure that delays the deletion (``archive-failed``), or, with
+        ``archive.required: false``, recorded and passed."""
+        plan = plan_for(obj, self.policy) if self.archiver is not None else None
+        if plan is None:
+            return None
+        try:
+            archived = self.archiver.write(kind, target.ref, obj, plan, target.stage, self.clock.now())
+        except ArchiveFailed as exc:
+            self.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
+                              logger=run_log, by="worker", due=target.due, stage=target.recorded_stage,
+                              failure="archive-failed", required=plan.required,
+                              error=shapes.describe(exc.__cause__ or exc))
+            if plan.required:
+                raise
+            return None
+        self.audit.record("archived", target.ref, logger=run_log, by="worker", due=target.due, stage=target.recorded_stage,
+                          archive=archived.location, bytes=archived.bytes, files=archived.files,
+                          unkept=list(archived.unkept) or None)
+        return archived
+
 
 
 def prune(store: Backend, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,

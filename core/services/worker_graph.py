@@ -17,16 +17,16 @@ from jobttl.core.services import graph
 from jobttl.core.services.install import InstallReview
 from jobttl.core.store import keys, redisconn
 from jobttl.core.store.ratelimit import RateLimit
-from jobttl.worker.archiving import Archiver
-from jobttl.worker.scheduled_events import Notices
-from jobttl.worker.events import EventRecorder
+from jobttl.core.services.archiving import Archiver
+from jobttl.core.services.scheduled_events import Notices
+from jobttl.core.services.events import EventRecorder
 
 # How long a worker's published clock reading stays in `jobttl status`.
 CLOCK_READING_TTL = 600
 
 
 @dataclass(kw_only=True)
-class WorkerContext(graph.Graph):
+class WorkerGraph(graph.Graph):
     metrics: Metrics  # the worker serves its metrics
     clock: ReferenceClock
     kube: KubeClient
@@ -36,7 +36,7 @@ class WorkerContext(graph.Graph):
     archiver: Archiver | None = None  # when the policy archives before deleting
 
     @classmethod
-    def from_settings(cls, settings: Settings, notices: bool = False) -> WorkerContext:
+    def from_settings(cls, settings: Settings, notices: bool = False) -> WorkerGraph:
         """`notices`: this process posts the DeletionScheduled outbox (`jobttl worker` does)."""
         shared = graph.build(settings, redisconn.WORKER)
         redis, metrics = shared.redis, shared.metrics

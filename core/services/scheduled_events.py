@@ -4,8 +4,8 @@ stage) is scheduled or moved, so ``kubectl describe`` says when and why without 
 Who posts it: a worker. The sink has no API access (Resource-mode events carry the object,
 and its service account gets no token), so the reconcile path only writes the change to an
 outbox, ``jobttl:notices:<queue>`` (by the BOOKED script, in the same MULTI as the pending
-deletion: `Schedule._book`), and each worker's Event thread (`jobttl.worker.events.EventRecorder`)
-drains it between the deletions' own Events, paced (`jobttl.worker.events.NOTICES_PER_SECOND`).
+deletion: `Schedule._book`), and each worker's Event thread (`jobttl.core.services.events.EventRecorder`)
+drains it between the deletions' own Events, paced (`jobttl.core.services.events.NOTICES_PER_SECOND`).
 The worker's role already has ``create`` on Events: no component gains a permission, and the
 sink keeps none.
 

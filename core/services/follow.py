@@ -29,7 +29,7 @@ from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import KindRegistry
 from jobttl.core.kube.client import ObjectGone
 from jobttl.core.store.scripts import ClaimFollowUps, Finish
-from jobttl.worker.context import WorkerContext
+from jobttl.core.services.worker_graph import WorkerGraph
 
 log = logging.getLogger("jobttl.follow")
 
@@ -38,7 +38,7 @@ BATCH = 50
 MAX_BACKOFF = 60
 
 class Follower:
-    def __init__(self, ctx: WorkerContext, period: float = 1.0):
+    def __init__(self, ctx: WorkerGraph, period: float = 1.0):
         self.ctx = ctx
         self.period = period
         self._stop = threading.Event()
