@@ -21,10 +21,10 @@ import logging
 import threading
 from typing import Any
 
-from jobttl.core.domain import jsoncodec, shapes
-from jobttl.core.store import keys
+from jobttl.core.domain import shapes
 from jobttl.core.runtime import logs
 from jobttl.core.store.audit import entry_fields
+from jobttl.core.store.followups import FollowUps
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.domain.kinds import KindRegistry
 from jobttl.core.kube.client import ObjectGone
@@ -46,6 +46,7 @@ class Follower:
         # A deletion is followed whatever the policy enables now: a kind dropped from `kinds` since
         # the DELETE does not make its object gone. Every kind known: built in, or declared.
         self.every_kind = KindRegistry(ctx.settings.policy.known_kinds)
+        self.followups = FollowUps(ctx.redis)
 
     def start(self) -> None:
         self._thread.start()
@@ -68,11 +69,11 @@ class Follower:
         members = ClaimFollowUps(now=now, lease=LEASE, batch=BATCH).run(self.ctx.redis)
         for member in members:
             try:
-                raw = self.ctx.redis.hget(keys.TERMINATING_INFO, member)
-                if raw is None:
-                    self.ctx.redis.zrem(keys.TERMINATING, member)
+                info = self.followups.info(member)
+                if info is None:
+                    self.followups.drop(member)
                     continue
-                self.check(member, jsoncodec.loads(raw))
+                self.check(member, info)
             except Exception as exc:  # noqa: BLE001 - this one waits out its lease; the others go on
                 logs.record(log, "follow-error", level=logging.WARNING, member=member, detail=str(exc))
         return len(members)
@@ -94,8 +95,7 @@ class Follower:
         if waited >= ctx.settings.stuck_after and not info.get("stuck"):
             info = self.stuck(member, ref, obj, info, waited)
         checks = info.get("checks", 0) + 1
-        ctx.redis.hset(keys.TERMINATING_INFO, member, jsoncodec.dumps_str({**info, "checks": checks}))
-        ctx.redis.zadd(keys.TERMINATING, {member: now + min(2 ** checks, MAX_BACKOFF)})
+        self.followups.check_again(member, {**info, "checks": checks}, now + min(2 ** checks, MAX_BACKOFF))
 
     def gone(self, member: str, ref: JobRef, info: dict[str, Any]) -> None:
         ctx = self.ctx
@@ -104,7 +104,7 @@ class Follower:
                       ttl=info.get("ttl"), ttlSource=info.get("ttlSource"), notify=info.get("notify"))
         Finish.of(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
                   max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds).run(ctx.redis)
-        ctx.redis.hdel(keys.STUCK, member)
+        self.followups.unstuck(member)
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 
     def stuck(self, member: str, ref: JobRef, obj: dict[str, Any], info: dict[str, Any], waited: float
@@ -113,7 +113,7 @@ class Follower:
         meta = obj.get("metadata") or {}
         blocking = {"finalizers": list(meta.get("finalizers") or []), "dependants": self._dependants(ref)}
         record = {"ref": ref.as_dict(), "requestedAt": info["requestedAt"], "stuckFor": round(waited), **blocking}
-        ctx.redis.hset(keys.STUCK, member, jsoncodec.dumps_str(record))
+        self.followups.stuck(member, record)
         ctx.audit.record("stuck", ref, logging.WARNING, logger=log, by="worker", stuckFor=round(waited),
                          finalizers=blocking["finalizers"], dependants=blocking["dependants"],
                          detail="the DELETE was accepted but the object is still there; jobttl never removes "

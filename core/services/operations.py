@@ -28,9 +28,11 @@ from rq.serializers import JSONSerializer
 from jobttl.core.domain import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
+from jobttl.core.store.clocks import ClockReadings
 from jobttl.core.store.guard import HeldDeletion, HeldDeletions
 from jobttl.core.domain.review import listed_by_api_server
 from jobttl.core.store.policy_errors import PolicyErrors
+from jobttl.core.store.resyncs import Resyncs
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.domain.identity import JobRef, check_name, check_namespace
 from jobttl.core.domain.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, group_of, kind_named, kubectl_resource_named,
@@ -275,10 +277,10 @@ class Operations:
         now = time.time()
         workers = Worker.all(queue=self.queue)
         scheduler_lock = self.redis.get(RQScheduler.get_locking_key(self.queue.name))
-        last_resync = self.redis.get(keys.RESYNC_LAST)
-        clocks = {k.decode(): shapes.with_times(jsoncodec.loads(v))
-                  for k, v in self.redis.hgetall(keys.CLOCKS).items()}
-        redis_now = int(self.redis.time()[0])
+        last_resync = Resyncs(self.redis).last()
+        readings = ClockReadings(self.redis)
+        clocks = {k: shapes.with_times(v) for k, v in readings.all().items()}
+        redis_now = int(readings.redis_time()[0])
         # Dry run deletes nothing, so nothing of it is due or overdue: it is what dry run would delete.
         due = self.schedule.due_counts(now - OVERDUE_AFTER, now + 3600, now)
         return {
@@ -300,7 +302,7 @@ class Operations:
             "clockProblems": {name: c["problem"] for name, c in clocks.items()
                               if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
-            "lastResync": shapes.with_times(jsoncodec.loads(last_resync)) if last_resync else None,
+            "lastResync": shapes.with_times(last_resync) if last_resync is not None else None,
             "install": self.install(),
             "policyErrors": PolicyErrors(self.redis, self.audit).summary(),
         }

@@ -27,7 +27,6 @@ from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
 from jobttl.core.domain import jsoncodec
-from jobttl.core.store import keys
 from jobttl.core.domain.decision import Decision
 from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.domain.identity import JobRef
@@ -39,6 +38,7 @@ from jobttl.core.domain.kinds import JobKind, shown_kind
 from jobttl.core.kube.client import Conflict, NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.kube.prefetch import prefetched
 from jobttl.core.services.reconcile import COLLECT, Outcome
+from jobttl.core.store.resyncs import Resyncs
 from jobttl.core.store.schedule import Change, file_dry_run, member_for, split_member
 from jobttl.core.services.worker_graph import WorkerGraph
 
@@ -102,7 +102,7 @@ class ResyncReport:
 def run(ctx: WorkerGraph, confirm: str | None = None) -> ResyncReport:
     """One resync; `confirm` releases the held set an operator reviewed (its id)."""
     report = ResyncReport()
-    lock = ctx.redis.lock(keys.RESYNC_LOCK, timeout=LOCK_SECONDS)
+    lock = Resyncs(ctx.redis).lock(LOCK_SECONDS)
     if not lock.acquire(blocking=False):
         report.status = "already-running"
         return report
@@ -340,8 +340,7 @@ def _review_facts(ctx: WorkerGraph, held: HeldDeletions, install: InstallRecord,
     booked = counts.due[0]  # dry-run records apart
     bookings = Bookings(booked, dry_run=counts.dry_run_total())
     if booked:
-        dues = {m.decode(): int(d) for m, d in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", install.installed_at,
-                                                                        withscores=True)}
+        dues = dict(ctx.schedule.due_by(install.installed_at))
         unseen = set(dues) - confirmed
         kinds = None
         if install.reviewed_at is not None and unseen:
@@ -410,11 +409,7 @@ def _record(ctx: WorkerGraph, report: ResyncReport) -> None:
         return
     report.duration = round(time.time() - report.started_at, 3)
     _record_kinds_not_served(ctx, report)
-    with ctx.redis.pipeline(transaction=False) as pipe:
-        pipe.set(keys.RESYNC_LAST, jsoncodec.dumps_str(report.as_dict()))
-        if report.status in ("done", "held"):
-            pipe.set(keys.RESYNC_LAST_SUCCESS, str(time.time()))
-        pipe.execute()
+    Resyncs(ctx.redis).record(report.as_dict(), complete=report.status in ("done", "held"))
     ctx.audit.record("resync", None, logging.WARNING if report.status != "done" else logging.INFO, logger=log,
                      **report.as_dict())
     ctx.metrics.resync_duration.observe(report.duration)
@@ -425,11 +420,11 @@ def _record(ctx: WorkerGraph, report: ResyncReport) -> None:
 
 def _record_kinds_not_served(ctx: WorkerGraph, report: ResyncReport) -> None:
     """A kind the cluster stopped serving (or never served) goes into the audit trail once, when a
-    resync first finds it so, not at every resync: the last report (keys.RESYNC_LAST) says what
+    resync first finds it so, not at every resync: the last report (Resyncs.last) says what
     was already missing. The `jobttl_kind_not_served` gauge says it all along."""
-    raw = ctx.redis.get(keys.RESYNC_LAST)
     try:
-        before = set(jsoncodec.loads(raw).get("missing_kinds") or ()) if raw else set()
+        last = Resyncs(ctx.redis).last()
+        before = set(last.get("missing_kinds") or ()) if last else set()
     except (jsoncodec.DecodeError, AttributeError, TypeError):
         before = set()
     for kind in report.missing_kinds:

@@ -37,14 +37,14 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.store import keys
 from jobttl.core.runtime import logs
 from jobttl.core.domain.decision import (INVALID_KEEP_REASON, INVALID_TTL_REASON, UNKNOWN_KEY_REASON,
                                          warning_message)
 from jobttl.core.domain.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
+from jobttl.core.store.audit import Audit
+from jobttl.core.store.outbox import Outbox
 from jobttl.core.store.schedule import InvalidNotice, Schedule, split_member
 from jobttl.core.domain.stages import SCHEDULED_REASON, scheduled_message
 
@@ -63,27 +63,26 @@ class Notices:
     """The outbox of schedule changes, and how a worker posts them."""
 
     def __init__(self, redis: Redis, schedule: Schedule, kube: KubeClient, metrics: Metrics | None = None):
-        self.redis = redis
         self.schedule = schedule
+        self.cards = Audit(redis)  # read only: the jobs' history cards
         self.kube = kube
         self.metrics = metrics
-        self.outbox = keys.notices(schedule.queue.name)
+        self.outbox = Outbox(redis, schedule.queue.name)
         self._attempts: dict[str, int] = {}
 
     def drain(self, limit: int = BATCH) -> int:
         """Post the notices whose time has come (at most `limit`); how many were handled."""
         now = time.time()
-        claimed = self.redis.zpopmin(self.outbox, limit)
+        claimed = self.outbox.claim(limit)
         later = {}
-        for raw, score in claimed:
-            entry = raw.decode()
+        for entry, score in claimed:
             if score > now:
                 later[entry] = score  # not yet (a retry): back it goes, untouched
                 continue
             if not self.post(entry):
                 later[entry] = now + RETRY_AFTER
         if later:
-            self.redis.zadd(self.outbox, later)
+            self.outbox.put_back(later)
         return len(claimed) - len(later)
 
     def post(self, entry: str) -> bool:
@@ -104,8 +103,7 @@ class Notices:
         """A Warning to the job's owner (InvalidTTL, InvalidKeep, UnknownKey), unless the job's latest
         decision is no longer this one (fixed, changed again, gone): like a superseded schedule change,
         it posts nothing."""
-        raw = self.redis.hget(keys.card(notice.ref.namespace, notice.ref.name), notice.ref.uid)
-        latest = jsoncodec.loads(raw) if raw else None
+        latest = self.cards.latest_decision(notice.ref.namespace, notice.ref.name, notice.ref.uid)
         if not isinstance(latest, dict) or latest.get("reason") != notice.verdict \
                 or latest.get("detail") != notice.detail:
             return True

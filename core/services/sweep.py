@@ -14,36 +14,31 @@ import logging
 
 from rq.job import JobStatus
 
-from jobttl.core.store import keys, scripts
 from jobttl.core.runtime import logs
+from jobttl.core.store.sweeping import SweepMarks
 from jobttl.core.services.worker_graph import WorkerGraph
 
 log = logging.getLogger("jobttl.sweep")
 
 GRACE = 30  # seconds overdue before a deletion counts as stalled
 BATCH = 200
-LOCK = keys.SWEEP_LOCK
 
 
 def sweep(ctx: WorkerGraph, interval: int = 5) -> int:
     """Book again the stalled deletions; returns how many. Cheap when there are none."""
-    if not ctx.redis.set(LOCK, "1", nx=True, ex=interval):
+    marks = SweepMarks(ctx.redis)
+    if not marks.take_turn(interval):
         return 0
     now = ctx.clock.now()  # due times are the API server's
     # A batch at a time, further on each sweep: what is overdue and not stalled (dry-run records,
     # failed deletions left to operators) must not hide, for good, the stalled deletions behind it.
-    offset = int(ctx.redis.get(keys.SWEEP_CURSOR) or 0)
-    overdue = [(m.decode(), int(s)) for m, s in ctx.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", now - GRACE,
-                                                                          start=offset, num=BATCH, withscores=True)]
-    ctx.redis.set(keys.SWEEP_CURSOR, offset + BATCH if len(overdue) == BATCH else 0, ex=3600)
+    offset = marks.cursor()
+    overdue = ctx.schedule.due_by(now - GRACE, offset, BATCH)
+    marks.move_cursor(offset + BATCH if len(overdue) == BATCH else 0)
     stalled = [p for p in ctx.schedule.records(overdue)
                if p.state == JobStatus.FINISHED.value and p.ref.kind and p.would_delete_at is None]
     if not stalled:
         return 0
-    with ctx.redis.pipeline() as pipe:
-        pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
-        for pending in stalled:
-            ctx.reconciler.store.book(pending, now, pipeline=pipe)
-        scripts.execute(pipe)
+    ctx.reconciler.store.rebook(stalled, now)
     logs.record(log, "rebooked", count=len(stalled), detail="deletions whose RQ job ended without finishing them")
     return len(stalled)

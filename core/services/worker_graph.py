@@ -6,7 +6,6 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from jobttl.core.domain import jsoncodec
 from jobttl.core.domain.clock import ReferenceClock
 from jobttl.core.domain.permissions import permissions
 from jobttl.core.kube.archivestore import open_store
@@ -15,14 +14,12 @@ from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services import graph
 from jobttl.core.services.install import InstallReview
-from jobttl.core.store import keys, redisconn
+from jobttl.core.store import redisconn
+from jobttl.core.store.clocks import ClockReadings
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.services.archiving import Archiver
 from jobttl.core.services.scheduled_events import Notices
 from jobttl.core.services.events import EventRecorder
-
-# How long a worker's published clock reading stays in `jobttl status`.
-CLOCK_READING_TTL = 600
 
 
 @dataclass(kw_only=True)
@@ -57,7 +54,8 @@ class WorkerGraph(graph.Graph):
     def measure_clocks(self, name: str | None = None) -> str | None:
         """Read Redis's and the API server's clocks now; publish the reading; return any problem."""
         sent = time.time()
-        seconds, micros = self.redis.time()
+        clocks = ClockReadings(self.redis)
+        seconds, micros = clocks.redis_time()
         self.clock.observe_redis(seconds, micros, sent, time.time())
         try:
             self.kube.version()
@@ -67,8 +65,5 @@ class WorkerGraph(graph.Graph):
             # Stamped with Redis's clock too: `jobttl status` judges how fresh a reading is by
             # Redis's clock, not by the clock of a worker whose own clock may be the problem.
             reading = {**self.clock.as_dict(), "at": time.time(), "redisTime": int(seconds)}
-            with self.redis.pipeline(transaction=False) as pipe:
-                pipe.hset(keys.CLOCKS, name, jsoncodec.dumps_str(reading))
-                pipe.expire(keys.CLOCKS, CLOCK_READING_TTL)
-                pipe.execute()
+            clocks.publish(name, reading)
         return self.clock.problem()

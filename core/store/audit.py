@@ -177,6 +177,12 @@ class Audit:
         return {uid: shapes.entry({k: v for k, v in card.items() if k not in ("log", "at")}, at=_at(card.get("at")))
                 for uid, card in self._card(namespace, name).items()}
 
+    def latest_decision(self, namespace: str, name: str, uid: str) -> Any | None:
+        """The latest decision about `uid` as its job's history card keeps it; None when there is none
+        (raises on one that does not decode)."""
+        raw = self.redis.hget(keys.card(namespace, name), uid)
+        return jsoncodec.loads(raw) if raw else None
+
     def _card(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         found = {}
         for uid, raw in self.redis.hgetall(keys.card(namespace, name)).items():

@@ -221,6 +221,14 @@ class Store:
                                 JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
             self._book(warning, record.due - warn_before, pipeline)
 
+    def rebook(self, records: Sequence[Pending], now: float) -> None:
+        """Book again, in one MULTI, deletions whose RQ job ended without finishing them (the sweep)."""
+        with self.redis.pipeline() as pipe:
+            pipe.multi()  # RQ's enqueue expects a pipeline already in MULTI
+            for record in records:
+                self.book(record, now, pipeline=pipe)
+            scripts.execute(pipe)
+
     def retire_replaced(self, applied: Applied, record: Pending | None, pipeline: Pipeline) -> None:
         """Retire the RQ job (and announcement) of what was pending before, unless it is the one
         just booked again, or a worker runs it: a running job re-reads the object and decides for

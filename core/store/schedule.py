@@ -279,6 +279,15 @@ class Schedule:
         key = keys.namespace_index(namespace) if namespace else keys.PENDING_INDEX
         return [(m.decode(), int(s)) for m, s in self.redis.zrange(key, offset, end, withscores=True)]
 
+    def due_by(self, at: float, offset: int = 0, limit: int | None = None) -> list[tuple[str, int]]:
+        """(member, due) pairs due by `at`, in due order, from the index (dry-run records among them);
+        `limit` of them from `offset` on."""
+        if limit is None:
+            found = self.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", at, withscores=True)
+        else:
+            found = self.redis.zrangebyscore(keys.PENDING_INDEX, "-inf", at, start=offset, num=limit, withscores=True)
+        return [(m.decode(), int(s)) for m, s in found]
+
     def scan(self, batch: int = 1000, namespace: str | None = None) -> Iterator[list[Pending]]:
         """Every pending deletion (of `namespace`: from its index), a batch at a time (one round trip
         for the index page, one for records)."""
