@@ -633,3 +633,23 @@ def test_an_outbox_entry_is_either_a_schedule_change_or_an_invalid_ttl_notice():
     assert InvalidNotice.read(notice.entry) == notice
     assert InvalidNotice.read(notice_member(ref.uid, 1_900_000_000)) is None
     assert InvalidNotice.read(notice_member(f"pods:{ref.uid}", 1_900_000_000)) is None
+
+
+def test_the_sweep_books_again_a_deletion_whose_rq_job_ended_without_finishing_it(reconciler, schedule):
+    """`Store.rebook`, the sweep's write: a pending deletion whose RQ job finished without finishing it
+    (refused while the clocks disagreed) is queued again, in the one MULTI, with its record as it was."""
+    obj = finished(ttl=60, at=time.time() - 3600)  # due long ago: booked onto the queue at once
+    reconciler.reconcile(obj, TFJOB, "event")
+    job = schedule.queue.fetch_job(job_id_for(uid(obj), due(obj)))
+    schedule.queue.remove(job)  # taken off the queue and run, as a worker would, and refused:
+    job.set_status(JobStatus.FINISHED)
+    [record] = [r for r in schedule.records(schedule.due_by(time.time())) if r.member == uid(obj)]
+    assert record.state == JobStatus.FINISHED.value
+
+    reconciler.store.rebook([record], time.time())
+
+    again = schedule.queue.fetch_job(job.id)
+    assert again.get_status() == JobStatus.QUEUED
+    assert job.id in schedule.queue.get_job_ids()
+    assert again.meta["ref"] == job.meta["ref"], "booked again for the same object"
+    assert [r.due for r in schedule.records([(uid(obj), due(obj))])] == [due(obj)]
