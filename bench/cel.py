@@ -78,7 +78,7 @@ def rayjob(rules: int, seed: str, size: int = OBJECT_BYTES) -> dict[str, Any]:
 
 def _plain_rayjob_ttl(obj: dict[str, Any]) -> int | None:
     """The built-in expression's rule, in Python, over the same paths: the baseline."""
-    from jobttl.core.domain.kinds import get_path
+    from jobttl.core.domain.kinds.model import get_path
     if get_path(obj, ("spec", "clusterSelector")):
         return None
     status = get_path(obj, ("status", "jobStatus"))
@@ -106,8 +106,8 @@ def _cpu_ms(work) -> float:
 
 def measure_decide(rules: int, rounds: int) -> list[float]:
     """CPU milliseconds of decide() on fresh 1.7 MB RayJobs (a new kind each, so no cache)."""
-    from jobttl.core.domain.decision import decide
-    from jobttl.core.domain.kinddecl import builtin_kinds
+    from jobttl.core.domain.decisions.decision import decide
+    from jobttl.core.domain.kinds.declarations import builtin_kinds
     out = []
     warm = builtin_kinds()["ray.io/v1/RayJob"]
     decide(rayjob(2, "warm", size=1000), warm)  # the parser built, as in a running sink

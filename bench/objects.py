@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from jobttl.core.domain.apiserversource import resource_event
+from jobttl.core.domain.wire.apiserversource import resource_event
 from tests.fixtures import finished_status, rfc3339, running_status, tfjob_spec
 
 TARGET_BYTES = (9_000, 11_500)  # what "~10 KB" means here; `realistic_tfjob` checks it

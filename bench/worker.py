@@ -27,7 +27,7 @@ from bench.redis_side import CounterTrace, RedisSide
 from jobttl.core.store import redisconn
 from jobttl.core.store.audit import Audit
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services.reconcile import GUARDED, RELEASE, Reconciler
 from jobttl.core.store.schedule import Schedule
 from tests.services import wait_for

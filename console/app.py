@@ -12,8 +12,8 @@ from flask import Flask, Response, render_template, request
 from redis import Redis
 from werkzeug.exceptions import HTTPException
 
-from jobttl.core.domain.durations import format_duration
-from jobttl.core.domain.kinds import shown_kind
+from jobttl.core.domain.wire.durations import format_duration
+from jobttl.core.domain.kinds.registry import shown_kind
 from jobttl.core.kube.access import Access
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.console import views

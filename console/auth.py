@@ -5,7 +5,7 @@
   cookie, signed with the console's key `JOBTTL_CONSOLE_SESSION_KEY_FILE`, HttpOnly,
   SameSite=Strict, holds a random session id only). The token
   is reviewed by the API server (TokenReview) and each page asks SubjectAccessReview for `list`
-  (or `get`) on jobttl.io's virtual resources (`jobttl.core.domain.rights`: ClusterRole
+  (or `get`) on jobttl.io's virtual resources (`jobttl.core.domain.deploy.rights`: ClusterRole
   `jobttl-reader`).
 - Every action is authorised with SubjectAccessReview for its own verb (ClusterRole
   `jobttl-console-operator`), must carry the session's CSRF token, and is written to the audit

@@ -18,10 +18,10 @@ from urllib.parse import urlencode
 from flask import (Blueprint, Response, abort, current_app, flash, redirect, render_template, request, url_for)
 from redis.exceptions import RedisError
 
-from jobttl.core.domain import rights
-from jobttl.core.domain.archive import MANIFEST, choose_logs
-from jobttl.core.domain.durations import parse_duration
-from jobttl.core.domain.identity import InvalidIdentity, check_name, check_namespace
+from jobttl.core.domain.deploy import rights
+from jobttl.core.domain.decisions.archive import MANIFEST, choose_logs
+from jobttl.core.domain.wire.durations import parse_duration
+from jobttl.core.domain.wire.identity import InvalidIdentity, check_name, check_namespace
 from jobttl.core.kube import access as reviews
 from jobttl.core.kube.archivestore import ArchiveStoreError, latest
 from jobttl.core.services import operations

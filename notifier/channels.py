@@ -3,7 +3,7 @@
 Each channel is checked when the notifier starts: its URL resolved (``urlFromEnv``: the variable
 must be set), Apprise must take it, and a URL written in the policy itself must hold nothing
 Apprise would hide (a token, a password): a secret never sits in the ConfigMap. What Apprise says
-of a failure is kept, without the URL's secret parts (`jobttl.core.domain.notify.redacted`), and
+of a failure is kept, without the URL's secret parts (`jobttl.core.domain.notices.notify.redacted`), and
 Apprise's own log lines, which may quote a URL, stay out of jobttl's logs.
 """
 
@@ -16,9 +16,9 @@ from typing import Any
 
 import apprise
 
-from jobttl.core.domain import shapes
-from jobttl.core.domain.digest import Message
-from jobttl.core.domain.notify import Channel, redacted, resolve
+from jobttl.core.domain.wire import shapes
+from jobttl.core.domain.notices.digest import Message
+from jobttl.core.domain.notices.notify import Channel, redacted, resolve
 from jobttl.core.runtime.config import ConfigError
 
 

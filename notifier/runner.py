@@ -29,8 +29,9 @@ from http.server import ThreadingHTTPServer
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from jobttl.core.domain import digest, jsoncodec, shapes
-from jobttl.core.domain.notify import Routed, route
+from jobttl.core.domain.notices import digest
+from jobttl.core.domain.wire import jsoncodec, shapes
+from jobttl.core.domain.notices.notify import Routed, route
 from jobttl.core.runtime import logs, probes
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.runtime.metrics import Metrics

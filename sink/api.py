@@ -17,7 +17,7 @@ from werkzeug.datastructures import WWWAuthenticate
 from werkzeug.exceptions import BadRequest, Conflict, Forbidden, NotFound, ServiceUnavailable, Unauthorized
 
 from jobttl.core.services import operations
-from jobttl.core.domain.identity import InvalidIdentity
+from jobttl.core.domain.wire.identity import InvalidIdentity
 from jobttl.sink import auth
 from jobttl.sink.openapi import DEFAULT_LIMIT, DOCUMENT, MAX_LIMIT, MAX_OFFSET
 

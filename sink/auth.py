@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import jwt
 import requests
 
-from jobttl.core.domain import rights
+from jobttl.core.domain.deploy import rights
 from jobttl.core.kube import access as access_errors
 from jobttl.core.kube.access import Access, bearer
 from jobttl.core.kube.client import KubeClient, load_api_client

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobttl.core.domain.shapes import FIELDS, TIME_FIELDS, TIME_SUFFIX, UNPARSED
+from jobttl.core.domain.wire.shapes import FIELDS, TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
@@ -41,18 +41,18 @@ def _typed(kind: str) -> dict[str, Any]:
 
 
 def _times(*fields: str) -> dict[str, Any]:
-    """The RFC 3339 twins of these epoch fields (jobttl.core.domain.shapes.with_times)."""
+    """The RFC 3339 twins of these epoch fields (jobttl.core.domain.wire.shapes.with_times)."""
     return {field + TIME_SUFFIX: {"type": "string", "format": "date-time", "description": f"{field}, in RFC 3339 UTC"}
             for field in fields}
 
 
-# An audit entry's fields that have a type of their own (jobttl.core.domain.shapes.FIELDS), the RFC
+# An audit entry's fields that have a type of their own (jobttl.core.domain.wire.shapes.FIELDS), the RFC
 # 3339 twins of its times, and what did not parse as its type; every other field is a string.
 _ENTRY_FIELDS = {**{name: _typed(kind) for name, kind in FIELDS.items()}, **_times(*TIME_FIELDS),
                  UNPARSED: {**_STRING_MAP, "description": "fields whose stored value is not of their type, as stored"}}
 
 # Kubernetes object names are DNS-1123 subdomains of at most 253 characters; namespaces
-# DNS-1123 labels of at most 63 (jobttl.core.domain.identity checks the same).
+# DNS-1123 labels of at most 63 (jobttl.core.domain.wire.identity checks the same).
 _NAME = {"type": "string", "minLength": 1, "maxLength": 253,
          "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"}
 _NAMESPACE = {"type": "string", "minLength": 1, "maxLength": 63, "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"}

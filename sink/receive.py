@@ -26,10 +26,10 @@ from redis.exceptions import RedisError
 from werkzeug.exceptions import HTTPException
 
 from jobttl.core.runtime import logs
-from jobttl.core.domain.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
-from jobttl.core.domain.celexpr import CelBusy
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire.apiserversource import PING_TYPE, ApiServerEvent, BadEvent, OtherEvent, parse
+from jobttl.core.domain.kinds.cel import CelBusy
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import NotServed, ObjectGone, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.services.reconcile import UnreadableObject
 from jobttl.core.store.capacity import Capacity, RedisFull, is_full_error

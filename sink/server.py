@@ -17,7 +17,7 @@ import logging
 
 from waitress import serve as waitress_serve
 
-from jobttl.core.domain import celexpr
+from jobttl.core.domain.kinds import cel as celexpr
 from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 

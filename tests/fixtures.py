@@ -116,7 +116,7 @@ def volcano_job(name: str, namespace: str = "default", phase: str = "Completed",
 
 def job_object(kind, name: str, namespace: str = "default", state: str = "succeeded", at: float = 1_700_000_000,
                ttl=None) -> dict:
-    """A realistic object of `kind` (a jobttl.core.domain.kinds.JobKind) that is running, succeeded or failed at `at`.
+    """A realistic object of `kind` (a jobttl.core.domain.kinds.model.JobKind) that is running, succeeded or failed at `at`.
 
     `ttl` goes where the kind keeps its own TTL (a dict {field: value} for Argo's ttlStrategy).
     """

@@ -11,8 +11,8 @@ What is generated, and from what:
 - files/alerts.yaml and files/dashboard.json: copies of knative/monitoring/'s, which are written
   by hand there and tested with promtool. Copies, not links: a chart copied or packaged anywhere
   carries them (a link resolves to nothing outside this checkout).
-- values.schema.json's `policy`: core/domain/policy.schema.json, the policy's one schema, with
-  the kind declarations' (core/domain/kinds.schema.json) it refers to, as definitions named
+- values.schema.json's `policy`: core/domain/rules/policy.schema.json, the policy's one schema, with
+  the kind declarations' (core/domain/kinds/kinds.schema.json) it refers to, as definitions named
   `policy.*` and `kinds.*`, in draft-07 form (the draft every Helm 3 and 4 reads), and `kinds`
   refused there (the chart's own `kinds` value sets it). So `--set policy.tll=7d` stops
   `helm install`, naming the field. The rest of values.schema.json is written by hand.
@@ -43,6 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 CHART = REPO / "charts" / "jobttl"
 MONITORING = REPO / "knative" / "monitoring"
 DOMAIN = REPO / "core" / "domain"
+# The policy's schema and the kind declarations' it refers to (by their $id: https://jobttl.io/schemas/...)
+SCHEMAS = {"policy": DOMAIN / "rules" / "policy.schema.json", "kinds": DOMAIN / "kinds" / "kinds.schema.json"}
 COMMAND = "make knative"
 
 TABLE_START = "<!-- values table: generated from values.yaml by `make knative` (tools/chart.py); do not edit -->"
@@ -97,8 +99,7 @@ def _draft7(node: Any, refs: dict[str, str], where: str) -> Any:
 
 def policy_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     """(the `policy` value's schema, the definitions it refers to) from core/domain's schemas."""
-    documents = {"policy": json.loads((DOMAIN / "policy.schema.json").read_text()),
-                 "kinds": json.loads((DOMAIN / "kinds.schema.json").read_text())}
+    documents = {name: json.loads(path.read_text()) for name, path in SCHEMAS.items()}
     refs = {}
     for name, document in documents.items():
         for definition in document.get("$defs", {}):
@@ -107,10 +108,10 @@ def policy_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     for name, document in documents.items():
         local = {**refs, **{f"#/$defs/{d}": f"#/definitions/{name}.{d}" for d in document.get("$defs", {})}}
         for definition, schema in document.get("$defs", {}).items():
-            definitions[f"{name}.{definition}"] = _draft7(schema, local, f"core/domain/{name}.schema.json#/$defs/{definition}")
+            definitions[f"{name}.{definition}"] = _draft7(schema, local, f"{SCHEMAS[name].relative_to(REPO)}#/$defs/{definition}")
         if name == "policy":
             top = {k: v for k, v in document.items() if k not in ("$schema", "$id", "$defs", "title")}
-            policy = _draft7(top, local, "core/domain/policy.schema.json")
+            policy = _draft7(top, local, str(SCHEMAS["policy"].relative_to(REPO)))
     policy["properties"]["kinds"] = {
         "not": {}, "description": "not here: set the top-level `kinds` value, which the event source and the RBAC follow too"}
     return policy, definitions

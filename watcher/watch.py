@@ -2,7 +2,7 @@
 
 Many Kubeflow clusters do not run Knative. This watcher sends the sink the exact events an
 ApiServerSource in Resource mode would (binary mode, ``dev.knative.apiserver.resource.*``
-types, the same extensions and data, built by `jobttl.core.domain.apiserversource`), so one sink
+types, the same extensions and data, built by `jobttl.core.domain.wire.apiserversource`), so one sink
 serves both setups. It talks to the API server only through the core's client, within the
 ``watch`` component's permissions.
 
@@ -40,8 +40,8 @@ import requests
 
 from jobttl.core.runtime import logs, probes as probeserver
 from jobttl.core.runtime.config import ConfigError
-from jobttl.core.domain.apiserversource import resource_event
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire.apiserversource import resource_event
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import KubeClient, ListExpired, NotServed, TransientApiError
 
 log = logging.getLogger("jobttl.watch")

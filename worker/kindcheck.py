@@ -3,13 +3,13 @@
 For each enabled kind a CRD defines, the worker reads that CustomResourceDefinition once
 (``GET /apis/apiextensions.k8s.io/v1/customresourcedefinitions/<plural>.<group>``) and checks
 every path its declaration reads against the schema of the version jobttl uses
-(`jobttl.core.domain.crdcheck`). What it finds:
+(`jobttl.core.domain.kinds.crdcheck`). What it finds:
 
 - a path of the operator's own declaration (``kindDeclarations``) that names nothing, or the wrong
   thing: a configuration error naming the declaration's field, the path, the kind and the nearest
   field names. The worker stops before it deletes anything (a ``managedBy`` or ``suspend`` path
   that reads nothing would delete what it must leave alone);
-- the same in a built-in declaration (``core/domain/kinds.yaml``): the cluster runs another version of
+- the same in a built-in declaration (``core/domain/kinds/kinds.yaml``): the cluster runs another version of
   that operator than jobttl was written for. A warning (``kind-fields-absent``): the operator
   cannot fix kinds.yaml, but can redeclare the kind;
 - no CRD (404: not installed, or served by an aggregated API), batch/v1 (Kubernetes' own): nothing
@@ -40,13 +40,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobttl.core.domain import crdcheck
+from jobttl.core.domain.kinds import crdcheck
 from jobttl.core.runtime import logs
 from jobttl.core.runtime.config import ConfigError
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import KubeClient, PermanentApiError, TransientApiError, Undecodable
-from jobttl.core.domain.permissions import CRDS, permissions
-from jobttl.core.domain.manifests import crd_rules
+from jobttl.core.domain.deploy.permissions import CRDS, permissions
+from jobttl.core.domain.deploy.manifests import crd_rules
 
 log = logging.getLogger("jobttl.worker")
 
@@ -154,7 +154,7 @@ def _read(get_crd: GetCRD, kind: JobKind, pause: float, timeout: float, deadline
 
 def grant_rule(kinds: tuple[JobKind, ...]) -> str:
     """The RBAC rule the worker needs for the check, as `jobttl manifests rbac` prints it in the
-    worker's ClusterRole (`jobttl.core.domain.manifests.crd_rules`), in YAML's flow style."""
+    worker's ClusterRole (`jobttl.core.domain.deploy.manifests.crd_rules`), in YAML's flow style."""
     def flow(value: Any) -> str:
         return f"[{', '.join(value)}]" if isinstance(value, list) else str(value)
 

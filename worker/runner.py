@@ -20,7 +20,7 @@ mechanisms and sets them so that (measured in the fault tests):
   at the next maintenance.
 
 It also refuses to work while its clock disagrees with the API server's or Redis's
-(`jobttl.core.domain.clock`): it stops its scheduler and takes no deletions until they agree.
+(`jobttl.core.domain.decisions.clock`): it stops its scheduler and takes no deletions until they agree.
 
 The scheduler process is *spawned* (a fresh interpreter), not forked as RQ does: the worker
 already runs threads (the follower, the health server, the Events' sender, the Kubernetes
@@ -62,7 +62,7 @@ from rq.scripts import release_lock
 from rq.serializers import JSONSerializer
 from rq.utils import now as utcnow
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.runtime import logs, probes
 from jobttl.core.store import foreign, scripts, upgrade
 from jobttl.core.store.capacity import Capacity, is_full_error

@@ -19,11 +19,11 @@ import time
 from rq import get_current_job
 from rq.job import Job
 
-from jobttl.core.domain import shapes
+from jobttl.core.domain.wire import shapes
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.kube.client import Conflict, PermanentApiError, TransientApiError, Undecodable
-from jobttl.core.domain.plan import PODS_STAGE
+from jobttl.core.domain.decisions.plan import PODS_STAGE
 from jobttl.core.services import archiving
 from jobttl.core.services import resync as resync_run
 from jobttl.core.services.archiving import ArchiveFailed

@@ -3,7 +3,7 @@
 The console and the read API do not judge tokens themselves: the API server does, as it does for
 kube-rbac-proxy and the metrics-server (the rights of `system:auth-delegator`). A token is
 whatever the cluster accepts (a service account's, an OIDC user's through the API server's own
-authenticator); the right is a verb on jobttl's virtual resources (`jobttl.core.domain.rights`),
+authenticator); the right is a verb on jobttl's virtual resources (`jobttl.core.domain.deploy.rights`),
 granted with RBAC like any other.
 
 Answers are remembered briefly (`REMEMBER` seconds, by a hash of the token; by user, groups and
@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobttl.core.domain import rights
+from jobttl.core.domain.deploy import rights
 from jobttl.core.kube.client import KubeClient, PermanentApiError, TransientApiError, Undecodable
 
 REMEMBER = 10.0  # seconds an answer is reused

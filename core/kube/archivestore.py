@@ -1,6 +1,6 @@
 """Where archives are written: a directory (a mounted volume) or an S3-compatible object store.
 
-Both keep the same layout (`jobttl.core.domain.archive`) under their root, write ``index.json`` last
+Both keep the same layout (`jobttl.core.domain.decisions.archive`) under their root, write ``index.json`` last
 (so a folder with one is complete), and raise `ArchiveStoreError` naming the store for any
 failure. The S3 store uses boto3 with its own configuration chain: credentials and region
 from the environment (``AWS_ACCESS_KEY_ID``/``AWS_SECRET_ACCESS_KEY``, a web identity token,
@@ -19,9 +19,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Protocol
 
-from jobttl.core.domain.archive import INDEX, Stored, read_index, split_folder
-from jobttl.core.domain.kinds import group_of, kind_named, split_group_kind
-from jobttl.core.domain.policy import ArchiveStore
+from jobttl.core.domain.decisions.archive import INDEX, Stored, read_index, split_folder
+from jobttl.core.domain.kinds.registry import group_of, kind_named, split_group_kind
+from jobttl.core.domain.rules.policy import ArchiveStore
 
 
 class ArchiveStoreError(Exception):

@@ -5,10 +5,10 @@ checks "only the clients are allowed to talk to the Kubernetes API"). It uses th
 client's configuration, authentication and HTTP machinery, and:
 
 - refuses any verb on any resource its component does not declare in
-  `jobttl.core.domain.permissions.PERMISSIONS`, the table the RBAC manifests are tested against;
+  `jobttl.core.domain.deploy.permissions.PERMISSIONS`, the table the RBAC manifests are tested against;
 - decodes answers with orjson, and those that nest deeper than orjson reads with ijson's
   parse events (iterative), so one deep object neither disables a resync nor escapes deletion;
-- feeds each answer's ``Date`` header to the reference clock (`jobttl.core.domain.clock`);
+- feeds each answer's ``Date`` header to the reference clock (`jobttl.core.domain.decisions.clock`);
 - sorts failures into the ways a caller must react: the object is gone, it changed
   (conflict), the list expired (restart it), retry later, or stop and tell a human.
 """
@@ -32,14 +32,14 @@ import urllib3
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.clock import ReferenceClock
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.decisions.clock import ReferenceClock
 from jobttl.core.runtime.config import ConfigError
-from jobttl.core.domain.identity import JobRef, check_name, check_namespace
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire.identity import JobRef, check_name, check_namespace
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.permissions import (CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS,
-                                           SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, VERSION, permissions)
+from jobttl.core.domain.deploy.permissions import (CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS,
+                                                   SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, VERSION, permissions)
 
 
 class ObjectGone(Exception):
@@ -162,7 +162,7 @@ class KubeClient:
                  timeout: float | None = None) -> Answer | Any:
         if verb not in self.granted.get(resource, ()):
             raise AssertionError(f"the {self.component} does not declare '{verb}' on {resource} in "
-                                 "jobttl.core.domain.permissions.PERMISSIONS")
+                                 "jobttl.core.domain.deploy.permissions.PERMISSIONS")
         headers = {"Accept": "application/json", "Content-Type": content_type}
         request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
                                                   body=body, auth_settings=["BearerToken"])

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import unquote, urlparse
 
-from jobttl.core.domain.durations import parse_duration
-from jobttl.core.domain.policy import Policy, PolicyError, load_policy
+from jobttl.core.domain.wire.durations import parse_duration
+from jobttl.core.domain.rules.policy import Policy, PolicyError, load_policy
 from jobttl.core.runtime.redisurl import SentinelAddress
 
 PROPAGATION_POLICIES = ("Foreground", "Background", "Orphan")

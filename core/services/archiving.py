@@ -1,4 +1,4 @@
-"""Writing one job's archive before it (or its pods) is deleted: the worker's side of `jobttl.core.domain.archive`.
+"""Writing one job's archive before it (or its pods) is deleted: the worker's side of `jobttl.core.domain.decisions.archive`.
 
 Reads the Events and each pod's log tails through the one Kubernetes client, encodes what it
 got with the object the worker just re-read, and writes it all to the store, ``index.json``
@@ -15,19 +15,19 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from jobttl.core.domain import archive
-from jobttl.core.domain.archive import ArchivePlan, Contents, plan_for
+from jobttl.core.domain.decisions import archive
+from jobttl.core.domain.decisions.archive import ArchivePlan, Contents, plan_for
 from jobttl.core.kube.archivestore import ArchiveStoreError, Backend
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain import shapes
-from jobttl.core.domain.clock import ReferenceClock
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.judgement import Target
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire import shapes
+from jobttl.core.domain.decisions.clock import ReferenceClock
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions.judgement import Target
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import KubeClient, ObjectGone, PermanentApiError
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.policy import ArchiveStore, Policy
-from jobttl.core.domain.stages import archived_pods, containers, restarted
+from jobttl.core.domain.rules.policy import ArchiveStore, Policy
+from jobttl.core.domain.decisions.stages import archived_pods, containers, restarted
 
 log = logging.getLogger("jobttl.archive")
 # The deletion run's channel: `Evidence` is one of its steps, and its entries log as the run's do.

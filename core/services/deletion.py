@@ -1,7 +1,7 @@
 """Deleting one job whose TTL is up, if and only if it still should be: the worker's algorithm.
 
 The upstream TTL-after-finished controller's processJob, in two halves: what to do is judged by pure
-functions (`jobttl.core.domain.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
+functions (`jobttl.core.domain.decisions.judgement`: `admit`, `judge`, `confirm`), and `Deletion` only performs the
 `Action` judged, each step with the collaborators it needs:
 
 1. BEGIN (`jobttl.core.store.ledger`): is this RQ job still the pending deletion? The schedule may have
@@ -31,19 +31,19 @@ from typing import Any
 
 from rq.job import Job
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.decisions.decision import Decision, Verdict
 from jobttl.core.store.guard import FIRST_RUN, HeldDeletion, HeldDeletions
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.review import kind_key
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions.review import kind_key
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import Conflict, ObjectGone
 from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
 from jobttl.core.services.archiving import Archived, Evidence
 from jobttl.core.services.worker_graph import WorkerGraph
-from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current, Delete,
-                                          DeletePods, Forget, HoldForReview, Recover, Refuse, Replan, Skip, Target,
-                                          Wait, WouldDelete, admit, confirm, judge, to_decide)
+from jobttl.core.domain.decisions.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current,
+                                                    Delete, DeletePods, Forget, HoldForReview, Recover, Refuse, Replan,
+                                                    Skip, Target, Wait, WouldDelete, admit, confirm, judge, to_decide)
 from jobttl.core.store.ledger import Ledger, details
 from jobttl.core.services.pods_stage import PodsStage
 from jobttl.core.services.reading import Reading
@@ -74,7 +74,7 @@ class Progress:
 
 
 class Deletion:
-    """One run of one due deletion: the executor of what `jobttl.core.domain.judgement` decides."""
+    """One run of one due deletion: the executor of what `jobttl.core.domain.decisions.judgement` decides."""
 
     def __init__(self, graph: WorkerGraph, job: Job | None):
         self.job = job

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 import requests
 
 from jobttl.core.runtime import logs
-from jobttl.core.domain.apiserversource import UPCOMING_TYPE, cloudevent
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.apiserversource import UPCOMING_TYPE, cloudevent
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services.scheduled_events import Notices

@@ -21,12 +21,12 @@ import logging
 import threading
 from typing import Any
 
-from jobttl.core.domain import shapes
+from jobttl.core.domain.wire import shapes
 from jobttl.core.runtime import logs
 from jobttl.core.store.audit import entry_fields
 from jobttl.core.store.followups import FollowUps
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import KindRegistry
 from jobttl.core.kube.client import ObjectGone
 from jobttl.core.store.scripts import ClaimFollowUps, Finish
 from jobttl.core.services.worker_graph import WorkerGraph

@@ -22,7 +22,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core.domain.kinds import KindRegistry
+from jobttl.core.domain.kinds.registry import KindRegistry
 from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services.operations import Operations

@@ -65,7 +65,7 @@ class InstallRecord:
     reviewed_at: int | None = None
     reviewed_by: str | None = None
     # Once reviewed: the kinds (apiVersion/Kind) the confirmation did not cover, because its resync
-    # could not list them completely. They stay under review (jobttl.core.domain.review).
+    # could not list them completely. They stay under review (jobttl.core.domain.decisions.review).
     kinds_under_review: frozenset[str] = frozenset()
 
     @property

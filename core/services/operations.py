@@ -25,18 +25,19 @@ from rq.registry import FailedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.domain.wire import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.clocks import ClockReadings
 from jobttl.core.store.guard import HeldDeletion, HeldDeletions
-from jobttl.core.domain.review import listed_by_api_server
+from jobttl.core.domain.decisions.review import listed_by_api_server
 from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.store.resyncs import Resyncs
 from jobttl.core.services.install import InstallRecord
-from jobttl.core.domain.identity import JobRef, check_name, check_namespace
-from jobttl.core.domain.kinds import (BUILTIN_KINDS, DEFAULT_KINDS, JobKind, group_of, kind_named, kubectl_resource_named,
-                               shown_in_group, shown_kind, split_group_kind)
+from jobttl.core.domain.wire.identity import JobRef, check_name, check_namespace
+from jobttl.core.domain.kinds.registry import (BUILTIN_KINDS, DEFAULT_KINDS, group_of, kind_named,
+                                               kubectl_resource_named, shown_in_group, shown_kind, split_group_kind)
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.store.gauges import OVERDUE_AFTER
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import PERMANENT_FAILURE, Pending, Schedule, split_member

@@ -1,4 +1,4 @@
-"""The pods stage, once judged due (`jobttl.core.domain.judgement.DeletePods`) and confirmed: delete the
+"""The pods stage, once judged due (`jobttl.core.domain.decisions.judgement.DeletePods`) and confirmed: delete the
 finished job's own pods (label and controller reference, none younger than its finish), keep the job.
 
 Pods have no precondition that says "only if the job is still as we judged it": the job is read once
@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobttl.core.domain.clock import ReferenceClock
-from jobttl.core.domain.decision import Decision
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.decisions.clock import ReferenceClock
+from jobttl.core.domain.decisions.decision import Decision
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone
 from jobttl.core.store.ratelimit import RateLimit
-from jobttl.core.domain.stages import owned_pods
+from jobttl.core.domain.decisions.stages import owned_pods
 from jobttl.core.services.archiving import Archived
-from jobttl.core.domain.judgement import Target, unchanged
-from jobttl.core.domain.plan import PODS_STAGE
+from jobttl.core.domain.decisions.judgement import Target, unchanged
+from jobttl.core.domain.decisions.plan import PODS_STAGE
 from jobttl.core.store.ledger import Ledger, details
 from jobttl.core.services.events import EventRecorder
 from jobttl.core.services.reading import reread

@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobttl.core.domain.decision import Decision, decide
-from jobttl.core.domain.keeplast import Member, limit_decision, membership, ranked
+from jobttl.core.domain.decisions.decision import Decision, decide
+from jobttl.core.domain.decisions.keeplast import Member, limit_decision, membership, ranked
 from jobttl.core.store.keeplast_index import KeepLastIndex
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.kube.client import KubeClient, ObjectGone
-from jobttl.core.domain.policy import Policy
-from jobttl.core.domain.stages import pod_stage
-from jobttl.core.domain.judgement import Current, Target, due_later
-from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE
+from jobttl.core.domain.rules.policy import Policy
+from jobttl.core.domain.decisions.stages import pod_stage
+from jobttl.core.domain.decisions.judgement import Current, Target, due_later
+from jobttl.core.domain.decisions.plan import JOB_STAGE, PODS_STAGE
 
 
 def reread(kube: KubeClient, kind: JobKind, ref: JobRef) -> dict[str, Any] | None:
@@ -52,7 +52,7 @@ class Reading:
 
     def check_limit(self, kind: JobKind, obj: dict[str, Any], decision: Decision) -> Decision:
         """Whether this job is beyond its group's keepLast limit, by the cluster's word, not the index's:
-        the group is listed from the API server and ranked (`jobttl.core.domain.keeplast.ranked`). When the
+        the group is listed from the API server and ranked (`jobttl.core.domain.decisions.keeplast.ranked`). When the
         index said otherwise, its members the listing does not have are dropped."""
         policy = self.policy
         member = membership(obj, kind, policy, decision)

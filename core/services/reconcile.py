@@ -6,7 +6,7 @@ applied, and recorded, the same way wherever it was made:
 
 1. `decide()` says what should happen to the object (pure, no I/O), for the job and for its
    pods stage, with its history limit (keepLast) applied;
-2. each becomes an `Intent` (jobttl.core.domain.plan: pure data);
+2. each becomes an `Intent` (jobttl.core.domain.decisions.plan: pure data);
 3. the store (jobttl.core.store.protocol) makes the schedule match them: one Lua compare per member,
    atomic, writes the index, the audit entry and the job's history card (one round trip: all a
    duplicate event or a running job costs); if something is to be booked, RQ's own code
@@ -28,20 +28,21 @@ from dataclasses import dataclass
 from typing import Any
 
 from jobttl.core.store import scripts
-from jobttl.core.domain import shapes
-from jobttl.core.domain.celexpr import CelBusy
+from jobttl.core.domain.wire import shapes
+from jobttl.core.domain.kinds.cel import CelBusy
 from jobttl.core.store.audit import Audit, decision_fields
-from jobttl.core.domain.decision import Decision, Verdict, decide
-from jobttl.core.domain.keeplast import limit_decision, membership
+from jobttl.core.domain.decisions.decision import Decision, Verdict, decide
+from jobttl.core.domain.decisions.keeplast import limit_decision, membership
 from jobttl.core.store.keeplast_index import KeepLastIndex
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import JobKind, shown_kind
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.kinds.registry import shown_kind
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent  # noqa: F401
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.decisions.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent  # noqa: F401
+from jobttl.core.domain.rules.policy import Policy
 from jobttl.core.services.recent import Recent
 from jobttl.core.store.schedule import Schedule
-from jobttl.core.domain.stages import pod_stage
+from jobttl.core.domain.decisions.stages import pod_stage
 from jobttl.core.store.protocol import Store
 from jobttl.core.store.capacity import Gate
 from jobttl.core.store.policy_errors import PolicyErrors, declaration_of

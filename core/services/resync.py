@@ -26,15 +26,16 @@ from collections import Counter
 from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.decision import Decision
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.decisions.decision import Decision
 from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain import review
-from jobttl.core.domain.review import (Bookings, Due, Held, dropped_from_held, kind_key, listed_by_api_server,
-                                         still_under_review)
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions import review
+from jobttl.core.domain.decisions.review import (Bookings, Due, Held, dropped_from_held, kind_key, listed_by_api_server,
+                                                 still_under_review)
 from jobttl.core.services.install import CONFIGMAP, InstallRecord, unreadable_record
-from jobttl.core.domain.kinds import JobKind, shown_kind
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.kinds.registry import shown_kind
 from jobttl.core.kube.client import Conflict, NotServed, Page, PermanentApiError, TransientApiError, Undecodable
 from jobttl.core.kube.prefetch import prefetched
 from jobttl.core.services.reconcile import COLLECT, Outcome
@@ -125,7 +126,7 @@ class _Listing:
     dues: dict[str, int] = field(default_factory=dict)
 
     def due(self) -> dict[str, Due]:
-        """What the release rule (jobttl.core.domain.review) needs of each deletion due now."""
+        """What the release rule (jobttl.core.domain.decisions.review) needs of each deletion due now."""
         return {m: Due(self.dues[m], _kind_of(ref)) for m, (ref, _, _) in self.due_now.items()}
 
 
@@ -280,7 +281,7 @@ def _drop_vanished_from_keeplast(ctx: WorkerGraph, listed: set, seen: set[str]) 
 def _release_or_hold(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], listing: _Listing,
                      install: InstallRecord | None, confirmed: set[str], confirming: bool, not_listed: frozenset[str],
                      report: ResyncReport) -> None:
-    """Queue the deletions found due, or hold them, as the release rule says (jobttl.core.domain.review:
+    """Queue the deletions found due, or hold them, as the release rule says (jobttl.core.domain.decisions.review:
     what the review holds is held whatever the thresholds and never released while it is open; the
     rest goes through the guard as a set). A confirmation releases exactly what was held (and the
     operator reviewed), where still due, and ends the first-run review, but only for the kinds listed
@@ -393,7 +394,7 @@ def _as_held(held: list[HeldDeletion]) -> list[Held]:
 def _drop_unlisted_held(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], seen: set[str],
                         listed: set[str], report: ResyncReport) -> None:
     """Held deletions whose object the complete listing of its kind did not return are dropped: gone
-    since, re-created, or named by a forged event (jobttl.core.domain.review.dropped_from_held)."""
+    since, re-created, or named by a forged event (jobttl.core.domain.decisions.review.dropped_from_held)."""
     gone = dropped_from_held(held_before, seen, listed)
     if not gone:
         return

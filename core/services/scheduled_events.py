@@ -20,7 +20,7 @@ later, up to `ATTEMPTS` times.
 
 InvalidTTL: a Warning Event on a finished job jobttl keeps because its TTL (``jobttl.io/ttl``, its
 own TTL field) or ``jobttl.io/keep-until`` cannot be used, naming the value, the forms accepted
-and what jobttl does instead (`jobttl.core.domain.decision.invalid_ttl_message`): without it a typo keeps
+and what jobttl does instead (`jobttl.core.domain.decisions.decision.invalid_ttl_message`): without it a typo keeps
 the job for good, and only those who can read jobttl's logs or Redis would know. So too InvalidKeep
 (a ``jobttl.io/keep`` value that is neither "true" nor "false": kept) and UnknownKey (a ``jobttl.io/``
 key jobttl does not know, with the nearest one it does: kept). The same outbox, the same pace:
@@ -38,15 +38,15 @@ from typing import Any
 from redis import Redis
 
 from jobttl.core.runtime import logs
-from jobttl.core.domain.decision import (INVALID_KEEP_REASON, INVALID_TTL_REASON, UNKNOWN_KEY_REASON,
-                                         warning_message)
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.decisions.decision import (INVALID_KEEP_REASON, INVALID_TTL_REASON, UNKNOWN_KEY_REASON,
+                                                   warning_message)
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.outbox import Outbox
 from jobttl.core.store.schedule import InvalidNotice, Schedule, split_member
-from jobttl.core.domain.stages import SCHEDULED_REASON, scheduled_message
+from jobttl.core.domain.decisions.stages import SCHEDULED_REASON, scheduled_message
 
 log = logging.getLogger("jobttl.notify")
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from jobttl.core.domain.clock import ReferenceClock
-from jobttl.core.domain.permissions import permissions
+from jobttl.core.domain.decisions.clock import ReferenceClock
+from jobttl.core.domain.deploy.permissions import permissions
 from jobttl.core.kube.archivestore import open_store
 from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl.core.runtime.config import Settings

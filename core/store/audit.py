@@ -27,12 +27,12 @@ from typing import Any
 from redis import Redis
 from redis.client import Pipeline
 
-from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.domain.wire import jsoncodec, shapes
 from jobttl.core.store import keys
 from jobttl.core.runtime import logs
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import group_of
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import group_of
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.store.scripts import Record
 

@@ -8,7 +8,7 @@ from typing import Any, cast
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 
 # How long a worker's published clock reading stays in `jobttl status`.

@@ -12,7 +12,7 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 
 

@@ -19,7 +19,7 @@ from rq.utils import utcparse
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.capacity import RESERVE, Capacity
-from jobttl.core.domain.kinds import group_of, split_group_kind
+from jobttl.core.domain.kinds.registry import group_of, split_group_kind
 
 # An overdue deletion: due more than this long ago and still pending (a dry-run record never is:
 # dry run deletes nothing, so nothing of it is late; it is counted as what dry run would delete).

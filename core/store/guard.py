@@ -28,12 +28,12 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
-from jobttl.core.domain.decision import Decision
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.plan import COLLECT, GUARDED
-from jobttl.core.domain.review import listed_by_api_server
+from jobttl.core.domain.decisions.decision import Decision
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions.plan import COLLECT, GUARDED
+from jobttl.core.domain.decisions.review import listed_by_api_server
 
 
 FIRST_RUN = "first-run"  # HeldDeletion.by: held for the first-run review (jobttl.core.services.install)
@@ -69,7 +69,7 @@ class BurstRule:
 
 
 def burst_rule(mode: str, max_deletions: int | None) -> BurstRule:
-    """The rule for a reconcile's mode (jobttl.core.domain.plan: GUARDED, COLLECT, RELEASE)."""
+    """The rule for a reconcile's mode (jobttl.core.domain.decisions.plan: GUARDED, COLLECT, RELEASE)."""
     return BurstRule(collect=mode == COLLECT, limit=max_deletions if mode == GUARDED else None)
 
 
@@ -124,7 +124,7 @@ class HeldDeletions:
 
     def current_id(self) -> str | None:
         """The id an operator confirms: of the held deletions of objects the API server returned
-        (jobttl.core.domain.review.listed_by_api_server); what events alone held is not in it."""
+        (jobttl.core.domain.decisions.review.listed_by_api_server); what events alone held is not in it."""
         return held_id(self.listed_members())
 
     def listed_members(self) -> list[str]:

@@ -1,4 +1,4 @@
-"""keepLast's index: each group of finished jobs kept in Redis (the rule is `jobttl.core.domain.keeplast`).
+"""keepLast's index: each group of finished jobs kept in Redis (the rule is `jobttl.core.domain.decisions.keeplast`).
 
 - ``jobttl:keep:<group>``: sorted set, finished job UID → finish time;
 - ``jobttl:keep:records``: hash, UID → its group and what a decision about it needs.
@@ -20,7 +20,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from jobttl.core.store import keys, scripts
-from jobttl.core.domain.keeplast import MAX_PUSHED_OUT, Member
+from jobttl.core.domain.decisions.keeplast import MAX_PUSHED_OUT, Member
 from jobttl.core.store.scripts import KeepLastFile, KeepLastFileReply
 
 

@@ -9,7 +9,7 @@ SCHEMA = "jobttl:schema"  # the layout version of everything below ("2"); see jo
 PENDING_INDEX = "jobttl:pending"  # zset: member (uid, or pods:<uid>) → due time
 OVERRIDE_PREFIX = "jobttl:override:"  # hash per uid: an operator's keep / until
 # The dry-run records beside the index: what dry run would delete, counted without reading records.
-# By kind as Kind.group (jobttl.core.domain.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
+# By kind as Kind.group (jobttl.core.domain.kinds.registry.group_kind): batch/v1 Job and Volcano's Job are two.
 DRY_RUN = "jobttl:dry-run:kinds"  # set: the kinds that have had dry-run records; dry_run(kind) is one of them
 DRY_RUN_INDEXED = "jobttl:schema:dry-run"  # DRY_RUN_LAYOUT once an older layout's records beside the index are filed
 # "1": filed by bare Kind, in LEGACY_DRY_RUN; "2": by Kind.group, no namespace index; "3": both records below
@@ -48,7 +48,7 @@ RESYNC_LAST_SUCCESS = "jobttl:resync:last-success"  # when the last complete one
 # the minimum interval after it are deferred to one resync, or coalesced into the one deferred already.
 RESYNC_NEXT_PREFIX = "jobttl:resync:next:"
 
-# keepLast (jobttl.core.domain.keeplast, its index jobttl.core.store.keeplast_index)
+# keepLast (jobttl.core.domain.decisions.keeplast, its index jobttl.core.store.keeplast_index)
 KEEPLAST_PREFIX = "jobttl:keep:"  # zset per group: uid → finish time
 KEEPLAST_RECORDS = "jobttl:keep-records"  # hash: uid → its group and what a decision about it needs
 
@@ -59,7 +59,7 @@ NOTICES_PREFIX = "jobttl:notices:"  # zset per queue: "<member>|<due>" → when 
 NOTIFY_GROUP = "jobttl-notify"  # the consumer group on AUDIT_STREAM (not a key)
 NOTIFY_PREFIX = "jobttl:notify:"
 
-# Archives (jobttl.core.domain.archive)
+# Archives (jobttl.core.domain.decisions.archive)
 ARCHIVE_PRUNE_LOCK = "jobttl:archive:prune-lock"
 
 # Locks held for a moment by one process

@@ -2,7 +2,7 @@
 (jobttl.core.store.scripts, over core/store/lua/begin.lua, release.lua, finish.lua): BEGIN (the claim at the
 start; the intent right before the DELETE), RELEASE, and FINISH (the one write of an outcome).
 The only place a deletion run (jobttl.core.services.deletion) calls those scripts. Its inputs are the
-domain's (`jobttl.core.domain.judgement.Target`, a `Decision`); it answers with one (`Current`).
+domain's (`jobttl.core.domain.decisions.judgement.Target`, a `Decision`); it answers with one (`Current`).
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store.audit import Audit, entry_fields
-from jobttl.core.domain.clock import ReferenceClock
-from jobttl.core.domain.decision import Decision
-from jobttl.core.domain.judgement import Current, Target
+from jobttl.core.domain.decisions.clock import ReferenceClock
+from jobttl.core.domain.decisions.decision import Decision
+from jobttl.core.domain.decisions.judgement import Current, Target
 from jobttl.core.store.schedule import OVERRIDE_SECONDS
 from jobttl.core.store.scripts import Begin, Finish, Release
 

@@ -12,7 +12,7 @@
   entry is filed once or, after a crash, again from the start.
 - Sending is one notifier at a time per channel and group (a lock): `take` what is due, then
   `sent` (the buffer loses what the message told) or `failed` (due again after a backoff, or
-  dropped and counted once it has failed `jobttl.core.domain.notify.ATTEMPTS` times).
+  dropped and counted once it has failed `jobttl.core.domain.notices.notify.ATTEMPTS` times).
 
 Nothing here waits on a channel, and nothing in the deletion path waits on this.
 """
@@ -28,8 +28,8 @@ from redis import Redis
 from redis.exceptions import ResponseError
 from redis.lock import Lock
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.notify import GATHER, RETRY_FIRST, Delivery, first_due, gives_up, retry_delay, send_at
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.notices.notify import GATHER, RETRY_FIRST, Delivery, first_due, gives_up, retry_delay, send_at
 from jobttl.core.store import keys
 
 log = logging.getLogger("jobttl.notify")

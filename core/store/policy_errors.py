@@ -1,7 +1,7 @@
 """Errors of the policy's kind declarations, reported against the policy, not the objects.
 
 When a declaration cannot read an object (its CEL TTL erred, ran over its cost, or gave no TTL:
-`jobttl.core.domain.decision.Verdict.POLICY_ERROR`), the object is kept and the error is the
+`jobttl.core.domain.decisions.decision.Verdict.POLICY_ERROR`), the object is kept and the error is the
 operator's to fix. Every such decision counts in ``jobttl_policy_errors_total{declaration}``
 (the `JobttlPolicyErrors` alert reads it); the first time an object meets an error, and again
 once `REPEAT_AFTER` has passed, it also gets a ``policy-error`` log line and audit entry (issue
@@ -22,10 +22,10 @@ from typing import Any
 
 from redis import Redis
 
-from jobttl.core.domain import jsoncodec, shapes
-from jobttl.core.domain.decision import Decision
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.wire import jsoncodec, shapes
+from jobttl.core.domain.decisions.decision import Decision
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 

@@ -1,7 +1,7 @@
 """The schedule's write protocol: what a reconcile wants for each member in, Redis made to match.
 
 Whoever asks (an event, a resync's page, the worker, an operator), `Store.apply` takes the
-intents of one reconcile (jobttl.core.domain.plan) and makes the schedule match them in two round
+intents of one reconcile (jobttl.core.domain.decisions.plan) and makes the schedule match them in two round
 trips at most:
 
 1. the compare: one RECONCILE script per member (core/store/lua/reconcile.lua), in one pipeline. It
@@ -17,7 +17,7 @@ A duplicate, a running job, a cancellation or a hold is one round trip; a new or
 deletion two (three when Redis has lost its scripts since this process loaded them:
 `jobttl.core.store.scripts.execute`).
 
-The due time is `jobttl.core.domain.due.due_at`'s, from the decision and what an operator said. What
+The due time is `jobttl.core.domain.decisions.due.due_at`'s, from the decision and what an operator said. What
 they said is in Redis, read by the compare itself so that a keep or a postpone cannot slip in
 between; the store cannot know it before sending. So it sends the due time for the override
 it believes in (none, at first), and the script checks that belief against what it reads: if
@@ -45,13 +45,14 @@ from rq.registry import DeferredJobRegistry, FailedJobRegistry, FinishedJobRegis
 from rq.results import Result
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.audit import Audit, decision_fields, entry_fields
 from jobttl.core.store.capacity import Gate
-from jobttl.core.domain.due import KEPT_BY_OPERATOR, Due, Override, due_at
+from jobttl.core.domain.decisions.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.store.guard import HeldDeletion, burst_rule
-from jobttl.core.domain.plan import COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change, Intent, split_member
+from jobttl.core.domain.decisions.plan import (COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change,
+                                               Intent, split_member)
 from jobttl.core.store.schedule import (FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, InvalidNotice,
                                   Pending, Schedule, job_id_for, job_id_prefix, notice_member, warning_id_for)
 

@@ -10,7 +10,7 @@ from typing import Any
 from redis import Redis
 from redis.lock import Lock
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 
 

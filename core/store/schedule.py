@@ -49,13 +49,13 @@ from rq.exceptions import DuplicateJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.domain.wire import jsoncodec, shapes
 from jobttl.core.runtime import logs
 from jobttl.core.store import keys, scripts, tasks
-from jobttl.core.domain.decision import INVALID_TTL_REASON, Decision, Verdict
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.decisions.decision import INVALID_TTL_REASON, Decision, Verdict
+from jobttl.core.domain.wire.identity import JobRef
 # The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
-from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
+from jobttl.core.domain.decisions.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
 from jobttl.core.store.scripts import CountDue, DryRunFile, DueCounts
 
 if TYPE_CHECKING:

@@ -45,8 +45,8 @@ from redis.exceptions import NoScriptError, RedisError
 
 from jobttl.core.store import keys
 from jobttl.core.runtime import logs
-from jobttl.core.domain.due import Override
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.decisions.due import Override
+from jobttl.core.domain.wire.identity import JobRef
 
 log = logging.getLogger("jobttl.scripts")
 
@@ -242,7 +242,7 @@ def _number(value: bytes | str | None) -> int | None:
 # --- the schedule's write protocol (jobttl.core.store.protocol) --------------------------------------------
 
 class ReconcileReply(NamedTuple):
-    change: str  # a jobttl.core.domain.plan.Change value, or "override" (then nothing was written)
+    change: str  # a jobttl.core.domain.decisions.plan.Change value, or "override" (then nothing was written)
     due: int | None  # the due time now pending, or to book
     previous_due: int | None  # what was pending before, if anything
     previous_state: str | None  # the RQ job status of what was pending before

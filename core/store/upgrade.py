@@ -38,12 +38,12 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 from jobttl.core.runtime import logs
-from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.decisions.decision import Decision, Verdict
 from jobttl.core.store.guard import HeldDeletion
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.store.schedule import Pending, file_dry_run
 
 log = logging.getLogger("jobttl.upgrade")

@@ -239,7 +239,7 @@ def rfc3339(epoch: float) -> str:
 
 def countdown(seconds: float) -> str:
     # jobttl's one duration format (`in 1h59m`, `in 1m30s`): make run runs jobttl, so it is installed.
-    from jobttl.core.domain.durations import format_duration
+    from jobttl.core.domain.wire.durations import format_duration
 
     if seconds <= 0:
         return "due now"

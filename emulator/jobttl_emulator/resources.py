@@ -217,7 +217,7 @@ WELL_KNOWN: tuple[Resource, ...] = (
     JOB,
     Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False, short_names=("wf",),
              printer_columns=WORKFLOW_COLUMNS),
-    # The kinds built in since (jobttl's core/domain/kinds.yaml), registered as their upstream CRDs do
+    # The kinds built in since (jobttl's core/domain/kinds/kinds.yaml), registered as their upstream CRDs do
     # (names, short names, categories, the status subresource; tests/emulator/test_new_kinds.py
     # checks each against the CRD in ../shared/reference/ where that is present). `--crd` serves
     # the real CRD, schema and printer columns included.

@@ -26,11 +26,12 @@ import yaml
 
 from jobttl.cli.inputs import read_input
 from jobttl.cli.parsing import add_command
-from jobttl.core.domain import shapes
+from jobttl.core.domain.wire import shapes
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.decision import Decision, Verdict, decide
-from jobttl.core.domain.kinds import BUILTIN_KINDS, JobKind
-from jobttl.core.domain.policy import Policy, PolicyError, load_policy
+from jobttl.core.domain.decisions.decision import Decision, Verdict, decide
+from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.rules.policy import Policy, PolicyError, load_policy
 
 API_VERSION = "jobttl.io/explain/v1"
 UNKNOWN_KIND = "unknown-kind"
@@ -173,7 +174,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print(items: list[dict[str, Any]], now: float) -> None:
     from jobttl.cli.tables import console
-    from jobttl.core.domain.durations import format_duration
+    from jobttl.core.domain.wire.durations import format_duration
 
     for item in items:
         where = "/".join(str(item[k] or "-") for k in ("namespace", "name"))

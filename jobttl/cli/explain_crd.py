@@ -1,7 +1,7 @@
 """`jobttl explain --crd FILE`: the worker's start-up check of the kinds' paths against their CRDs, offline.
 
 The worker reads each enabled kind's CustomResourceDefinition at start and checks every path its
-declaration reads against the schema (`jobttl.worker.kindcheck`, `jobttl.core.domain.crdcheck`):
+declaration reads against the schema (`jobttl.worker.kindcheck`, `jobttl.core.domain.kinds.crdcheck`):
 an operator's path naming nothing stops it. This runs the very same check against CRDs read from a
 file (``kubectl get crd tfjobs.kubeflow.org -o yaml``, an operator's release manifest, several
 documents or a ``List``), for every kind of the policy (built in, declared, enabled or not) that one
@@ -30,9 +30,9 @@ from typing import Any
 import yaml
 
 from jobttl.cli.inputs import read_input
-from jobttl.core.domain.crdcheck import Problem, malformed
-from jobttl.core.domain.kinds import JobKind
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.kinds.crdcheck import Problem, malformed
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.rules.policy import Policy
 from jobttl.worker import kindcheck
 
 API_VERSION = "jobttl.io/explain-crd/v1"

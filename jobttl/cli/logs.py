@@ -46,7 +46,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print_latest(store, args: argparse.Namespace) -> int:
     """The chosen logs of the job's newest archive, as stored; else what it holds (exit 1 if none matched)."""
-    from jobttl.core.domain.archive import choose_logs
+    from jobttl.core.domain.decisions.archive import choose_logs
     from jobttl.core.kube.archivestore import latest
 
     namespace, name = args.job

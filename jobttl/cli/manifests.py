@@ -18,9 +18,9 @@ import yaml
 
 from jobttl.cli.parsing import add_command
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources, trigger_kinds,
-                                   workloads)
-from jobttl.core.domain.policy import Policy, PolicyError, load_policy, loads_policy
+from jobttl.core.domain.deploy.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources,
+                                                 trigger_kinds, workloads)
+from jobttl.core.domain.rules.policy import Policy, PolicyError, load_policy, loads_policy
 
 
 ENVIRONMENT = ("JOBTTL_POLICY",)

@@ -111,7 +111,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from redis.exceptions import RedisError
 
     from jobttl.cli import tables
-    from jobttl.core.domain.identity import InvalidIdentity
+    from jobttl.core.domain.wire.identity import InvalidIdentity
 
     try:
         data = args.operation(args, connect(settings, args.force))

@@ -102,7 +102,7 @@ def job(text: str) -> tuple[str, str]:
 
 
 def duration(text: str) -> int:
-    from jobttl.core.domain.durations import parse_duration
+    from jobttl.core.domain.wire.durations import parse_duration
 
     try:
         return parse_duration(text)

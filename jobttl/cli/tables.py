@@ -17,10 +17,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.durations import format_duration
-from jobttl.core.domain.kinds import kubectl_resource, shown_kind
-from jobttl.core.domain.shapes import TIME_FIELDS, TIME_SUFFIX, UNPARSED
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.wire.durations import format_duration
+from jobttl.core.domain.kinds.registry import kubectl_resource, shown_kind
+from jobttl.core.domain.wire.shapes import TIME_FIELDS, TIME_SUFFIX, UNPARSED
 
 # Piped output is not cut to 80 columns, so that nothing is lost to grep or a pager.
 console = Console(markup=False, highlight=False, width=None if sys.stdout.isatty() else 200)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from jobttl.core.domain import rights
-from jobttl.core.domain.archive import INDEX, MANIFEST, folder, log_path
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.deploy import rights
+from jobttl.core.domain.decisions.archive import INDEX, MANIFEST, folder, log_path
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.runtime.config import Settings
 from jobttl.core.services import graph
 from jobttl.core.store import redisconn

@@ -30,10 +30,10 @@ import yaml
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain import rights
+from jobttl.core.domain.deploy import rights
 from jobttl.core.store import keys
 from jobttl.core.store.schedule import CONFIRM_RETRIES
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB
 from jobttl_emulator import CONFIG_MAP, EVENT, JOB as JOB_RESOURCE, POD, TFJOB as TFJOB_RESOURCE, seed_object
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, free_port, start_emulator, start_sink, wait_for

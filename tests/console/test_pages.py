@@ -13,7 +13,7 @@ import pytest
 from rq.job import Job
 from rq.serializers import JSONSerializer
 
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.store.guard import HeldDeletion, HeldDeletions
 from jobttl.console import views

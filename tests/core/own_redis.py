@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from tests.services import RedisServer
 
 

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from jobttl.core.domain import rights
+from jobttl.core.domain.deploy import rights
 from jobttl.core.kube.access import Access, AccessUnavailable, Forbidden, Unauthenticated, bearer
 from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl_emulator import EmulatorServer

@@ -1,4 +1,4 @@
-"""Reading ApiServerSource CloudEvents (jobttl.core.domain.apiserversource), without any server."""
+"""Reading ApiServerSource CloudEvents (jobttl.core.domain.wire.apiserversource), without any server."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 from cloudevents.core.bindings.http import to_binary_event, to_structured_event
 from cloudevents.core.v1.event import CloudEvent
 
-from jobttl.core.domain.apiserversource import ApiServerEvent, BadEvent, OtherEvent, parse, resource_event
+from jobttl.core.domain.wire.apiserversource import ApiServerEvent, BadEvent, OtherEvent, parse, resource_event
 from tests.fixtures import finished_status, tfjob, with_server_fields
 
 

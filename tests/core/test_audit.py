@@ -4,7 +4,7 @@ import json
 import uuid
 
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 
 
 def ref(name="secretive"):

@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import pytest
 
-from jobttl.core.domain import celexpr, kinddecl
-from jobttl.core.domain.celexpr import (COST_LIMIT, MAX_INPUT_BYTES, CelCheckError, CelEvalError, CelInput,
-                                        ResultCache, TtlExpression)
-from jobttl.core.domain.kinddecl import parse_path
+from jobttl.core.domain.kinds import cel as celexpr, declarations as kinddecl
+from jobttl.core.domain.kinds.cel import (COST_LIMIT, MAX_INPUT_BYTES, CelCheckError, CelEvalError, CelInput,
+                                          ResultCache, TtlExpression)
+from jobttl.core.domain.kinds.declarations import parse_path
 
 
 def inputs(*specs) -> tuple[CelInput, ...]:

@@ -2,7 +2,7 @@
 
 from email.utils import formatdate
 
-from jobttl.core.domain.clock import DRIFT, WINDOW, ReferenceClock
+from jobttl.core.domain.decisions.clock import DRIFT, WINDOW, ReferenceClock
 
 NOW = 1_800_000_000.0
 

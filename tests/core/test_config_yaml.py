@@ -1,4 +1,4 @@
-"""The policy file read strictly (jobttl.core.domain.config_yaml): YAML 1.2, no duplicate keys, bounded
+"""The policy file read strictly (jobttl.core.domain.rules.config_yaml): YAML 1.2, no duplicate keys, bounded
 aliases, size and nesting; every refusal names the file, the line and the field."""
 
 import subprocess
@@ -8,9 +8,9 @@ import textwrap
 import pytest
 import yaml
 
-from jobttl.core.domain import config_yaml
-from jobttl.core.domain.kinddecl import BUILTIN_FILE
-from jobttl.core.domain.policy import PolicyError, load_policy
+from jobttl.core.domain.rules import config_yaml
+from jobttl.core.domain.kinds.declarations import BUILTIN_FILE
+from jobttl.core.domain.rules.policy import PolicyError, load_policy
 from tests.services import ROOT
 
 

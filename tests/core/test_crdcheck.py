@@ -1,6 +1,6 @@
-"""A kind declaration's paths against its CRD's schema (jobttl.core.domain.crdcheck): the structural-schema
+"""A kind declaration's paths against its CRD's schema (jobttl.core.domain.kinds.crdcheck): the structural-schema
 rules case by case, and every built-in declaration against its upstream CRD (../shared/reference),
-so that a typo in core/domain/kinds.yaml fails here."""
+so that a typo in core/domain/kinds/kinds.yaml fails here."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import functools
 import pytest
 import yaml
 
-from jobttl.core.domain import crdcheck, kinddecl
-from jobttl.core.domain.crdcheck import ANY, OBJECT, VALUE, PathUse, uses, verify, walk
+from jobttl.core.domain.kinds import crdcheck, declarations as kinddecl
+from jobttl.core.domain.kinds.crdcheck import ANY, OBJECT, VALUE, PathUse, uses, verify, walk
 from tests.fixtures import REFERENCE
 
 LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -314,7 +314,7 @@ def builtin_with_upstream() -> list[tuple[str, dict]]:
 @needs_reference
 @pytest.mark.parametrize("key, decl", builtin_with_upstream(), ids=lambda v: v if isinstance(v, str) else "")
 def test_each_builtin_declaration_reads_only_fields_its_upstream_crd_has(key, decl):
-    """A typo in core/domain/kinds.yaml (or an upstream rename) fails here, naming the path."""
+    """A typo in core/domain/kinds/kinds.yaml (or an upstream rename) fails here, naming the path."""
     verdict = verify(decl, upstream(f"{decl['plural']}.{decl['group']}"))
     assert verdict.served and verdict.checked == len(uses(decl))
     assert {(p.field, p.text) for p in verdict.problems} == EXPECTED_ABSENT.get(key, set()), \
@@ -396,7 +396,7 @@ def test_a_well_formed_crd_is_not_malformed():
 @pytest.mark.parametrize("change, words", MALFORMED[:3])
 def test_the_worker_s_start_check_of_a_malformed_crd_warns_unverified_and_goes_on(change, words, caplog):
     """What the API answers is read through `get_crd` (the client's, in the worker): no crash, a warning."""
-    from jobttl.core.domain.policy import parse_policy
+    from jobttl.core.domain.rules.policy import parse_policy
     from jobttl.worker import kindcheck
 
     declared = parse_policy({"kindDeclarations": [{**WIDGET, "suspend": "spec.size"}]}, "policy.yaml").kinds

@@ -1,4 +1,4 @@
-"""When is a job finished, and when does it expire? (jobttl.core.domain.decision)
+"""When is a job finished, and when does it expire? (jobttl.core.domain.decisions.decision)
 
 The owned-object table has no upstream test to port: no upstream TTL controller looks at
 ownerReferences (kubernetes/kubernetes pkg/controller/ttlafterfinished/
@@ -17,9 +17,10 @@ import pytest
 
 from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
                             with_server_fields)
-from jobttl.core.domain.decision import Verdict, controller_owner, decide, invalid_ttl_message
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB, WORKFLOW, UnreadableField, parse_time
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import Verdict, controller_owner, decide, invalid_ttl_message
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB, WORKFLOW
+from jobttl.core.domain.kinds.model import UnreadableField, parse_time
+from jobttl.core.domain.rules.policy import parse_policy
 
 
 def job(ttl=None, status=None, **kw):
@@ -127,7 +128,7 @@ def test_garbage_in_status_is_unreadable_and_kept_rather_than_an_error():
 
 
 def test_the_admins_cap_applies_before_absurd_values_are_judged():
-    from jobttl.core.domain.policy import parse_policy
+    from jobttl.core.domain.rules.policy import parse_policy
 
     def finished(ttl, **annotations):
         obj = with_server_fields(tfjob("capped", "team", ttl=ttl))
@@ -372,7 +373,7 @@ def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(anno
 def test_forged_unknown_keys_cost_one_nearest_lookup_and_no_memory_kept(monkeypatch):
     # A forged event may carry thousands of long jobttl.io/ keys: only the first is reported, so only
     # its nearest key is looked for; and `_ours` must not remember every whole key it was asked.
-    from jobttl.core.domain import decision as module
+    from jobttl.core.domain.decisions import decision as module
     looked = []
     real = module._nearest
     monkeypatch.setattr(module, "_nearest", lambda key, known: looked.append(key) or real(key, known))
@@ -407,7 +408,7 @@ def test_the_rule_is_the_same_wherever_it_is_decided():
 
 def test_a_misspelt_prefix_is_found_reading_a_bounded_head_of_any_key():
     """The check reads only a key's first characters: a 100,000-character key costs what a short one does."""
-    from jobttl.core.domain import decision as module
+    from jobttl.core.domain.decisions import decision as module
 
     assert module._after_prefix("jobttl.io." + "k" * 100_000) == "k" * 100_000
     assert module._after_prefix("x" * 100_000 + "/keep") is None

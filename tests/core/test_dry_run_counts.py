@@ -23,11 +23,11 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobttl.core.store import keys, upgrade
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.kinds import BATCH_JOB, PYTORCHJOB, TFJOB, KindRegistry
+from jobttl.core.domain.kinds.registry import BATCH_JOB, PYTORCHJOB, TFJOB, KindRegistry
 from jobttl.core.store import gauges as schedule_gauges
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services.operations import Operations
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Change, Schedule, file_dry_run
 from tests.fixtures import job_object, volcano_job, with_server_fields

@@ -1,10 +1,10 @@
-"""When a deletion is due (jobttl.core.domain.due): the decision's expiry as an operator's override
+"""When a deletion is due (jobttl.core.domain.decisions.due): the decision's expiry as an operator's override
 changes it. Pure: a table, as the ttlafterfinished controller tests its timeLeft."""
 
 import pytest
 
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.due import KEPT_BY_OPERATOR, NO_OVERRIDE, POSTPONED_BY_OPERATOR, Due, Override, due_at
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.decisions.due import KEPT_BY_OPERATOR, NO_OVERRIDE, POSTPONED_BY_OPERATOR, Due, Override, due_at
 
 EXPIRES = Decision(Verdict.EXPIRES, "ttl", finished_at=900, ttl=100, expires_at=1000)
 

@@ -1,5 +1,5 @@
 """Keeping the evidence, decided purely: the policy's blocks, archive plans and encodings, pod
-stages, history limits and the DeletionScheduled message (jobttl.core.domain.policy, .archive, .stages,
+stages, history limits and the DeletionScheduled message (jobttl.core.domain.rules.policy, .archive, .stages,
 .keeplast)."""
 
 import uuid
@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from jobttl.core.domain import archive, jsoncodec
-from jobttl.core.domain.decision import Verdict, decide, keep_until
-from jobttl.core.domain.keeplast import Member, is_limit_decision, limit_decision, membership, ranked
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
-from jobttl.core.domain.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
-from jobttl.core.domain.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
-from jobttl.core.domain.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
+from jobttl.core.domain.decisions import archive
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.decisions.decision import Verdict, decide, keep_until
+from jobttl.core.domain.decisions.keeplast import Member, is_limit_decision, limit_decision, membership, ranked
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import ALL_KINDS, BATCH_JOB, TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.domain.deploy.permissions import ARCHIVE_PERMISSIONS, POD_CLEANUP_PERMISSIONS, permissions
+from jobttl.core.domain.rules.policy import ArchiveStore, KeepLast, PolicyError, load_policy, parse_policy
+from jobttl.core.domain.decisions.stages import archived_pods, owned_pods, pod_stage, restarted, scheduled_message
 from tests.fixtures import expected_kept, finished_status, job_object, rfc3339, tfjob, uniform_log, with_server_fields
 
 FINISHED_AT = 1_900_000_000

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import generate_latest
 
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.runtime.config import Settings
 from jobttl.core.services import graph
 from jobttl.core.store import redisconn, tasks

@@ -160,7 +160,7 @@ def test_only_a_deletion_by_a_release_without_install_records_means_jobttl_ran_b
 
 
 def test_this_releases_deletions_carry_the_mark_that_tells_them_from_0_2s():
-    from jobttl.core.domain.identity import JobRef
+    from jobttl.core.domain.wire.identity import JobRef
     from jobttl.core.store.audit import entry_fields
 
     ref = JobRef("kubeflow.org/v1", "TFJob", "ml", "a", "u1")

@@ -1,4 +1,4 @@
-"""The worker's judgement (`jobttl.core.domain.judgement`), table-tested as the upstream TTL-after-finished
+"""The worker's judgement (`jobttl.core.domain.decisions.judgement`), table-tested as the upstream TTL-after-finished
 controller tests needsCleanup / timeLeft / processTTL: one row per case, pure (no Redis, no API server).
 
 Each row builds a real object (tests.fixtures), decides it with the real policy code (as the worker's
@@ -17,15 +17,15 @@ from typing import Any, Callable
 import pytest
 
 from jobttl.core.store import schedule
-from jobttl.core.domain.decision import KEEP_ANNOTATION, Decision, Verdict, decide
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
-from jobttl.core.domain.policy import parse_policy
-from jobttl.core.domain.stages import pod_stage
-from jobttl.core.domain.judgement import (ANOTHER_RUN, GONE, MAX_EARLY, PODS_STAGE, RECREATED, SUPERSEDED, Again,
-                                     ApiTime, Current, Delete, DeletePods, Forget, HoldForReview, Recover, Refuse,
-                                     Replan, Skip, Target, Wait, WouldDelete, admit, confirm, due_later, judge,
-                                     to_decide, unchanged)
+from jobttl.core.domain.decisions.decision import KEEP_ANNOTATION, Decision, Verdict, decide
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB
+from jobttl.core.domain.rules.policy import parse_policy
+from jobttl.core.domain.decisions.stages import pod_stage
+from jobttl.core.domain.decisions.judgement import (ANOTHER_RUN, GONE, MAX_EARLY, PODS_STAGE, RECREATED, SUPERSEDED,
+                                                    Again, ApiTime, Current, Delete, DeletePods, Forget, HoldForReview,
+                                                    Recover, Refuse, Replan, Skip, Target, Wait, WouldDelete, admit,
+                                                    confirm, due_later, judge, to_decide, unchanged)
 from tests.fixtures import job_object, rfc3339, with_server_fields
 
 FINISHED = 1_700_000_000  # when the job finished (the upstream tests' `now` for "completed now")
@@ -323,6 +323,6 @@ def test_a_decision_that_no_longer_expires_is_later_whatever_the_override():
 
 def test_the_stage_names_are_the_schedules():
     """The judgement may not import the schedule's module (it talks to Redis): both take the names
-    from jobttl.core.domain.plan, and a copy written into the judgement again would have to stay equal."""
-    from jobttl.core.domain import judgement
+    from jobttl.core.domain.decisions.plan, and a copy written into the judgement again would have to stay equal."""
+    from jobttl.core.domain.decisions import judgement
     assert (judgement.JOB_STAGE, judgement.PODS_STAGE) == (schedule.JOB_STAGE, schedule.PODS_STAGE)

@@ -1,4 +1,4 @@
-"""Kind declarations (jobttl.core.domain.kinddecl): the schema shipped with the package, the errors that
+"""Kind declarations (jobttl.core.domain.kinds.declarations): the schema shipped with the package, the errors that
 name the field, and the built-in kinds as the single source of truth."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator
 
-from jobttl.core.domain import kinddecl
-from jobttl.core.domain.decision import Verdict, decide
-from jobttl.core.domain.kinddecl import KindError, compile_kinds, parse_path
-from jobttl.core.domain.kinds import ALL_KINDS, BUILTIN_KINDS, DEFAULT_KINDS, TFJOB, WORKFLOW
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.kinds import declarations as kinddecl
+from jobttl.core.domain.decisions.decision import Verdict, decide
+from jobttl.core.domain.kinds.declarations import KindError, compile_kinds, parse_path
+from jobttl.core.domain.kinds.registry import ALL_KINDS, BUILTIN_KINDS, DEFAULT_KINDS, TFJOB, WORKFLOW
+from jobttl.core.domain.rules.policy import parse_policy
 
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
           "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"},
@@ -142,7 +142,7 @@ def test_argo_archiving_hold_names_the_label():
 
 # --- in the policy: kindDeclarations and optIn -----------------------------------------------------
 
-from jobttl.core.domain.policy import PolicyError  # noqa: E402
+from jobttl.core.domain.rules.policy import PolicyError  # noqa: E402
 
 
 def policy_error(data) -> str:

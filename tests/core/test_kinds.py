@@ -28,9 +28,10 @@ import copy
 import pytest
 
 from tests.fixtures import job_object, rfc3339, with_server_fields
-from jobttl.core.domain.decision import Verdict, decide
-from jobttl.core.domain.kinds import (ALL_KINDS, BATCH_JOB, FAILED, MPIJOB_V2BETA1, SUCCEEDED, TFJOB, TRAINJOB, WORKFLOW)
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import Verdict, decide
+from jobttl.core.domain.kinds.registry import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, TFJOB, TRAINJOB, WORKFLOW
+from jobttl.core.domain.kinds.model import FAILED, SUCCEEDED
+from jobttl.core.domain.rules.policy import parse_policy
 
 AT = 1_700_000_000
 NOW = AT  # the upstream tests' clock: "now-11s" is 11 s before it
@@ -476,7 +477,7 @@ def test_each_kind_declares_where_its_controller_is_named(kind):
     assert decide(copy.deepcopy(job), kind, POLICY_TTL).verdict is Verdict.MANAGED_ELSEWHERE
 
 
-# --- the kinds declared since (core/domain/kinds.yaml) --------------------------------------------------------
+# --- the kinds declared since (core/domain/kinds/kinds.yaml) --------------------------------------------------------
 # Upstream snapshots (each kind's README in ../shared/reference/ gives file:line for the rules):
 # - ray-project/kuberay @ feeaf72facab4881ba2b179248bb67315634e229:
 #   ray-operator/controllers/ray/rayjob_controller.go, rayjob_controller_test.go,
@@ -491,7 +492,7 @@ def test_each_kind_declares_where_its_controller_is_named(kind):
 # - tektoncd/pipeline @ 3ee1745ae5b2d9175b11917d7c1935eaad44910c: pkg/apis/pipeline/v1/*_types_test.go;
 #   tektoncd/pruner @ ed6a2c6aafbbb44f77f3903bdaec14f477eed679: pkg/reconciler/{pipelinerun,taskrun}/*_test.go
 
-from jobttl.core.domain.kinds import BUILTIN_KINDS  # noqa: E402
+from jobttl.core.domain.kinds.registry import BUILTIN_KINDS  # noqa: E402
 
 KINDS = {f"{k.api_version}/{k.kind}": k for k in BUILTIN_KINDS}
 RAYJOB = KINDS["ray.io/v1/RayJob"]
@@ -620,7 +621,7 @@ def test_a_rayjob_with_more_deletion_rules_than_kuberay_accepts_is_kept_as_the_p
 
 
 def widget(cel: str, applied_by: str | None = None):
-    from jobttl.core.domain.kinddecl import compile_kinds
+    from jobttl.core.domain.kinds.declarations import compile_kinds
     ttl = {"cel": cel, "celWhen": "spec.x", "celInputs": ["spec.x"], **({"appliedBy": applied_by} if applied_by else {})}
     decl = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
             "finished": {"state": {"path": "status.phase", "values": {"Done": "succeeded"}}},

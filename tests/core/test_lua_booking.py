@@ -63,7 +63,7 @@ def test_commit_after_an_operator_said_keep_writes_nothing(redis, ref):
 
 
 def test_commit_files_a_dry_run_booking_among_the_dry_run_records_and_a_real_one_out_of_them(redis, ref):
-    """Filed by Kind.group (jobttl.core.domain.kinds.group_kind): another group's TFJob would be another set."""
+    """Filed by Kind.group (jobttl.core.domain.kinds.registry.group_kind): another group's TFJob would be another set."""
     commit(redis, ref, 2000, dry_run=True)
     assert redis.smembers(keys.DRY_RUN) == {b"TFJob.kubeflow.org"}
     assert redis.zscore(keys.dry_run("TFJob.kubeflow.org"), ref.uid) == 2000

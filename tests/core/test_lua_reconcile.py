@@ -14,7 +14,7 @@ import pytest
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.guard import NEWS_HORIZON, is_news
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 OUTBOX = keys.notices("contract")
@@ -136,7 +136,7 @@ def test_a_stage_done_for_good_is_never_booked_again_and_its_entry_is_cancelled(
 
 @pytest.mark.parametrize("said", [{"keep": "true"}, {"until": "1900000000"}, {"keep": "true", "until": "1900000000"}])
 def test_an_override_the_due_time_was_not_decided_with_writes_nothing_and_is_answered(redis, ref, said):
-    """A stale belief: the store decides again with what the operator said (jobttl.core.domain.due)."""
+    """A stale belief: the store decides again with what the operator said (jobttl.core.domain.decisions.due)."""
     redis.hset(keys.override(ref.uid), mapping=said)
     pending(redis, ref, now(redis) + HOUR)
     reply = reconcile(redis, ref, due=None, reason="kept-by-operator", keep_seen="", until_seen="")
@@ -226,7 +226,7 @@ def test_an_invalid_ttl_is_noticed_once_per_value(redis, ref):
 
 
 def test_an_invalid_ttl_goes_into_the_audit_trail_as_often_as_it_is_told(redis, ref):
-    """The `invalid-ttl` entry notifications read (jobttl.core.domain.notify): once per object and value."""
+    """The `invalid-ttl` entry notifications read (jobttl.core.domain.notices.notify): once per object and value."""
     def told(detail):
         invalid = json.dumps({"invalid": detail, "ref": ref.as_dict()})
         reconcile(redis, ref, expiring=False, due=None, reason="invalid-ttl", invalid=invalid,

@@ -7,8 +7,8 @@ import uuid
 import pytest
 
 from jobttl.core.store import keys, scripts
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import group_kind
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import group_kind
 from tests.core.own_redis import redis, server  # noqa: F401 - fixtures: a Redis of this module's own
 
 
@@ -107,7 +107,7 @@ def test_dry_run_file_of_a_member_no_longer_pending_takes_it_out(redis):
 @pytest.mark.parametrize("api_version, kind", [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"),
                                                ("kubeflow.org/v2beta1", "MPIJob"), ("v1", "Pod")])
 def test_dry_run_file_names_a_kind_as_python_does(redis, api_version, kind):
-    """The script's group_kind (prelude.lua) and jobttl.core.domain.kinds.group_kind, through one table:
+    """The script's group_kind (prelude.lua) and jobttl.core.domain.kinds.registry.group_kind, through one table:
     the gauges split what the script filed with the Python one."""
     redis.zadd(keys.PENDING_INDEX, {"u": 1000})
     redis.hset("rq:job:delete-u-1000", "meta", json.dumps({"ref": [api_version, kind, "team", "x"], "dryRun": True}))

@@ -6,7 +6,7 @@ import time
 
 
 from jobttl.core.store import keys, scripts
-from jobttl.core.domain.due import Override
+from jobttl.core.domain.decisions.due import Override
 from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 

@@ -10,9 +10,9 @@ import uuid
 
 import pytest
 
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.plan import GUARDED, PODS_STAGE, Change, Intent
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions.plan import GUARDED, PODS_STAGE, Change, Intent
 from jobttl.core.services.operations import Operations
 from jobttl.core.store import keys, scripts, upgrade
 from jobttl.core.store.audit import Audit

@@ -1,17 +1,17 @@
-"""Notifications, the pure parts (jobttl.core.domain.notify, .digest): the policy's `notify`, which channels
+"""Notifications, the pure parts (jobttl.core.domain.notices.notify, .digest): the policy's `notify`, which channels
 hear of which audit entry, what a digest says, when it goes, and what an error may say of a URL."""
 
 from __future__ import annotations
 
 import pytest
 
-from jobttl.core.domain import digest
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.notify import (ALL_GROUP, ATTEMPTS, EVENTS, UNKNOWN_CHANNEL, Channel, Delivery, first_due,
-                                       gives_up, notification_of, owner_requests, redacted, resolve, retry_delay,
-                                       route, send_at)
-from jobttl.core.domain.policy import PolicyError, parse_policy
+from jobttl.core.domain.notices import digest
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.notices.notify import (ALL_GROUP, ATTEMPTS, EVENTS, UNKNOWN_CHANNEL, Channel, Delivery,
+                                               first_due, gives_up, notification_of, owner_requests, redacted, resolve,
+                                               retry_delay, route, send_at)
+from jobttl.core.domain.rules.policy import PolicyError, parse_policy
 from tests.fixtures import finished_status, tfjob, with_server_fields
 
 HOOK = "json://hooks.example:8080/jobttl"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 
-from jobttl.core.domain.notify import ALL_GROUP, ATTEMPTS, Delivery
+from jobttl.core.domain.notices.notify import ALL_GROUP, ATTEMPTS, Delivery
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.store.notifications import NotifyStore

@@ -7,10 +7,10 @@ import pytest
 
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.identity import InvalidIdentity
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.wire.identity import InvalidIdentity
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services.operations import NotFound, Operations, UnknownRedis
-from jobttl.core.domain.policy import Policy, parse_policy
+from jobttl.core.domain.rules.policy import Policy, parse_policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import PODS_STAGE, Change, Schedule, member_for
 from tests.fixtures import finished_status, tfjob, with_server_fields
@@ -154,7 +154,7 @@ def test_an_undo_asks_the_workers_for_a_resync(ops):
 # --- a Kind name is not a kind: batch/v1's Job and Volcano's Job of one name are two jobs ------------
 
 def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(redis, queue_name):
-    from jobttl.core.domain.kinds import BATCH_JOB, KindRegistry
+    from jobttl.core.domain.kinds.registry import BATCH_JOB, KindRegistry
     from jobttl.core.services.operations import Ambiguous
     from tests.fixtures import job_object, volcano_job
 

@@ -5,11 +5,11 @@ import textwrap
 import pytest
 
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
-from jobttl.core.domain.decision import Verdict, decide
-from jobttl.core.domain.durations import format_duration, parse_duration
-from jobttl.core.domain.kinds import (BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind, kubectl_resource,
-                               kubectl_resource_named, shown_kind)
-from jobttl.core.domain.policy import PolicyError, load_policy, parse_policy
+from jobttl.core.domain.decisions.decision import Verdict, decide
+from jobttl.core.domain.wire.durations import format_duration, parse_duration
+from jobttl.core.domain.kinds.registry import (BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind,
+                                               kubectl_resource, kubectl_resource_named, shown_kind)
+from jobttl.core.domain.rules.policy import PolicyError, load_policy, parse_policy
 
 AT = 1_700_000_000
 HOUR, DAY = 3600, 86400

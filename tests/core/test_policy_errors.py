@@ -8,8 +8,8 @@ import uuid
 
 import pytest
 
-from jobttl.core.domain.decision import Verdict
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import Verdict
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services.operations import Operations
 from jobttl.core.services.reconcile import Reconciler

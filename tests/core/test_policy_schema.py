@@ -1,4 +1,4 @@
-"""The policy's JSON Schema (core/domain/policy.schema.json) and the policy loader agree.
+"""The policy's JSON Schema (core/domain/rules/policy.schema.json) and the policy loader agree.
 
 The schema is the policy's shape, said once, beside the loader: the Helm chart embeds it in
 values.schema.json (tools/chart.py), so that `--set policy.tll=7d` stops `helm install`
@@ -18,17 +18,17 @@ import pytest
 import referencing
 import yaml
 
-from jobttl.core.domain import notify as notify_module
-from jobttl.core.domain import policy as policy_module
-from jobttl.core.domain.policy import PolicyError, parse_policy
+from jobttl.core.domain.notices import notify as notify_module
+from jobttl.core.domain.rules import policy as policy_module
+from jobttl.core.domain.rules.policy import PolicyError, parse_policy
 from tests.services import ROOT
 
 DOMAIN = ROOT / "core" / "domain"
-SCHEMA = json.loads((DOMAIN / "policy.schema.json").read_text())
+SCHEMA = json.loads((DOMAIN / "rules" / "policy.schema.json").read_text())
 
 
 def validator() -> jsonschema.Draft202012Validator:
-    kinds = json.loads((DOMAIN / "kinds.schema.json").read_text())
+    kinds = json.loads((DOMAIN / "kinds" / "kinds.schema.json").read_text())
     registry = referencing.Registry().with_resources([
         (SCHEMA["$id"], referencing.Resource.from_contents(SCHEMA)),
         (kinds["$id"], referencing.Resource.from_contents(kinds))])

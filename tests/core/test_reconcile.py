@@ -13,10 +13,10 @@ from rq.serializers import JSONSerializer
 
 from jobttl.core.store import keys, scripts
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.services.recent import Recent
 from jobttl.core.services.reconcile import COLLECT, RELEASE, Reconciler
 from jobttl.core.store.schedule import (Change, InvalidNotice, Schedule, job_id_for,
@@ -133,7 +133,7 @@ def test_an_already_expired_deletion_is_queued_for_now_not_scheduled(reconciler,
 def test_forget_removes_the_rq_job_and_the_index_entry(reconciler, schedule, redis):
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")
-    from jobttl.core.domain.identity import JobRef
+    from jobttl.core.domain.wire.identity import JobRef
 
     assert reconciler.forget(JobRef.of(obj), "deleted", "event").change is Change.CANCELLED
     assert scheduled_ids(schedule) == [] and schedule.get(uid(obj)) is None
@@ -351,8 +351,8 @@ def test_a_deletion_pulled_in_from_days_to_minutes_faces_the_guard(schedule, aud
 
 def test_a_cancel_racing_a_schedule_leaves_the_new_rq_job_alone(reconciler, schedule, redis):
     """The cancel's cleanup comes after another process booked the same deletion again."""
-    from jobttl.core.domain.identity import JobRef
-    from jobttl.core.domain.plan import Intent
+    from jobttl.core.domain.wire.identity import JobRef
+    from jobttl.core.domain.decisions.plan import Intent
 
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")

@@ -7,8 +7,8 @@ import pytest
 
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit, entry_fields
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.services.reconcile import COLLECT, Reconciler
 from jobttl.core.store.schedule import PODS_STAGE, Change, Schedule, member_for, notice_member
 from jobttl.core.store.scripts import Finish, Release

@@ -1,4 +1,4 @@
-"""What a resync holds, releases, and when the first-run review ends (jobttl.core.domain.review), table by
+"""What a resync holds, releases, and when the first-run review ends (jobttl.core.domain.decisions.review), table by
 table (issue 29 §1). Each row is named after the behaviour it pins; the resync (jobttl.core.services.resync)
 applies the rule with its reads and writes, and tests/worker/test_first_run_review.py,
 tests/e2e/test_first_run.py, test_review_holds.py and test_resync.py run it whole."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobttl.core.domain import review
-from jobttl.core.domain.review import Bookings, Due, Held
+from jobttl.core.domain.decisions import review
+from jobttl.core.domain.decisions.review import Bookings, Due, Held
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.store.guard import FIRST_RUN, Guard
 

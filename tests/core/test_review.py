@@ -1,8 +1,9 @@
-"""The review's and the held set's rules (jobttl.core.domain.review), table by table (issue 26 §2)."""
+"""The review's and the held set's rules (jobttl.core.domain.decisions.review), table by table (issue 26 §2)."""
 
 import pytest
 
-from jobttl.core.domain.review import Held, dropped_from_held, kind_key, listed_by_api_server, still_under_review
+from jobttl.core.domain.decisions.review import (Held, dropped_from_held, kind_key, listed_by_api_server,
+                                                 still_under_review)
 
 TF, JOB, RAY = "kubeflow.org/v1/TFJob", "batch/v1/Job", "ray.io/v1/RayJob"
 

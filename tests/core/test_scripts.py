@@ -4,7 +4,7 @@ convention said once, in Python, and checked where it could go wrong."""
 import pytest
 
 from jobttl.core.store import scripts
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.store.scripts import LUA, Script, rest, script, unsent
 
 

@@ -1,10 +1,10 @@
-"""The public shapes of stored entries (jobttl.core.domain.shapes): typed values, RFC 3339 times, plain errors."""
+"""The public shapes of stored entries (jobttl.core.domain.wire.shapes): typed values, RFC 3339 times, plain errors."""
 
 import pytest
 
 from jobttl.core.kube.client import PermanentApiError
 from jobttl.core.services.operations import NotFound
-from jobttl.core.domain.shapes import describe, entry, plain_error, rfc3339, typed, with_times
+from jobttl.core.domain.wire.shapes import describe, entry, plain_error, rfc3339, typed, with_times
 
 # An entry as Redis holds it: every value a string.
 STORED = {"event": "delete-requested", "kind": "TFJob", "namespace": "team-a", "name": "20", "uid": "u",

@@ -8,9 +8,9 @@ import pytest
 
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.plan import GUARDED, Change, Intent
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.decisions.plan import GUARDED, Change, Intent
 from jobttl.core.store.schedule import Schedule, job_id_for
 from jobttl.core.store.protocol import Store
 from tests.core.own_redis import redis, server  # noqa: F401 (fixtures)

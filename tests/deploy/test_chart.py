@@ -7,7 +7,7 @@ code, not an imitation.
   reference CRDs, prometheus-operator kinds against the hand-written CRD subsets of
   tests/deploy/monitoring.py, the alerts with promtool;
 - the values schema refuses bad values with a message naming them;
-- the RBAC equals what jobttl.core.domain.permissions.permissions() declares, for each intake mode and each
+- the RBAC equals what jobttl.core.domain.deploy.permissions.permissions() declares, for each intake mode and each
   feature the policy can enable;
 - a real `helm install` of every rendering against the API emulator (Knative's kinds served from
   their CRDs), release records in Secrets as Helm keeps them;
@@ -39,9 +39,9 @@ helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extr
 
 
 from jobttl.core.services.install import CONFIGMAP  # noqa: E402
-from jobttl.core.domain.kinds import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
-from jobttl.core.domain.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
-from jobttl.core.domain.policy import parse_policy  # noqa: E402
+from jobttl.core.domain.kinds.registry import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
+from jobttl.core.domain.deploy.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
+from jobttl.core.domain.rules.policy import parse_policy  # noqa: E402
 from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, HookJobs, chart, ci_values, find,  # noqa: E402
                                 notes, render)
 from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, REPO, object_id, pod_spec, validate  # noqa: E402
@@ -190,7 +190,7 @@ def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
     ({"image": {"digest": "latest"}}, "/image/digest"),
     ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
     ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
-    # The policy's own schema (core/domain/policy.schema.json): a typo stops the install, not the pods.
+    # The policy's own schema (core/domain/rules/policy.schema.json): a typo stops the install, not the pods.
     ({"policy": {"tll": "7d"}}, "additional properties 'tll' not allowed"),
     ({"policy": {"ttl": "7 days"}}, "/policy/ttl"),
     ({"policy": {"dryRun": "yes"}}, "/policy/dryRun"),
@@ -269,7 +269,7 @@ FEATURES = {
     "archive-off": {"archive": {"store": "/archive", "enabled": False}},
     "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
     "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
-    "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.domain.stages)
+    "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.domain.decisions.stages)
 }
 MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
                       {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]

@@ -1,6 +1,6 @@
 """The chart's console (charts/jobttl/templates/console.yaml), through Helm's own engine: its Deployment,
 Service, Ingress and NetworkPolicy, the reviews its account may create, and the ClusterRoles users are
-granted, equal to jobttl.core.domain.rights."""
+granted, equal to jobttl.core.domain.deploy.rights."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.domain import rights  # noqa: E402
+from jobttl.core.domain.deploy import rights  # noqa: E402
 from tests.deploy.chart import CHART, NAMESPACE, find, render  # noqa: E402
 from tests.deploy.manifests import pod_spec  # noqa: E402
 from tests.deploy.test_chart import problems  # noqa: E402

@@ -1,7 +1,7 @@
 """charts/jobttl/'s generated parts are what tools/chart.py generates (`make knative` runs it).
 
 - files/ holds copies of knative/monitoring's alerts and dashboard, no links;
-- values.schema.json's `policy` is core/domain/policy.schema.json (and the kind declarations' schema
+- values.schema.json's `policy` is core/domain/rules/policy.schema.json (and the kind declarations' schema
   it refers to) in the draft-07 form every Helm reads, `kinds` refused there;
 - README.md's values table lists every value values.yaml documents, and every value is
   documented (a new value without a `# --` comment stops the generator, naming it);
@@ -43,7 +43,7 @@ def test_the_monitoring_files_are_copies_of_knatives(generated):
 def test_the_values_schema_embeds_the_policys_schema(generated):
     schema = json.loads((CHART / "values.schema.json").read_text())
     policy = schema["properties"]["policy"]
-    assert set(policy["properties"]) == set(json.loads((REPO / "core/domain/policy.schema.json").read_text())["properties"])
+    assert set(policy["properties"]) == set(json.loads((REPO / "core/domain/rules/policy.schema.json").read_text())["properties"])
     assert policy["additionalProperties"] is False and policy["properties"]["kinds"]["not"] == {}
     refs = {v for v in _values(schema, "$ref")}
     assert refs and all(r.startswith("#/definitions/") and r.removeprefix("#/definitions/") in schema["definitions"]

@@ -8,7 +8,7 @@ import yaml
 
 helm = pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.domain.policy import parse_policy  # noqa: E402
+from jobttl.core.domain.rules.policy import parse_policy  # noqa: E402
 from jobttl.core.runtime.config import Settings  # noqa: E402
 from jobttl.notifier.channels import open_channels  # noqa: E402
 from tests.deploy.chart import CHART, NAMESPACE, chart, find, render  # noqa: E402

@@ -19,7 +19,7 @@ import yaml
 
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.domain.permissions import permissions
+from jobttl.core.domain.deploy.permissions import permissions
 from tests.deploy.chart import CHART, chart, ci_values, find, render
 from tests.deploy.manifests import pod_spec
 from tests.deploy.test_chart import declared

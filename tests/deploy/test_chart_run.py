@@ -35,7 +35,7 @@ from kubernetes import client, config
 
 pytest.importorskip("helm_python", reason="helm-python-sdk (the test extras) is not installed")
 
-from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW
+from jobttl.core.domain.kinds.registry import ALL_KINDS, BATCH_JOB, MPIJOB_V2BETA1, WORKFLOW
 from jobttl_emulator import CONFIG_MAP, EVENT, JOB, Resource
 from tests.deploy.chart import NAMESPACE, HookJobs, find, render
 from tests.deploy.manifests import ENV_REFERENCE, pod_spec

@@ -32,7 +32,7 @@ from kubernetes.client.rest import ApiException
 from jobttl.cli import build_parser
 from tests.deploy.manifests import COMPOSE_SCHEMA, REPO, validate_core
 from tests.deploy.test_dockerfile import DOCKERFILE, exec_form, parse
-from jobttl.core.domain.kinds import ALL_KINDS
+from jobttl.core.domain.kinds.registry import ALL_KINDS
 
 COMPOSE = REPO / "docker-compose.yml"
 
@@ -224,9 +224,9 @@ def test_inline_configs_have_nothing_compose_would_interpolate(compose):
 def test_the_policy_is_accepted_by_the_code(compose):
     """The code reads the stack's policy as its comments say: 10 minutes by default, at most an
     hour, nothing in kube-system."""
-    from jobttl.core.domain.decision import Verdict, decide
-    from jobttl.core.domain.kinds import TFJOB
-    from jobttl.core.domain.policy import parse_policy
+    from jobttl.core.domain.decisions.decision import Verdict, decide
+    from jobttl.core.domain.kinds.registry import TFJOB
+    from jobttl.core.domain.rules.policy import parse_policy
     from tests.fixtures import job_object
 
     policy = parse_policy(yaml.safe_load(compose["configs"]["policy"]["content"]), "docker-compose.yml")

@@ -17,10 +17,10 @@ import yaml
 
 from tests.deploy.manifests import KNATIVE, find, rendered
 from tests.services import ROOT
-from jobttl.core.domain.kinds import DEFAULT_KINDS
-from jobttl.core.domain.manifests import (Workload, cluster_roles, jobttl_command, missing, mounted_policy,
-                                          source_resources, trigger_kinds)
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.kinds.registry import DEFAULT_KINDS
+from jobttl.core.domain.deploy.manifests import (Workload, cluster_roles, jobttl_command, missing, mounted_policy,
+                                                 source_resources, trigger_kinds)
+from jobttl.core.domain.rules.policy import parse_policy
 
 WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
           "finished": {"conditions": [{"type": "Done", "outcome": "succeeded"}]}, "finishedAt": ["status.finishedAt"]}

@@ -1,7 +1,7 @@
 """The RBAC in knative/ grants each component exactly the verbs its code uses, nothing more.
 
-The truth is `jobttl.core.domain.permissions.PERMISSIONS` (KubeClient refuses any verb not declared there) and
-`jobttl.core.domain.kinds.DEFAULT_KINDS` (core/domain/kinds.yaml). Service accounts are found from the workloads themselves (the
+The truth is `jobttl.core.domain.deploy.permissions.PERMISSIONS` (KubeClient refuses any verb not declared there) and
+`jobttl.core.domain.kinds.registry.DEFAULT_KINDS` (core/domain/kinds/kinds.yaml). Service accounts are found from the workloads themselves (the
 sink's Knative Service, the worker's Deployment, the ApiServerSource), so a workload moved
 to another account is checked too.
 """
@@ -14,8 +14,8 @@ import pytest
 
 from tests.deploy.manifests import KNATIVE, find, load_yaml_documents, pod_spec, rendered
 from jobttl.core.services.install import CONFIGMAP
-from jobttl.core.domain.kinds import DEFAULT_KINDS
-from jobttl.core.domain.permissions import CRDS, CRD_GROUP, JOBS, VERSION, crd_names, permissions
+from jobttl.core.domain.kinds.registry import DEFAULT_KINDS
+from jobttl.core.domain.deploy.permissions import CRDS, CRD_GROUP, JOBS, VERSION, crd_names, permissions
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
 NAMESPACE = "jobttl"
@@ -41,7 +41,7 @@ def on_crds(kinds, verbs) -> set[tuple[str, str, str]]:
 
 
 def declared(component: str, **features) -> set[tuple[str, str, str]]:
-    """What `jobttl.core.domain.permissions.permissions` lets the component do, as RBAC (apiGroup, resource, verb)."""
+    """What `jobttl.core.domain.deploy.permissions.permissions` lets the component do, as RBAC (apiGroup, resource, verb)."""
     granted = set()
     for resource, verbs in permissions(component, **features).items():
         if resource == JOBS:

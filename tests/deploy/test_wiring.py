@@ -16,7 +16,7 @@ import yaml
 from jobttl.cli import build_parser
 from jobttl.core.runtime.config import PLACEHOLDER_REDIS_PASSWORD, Settings
 from tests.deploy.manifests import ENV_REFERENCE, KNATIVE, REPO, find, pod_spec, rendered, split_image
-from jobttl.core.domain.kinds import DEFAULT_KINDS, MPIJOB_V2BETA1
+from jobttl.core.domain.kinds.registry import DEFAULT_KINDS, MPIJOB_V2BETA1
 
 VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct"}
 NAMESPACE = "jobttl"
@@ -322,7 +322,7 @@ def test_sink_and_worker_settings_are_accepted_by_the_code(objects, tmp_path):
 
 
 def test_the_policy_is_the_documented_example(objects):
-    from jobttl.core.domain.policy import parse_policy
+    from jobttl.core.domain.rules.policy import parse_policy
 
     text = find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
     data = yaml.safe_load(text)

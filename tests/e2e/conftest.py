@@ -26,8 +26,9 @@ from tests.services import (ROOT, JobttlProcess, RecordingSink, RedisServer, fre
                             wait_for)
 from jobttl.core.store.schedule import Schedule
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.kinds import ALL_KINDS, WORKFLOW, JobKind
-from jobttl.core.domain.policy import Policy, load_policy
+from jobttl.core.domain.kinds.registry import ALL_KINDS, WORKFLOW
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.rules.policy import Policy, load_policy
 from jobttl.core.services.reconcile import Reconciler
 
 QUEUE = "e2e"

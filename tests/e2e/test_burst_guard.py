@@ -24,9 +24,9 @@ from cloudevents.core.v1.event import CloudEvent
 from jobttl_emulator import TFJOB as TFJOB_RESOURCE, seed_object
 from jobttl.core.store.audit import Audit
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Schedule
 from tests.fixtures import job_object

@@ -23,7 +23,7 @@ import requests
 
 from jobttl_emulator import Resource, seed_object
 from jobttl.core.store.keys import PENDING_INDEX
-from jobttl.core.domain.kinds import TFJOB, WORKFLOW
+from jobttl.core.domain.kinds.registry import TFJOB, WORKFLOW
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, start_sink, wait_for
 

@@ -15,9 +15,9 @@ import time
 
 import pytest
 
-from jobttl.core.domain.decision import Verdict
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import Verdict
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.rules.policy import parse_policy
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

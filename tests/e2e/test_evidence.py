@@ -18,8 +18,8 @@ import yaml
 from kubernetes import client, config
 
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.kinds import TFJOB as TFJOB_KIND
-from jobttl.core.domain.policy import load_policy
+from jobttl.core.domain.kinds.registry import TFJOB as TFJOB_KIND
+from jobttl.core.domain.rules.policy import load_policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Schedule
 from jobttl_emulator import EVENT, POD, TFJOB

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from jobttl_emulator import Resource, seed_object
-from jobttl.core.domain.kinds import ALL_KINDS, BATCH_JOB, TFJOB, WORKFLOW
+from jobttl.core.domain.kinds.registry import ALL_KINDS, BATCH_JOB, TFJOB, WORKFLOW
 from tests.fixtures import KUBEFLOW, job_object, rfc3339
 from tests.services import ROOT, start_emulator
 

@@ -25,7 +25,7 @@ from cloudevents.core.v1.event import CloudEvent
 
 from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
 from jobttl.core.services.install import CONFIGMAP
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB
 from tests.e2e.conftest import CORE_EVENTS
 from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, start_sink, wait_for

@@ -11,7 +11,7 @@ import pytest
 import requests
 from kubernetes import client, config
 
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.e2e.conftest import WORKER_METRICS_PORT, Cluster, OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

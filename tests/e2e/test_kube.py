@@ -7,7 +7,7 @@ from kubernetes import client, config
 
 from tests.e2e.conftest import Cluster
 from tests.services import free_port
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.kube.client import Conflict, KubeClient, ObjectGone, PermanentApiError, TransientApiError
 
 

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from jobttl.core.domain.decision import Verdict, decide
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import Verdict, decide
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB
+from jobttl.core.domain.rules.policy import parse_policy
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

@@ -25,8 +25,8 @@ from aiosmtpd.controller import Controller
 from flask import Flask, request
 from werkzeug.serving import make_server
 
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import PYTORCHJOB, TFJOB
 from jobttl.core.store import keys
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object

@@ -17,8 +17,8 @@ from rq.serializers import JSONSerializer
 
 from tests.fixtures import finished_status
 from tests.services import wait_for
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store.schedule import job_id_for
 
 

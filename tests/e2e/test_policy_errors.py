@@ -19,7 +19,7 @@ import pytest
 import requests
 from kubernetes.client.exceptions import ApiException
 
-from jobttl.core.domain.apiserversource import resource_event
+from jobttl.core.domain.wire.apiserversource import resource_event
 from jobttl.core.store import keys
 from jobttl_emulator.resources import NEW_KINDS
 from tests.e2e.conftest import OwnStack

@@ -23,7 +23,7 @@ import requests
 from redis.exceptions import OutOfMemoryError
 
 from jobttl_emulator import Resource, seed_object
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store import keys
 from tests.fixtures import job_object
 from tests.services import JobttlProcess, RedisServer, free_port, start_emulator, start_sink, wait_for

@@ -19,7 +19,7 @@ from tests.fixtures import job_object
 from tests.services import ROOT, JobttlProcess, RedisServer, start_emulator, wait_for
 from jobttl.core.services import resync as resync_run
 from jobttl.core.services.worker_graph import WorkerGraph
-from jobttl.core.domain.kinds import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
+from jobttl.core.domain.kinds.registry import PYTORCHJOB, TFJOB, TRAINJOB, WORKFLOW, ALL_KINDS
 from jobttl.core.store.keys import HELD as HELD_KEY
 from jobttl.core.store import keys
 from jobttl.core.store.keys import PENDING_INDEX
@@ -67,8 +67,8 @@ def canary(cluster, redis_server, name: str) -> None:
     is seen, any deletion queued before it (say, by a resync that should have held it)
     would have been made too: "nothing else was deleted" then means something.
     """
-    from jobttl.core.domain.decision import decide
-    from jobttl.core.domain.identity import JobRef
+    from jobttl.core.domain.decisions.decision import decide
+    from jobttl.core.domain.wire.identity import JobRef
 
     [obj] = seed(cluster, TFJOB, f"canary-{name}", 1, time.time() - 3600, ttl=60, prefix="canary")
     ctx = context(cluster, redis_server)

@@ -15,7 +15,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from jobttl_emulator import Resource
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store import keys
 from tests.services import JobttlProcess, RedisServer, start_emulator, start_sink, wait_for
 

@@ -21,7 +21,7 @@ from cloudevents.core.bindings.http import to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
 from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services.install import CONFIGMAP
 from tests.e2e.conftest import CORE_EVENTS
 from tests.fixtures import job_object

@@ -24,8 +24,8 @@ import requests
 from tests.e2e.conftest import Cluster, stack_environment
 from tests.services import ROOT, JobttlProcess, RedisSentinels, free_port, start_sink, wait_for
 from jobttl.core.store import redisconn
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.kinds.registry import TFJOB
 
 PENDING_TTL = 8  # booked before the kill, due after the failover
 STREAM_TTL = 2  # the jobs whose events arrive during the failover

@@ -11,10 +11,10 @@ from tests.e2e.conftest import Cluster
 from tests.e2e.test_stop_on_time import SIGNALS, STOP_BOUND
 from tests.services import JobttlProcess, wait_for
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.rules.policy import Policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Schedule, job_id_for
 

@@ -15,7 +15,7 @@ import uuid
 import pytest
 
 from jobttl.core.store import keys
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object
 from tests.services import wait_for

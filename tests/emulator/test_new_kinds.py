@@ -15,7 +15,7 @@ import yaml
 
 from jobttl_emulator.crds import load_crds
 from jobttl_emulator.resources import NEW_KINDS, WELL_KNOWN
-from jobttl.core.domain.kinds import BUILTIN_KINDS
+from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
 from tests.services import start_emulator
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"

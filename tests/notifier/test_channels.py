@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobttl.core.domain.digest import Message
-from jobttl.core.domain.notify import Channel
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.notices.digest import Message
+from jobttl.core.domain.notices.notify import Channel
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.runtime.config import ConfigError
 from jobttl.notifier.channels import AppriseChannel, open_channels
 from tests.notifier.receiver import Receiver

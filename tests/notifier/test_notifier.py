@@ -11,9 +11,9 @@ import uuid
 import pytest
 import requests
 
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.policy import Policy, parse_policy
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.rules.policy import Policy, parse_policy
 from jobttl.core.runtime.config import Settings
 from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.services.reconcile import Reconciler

@@ -21,7 +21,7 @@ from tests.services import ROOT, RedisServer, free_port, wait_for
 from jobttl.core.store.audit import Audit
 from jobttl.core.services.operations import Operations
 from jobttl.core.services.reconcile import Reconciler
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.rules.policy import Policy
 from jobttl.core.store.schedule import Schedule
 
 QUEUE = "operate"

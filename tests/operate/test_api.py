@@ -23,10 +23,10 @@ from openapi_spec_validator import validate
 from jobttl.core.runtime.config import Settings
 from jobttl.sink.app import create_app
 from jobttl.sink.openapi import DOCUMENT
-from jobttl.core.domain import jsoncodec, shapes
+from jobttl.core.domain.wire import jsoncodec, shapes
 from jobttl.core.store import keys
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import free_port
 

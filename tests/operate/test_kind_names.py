@@ -16,12 +16,12 @@ import uuid
 import pytest
 import yaml
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 from jobttl.core.store.audit import Audit
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.kinds import KindRegistry
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.kinds.registry import KindRegistry
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Change, Schedule
 from jobttl.sink.app import create_app

@@ -17,8 +17,8 @@ from tests.fixtures import finished_status
 from tests.operate.conftest import TOMBSTONE_DAYS, metric
 from tests.services import wait_for
 from jobttl.core.store import keys
-from jobttl.core.domain.shapes import rfc3339
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.shapes import rfc3339
+from jobttl.core.domain.wire.identity import JobRef
 
 TTL_FIELD = "spec.runPolicy.ttlSecondsAfterFinished"
 DOTTED_CLASS = re.compile(r"\b[a-z_]\w*(\.\w+)+\.[A-Z]\w*(Error|Exception)?\b")  # jobttl.core.kube.client.PermanentApiError

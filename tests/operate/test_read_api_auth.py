@@ -12,8 +12,8 @@ import uuid
 import pytest
 import requests
 
-from jobttl.core.domain import rights
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.deploy import rights
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.runtime.config import ConfigError, Settings
 from jobttl.core.services import graph
 from jobttl.core.store import redisconn

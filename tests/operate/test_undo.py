@@ -17,7 +17,7 @@ from tests.e2e.conftest import OwnStack
 from tests.fixtures import job_object, rfc3339
 from tests.operate.test_cli import EPOCH, JOB_ID
 from tests.services import ROOT, wait_for
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store.schedule import Change
 
 NS = "undo"

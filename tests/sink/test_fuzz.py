@@ -46,7 +46,7 @@ import requests
 
 from jobttl_emulator import TFJOB as TFJOB_RESOURCE, seed_object
 from jobttl.core.store.keys import PENDING_INDEX
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.fixtures import finished_status, job_object, running_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_emulator, start_sink
 

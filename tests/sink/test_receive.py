@@ -12,9 +12,9 @@ from cloudevents.core.bindings.http import to_binary_event
 from cloudevents.core.v1.event import CloudEvent
 
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.decision import Verdict, decide
+from jobttl.core.domain.decisions.decision import Verdict, decide
 from jobttl.core.store.keys import PENDING_INDEX
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.sink.app import create_app
 from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer
@@ -262,7 +262,7 @@ def test_a_cel_event_past_the_evaluation_slots_is_told_to_retry_and_nothing_is_w
                                                                                       redis, tmp_path):
     # The sink keeps most threads free of CEL: with every slot taken, an event that needs one more
     # evaluation gets a 503 with Retry-After at once (its sender retries), never a queued thread.
-    from jobttl.core.domain import celexpr
+    from jobttl.core.domain.kinds import cel as celexpr
     policy = tmp_path / "policy.yaml"
     policy.write_text(WIDGETS)
     client = app_with(redis_server, queue_name, JOBTTL_POLICY=str(policy)).test_client()

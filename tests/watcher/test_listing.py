@@ -23,7 +23,7 @@ from kubernetes import client, config
 
 from tests.fixtures import finished_status, running_status, tfjob
 from tests.services import JobttlProcess, RecordingSink, free_port, start_emulator, wait_for
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.kube import client as kube_client
 from jobttl.core.kube.client import KubeClient
 from jobttl.watcher import watch
@@ -297,7 +297,7 @@ def test_what_the_first_list_counts_as_finished(status, announced):
 def test_a_loop_not_started_yet_is_alive_for_healthz_and_not_ready():
     """The probes are served before the kinds' loops start: a kubelet asking then must not restart
     the watcher (a not-started thread is not a stopped one)."""
-    from jobttl.core.domain.kinds import BUILTIN_KINDS
+    from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
     from jobttl.watcher.watch import Probes
 
     kind = BUILTIN_KINDS[0]

@@ -14,7 +14,7 @@ from tests.e2e.conftest import Cluster
 from tests.fixtures import finished_status
 from tests.services import JobttlProcess, RecordingSink, wait_for
 from jobttl.watcher import watch
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.kube.client import KubeClient
 
 
@@ -108,7 +108,7 @@ def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink
 
 def test_a_kind_the_cluster_does_not_serve_is_reported_once_not_in_a_loop(emulator, monkeypatch, caplog):
     """RayJob on a cluster without KubeRay: one warning, then a quiet look every NOT_SERVED_RECHECK."""
-    from jobttl.core.domain.kinds import BUILTIN_KINDS
+    from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
     rayjob = next(k for k in BUILTIN_KINDS if k.kind == "RayJob")
     monkeypatch.setattr(watch, "NOT_SERVED_RECHECK", 0.05)
     kube = KubeClient(config.new_client_from_config(config_file=str(emulator.kubeconfig)), component="watch")

@@ -14,8 +14,8 @@ import pytest
 
 from jobttl.core.store import keys
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store.ratelimit import RateLimit
 from jobttl.core.store.schedule import member_for
 from jobttl.core.services.worker_graph import WorkerGraph

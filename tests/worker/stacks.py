@@ -22,7 +22,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from jobttl_emulator import Resource, seed_object
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.runtime.config import Settings
 from jobttl.core.services.reconcile import Reconciler
 from jobttl.core.store.schedule import Schedule

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from jobttl.core.domain import archive
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.decisions import archive
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.fixtures import expected_kept, uniform_log
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 

@@ -3,11 +3,11 @@
 import time
 import uuid
 
-from jobttl.core.domain import archive
+from jobttl.core.domain.decisions import archive
 from jobttl.core.kube.archivestore import DirectoryStore, latest
 from jobttl.core.store.audit import Audit
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.policy import ArchiveStore
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.rules.policy import ArchiveStore
 from jobttl.core.services.archiving import prune
 
 

@@ -11,12 +11,12 @@ import uuid
 
 import pytest
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.store.schedule import PODS_STAGE, job_id_for, member_for
 from jobttl_emulator import POD, seed_object
 from tests.e2e.conftest import OwnStack

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from jobttl_emulator import seed_object
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.kinds.registry import TFJOB
 from tests.fixtures import job_object
 from tests.services import ROOT, wait_for
 from tests.worker.stacks import Stack

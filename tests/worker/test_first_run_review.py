@@ -15,11 +15,11 @@ import pytest
 from jobttl_emulator import CONFIG_MAP, JOB as JOB_RESOURCE, TFJOB as TFJOB_RESOURCE, seed_object
 from jobttl.core.store import keys
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.decision import decide
+from jobttl.core.domain.decisions.decision import decide
 from jobttl.core.store.guard import FIRST_RUN, HeldDeletions
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.services.install import CONFIGMAP
-from jobttl.core.domain.kinds import BATCH_JOB, TFJOB
+from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB
 from jobttl.core.services.reconcile import GUARDED
 from jobttl.core.services import resync
 from jobttl.core.services.worker_graph import WorkerGraph

@@ -15,8 +15,8 @@ import pytest
 from jobttl_emulator import seed_object
 from jobttl.core.store import keys
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services.deletion import Deletion, Target
 from jobttl.core.services.worker_graph import WorkerGraph
 from jobttl.core.services.follow import Follower

@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from jobttl.core.domain.keeplast import membership
-from jobttl.core.domain.decision import decide
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.decisions.keeplast import membership
+from jobttl.core.domain.decisions.decision import decide
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.store.schedule import JOB_STAGE
 from tests.fixtures import job_object, rfc3339, with_server_fields
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)

@@ -17,8 +17,8 @@ import yaml
 
 from jobttl_emulator import EVENT, JOB, seed_object
 from jobttl_emulator.resources import NEW_KINDS
-from jobttl.core.domain.kinds import BATCH_JOB, KindRegistry
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.kinds.registry import BATCH_JOB, KindRegistry
+from jobttl.core.domain.rules.policy import parse_policy
 from tests.fixtures import job_object, volcano_job
 from tests.services import ROOT, start_emulator, wait_for
 from tests.worker.stacks import Stack

@@ -13,13 +13,13 @@ import pytest
 import yaml
 
 from jobttl.core.runtime.config import ConfigError
-from jobttl.core.domain import kinddecl
-from jobttl.core.domain.kinds import TFJOB, WORKFLOW
+from jobttl.core.domain.kinds import declarations as kinddecl
+from jobttl.core.domain.kinds.registry import TFJOB, WORKFLOW
 from jobttl.core.kube.client import KubeClient, load_api_client
-from jobttl.core.domain.permissions import permissions
-from jobttl.core.domain.kinddecl import key as kinddecl_key
-from jobttl.core.domain.manifests import cluster_roles
-from jobttl.core.domain.policy import parse_policy
+from jobttl.core.domain.deploy.permissions import permissions
+from jobttl.core.domain.kinds.declarations import key as kinddecl_key
+from jobttl.core.domain.deploy.manifests import cluster_roles
+from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.worker import kindcheck
 from jobttl_emulator import EVENT, JOB, POD, Resource
 from jobttl_emulator.crds import load_crds

@@ -10,8 +10,8 @@ import uuid
 
 import pytest
 
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import TFJOB
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.registry import TFJOB
 from jobttl.core.services import scheduled_events as notices_module
 from jobttl.core.services.scheduled_events import Notices
 from jobttl.core.services.events import NOTICES_PER_SECOND, EventRecorder

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 from jobttl.core.store import keys
 from jobttl.core.kube.client import Conflict, TransientApiError
 from jobttl.core.store.schedule import JOB_STAGE, PODS_STAGE, member_for

@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from jobttl.core.domain.kinds import TFJOB
-from jobttl.core.domain.plan import JOB_STAGE
+from jobttl.core.domain.kinds.registry import TFJOB
+from jobttl.core.domain.decisions.plan import JOB_STAGE
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 
 FIELD = "status.conditions[2].type: expected a string, got an object"

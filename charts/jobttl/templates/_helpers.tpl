@@ -150,7 +150,7 @@ topologySpreadConstraints:
 {{- end }}
 
 {{/* "true" when the policy archives some job (a store and an archive enabled at some level):
-     the worker then reads pods, their logs and Events (jobttl.core.domain.permissions ARCHIVE_PERMISSIONS). */}}
+     the worker then reads pods, their logs and Events (jobttl.core.domain.deploy.permissions ARCHIVE_PERMISSIONS). */}}
 {{- define "jobttl.archiving" -}}
 {{- $policy := .Values.policy }}
 {{- $store := and (kindIs "map" $policy.archive) (hasKey $policy.archive "store") }}
@@ -167,7 +167,7 @@ topologySpreadConstraints:
 {{- end }}
 
 {{/* "true" when some job's pods go before it (podTTL*): the worker lists and deletes pods
-     (jobttl.core.domain.permissions POD_CLEANUP_PERMISSIONS). */}}
+     (jobttl.core.domain.deploy.permissions POD_CLEANUP_PERMISSIONS). */}}
 {{- define "jobttl.podStages" -}}
 {{- $on := false }}
 {{- range prepend (default list .Values.policy.rules) .Values.policy }}

@@ -15,7 +15,7 @@
 {{- end }}
 
 {{/* A channel's `url` sits in the policy's ConfigMap: one that may hold a credential is refused here,
-     notifications on or off, as every jobttl process refuses it at start (core/domain/notify.py's
+     notifications on or off, as every jobttl process refuses it at start (core/domain/notices/notify.py's
      secret_slot; the values schema's pattern already keeps out other schemes, a user or password,
      and +header/-query/:payload parameters). The URL itself is never quoted: it may be the secret. */}}
 {{- define "jobttl.validateNotifyURLs" -}}

@@ -83,7 +83,7 @@ end
 -- set per kind (kinds .. ':' .. kind) holds the index's dry-run members at the same due time.
 -- Nothing that decides a deletion reads them: they let the gauges tell what dry run would
 -- delete from what is overdue without reading a record. Every write of the index keeps them.
--- A kind is Kind.group (jobttl.core.domain.kinds.group_kind): batch/v1 Job and Volcano's Job are two.
+-- A kind is Kind.group (jobttl.core.domain.kinds.registry.group_kind): batch/v1 Job and Volcano's Job are two.
 local function undry(kinds, member)
   for _, kind in ipairs(redis.call('SMEMBERS', kinds)) do redis.call('ZREM', kinds .. ':' .. kind, member) end
 end

@@ -2,7 +2,7 @@
 -- atomically, on Redis's clock. Its KEYS and ARGV are locals named by its wrapper,
 -- jobttl.core.store.scripts.Reconcile (read it for what each holds); the prelude is above this text.
 --
--- What it decides is Python's: the due time (`due`, from jobttl.core.domain.due.due_at) or why there
+-- What it decides is Python's: the due time (`due`, from jobttl.core.domain.decisions.due.due_at) or why there
 -- is none (`reason`), and how news is guarded (jobttl.core.store.guard). It compares that with what
 -- is pending, and writes what needs no RQ job: a cancellation, a hold, the history card. A
 -- booking it only answers ('schedule'): the store writes the RQ job and COMMIT in one MULTI, so

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from jobttl.core.domain.decision import Decision, Verdict
+from jobttl.core.domain.decisions.decision import Decision, Verdict
 
 KEPT_BY_OPERATOR = "kept-by-operator"  # why nothing is due: an operator said keep
 POSTPONED_BY_OPERATOR = "postponed-by-operator"  # why later than the decision: an operator said until

@@ -97,7 +97,7 @@ class Routed:
     item: dict[str, Any] = field(default_factory=dict)
 
 
-# --- the policy's `notify` (read by jobttl.core.domain.policy, which names file and field) ------------------
+# --- the policy's `notify` (read by jobttl.core.domain.rules.policy, which names file and field) ------------------
 
 def parse_channels(reader: Any, value: Any) -> tuple[Channel, ...]:
     """The `notify` list; `reader` is the policy's reader (its `fail`, `mapping`, `strings`, `duration`,
@@ -239,7 +239,7 @@ def notification_of(fields: dict[str, str]) -> str | None:
 def group_of(event: str, namespace: str | None) -> str:
     """The digest group: one per channel, whatever the event and the namespace (at most one message
     per channel per period). Groups named ``deleted/NAMESPACE`` by earlier versions are still sent
-    as they are (`jobttl.core.domain.digest.render` reads any group)."""
+    as they are (`jobttl.core.domain.notices.digest.render` reads any group)."""
     return ALL_GROUP
 
 

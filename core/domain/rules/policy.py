@@ -46,11 +46,13 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from jobttl.core.domain import config_yaml, kinddecl
-from jobttl.core.domain.durations import MAX_TTL, parse_duration
-from jobttl.core.domain.identity import MAX_NAMESPACE, InvalidIdentity, check_namespace, shown
-from jobttl.core.domain.notify import Channel, parse_channels
-from jobttl.core.domain.kinds import BUILTIN_KINDS, DEFAULT_KINDS, JobKind, bare_kind
+from jobttl.core.domain.rules import config_yaml
+from jobttl.core.domain.kinds import declarations as kinddecl
+from jobttl.core.domain.wire.durations import MAX_TTL, parse_duration
+from jobttl.core.domain.wire.identity import MAX_NAMESPACE, InvalidIdentity, check_namespace, shown
+from jobttl.core.domain.notices.notify import Channel, parse_channels
+from jobttl.core.domain.kinds.registry import BUILTIN_KINDS, DEFAULT_KINDS, bare_kind
+from jobttl.core.domain.kinds.model import JobKind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
 VALUE_KEYS = {"ttl": "ttl", "maxTTL": "max_ttl", "ttlAfterSuccess": "ttl_after_success",
@@ -206,7 +208,7 @@ class Policy:
     stuck_fallback: str | None = None
     cleanup: Cleanup = Cleanup()
     archive_store: ArchiveStore | None = None
-    # Where jobttl tells what it did (`jobttl notify` sends; jobttl.core.domain.notify).
+    # Where jobttl tells what it did (`jobttl notify` sends; jobttl.core.domain.notices.notify).
     notify: tuple[Channel, ...] = ()
     # The namespaces jobttl may delete in, when its RBAC grants delete there only (the chart's
     # rbac.namespaces, JOBTTL_DELETE_NAMESPACES): not the policy file's to say, so `confined_to`
@@ -282,7 +284,7 @@ class Policy:
     @property
     def pod_stages(self) -> bool:
         """Some job may have its pods deleted before it: the worker needs to list and delete pods.
-        Set, not truthy: `podTTL: 0s` deletes the pods as soon as the job finishes (jobttl.core.domain.stages)."""
+        Set, not truthy: `podTTL: 0s` deletes the pods as soon as the job finishes (jobttl.core.domain.decisions.stages)."""
         return self._any("pod_ttl", "pod_ttl_after_success", "pod_ttl_after_failure", is_set=True)
 
     @property
@@ -710,7 +712,7 @@ def load_policy(path: str | Path | None) -> Policy:
 
 
 def loads_policy(raw: bytes | str, origin: str) -> Policy:
-    """The policy in a file's bytes, read as `jobttl.core.domain.config_yaml` reads an operator's YAML."""
+    """The policy in a file's bytes, read as `jobttl.core.domain.rules.config_yaml` reads an operator's YAML."""
     try:
         document = config_yaml.loads(raw, origin)
     except config_yaml.ConfigYAMLError as exc:

@@ -12,8 +12,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.wire.identity import JobRef
 
 JOB_STAGE = "job"
 PODS_STAGE = "pods"

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
-from jobttl.core.domain.decision import Decision, Verdict
-from jobttl.core.domain.due import Override, due_at
-from jobttl.core.domain.identity import JobRef
+from jobttl.core.domain.decisions.decision import Decision, Verdict
+from jobttl.core.domain.decisions.due import Override, due_at
+from jobttl.core.domain.wire.identity import JobRef
 # The schedule's stage names, from the pure plan module (jobttl.core.store.schedule, which talks to
 # Redis and which this module may not import, re-exports the same).
-from jobttl.core.domain.plan import JOB_STAGE, PODS_STAGE
+from jobttl.core.domain.decisions.plan import JOB_STAGE, PODS_STAGE
 
 STAGES = (JOB_STAGE, PODS_STAGE)
 
@@ -79,7 +79,7 @@ class Current:
 
 @dataclass(frozen=True)
 class ApiTime:
-    """The API server's time as this worker reads it (jobttl.core.domain.clock.ReferenceClock): the earliest
+    """The API server's time as this worker reads it (jobttl.core.domain.decisions.clock.ReferenceClock): the earliest
     it can be now, and why deletions must wait (clocks disagreeing beyond the bound), if they must."""
 
     earliest: float
@@ -261,7 +261,7 @@ def recovering(target: Target, current: Current, obj: dict[str, Any] | None) -> 
 
 def due_later(target: Target, current: Current, decision: Decision) -> bool:
     """No longer expiring, or expiring after the time booked (an operator's `until` counts): the due
-    time by `jobttl.core.domain.due.due_at`, the very rule the store booked it by. An operator's keep is
+    time by `jobttl.core.domain.decisions.due.due_at`, the very rule the store booked it by. An operator's keep is
     judged apart, before this (`_no_longer_due`); the history-limit check asks this without it."""
     due = due_at(decision, Override(until=current.until))
     return due.at is None or due.at > target.due

@@ -1,6 +1,6 @@
 """Staged cleanup: the pods first, the job at its own TTL; and what each stage's Event says.
 
-Pure functions, like `jobttl.core.domain.decision`: the job's decision in, the pods stage's out. A
+Pure functions, like `jobttl.core.domain.decisions.decision`: the job's decision in, the pods stage's out. A
 finished job's pods hold node disk and count against the API server's pods, while the job
 object (``kubectl get tfjob``) is what people look at; the policy's ``podTTL`` (or
 ``podTTLAfterSuccess`` / ``podTTLAfterFailure``) deletes the pods that long after the finish
@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
-from jobttl.core.domain.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
-from jobttl.core.domain.durations import format_duration
-from jobttl.core.domain.keeplast import SOURCE_PREFIX
-from jobttl.core.domain.kinds import JobKind, get_path, parse_time
-from jobttl.core.domain.plan import PODS_STAGE
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.decisions.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
+from jobttl.core.domain.wire.durations import format_duration
+from jobttl.core.domain.decisions.keeplast import SOURCE_PREFIX
+from jobttl.core.domain.kinds.model import JobKind, get_path, parse_time
+from jobttl.core.domain.decisions.plan import PODS_STAGE
+from jobttl.core.domain.rules.policy import Policy
 
 # The job's verdicts under which its pods may go early: finished, in scope, not kept. A job
 # with no TTL at all may still have a podTTL ("delete the pods after a day, keep the job").

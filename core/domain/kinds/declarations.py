@@ -12,7 +12,7 @@ The built-in kinds (``kinds.yaml``) and the kinds an operator declares in the po
    `JobKind` carries, so that reading an object is plain dict look-ups on precompiled paths.
 
 Whether a path names a field the kind has is for the cluster to say: the worker checks each
-enabled kind's paths against its CRD's schema at start (`jobttl.core.domain.crdcheck`), so every
+enabled kind's paths against its CRD's schema at start (`jobttl.core.domain.kinds.crdcheck`), so every
 `JobKind` keeps the declaration it was compiled from and where it was written.
 
 Every error names the field (``kinds[3].finished.conditions[0].status: 'true' is not one of
@@ -32,13 +32,8 @@ from typing import Any
 
 import yaml
 
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from jobttl.core.domain.kinds import JobKind
-
-# jobttl.core.domain.kinds builds its built-in kinds with this module at import, so this one takes what
-# it needs from there when compiling (by then defined), never at its own import.
+from jobttl.core.domain.kinds.model import (DeclarationFault, Finish, JobKind, OwnTTL, UnreadableField, get_path,
+                                            no_hold, no_ttl_field, parse_time, read_path, read_text)
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "kinds.schema.json"
@@ -128,7 +123,6 @@ class _Compiler:
         return KindError(f"{self.origin}: {where}: {problem}")
 
     def kind(self, decl: dict[str, Any], where: str, opted_in: tuple[str, ...] = ()) -> JobKind:
-        from jobttl.core.domain.kinds import JobKind
         finished = decl["finished"]
         names = self.finish_names(finished)
         finish = self.finish(decl, where, opted_in)
@@ -184,7 +178,6 @@ class _Compiler:
         return _finished_by_state(parse_path(state["path"]), values, readers)
 
     def ttl(self, ttl: dict[str, Any] | None, where: str, names: set[str]) -> tuple[Any, str | None, tuple[str, ...]]:
-        from jobttl.core.domain.kinds import no_ttl_field
         if not ttl:
             return no_ttl_field, None, ()
         self.ttl_way(ttl, where)
@@ -237,9 +230,9 @@ class _Compiler:
         return self.cel_program(expression, where, inputs)
 
     def cel_program(self, expression: str, where: str, inputs: tuple[Any, ...]) -> Any:
-        """The checked and costed expression (jobttl.core.domain.celexpr); a KindError naming the
+        """The checked and costed expression (jobttl.core.domain.kinds.cel); a KindError naming the
         field, and the line and column in the expression, when it is refused."""
-        from jobttl.core.domain.celexpr import CelCheckError, TtlExpression
+        from jobttl.core.domain.kinds.cel import CelCheckError, TtlExpression
         try:
             return TtlExpression(expression, inputs)
         except CelCheckError as exc:
@@ -247,7 +240,6 @@ class _Compiler:
 
     @staticmethod
     def hold(rules: list[dict[str, Any]]) -> Any:
-        from jobttl.core.domain.kinds import no_hold, read_text
         if not rules:
             return no_hold
         compiled = tuple((parse_path(r["path"]), r["path"], frozenset(r["values"]), r["why"]) for r in rules)
@@ -274,7 +266,7 @@ class _LazyProgram:
             try:
                 self._program = self._compile()
             except KindError as exc:
-                from jobttl.core.domain.celexpr import CelEvalError
+                from jobttl.core.domain.kinds.cel import CelEvalError
                 raise CelEvalError(str(exc)) from None
         return self._program.evaluate(values)
 
@@ -282,7 +274,6 @@ class _LazyProgram:
 def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any:
     """The finish time: the first of `readers` (an object path, or None and a key of the finishing
     condition) that holds a readable time, and the field it came from."""
-    from jobttl.core.domain.kinds import UnreadableField, parse_time, read_path
 
     def read(obj: dict[str, Any], condition: dict[str, Any] | None, kind: str | None, index: int = 0) -> tuple[int | None, str | None]:
         for path, name in readers:
@@ -304,7 +295,6 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
 def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple[Any, ...]) -> Any:
     """Finished when a condition has one of the declared (type, status) pairs; the object's
     first such condition decides. The reason is the type (``type=status`` when not True)."""
-    from jobttl.core.domain.kinds import Finish, UnreadableField, read_path
     read_time = _time_reader(readers)
 
     def finish(obj: dict[str, Any]) -> Finish | None:
@@ -334,7 +324,6 @@ def _first_wanted(conditions: list[Any], wanted: dict[tuple[str, str], str]) -> 
 
 def _condition_pair(condition: Any, i: int) -> tuple[Any, Any]:
     """(type, status) of the condition at index i, each a string or absent (None); else UnreadableField."""
-    from jobttl.core.domain.kinds import UnreadableField
     if not isinstance(condition, dict):
         raise UnreadableField(f"status.conditions[{i}]", "a condition (an object)", condition)
     kind, status = condition.get("type"), condition.get("status")
@@ -345,7 +334,6 @@ def _condition_pair(condition: Any, i: int) -> tuple[Any, Any]:
 
 
 def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: tuple[Any, ...]) -> Any:
-    from jobttl.core.domain.kinds import Finish, read_text
     read_time = _time_reader(readers)
 
     def finish(obj: dict[str, Any]) -> Finish | None:
@@ -360,7 +348,6 @@ def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: t
 
 def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
     """The object's TTL is at the first of `paths` that is set."""
-    from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
     def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         for path, name in paths:
@@ -374,7 +361,6 @@ def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
 def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str, tuple[str, ...]]) -> Any:
     """A TTL object (Argo's ttlStrategy): the first of `objects` that is set, taken whole (never
     merged key by key), then the keys listed for the finishing state, in order."""
-    from jobttl.core.domain.kinds import Finish, OwnTTL, read_path
 
     def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         found = next(((read_path(obj, p), name) for p, name in objects if read_path(obj, p) is not None), None)
@@ -392,7 +378,7 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
 
 def cel_inputs(items: list[Any]) -> tuple[Any, ...]:
     """`celInputs`: each a path, or {path, maxItems} bounding the items (list) or entries (map) there."""
-    from jobttl.core.domain.celexpr import CelInput
+    from jobttl.core.domain.kinds.cel import CelInput
     return tuple(CelInput(parse_path(i), i) if isinstance(i, str) else
                  CelInput(parse_path(i["path"]), i["path"], i.get("maxItems")) for i in items)
 
@@ -404,8 +390,7 @@ def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[Any, ...], field
     tens of microseconds: it runs only when `when` is set, reads only the declared inputs, and
     its result is remembered by their values (objects from one template share them). Anything
     that goes wrong in it is the declaration's fault (DeclarationFault), never the object's."""
-    from jobttl.core.domain.celexpr import CelEvalError
-    from jobttl.core.domain.kinds import DeclarationFault, Finish, OwnTTL, get_path
+    from jobttl.core.domain.kinds.cel import CelEvalError
 
     def own_ttl(obj: dict[str, Any], finish: Finish) -> OwnTTL | None:
         if get_path(obj, when) is None:
@@ -426,7 +411,7 @@ def compile_kinds(items: Any, origin: str, where: str = "kinds",
     """Validate a list of declarations (`where` is how errors name it) and build their JobKinds.
     `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it; without
     `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested); `builtin`:
-    these are kinds.yaml's (their CRD check at start is lenient, see jobttl.core.domain.crdcheck)."""
+    these are kinds.yaml's (their CRD check at start is lenient, see jobttl.core.domain.kinds.crdcheck)."""
     try:
         validate({"kinds": items}, origin)
     except KindError as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 
-from jobttl.core.domain.identity import shown
+from jobttl.core.domain.wire.identity import shown
 
 # The longest TTL jobttl schedules: past this a due time is no longer a date anything can represent;
 # "never" is jobttl.io/keep.

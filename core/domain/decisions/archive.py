@@ -40,9 +40,9 @@ from typing import Any
 
 import yaml
 
-from jobttl.core.domain import jsoncodec, shapes
-from jobttl.core.domain.identity import JobRef, check_name
-from jobttl.core.domain.policy import DEFAULT_LOG_KIB, Policy
+from jobttl.core.domain.wire import jsoncodec, shapes
+from jobttl.core.domain.wire.identity import JobRef, check_name
+from jobttl.core.domain.rules.policy import DEFAULT_LOG_KIB, Policy
 
 MAX_DEPTH = 100  # PyYAML's representer recurses: about 350 levels exhaust Python's stack
 TRUNCATED = "<jobttl: not kept, nested deeper than {depth} levels>"

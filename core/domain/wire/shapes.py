@@ -17,7 +17,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any
 
-from jobttl.core.domain import jsoncodec
+from jobttl.core.domain.wire import jsoncodec
 
 # The JSON Schema type of every audit entry field that is not a string. One table: `typed`
 # converts by it, the OpenAPI document declares it, so a field added to an entry with a

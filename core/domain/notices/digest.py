@@ -1,7 +1,7 @@
 """What a notification says: one channel's digest as a title and a plain-text body. Pure.
 
 A digest gathers what the channel heard of in its period, a section per event, in the order of
-`jobttl.core.domain.notify.EVENTS`. The ``deleted`` section has a part per namespace: how many,
+`jobttl.core.domain.notices.notify.EVENTS`. The ``deleted`` section has a part per namespace: how many,
 which kinds, its jobs, and the link to the console's history of that namespace
 (``JOBTTL_CONSOLE_URL``); at most `NAMESPACES` namespaces are told one by one, the rest are
 counted. A list says at most `LINES` items and how many more there were.
@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from jobttl.core.domain.durations import format_duration
-from jobttl.core.domain.notify import EVENTS, WARNINGS
-from jobttl.core.domain.shapes import rfc3339
+from jobttl.core.domain.wire.durations import format_duration
+from jobttl.core.domain.notices.notify import EVENTS, WARNINGS
+from jobttl.core.domain.wire.shapes import rfc3339
 
 LINES = 20  # items listed per section (per namespace in `deleted`); the rest are counted
 NAMESPACES = 50  # namespaces a deleted section tells one by one; the rest are counted

@@ -18,7 +18,7 @@ what its schema keeps):
   or ``items``) says nothing of what is there: a legacy (non-structural) schema's, open. A CRD
   whose ``spec.preserveUnknownFields`` is true (created under apiextensions v1beta1, read through
   v1) prunes nothing at all, and its schemas are often partial: no path is refused there;
-- jobttl's paths read mappings only (`jobttl.core.domain.kinds.get_path`): one that goes through a list
+- jobttl's paths read mappings only (`jobttl.core.domain.kinds.model.get_path`): one that goes through a list
   (``type: array``) never reads anything. The finishing condition is the one way into a list:
   ``finished.conditions`` reads ``status.conditions[].type``/``.status``, ``condition.X`` reads the
   ``X`` of that condition.
@@ -42,8 +42,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobttl.core.domain.kinddecl import CONDITION_PREFIX, parse_path
-from jobttl.core.domain.kinddecl import key as decl_key
+from jobttl.core.domain.kinds.declarations import CONDITION_PREFIX, parse_path
+from jobttl.core.domain.kinds.declarations import key as decl_key
 
 ITEMS = "[]"  # a path segment: into a list's items (only the finishing condition's)
 CONDITIONS = ("status", "conditions", ITEMS)
@@ -513,7 +513,7 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inh
     one of them is there, since they are fallbacks for other versions of the CRD (the Kubeflow
     jobs' pre-1.2 ``spec.ttlSecondsAfterFinished``). An operator's own declaration is held to
     every path: it was written for this cluster; but the fields it `inherited` from a built-in
-    declaration (`jobttl.core.domain.kinddecl.replacing`) are held as built-in ones are, and their
+    declaration (`jobttl.core.domain.kinds.declarations.replacing`) are held as built-in ones are, and their
     problems say so (`Problem.inherited`). A path the schema cannot follow to its end (preserved
     unknown fields, a map of anything, no schema at all) is `unverified`, never verified."""
     shape = malformed(crd)

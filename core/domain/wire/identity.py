@@ -87,6 +87,6 @@ class JobRef:
         return f"{self.namespace}/{self.name}"
 
     def __str__(self) -> str:
-        from jobttl.core.domain.kinds import shown_kind  # kinds builds on much more than identities need
+        from jobttl.core.domain.kinds.registry import shown_kind  # kinds builds on much more than identities need
 
         return f"{shown_kind(self.api_version, self.kind)} {self.namespace}/{self.name} ({self.uid})"

@@ -31,17 +31,17 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from jobttl.core.domain.durations import MAX_TTL, parse_duration
-from jobttl.core.domain.identity import shown
-from jobttl.core.domain.kinds import DeclarationFault, Finish, JobKind, OwnTTL, UnreadableField, parse_time
-from jobttl.core.domain.notify import owner_requests
-from jobttl.core.domain.policy import Effective, Policy, RuledValue
+from jobttl.core.domain.wire.durations import MAX_TTL, parse_duration
+from jobttl.core.domain.wire.identity import shown
+from jobttl.core.domain.kinds.model import DeclarationFault, Finish, JobKind, OwnTTL, UnreadableField, parse_time
+from jobttl.core.domain.notices.notify import owner_requests
+from jobttl.core.domain.rules.policy import Effective, Policy, RuledValue
 
 ANNOTATION_PREFIX = "jobttl.io/"
 TTL_ANNOTATION = ANNOTATION_PREFIX + "ttl"
 KEEP_ANNOTATION = ANNOTATION_PREFIX + "keep"
 KEEP_UNTIL_ANNOTATION = ANNOTATION_PREFIX + "keep-until"
-# The notification channels a job's owner asks for (jobttl.core.domain.notify): carried by the decision
+# The notification channels a job's owner asks for (jobttl.core.domain.notices.notify): carried by the decision
 # into the audit entries of its deletion, never read as a URL.
 NOTIFY_ANNOTATION = ANNOTATION_PREFIX + "notify"
 MAX_NOTIFY_REQUEST = 256  # characters; a longer value asks for nothing

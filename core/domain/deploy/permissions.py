@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from jobttl.core.domain.kinds import JobKind
+from jobttl.core.domain.kinds.model import JobKind
 
 JOBS = "jobs"  # the enabled job kinds' resources (tfjobs.kubeflow.org, jobs.batch, ...)
 EVENTS = "events"
@@ -18,7 +18,7 @@ POD_LOGS = "pods/log"
 CONFIGMAPS = "configmaps"  # only jobttl's own install record (jobttl.core.services.install), in its own namespace
 VERSION = "/version"  # a non-resource URL every authenticated client may read (system:public-info-viewer)
 # The CustomResourceDefinitions of the enabled kinds, read at the worker's start to check the
-# kinds' declared paths against their schemas (jobttl.core.domain.crdcheck). RBAC grants `get` on them
+# kinds' declared paths against their schemas (jobttl.core.domain.kinds.crdcheck). RBAC grants `get` on them
 # by name (`resourceNames`: the enabled kinds' CRDs only, see `crd_names`).
 CRDS = "customresourcedefinitions"
 CRD_GROUP = "apiextensions.k8s.io"

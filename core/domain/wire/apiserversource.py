@@ -12,11 +12,11 @@ Both binary mode (``ce-*`` headers, JSON body) and structured mode
 (``application/cloudevents+json``) are read, told apart by Content-Type as the HTTP binding
 says. Anything we cannot read raises `BadEvent` with the HTTP status to answer and a message
 that names the problem; reading never reaches Redis or the API server, and identity fields
-are checked as the API server checks them (`jobttl.core.domain.identity`) before anything
+are checked as the API server checks them (`jobttl.core.domain.wire.identity`) before anything
 downstream sees them. The spec's REQUIRED attributes are checked once, for both modes, in
 `_event`: the SDK's constructor is written for senders and fills in a missing ``id``.
 
-JSON goes through orjson (`jobttl.core.domain.jsoncodec`) rather than the SDK's standard-library
+JSON goes through orjson (`jobttl.core.domain.wire.jsoncodec`) rather than the SDK's standard-library
 format: it is faster on 10 KB objects and refuses nesting deeper than 1024 levels with a
 ValueError instead of a RecursionError.
 """
@@ -36,8 +36,8 @@ from cloudevents.core.exceptions import BaseCloudEventException, CloudEventValid
 from cloudevents.core.formats.json import JSONFormat
 from cloudevents.core.v1.event import CloudEvent
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.identity import InvalidIdentity, check_name, check_namespace, check_uid
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.wire.identity import InvalidIdentity, check_name, check_namespace, check_uid
 
 TYPE_PREFIX = "dev.knative.apiserver."
 MODES = {"resource": "resource", "ref": "reference"}

@@ -19,11 +19,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from jobttl.core.domain import jsoncodec
-from jobttl.core.domain.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
-from jobttl.core.domain.identity import JobRef
-from jobttl.core.domain.kinds import JobKind
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.decisions.decision import KEEP_UNTIL_ANNOTATION, Decision, Verdict, keep_until
+from jobttl.core.domain.wire.identity import JobRef
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.rules.policy import Policy
 
 # Verdicts of finished jobs that count in (and can be removed from) a group: not kept, not
 # excluded, not left to Kubernetes' own TTL controller, and with a valid TTL or none at all.

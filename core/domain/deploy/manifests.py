@@ -2,7 +2,7 @@
 
 The same declarations the sink and the worker read (`Policy.kinds`, built in and declared) give
 what the cluster must grant and send for them: each component's ClusterRole rules on the job
-kinds (the verbs of `jobttl.core.domain.permissions.PERMISSIONS`), the ApiServerSource's `resources` and the
+kinds (the verbs of `jobttl.core.domain.deploy.permissions.PERMISSIONS`), the ApiServerSource's `resources` and the
 Trigger's kind filter. `missing` checks rendered manifests (``kubectl kustomize knative/``, ``helm
 template``) against them, so a declared kind without its RBAC or its source is caught before a user
 finds it. It finds each part by what it is, never by its name (a Helm release names them
@@ -23,9 +23,9 @@ from functools import cache
 from posixpath import normpath
 from typing import Any
 
-from jobttl.core.domain.kinds import JobKind
-from jobttl.core.domain.permissions import CONFIGMAPS, CRDS, CRD_GROUP, JOBS, VERSION, crd_names, permissions
-from jobttl.core.domain.policy import Policy
+from jobttl.core.domain.kinds.model import JobKind
+from jobttl.core.domain.deploy.permissions import CONFIGMAPS, CRDS, CRD_GROUP, JOBS, VERSION, crd_names, permissions
+from jobttl.core.domain.rules.policy import Policy
 
 RBAC = "rbac.authorization.k8s.io/v1"
 SOURCE_VERBS = ("get", "list", "watch")  # what an ApiServerSource adapter does with each resource

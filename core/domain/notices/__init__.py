@@ -1,0 +1,2 @@
+"""Notifications: channels and routing (`notify`), digests (`digest`).
+"""
