@@ -43,26 +43,77 @@ from pathlib import Path
 from bench import harness
 
 RESULTS = Path(__file__).resolve().parent / "results"
-ROWS = ("sink", "worker", "memory", "resync", "scheduler", "lateness", "cel", "watcher", "booking", "namespaces", "steady")
-FULL = {"sink_seconds": 10, "worker_n": 1000, "memory_n": 20_000, "resync_n": 50_000, "scheduler_n": 100_000,
-        "lateness_n": 1000, "lateness_spread": 10, "rounds": 3,
-        "watcher_sizes": (10_000, 50_000, 100_000), "booking_n": 100_000, "namespaces_n": 20_000,
-        "steady_seconds": 20}
-QUICK = {"sink_seconds": 1, "worker_n": 100, "memory_n": 1000, "resync_n": 1000, "scheduler_n": 2000,
-         "lateness_n": 100, "lateness_spread": 3, "rounds": 1, "watcher_sizes": (200, 1000), "booking_n": 1000,
-         "namespaces_n": 1000, "steady_seconds": 3}
+ROWS = (
+    "sink",
+    "worker",
+    "memory",
+    "resync",
+    "scheduler",
+    "lateness",
+    "cel",
+    "watcher",
+    "booking",
+    "namespaces",
+    "steady",
+)
+FULL = {
+    "sink_seconds": 10,
+    "worker_n": 1000,
+    "memory_n": 20_000,
+    "resync_n": 50_000,
+    "scheduler_n": 100_000,
+    "lateness_n": 1000,
+    "lateness_spread": 10,
+    "rounds": 3,
+    "watcher_sizes": (10_000, 50_000, 100_000),
+    "booking_n": 100_000,
+    "namespaces_n": 20_000,
+    "steady_seconds": 20,
+}
+QUICK = {
+    "sink_seconds": 1,
+    "worker_n": 100,
+    "memory_n": 1000,
+    "resync_n": 1000,
+    "scheduler_n": 2000,
+    "lateness_n": 100,
+    "lateness_spread": 3,
+    "rounds": 1,
+    "watcher_sizes": (200, 1000),
+    "booking_n": 1000,
+    "namespaces_n": 1000,
+    "steady_seconds": 3,
+}
 
 
 def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                  if line.startswith("model name")), platform.processor())
-    memory = next((int(line.split()[1]) // 1024 for line in Path("/proc/meminfo").read_text().splitlines()
-                   if line.startswith("MemTotal")), None)
+    model = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    memory = next(
+        (
+            int(line.split()[1]) // 1024
+            for line in Path("/proc/meminfo").read_text().splitlines()
+            if line.startswith("MemTotal")
+        ),
+        None,
+    )
     redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout.split()
     wrk = shutil.which("wrk")
-    return {"cores": os.cpu_count(), "cpu": model, "memory_mb": memory, "python": platform.python_version(),
-            "os": platform.platform(), "redis": next((w[2:] for w in redis if w.startswith("v=")), "?"),
-            "wrk": bool(wrk)}
+    return {
+        "cores": os.cpu_count(),
+        "cpu": model,
+        "memory_mb": memory,
+        "python": platform.python_version(),
+        "os": platform.platform(),
+        "redis": next((w[2:] for w in redis if w.startswith("v=")), "?"),
+        "wrk": bool(wrk),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -73,8 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="also sample jobttl's processes with py-spy")
     parser.add_argument("--no-breakdown", action="store_true", help="skip the round-trip-by-call-site runs")
     parser.add_argument("--out", default=str(RESULTS / "latest.json"), help="where the JSON goes")
-    parser.add_argument("--watcher-sizes", help="row 10's object counts, growing, e.g. 10000,50000 "
-                                                "(default 10000,50000,100000)")
+    parser.add_argument(
+        "--watcher-sizes", help="row 10's object counts, growing, e.g. 10000,50000 (default 10000,50000,100000)"
+    )
     parser.add_argument("--booking-n", type=int, help="row 11's finished jobs (default 100000)")
     parser.add_argument("--namespaces-n", type=int, help="row 12's pending deletions (default 20000)")
     args = parser.parse_args(argv)
@@ -141,17 +193,32 @@ def main(argv: list[str] | None = None) -> int:
     loads = ", ".join(f"{r.key} {r.facts['load_average'][0]}–{r.facts['load_average'][1]}" for r in results)
     command = "make bench" if not argv and len(sys.argv) == 1 else "python -m bench " + " ".join(argv or sys.argv[1:])
     info = machine()
-    header = (f"{info['cores']} cores ({info['cpu']}), {info['memory_mb']:,} MB, Python {info['python']}, "
-              f"redis-server {info['redis']}; {rounds} round(s), medians; `{command}`, "
-              f"{time.strftime('%Y-%m-%d', time.gmtime(started))}, {round(time.time() - started)} s; "
-              f"1-minute load average before–after each row (other work on the machine): {loads}")
+    header = (
+        f"{info['cores']} cores ({info['cpu']}), {info['memory_mb']:,} MB, Python {info['python']}, "
+        f"redis-server {info['redis']}; {rounds} round(s), medians; `{command}`, "
+        f"{time.strftime('%Y-%m-%d', time.gmtime(started))}, {round(time.time() - started)} s; "
+        f"1-minute load average before–after each row (other work on the machine): {loads}"
+    )
     print(f"\n{header}\n\n{text}\n")
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": info, "command": command, "sizes": sizes, "started": started,
-                               "seconds": round(time.time() - started), "table": text,
-                               "rows": [r.as_dict() for r in results], "round_trips_by_call_site": breakdown},
-                              indent=1, default=str) + "\n")
+    out.write_text(
+        json.dumps(
+            {
+                "machine": info,
+                "command": command,
+                "sizes": sizes,
+                "started": started,
+                "seconds": round(time.time() - started),
+                "table": text,
+                "rows": [r.as_dict() for r in results],
+                "round_trips_by_call_site": breakdown,
+            },
+            indent=1,
+            default=str,
+        )
+        + "\n"
+    )
     out.with_suffix(".md").write_text(f"{header}\n\n{text}\n")
     print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0

@@ -53,4 +53,8 @@ def raw() -> int:
 
 
 if __name__ == "__main__":
-    print(json.dumps({"seen" if sys.argv[1] == "client" else "pages": with_client() if sys.argv[1] == "client" else raw()}))
+    print(
+        json.dumps(
+            {"seen" if sys.argv[1] == "client" else "pages": with_client() if sys.argv[1] == "client" else raw()}
+        )
+    )

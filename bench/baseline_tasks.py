@@ -36,7 +36,9 @@ def delete_job(namespace: str, name: str, uid: str) -> str:
     conditions = (obj.get("status") or {}).get("conditions") or []
     if not any(c.get("type") in ("Succeeded", "Failed") and c.get("status") == "True" for c in conditions):
         return "not-finished"
-    body = {"propagationPolicy": "Background",
-            "preconditions": {"uid": uid, "resourceVersion": obj["metadata"]["resourceVersion"]}}
+    body = {
+        "propagationPolicy": "Background",
+        "preconditions": {"uid": uid, "resourceVersion": obj["metadata"]["resourceVersion"]},
+    }
     api().delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, name, body=body)
     return "deleted"

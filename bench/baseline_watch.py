@@ -47,8 +47,15 @@ def main() -> None:
             seen, rv = list_all(api)
             print(json.dumps({"listed": seen, "resourceVersion": rv}), flush=True)
         try:
-            for event in watch.Watch().stream(api.list_cluster_custom_object, GROUP, VERSION, PLURAL,
-                                              resource_version=rv, allow_watch_bookmarks=True, timeout_seconds=300):
+            for event in watch.Watch().stream(
+                api.list_cluster_custom_object,
+                GROUP,
+                VERSION,
+                PLURAL,
+                resource_version=rv,
+                allow_watch_bookmarks=True,
+                timeout_seconds=300,
+            ):
                 rv = event["object"]["metadata"]["resourceVersion"]
         except ApiException as exc:
             if exc.status == 410:

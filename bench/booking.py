@@ -54,8 +54,12 @@ def _template(at: float) -> tuple[dict[str, str], str]:
 
 
 def _fill(text: str, namespace: str, name: str, uid: str, rv: str) -> str:
-    return (text.replace(_NAME, name).replace(_NAMESPACE, namespace).replace(_UID, uid)
-            .replace('"resourceVersion":"48151623"', f'"resourceVersion":"{rv}"'))
+    return (
+        text.replace(_NAME, name)
+        .replace(_NAMESPACE, namespace)
+        .replace(_UID, uid)
+        .replace('"resourceVersion":"48151623"', f'"resourceVersion":"{rv}"')
+    )
 
 
 def send_events(port: int, refs: list[list[str]], at: float) -> tuple[float, int]:
@@ -93,14 +97,21 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
     emulator = Emulator(str(workdir))
     redis = {"jobttl": RedisSide().start(), "baseline": RedisSide().start()}
     sink_port = free_port()
-    env = {"JOBTTL_REDIS_URL": redis["jobttl"].url, "JOBTTL_QUEUE": QUEUE, "KUBECONFIG": emulator.kubeconfig,
-           "JOBTTL_RESYNC_MAX_DELETIONS": str(n), "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
+    env = {
+        "JOBTTL_REDIS_URL": redis["jobttl"].url,
+        "JOBTTL_QUEUE": QUEUE,
+        "KUBECONFIG": emulator.kubeconfig,
+        "JOBTTL_RESYNC_MAX_DELETIONS": str(n),
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+    }
     sink = None
     try:
         at = time.time() - 600
         started = time.perf_counter()
-        seeded = emulator.seed(n, "done", "succeeded", at, TTL, namespaces=NAMESPACES, namespace="team",
-                               return_refs=True)
+        seeded = emulator.seed(
+            n, "done", "succeeded", at, TTL, namespaces=NAMESPACES, namespace="team", return_refs=True
+        )
         result.facts["seed_seconds"] = round(time.perf_counter() - started, 1)
         refs = seeded["refs"]
         # The resourceVersions the emulator gave them: read back once (a LIST), so events carry them.
@@ -114,8 +125,11 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             # Started on the empty Redis, as in a new install: it writes the layout's version and
             # loads its scripts before the measurement starts (a Redis emptied under a running
             # sink would have the resync upgrade it, which is not what this row measures).
-            sink = spawn(python("-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(sink_port)), env,
-                         workdir / "booking-sink.log")
+            sink = spawn(
+                python("-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(sink_port)),
+                env,
+                workdir / "booking-sink.log",
+            )
             wait_for(lambda: _answers(sink_port), timeout=60, what="the jobttl sink")
             client = side.client
             client.execute_command("MEMORY", "PURGE")
@@ -132,12 +146,15 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             per = (after - before - audit) / n
             result.side("jobttl sink: booking", "events/s").add(n / seconds)
             result.side("jobttl: Redis per pending deletion", "B/pending", False).add(per)
-            result.side("jobttl: Redis per pending deletion, outbox drained", "B/pending", False).add(
-                per - outbox / n)
+            result.side("jobttl: Redis per pending deletion, outbox drained", "B/pending", False).add(per - outbox / n)
             result.facts["jobttl: bytes per pending deletion by key"] = {g: round(s / n) for g, s in sizes.items()}
             result.facts["jobttl: keys per pending deletion"] = {g: round(c / n, 3) for g, c in counts.items()}
-            usage = run_measured(python("-m", "jobttl", "resync", "--json"), env, workdir / "booking-resync.log",
-                                 stdout=workdir / "booking-resync.out")
+            usage = run_measured(
+                python("-m", "jobttl", "resync", "--json"),
+                env,
+                workdir / "booking-resync.log",
+                stdout=workdir / "booking-resync.out",
+            )
             assert usage.returncode == 0, f"the resync exited {usage.returncode}: see {workdir / 'booking-resync.log'}"
             report = json.loads(Path(workdir / "booking-resync.out").read_text())
             if report.get("unchanged") != n:
@@ -165,8 +182,13 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             result.side("bare paged LIST, wall", "s", False).add(usage.wall)
             result.side("bare paged LIST, peak RSS", "MB", False).add(usage.maxrss_mb)
 
-        interleave(rounds, [(f"jobttl: {n:,} events to the sink, then a resync", jobttl),
-                            (f"plain RQ: {n:,} enqueue_at, then the bare LIST", baseline)])
+        interleave(
+            rounds,
+            [
+                (f"jobttl: {n:,} events to the sink, then a resync", jobttl),
+                (f"plain RQ: {n:,} enqueue_at, then the bare LIST", baseline),
+            ],
+        )
     finally:
         if sink is not None:
             stop(sink)
@@ -176,15 +198,27 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
     title = f"11. {n:,} finished jobs in {NAMESPACES:,} namespaces booked from events"
     result.lines += [
         Line(f"{title}: booking rate", "jobttl sink: booking", "plain RQ enqueue_at: booking"),
-        Line(f"{title}: Redis memory per pending deletion", "jobttl: Redis per pending deletion",
-             "plain RQ enqueue_at: Redis per pending deletion", TARGET),
-        Line(f"{title}: Redis memory per pending deletion, outbox drained",
-             "jobttl: Redis per pending deletion, outbox drained", "plain RQ enqueue_at: Redis per pending deletion",
-             TARGET),
-        Line(f"{title}: the resync over them (nothing to change), wall", "jobttl resync over them, wall",
-             "bare paged LIST, wall", "<= 1.3"),
-        Line(f"{title}: the resync over them, peak RSS", "jobttl resync over them, peak RSS",
-             "bare paged LIST, peak RSS"),
+        Line(
+            f"{title}: Redis memory per pending deletion",
+            "jobttl: Redis per pending deletion",
+            "plain RQ enqueue_at: Redis per pending deletion",
+            TARGET,
+        ),
+        Line(
+            f"{title}: Redis memory per pending deletion, outbox drained",
+            "jobttl: Redis per pending deletion, outbox drained",
+            "plain RQ enqueue_at: Redis per pending deletion",
+            TARGET,
+        ),
+        Line(
+            f"{title}: the resync over them (nothing to change), wall",
+            "jobttl resync over them, wall",
+            "bare paged LIST, wall",
+            "<= 1.3",
+        ),
+        Line(
+            f"{title}: the resync over them, peak RSS", "jobttl resync over them, peak RSS", "bare paged LIST, peak RSS"
+        ),
     ]
     return result
 

@@ -24,15 +24,22 @@ from bench import baseline_tasks
 def raw_loop(refs: list[list[str]]) -> None:
     config = yaml.safe_load(open(os.environ["KUBECONFIG"]))
     server = urlparse(config["clusters"][0]["cluster"]["server"])
-    headers = {"Authorization": f"Bearer {config['users'][0]['user']['token']}", "Accept": "application/json",
-               "Content-Type": "application/json"}
+    headers = {
+        "Authorization": f"Bearer {config['users'][0]['user']['token']}",
+        "Accept": "application/json",
+        "Content-Type": "application/json",
+    }
     connection = http.client.HTTPConnection(server.hostname, server.port)
     for namespace, name, uid in refs:
         path = f"/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{name}"
         connection.request("GET", path, headers=headers)
         obj = json.loads(connection.getresponse().read())
-        body = json.dumps({"propagationPolicy": "Background", "preconditions": {
-            "uid": uid, "resourceVersion": obj["metadata"]["resourceVersion"]}})
+        body = json.dumps(
+            {
+                "propagationPolicy": "Background",
+                "preconditions": {"uid": uid, "resourceVersion": obj["metadata"]["resourceVersion"]},
+            }
+        )
         connection.request("DELETE", path, body=body, headers=headers)
         connection.getresponse().read()
 

@@ -48,10 +48,16 @@ def rayjob(rules: int, seed: str, size: int = OBJECT_BYTES) -> dict[str, Any]:
     repeated (with long environments) until the object is that large, and `rules` deletion rules
     whose TTLs depend on `seed` (so that no cache has seen them)."""
     import yaml
+
     sample = yaml.safe_load((REFERENCE / "rayjob" / "ray-job.deletion-rules.yaml").read_text())
     obj = copy.deepcopy(sample)
-    obj["metadata"].update(name=f"ray-{seed}", namespace="bench", uid=str(uuid.uuid4()),
-                           creationTimestamp="2026-01-01T00:00:00Z", resourceVersion="1")
+    obj["metadata"].update(
+        name=f"ray-{seed}",
+        namespace="bench",
+        uid=str(uuid.uuid4()),
+        creationTimestamp="2026-01-01T00:00:00Z",
+        resourceVersion="1",
+    )
     group = obj["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]
     container = group["template"]["spec"]["containers"][0]
     container["env"] = [{"name": f"SETTING_{i}", "value": "x" * 200} for i in range(20)]
@@ -66,19 +72,30 @@ def rayjob(rules: int, seed: str, size: int = OBJECT_BYTES) -> dict[str, Any]:
     policies = ["DeleteWorkers", "DeleteCluster", "DeleteNone", "DeleteSelf"]
     base = sum(map(ord, seed)) % 1000
     # The 12 rules KubeRay accepts last, after any more: the expression reads every rule to find the match.
-    padding = [{"policy": "DeleteWorkers", "condition": {"jobStatus": "FAILED", "ttlSeconds": base + i}}
-               for i in range(max(0, rules - 12))]
-    obj["spec"]["deletionStrategy"] = {"deletionRules": padding + [
-        {"policy": policies[(i // 2) % 4], "condition": {"jobStatus": statuses[i % 2], "ttlSeconds": base + i}}
-        for i in range(min(rules, 12))]}
-    obj["status"] = {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
-                     "endTime": "2026-01-01T01:00:00Z", "rayClusterName": f"ray-{seed}-cluster"}
+    padding = [
+        {"policy": "DeleteWorkers", "condition": {"jobStatus": "FAILED", "ttlSeconds": base + i}}
+        for i in range(max(0, rules - 12))
+    ]
+    obj["spec"]["deletionStrategy"] = {
+        "deletionRules": padding
+        + [
+            {"policy": policies[(i // 2) % 4], "condition": {"jobStatus": statuses[i % 2], "ttlSeconds": base + i}}
+            for i in range(min(rules, 12))
+        ]
+    }
+    obj["status"] = {
+        "jobDeploymentStatus": "Complete",
+        "jobStatus": "SUCCEEDED",
+        "endTime": "2026-01-01T01:00:00Z",
+        "rayClusterName": f"ray-{seed}-cluster",
+    }
     return obj
 
 
 def _plain_rayjob_ttl(obj: dict[str, Any]) -> int | None:
     """The built-in expression's rule, in Python, over the same paths: the baseline."""
     from jobttl.core.domain.kinds.model import get_path
+
     if get_path(obj, ("spec", "clusterSelector")):
         return None
     status = get_path(obj, ("status", "jobStatus"))
@@ -87,8 +104,11 @@ def _plain_rayjob_ttl(obj: dict[str, Any]) -> int | None:
     if rules is not None:
         for rule in rules:
             condition = rule.get("condition") or {}
-            matches = (condition.get("jobStatus") == status if "jobStatus" in condition
-                       else condition.get("jobDeploymentStatus") == deployment)
+            matches = (
+                condition.get("jobStatus") == status
+                if "jobStatus" in condition
+                else condition.get("jobDeploymentStatus") == deployment
+            )
             if rule.get("policy") == "DeleteSelf" and matches:
                 return condition.get("ttlSeconds", 0)
         return None
@@ -108,6 +128,7 @@ def measure_decide(rules: int, rounds: int) -> list[float]:
     """CPU milliseconds of decide() on fresh 1.7 MB RayJobs (a new kind each, so no cache)."""
     from jobttl.core.domain.decisions.decision import decide
     from jobttl.core.domain.kinds.declarations import builtin_kinds
+
     out = []
     warm = builtin_kinds()["ray.io/v1/RayJob"]
     decide(rayjob(2, "warm", size=1000), warm)  # the parser built, as in a running sink
@@ -127,19 +148,27 @@ def measure_plain(rules: int, rounds: int) -> list[float]:
 
 # --- the sink ----------------------------------------------------------------------------------------
 
+
 def _event(obj: dict[str, Any], plural: str) -> tuple[dict[str, str], bytes]:
     """The binary-mode CloudEvent an ApiServerSource sends for `obj` (bench.objects's, for any kind)."""
     from bench.objects import resource_event
+
     meta = obj["metadata"]
-    message = resource_event("update", obj, "https://10.96.0.1:443",
-                             f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}/{plural}/{meta['name']}")
+    message = resource_event(
+        "update",
+        obj,
+        "https://10.96.0.1:443",
+        f"/apis/{obj['apiVersion']}/namespaces/{meta['namespace']}/{plural}/{meta['name']}",
+    )
     return dict(message.headers), message.body
 
 
 def _tfjob() -> dict[str, Any]:
     from bench.objects import realistic_tfjobs
-    [obj] = realistic_tfjobs([("bench", f"tf-{uuid.uuid4().hex[:8]}", str(uuid.uuid4()))], state="succeeded",
-                             at=time.time())
+
+    [obj] = realistic_tfjobs(
+        [("bench", f"tf-{uuid.uuid4().hex[:8]}", str(uuid.uuid4()))], state="succeeded", at=time.time()
+    )
     return obj
 
 
@@ -148,12 +177,20 @@ class Sink:
         self.port = _free_port()
         policy = workdir / "cel-policy.yaml"
         policy.write_text("ttl: 1h\nkinds: [TFJob, RayJob]\n")
-        env = {**os.environ, "JOBTTL_REDIS_URL": redis_url, "JOBTTL_POLICY": str(policy),
-               "JOBTTL_QUEUE": f"cel-{uuid.uuid4().hex[:6]}", "JOBTTL_FIRST_RUN_REVIEW": "off"}
+        env = {
+            **os.environ,
+            "JOBTTL_REDIS_URL": redis_url,
+            "JOBTTL_POLICY": str(policy),
+            "JOBTTL_QUEUE": f"cel-{uuid.uuid4().hex[:6]}",
+            "JOBTTL_FIRST_RUN_REVIEW": "off",
+        }
         self.url = f"http://127.0.0.1:{self.port}"
         # -P: jobttl from `python`'s installation, not from the checkout's jobttl/ (the working directory).
-        self.process = spawn([python, "-P", "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.port),
-                              "--threads", "8"], env, workdir / f"cel-sink-{self.port}.log")
+        self.process = spawn(
+            [python, "-P", "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.port), "--threads", "8"],
+            env,
+            workdir / f"cel-sink-{self.port}.log",
+        )
         deadline = time.time() + 60
         while time.time() < deadline:
             try:
@@ -173,6 +210,7 @@ class Sink:
 
 def _free_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -194,6 +232,7 @@ def sink_under_costly_events(sink: Sink, costly: int, rules: int) -> dict[str, f
             requests.get(f"{sink.url}/healthz", timeout=600)
             health.append(time.perf_counter() - started)
             time.sleep(0.2)
+
     poller = threading.Thread(target=poll)
     poller.start()
     ordinary = sink.post(_tfjob(), "tfjobs")
@@ -205,37 +244,69 @@ def sink_under_costly_events(sink: Sink, costly: int, rules: int) -> dict[str, f
 
 
 def run(workdir: Path, rounds: int, python: str = sys.executable) -> RowResult:
-    result = RowResult("cel", "CEL: the built-in RayJob expression on 1.7 MB RayJobs, and the sink while "
-                              "costly ones arrive")
+    result = RowResult(
+        "cel", "CEL: the built-in RayJob expression on 1.7 MB RayJobs, and the sink while costly ones arrive"
+    )
     print("  decide(): 12 rules, 20,000 rules; the plain-Python rule", flush=True)
     for rules, name in ((12, "decide 1.7 MB RayJob, 12 rules"), (20_000, "decide 1.7 MB RayJob, 20,000 rules")):
         for value in _decide_in(python, rules, rounds):
             result.side(name, "ms CPU", higher_is_better=False).add(value)
     for value in measure_plain(12, rounds):
         result.side("plain Python, same paths and rule", "ms CPU", higher_is_better=False).add(value)
-    result.lines += [Line("9", "decide 1.7 MB RayJob, 12 rules", "plain Python, same paths and rule",
-                          "<= 50", "absolute target: ms of CPU, first time its inputs are seen", absolute=True),
-                     Line("9", "decide 1.7 MB RayJob, 20,000 rules", "plain Python, same paths and rule",
-                          "<= 50", "over maxItems: kept as the policy's error, not evaluated", absolute=True)]
+    result.lines += [
+        Line(
+            "9",
+            "decide 1.7 MB RayJob, 12 rules",
+            "plain Python, same paths and rule",
+            "<= 50",
+            "absolute target: ms of CPU, first time its inputs are seen",
+            absolute=True,
+        ),
+        Line(
+            "9",
+            "decide 1.7 MB RayJob, 20,000 rules",
+            "plain Python, same paths and rule",
+            "<= 50",
+            "over maxItems: kept as the policy's error, not evaluated",
+            absolute=True,
+        ),
+    ]
     with RedisSide() as redis:
         sink = Sink(python, workdir, redis.url)
         try:
+
             def loaded() -> None:
                 figures = sink_under_costly_events(sink, 6, COSTLY_RULES)
-                result.side(f"ordinary event, 6 RayJobs of {COSTLY_RULES:,} rules in flight", "s",
-                            higher_is_better=False).add(figures["ordinary_s"])
+                result.side(
+                    f"ordinary event, 6 RayJobs of {COSTLY_RULES:,} rules in flight", "s", higher_is_better=False
+                ).add(figures["ordinary_s"])
                 result.side("slowest /healthz meanwhile", "s", higher_is_better=False).add(figures["healthz_max_s"])
 
             def alone() -> None:
                 figures = sink_under_costly_events(sink, 0, COSTLY_RULES)
                 result.side("ordinary event alone", "s", higher_is_better=False).add(figures["ordinary_s"])
+
             interleave(rounds, [("costly events in flight", loaded), ("alone", alone)])
         finally:
             stop(sink.process)
-    result.lines += [Line("9", f"ordinary event, 6 RayJobs of {COSTLY_RULES:,} rules in flight", "ordinary event alone",
-                          "<= 1.0", "absolute target: s", absolute=True),
-                     Line("9", "slowest /healthz meanwhile", "ordinary event alone", "<= 3",
-                          "absolute target: s (the chart's liveness timeout)", absolute=True)]
+    result.lines += [
+        Line(
+            "9",
+            f"ordinary event, 6 RayJobs of {COSTLY_RULES:,} rules in flight",
+            "ordinary event alone",
+            "<= 1.0",
+            "absolute target: s",
+            absolute=True,
+        ),
+        Line(
+            "9",
+            "slowest /healthz meanwhile",
+            "ordinary event alone",
+            "<= 3",
+            "absolute target: s (the chart's liveness timeout)",
+            absolute=True,
+        ),
+    ]
     return result
 
 
@@ -249,8 +320,15 @@ def _decide_in(python: str, rules: int, rounds: int) -> list[float]:
         # bench/ and tests/ from this checkout, jobttl from `python`'s installation (-P: not the checkout's).
         for name in ("bench", "tests"):
             (Path(path) / name).symlink_to(root / name)
-        out = subprocess.run([python, "-P", "-c", code], capture_output=True, text=True, timeout=7200, cwd=path,
-                             env={**os.environ, "PYTHONPATH": path}, check=True)
+        out = subprocess.run(
+            [python, "-P", "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=7200,
+            cwd=path,
+            env={**os.environ, "PYTHONPATH": path},
+            check=True,
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -260,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--python", default=sys.executable, help="the Python of the jobttl installation to measure")
     args = parser.parse_args(argv)
     from bench.harness import table
+
     result = run(Path(tempfile.mkdtemp(prefix="jobttl-bench-cel-")), args.rounds, args.python)
     print(table([result]))
     return 0

@@ -38,7 +38,7 @@ def _site() -> str:
         elif path == __file__:  # a request made while sending one: the connection's handshake
             return "(connecting: HELLO, CLIENT SETINFO)"
         elif path.startswith(_ROOT) and "/site-packages/" not in path:
-            own = f"{path[len(_ROOT):]}:{frame.f_code.co_name}"
+            own = f"{path[len(_ROOT) :]}:{frame.f_code.co_name}"
             return f"{own} via {rq_site}" if rq_site else own
         frame = frame.f_back
     return rq_site or "elsewhere"

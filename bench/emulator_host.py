@@ -96,8 +96,19 @@ class Emulator:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.kubeconfig = f"{workdir}/kubeconfig-{self.port}"
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.emulator_host", "--port", str(self.port),
-                                         "--kubeconfig", self.kubeconfig, "--gc-delay", str(gc_delay)])
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "bench.emulator_host",
+                "--port",
+                str(self.port),
+                "--kubeconfig",
+                self.kubeconfig,
+                "--gc-delay",
+                str(gc_delay),
+            ]
+        )
         self.http = requests.Session()
         wait_for(lambda: self.http.get(f"{self.url}/healthz", timeout=1).ok, timeout=30, what="the emulator")
         wait_for(lambda: os.path.exists(self.kubeconfig), what="the emulator's kubeconfig")
@@ -117,11 +128,31 @@ class Emulator:
     def clear_requests(self) -> None:
         self.http.delete(f"{self.url}/_emulator/requests").raise_for_status()
 
-    def seed(self, count: int, prefix: str, state: str, at: float, ttl: int | None, namespaces: int = 1,
-             namespace: str = "bench", return_refs: bool = False) -> dict:
-        answer = self.http.post(f"{self.url}/_bench/seed", json=dict(
-            count=count, prefix=prefix, state=state, at=at, ttl=ttl, namespaces=namespaces, namespace=namespace,
-            return_refs=return_refs), timeout=3600)
+    def seed(
+        self,
+        count: int,
+        prefix: str,
+        state: str,
+        at: float,
+        ttl: int | None,
+        namespaces: int = 1,
+        namespace: str = "bench",
+        return_refs: bool = False,
+    ) -> dict:
+        answer = self.http.post(
+            f"{self.url}/_bench/seed",
+            json=dict(
+                count=count,
+                prefix=prefix,
+                state=state,
+                at=at,
+                ttl=ttl,
+                namespaces=namespaces,
+                namespace=namespace,
+                return_refs=return_refs,
+            ),
+            timeout=3600,
+        )
         answer.raise_for_status()
         return answer.json()
 

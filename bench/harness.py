@@ -23,11 +23,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # --- processes ---------------------------------------------------------------------------------
 
+
 def spawn(argv: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen:
     """A child in its own session (so it and its children stop together), output to `log`."""
     out = open(log, "ab") if log else subprocess.DEVNULL
-    return subprocess.Popen(argv, env={**os.environ, **(env or {})}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    return subprocess.Popen(
+        argv, env={**os.environ, **(env or {})}, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+    )
 
 
 def python(*args: str) -> list[str]:
@@ -47,8 +49,9 @@ class Usage:
     returncode: int
 
 
-def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float = 3600,
-                 stdout: Path | None = None) -> Usage:
+def run_measured(
+    argv: list[str], env: dict[str, str], log: Path, timeout: float = 3600, stdout: Path | None = None
+) -> Usage:
     """Run a process to its end; its own wall time, CPU time and peak RSS (os.wait4)."""
     with open(log, "ab") as err, open(stdout or log, "ab") as out:
         started = time.perf_counter()
@@ -69,6 +72,7 @@ def run_measured(argv: list[str], env: dict[str, str], log: Path, timeout: float
 
 
 # --- results -------------------------------------------------------------------------------------
+
 
 @dataclass
 class Side:
@@ -96,10 +100,16 @@ class Side:
         return statistics.median(values) if values else None
 
     def as_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "unit": self.unit, "higher_is_better": self.higher_is_better,
-                "values": self.values, "median": self.median,
-                "min": min(self.values) if self.values else None, "max": max(self.values) if self.values else None,
-                "extras": {k: {"values": v, "median": statistics.median(v)} for k, v in self.extras.items()}}
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "higher_is_better": self.higher_is_better,
+            "values": self.values,
+            "median": self.median,
+            "min": min(self.values) if self.values else None,
+            "max": max(self.values) if self.values else None,
+            "extras": {k: {"values": v, "median": statistics.median(v)} for k, v in self.extras.items()},
+        }
 
 
 @dataclass(frozen=True)
@@ -141,11 +151,25 @@ class RowResult:
         lines = []
         for line in self.lines:
             if line.jobttl in self.sides and line.baseline in self.sides:
-                lines.append({"row": line.row, "jobttl": line.jobttl, "baseline": line.baseline,
-                              "ratio": line.ratio(self.sides), "target": line.target, "met": line.met(self.sides),
-                              "note": line.note, "absolute": line.absolute})
-        return {"key": self.key, "title": self.title, "sides": {k: s.as_dict() for k, s in self.sides.items()},
-                "lines": lines, "facts": self.facts}
+                lines.append(
+                    {
+                        "row": line.row,
+                        "jobttl": line.jobttl,
+                        "baseline": line.baseline,
+                        "ratio": line.ratio(self.sides),
+                        "target": line.target,
+                        "met": line.met(self.sides),
+                        "note": line.note,
+                        "absolute": line.absolute,
+                    }
+                )
+        return {
+            "key": self.key,
+            "title": self.title,
+            "sides": {k: s.as_dict() for k, s in self.sides.items()},
+            "lines": lines,
+            "facts": self.facts,
+        }
 
 
 def interleave(rounds: int, steps: list[tuple[str, Any]]) -> None:
@@ -157,6 +181,7 @@ def interleave(rounds: int, steps: list[tuple[str, Any]]) -> None:
 
 
 # --- the table -----------------------------------------------------------------------------------
+
 
 def _num(value: float | None, digits: int = 0) -> str:
     if value is None or value != value:
@@ -178,8 +203,11 @@ def _rt(side: Side) -> str:
     if rt is None:
         return f"– ({commands:.{0 if commands >= 10 else 1}f} cmds)" if commands is not None else "–"
     digits = 1 if rt >= 1 else 2 if rt >= 0.1 else 3
-    return f"{rt:.{digits}f} ({commands:.{0 if commands >= 10 else 1}f} cmds)" if commands is not None \
+    return (
+        f"{rt:.{digits}f} ({commands:.{0 if commands >= 10 else 1}f} cmds)"
+        if commands is not None
         else f"{rt:.{digits}f}"
+    )
 
 
 def _target(line: Line, side: Side) -> str:
@@ -190,8 +218,10 @@ def _target(line: Line, side: Side) -> str:
 
 
 def table(results: list[RowResult]) -> str:
-    head = ("| row | jobttl | baseline | ratio | target | jobttl min/med/max | baseline min/med/max "
-            "| Redis round trips per op: jobttl / baseline |")
+    head = (
+        "| row | jobttl | baseline | ratio | target | jobttl min/med/max | baseline min/med/max "
+        "| Redis round trips per op: jobttl / baseline |"
+    )
     rows = [head, "|" + "---|" * 8]
     for result in results:
         for line in result.lines:
@@ -201,10 +231,12 @@ def table(results: list[RowResult]) -> str:
             met = line.met(result.sides)
             verdict = "" if met is None else (" ✓" if met else " ✗")
             digits = 0 if j.median >= 100 else 2
-            rows.append(f"| {line.row} | {line.jobttl}: {_num(j.median, digits)} {j.unit} "
-                        f"| {line.baseline}: {_num(b.median, 0 if b.median >= 100 else 2)} {b.unit} "
-                        f"| {line.ratio(result.sides):.2f}× | {_target(line, j)}"
-                        f"{verdict} | {_spread(j)} | {_spread(b)} | {_rt(j)} / {_rt(b)} |")
+            rows.append(
+                f"| {line.row} | {line.jobttl}: {_num(j.median, digits)} {j.unit} "
+                f"| {line.baseline}: {_num(b.median, 0 if b.median >= 100 else 2)} {b.unit} "
+                f"| {line.ratio(result.sides):.2f}× | {_target(line, j)}"
+                f"{verdict} | {_spread(j)} | {_spread(b)} | {_rt(j)} / {_rt(b)} |"
+            )
     return "\n".join(rows)
 
 
@@ -212,9 +244,22 @@ def from_dict(data: dict[str, Any]) -> RowResult:
     """A row again, from the JSON the benchmark wrote (`python -m bench.report` re-renders it)."""
     result = RowResult(data["key"], data["title"], facts=data.get("facts", {}))
     for name, side in data["sides"].items():
-        result.sides[name] = Side(name, side["unit"], side.get("higher_is_better", True), list(side["values"]),
-                                  {k: list(v["values"]) for k, v in side.get("extras", {}).items()})
+        result.sides[name] = Side(
+            name,
+            side["unit"],
+            side.get("higher_is_better", True),
+            list(side["values"]),
+            {k: list(v["values"]) for k, v in side.get("extras", {}).items()},
+        )
     for line in data["lines"]:
-        result.lines.append(Line(line["row"], line["jobttl"], line["baseline"], line.get("target", ""),
-                                 line.get("note", ""), line.get("absolute", False)))
+        result.lines.append(
+            Line(
+                line["row"],
+                line["jobttl"],
+                line["baseline"],
+                line.get("target", ""),
+                line.get("note", ""),
+                line.get("absolute", False),
+            )
+        )
     return result

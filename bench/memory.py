@@ -81,8 +81,11 @@ def _encodings(client: Redis) -> dict[str, str]:
 
 def run(workdir: Path, rounds: int, n: int) -> RowResult:
     result = RowResult("memory", f"Redis memory per pending deletion ({n:,} booked)")
-    servers = {(config, side): RedisSide({"--hash-max-listpack-value": value} if value else None).start()
-               for config, value in CONFIGS.items() for side in ("jobttl", "baseline")}
+    servers = {
+        (config, side): RedisSide({"--hash-max-listpack-value": value} if value else None).start()
+        for config, value in CONFIGS.items()
+        for side in ("jobttl", "baseline")
+    }
     namespace_count = 50
     tag = iter(range(1, 1000))
 
@@ -94,8 +97,7 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         before = client.info("memory")["used_memory"]
         t = next(tag)
         now = time.time()
-        refs = [(f"team-{i % namespace_count}", f"m{t}-job-{i}", f"{t:08x}-0000-4000-8000-{i:012x}")
-                for i in range(n)]
+        refs = [(f"team-{i % namespace_count}", f"m{t}-job-{i}", f"{t:08x}-0000-4000-8000-{i:012x}") for i in range(n)]
         if side == "jobttl":
             objects = realistic_tfjobs(refs, state="succeeded", at=now - 60, ttl=TTL)
             book_jobttl(redis, objects, GUARDED)
@@ -113,7 +115,8 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         per = (after - before - audit) / n
         label = f"{'jobttl' if side == 'jobttl' else 'plain RQ enqueue_at'}, listpack-value {config}"
         result.side(label, "B/pending", higher_is_better=False).add(
-            per, audit_bytes_per_entry=audit / entries if entries else None)
+            per, audit_bytes_per_entry=audit / entries if entries else None
+        )
         result.facts[f"{label}: bytes per pending deletion by key"] = {g: round(s / n) for g, s in sizes.items()}
         result.facts[f"{label}: keys per pending deletion"] = {g: round(c / n, 3) for g, c in counts.items()}
         result.facts[f"{label}: encodings"] = _encodings(client)
@@ -124,14 +127,21 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
     try:
         steps = []
         for config in CONFIGS:
-            steps += [(f"jobttl, listpack-value {config}", lambda c=config: book(c, "jobttl")),
-                      (f"plain RQ, listpack-value {config}", lambda c=config: book(c, "baseline"))]
+            steps += [
+                (f"jobttl, listpack-value {config}", lambda c=config: book(c, "jobttl")),
+                (f"plain RQ, listpack-value {config}", lambda c=config: book(c, "baseline")),
+            ]
         interleave(rounds, steps)
     finally:
         for server in servers.values():
             server.stop()
     for config in CONFIGS:
-        result.lines.append(Line(f"5. Redis memory per pending deletion (hash-max-listpack-value {config})",
-                                 f"jobttl, listpack-value {config}", f"plain RQ enqueue_at, listpack-value {config}",
-                                 "<= 1.2"))
+        result.lines.append(
+            Line(
+                f"5. Redis memory per pending deletion (hash-max-listpack-value {config})",
+                f"jobttl, listpack-value {config}",
+                f"plain RQ enqueue_at, listpack-value {config}",
+                "<= 1.2",
+            )
+        )
     return result

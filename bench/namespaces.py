@@ -30,8 +30,9 @@ TARGET = "team-7"
 
 
 def run(workdir: Path, rounds: int, n: int) -> RowResult:
-    result = RowResult("namespaces", f"one namespace's page of pending deletions ({n:,} pending, {NAMESPACES} "
-                                     f"namespaces, page {PAGE})")
+    result = RowResult(
+        "namespaces", f"one namespace's page of pending deletions ({n:,} pending, {NAMESPACES} namespaces, page {PAGE})"
+    )
     redis = RedisSide().start()
     try:
         client = redis.client
@@ -58,15 +59,33 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             matching = [p for batch in schedule.scan() for p in batch if p.ref.namespace == TARGET]
             return matching[:PAGE]
 
-        interleave(rounds, [
-            ("namespace index", lambda: timed("namespace index", lambda: operations.pending(TARGET, limit=PAGE)[0])),
-            ("scan of every record", lambda: timed("scan of every record", scan_all)),
-            ("unfiltered page", lambda: timed("unfiltered page", lambda: operations.pending(limit=PAGE)[0])),
-        ])
+        interleave(
+            rounds,
+            [
+                (
+                    "namespace index",
+                    lambda: timed("namespace index", lambda: operations.pending(TARGET, limit=PAGE)[0]),
+                ),
+                ("scan of every record", lambda: timed("scan of every record", scan_all)),
+                ("unfiltered page", lambda: timed("unfiltered page", lambda: operations.pending(limit=PAGE)[0])),
+            ],
+        )
     finally:
         redis.stop()
-    result.lines.append(Line("12. one namespace's page: the namespace index vs the scan of every record",
-                             "namespace index", "scan of every record", "<= 0.1"))
-    result.lines.append(Line("12. one namespace's page: the namespace index vs an unfiltered page",
-                             "namespace index", "unfiltered page", "<= 2"))
+    result.lines.append(
+        Line(
+            "12. one namespace's page: the namespace index vs the scan of every record",
+            "namespace index",
+            "scan of every record",
+            "<= 0.1",
+        )
+    )
+    result.lines.append(
+        Line(
+            "12. one namespace's page: the namespace index vs an unfiltered page",
+            "namespace index",
+            "unfiltered page",
+            "<= 2",
+        )
+    )
     return result

@@ -123,8 +123,19 @@ def profile_during(pid: int, prefix: Path, load, subprocesses: bool = False):
     # Blocking (py-spy pauses the process for each sample): non-blocking reads of a running
     # interpreter drop most samples of fast-changing pure-Python stacks, and so overstate the
     # ones waiting in system calls. This run is not timed. --idle: waiting threads count too.
-    argv = [binary, "record", "--pid", str(pid), "--format", "raw", "--output", str(raw), "--rate", str(RATE),
-            "--idle"] + (["--subprocesses"] if subprocesses else [])
+    argv = [
+        binary,
+        "record",
+        "--pid",
+        str(pid),
+        "--format",
+        "raw",
+        "--output",
+        str(raw),
+        "--rate",
+        str(RATE),
+        "--idle",
+    ] + (["--subprocesses"] if subprocesses else [])
     sampler = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         result = load()

@@ -92,16 +92,27 @@ class Counters:
         """What happened between two snapshots, less the `snapshots` INFO calls made in between."""
         by_command = {k: v - earlier.by_command.get(k, 0) for k, v in self.by_command.items()}
         by_command["info"] = by_command.get("info", 0) - snapshots
-        return Counters(self.at - earlier.at, self.round_trips - earlier.round_trips - snapshots,
-                        self.commands - earlier.commands - snapshots, {k: v for k, v in by_command.items() if v},
-                        self.redis_cpu - earlier.redis_cpu, self.process_cpu - earlier.process_cpu)
+        return Counters(
+            self.at - earlier.at,
+            self.round_trips - earlier.round_trips - snapshots,
+            self.commands - earlier.commands - snapshots,
+            {k: v for k, v in by_command.items() if v},
+            self.redis_cpu - earlier.redis_cpu,
+            self.process_cpu - earlier.process_cpu,
+        )
 
 
 def _counters(client: redis_lib.Redis, pid: int | None = None) -> Counters:
     info = client.info("everything")
-    by_command = {k[len("cmdstat_"):]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
-    return Counters(time.time(), info["total_writes_processed"], info["total_commands_processed"], by_command,
-                    info["used_cpu_user"] + info["used_cpu_sys"], process_cpu(pid))
+    by_command = {k[len("cmdstat_") :]: v["calls"] for k, v in info.items() if k.startswith("cmdstat_")}
+    return Counters(
+        time.time(),
+        info["total_writes_processed"],
+        info["total_commands_processed"],
+        by_command,
+        info["used_cpu_user"] + info["used_cpu_sys"],
+        process_cpu(pid),
+    )
 
 
 class RedisSide:

@@ -30,10 +30,15 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
         emulator.seed(n - n // 2, "busy", "running", now - 600, 3600, namespaces=50, namespace="team")
         result.facts["seed_seconds"] = round(time.perf_counter() - started, 1)
         result.facts["emulator_rss_mb_after_seed"] = round(emulator.counts()["maxrss_kb"] / 1024)
-        env = {"JOBTTL_REDIS_URL": redis.url, "KUBECONFIG": emulator.kubeconfig, "JOBTTL_QUEUE": QUEUE,
-               "JOBTTL_RESYNC_MAX_DELETIONS": str(n), "JOBTTL_RESYNC_INTERVAL": "0",
-               # a cluster that has run jobttl before: the bench measures the steady state
-               "JOBTTL_FIRST_RUN_REVIEW": "off"}
+        env = {
+            "JOBTTL_REDIS_URL": redis.url,
+            "KUBECONFIG": emulator.kubeconfig,
+            "JOBTTL_QUEUE": QUEUE,
+            "JOBTTL_RESYNC_MAX_DELETIONS": str(n),
+            "JOBTTL_RESYNC_INTERVAL": "0",
+            # a cluster that has run jobttl before: the bench measures the steady state
+            "JOBTTL_FIRST_RUN_REVIEW": "off",
+        }
 
         def measure(label: str, argv: list[str], check=None) -> None:
             before = redis.counters()
@@ -46,24 +51,28 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
             spent = after.minus(before)
             assert usage.returncode == 0, f"{label} exited {usage.returncode}: see {workdir / 'resync.log'}"
             if check is not None:
-                check(json.loads(out.read_text().strip().splitlines()[-1] if "{" not in out.read_text()[:1]
-                                 else out.read_text()))
+                check(
+                    json.loads(
+                        out.read_text().strip().splitlines()[-1] if "{" not in out.read_text()[:1] else out.read_text()
+                    )
+                )
             # Reply writes, not round trips, for pages this big (bench.redis_side): the table's round
             # trips come from the client-side count (`breakdown`, attached by bench.__main__).
-            per = {"reply_writes": spent.round_trips / n, "commands": spent.commands / n} \
-                if spent.commands > 5 else {}
+            per = {"reply_writes": spent.round_trips / n, "commands": spent.commands / n} if spent.commands > 5 else {}
             result.side(f"{label} wall", "s", False).add(usage.wall, emulator_cpu=emulator_cpu, **per)
             result.side(f"{label} CPU", "s", False).add(usage.cpu)
             result.side(f"{label} peak RSS", "MB", False).add(usage.maxrss_mb)
             if per:
-                result.facts[f"{label} commands per object"] = {k: round(v / n, 3)
-                                                                for k, v in sorted(spent.by_command.items())}
+                result.facts[f"{label} commands per object"] = {
+                    k: round(v / n, 3) for k, v in sorted(spent.by_command.items())
+                }
 
         def expect(counts: dict[str, int]):
             def check(report: dict) -> None:
                 found = {k: report.get(k) for k in counts}
                 if found != counts:
                     result.facts.setdefault("unexpected reports", []).append(report)
+
             return check
 
         resync = python("-m", "jobttl", "resync", "--json")
@@ -76,17 +85,25 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
             redis.flush()
             measure("jobttl resync, first run", resync_empty, expect({"seen": n, "scheduled": n // 2}))
 
-        interleave(rounds, [
-            ("jobttl resync, first run (empty Redis)", first),
-            ("bare paged LIST (official client)", lambda: measure("bare paged LIST", listing)),
-            ("jobttl resync, nothing changed", lambda: measure("jobttl resync, no change", resync,
-                                                               expect({"seen": n, "unchanged": n // 2}))),
-            ("emulator ceiling: raw paged LIST", lambda: measure("raw paged LIST (emulator ceiling)",
-                                                                python("-m", "bench.baseline_list", "raw"))),
-        ])
+        interleave(
+            rounds,
+            [
+                ("jobttl resync, first run (empty Redis)", first),
+                ("bare paged LIST (official client)", lambda: measure("bare paged LIST", listing)),
+                (
+                    "jobttl resync, nothing changed",
+                    lambda: measure("jobttl resync, no change", resync, expect({"seen": n, "unchanged": n // 2})),
+                ),
+                (
+                    "emulator ceiling: raw paged LIST",
+                    lambda: measure("raw paged LIST (emulator ceiling)", python("-m", "bench.baseline_list", "raw")),
+                ),
+            ],
+        )
         if profile_dir is not None:
             from bench.profile import profile_during
             from bench.harness import spawn
+
             for label in ("first", "no-change"):
                 if label == "first":
                     redis.flush()
@@ -102,10 +119,20 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
         Line(f"{title}: nothing changed, wall", "jobttl resync, no change wall", list_wall, "<= 1.3"),
         Line(f"{title}: first run, CPU", "jobttl resync, first run CPU", list_cpu, "<= 2.0"),
         Line(f"{title}: nothing changed, CPU", "jobttl resync, no change CPU", list_cpu, "<= 2.0"),
-        Line(f"{title}: first run, peak RSS", "jobttl resync, first run peak RSS", "bare paged LIST peak RSS",
-             "<= 200", absolute=True),
-        Line(f"{title}: nothing changed, peak RSS", "jobttl resync, no change peak RSS", "bare paged LIST peak RSS",
-             "<= 200", absolute=True),
+        Line(
+            f"{title}: first run, peak RSS",
+            "jobttl resync, first run peak RSS",
+            "bare paged LIST peak RSS",
+            "<= 200",
+            absolute=True,
+        ),
+        Line(
+            f"{title}: nothing changed, peak RSS",
+            "jobttl resync, no change peak RSS",
+            "bare paged LIST peak RSS",
+            "<= 200",
+            absolute=True,
+        ),
         Line(f"{title}: the bare LIST vs the emulator's ceiling", list_wall, "raw paged LIST (emulator ceiling) wall"),
     ]
     return result
@@ -122,16 +149,24 @@ def breakdown(workdir: Path, n: int) -> dict:
         now = time.time()
         emulator.seed(n // 2, "done", "succeeded", now - 600, 3600, namespaces=50, namespace="team")
         emulator.seed(n - n // 2, "busy", "running", now - 600, 3600, namespaces=50, namespace="team")
-        env = {"JOBTTL_REDIS_URL": redis.url, "KUBECONFIG": emulator.kubeconfig, "JOBTTL_QUEUE": QUEUE,
-               "JOBTTL_RESYNC_MAX_DELETIONS": str(n), "JOBTTL_RESYNC_INTERVAL": "0",
-               # a cluster that has run jobttl before: the bench measures the steady state
-               "JOBTTL_FIRST_RUN_REVIEW": "off"}
+        env = {
+            "JOBTTL_REDIS_URL": redis.url,
+            "KUBECONFIG": emulator.kubeconfig,
+            "JOBTTL_QUEUE": QUEUE,
+            "JOBTTL_RESYNC_MAX_DELETIONS": str(n),
+            "JOBTTL_RESYNC_INTERVAL": "0",
+            # a cluster that has run jobttl before: the bench measures the steady state
+            "JOBTTL_FIRST_RUN_REVIEW": "off",
+        }
         pages = max(1, n // 500)
         for label in ("first run", "no change"):
             out = workdir / f"resync-counts-{label.replace(' ', '-')}"
             force = ["--force"] if label == "first run" else []  # into an empty Redis (see run)
-            run_measured(python("-m", "bench.counting", str(out), "-m", "jobttl", "resync", "--json", *force), env,
-                         workdir / "resync-count.log")
+            run_measured(
+                python("-m", "bench.counting", str(out), "-m", "jobttl", "resync", "--json", *force),
+                env,
+                workdir / "resync-count.log",
+            )
             counts = counting.read(str(out))
             found[label] = {site: round(c / pages, 2) for site, c in counts.most_common()}
             found[label]["(total per page of 500)"] = round(sum(counts.values()) / pages, 2)

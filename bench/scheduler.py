@@ -49,14 +49,26 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
             when = datetime.fromtimestamp(due, tz=timezone.utc)
             for start in range(0, n, 1000):
                 with client.pipeline() as pipe:
-                    for ns, name, uid in refs[start:start + 1000]:
+                    for ns, name, uid in refs[start : start + 1000]:
                         queue.enqueue_at(when, BASELINE_TASK, ns, name, uid, pipeline=pipe)
                     pipe.execute()
         assert client.zcard(REGISTRY) == n, client.zcard(REGISTRY)
         client.zunionstore(REGISTRY, {REGISTRY: 0})  # every score 0: all due, at one instant
         before, polls = redis.counters(), 0
-        process = spawn(python("-m", "bench.scheduler_proc", "--redis", redis.url, "--queue", QUEUE, "--as",
-                               "jobttl" if side == "jobttl" else "plain"), {}, workdir / f"scheduler-{side}.log")
+        process = spawn(
+            python(
+                "-m",
+                "bench.scheduler_proc",
+                "--redis",
+                redis.url,
+                "--queue",
+                QUEUE,
+                "--as",
+                "jobttl" if side == "jobttl" else "plain",
+            ),
+            {},
+            workdir / f"scheduler-{side}.log",
+        )
         first = None
         try:
             deadline = time.monotonic() + n / 500 + 60
@@ -75,15 +87,23 @@ def run(workdir: Path, rounds: int, n: int) -> RowResult:
         if first is None or queued < n:
             result.facts.setdefault("incomplete", []).append(f"{label}: {queued} of {n} queued")
             return
-        result.side(label, "moved/s").add((n - first[1]) / (at - first[0]), seconds=at - first[0],
-                                          reply_writes=(spent.round_trips - polls) / n,  # not round trips here
-                                          commands=(spent.commands - polls) / n)
+        result.side(label, "moved/s").add(
+            (n - first[1]) / (at - first[0]),
+            seconds=at - first[0],
+            reply_writes=(spent.round_trips - polls) / n,  # not round trips here
+            commands=(spent.commands - polls) / n,
+        )
 
     try:
         interleave(rounds, [("jobttl", lambda: one("jobttl")), ("plain RQ", lambda: one("baseline"))])
     finally:
         for side in sides.values():
             side.stop()
-    result.lines.append(Line(f"7. {n:,} deletions due at one instant: moved to the queue",
-                             "jobttl (RQ's scheduler, jobttl's jobs)", "plain RQ enqueue_at"))
+    result.lines.append(
+        Line(
+            f"7. {n:,} deletions due at one instant: moved to the queue",
+            "jobttl (RQ's scheduler, jobttl's jobs)",
+            "plain RQ enqueue_at",
+        )
+    )
     return result

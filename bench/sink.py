@@ -78,8 +78,16 @@ def _lua_string(text: str) -> str:
     return f"[{'=' * level}[{text}]{'=' * level}]"
 
 
-def wrk_script(path: Path, headers: dict[str, str], body: bytes, fresh: bool, prefix: int,
-               name: str | None = None, uid: str | None = None, pace_ms: int | None = None) -> Path:
+def wrk_script(
+    path: Path,
+    headers: dict[str, str],
+    body: bytes,
+    fresh: bool,
+    prefix: int,
+    name: str | None = None,
+    uid: str | None = None,
+    pace_ms: int | None = None,
+) -> Path:
     """A wrk script sending `body` (its `name` and `uid` replaced per request when `fresh`); with
     `pace_ms`, each connection waits that long after an answer before its next request (wrk's `delay`)."""
     text = body.decode()
@@ -90,12 +98,16 @@ def wrk_script(path: Path, headers: dict[str, str], body: bytes, fresh: bool, pr
         parts, tokens = [text], []
     subject = headers.get("ce-subject", "").rsplit("/", 1)[0] + "/"
     sent = {k: v for k, v in headers.items() if k.lower() != "content-length"}
-    script = (LUA.replace("{PARTS}", "{" + ", ".join(_lua_string(p) for p in parts) + "}")
-              .replace("{TOKENS}", "{" + ", ".join(f'"{t}"' for t in tokens) + "}")
-              .replace("{HEADERS}", "{" + ", ".join(f'[ {_lua_string(k)} ] = {_lua_string(v)}' for k, v in sent.items())
-                       + "}")
-              .replace("SUBJECT", _lua_string(subject)).replace("FRESH", "true" if fresh else "false")
-              .replace("PREFIX", str(prefix)))
+    script = (
+        LUA.replace("{PARTS}", "{" + ", ".join(_lua_string(p) for p in parts) + "}")
+        .replace("{TOKENS}", "{" + ", ".join(f'"{t}"' for t in tokens) + "}")
+        .replace(
+            "{HEADERS}", "{" + ", ".join(f"[ {_lua_string(k)} ] = {_lua_string(v)}" for k, v in sent.items()) + "}"
+        )
+        .replace("SUBJECT", _lua_string(subject))
+        .replace("FRESH", "true" if fresh else "false")
+        .replace("PREFIX", str(prefix))
+    )
     if pace_ms is not None:
         script += f"\nfunction delay()\n  return {int(pace_ms)}\nend\n"
     path.write_text(script)
@@ -104,8 +116,12 @@ def wrk_script(path: Path, headers: dict[str, str], body: bytes, fresh: bool, pr
 
 def wrk(url: str, script: Path, seconds: float, connections: int) -> dict:
     """One wrk run (one thread: the load generator should take as little CPU as it can)."""
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script),
-                          url], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--timeout", "10s", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     result = json.loads(out.split("BENCH ", 1)[1])
     result["rate"] = result["requests"] / (result["duration_us"] / 1e6)
     result["errors"] = sum(result[k] for k in ("connect", "read", "write", "status", "timeout"))
@@ -122,14 +138,22 @@ class Sinks:
         env = {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": "bench"}
         prefix = python("-m", "bench.counting", str(counting)) if counting else python()
         self.processes = {
-            side: spawn([*prefix, "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.ports[side])],
-                        {**env, **extra}, workdir / f"sink-{side}.log")
-            for side, extra in (("jobttl", {}), ("dedupe", {"JOBTTL_SINK_DEDUPE_SECONDS": str(DEDUPE_SECONDS)}))}
-        self.processes["noop"] = spawn(python("-m", "bench.noop_sink", "--port", str(self.ports["noop"])), {},
-                                       workdir / "noop.log")
+            side: spawn(
+                [*prefix, "-m", "jobttl", "sink", "--host", "127.0.0.1", "--port", str(self.ports[side])],
+                {**env, **extra},
+                workdir / f"sink-{side}.log",
+            )
+            for side, extra in (("jobttl", {}), ("dedupe", {"JOBTTL_SINK_DEDUPE_SECONDS": str(DEDUPE_SECONDS)}))
+        }
+        self.processes["noop"] = spawn(
+            python("-m", "bench.noop_sink", "--port", str(self.ports["noop"])), {}, workdir / "noop.log"
+        )
         for port in self.ports.values():
-            wait_for(lambda: requests.post(f"http://127.0.0.1:{port}/", timeout=1) is not None, timeout=30,
-                     what=f"a sink on {port}")
+            wait_for(
+                lambda: requests.post(f"http://127.0.0.1:{port}/", timeout=1) is not None,
+                timeout=30,
+                what=f"a sink on {port}",
+            )
 
     @property
     def jobttl(self):
@@ -183,11 +207,20 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
                 jobttl_side = result.side(f"jobttl {kind}", "events/s")
                 noop_side = result.side(f"no-op {kind}", "events/s")
                 # The opt-in memory only changes duplicates: measured on that row alone.
-                dedupe_side = result.side(f"jobttl {kind}, dedupe {DEDUPE_SECONDS} s", "events/s") if not fresh else None
+                dedupe_side = (
+                    result.side(f"jobttl {kind}, dedupe {DEDUPE_SECONDS} s", "events/s") if not fresh else None
+                )
 
                 def measure(side_name: str, side) -> None:
-                    script = wrk_script(workdir / f"wrk-{kind}-{side_name}.lua", headers, body, fresh,
-                                        prefix=next(_PREFIXES), name=name, uid=uid)
+                    script = wrk_script(
+                        workdir / f"wrk-{kind}-{side_name}.lua",
+                        headers,
+                        body,
+                        fresh,
+                        prefix=next(_PREFIXES),
+                        name=name,
+                        uid=uid,
+                    )
                     pid = sinks.processes[side_name].pid
                     before = redis.counters(pid)
                     out = wrk(sinks.url(side_name), script, seconds, sinks.threads)
@@ -198,31 +231,56 @@ def run(workdir: Path, rounds: int, seconds: float, profile_dir: Path | None = N
                     ours = side_name != "noop"  # the no-op uses no Redis
                     rt = spent.round_trips / out["requests"] if ours else None
                     cmds = spent.commands / out["requests"] if ours else None
-                    side.add(out["rate"], round_trips=rt, commands=cmds, p50_ms=out["p50_us"] / 1000,
-                             p99_ms=out["p99_us"] / 1000,
-                             sink_cpu_ms=1000 * spent.process_cpu / out["requests"],
-                             redis_cpu_ms=1000 * spent.redis_cpu / out["requests"] if ours else None)
+                    side.add(
+                        out["rate"],
+                        round_trips=rt,
+                        commands=cmds,
+                        p50_ms=out["p50_us"] / 1000,
+                        p99_ms=out["p99_us"] / 1000,
+                        sink_cpu_ms=1000 * spent.process_cpu / out["requests"],
+                        redis_cpu_ms=1000 * spent.redis_cpu / out["requests"] if ours else None,
+                    )
                     if side_name == "jobttl":
-                        result.facts[f"{kind}_commands"] = {k: round(v / out["requests"], 2)
-                                                            for k, v in sorted(spent.by_command.items())}
+                        result.facts[f"{kind}_commands"] = {
+                            k: round(v / out["requests"], 2) for k, v in sorted(spent.by_command.items())
+                        }
 
                 # Warm both up (imports, connection pools, Lua scripts loaded) outside the rounds.
                 for side_name in ("jobttl", "noop") + (("dedupe",) if dedupe_side else ()):
-                    wrk(sinks.url(side_name), wrk_script(workdir / "warm.lua", headers, body, fresh, next(_PREFIXES), name, uid),
-                        1, sinks.threads)
-                sides = [("jobttl", lambda: measure("jobttl", jobttl_side)), ("no-op", lambda: measure("noop", noop_side))]
+                    wrk(
+                        sinks.url(side_name),
+                        wrk_script(workdir / "warm.lua", headers, body, fresh, next(_PREFIXES), name, uid),
+                        1,
+                        sinks.threads,
+                    )
+                sides = [
+                    ("jobttl", lambda: measure("jobttl", jobttl_side)),
+                    ("no-op", lambda: measure("noop", noop_side)),
+                ]
                 if dedupe_side is not None:
                     sides.append(("dedupe", lambda: measure("dedupe", dedupe_side)))
                 interleave(rounds, sides)
                 result.lines.append(Line(title, jobttl_side.name, noop_side.name, target))
                 if dedupe_side is not None:
-                    result.lines.append(Line(f"{title} (opt-in JOBTTL_SINK_DEDUPE_SECONDS={DEDUPE_SECONDS})",
-                                             dedupe_side.name, noop_side.name, ""))
+                    result.lines.append(
+                        Line(
+                            f"{title} (opt-in JOBTTL_SINK_DEDUPE_SECONDS={DEDUPE_SECONDS})",
+                            dedupe_side.name,
+                            noop_side.name,
+                            "",
+                        )
+                    )
                 if profile_dir is not None:
                     from bench.profile import profile_during
-                    script = wrk_script(workdir / f"wrk-{kind}-profile.lua", headers, body, fresh, next(_PREFIXES), name, uid)
-                    profile_during(sinks.jobttl.pid, profile_dir / f"sink-{kind}",
-                                   lambda: wrk(sinks.url("jobttl"), script, max(seconds, 5), sinks.threads))
+
+                    script = wrk_script(
+                        workdir / f"wrk-{kind}-profile.lua", headers, body, fresh, next(_PREFIXES), name, uid
+                    )
+                    profile_during(
+                        sinks.jobttl.pid,
+                        profile_dir / f"sink-{kind}",
+                        lambda: wrk(sinks.url("jobttl"), script, max(seconds, 5), sinks.threads),
+                    )
         finally:
             sinks.stop()
     return result
@@ -247,8 +305,11 @@ def breakdown(workdir: Path, seconds: float) -> dict:
                 sent = wrk(sinks.url("jobttl"), script, seconds, sinks.threads)["requests"]
                 time.sleep(1.2)  # the counts are written every 0.5 s
                 after = counting.read(str(out))
-                found[kind] = {site: round((after[site] - before.get(site, 0)) / sent, 3)
-                               for site in after if after[site] - before.get(site, 0) > 0}
+                found[kind] = {
+                    site: round((after[site] - before.get(site, 0)) / sent, 3)
+                    for site in after
+                    if after[site] - before.get(site, 0) > 0
+                }
         finally:
             sinks.stop()
     return found
@@ -274,17 +335,29 @@ def steady(workdir: Path, rounds: int, seconds: float, rate: int = STEADY_RATE) 
             result.facts.update(rate_asked=rate, connections=STEADY_CONNECTIONS, threads=sinks.threads)
             headers, body, name, uid = event_for("succeeded", True, "steady-job")
             result.facts["event_bytes"] = len(body)
-            sides = {side: (result.side(f"{side} p99", "ms (p99)", higher_is_better=False),
-                            result.side(f"{side} p50", "ms (p50)", higher_is_better=False))
-                     for side in ("jobttl", "no-op")}
+            sides = {
+                side: (
+                    result.side(f"{side} p99", "ms (p99)", higher_is_better=False),
+                    result.side(f"{side} p50", "ms (p50)", higher_is_better=False),
+                )
+                for side in ("jobttl", "no-op")
+            }
             pauses: dict[str, int] = {}
 
             def url(side_name: str) -> str:
                 return sinks.url("noop" if side_name == "no-op" else side_name)
 
             def script(side_name: str, label: str, pace_ms: int) -> Path:
-                return wrk_script(workdir / f"wrk-steady-{label}-{side_name}.lua", headers, body, True,
-                                  prefix=next(_PREFIXES), name=name, uid=uid, pace_ms=pace_ms)
+                return wrk_script(
+                    workdir / f"wrk-steady-{label}-{side_name}.lua",
+                    headers,
+                    body,
+                    True,
+                    prefix=next(_PREFIXES),
+                    name=name,
+                    uid=uid,
+                    pace_ms=pace_ms,
+                )
 
             for side_name in ("jobttl", "no-op"):  # warm up (imports, pools, Lua scripts), and set the pause
                 warm = wrk(url(side_name), script(side_name, "warm", round(period_ms)), 3, STEADY_CONNECTIONS)

@@ -62,24 +62,29 @@ def _wait_listed(process, log: Path, side: str, count: int, timeout: float = 360
 
 
 def run(workdir: Path, rounds: int, sizes: tuple[int, ...] = SIZES) -> RowResult:
-    result = RowResult("watcher", f"`jobttl watch`'s resident memory over {', '.join(f'{n:,}' for n in sizes)} "
-                                  "running TFJobs")
+    result = RowResult(
+        "watcher", f"`jobttl watch`'s resident memory over {', '.join(f'{n:,}' for n in sizes)} running TFJobs"
+    )
     emulator = Emulator(str(workdir))
     sink_port = free_port()  # a no-op sink answering 202: the relist announces the TFJob that changed
     sink = spawn(python("-m", "bench.noop_sink", "--port", str(sink_port)), {}, workdir / "watch-noop-sink.log")
-    wait_for(lambda: requests.post(f"http://127.0.0.1:{sink_port}/", timeout=1) is not None, timeout=30,
-             what="the no-op sink")
+    wait_for(
+        lambda: requests.post(f"http://127.0.0.1:{sink_port}/", timeout=1) is not None,
+        timeout=30,
+        what="the no-op sink",
+    )
     env = {"KUBECONFIG": emulator.kubeconfig}
-    argv = {"jobttl": python("-m", "jobttl", "watch", "--sink", f"http://127.0.0.1:{sink_port}/", "--port", "0"),
-            "baseline": python("-m", "bench.baseline_watch")}
+    argv = {
+        "jobttl": python("-m", "jobttl", "watch", "--sink", f"http://127.0.0.1:{sink_port}/", "--port", "0"),
+        "baseline": python("-m", "bench.baseline_watch"),
+    }
     names = {"jobttl": "jobttl watch", "baseline": "bare client watch"}
     seeded = 0
     runs = iter(range(1, 1_000_000))
     try:
         for n in sizes:
             started = time.perf_counter()
-            emulator.seed(n - seeded, f"run{n}", "running", time.time() - 600, 3600, namespaces=1000,
-                          namespace="team")
+            emulator.seed(n - seeded, f"run{n}", "running", time.time() - 600, 3600, namespaces=1000, namespace="team")
             seeded = n
             result.facts[f"{n:,}: seed seconds"] = round(time.perf_counter() - started, 1)
             result.facts[f"{n:,}: emulator peak RSS MB"] = round(emulator.counts()["maxrss_kb"] / 1024)
@@ -96,8 +101,11 @@ def run(workdir: Path, rounds: int, sizes: tuple[int, ...] = SIZES) -> RowResult
                     # The watches drop and cannot reopen for a moment; meanwhile a TFJob changes and the API
                     # server compacts past it: no watch can resume (410 Gone), each side lists again.
                     http = requests.Session()
-                    http.post(f"{emulator.url}/_emulator/faults", json={"verb": "watch", "status": 503,
-                                                                        "count": 1_000_000}, timeout=60)
+                    http.post(
+                        f"{emulator.url}/_emulator/faults",
+                        json={"verb": "watch", "status": 503, "count": 1_000_000},
+                        timeout=60,
+                    )
                     http.post(f"{emulator.url}/_emulator/close-watches", timeout=60).raise_for_status()
                     emulator.seed(1, f"relist{next(runs)}", "running", time.time(), 3600, namespace="team")
                     http.post(f"{emulator.url}/_emulator/compact", timeout=60).raise_for_status()
@@ -112,8 +120,13 @@ def run(workdir: Path, rounds: int, sizes: tuple[int, ...] = SIZES) -> RowResult
                 result.side(f"{name}: RSS after a relist", "MB", False).add(relisted)
                 result.side(f"{name}: peak RSS", "MB", False).add(peak)
 
-            interleave(rounds, [(f"{names['jobttl']}, {n:,} objects", lambda: measure("jobttl")),
-                                (f"{names['baseline']}, {n:,} objects", lambda: measure("baseline"))])
+            interleave(
+                rounds,
+                [
+                    (f"{names['jobttl']}, {n:,} objects", lambda: measure("jobttl")),
+                    (f"{names['baseline']}, {n:,} objects", lambda: measure("baseline")),
+                ],
+            )
     finally:
         stop(sink)
         emulator.stop()
@@ -121,8 +134,15 @@ def run(workdir: Path, rounds: int, sizes: tuple[int, ...] = SIZES) -> RowResult
         title = f"10. watcher memory, {n:,} running ~10.7 KB TFJobs"
         target = f"<= {TARGET_MB}" if n == max(sizes) else ""
         for what in ("RSS listed", "RSS after a relist", "peak RSS"):
-            result.lines.append(Line(f"{title}: {what}", f"jobttl watch, {n:,}: {what}",
-                                     f"bare client watch, {n:,}: {what}", target, absolute=bool(target)))
+            result.lines.append(
+                Line(
+                    f"{title}: {what}",
+                    f"jobttl watch, {n:,}: {what}",
+                    f"bare client watch, {n:,}: {what}",
+                    target,
+                    absolute=bool(target),
+                )
+            )
     result.facts["sizes"] = list(sizes)
     return result
 
@@ -138,8 +158,9 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--out", help="write the row's JSON here")
     args = parser.parse_args()
-    row = run(Path(tempfile.mkdtemp(prefix="jobttl-bench-watch-")), args.rounds,
-              tuple(int(s) for s in args.sizes.split(",")))
+    row = run(
+        Path(tempfile.mkdtemp(prefix="jobttl-bench-watch-")), args.rounds, tuple(int(s) for s in args.sizes.split(","))
+    )
     print(harness.table([row]))
     if args.out:
         Path(args.out).write_text(json.dumps(row.as_dict(), indent=1, default=str) + "\n")

@@ -39,16 +39,24 @@ TTL = 300  # seconds; objects are seeded as finished TTL (+ a margin) ago
 
 def jobttl_env(redis: RedisSide, emulator: Emulator, **extra: str) -> dict[str, str]:
     """A production worker, but for its Redis, API, queue, and no rate limit, resyncs or metrics port."""
-    return {"JOBTTL_REDIS_URL": redis.url, "KUBECONFIG": emulator.kubeconfig, "JOBTTL_QUEUE": QUEUE,
-            "JOBTTL_DELETE_RATE": "0", "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_WORKER_METRICS_PORT": "0",
-            # a cluster that has run jobttl before: the bench measures the steady state
-            "JOBTTL_FIRST_RUN_REVIEW": "off", **extra}
+    return {
+        "JOBTTL_REDIS_URL": redis.url,
+        "KUBECONFIG": emulator.kubeconfig,
+        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        # a cluster that has run jobttl before: the bench measures the steady state
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+        **extra,
+    }
 
 
 def book_jobttl(redis: RedisSide, objects: Iterable[dict], mode: str) -> float:
     """Book deletions through jobttl's real path, a resync page (500) at a time; returns the seconds it took."""
-    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": QUEUE,
-                                  "JOBTTL_RESYNC_MAX_DELETIONS": "10000000"})
+    settings = Settings.from_env(
+        {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": QUEUE, "JOBTTL_RESYNC_MAX_DELETIONS": "10000000"}
+    )
     client = redisconn.connect(redis.url, redisconn.CLI)
     schedule = Schedule.from_settings(client, settings)
     reconciler = Reconciler.from_settings(schedule, Audit.from_settings(client, settings), settings)
@@ -101,12 +109,28 @@ class WorkerRow:
     def _prepare(self, count: int) -> list[list[str]]:
         self.runs += 1
         self.emulator.reset()
-        seeded = self.emulator.seed(count, f"w{self.runs}", "succeeded", time.time() - TTL - 3600, TTL,
-                                    namespaces=4, namespace=f"run{self.runs}", return_refs=True)
+        seeded = self.emulator.seed(
+            count,
+            f"w{self.runs}",
+            "succeeded",
+            time.time() - TTL - 3600,
+            TTL,
+            namespaces=4,
+            namespace=f"run{self.runs}",
+            return_refs=True,
+        )
         return seeded["refs"]
 
-    def _measure(self, side_name: str, redis: RedisSide, argv: list[str], env: dict[str, str], count: int,
-                 timeout: float = 600, profile: Path | None = None) -> None:
+    def _measure(
+        self,
+        side_name: str,
+        redis: RedisSide,
+        argv: list[str],
+        env: dict[str, str],
+        count: int,
+        timeout: float = 600,
+        profile: Path | None = None,
+    ) -> None:
         self.emulator.clear_requests()
         emulator_before = self.emulator.counts()
         with CounterTrace(redis or self.redis["baseline"]) as trace:
@@ -115,6 +139,7 @@ class WorkerRow:
             try:
                 if profile is not None:
                     from bench.profile import profile_during
+
                     time.sleep(1.0)  # past the imports
                     profile_during(process.pid, profile, lambda: process.wait(timeout), subprocesses=True)
                 else:
@@ -132,17 +157,21 @@ class WorkerRow:
         spent = trace.between(first, last) if redis is not None else None
         requests = {k: v - emulator_before["requests"].get(k, 0) for k, v in emulator_after["requests"].items()}
         self.result.side(side_name, "deletions/s").add(
-            rate, round_trips=spent.round_trips / (deleted - 1) if spent else None,
+            rate,
+            round_trips=spent.round_trips / (deleted - 1) if spent else None,
             commands=spent.commands / (deleted - 1) if spent else None,
             api_requests=sum(requests.values()) / deleted,
             worker_cpu_ms=1000 * spent.process_cpu / (deleted - 1) if spent else None,
             redis_cpu_ms=1000 * spent.redis_cpu / (deleted - 1) if spent and redis is not None else None,
-            emulator_cpu_ms=1000 * (emulator_after["cpu"] - emulator_before["cpu"]) / deleted)
+            emulator_cpu_ms=1000 * (emulator_after["cpu"] - emulator_before["cpu"]) / deleted,
+        )
         if spent:
-            self.result.facts[f"{side_name} commands"] = {k: round(v / (deleted - 1), 2)
-                                                          for k, v in sorted(spent.by_command.items())}
-        self.result.facts[f"{side_name} api requests per deletion"] = {k: round(v / deleted, 2)
-                                                                       for k, v in requests.items()}
+            self.result.facts[f"{side_name} commands"] = {
+                k: round(v / (deleted - 1), 2) for k, v in sorted(spent.by_command.items())
+            }
+        self.result.facts[f"{side_name} api requests per deletion"] = {
+            k: round(v / deleted, 2) for k, v in requests.items()
+        }
 
     def jobttl(self, propagation: str, profile: Path | None = None) -> None:
         redis = self.redis["jobttl"]
@@ -150,16 +179,18 @@ class WorkerRow:
         redis.flush()
         book_jobttl(redis, objects_of(refs, time.time() - TTL - 3600.0), RELEASE)
         env = jobttl_env(redis, self.emulator, JOBTTL_PROPAGATION_POLICY=propagation)
-        self._measure(f"jobttl {propagation}", redis, python("-m", "jobttl", "worker", "--burst"), env, self.n,
-                      profile=profile)
+        self._measure(
+            f"jobttl {propagation}", redis, python("-m", "jobttl", "worker", "--burst"), env, self.n, profile=profile
+        )
 
     def baseline(self, worker: str, count: int) -> None:
         redis = self.redis["baseline"]
         refs = self._prepare(count)
         redis.flush()
         book_baseline(redis, refs)
-        argv = python("-m", "bench.baseline_worker", "--redis", redis.url, "--queue", QUEUE, "--worker", worker,
-                      "--burst")
+        argv = python(
+            "-m", "bench.baseline_worker", "--redis", redis.url, "--queue", QUEUE, "--worker", worker, "--burst"
+        )
         name = {"simple": "RQ SimpleWorker", "fork": "RQ Worker (fork)"}[worker]
         self._measure(name, redis, argv, {"KUBECONFIG": self.emulator.kubeconfig}, count)
 
@@ -168,22 +199,30 @@ class WorkerRow:
         path = self.workdir / "ceiling-refs.json"
         path.write_text(json.dumps(refs))
         name = {"client": "emulator ceiling (official client loop)", "raw": "emulator ceiling (raw HTTP loop)"}[mode]
-        self._measure(name, None, python("-m", "bench.ceiling", "--refs", str(path), "--mode", mode),
-                      {"KUBECONFIG": self.emulator.kubeconfig}, self.n)
+        self._measure(
+            name,
+            None,
+            python("-m", "bench.ceiling", "--refs", str(path), "--mode", mode),
+            {"KUBECONFIG": self.emulator.kubeconfig},
+            self.n,
+        )
 
 
 def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> RowResult:
     row = WorkerRow(workdir, n)
     fork_n = max(50, n // 4)  # RQ's forking Worker is slow: fewer deletions for the same precision
     try:
-        interleave(rounds, [
-            ("jobttl worker, Foreground (default)", lambda: row.jobttl("Foreground")),
-            ("RQ SimpleWorker", lambda: row.baseline("simple", n)),
-            ("jobttl worker, Background", lambda: row.jobttl("Background")),
-            ("RQ forking Worker", lambda: row.baseline("fork", fork_n)),
-            ("emulator ceiling: official client loop", lambda: row.ceiling("client")),
-            ("emulator ceiling: raw HTTP loop", lambda: row.ceiling("raw")),
-        ])
+        interleave(
+            rounds,
+            [
+                ("jobttl worker, Foreground (default)", lambda: row.jobttl("Foreground")),
+                ("RQ SimpleWorker", lambda: row.baseline("simple", n)),
+                ("jobttl worker, Background", lambda: row.jobttl("Background")),
+                ("RQ forking Worker", lambda: row.baseline("fork", fork_n)),
+                ("emulator ceiling: official client loop", lambda: row.ceiling("client")),
+                ("emulator ceiling: raw HTTP loop", lambda: row.ceiling("raw")),
+            ],
+        )
         if profile_dir is not None:
             row.jobttl("Foreground", profile=profile_dir / "worker-foreground")
             row.jobttl("Background", profile=profile_dir / "worker-background")
@@ -192,20 +231,35 @@ def run(workdir: Path, rounds: int, n: int, profile_dir: Path | None = None) -> 
     result = row.result
     title = "4. one worker, expired jobs, rate limit off"
     result.lines += [
-        Line(title + " (jobttl default: Foreground)", "jobttl Foreground", "RQ SimpleWorker", ">= 0.9",
-             "the baseline deletes with Background propagation"),
-        Line(title + " (JOBTTL_PROPAGATION_POLICY=Background, like the baseline)", "jobttl Background",
-             "RQ SimpleWorker", ">= 0.9"),
+        Line(
+            title + " (jobttl default: Foreground)",
+            "jobttl Foreground",
+            "RQ SimpleWorker",
+            ">= 0.9",
+            "the baseline deletes with Background propagation",
+        ),
+        Line(
+            title + " (JOBTTL_PROPAGATION_POLICY=Background, like the baseline)",
+            "jobttl Background",
+            "RQ SimpleWorker",
+            ">= 0.9",
+        ),
         Line(title + ": vs RQ's forking Worker", "jobttl Background", "RQ Worker (fork)", ">= 3.5"),
         Line(title + ": vs the emulator's ceiling", "jobttl Background", "emulator ceiling (official client loop)"),
-        Line(title + ": plain RQ vs the emulator's ceiling", "RQ SimpleWorker", "emulator ceiling (official client loop)"),
-        Line(title + ": official client vs raw HTTP", "emulator ceiling (official client loop)",
-             "emulator ceiling (raw HTTP loop)"),
+        Line(
+            title + ": plain RQ vs the emulator's ceiling", "RQ SimpleWorker", "emulator ceiling (official client loop)"
+        ),
+        Line(
+            title + ": official client vs raw HTTP",
+            "emulator ceiling (official client loop)",
+            "emulator ceiling (raw HTTP loop)",
+        ),
     ]
     return result
 
 
 # --- row 8: lateness ---------------------------------------------------------------------------------
+
 
 def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int = 2) -> RowResult:
     result = RowResult("lateness", f"{n} deletions due over {spread} s, {workers} workers, rate limit off")
@@ -222,8 +276,16 @@ def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int 
         per_second = n // spread
         refs, due, finished = [], {}, {}
         for second in range(spread):
-            batch = emulator.seed(per_second, f"l{tag}s{second}", "succeeded", float(start + second - TTL), TTL,
-                                  namespaces=2, namespace=f"late{tag}", return_refs=True)["refs"]
+            batch = emulator.seed(
+                per_second,
+                f"l{tag}s{second}",
+                "succeeded",
+                float(start + second - TTL),
+                TTL,
+                namespaces=2,
+                namespace=f"late{tag}",
+                return_refs=True,
+            )["refs"]
             for ref in batch:
                 due[ref[1]] = start + second
                 finished[ref[1]] = float(start + second - TTL)
@@ -235,16 +297,29 @@ def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int 
             label = "jobttl workers (Foreground)"
         else:
             book_baseline(redis, refs, due)
-            argv = python("-m", "bench.baseline_worker", "--redis", redis.url, "--queue", QUEUE, "--worker",
-                          "simple", "--scheduler")
+            argv = python(
+                "-m",
+                "bench.baseline_worker",
+                "--redis",
+                redis.url,
+                "--queue",
+                QUEUE,
+                "--worker",
+                "simple",
+                "--scheduler",
+            )
             env = {"KUBECONFIG": emulator.kubeconfig}
             label = "RQ SimpleWorkers"
         assert time.time() < start - 3, "booking took too long: the deletions came due before the workers started"
         emulator.clear_requests()
         processes = [spawn(argv, env, workdir / f"late-{side_name}-{i}.log") for i in range(workers)]
         try:
-            wait_for(lambda: _window(emulator.deletes())[2] >= len(refs), timeout=spread + 120, interval=0.5,
-                     what=f"{side_name}'s deletions")
+            wait_for(
+                lambda: _window(emulator.deletes())[2] >= len(refs),
+                timeout=spread + 120,
+                interval=0.5,
+                what=f"{side_name}'s deletions",
+            )
         except AssertionError as exc:
             result.facts.setdefault("incomplete", []).append(f"{label}: {exc}")
         finally:
@@ -260,7 +335,8 @@ def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int 
             return
         p = lambda q: late[min(len(late) - 1, int(q * len(late)))]  # noqa: E731
         result.side(label, "s late (p99)", higher_is_better=False).add(
-            p(0.99), p50=p(0.5), max=late[-1], deleted=len(late))
+            p(0.99), p50=p(0.5), max=late[-1], deleted=len(late)
+        )
 
     try:
         interleave(rounds, [("jobttl", lambda: one("jobttl")), ("RQ SimpleWorkers", lambda: one("baseline"))])
@@ -273,8 +349,9 @@ def lateness(workdir: Path, rounds: int, n: int, spread: int = 10, workers: int 
         p50.values = list(side.extras.get("p50", []))
     title = f"8. lateness: {n} deletions due over {spread} s, {workers} workers"
     result.lines.append(Line(f"{title} (p50)", "jobttl workers (Foreground) p50", "RQ SimpleWorkers p50"))
-    result.lines.append(Line(f"{title} (p99)", "jobttl workers (Foreground)", "RQ SimpleWorkers", "<= 1.0",
-                             absolute=True))
+    result.lines.append(
+        Line(f"{title} (p99)", "jobttl workers (Foreground)", "RQ SimpleWorkers", "<= 1.0", absolute=True)
+    )
     return result
 
 
@@ -285,16 +362,31 @@ def breakdown(workdir: Path, n: int) -> dict:
     row = WorkerRow(workdir, n)
     found = {}
     try:
-        for label, propagation in (("jobttl Foreground", "Foreground"), ("jobttl Background", "Background"),
-                                   ("RQ SimpleWorker", None)):
+        for label, propagation in (
+            ("jobttl Foreground", "Foreground"),
+            ("jobttl Background", "Background"),
+            ("RQ SimpleWorker", None),
+        ):
             out = workdir / f"worker-counts-{label.replace(' ', '-')}"
             side = row.redis["baseline" if propagation is None else "jobttl"]
             refs = row._prepare(n)
             side.flush()
             if propagation is None:
                 book_baseline(side, refs)
-                argv = python("-m", "bench.counting", str(out), "-m", "bench.baseline_worker", "--redis", side.url,
-                              "--queue", QUEUE, "--worker", "simple", "--burst")
+                argv = python(
+                    "-m",
+                    "bench.counting",
+                    str(out),
+                    "-m",
+                    "bench.baseline_worker",
+                    "--redis",
+                    side.url,
+                    "--queue",
+                    QUEUE,
+                    "--worker",
+                    "simple",
+                    "--burst",
+                )
                 env = {"KUBECONFIG": row.emulator.kubeconfig}
             else:
                 book_jobttl(side, objects_of(refs, time.time() - TTL - 3600.0), RELEASE)

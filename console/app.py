@@ -21,8 +21,10 @@ from jobttl.console.context import ConsoleContext
 
 SESSION_HOURS = 8
 # Nothing from elsewhere: the page's own script and style only, never in a frame, forms to itself.
-CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
-       "base-uri 'none'; frame-ancestors 'none'; form-action 'self'")
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; "
+    "base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
+)
 
 
 def session_key(settings: Settings) -> bytes:
@@ -35,8 +37,10 @@ def session_key(settings: Settings) -> bytes:
     except OSError as exc:
         raise ConfigError(f"JOBTTL_CONSOLE_SESSION_KEY_FILE: cannot read {path}: {exc.strerror}") from None
     if len(key) < 32:
-        raise ConfigError(f"JOBTTL_CONSOLE_SESSION_KEY_FILE: {path} holds {len(key)} bytes; a signing key needs at "
-                          "least 32 (e.g. `head -c 48 /dev/urandom | base64`)")
+        raise ConfigError(
+            f"JOBTTL_CONSOLE_SESSION_KEY_FILE: {path} holds {len(key)} bytes; a signing key needs at "
+            "least 32 (e.g. `head -c 48 /dev/urandom | base64`)"
+        )
     return key
 
 
@@ -46,18 +50,27 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None, 
     # The instance folder named (never used), as the sink's is (jobttl.sink.app: Flask cannot find it
     # through the namespace from an editable install).
     here = Path(__file__).resolve().parent
-    app = Flask("jobttl.console", template_folder=str(here / "templates"), static_folder=str(here / "static"),
-                instance_path=str(here / "instance"))
-    app.config.update(SECRET_KEY=session_key(settings), SESSION_COOKIE_NAME="jobttl-console",
-                      SESSION_COOKIE_HTTPONLY=True, SESSION_COOKIE_SAMESITE="Strict",
-                      PERMANENT_SESSION_LIFETIME=datetime.timedelta(hours=SESSION_HOURS),
-                      MAX_CONTENT_LENGTH=64 * 1024)
+    app = Flask(
+        "jobttl.console",
+        template_folder=str(here / "templates"),
+        static_folder=str(here / "static"),
+        instance_path=str(here / "instance"),
+    )
+    app.config.update(
+        SECRET_KEY=session_key(settings),
+        SESSION_COOKIE_NAME="jobttl-console",
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        PERMANENT_SESSION_LIFETIME=datetime.timedelta(hours=SESSION_HOURS),
+        MAX_CONTENT_LENGTH=64 * 1024,
+    )
     if settings.console_url:
         # The address operators reach the console at: its origin is the pages' own (CSRF's Origin
         # check), and an https one keeps the session cookie off plain HTTP (Secure).
         public = urlsplit(settings.console_url)
-        app.config.update(JOBTTL_PUBLIC_ORIGIN=f"{public.scheme}://{public.netloc}",
-                          SESSION_COOKIE_SECURE=public.scheme == "https")
+        app.config.update(
+            JOBTTL_PUBLIC_ORIGIN=f"{public.scheme}://{public.netloc}", SESSION_COOKIE_SECURE=public.scheme == "https"
+        )
     app.extensions["jobttl"] = ConsoleContext.build(settings, redis=redis, access=access)
     app.register_blueprint(views.blueprint)
     app.jinja_env.filters.update(utc=_utc, when=_when, left=_left, duration=_duration, kind=_kind)
@@ -78,8 +91,10 @@ def create_app(settings: Settings | None = None, *, redis: Redis | None = None, 
         if "text/html" not in request.headers.get("Accept", ""):
             response = Response(f"{exc.description}\n", status=exc.code or 500, mimetype="text/plain")
         else:
-            response = Response(render_template("error.html", who=None, code=exc.code, name=exc.name,
-                                                message=exc.description), status=exc.code or 500)
+            response = Response(
+                render_template("error.html", who=None, code=exc.code, name=exc.name, message=exc.description),
+                status=exc.code or 500,
+            )
         response.headers.extend((k, v) for k, v in exc.get_headers() if k.lower() != "content-type")
         return response
 

@@ -25,12 +25,25 @@ def loopback(host: str) -> bool:
 def serve(settings: Settings, host: str, port: int, threads: int = 4) -> None:
     if settings.console_auth == "none" and not loopback(host):
         # Without sign-in anyone who reaches the port may keep, postpone and confirm deletions.
-        raise ConfigError(f"JOBTTL_CONSOLE_AUTH=none signs nobody in: the console serves only a loopback address "
-                          f"then (--host 127.0.0.1), not {host}")
+        raise ConfigError(
+            f"JOBTTL_CONSOLE_AUTH=none signs nobody in: the console serves only a loopback address "
+            f"then (--host 127.0.0.1), not {host}"
+        )
     app = create_app(settings)
     logging.getLogger("waitress.queue").setLevel(logging.ERROR)
-    log.info("console listening", extra={"event": "console-listening", "url": f"http://{host}:{port}/",
-                                         "auth": settings.console_auth})
-    waitress_serve(app, host=host, port=port, threads=threads, connection_limit=200, channel_timeout=30,
-                   cleanup_interval=5, ident="jobttl-console", clear_untrusted_proxy_headers=True,
-                   asyncore_use_poll=True)
+    log.info(
+        "console listening",
+        extra={"event": "console-listening", "url": f"http://{host}:{port}/", "auth": settings.console_auth},
+    )
+    waitress_serve(
+        app,
+        host=host,
+        port=port,
+        threads=threads,
+        connection_limit=200,
+        channel_timeout=30,
+        cleanup_interval=5,
+        ident="jobttl-console",
+        clear_untrusted_proxy_headers=True,
+        asyncore_use_poll=True,
+    )

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlencode
 
-from flask import (Blueprint, Response, abort, current_app, flash, redirect, render_template, request, url_for)
+from flask import Blueprint, Response, abort, current_app, flash, redirect, render_template, request, url_for
 from redis.exceptions import RedisError
 
 from jobttl.core.domain.deploy import rights
@@ -43,8 +43,9 @@ def _ops() -> operations.Operations:
     return _context().operations()
 
 
-def _reader(resource: str = rights.DELETIONS, verb: str = "list", namespace: str | None = None,
-            name: str | None = None) -> auth.Who:
+def _reader(
+    resource: str = rights.DELETIONS, verb: str = "list", namespace: str | None = None, name: str | None = None
+) -> auth.Who:
     person = auth.who()
     auth.require(person, verb, resource, namespace, name)
     return person
@@ -56,6 +57,7 @@ def _page(template: str, person: auth.Who, **values: Any) -> str:
 
 # --- pages -----------------------------------------------------------------------------------------------
 
+
 @blueprint.get("/")
 def overview() -> str:
     person = _reader()
@@ -64,10 +66,21 @@ def overview() -> str:
     status = ops.status()
     histogram = ops.due_histogram(now)
     policy = _context().settings.policy
-    dry = {"everything": policy.values.dry_run is True,
-           "rules": [r.name for r in policy.rules if r.values.dry_run is True]}
-    return _page("overview.html", person, status=status, histogram=histogram, counts=ops.counts(),
-                 stuck=ops.stuck(), held=status["held"], settings=_context().settings, dry=dry)
+    dry = {
+        "everything": policy.values.dry_run is True,
+        "rules": [r.name for r in policy.rules if r.values.dry_run is True],
+    }
+    return _page(
+        "overview.html",
+        person,
+        status=status,
+        histogram=histogram,
+        counts=ops.counts(),
+        stuck=ops.stuck(),
+        held=status["held"],
+        settings=_context().settings,
+        dry=dry,
+    )
 
 
 @blueprint.get("/pending")
@@ -89,17 +102,28 @@ def pending() -> str:
     if order == "desc":
         rows = list(reversed(rows))
     now = time.time()
-    return _page("pending.html", person, rows=[p.as_dict(now) for p in rows], total=total,
-                 filters={"namespace": namespace or "", "kind": kind or "", "name": name or ""}, order=order,
-                 can_act=auth.may(person, rights.POSTPONE, rights.DELETIONS, namespace))
+    return _page(
+        "pending.html",
+        person,
+        rows=[p.as_dict(now) for p in rows],
+        total=total,
+        filters={"namespace": namespace or "", "kind": kind or "", "name": name or ""},
+        order=order,
+        can_act=auth.may(person, rights.POSTPONE, rights.DELETIONS, namespace),
+    )
 
 
 @blueprint.get("/held")
 def held() -> str:
     person = _reader(rights.REVIEWS)
     data = _ops().held()
-    return _page("held.html", person, held=data, can_confirm=auth.may(person, rights.CONFIRM, rights.REVIEWS),
-                 can_act=auth.may(person, rights.KEEP, rights.DELETIONS))
+    return _page(
+        "held.html",
+        person,
+        held=data,
+        can_confirm=auth.may(person, rights.CONFIRM, rights.REVIEWS),
+        can_act=auth.may(person, rights.KEEP, rights.DELETIONS),
+    )
 
 
 @blueprint.get("/history")
@@ -127,8 +151,13 @@ def job(namespace: str, name: str) -> str:
     with _answering_lookups():
         card = _ops().find(namespace, name, kind)
     archive = _archive(namespace, name, kind)
-    return _page("job.html", person, card=card, archive=archive,
-                 can_act=auth.may(person, rights.KEEP, rights.DELETIONS, namespace))
+    return _page(
+        "job.html",
+        person,
+        card=card,
+        archive=archive,
+        can_act=auth.may(person, rights.KEEP, rights.DELETIONS, namespace),
+    )
 
 
 def _archive(namespace: str, name: str, kind: str | None) -> dict[str, Any]:
@@ -145,10 +174,15 @@ def _archive(namespace: str, name: str, kind: str | None) -> dict[str, Any]:
         logs = []
         for entry in choose_logs(document) + choose_logs(document, previous=True):
             body = store.read(where, str(entry["path"])) or b""
-            logs.append({**entry, "tail": body[-LOG_TAIL:].decode("utf-8", "replace"), "bytes": len(body),
-                         "cut": len(body) > LOG_TAIL})
-        return {"where": store.location(where), "folder": where, "manifest": manifest, "logs": logs,
-                "index": document}
+            logs.append(
+                {
+                    **entry,
+                    "tail": body[-LOG_TAIL:].decode("utf-8", "replace"),
+                    "bytes": len(body),
+                    "cut": len(body) > LOG_TAIL,
+                }
+            )
+        return {"where": store.location(where), "folder": where, "manifest": manifest, "logs": logs, "index": document}
     except ArchiveStoreError as exc:
         return {"problem": str(exc)}
 
@@ -175,8 +209,11 @@ def download(namespace: str, name: str, path: str) -> Response:
     if body is None:
         abort(404, f"{path} is listed but missing from the archive")
     filename = f"{namespace}-{name}-{path.replace('/', '-')}"
-    return Response(body, mimetype="text/plain; charset=utf-8",
-                    headers={"Content-Disposition": f'attachment; filename="{filename}"'})
+    return Response(
+        body,
+        mimetype="text/plain; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{filename}"'},
+    )
 
 
 # --- actions ---------------------------------------------------------------------------------------------
@@ -240,8 +277,10 @@ def postpone() -> Response:
         abort(400, "duration: must be more than zero (e.g. 2h, 3d)")
     with _answering_lookups():
         moved = _ops().postpone(namespace, name, seconds, kind, by=person.by)
-    _acted(f"Postponed {namespace}/{name}: now due {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(moved.due))} "
-           f"(as `jobttl postpone {namespace}/{name} {request.form.get('duration')}`, by {person.user.name})")
+    _acted(
+        f"Postponed {namespace}/{name}: now due {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(moved.due))} "
+        f"(as `jobttl postpone {namespace}/{name} {request.form.get('duration')}`, by {person.user.name})"
+    )
     return _back(url_for("console.pending"))
 
 
@@ -250,8 +289,10 @@ def keep() -> Response:
     person, namespace, name, kind = _job_action(rights.KEEP)
     with _answering_lookups():
         _ops().cancel(namespace, name, kind, by=person.by)
-    _acted(f"Kept {namespace}/{name}: jobttl will not delete it (as `jobttl cancel {namespace}/{name}`, "
-           f"by {person.user.name})")
+    _acted(
+        f"Kept {namespace}/{name}: jobttl will not delete it (as `jobttl cancel {namespace}/{name}`, "
+        f"by {person.user.name})"
+    )
     return _back(url_for("console.pending"))
 
 
@@ -264,8 +305,10 @@ def cancel() -> Response:
         abort(400, f"action: expected one of {', '.join(operations.UNDOABLE)}, got {action[:50]!r}")
     with _answering_lookups():
         _ops().undo(namespace, name, action, kind, by=person.by)
-    _acted(f"Took back the {action} of {namespace}/{name}: it is decided again from the job and the policy "
-           f"(as `jobttl {action} --undo {namespace}/{name}`, by {person.user.name})")
+    _acted(
+        f"Took back the {action} of {namespace}/{name}: it is decided again from the job and the policy "
+        f"(as `jobttl {action} --undo {namespace}/{name}`, by {person.user.name})"
+    )
     return _back(url_for("console.job", namespace=namespace, name=name))
 
 
@@ -283,14 +326,22 @@ def confirm() -> Response:
         abort(409, str(exc))
     report = _wait_for(ops, job_id)
     if report is None:
-        flash(f"Confirmation of {held_id} booked (resync {job_id}); no worker has run it yet (another resync may be "
-              "running: it waits for it): this page shows the held set until one does", "pending")
+        flash(
+            f"Confirmation of {held_id} booked (resync {job_id}); no worker has run it yet (another resync may be "
+            "running: it waits for it): this page shows the held set until one does",
+            "pending",
+        )
     elif report.get("status") == "done":
-        _acted(f"Confirmed {held_id}: the held deletions are released to the workers (as `jobttl resync --confirm "
-               f"{held_id}`, by {person.user.name})")
+        _acted(
+            f"Confirmed {held_id}: the held deletions are released to the workers (as `jobttl resync --confirm "
+            f"{held_id}`, by {person.user.name})"
+        )
     else:
-        flash(f"The worker's resync answered {report.get('status')}: nothing was confirmed"
-              + (f" ({'; '.join(report.get('errors') or [])})" if report.get("errors") else ""), "error")
+        flash(
+            f"The worker's resync answered {report.get('status')}: nothing was confirmed"
+            + (f" ({'; '.join(report.get('errors') or [])})" if report.get("errors") else ""),
+            "error",
+        )
     return _back(url_for("console.held"))
 
 
@@ -305,6 +356,7 @@ def _wait_for(ops: operations.Operations, job_id: str) -> dict[str, Any] | None:
 
 
 # --- sign-in ---------------------------------------------------------------------------------------------
+
 
 @blueprint.route("/signin", methods=["GET", "POST"])
 def signin() -> Response | str:
@@ -322,8 +374,9 @@ def signin() -> Response | str:
             abort(503, str(exc))
         else:
             return _back(url_for("console.overview"))
-    return render_template("signin.html", who=None, csrf=auth.csrf_token(), problem=problem,
-                           next=request.values.get("next", "/")), 401 if problem else 200
+    return render_template(
+        "signin.html", who=None, csrf=auth.csrf_token(), problem=problem, next=request.values.get("next", "/")
+    ), 401 if problem else 200
 
 
 @blueprint.post("/signout")
@@ -339,6 +392,7 @@ def healthz() -> Response:
 
 
 # --- errors ----------------------------------------------------------------------------------------------
+
 
 @blueprint.app_errorhandler(auth.SignInNeeded)
 def sign_in_needed(exc: auth.SignInNeeded) -> Response | tuple[str, int]:

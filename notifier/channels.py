@@ -74,20 +74,27 @@ class AppriseChannel:
         plugin = apprise.Apprise.instantiate(url)
         scheme = url.partition("://")[0]
         if plugin is None:
-            raise ConfigError(f"JOBTTL_POLICY: {channel.place}: Apprise takes no such URL ({scheme}://...: an unknown "
-                              "scheme, or a part it needs is missing; see https://github.com/caronc/apprise/wiki)")
+            raise ConfigError(
+                f"JOBTTL_POLICY: {channel.place}: Apprise takes no such URL ({scheme}://...: an unknown "
+                "scheme, or a part it needs is missing; see https://github.com/caronc/apprise/wiki)"
+            )
         if channel.url is not None and plugin.url(privacy=True) != plugin.url():
-            raise ConfigError(f"JOBTTL_POLICY: {channel.place}: this URL holds a secret (Apprise hides part of it: "
-                              f"{plugin.url(privacy=True)}): put it in a Secret and name its variable with urlFromEnv")
+            raise ConfigError(
+                f"JOBTTL_POLICY: {channel.place}: this URL holds a secret (Apprise hides part of it: "
+                f"{plugin.url(privacy=True)}): put it in a Secret and name its variable with urlFromEnv"
+            )
         return cls(channel, url, plugin)
 
     def send(self, message: Message) -> str | None:
         """Send one message; None when it went, else why not (without the URL's secrets)."""
         _CAPTURE.start()
         try:
-            sent = self.plugin.notify(body=message.body, title=message.title,
-                                      notify_type=apprise.NotifyType.WARNING if message.warning
-                                      else apprise.NotifyType.INFO, body_format=apprise.NotifyFormat.TEXT)
+            sent = self.plugin.notify(
+                body=message.body,
+                title=message.title,
+                notify_type=apprise.NotifyType.WARNING if message.warning else apprise.NotifyType.INFO,
+                body_format=apprise.NotifyFormat.TEXT,
+            )
         except Exception as exc:  # noqa: BLE001 - a plugin's bug is this channel's failure, not the notifier's
             return redacted(" ".join([shapes.describe(exc), *_CAPTURE.stop()]), self.url)
         lines = _CAPTURE.stop()

@@ -48,8 +48,14 @@ ONCE_EVENTS = ("review-opened", "guard-tripped")  # told once per held set (its 
 
 
 class Notifier:
-    def __init__(self, redis: Redis, channels: list[AppriseChannel], metrics: Metrics, settings: Settings,
-                 consumer: str | None = None):
+    def __init__(
+        self,
+        redis: Redis,
+        channels: list[AppriseChannel],
+        metrics: Metrics,
+        settings: Settings,
+        consumer: str | None = None,
+    ):
         self.store = NotifyStore(redis, settings.notify_gather, settings.notify_retry_backoff)
         self.channels = channels
         self.policy_channels = tuple(c.channel for c in channels)
@@ -80,17 +86,23 @@ class Notifier:
         the entry's: they go up, and the entry is read again."""
         if entry.lossy:  # told all the same, as read; but someone wrote the trail who is not jobttl
             self.metrics.notify_bad_entries.labels("read").inc()
-            logs.record(log, "notify-bad-entry", level=logging.WARNING, entry=entry.id, stage="read",
-                        detail="bytes that are not UTF-8, read as U+FFFD: the audit trail has a writer that is "
-                               "not jobttl")
+            logs.record(
+                log,
+                "notify-bad-entry",
+                level=logging.WARNING,
+                entry=entry.id,
+                stage="read",
+                detail="bytes that are not UTF-8, read as U+FFFD: the audit trail has a writer that is not jobttl",
+            )
         try:
             return self.file(entry)
         except (RedisError, OSError):
             raise
         except Exception as exc:  # noqa: BLE001 - one bad entry must not end every notification
             self.metrics.notify_bad_entries.labels("read").inc()
-            logs.record(log, "notify-bad-entry", level=logging.ERROR, entry=entry.id, stage="read",
-                        detail=shapes.describe(exc))
+            logs.record(
+                log, "notify-bad-entry", level=logging.ERROR, entry=entry.id, stage="read", detail=shapes.describe(exc)
+            )
             return False
 
     def file(self, entry: Entry) -> bool:
@@ -99,10 +111,17 @@ class Notifier:
         routed = route(entry.fields, self.policy_channels)
         for name in routed.refused:
             self.metrics.notifications.labels(name, routed.event, "refused").inc()
-            logs.record(log, "notification-refused", _ref(entry.fields), logging.WARNING, channel=name,
-                        notification=routed.event, detail="the job's jobttl.io/notify names a channel that does not "
-                        "take its owner's messages (not in the policy's notify, without owners: true, or not "
-                        "covering its namespace): nothing is sent for it")
+            logs.record(
+                log,
+                "notification-refused",
+                _ref(entry.fields),
+                logging.WARNING,
+                channel=name,
+                notification=routed.event,
+                detail="the job's jobttl.io/notify names a channel that does not "
+                "take its owner's messages (not in the policy's notify, without owners: true, or not "
+                "covering its namespace): nothing is sent for it",
+            )
         once = self._once(routed, entry.fields)
         deliveries = routed.deliveries if once is None or not self.store.told(once) else ()
         if not deliveries:
@@ -156,8 +175,16 @@ class Notifier:
             # and the channel goes on with what comes next.
             self.store.sent(batch, time.time())
             self.metrics.notify_bad_entries.labels("send").inc()
-            logs.record(log, "notify-bad-entry", level=logging.ERROR, channel=channel.name, group=batch.group,
-                        stage="send", entries=batch.total, detail=shapes.describe(exc))
+            logs.record(
+                log,
+                "notify-bad-entry",
+                level=logging.ERROR,
+                channel=channel.name,
+                group=batch.group,
+                stage="send",
+                entries=batch.total,
+                detail=shapes.describe(exc),
+            )
             return
         started = time.monotonic()
         error = channel.send(message)
@@ -165,14 +192,31 @@ class Notifier:
         if error is None:
             self.store.sent(batch, time.time())
             self._count(channel.name, message, "sent")
-            logs.record(log, "notification-sent", channel=channel.name, group=batch.group, events=list(message.events),
-                        entries=batch.total, seconds=took, title=message.title)
+            logs.record(
+                log,
+                "notification-sent",
+                channel=channel.name,
+                group=batch.group,
+                events=list(message.events),
+                entries=batch.total,
+                seconds=took,
+                title=message.title,
+            )
             return
         attempts, dropped = self.store.failed(batch, time.time())
         self._count(channel.name, message, "dropped" if dropped else "failed")
-        logs.record(log, "notification-dropped" if dropped else "notification-failed", level=logging.ERROR if dropped
-                    else logging.WARNING, channel=channel.name, group=batch.group, events=list(message.events),
-                    entries=batch.total, attempts=attempts, seconds=took, detail=error)
+        logs.record(
+            log,
+            "notification-dropped" if dropped else "notification-failed",
+            level=logging.ERROR if dropped else logging.WARNING,
+            channel=channel.name,
+            group=batch.group,
+            events=list(message.events),
+            entries=batch.total,
+            attempts=attempts,
+            seconds=took,
+            detail=error,
+        )
 
     def _count(self, channel: str, message: digest.Message, outcome: str) -> None:
         for event in message.events:
@@ -194,8 +238,10 @@ class Notifier:
     # --- the process ---------------------------------------------------------------------------------
     def start(self) -> list[threading.Thread]:
         threads = [threading.Thread(target=self.read_forever, name="notify-read", daemon=True)]
-        threads += [threading.Thread(target=self.send_forever, args=(c,), name=f"notify-{c.name}", daemon=True)
-                    for c in self.channels]
+        threads += [
+            threading.Thread(target=self.send_forever, args=(c,), name=f"notify-{c.name}", daemon=True)
+            for c in self.channels
+        ]
         for thread in threads:
             thread.start()
         self.threads = threads
@@ -231,14 +277,19 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> None:
     """`jobttl notify`: until SIGTERM or SIGINT."""
     policy_channels = settings.policy.notify
     if not policy_channels:
-        raise ConfigError("JOBTTL_POLICY: the policy has no notify channels: `jobttl notify` has nothing to send "
-                          "(docs/notifications.md)")
+        raise ConfigError(
+            "JOBTTL_POLICY: the policy has no notify channels: `jobttl notify` has nothing to send "
+            "(docs/notifications.md)"
+        )
     channels = open_channels(policy_channels, os.environ if env is None else env)
     redis = redisconn.connect(settings.redis_url, redisconn.WORKER, settings.redis_ca_file)
     metrics = Metrics()
     notifier = Notifier(redis, channels, metrics, settings)
-    health = (serve_health(metrics, settings.notify_metrics_port, notifier.dead_threads)
-              if settings.notify_metrics_port else None)
+    health = (
+        serve_health(metrics, settings.notify_metrics_port, notifier.dead_threads)
+        if settings.notify_metrics_port
+        else None
+    )
     previous = {sig: signal.signal(sig, lambda *_: notifier.stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     threads = notifier.start() if _prepared(notifier) else []
     if threads:
@@ -263,7 +314,11 @@ def serve_health(metrics: Metrics, port: int, dead: Callable[[], list[str]] = li
             return probes.metrics(metrics.registry)
         if path.startswith(("/healthz", "/readyz")):
             ended = dead()
-            return probes.Answer(503, jsoncodec.dumps({"status": "thread ended", "threads": ended})) if ended else probes.OK
+            return (
+                probes.Answer(503, jsoncodec.dumps({"status": "thread ended", "threads": ended}))
+                if ended
+                else probes.OK
+            )
         return probes.NOT_FOUND
 
     return probes.serve(answer, port, "notify-health")

@@ -62,8 +62,9 @@ def list_deletions() -> Response:
     limit = _whole_number("limit", DEFAULT_LIMIT, 1, MAX_LIMIT)
     offset = _whole_number("offset", 0, 0, MAX_OFFSET)
     # An empty parameter (`?kind=`, as forms and scripts send it) filters nothing.
-    items, total = _operations().pending(request.args.get("namespace") or None, request.args.get("kind") or None,
-                                         offset, limit)
+    items, total = _operations().pending(
+        request.args.get("namespace") or None, request.args.get("kind") or None, offset, limit
+    )
     now = time.time()
     return jsonify(items=[p.as_dict(now) for p in items], total=total, offset=offset, limit=limit)
 
@@ -85,8 +86,13 @@ def get_deletion(namespace: str, name: str) -> Response:
 @blueprint.get("/api/v1", strict_slashes=False)
 def index() -> Response:
     """Where to look: a browser or `curl` pointed at the sink finds the document, not a 405."""
-    return jsonify(name="jobttl", openapi="/openapi.json", paths=list(DOCUMENT["paths"]),
-                   events="POST / (CloudEvents)", metrics="/metrics")
+    return jsonify(
+        name="jobttl",
+        openapi="/openapi.json",
+        paths=list(DOCUMENT["paths"]),
+        events="POST / (CloudEvents)",
+        metrics="/metrics",
+    )
 
 
 @blueprint.get("/openapi.json")

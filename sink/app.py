@@ -13,8 +13,9 @@ from jobttl.sink import api, receive
 from jobttl.sink.context import SinkContext
 
 
-def create_app(settings: Settings | None = None, *, redis: Redis | None = None,
-               kube: KubeClient | None = None) -> Flask:
+def create_app(
+    settings: Settings | None = None, *, redis: Redis | None = None, kube: KubeClient | None = None
+) -> Flask:
     """Dependencies may be passed in (tests); otherwise they come from `settings`."""
     settings = settings or Settings.from_env()
     # The instance folder named (never used): Flask looks for it through the package's namespace,

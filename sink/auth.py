@@ -58,8 +58,13 @@ class SenderCheck:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SenderCheck:
-        return cls(settings.sink_sources, settings.sink_oidc_audience, settings.sink_oidc_issuer,
-                   settings.sink_oidc_ca_file, settings.sink_oidc_subjects)
+        return cls(
+            settings.sink_sources,
+            settings.sink_oidc_audience,
+            settings.sink_oidc_issuer,
+            settings.sink_oidc_ca_file,
+            settings.sink_oidc_subjects,
+        )
 
     @property
     def authenticates(self) -> bool:
@@ -74,9 +79,14 @@ class SenderCheck:
             raise Unauthenticated("a Knative OIDC bearer token is required (Authorization: Bearer ...)")
         try:
             key = self._jwks().get_signing_key_from_jwt(token)
-            claims = jwt.decode(token, key.key, algorithms=["RS256", "ES256", "RS384", "ES384", "RS512"],
-                                audience=self.audience, issuer=self.issuer,
-                                options={"require": ["exp", "iss", "aud", "sub"]})
+            claims = jwt.decode(
+                token,
+                key.key,
+                algorithms=["RS256", "ES256", "RS384", "ES384", "RS512"],
+                audience=self.audience,
+                issuer=self.issuer,
+                options={"require": ["exp", "iss", "aud", "sub"]},
+            )
         except jwt.PyJWKClientConnectionError as exc:
             raise VerifierUnavailable(f"cannot fetch the token issuer's keys: {exc}") from None
         except jwt.PyJWKClientError as exc:
@@ -122,28 +132,42 @@ class ReaderCheck:
     @classmethod
     def from_settings(cls, settings: Settings) -> ReaderCheck:
         mode = settings.read_api_auth or "none"
-        oidc = SenderCheck((), settings.sink_oidc_audience, settings.sink_oidc_issuer, settings.sink_oidc_ca_file,
-                           settings.read_api_oidc_subjects) if mode == "oidc" else None
+        oidc = (
+            SenderCheck(
+                (),
+                settings.sink_oidc_audience,
+                settings.sink_oidc_issuer,
+                settings.sink_oidc_ca_file,
+                settings.read_api_oidc_subjects,
+            )
+            if mode == "oidc"
+            else None
+        )
         built: list[Access] = []
 
         def access() -> Access:
             if not built:
-                kube = KubeClient(load_api_client(settings.kubeconfig), min(settings.api_timeout, 10),
-                                  component="access")
+                kube = KubeClient(
+                    load_api_client(settings.kubeconfig), min(settings.api_timeout, 10), component="access"
+                )
                 built.append(Access(kube))
             return built[0]
 
         return cls(mode, oidc, access if mode == "kubernetes" else None)
 
-    def check(self, authorization: str | None, verb: str, namespace: str | None = None,
-              name: str | None = None) -> str | None:
+    def check(
+        self, authorization: str | None, verb: str, namespace: str | None = None, name: str | None = None
+    ) -> str | None:
         """Who is reading (None without auth); raises Unauthenticated, Forbidden or VerifierUnavailable."""
         if self.mode == "oidc":
             try:
                 return str(self.oidc.token(authorization)["sub"])
             except Forbidden as exc:
-                raise Forbidden(str(exc).replace("events from", "reads by").replace(
-                    "JOBTTL_SINK_OIDC_SUBJECTS", "JOBTTL_READ_API_OIDC_SUBJECTS")) from None
+                raise Forbidden(
+                    str(exc)
+                    .replace("events from", "reads by")
+                    .replace("JOBTTL_SINK_OIDC_SUBJECTS", "JOBTTL_READ_API_OIDC_SUBJECTS")
+                ) from None
         if self.mode == "kubernetes":
             try:
                 access = self.access_of()

@@ -35,12 +35,21 @@ class SinkContext(graph.Graph):
         # Short timeouts (redisconn.SINK): a sink stuck on a dead Redis should say 503 fast, not hang
         # Knative. Its writes may wait for replicas: an event is acknowledged once its booking
         # would survive a failover.
-        shared = graph.build(settings, redisconn.SINK, redis=redis, min_replicas=settings.sink_min_replicas,
-                             recent=recent)
-        probe = redis if redis is not None else redisconn.client(settings.redis_url, redisconn.PROBE,
-                                                                 settings.redis_ca_file)
-        context = cls(**shared.parts(), probe=probe, senders=SenderCheck.from_settings(settings),
-                      readers=ReaderCheck.from_settings(settings), _kube=kube)
+        shared = graph.build(
+            settings, redisconn.SINK, redis=redis, min_replicas=settings.sink_min_replicas, recent=recent
+        )
+        probe = (
+            redis
+            if redis is not None
+            else redisconn.client(settings.redis_url, redisconn.PROBE, settings.redis_ca_file)
+        )
+        context = cls(
+            **shared.parts(),
+            probe=probe,
+            senders=SenderCheck.from_settings(settings),
+            readers=ReaderCheck.from_settings(settings),
+            _kube=kube,
+        )
         try:
             upgrade.ensure(context.redis, context.audit.tombstone_seconds)
             scripts.load(context.redis)
@@ -57,8 +66,12 @@ class SinkContext(graph.Graph):
         # Resource mode never needs the API, so the client is only loaded once needed.
         if self._kube is None:
             try:
-                self._kube = KubeClient(load_api_client(self.settings.kubeconfig), self.settings.api_timeout,
-                                        component="sink-reference", metrics=self.metrics)
+                self._kube = KubeClient(
+                    load_api_client(self.settings.kubeconfig),
+                    self.settings.api_timeout,
+                    component="sink-reference",
+                    metrics=self.metrics,
+                )
             except Exception as exc:  # any loader failure: no kubeconfig, no service account
                 raise Unavailable(f"cannot load Kubernetes credentials for a Reference-mode event: {exc}") from exc
         return self._kube

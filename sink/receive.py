@@ -80,8 +80,13 @@ def receive() -> Response:
         if is_full_error(exc):
             # Nothing of this event was booked: Knative delivers it again, and it is booked once
             # the worker's deletions (or an operator) have made room.
-            return _unavailable(sink, label, "redis-full", str(exc) if isinstance(exc, RedisFull) else
-                                f"Redis is full and refuses writes ({exc}); retry later", retry_after=30)
+            return _unavailable(
+                sink,
+                label,
+                "redis-full",
+                str(exc) if isinstance(exc, RedisFull) else f"Redis is full and refuses writes ({exc}); retry later",
+                retry_after=30,
+            )
         return _unavailable(sink, label, "redis", f"Redis is unavailable, retry later: {exc}")
     except (Unavailable, VerifierUnavailable) as exc:
         return _unavailable(sink, label, "kubernetes", str(exc))
@@ -91,8 +96,9 @@ def receive() -> Response:
     return Response(status=202, headers={"X-Jobttl-Outcome": outcome})
 
 
-def _refused(sink: SinkContext, label: str, status: int, message: str,
-             headers: dict[str, str] | None = None) -> Response:
+def _refused(
+    sink: SinkContext, label: str, status: int, message: str, headers: dict[str, str] | None = None
+) -> Response:
     sink.metrics.events.labels(label, "rejected").inc()
     logs.record(log, "rejected", level=logging.WARNING, status=status, detail=message)
     return error(status, message, headers)
@@ -177,8 +183,9 @@ def readyz() -> Response:
         return error(503, f"Redis is unavailable: {exc}")
     offset = seconds + micros / 1e6 - (sent + time.time()) / 2
     if abs(offset) > sink.settings.clock_skew_bound:
-        return error(503, f"this host's clock is {-offset:+.1f}s off Redis's (bound "
-                          f"{sink.settings.clock_skew_bound:g}s)")
+        return error(
+            503, f"this host's clock is {-offset:+.1f}s off Redis's (bound {sink.settings.clock_skew_bound:g}s)"
+        )
     # A full Redis: events would be answered 503 (jobttl.core.store.capacity), so take no traffic.
     try:
         capacity = Capacity.read(sink.probe)
@@ -210,6 +217,10 @@ def unexpected(exc: Exception) -> Response:
     if isinstance(exc, RedisError):
         return error(503, f"Redis is unavailable, retry later: {exc}", {"Retry-After": "1"})
     # Flask calls its error handlers inside its own `except`: the traceback is this exception's.
-    log.exception("unexpected error handling %s %s", request.method, request.path,  # noqa: LOG004
-                  extra={"event": "unexpected-error", "detail": str(exc)})
+    log.exception(  # noqa: LOG004
+        "unexpected error handling %s %s",
+        request.method,
+        request.path,
+        extra={"event": "unexpected-error", "detail": str(exc)},
+    )
     return error(500, "internal error; the sink's log has the details")

@@ -33,5 +33,7 @@ def fingerprint(owner: type, name: str) -> str:
 
 def recheck(library: str, version: str, what: str, where: str) -> str:
     """The message of a failed check: what changed, and what in jobttl to re-read."""
-    return (f"{library} {version} changed {what}, which jobttl relies on ({where}): re-check that code against "
-            f"this release, then update this test and the bound in pyproject.toml")
+    return (
+        f"{library} {version} changed {what}, which jobttl relies on ({where}): re-check that code against "
+        f"this release, then update this test and the bound in pyproject.toml"
+    )

@@ -41,7 +41,9 @@ def wait_for(predicate: Callable[[], object], timeout: float = 10.0, interval: f
         except Exception as exc:  # noqa: BLE001 - the thing polled may not be up yet
             last_error = exc
         time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else "")
+    )
 
 
 class RedisServer:
@@ -51,7 +53,9 @@ class RedisServer:
     def __init__(self, persistent: bool = False) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
-            raise RuntimeError("redis-server is not installed; `make test` installs it (apt-get install -y redis-server)")
+            raise RuntimeError(
+                "redis-server is not installed; `make test` installs it (apt-get install -y redis-server)"
+            )
         self.binary = binary
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="jobttl-redis-")
@@ -92,7 +96,11 @@ class JobttlProcess:
     def start(self) -> JobttlProcess:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jobttl", *self.args], env=self.env, cwd=ROOT, stdout=log, stderr=log,
+            [sys.executable, "-m", "jobttl", *self.args],
+            env=self.env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=log,
             start_new_session=True,
         )
         return self
@@ -113,8 +121,9 @@ class JobttlProcess:
 
 def start_sink(env: dict[str, str], log_dir: Path) -> tuple[JobttlProcess, str]:
     port = free_port()
-    sink = JobttlProcess(["sink", "--host", "127.0.0.1", "--port", str(port), "--threads", "4"], env, log_dir,
-                         f"sink-{port}").start()
+    sink = JobttlProcess(
+        ["sink", "--host", "127.0.0.1", "--port", str(port), "--threads", "4"], env, log_dir, f"sink-{port}"
+    ).start()
     url = f"http://127.0.0.1:{port}"
     wait_for(lambda: requests.get(f"{url}/metrics", timeout=1).ok, timeout=20, what="the sink")
     return sink, url
@@ -133,8 +142,14 @@ class RecordingSink:
         @app.post("/")
         def receive():
             headers = {k.lower(): v for k, v in request.headers.items()}
-            self.events.append({"type": headers["ce-type"], "headers": headers, "data": json.loads(request.data),
-                                "received": time.time()})
+            self.events.append(
+                {
+                    "type": headers["ce-type"],
+                    "headers": headers,
+                    "data": json.loads(request.data),
+                    "received": time.time(),
+                }
+            )
             self.gate.wait()
             return "", 202
 
@@ -143,8 +158,11 @@ class RecordingSink:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def of(self, namespace: str) -> list[tuple[str, str, str]]:
-        return [(e["type"].rsplit(".", 1)[1], e["data"]["metadata"]["name"], e["data"]["metadata"]["resourceVersion"])
-                for e in self.events if e["data"]["metadata"]["namespace"] == namespace]
+        return [
+            (e["type"].rsplit(".", 1)[1], e["data"]["metadata"]["name"], e["data"]["metadata"]["resourceVersion"])
+            for e in self.events
+            if e["data"]["metadata"]["namespace"] == namespace
+        ]
 
 
 def start_emulator(directory: Path, resources, **options):
@@ -171,8 +189,15 @@ class RedisSentinels:
 
     MASTER_SET = "jobttl"
 
-    def __init__(self, directory: Path, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 2000,
-                 failover_timeout_ms: int = 5000, tls: dict[str, str] | None = None):
+    def __init__(
+        self,
+        directory: Path,
+        replicas: int = 2,
+        sentinels: int = 3,
+        down_after_ms: int = 2000,
+        failover_timeout_ms: int = 5000,
+        tls: dict[str, str] | None = None,
+    ):
         self.binary = RedisServer().binary
         self.directory = directory
         self.replicas, self.down_after_ms, self.failover_timeout_ms = replicas, down_after_ms, failover_timeout_ms
@@ -189,8 +214,13 @@ class RedisSentinels:
     def _tls_lines(self) -> list[str]:
         if not self.tls:
             return []
-        return [f"tls-cert-file {self.tls['cert']}", f"tls-key-file {self.tls['key']}",
-                f"tls-ca-cert-file {self.tls['ca']}", "tls-auth-clients no", "tls-replication yes"]
+        return [
+            f"tls-cert-file {self.tls['cert']}",
+            f"tls-key-file {self.tls['key']}",
+            f"tls-ca-cert-file {self.tls['ca']}",
+            "tls-auth-clients no",
+            "tls-replication yes",
+        ]
 
     def _port_line(self, port: int) -> str:
         return f"port 0\ntls-port {port}" if self.tls else f"port {port}"
@@ -199,8 +229,9 @@ class RedisSentinels:
         node_dir = self.directory / str(port)
         node_dir.mkdir(parents=True, exist_ok=True)
         conf = node_dir / "redis.conf"
-        conf.write_text("\n".join([self._port_line(port), "bind 127.0.0.1", f"dir {node_dir}", *self._tls_lines(),
-                                   *lines]) + "\n")
+        conf.write_text(
+            "\n".join([self._port_line(port), "bind 127.0.0.1", f"dir {node_dir}", *self._tls_lines(), *lines]) + "\n"
+        )
         argv = [self.binary, str(conf)] + (["--sentinel"] if sentinel else [])
         log = open(node_dir / "log", "ab")
         self.processes[port] = subprocess.Popen(argv, stdout=log, stderr=log)
@@ -222,16 +253,23 @@ class RedisSentinels:
         wait_for(self._replicas_in_sync, timeout=timeout, interval=0.05, what="the replicas to sync")
         quorum = len(self.sentinel_ports) // 2 + 1
         for port in self.sentinel_ports:
-            self._spawn(port, [f"sentinel monitor {self.MASTER_SET} 127.0.0.1 {primary} {quorum}",
-                               f"sentinel down-after-milliseconds {self.MASTER_SET} {self.down_after_ms}",
-                               f"sentinel failover-timeout {self.MASTER_SET} {self.failover_timeout_ms}",
-                               f"sentinel parallel-syncs {self.MASTER_SET} {max(1, self.replicas)}"], sentinel=True)
+            self._spawn(
+                port,
+                [
+                    f"sentinel monitor {self.MASTER_SET} 127.0.0.1 {primary} {quorum}",
+                    f"sentinel down-after-milliseconds {self.MASTER_SET} {self.down_after_ms}",
+                    f"sentinel failover-timeout {self.MASTER_SET} {self.failover_timeout_ms}",
+                    f"sentinel parallel-syncs {self.MASTER_SET} {max(1, self.replicas)}",
+                ],
+                sentinel=True,
+            )
         wait_for(self.ready, timeout=timeout, interval=0.1, what="the Sentinels to see every replica and each other")
         return self
 
     def _replicas_in_sync(self) -> bool:
-        return all(self.client(port).info("replication").get("master_link_status") == "up"
-                   for port in self.node_ports[1:])
+        return all(
+            self.client(port).info("replication").get("master_link_status") == "up" for port in self.node_ports[1:]
+        )
 
     def ready(self) -> bool:
         """Every replica in sync, and every Sentinel knows every replica and every other Sentinel."""
@@ -248,8 +286,9 @@ class RedisSentinels:
         named = []
         for port in self.sentinel_ports:
             try:
-                named.append(int(self.client(port, socket_timeout=0.5).sentinel_get_master_addr_by_name(
-                    self.MASTER_SET)[1]))
+                named.append(
+                    int(self.client(port, socket_timeout=0.5).sentinel_get_master_addr_by_name(self.MASTER_SET)[1])
+                )
             except redis_lib.RedisError:
                 continue
         return max(set(named), key=named.count) if named else None
@@ -289,24 +328,41 @@ def tls_files(directory: Path, common_name: str = "jobttl test CA") -> dict[str,
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
 
     def certificate(subject, public_key, extensions):
-        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(ca_name).public_key(public_key)
-                   .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
-                   .not_valid_after(now + datetime.timedelta(days=1)))
+        builder = (
+            x509.CertificateBuilder()
+            .subject_name(subject)
+            .issuer_name(ca_name)
+            .public_key(public_key)
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+        )
         for extension, critical in extensions:
             builder = builder.add_extension(extension, critical=critical)
         return builder.sign(ca_key, hashes.SHA256())
 
-    ca = certificate(ca_name, ca_key.public_key(), [(x509.BasicConstraints(ca=True, path_length=None), True),
-                                                    (x509.KeyUsage(False, False, False, False, False, True, True,
-                                                                   False, False), True)])
-    server = certificate(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]), key.public_key(), [
-        (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False),
-        (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False)])
+    ca = certificate(
+        ca_name,
+        ca_key.public_key(),
+        [
+            (x509.BasicConstraints(ca=True, path_length=None), True),
+            (x509.KeyUsage(False, False, False, False, False, True, True, False, False), True),
+        ],
+    )
+    server = certificate(
+        x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")]),
+        key.public_key(),
+        [
+            (x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False),
+            (x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]), False),
+        ],
+    )
     files = {"ca": directory / "ca.pem", "cert": directory / "server.pem", "key": directory / "server-key.pem"}
     files["ca"].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     files["cert"].write_bytes(server.public_bytes(serialization.Encoding.PEM))
-    files["key"].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                               serialization.NoEncryption()))
+    files["key"].write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
     return {name: str(path) for name, path in files.items()}
 
 
@@ -326,8 +382,17 @@ class TLSRedisServer(RedisServer):
 
     def start(self) -> TLSRedisServer:
         argv = redis_command(self.binary, 0, self.dir) + [
-            "--tls-port", str(self.port), "--tls-cert-file", self.tls["cert"], "--tls-key-file", self.tls["key"],
-            "--tls-ca-cert-file", self.tls["ca"], "--tls-auth-clients", "no"]
+            "--tls-port",
+            str(self.port),
+            "--tls-cert-file",
+            self.tls["cert"],
+            "--tls-key-file",
+            self.tls["key"],
+            "--tls-ca-cert-file",
+            self.tls["ca"],
+            "--tls-auth-clients",
+            "no",
+        ]
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
         wait_for(lambda: self.client().ping(), what=f"redis-server (TLS) on port {self.port}")
         return self

@@ -53,12 +53,52 @@ IMAGES_KEY = "  artifacthub.io/images: |"
 
 # The keywords the embedded schemas may use: draft-07's (Helm 3 before 3.18 validates with
 # gojsonschema, which knows no newer draft); `$defs` is renamed to `definitions` on the way.
-DRAFT7_KEYWORDS = frozenset({
-    "$schema", "$id", "$ref", "$comment", "$defs", "title", "description", "default", "examples", "type", "enum",
-    "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum", "maxLength", "minLength",
-    "pattern", "items", "additionalItems", "maxItems", "minItems", "uniqueItems", "contains", "maxProperties",
-    "minProperties", "required", "properties", "patternProperties", "additionalProperties", "dependencies",
-    "propertyNames", "if", "then", "else", "allOf", "anyOf", "oneOf", "not", "format"})
+DRAFT7_KEYWORDS = frozenset(
+    {
+        "$schema",
+        "$id",
+        "$ref",
+        "$comment",
+        "$defs",
+        "title",
+        "description",
+        "default",
+        "examples",
+        "type",
+        "enum",
+        "const",
+        "multipleOf",
+        "maximum",
+        "exclusiveMaximum",
+        "minimum",
+        "exclusiveMinimum",
+        "maxLength",
+        "minLength",
+        "pattern",
+        "items",
+        "additionalItems",
+        "maxItems",
+        "minItems",
+        "uniqueItems",
+        "contains",
+        "maxProperties",
+        "minProperties",
+        "required",
+        "properties",
+        "patternProperties",
+        "additionalProperties",
+        "dependencies",
+        "propertyNames",
+        "if",
+        "then",
+        "else",
+        "allOf",
+        "anyOf",
+        "oneOf",
+        "not",
+        "format",
+    }
+)
 ANNOTATIONS = frozenset({"title", "description", "default", "examples", "$comment"})
 # Keys whose values are maps of names to schemas (the names are not keywords).
 SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "definitions", "dependencies"})
@@ -69,6 +109,7 @@ class GenerationError(Exception):
 
 
 # --- the policy's schema, embedded ---------------------------------------------------------------
+
 
 def _draft7(node: Any, refs: dict[str, str], where: str) -> Any:
     """A draft 2020-12 schema node in draft-07 form: refs renamed, a $ref with other keywords
@@ -108,12 +149,16 @@ def policy_schema() -> tuple[dict[str, Any], dict[str, Any]]:
     for name, document in documents.items():
         local = {**refs, **{f"#/$defs/{d}": f"#/definitions/{name}.{d}" for d in document.get("$defs", {})}}
         for definition, schema in document.get("$defs", {}).items():
-            definitions[f"{name}.{definition}"] = _draft7(schema, local, f"{SCHEMAS[name].relative_to(REPO)}#/$defs/{definition}")
+            definitions[f"{name}.{definition}"] = _draft7(
+                schema, local, f"{SCHEMAS[name].relative_to(REPO)}#/$defs/{definition}"
+            )
         if name == "policy":
             top = {k: v for k, v in document.items() if k not in ("$schema", "$id", "$defs", "title")}
             policy = _draft7(top, local, str(SCHEMAS["policy"].relative_to(REPO)))
     policy["properties"]["kinds"] = {
-        "not": {}, "description": "not here: set the top-level `kinds` value, which the event source and the RBAC follow too"}
+        "not": {},
+        "description": "not here: set the top-level `kinds` value, which the event source and the RBAC follow too",
+    }
     return policy, definitions
 
 
@@ -129,7 +174,7 @@ def values_schema(text: str) -> str:
 
 # --- the values table ------------------------------------------------------------------------------
 
-_KEY = re.compile(r'^(\s*)([A-Za-z0-9_.-]+):(\s|$)')
+_KEY = re.compile(r"^(\s*)([A-Za-z0-9_.-]+):(\s|$)")
 
 
 @dataclass
@@ -154,12 +199,14 @@ def documented(text: str, origin: str = "values.yaml") -> list[Documented]:
             _continue_comment(pending, stripped)
         elif not stripped or stripped.startswith(("#", "- ")):
             if pending is not None:
-                raise GenerationError(f"{origin}:{number}: a `# --` comment documents no value (it must sit "
-                                      "right above its key)")
+                raise GenerationError(
+                    f"{origin}:{number}: a `# --` comment documents no value (it must sit right above its key)"
+                )
         elif _enter_key(stack, line, indent) and pending is not None:
             if pending_indent != indent:
-                raise GenerationError(f"{origin}:{number}: the `# --` comment above {stack[-1][1]} is not "
-                                      "indented as the key is")
+                raise GenerationError(
+                    f"{origin}:{number}: the `# --` comment above {stack[-1][1]} is not indented as the key is"
+                )
             pending.path = tuple(key for _, key in stack)
             found.append(pending)
             pending = None
@@ -169,7 +216,7 @@ def documented(text: str, origin: str = "values.yaml") -> list[Documented]:
 def _continue_comment(pending: Documented, stripped: str) -> None:
     """A comment line after `# --`: the default shown (`# @default --`), or more description."""
     if stripped.startswith("# @default --"):
-        pending.default = stripped[len("# @default --"):].strip()
+        pending.default = stripped[len("# @default --") :].strip()
     else:
         pending.description += " " + stripped[1:].strip()
 
@@ -199,7 +246,14 @@ def lookup(values: Any, path: tuple[str, ...]) -> Any:
 
 
 def _type(value: Any) -> str:
-    for kind, name in ((bool, "bool"), (int, "int"), (float, "float"), (str, "string"), (list, "list"), (dict, "object")):
+    for kind, name in (
+        (bool, "bool"),
+        (int, "int"),
+        (float, "float"),
+        (str, "string"),
+        (list, "list"),
+        (dict, "object"),
+    ):
         if isinstance(value, kind):
             return name
     return "null"
@@ -215,13 +269,18 @@ def values_table(values_text: str) -> str:
     covered = {d.path for d in docs}
     missing = [".".join(p) for p in leaves(values) if not any(p[:i] in covered for i in range(1, len(p) + 1))]
     if missing:
-        raise GenerationError(f"values.yaml: undocumented values (add a `# --` comment above each, or above a "
-                              f"map holding them): {', '.join(missing)}")
+        raise GenerationError(
+            f"values.yaml: undocumented values (add a `# --` comment above each, or above a "
+            f"map holding them): {', '.join(missing)}"
+        )
     rows = ["| Key | Type | Default | Description |", "| --- | --- | --- | --- |"]
     for doc in docs:
         value = lookup(values, doc.path)
-        default = doc.default if doc.default is not None else \
-            f"`{_cell(json.dumps(value, ensure_ascii=False, separators=(', ', ': ')))}`"
+        default = (
+            doc.default
+            if doc.default is not None
+            else f"`{_cell(json.dumps(value, ensure_ascii=False, separators=(', ', ': ')))}`"
+        )
         rows.append(f"| `{'.'.join(doc.path)}` | {_type(value)} | {default} | {_cell(doc.description)} |")
     return "\n".join(rows)
 
@@ -236,6 +295,7 @@ def readme(text: str, values_text: str) -> str:
 
 # --- Chart.yaml's images ------------------------------------------------------------------------
 
+
 def image_ref(image: dict[str, Any], default_tag: str = "") -> str:
     """As the chart's jobttl.imageRef writes it (without global.imageRegistry)."""
     ref = "/".join(p for p in (image.get("registry"), image["repository"]) if p)
@@ -245,9 +305,11 @@ def image_ref(image: dict[str, Any], default_tag: str = "") -> str:
 
 def chart_yaml(text: str, values: dict[str, Any]) -> str:
     chart = yaml.safe_load(text)
-    images = [("jobttl", image_ref(values["image"], str(chart["appVersion"]))),
-              ("redis", image_ref(values["redis"]["bundled"]["image"])),
-              ("event-display", image_ref(values["deadLetters"]["image"]))]
+    images = [
+        ("jobttl", image_ref(values["image"], str(chart["appVersion"]))),
+        ("redis", image_ref(values["redis"]["bundled"]["image"])),
+        ("event-display", image_ref(values["deadLetters"]["image"])),
+    ]
     block = [IMAGES_KEY] + [f"    - name: {name}\n      image: {ref}" for name, ref in images]
     lines = text.splitlines()
     if IMAGES_KEY not in lines:
@@ -317,9 +379,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--package", metavar="DIR", type=Path, help="then package the chart into DIR")
     args = parser.parse_args(argv)
     status = exit_status(
-        lambda: check_or_write(generate(), check=args.check, differences=differences, write=write,
-                               up_to_date="charts/jobttl/'s generated files are up to date", command=COMMAND),
-        program="tools/chart.py", errors=GenerationError, status=2)
+        lambda: check_or_write(
+            generate(),
+            check=args.check,
+            differences=differences,
+            write=write,
+            up_to_date="charts/jobttl/'s generated files are up to date",
+            command=COMMAND,
+        ),
+        program="tools/chart.py",
+        errors=GenerationError,
+        status=2,
+    )
     if status or args.check or not args.package:
         return status
     print(f"packaged {package(args.package)}")

@@ -7,8 +7,15 @@ import sys
 from collections.abc import Callable
 
 
-def check_or_write(files: dict[str, str], *, check: bool, differences: Callable[[dict[str, str]], list[str]],
-                   write: Callable[[dict[str, str]], list[str]], up_to_date: str, command: str) -> int:
+def check_or_write(
+    files: dict[str, str],
+    *,
+    check: bool,
+    differences: Callable[[dict[str, str]], list[str]],
+    write: Callable[[dict[str, str]], list[str]],
+    up_to_date: str,
+    command: str,
+) -> int:
     """With `check`, name each file that differs from `files` and write nothing (exit 1 if any);
     else write them, naming each one written (or saying that none needed it)."""
     if check:

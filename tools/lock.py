@@ -107,8 +107,12 @@ def environment(python: str) -> dict[str, str]:
     return env
 
 
-def missing(locked: Locked, requires: Callable[[str, Version], list[str] | None],
-            start: Iterable[Requirement] | None = None, pythons: Iterable[str] = PYTHONS) -> list[str]:
+def missing(
+    locked: Locked,
+    requires: Callable[[str, Version], list[str] | None],
+    start: Iterable[Requirement] | None = None,
+    pythons: Iterable[str] = PYTHONS,
+) -> list[str]:
     """What the lock fails to provide: for each Python, every requirement reached from `start`
     (pyproject.toml's by default) through the locked packages' own requirements must name a
     package the lock installs there, at a version the requirement accepts. `requires(name,
@@ -117,8 +121,9 @@ def missing(locked: Locked, requires: Callable[[str, Version], list[str] | None]
     return sorted({problem for python in pythons for problem in _missing_on(python, locked, requires, start)})
 
 
-def _missing_on(python: str, locked: Locked, requires: Callable[[str, Version], list[str] | None],
-                start: list[Requirement]) -> list[str]:
+def _missing_on(
+    python: str, locked: Locked, requires: Callable[[str, Version], list[str] | None], start: list[Requirement]
+) -> list[str]:
     """missing() on one Python: the dependency tree walked from `start`, each package and its
     extras once."""
     env = environment(python)
@@ -171,14 +176,31 @@ def _venv_metadata(python: Path) -> dict[str, tuple[Version, list[str]]]:
 
 def _pick(python: Path, requirement: str) -> Version:
     """The version pip would install for a requirement (a dry run; nothing is installed)."""
-    done = subprocess.run([python, "-m", "pip", "install", "--quiet", "--dry-run", "--ignore-installed", "--no-deps",
-                           "--report", "-", requirement], check=True, capture_output=True, text=True)
+    done = subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--dry-run",
+            "--ignore-installed",
+            "--no-deps",
+            "--report",
+            "-",
+            requirement,
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     [item] = json.loads(done.stdout)["install"]
     return Version(item["metadata"]["version"])
 
 
-def _conditional(locked: Locked,
-                 installed: dict[str, tuple[Version, list[str]]]) -> dict[str, tuple[list[str], list[str]]]:
+def _conditional(
+    locked: Locked, installed: dict[str, tuple[Version, list[str]]]
+) -> dict[str, tuple[list[str], list[str]]]:
     """What the other Pythons need and this one does not: each such requirement's specifiers and
     the markers under which its dependents ask for it, by name."""
     conditional: dict[str, tuple[list[str], list[str]]] = {}
@@ -216,8 +238,9 @@ def write(venv: Path = REPO / ".cache" / "lock") -> str:
 # --- the hashes -----------------------------------------------------------------------------------
 
 # What the image's platforms install: CPython of PYTHONS on glibc Linux, x86_64 and aarch64.
-_INTERPRETERS = frozenset({"py3", "py2.py3"} | {f"cp3{p.split('.')[1]}" for p in PYTHONS}
-                          | {f"py3{p.split('.')[1]}" for p in PYTHONS})
+_INTERPRETERS = frozenset(
+    {"py3", "py2.py3"} | {f"cp3{p.split('.')[1]}" for p in PYTHONS} | {f"py3{p.split('.')[1]}" for p in PYTHONS}
+)
 _PLATFORM = re.compile(r"^(any|manylinux\d*(_\d+_\d+)?_(x86_64|aarch64))$")
 
 
@@ -232,8 +255,11 @@ def installable(filename: str, version: Version) -> bool:
     if wheel_version != version:
         return False
     for tag in tags:
-        abi3 = tag.abi == "abi3" and tag.interpreter.startswith("cp3") and \
-            int(tag.interpreter[3:]) <= max(int(p.split(".")[1]) for p in PYTHONS)
+        abi3 = (
+            tag.abi == "abi3"
+            and tag.interpreter.startswith("cp3")
+            and int(tag.interpreter[3:]) <= max(int(p.split(".")[1]) for p in PYTHONS)
+        )
         if (tag.interpreter in _INTERPRETERS or abi3) and _PLATFORM.match(tag.platform):
             return True
     return False
@@ -247,8 +273,13 @@ def file_hashes(name: str, version: Version, fetch: Callable[[str], dict] | None
     """`sha256:...` of every file of name==version the image may install, from the index."""
     fetch = fetch or _fetch_json
     files = fetch(f"{index_url()}/{canonicalize_name(name)}/")["files"]
-    found = sorted({f"sha256:{f['hashes']['sha256']}" for f in files
-                    if installable(f["filename"], version) and not f.get("yanked")})
+    found = sorted(
+        {
+            f"sha256:{f['hashes']['sha256']}"
+            for f in files
+            if installable(f["filename"], version) and not f.get("yanked")
+        }
+    )
     if not found:
         raise SystemExit(f"{name}=={version}: no wheel for the image's Pythons and platforms on {index_url()}")
     return found
@@ -273,12 +304,15 @@ def with_hashes(text: str, fetch: Callable[[str], dict] | None = None) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.lock", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--keep-versions", action="store_true",
-                        help="hash the versions the lock pins now; resolve nothing")
+    parser.add_argument(
+        "--keep-versions", action="store_true", help="hash the versions the lock pins now; resolve nothing"
+    )
     args = parser.parse_args(argv)
     LOCK.write_text(with_hashes(LOCK.read_text()) if args.keep_versions else write())
-    print(f"wrote {LOCK.relative_to(REPO)}: {len(read(LOCK.read_text()))} packages, "
-          f"{sum(map(len, hashes(LOCK.read_text()).values()))} hashes")
+    print(
+        f"wrote {LOCK.relative_to(REPO)}: {len(read(LOCK.read_text()))} packages, "
+        f"{sum(map(len, hashes(LOCK.read_text()).values()))} hashes"
+    )
     return 0
 
 

@@ -37,7 +37,7 @@ def sections(changelog: str) -> dict[str, tuple[str, str]]:
     matches = list(_SECTION.finditer(changelog))
     for match, following in zip(matches, matches[1:] + [None]):
         end = following.start() if following else len(changelog)
-        body = changelog[match.end():end]
+        body = changelog[match.end() : end]
         body = body.split("\n[", 1)[0] if following is None else body  # link references at the end
         found[match["version"]] = ((match["date"] or "").strip(), body.strip())
     return found
@@ -59,8 +59,10 @@ def check(tag: str, repo: Path = REPO) -> str:
     if date is None:
         raise ReleaseError(f"CHANGELOG.md has no section ## [{current}]")
     if not re.fullmatch(r"\d{4}-\d{2}-\d{2}", date):
-        raise ReleaseError(f"CHANGELOG.md's section [{current}] is dated {date or 'nothing'!r}: date it "
-                           "(YYYY-MM-DD) in the commit you tag")
+        raise ReleaseError(
+            f"CHANGELOG.md's section [{current}] is dated {date or 'nothing'!r}: date it "
+            "(YYYY-MM-DD) in the commit you tag"
+        )
     return current
 
 

@@ -85,28 +85,37 @@ class EventPoster:
         meta = obj.get("metadata", {})
         obj = {**obj, "apiVersion": kind.api_version, "kind": kind.kind}
         try:
-            message = resource_event(action, obj, self.source, kind.path(meta.get("namespace", ""),
-                                                                          meta.get("name", "")))
+            message = resource_event(
+                action, obj, self.source, kind.path(meta.get("namespace", ""), meta.get("name", ""))
+            )
         except (TypeError, ValueError) as exc:  # nested beyond what JSON encoders write
             logs.record(log, "unsendable", _who(kind, meta), logging.ERROR, detail=f"{exc}; the resync will see it")
             return False
         backoff = Backoff()
         while not self.stop.is_set():
             try:
-                response = self.session.post(self.sink_url, data=message.body, headers=message.headers,
-                                             timeout=self.timeout)
+                response = self.session.post(
+                    self.sink_url, data=message.body, headers=message.headers, timeout=self.timeout
+                )
                 if response.ok:
                     return True
                 if response.status_code < 500 and response.status_code not in RETRIED:
                     # The sink says this event can never be accepted; retrying won't change it.
-                    logs.record(log, "rejected", _who(kind, meta), logging.ERROR, status=response.status_code,
-                                detail=response.text[:500])
+                    logs.record(
+                        log,
+                        "rejected",
+                        _who(kind, meta),
+                        logging.ERROR,
+                        status=response.status_code,
+                        detail=response.text[:500],
+                    )
                     return False
                 detail = f"HTTP {response.status_code}"
             except requests.RequestException as exc:
                 detail = str(exc)
-            logs.record(log, "sink-unavailable", _who(kind, meta), logging.WARNING, detail=detail,
-                        retryIn=backoff.delay)
+            logs.record(
+                log, "sink-unavailable", _who(kind, meta), logging.WARNING, detail=detail, retryIn=backoff.delay
+            )
             backoff.wait(self.stop)
         return False
 
@@ -118,13 +127,19 @@ RETRIED = frozenset({401, 403, 408, 409, 425, 429})
 
 
 def _who(kind: JobKind, meta: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": kind.api_version, "kind": kind.kind, "namespace": meta.get("namespace"),
-            "name": meta.get("name"), "uid": meta.get("uid")}
+    return {
+        "apiVersion": kind.api_version,
+        "kind": kind.kind,
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+    }
 
 
 class Seen(NamedTuple):
     """What the watcher keeps of one object (keyed by its UID): enough to say whether a listed
     object changed, to announce it as finished, and to name it in a delete event."""
+
     namespace: str
     name: str
     resource_version: str
@@ -147,8 +162,15 @@ def finished(kind: JobKind, obj: dict[str, Any]) -> bool:
 class KindWatcher:
     """List-then-watch one kind across all namespaces, forwarding changes to the sink."""
 
-    def __init__(self, kube: KubeClient, kind: JobKind, poster: EventPoster, stop: threading.Event,
-                 page_size: int = 500, watch_timeout: int = 300):
+    def __init__(
+        self,
+        kube: KubeClient,
+        kind: JobKind,
+        poster: EventPoster,
+        stop: threading.Event,
+        page_size: int = 500,
+        watch_timeout: int = 300,
+    ):
         self.kube = kube
         self.kind = kind
         self.poster = poster
@@ -172,23 +194,35 @@ class KindWatcher:
                 self.watch_once()
                 backoff.reset()
             except ListExpired:
-                logs.record(log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version,
-                            detail="watch expired (410)")
+                logs.record(
+                    log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version, detail="watch expired (410)"
+                )
                 self.resource_version = None
             except NotServed as exc:
                 # No CRD for this kind here (RayJob without KubeRay): said once, then looked for
                 # quietly, and watched from the moment it is installed.
                 if not self.not_served:
-                    logs.record(log, "kind-not-served", level=logging.WARNING, kind=self.kind.kind,
-                                apiVersion=self.kind.api_version, detail=f"{exc}; looking again every "
-                                                                          f"{NOT_SERVED_RECHECK:.0f}s")
+                    logs.record(
+                        log,
+                        "kind-not-served",
+                        level=logging.WARNING,
+                        kind=self.kind.kind,
+                        apiVersion=self.kind.api_version,
+                        detail=f"{exc}; looking again every {NOT_SERVED_RECHECK:.0f}s",
+                    )
                 self.not_served = True
                 self.resource_version = None
                 self.stop.wait(NOT_SERVED_RECHECK)
                 continue
             except Exception as exc:  # noqa: BLE001 - connection reset, timeouts, 5xx: keep the resourceVersion, retry
-                logs.record(log, "watch-error", level=logging.WARNING, kind=self.kind.kind,
-                            apiVersion=self.kind.api_version, detail=str(exc))
+                logs.record(
+                    log,
+                    "watch-error",
+                    level=logging.WARNING,
+                    kind=self.kind.kind,
+                    apiVersion=self.kind.api_version,
+                    detail=str(exc),
+                )
                 backoff.wait(self.stop)
 
     def relist(self) -> None:
@@ -229,13 +263,19 @@ class KindWatcher:
         """After a 410 Expired on a continue token: the restarts so far, one more (TransientApiError when
         it keeps expiring)."""
         if restarts >= LIST_RESTARTS:
-            raise TransientApiError(f"listing {self.kind.resource}: the continue token expired "
-                                    f"{restarts + 1} times in a row") from None
+            raise TransientApiError(
+                f"listing {self.kind.resource}: the continue token expired {restarts + 1} times in a row"
+            ) from None
         # The continue token outlived the API server's compaction (410 Expired): the pages
         # already read are of an older snapshot, so list again from the start, as a
         # reflector does. A new mark: what only the abandoned pages saw is not "present".
-        logs.record(log, "relist", kind=self.kind.kind, apiVersion=self.kind.api_version,
-                    detail="continue token expired (410): listing from the start")
+        logs.record(
+            log,
+            "relist",
+            kind=self.kind.kind,
+            apiVersion=self.kind.api_version,
+            detail="continue token expired (410): listing from the start",
+        )
         self.listing += 1
         return restarts + 1
 
@@ -255,9 +295,15 @@ class KindWatcher:
         vanished = [uid for uid, seen in self.known.items() if seen.listing != self.listing]
         if undecodable:
             # An object we could not read is not one that vanished: no delete events this time.
-            logs.record(log, "undecodable", level=logging.ERROR, kind=self.kind.kind, count=undecodable,
-                        detail="objects in the list could not be decoded; vanished objects are not reported "
-                               "this time, the resync will see them")
+            logs.record(
+                log,
+                "undecodable",
+                level=logging.ERROR,
+                kind=self.kind.kind,
+                count=undecodable,
+                detail="objects in the list could not be decoded; vanished objects are not reported "
+                "this time, the resync will see them",
+            )
             return
         for uid in vanished:
             seen = self.known.pop(uid)
@@ -270,8 +316,15 @@ class KindWatcher:
             self.not_served = False
         self.listed = True
         self.resource_version = list_rv
-        logs.record(log, "listed", kind=self.kind.kind, apiVersion=self.kind.api_version, count=len(self.known),
-                    finished=sum(1 for seen in self.known.values() if seen.finished), resourceVersion=list_rv)
+        logs.record(
+            log,
+            "listed",
+            kind=self.kind.kind,
+            apiVersion=self.kind.api_version,
+            count=len(self.known),
+            finished=sum(1 for seen in self.known.values() if seen.finished),
+            resourceVersion=list_rv,
+        )
 
     def _take_stock(self, obj: dict[str, Any], first: bool) -> tuple[Any, ...] | None:
         """Send what one listed object calls for: on the first list an ``add`` if it is finished,
@@ -292,16 +345,22 @@ class KindWatcher:
         return uid, meta.get("namespace"), meta.get("name"), rv, done
 
     def _remember(self, uid: str, namespace: Any, name: Any, rv: str, done: bool) -> None:
-        self.known[_fresh(uid)] = Seen(sys.intern(str(namespace or "")), _fresh(str(name or "")), _fresh(rv), done,
-                                       self.listing)
+        self.known[_fresh(uid)] = Seen(
+            sys.intern(str(namespace or "")), _fresh(str(name or "")), _fresh(rv), done, self.listing
+        )
 
     def watch_once(self) -> None:
         for event_type, obj in self.kube.watch(self.kind, self.resource_version, self.watch_timeout):
             if self.stop.is_set():
                 return
             if obj is None:
-                logs.record(log, "undecodable", level=logging.ERROR, kind=self.kind.kind,
-                            detail="a watch event could not be decoded; the resync will see the object")
+                logs.record(
+                    log,
+                    "undecodable",
+                    level=logging.ERROR,
+                    kind=self.kind.kind,
+                    detail="a watch event could not be decoded; the resync will see the object",
+                )
                 continue
             meta = obj.get("metadata") or {}
             rv = meta.get("resourceVersion")
@@ -329,12 +388,24 @@ def _fresh(text: str) -> str:
 def _identity(uid: str, seen: Seen) -> dict[str, Any]:
     """The object of a delete event for an object that vanished while nobody watched: its identity
     (the body is not kept; the sink's delete reads only the kind, namespace, name and UID)."""
-    return {"metadata": {"namespace": seen.namespace, "name": seen.name, "uid": uid,
-                         "resourceVersion": seen.resource_version}}
+    return {
+        "metadata": {
+            "namespace": seen.namespace,
+            "name": seen.name,
+            "uid": uid,
+            "resourceVersion": seen.resource_version,
+        }
+    }
 
 
-def run(kube: KubeClient, kinds: tuple[JobKind, ...], sink_url: str, stop: threading.Event | None = None,
-        port: int | None = None, host: str = "0.0.0.0") -> None:
+def run(
+    kube: KubeClient,
+    kinds: tuple[JobKind, ...],
+    sink_url: str,
+    stop: threading.Event | None = None,
+    port: int | None = None,
+    host: str = "0.0.0.0",
+) -> None:
     """Watch `kinds` until `stop` (or every loop ended); with `port`, serve the probes there."""
     stop = stop or threading.Event()
     source = kube.host  # ApiServerSource puts the API server URL in `source`
@@ -346,8 +417,13 @@ def run(kube: KubeClient, kinds: tuple[JobKind, ...], sink_url: str, stop: threa
         raise ConfigError(f"jobttl watch --host {host} --port {port}: cannot serve the probes there: {exc}") from None
     for thread in threads:
         thread.start()
-    logs.record(log, "watch-start", kinds=[k.kind for k in kinds], sink=sink_url,
-                probes=f"{host}:{probes.server_address[1]}" if probes else None)
+    logs.record(
+        log,
+        "watch-start",
+        kinds=[k.kind for k in kinds],
+        sink=sink_url,
+        probes=f"{host}:{probes.server_address[1]}" if probes else None,
+    )
     try:
         while not stop.is_set() and any(t.is_alive() for t in threads):
             stop.wait(1)
@@ -367,11 +443,20 @@ class Probes:
     def kinds(self) -> dict[str, str]:
         # A loop not started yet (the probes are served first, so a taken port stops the watcher
         # before it watches) is starting, not stopped: alive for /healthz, not ready.
-        return {f"{w.kind.api_version}/{w.kind.kind}": ("starting" if t.ident is None else
-                                                         "stopped" if not t.is_alive() else
-                                                         "not-served" if w.not_served else
-                                                         "watching" if w.listed else "listing")
-                for w, t in zip(self.watchers, self.threads)}
+        return {
+            f"{w.kind.api_version}/{w.kind.kind}": (
+                "starting"
+                if t.ident is None
+                else "stopped"
+                if not t.is_alive()
+                else "not-served"
+                if w.not_served
+                else "watching"
+                if w.listed
+                else "listing"
+            )
+            for w, t in zip(self.watchers, self.threads)
+        }
 
     def healthz(self) -> tuple[int, dict[str, Any]]:
         """Alive while every kind's loop runs (a loop that died would never watch again)."""
@@ -396,8 +481,7 @@ def serve_probes(probes: Probes, host: str, port: int) -> ThreadingHTTPServer:
         elif path == "/readyz":
             status, body = probes.readyz()
         else:
-            status, body = 404, {"error": f"not found: {path} (the watcher serves /healthz and /readyz)",
-                                 "code": 404}
+            status, body = 404, {"error": f"not found: {path} (the watcher serves /healthz and /readyz)", "code": 404}
         return probeserver.Answer(status, json.dumps(body).encode())
 
     return probeserver.serve(answer, port, "watch-probes", host)

@@ -78,8 +78,13 @@ def _name(kind: JobKind) -> str:
 GetCRD = Callable[[JobKind, float], "dict[str, Any] | None"]  # the client's get_crd(kind, timeout)
 
 
-def check(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAUSE, timeout: float = READ_TIMEOUT,
-          budget: float = BUDGET) -> Report:
+def check(
+    get_crd: GetCRD,
+    kinds: tuple[JobKind, ...],
+    pause: float = PAUSE,
+    timeout: float = READ_TIMEOUT,
+    budget: float = BUDGET,
+) -> Report:
     """Read each CRD once (`get_crd`: the client's) and check the declarations of `kinds` against it,
     each read within `timeout` and all of them within `budget` seconds."""
     report = Report()
@@ -155,11 +160,14 @@ def _read(get_crd: GetCRD, kind: JobKind, pause: float, timeout: float, deadline
 def grant_rule(kinds: tuple[JobKind, ...]) -> str:
     """The RBAC rule the worker needs for the check, as `jobttl manifests rbac` prints it in the
     worker's ClusterRole (`jobttl.core.domain.deploy.manifests.crd_rules`), in YAML's flow style."""
+
     def flow(value: Any) -> str:
         return f"[{', '.join(value)}]" if isinstance(value, list) else str(value)
 
-    return "; ".join("{" + ", ".join(f"{key}: {flow(value)}" for key, value in rule.items()) + "}"
-                     for rule in crd_rules(kinds, permissions("worker")[CRDS]))
+    return "; ".join(
+        "{" + ", ".join(f"{key}: {flow(value)}" for key, value in rule.items()) + "}"
+        for rule in crd_rules(kinds, permissions("worker")[CRDS])
+    )
 
 
 def verify_at_start(kube: KubeClient, kinds: tuple[JobKind, ...]) -> Report:
@@ -169,14 +177,21 @@ def verify_at_start(kube: KubeClient, kinds: tuple[JobKind, ...]) -> Report:
         return verify_kinds(bounded.get_crd, kinds, timeout=min(kube.timeout, READ_TIMEOUT))
 
 
-def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAUSE, timeout: float = READ_TIMEOUT,
-                 budget: float = BUDGET) -> Report:
+def verify_kinds(
+    get_crd: GetCRD,
+    kinds: tuple[JobKind, ...],
+    pause: float = PAUSE,
+    timeout: float = READ_TIMEOUT,
+    budget: float = BUDGET,
+) -> Report:
     """Check, log what could not be checked, and stop (ConfigError) on an operator's declaration
     naming what its CRD does not have."""
     report = check(get_crd, kinds, pause, timeout, budget)
     if report.errors:
-        raise ConfigError("a kind declaration reads fields its CustomResourceDefinition does not have (such a path "
-                          "never matches):\n  " + "\n  ".join(report.errors))
+        raise ConfigError(
+            "a kind declaration reads fields its CustomResourceDefinition does not have (such a path "
+            "never matches):\n  " + "\n  ".join(report.errors)
+        )
     _say_not_read(report, kinds)
     _say_unverified(report)
     _say_absent(report)
@@ -188,16 +203,28 @@ def verify_kinds(get_crd: GetCRD, kinds: tuple[JobKind, ...], pause: float = PAU
 def _say_not_read(report: Report, kinds: tuple[JobKind, ...]) -> None:
     """The CRDs RBAC would not let the worker read, or the API server did not give: one warning each."""
     if report.forbidden:
-        logs.record(log, "kind-unverified", level=logging.WARNING, reason="forbidden", crds=report.forbidden,
-                    detail=f"RBAC refused to let the worker read the CustomResourceDefinitions "
-                           f"{', '.join(report.forbidden)}: the declared paths of their kinds are not checked "
-                           f"against their schemas. Grant the worker's ClusterRole the rule {grant_rule(kinds)} "
-                           "(`jobttl manifests rbac` prints it)")
+        logs.record(
+            log,
+            "kind-unverified",
+            level=logging.WARNING,
+            reason="forbidden",
+            crds=report.forbidden,
+            detail=f"RBAC refused to let the worker read the CustomResourceDefinitions "
+            f"{', '.join(report.forbidden)}: the declared paths of their kinds are not checked "
+            f"against their schemas. Grant the worker's ClusterRole the rule {grant_rule(kinds)} "
+            "(`jobttl manifests rbac` prints it)",
+        )
     if report.unreadable:
-        logs.record(log, "kind-unverified", level=logging.WARNING, reason="unreadable", crds=list(report.unreadable),
-                    detail="could not read the CustomResourceDefinitions "
-                           + "; ".join(f"{crd} ({why})" for crd, why in report.unreadable.items())
-                           + ": their kinds' declared paths are not checked against their schemas")
+        logs.record(
+            log,
+            "kind-unverified",
+            level=logging.WARNING,
+            reason="unreadable",
+            crds=list(report.unreadable),
+            detail="could not read the CustomResourceDefinitions "
+            + "; ".join(f"{crd} ({why})" for crd, why in report.unreadable.items())
+            + ": their kinds' declared paths are not checked against their schemas",
+        )
 
 
 def _say_unverified(report: Report) -> None:
@@ -208,40 +235,74 @@ def _say_unverified(report: Report) -> None:
         own = [p for p in problems if not (kind.builtin or p.inherited)]
         if not own:
             continue
-        said = (f"{report.unchecked[name]}: jobttl reads every path it declares unverified "
-                f"({', '.join(p.text for p in own)})" if name in report.unchecked
-                else "; ".join(f"{p.field}: {p.message}" for p in own) + ": jobttl reads these paths unverified")
-        logs.record(log, "kind-unverified", level=logging.WARNING, reason="schema", kind=name,
-                    fields=[f"{p.field}: {p.text}" for p in own], detail=f"{kind.declared_in}: {said}")
+        said = (
+            f"{report.unchecked[name]}: jobttl reads every path it declares unverified "
+            f"({', '.join(p.text for p in own)})"
+            if name in report.unchecked
+            else "; ".join(f"{p.field}: {p.message}" for p in own) + ": jobttl reads these paths unverified"
+        )
+        logs.record(
+            log,
+            "kind-unverified",
+            level=logging.WARNING,
+            reason="schema",
+            kind=name,
+            fields=[f"{p.field}: {p.text}" for p in own],
+            detail=f"{kind.declared_in}: {said}",
+        )
 
 
 def _say_absent(report: Report) -> None:
     """The built-in declarations' fields (or inherited ones) the installed CRD does not have: one warning each kind."""
     for kind, problems in report.absent:
-        whose = (f"the built-in declaration of {_name(kind)} reads" if kind.builtin else
-                 f"{kind.declared_in} inherits from the built-in declaration of {_name(kind)}")
-        logs.record(log, "kind-fields-absent", level=logging.WARNING, kind=_name(kind),
-                    fields=[f"{p.field}: {p.text}" for p in problems],
-                    detail=f"{whose} fields the installed CRD {kind.crd} does not have (another version of its "
-                           "operator?); those readings never match: " + "; ".join(f"{p.field}: {p.message}" for p in problems)
-                           + ". Declare those fields in the policy's kindDeclarations to read them where they are")
+        whose = (
+            f"the built-in declaration of {_name(kind)} reads"
+            if kind.builtin
+            else f"{kind.declared_in} inherits from the built-in declaration of {_name(kind)}"
+        )
+        logs.record(
+            log,
+            "kind-fields-absent",
+            level=logging.WARNING,
+            kind=_name(kind),
+            fields=[f"{p.field}: {p.text}" for p in problems],
+            detail=f"{whose} fields the installed CRD {kind.crd} does not have (another version of its "
+            "operator?); those readings never match: "
+            + "; ".join(f"{p.field}: {p.message}" for p in problems)
+            + ". Declare those fields in the policy's kindDeclarations to read them where they are",
+        )
 
 
 def _say_not_served(report: Report) -> None:
     """An operator's declaration of a version its CRD does not serve: one warning each."""
     for kind, served in report.not_served:
         if not kind.builtin:
-            logs.record(log, "kind-version-not-served", level=logging.WARNING, kind=_name(kind),
-                        detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
-                               f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does")
+            logs.record(
+                log,
+                "kind-version-not-served",
+                level=logging.WARNING,
+                kind=_name(kind),
+                detail=f"{kind.declared_in}: the CRD {kind.crd} does not serve {kind.version} (it serves "
+                f"{', '.join(served) or 'no version'}): nothing of this kind is found until it does",
+            )
 
 
 def _say_checked(report: Report) -> None:
     """The one `kinds-checked` line: what was verified, and why the rest was not."""
     unverified = {name: [p.text for p in problems] for name, (_, problems) in report.unverified.items()}
     why = [f"{kind}: {text}" for kind, text in report.unchecked.items()] + [
-        f"{name}: {p.message}" for name, (_, problems) in report.unverified.items() if name not in report.unchecked
-        for p in problems]
-    logs.record(log, "kinds-checked", verified=report.verified, no_crd=report.no_crd,
-                not_served=[_name(k) for k, _ in report.not_served], unchecked=list(report.unchecked),
-                unverified=unverified, **({"detail": "; ".join(why)} if why else {}))
+        f"{name}: {p.message}"
+        for name, (_, problems) in report.unverified.items()
+        if name not in report.unchecked
+        for p in problems
+    ]
+    logs.record(
+        log,
+        "kinds-checked",
+        verified=report.verified,
+        no_crd=report.no_crd,
+        not_served=[_name(k) for k, _ in report.not_served],
+        unchecked=list(report.unchecked),
+        unverified=unverified,
+        **({"detail": "; ".join(why)} if why else {}),
+    )

@@ -100,8 +100,10 @@ class DeletionHandedBack(JobTimeoutException):
 
 
 def _hand_back(signum, frame) -> None:
-    raise DeletionHandedBack(f"the worker is stopping: this deletion did not finish within {HAND_BACK_AFTER} s "
-                             "and is handed back, to run again")
+    raise DeletionHandedBack(
+        f"the worker is stopping: this deletion did not finish within {HAND_BACK_AFTER} s "
+        "and is handed back, to run again"
+    )
 
 
 def _run_spawned_scheduler(scheduler: JobttlScheduler, level: int, scheduler_level: int) -> None:
@@ -126,8 +128,11 @@ class JobttlScheduler(RQScheduler):
         self._status = self.Status.STARTED
         self._connection = None  # RQ: a connection cannot cross to the child
         self._process = None
-        process = SPAWN.Process(target=_run_spawned_scheduler, name="Scheduler",
-                                args=(self, logging.getLogger().level, self.log.getEffectiveLevel()))
+        process = SPAWN.Process(
+            target=_run_spawned_scheduler,
+            name="Scheduler",
+            args=(self, logging.getLogger().level, self.log.getEffectiveLevel()),
+        )
         process.start()
         self._process = process
         return process
@@ -186,10 +191,18 @@ class JobttlWorker(SimpleWorker):
     def _redis_full(self, exc: Exception, during: str) -> None:
         if self._full_since is None:
             self._full_since = time.monotonic()
-            logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=_full_detail(self.connection, exc))
+            logs.record(
+                log, "redis-full", level=logging.ERROR, during=during, detail=_full_detail(self.connection, exc)
+            )
         else:
-            logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
-                        seconds=round(time.monotonic() - self._full_since), retryIn=self._full_backoff)
+            logs.record(
+                log,
+                "redis-still-full",
+                level=logging.WARNING,
+                during=during,
+                seconds=round(time.monotonic() - self._full_since),
+                retryIn=self._full_backoff,
+            )
         deadline = time.monotonic() + self._full_backoff
         while not self._stop_requested and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -197,8 +210,12 @@ class JobttlWorker(SimpleWorker):
 
     def _redis_took_writes(self) -> None:
         if self._full_since is not None:
-            logs.record(log, "redis-has-room", seconds=round(time.monotonic() - self._full_since),
-                        detail="Redis takes writes again: deletions go on")
+            logs.record(
+                log,
+                "redis-has-room",
+                seconds=round(time.monotonic() - self._full_since),
+                detail="Redis takes writes again: deletions go on",
+            )
             self._full_since, self._full_backoff = None, FULL_BACKOFF_FIRST
 
     @contextmanager
@@ -243,14 +260,24 @@ class JobttlWorker(SimpleWorker):
         with self._waiting_out_full_redis("heartbeat"):
             return super().heartbeat(*args, **kwargs)
 
-    def _start_scheduler(self, burst: bool = False, logging_level: str | None = "INFO",
-                         date_format: str = DEFAULT_LOGGING_DATE_FORMAT, log_format: str = DEFAULT_LOGGING_FORMAT) -> None:
+    def _start_scheduler(
+        self,
+        burst: bool = False,
+        logging_level: str | None = "INFO",
+        date_format: str = DEFAULT_LOGGING_DATE_FORMAT,
+        log_format: str = DEFAULT_LOGGING_FORMAT,
+    ) -> None:
         # RQ's own, with jobttl's scheduler class (RQ has no setting for it). RQ's maintenance
         # restarts a dead scheduler through this object, so the class holds from then on. Its
         # few lines (which worker holds the lock) at jobttl's level, not RQ's (`rq_logging_level`).
-        self.scheduler = JobttlScheduler(self.queues, connection=self.connection, serializer=self.serializer,
-                                         logging_level=self.context.settings.log_level,
-                                         date_format=date_format, log_format=log_format)
+        self.scheduler = JobttlScheduler(
+            self.queues,
+            connection=self.connection,
+            serializer=self.serializer,
+            logging_level=self.context.settings.log_level,
+            date_format=date_format,
+            log_format=log_format,
+        )
         with self._waiting_out_full_redis("scheduler"):
             self.scheduler.acquire_locks()
         if not self.scheduler.acquired_locks:
@@ -278,8 +305,13 @@ class JobttlWorker(SimpleWorker):
         job.retries_left = None  # its retries are the forger's too
         self.prepare_job_execution(job, remove_from_intermediate_queue=len(self.queues) == 1)
         job.ended_at = utcnow()
-        self.handle_job_failure(job, queue, started_job_registry=queue.started_job_registry,
-                                exc_string=f"ForeignJob: not run, {reason}", execution=execution)
+        self.handle_job_failure(
+            job,
+            queue,
+            started_job_registry=queue.started_job_registry,
+            exc_string=f"ForeignJob: not run, {reason}",
+            execution=execution,
+        )
         return False
 
     def _shutdown(self) -> None:
@@ -322,8 +354,11 @@ class JobttlWorker(SimpleWorker):
             # A scheduler on a wrong clock releases deletions early (or never): hand the lock over.
             # RQ's registry cleanup judges "abandoned" and books retries by this clock too, so
             # it waits as well; the other workers do it.
-            if self.scheduler is not None and self.scheduler._process is not None \
-                    and self.scheduler._process.is_alive():
+            if (
+                self.scheduler is not None
+                and self.scheduler._process is not None
+                and self.scheduler._process.is_alive()
+            ):
                 self.stop_scheduler()
                 logs.record(log, "scheduler-stopped", level=logging.WARNING, detail=self.clock_problem)
             self.last_cleaned_at = utcnow()  # RQ: maintenance was "done", so it is not retried at once
@@ -361,9 +396,16 @@ class JobttlWorker(SimpleWorker):
             return None
         process = self.scheduler._process
         self.context.metrics.scheduler_stalls.labels(verdict.reason, verdict.action).inc()
-        logs.record(log, "scheduler-stalled", level=logging.ERROR, reason=verdict.reason, action=verdict.action,
-                    detail=verdict.detail, scheduler=self.scheduler.name,
-                    pid=process.pid if process is not None else None)
+        logs.record(
+            log,
+            "scheduler-stalled",
+            level=logging.ERROR,
+            reason=verdict.reason,
+            action=verdict.action,
+            detail=verdict.detail,
+            scheduler=self.scheduler.name,
+            pid=process.pid if process is not None else None,
+        )
         self.stop_scheduler()
         release_lock(self.connection, self.scheduler.get_locking_key(self.queue_names()[0]), self.scheduler.name)
         if verdict.action == watchdog.EXIT:
@@ -378,14 +420,19 @@ class JobttlWorker(SimpleWorker):
         queue = self.queue_names()[0]
         registry = ScheduledJobRegistry(queue, connection=self.connection, serializer=self.serializer)
         seconds, micros = self.connection.time()
-        overdue = self.connection.zrangebyscore(registry.key, "-inf", seconds + micros / 1e6 - self.watch.bound,
-                                                start=0, num=1)
+        overdue = self.connection.zrangebyscore(
+            registry.key, "-inf", seconds + micros / 1e6 - self.watch.bound, start=0, num=1
+        )
         holder = self.connection.get(self.scheduler.get_locking_key(queue))
         heartbeat = self.connection.hget(self.scheduler.key, "last_heartbeat")
         return watchdog.Observation(
-            started=process is not None, alive=process is not None and process.is_alive(),
-            heartbeat=heartbeat.decode() if heartbeat else None, lock_holder=holder.decode() if holder else None,
-            name=self.scheduler.name, oldest_overdue=overdue[0].decode() if overdue else None)
+            started=process is not None,
+            alive=process is not None and process.is_alive(),
+            heartbeat=heartbeat.decode() if heartbeat else None,
+            lock_holder=holder.decode() if holder else None,
+            name=self.scheduler.name,
+            oldest_overdue=overdue[0].decode() if overdue else None,
+        )
 
     def stop_scheduler(self) -> None:
         # RQ's sends SIGTERM and joins without a bound: a scheduler that hangs would hold this
@@ -397,8 +444,13 @@ class JobttlWorker(SimpleWorker):
             process.terminate()
         process.join(SCHEDULER_STOP_GRACE)
         if process.is_alive():
-            logs.record(log, "scheduler-killed", level=logging.WARNING, pid=process.pid,
-                        detail=f"the scheduler process did not stop within {SCHEDULER_STOP_GRACE:.0f} s of SIGTERM")
+            logs.record(
+                log,
+                "scheduler-killed",
+                level=logging.WARNING,
+                pid=process.pid,
+                detail=f"the scheduler process did not stop within {SCHEDULER_STOP_GRACE:.0f} s of SIGTERM",
+            )
             process.kill()
             process.join()
 
@@ -436,9 +488,15 @@ def run(settings: Settings, burst: bool = False) -> None:
     # A full Redis at start is waited out, as at work: the worker never exits on it.
     _while_redis_is_full(lambda: upgrade.ensure(ctx.redis, ctx.audit.tombstone_seconds), "start")
     scripts.load(ctx.redis)
-    worker = JobttlWorker([ctx.schedule.queue.name], connection=ctx.redis, serializer=JSONSerializer,
-                          worker_ttl=WORKER_TTL, maintenance_interval=MAINTENANCE_INTERVAL, log_job_description=False,
-                          context=ctx)
+    worker = JobttlWorker(
+        [ctx.schedule.queue.name],
+        connection=ctx.redis,
+        serializer=JSONSerializer,
+        worker_ttl=WORKER_TTL,
+        maintenance_interval=MAINTENANCE_INTERVAL,
+        log_job_description=False,
+        context=ctx,
+    )
     if not _while_redis_is_full(lambda: _wait_for_agreeing_clocks(ctx, worker.name, burst), "start"):
         return
     if not _while_redis_is_full(lambda: _establish_install(ctx, burst), "start"):
@@ -460,8 +518,13 @@ def run(settings: Settings, burst: bool = False) -> None:
         ctx.events.flush(timeout=2.0)
         if health is not None:
             health.shutdown()
-        logs.record(log, "worker-stop", queue=settings.queue_name, worker=worker.name,
-                    **({"reason": f"scheduler-{worker.gave_up.reason}"} if worker.gave_up else {}))
+        logs.record(
+            log,
+            "worker-stop",
+            queue=settings.queue_name,
+            worker=worker.name,
+            **({"reason": f"scheduler-{worker.gave_up.reason}"} if worker.gave_up else {}),
+        )
     if worker.gave_up:
         # Restarting the scheduler did not help: a new process (Kubernetes restarts the pod) might.
         raise SystemExit(EXIT_SCHEDULER_STALLED)
@@ -480,8 +543,14 @@ def _while_redis_is_full(step, during: str):
                 since = time.monotonic()
                 logs.record(log, "redis-full", level=logging.ERROR, during=during, detail=str(exc))
             else:
-                logs.record(log, "redis-still-full", level=logging.WARNING, during=during,
-                            seconds=round(time.monotonic() - since), retryIn=wait)
+                logs.record(
+                    log,
+                    "redis-still-full",
+                    level=logging.WARNING,
+                    during=during,
+                    seconds=round(time.monotonic() - since),
+                    retryIn=wait,
+                )
             time.sleep(wait)
             wait = min(wait * 2, FULL_BACKOFF_MAX)
 
@@ -533,8 +602,9 @@ def _establish_install(ctx: WorkerGraph, burst: bool) -> bool:
         except (PermanentApiError, ValueError) as exc:
             # RBAC refused, no such namespace, a record edited into nonsense: a human must act, and
             # nothing may be deleted on a guess meanwhile.
-            raise ConfigError(f"the install record (ConfigMap {ctx.install.namespace}/{CONFIGMAP}, "
-                              f"JOBTTL_NAMESPACE): {exc}") from None
+            raise ConfigError(
+                f"the install record (ConfigMap {ctx.install.namespace}/{CONFIGMAP}, JOBTTL_NAMESPACE): {exc}"
+            ) from None
         except TransientApiError as exc:
             logs.record(log, "install-record-unavailable", level=logging.WARNING, attempt=attempt, detail=str(exc))
             if burst:

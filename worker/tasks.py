@@ -87,17 +87,37 @@ def _failed(ctx: WorkerGraph, job: Job | None, target: Target, exc: Exception) -
         retries_left = job.retries_left if job is not None else 0
         event, level = ("retrying", logging.WARNING) if retries_left else ("failed", logging.ERROR)
         failure = {TransientApiError: "transient", Conflict: "conflict", ArchiveFailed: "archive-failed"}.get(
-            type(exc), "error")
+            type(exc), "error"
+        )
     pods = target.stage == PODS_STAGE
-    ctx.audit.record(event, ref, level, logger=log, by="worker", due=target.due, stage=target.recorded_stage,
-                     error=shapes.describe(exc), failure=failure, retriesLeft=retries_left or 0, jobId=job.id if job else None)
+    ctx.audit.record(
+        event,
+        ref,
+        level,
+        logger=log,
+        by="worker",
+        due=target.due,
+        stage=target.recorded_stage,
+        error=shapes.describe(exc),
+        failure=failure,
+        retriesLeft=retries_left or 0,
+        jobId=job.id if job else None,
+    )
     if not retries_left:
         if pods:
-            ctx.events.record(ref, "FailedDeletePods", f"jobttl could not delete the pods of {ref.kind} {ref.name}: "
-                              f"{shapes.describe(exc)}", warning=True)
+            ctx.events.record(
+                ref,
+                "FailedDeletePods",
+                f"jobttl could not delete the pods of {ref.kind} {ref.name}: {shapes.describe(exc)}",
+                warning=True,
+            )
         else:
-            ctx.events.record(ref, "FailedDeleteJob", f"jobttl could not delete {ref.kind} {ref.name}: {shapes.describe(exc)}",
-                              warning=True)
+            ctx.events.record(
+                ref,
+                "FailedDeleteJob",
+                f"jobttl could not delete {ref.kind} {ref.name}: {shapes.describe(exc)}",
+                warning=True,
+            )
 
 
 def warn_upcoming(uid: str | dict, due: int) -> str:
@@ -110,9 +130,13 @@ def warn_upcoming(uid: str | dict, due: int) -> str:
     ref: JobRef = pending.ref
     kind = ctx.kinds.get(ref.api_version, ref.kind)
     subject = kind.path(ref.namespace, ref.name) if kind else f"{ref.namespace}/{ref.name}"
-    announce(ctx.settings.warn_url, ref, subject, due,
-             {"ttl": pending.ttl, "ttlSource": pending.ttl_source, "rules": list(pending.rules),
-              "dryRun": pending.dry_run})
+    announce(
+        ctx.settings.warn_url,
+        ref,
+        subject,
+        due,
+        {"ttl": pending.ttl, "ttlSource": pending.ttl_source, "rules": list(pending.rules), "dryRun": pending.dry_run},
+    )
     ctx.audit.record("announced", ref, logger=log, due=due, url=ctx.settings.warn_url)
     return "announced"
 

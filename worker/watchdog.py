@@ -74,8 +74,10 @@ class SchedulerWatch:
             if seen.heartbeat != self._heartbeat or self._heartbeat_since is None:
                 self._heartbeat, self._heartbeat_since = seen.heartbeat, now
             elif now - self._heartbeat_since > self.bound:
-                return STUCK, (f"the scheduler process is alive but has not beaten for {now - self._heartbeat_since:.0f} s"
-                               f" (its heartbeat every fraction of a second)")
+                return STUCK, (
+                    f"the scheduler process is alive but has not beaten for {now - self._heartbeat_since:.0f} s"
+                    f" (its heartbeat every fraction of a second)"
+                )
         if seen.oldest_overdue is None or seen.lock_holder not in (None, seen.name):
             # Nothing overdue, or another worker's scheduler holds the queue: its own worker watches it,
             # and its lock expires within a minute if that worker is gone.
@@ -85,6 +87,8 @@ class SchedulerWatch:
             self._overdue, self._overdue_since = seen.oldest_overdue, now
         elif now - self._overdue_since > self.bound:
             holder = "this worker's scheduler" if seen.lock_holder else "no scheduler"
-            return OVERDUE, (f"a deletion due more than {self.bound:.0f} s ago has not moved for "
-                             f"{now - self._overdue_since:.0f} s; the queue's scheduler lock: {holder}")
+            return OVERDUE, (
+                f"a deletion due more than {self.bound:.0f} s ago has not moved for "
+                f"{now - self._overdue_since:.0f} s; the queue's scheduler lock: {holder}"
+            )
         return None, ""

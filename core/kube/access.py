@@ -80,8 +80,9 @@ class Access:
     def authenticate(self, token: str | None) -> User:
         """The user a bearer token is, as the API server's TokenReview says."""
         if not token:
-            raise Unauthenticated("a Kubernetes bearer token is required (Authorization: Bearer TOKEN, e.g. "
-                                  "`kubectl create token NAME`)")
+            raise Unauthenticated(
+                "a Kubernetes bearer token is required (Authorization: Bearer TOKEN, e.g. `kubectl create token NAME`)"
+            )
         key = ("token", hashlib.sha256(token.encode()).hexdigest())
         user = self._recall(key)
         if user is not None:
@@ -94,14 +95,18 @@ class Access:
         if status.get("authenticated") is not True or not isinstance(info.get("username"), str):
             why = status.get("error") or "the API server did not authenticate it"
             raise Unauthenticated(f"the token was not accepted: {str(why)[:300]}")
-        user = User(info["username"], tuple(g for g in info.get("groups") or () if isinstance(g, str)),
-                    info.get("uid") if isinstance(info.get("uid"), str) else None,
-                    info.get("extra") if isinstance(info.get("extra"), dict) else {})
+        user = User(
+            info["username"],
+            tuple(g for g in info.get("groups") or () if isinstance(g, str)),
+            info.get("uid") if isinstance(info.get("uid"), str) else None,
+            info.get("extra") if isinstance(info.get("extra"), dict) else {},
+        )
         self._keep(key, user)
         return user
 
-    def allowed(self, user: User, verb: str, resource: str, namespace: str | None = None,
-                name: str | None = None) -> bool:
+    def allowed(
+        self, user: User, verb: str, resource: str, namespace: str | None = None, name: str | None = None
+    ) -> bool:
         """Whether RBAC lets `user` use `verb` on `resource` of jobttl.io (in `namespace`, on `name`)."""
         attributes = {"group": rights.GROUP, "resource": resource, "verb": verb}
         if namespace:
@@ -118,17 +123,21 @@ class Access:
         try:
             status = self.kube.subject_access_review(user.name, list(user.groups), user.uid, user.extra, attributes)
         except (TransientApiError, PermanentApiError, Undecodable) as exc:
-            raise AccessUnavailable(f"cannot review {user.name}'s rights with the API server "
-                                    f"(SubjectAccessReview): {exc}") from None
+            raise AccessUnavailable(
+                f"cannot review {user.name}'s rights with the API server (SubjectAccessReview): {exc}"
+            ) from None
         answer = status.get("allowed") is True and status.get("denied") is not True
         self._keep(key, answer)
         return answer
 
-    def authorize(self, user: User, verb: str, resource: str, namespace: str | None = None,
-                  name: str | None = None) -> None:
+    def authorize(
+        self, user: User, verb: str, resource: str, namespace: str | None = None, name: str | None = None
+    ) -> None:
         """Raise Forbidden unless `allowed`, saying which right is missing and which ClusterRole has it."""
         if not self.allowed(user, verb, resource, namespace, name):
             role = rights.READER if verb in rights.READ else rights.OPERATOR
             where = f" in namespace {namespace}" if namespace else ""
-            raise Forbidden(f"{user.name} may not {verb} {resource}.{rights.GROUP}{where}: bind the ClusterRole "
-                            f"{role} (or one granting that verb) to this user or one of its groups")
+            raise Forbidden(
+                f"{user.name} may not {verb} {resource}.{rights.GROUP}{where}: bind the ClusterRole "
+                f"{role} (or one granting that verb) to this user or one of its groups"
+            )

@@ -49,9 +49,9 @@ class Backend(Protocol):
 def open_store(spec: ArchiveStore) -> Backend:
     """The store a policy's ``archive.store`` names."""
     if spec.url.startswith("s3://"):
-        bucket, _, prefix = spec.url[len("s3://"):].partition("/")
+        bucket, _, prefix = spec.url[len("s3://") :].partition("/")
         return S3Store(bucket, prefix)
-    return DirectoryStore(spec.url[len("file://"):] if spec.url.startswith("file://") else spec.url)
+    return DirectoryStore(spec.url[len("file://") :] if spec.url.startswith("file://") else spec.url)
 
 
 def _ordered(files: dict[str, bytes]) -> list[tuple[str, bytes]]:
@@ -138,8 +138,9 @@ class S3Store:
             import boto3
             from botocore.config import Config
 
-            self._client = boto3.client("s3", config=Config(connect_timeout=5, read_timeout=30,
-                                                             retries={"mode": "standard", "max_attempts": 3}))
+            self._client = boto3.client(
+                "s3", config=Config(connect_timeout=5, read_timeout=30, retries={"mode": "standard", "max_attempts": 3})
+            )
         return self._client
 
     @contextmanager
@@ -163,8 +164,9 @@ class S3Store:
         with self._errors("write to"):
             for path, body in _ordered(files):
                 content = "application/json" if path.endswith(".json") else "text/plain; charset=utf-8"
-                self.client.put_object(Bucket=self.bucket, Key=f"{self.prefix}{folder}{path}", Body=body,
-                                       ContentType=content)
+                self.client.put_object(
+                    Bucket=self.bucket, Key=f"{self.prefix}{folder}{path}", Body=body, ContentType=content
+                )
                 written += len(body)
         return written
 
@@ -178,8 +180,9 @@ class S3Store:
     def _prefixes(self, prefix: str) -> list[str]:
         found = []
         with self._errors("list"):
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix,
-                                                                              Delimiter="/"):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix, Delimiter="/"
+            ):
                 found += [p["Prefix"] for p in page.get("CommonPrefixes") or []]
         return found
 
@@ -189,7 +192,7 @@ class S3Store:
             for job in self._prefixes(f"{kind}{name}-"):
                 parts = split_folder(job.rstrip("/").rsplit("/", 1)[-1])
                 if parts and parts[0] == name:
-                    found.append(job[len(self.prefix):])
+                    found.append(job[len(self.prefix) :])
         return found
 
     def stored(self) -> Iterator[Stored]:
@@ -198,7 +201,7 @@ class S3Store:
         with self._errors("list"):
             for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix):
                 for item in page.get("Contents") or []:
-                    relative = item["Key"][len(self.prefix):]
+                    relative = item["Key"][len(self.prefix) :]
                     parts = relative.split("/")
                     if len(parts) < 4:
                         continue
@@ -211,10 +214,17 @@ class S3Store:
 
     def remove(self, folder: str) -> None:
         with self._errors("remove from"):
-            keys = [{"Key": item["Key"]} for page in self.client.get_paginator("list_objects_v2").paginate(
-                Bucket=self.bucket, Prefix=f"{self.prefix}{folder}") for item in page.get("Contents") or []]
+            keys = [
+                {"Key": item["Key"]}
+                for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=f"{self.prefix}{folder}"
+                )
+                for item in page.get("Contents") or []
+            ]
             for start in range(0, len(keys), 1000):
-                self.client.delete_objects(Bucket=self.bucket, Delete={"Objects": keys[start:start + 1000], "Quiet": True})
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True}
+                )
 
 
 def latest(store: Backend, namespace: str, name: str, kind: str | None = None) -> tuple[str, dict[str, Any]] | None:
@@ -229,8 +239,9 @@ def latest(store: Backend, namespace: str, name: str, kind: str | None = None) -
         if document is None:
             continue
         api_version = document.get("apiVersion")
-        if kind is not None and not kind_named(kind, group_of(api_version) if isinstance(api_version, str) else None,
-                                               where.split("/")[1]):
+        if kind is not None and not kind_named(
+            kind, group_of(api_version) if isinstance(api_version, str) else None, where.split("/")[1]
+        ):
             continue
         found.append((float(document.get("archivedAt") or 0), where, document))
     if not found:

@@ -38,8 +38,19 @@ from jobttl.core.runtime.config import ConfigError
 from jobttl.core.domain.wire.identity import JobRef, check_name, check_namespace
 from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.runtime.metrics import Metrics
-from jobttl.core.domain.deploy.permissions import (CONFIGMAPS, CRD_GROUP, CRDS, EVENTS, JOBS, POD_LOGS, PODS,
-                                                   SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS, VERSION, permissions)
+from jobttl.core.domain.deploy.permissions import (
+    CONFIGMAPS,
+    CRD_GROUP,
+    CRDS,
+    EVENTS,
+    JOBS,
+    POD_LOGS,
+    PODS,
+    SUBJECT_ACCESS_REVIEWS,
+    TOKEN_REVIEWS,
+    VERSION,
+    permissions,
+)
 
 
 class ObjectGone(Exception):
@@ -89,8 +100,9 @@ def load_api_client(kubeconfig: str | None = None, pool_size: int | None = None)
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
     except (config.ConfigException, OSError, ValueError) as exc:
         where = kubeconfig or "~/.kube/config"
-        raise ConfigError(f"KUBECONFIG: cannot load Kubernetes credentials from {where} "
-                          f"(and not running in a pod): {exc}") from exc
+        raise ConfigError(
+            f"KUBECONFIG: cannot load Kubernetes credentials from {where} (and not running in a pod): {exc}"
+        ) from exc
     return client.ApiClient(configuration)
 
 
@@ -127,9 +139,15 @@ def _status_message(body: bytes, fallback: str) -> str:
 class KubeClient:
     """The API requests of one component, within its declared permissions."""
 
-    def __init__(self, api_client: client.ApiClient, timeout: float = 30, component: str = "worker",
-                 metrics: Metrics | None = None, clock: ReferenceClock | None = None,
-                 granted: dict[str, frozenset[str]] | None = None):
+    def __init__(
+        self,
+        api_client: client.ApiClient,
+        timeout: float = 30,
+        component: str = "worker",
+        metrics: Metrics | None = None,
+        clock: ReferenceClock | None = None,
+        granted: dict[str, frozenset[str]] | None = None,
+    ):
         self.api_client = api_client
         self.timeout = timeout
         self.component = component
@@ -156,16 +174,28 @@ class KubeClient:
             api_client.close()
 
     # --- the one door ----------------------------------------------------------------------------
-    def _request(self, verb: str, resource: str, method: str, path: str, what: str,
-                 query: list[tuple[str, Any]] | None = None, body: Any = None,
-                 content_type: str = "application/json", stream: bool = False,
-                 timeout: float | None = None) -> Answer | Any:
+    def _request(
+        self,
+        verb: str,
+        resource: str,
+        method: str,
+        path: str,
+        what: str,
+        query: list[tuple[str, Any]] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        stream: bool = False,
+        timeout: float | None = None,
+    ) -> Answer | Any:
         if verb not in self.granted.get(resource, ()):
-            raise AssertionError(f"the {self.component} does not declare '{verb}' on {resource} in "
-                                 "jobttl.core.domain.deploy.permissions.PERMISSIONS")
+            raise AssertionError(
+                f"the {self.component} does not declare '{verb}' on {resource} in "
+                "jobttl.core.domain.deploy.permissions.PERMISSIONS"
+            )
         headers = {"Accept": "application/json", "Content-Type": content_type}
-        request = self.api_client.param_serialize(method, path, query_params=query or [], header_params=headers,
-                                                  body=body, auth_settings=["BearerToken"])
+        request = self.api_client.param_serialize(
+            method, path, query_params=query or [], header_params=headers, body=body, auth_settings=["BearerToken"]
+        )
         sent = time.time()
         started = time.perf_counter()
         try:
@@ -210,8 +240,10 @@ class KubeClient:
         if status == 429 or status >= 500:
             return TransientApiError(f"{status} from the API server on {verb} {what}: {message}")
         if status == 403:
-            error = PermanentApiError(f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
-                                      f"{what}: grant it to its service account ({message})")
+            error = PermanentApiError(
+                f"{status} from the API server: jobttl's {self.component} needs '{verb}' on "
+                f"{what}: grant it to its service account ({message})"
+            )
         else:
             error = PermanentApiError(f"{status} from the API server on {verb} {what}: {message}")
         error.status = status
@@ -245,12 +277,19 @@ class KubeClient:
         answer = self._request("get", JOBS, "GET", self._object_path(kind, namespace, name), self._in(kind, namespace))
         obj = self._json(answer, f"{kind.kind} {namespace}/{name}")
         if obj.get("kind") not in (kind.kind, None) or not isinstance(obj.get("metadata"), dict):
-            raise Undecodable(f"{kind.kind} {namespace}/{name}: the API server answered a {obj.get('kind')!r}, "
-                              "not the object")
+            raise Undecodable(
+                f"{kind.kind} {namespace}/{name}: the API server answered a {obj.get('kind')!r}, not the object"
+            )
         return obj
 
-    def list_page(self, kind: JobKind, limit: int, token: str | None = None, namespace: str | None = None,
-                  label_selector: str | None = None) -> Page:
+    def list_page(
+        self,
+        kind: JobKind,
+        limit: int,
+        token: str | None = None,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+    ) -> Page:
         """One page of a paginated LIST, across all namespaces unless one is given."""
         query: list[tuple[str, Any]] = [("limit", limit)]
         if token:
@@ -278,18 +317,30 @@ class KubeClient:
                 continue
         raise TransientApiError(f"listing {kind.resource} kept expiring ({restarts} restarts)")
 
-    def watch(self, kind: JobKind, resource_version: str | None, timeout_seconds: int = 300
-              ) -> Iterator[tuple[str, dict[str, Any] | None]]:
+    def watch(
+        self, kind: JobKind, resource_version: str | None, timeout_seconds: int = 300
+    ) -> Iterator[tuple[str, dict[str, Any] | None]]:
         """Watch events (type, object) from `resource_version`; object None if undecodable.
 
         A 410 (as an HTTP status or an ERROR event) raises ListExpired: list again.
         """
-        query: list[tuple[str, Any]] = [("watch", "true"), ("allowWatchBookmarks", "true"),
-                                        ("timeoutSeconds", timeout_seconds)]
+        query: list[tuple[str, Any]] = [
+            ("watch", "true"),
+            ("allowWatchBookmarks", "true"),
+            ("timeoutSeconds", timeout_seconds),
+        ]
         if resource_version:
             query.append(("resourceVersion", resource_version))
-        response = self._request("watch", JOBS, "GET", self._collection(kind, None), self._in(kind, None), query,
-                                 stream=True, timeout=timeout_seconds + 30)
+        response = self._request(
+            "watch",
+            JOBS,
+            "GET",
+            self._collection(kind, None),
+            self._in(kind, None),
+            query,
+            stream=True,
+            timeout=timeout_seconds + 30,
+        )
         try:
             for line in _lines(response):
                 event = _decode_line(line)
@@ -309,8 +360,9 @@ class KubeClient:
         finally:
             response.release_conn()
 
-    def delete(self, kind: JobKind, namespace: str, name: str, uid: str, resource_version: str,
-               propagation_policy: str) -> dict[str, Any]:
+    def delete(
+        self, kind: JobKind, namespace: str, name: str, uid: str, resource_version: str, propagation_policy: str
+    ) -> dict[str, Any]:
         """DELETE guarded by the UID and resourceVersion we decided on; returns the API's answer.
 
         The UID precondition makes the API server refuse if the name now belongs to a
@@ -319,10 +371,15 @@ class KubeClient:
         the object is gone at once, or the object itself (with a deletionTimestamp) while
         finalizers (Foreground's, or others') hold it.
         """
-        body = {"apiVersion": "v1", "kind": "DeleteOptions", "propagationPolicy": propagation_policy,
-                "preconditions": {"uid": uid, "resourceVersion": resource_version}}
-        answer = self._request("delete", JOBS, "DELETE", self._object_path(kind, namespace, name),
-                               self._in(kind, namespace), body=body)
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "propagationPolicy": propagation_policy,
+            "preconditions": {"uid": uid, "resourceVersion": resource_version},
+        }
+        answer = self._request(
+            "delete", JOBS, "DELETE", self._object_path(kind, namespace, name), self._in(kind, namespace), body=body
+        )
         try:
             return jsoncodec.loads(answer.body) if answer.body else {}
         except jsoncodec.DecodeError:
@@ -353,12 +410,19 @@ class KubeClient:
         if audiences:
             spec["audiences"] = list(audiences)
         body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": spec}
-        answer = self._request("create", TOKEN_REVIEWS, "POST", "/apis/authentication.k8s.io/v1/tokenreviews",
-                               "tokenreviews.authentication.k8s.io", body=body)
+        answer = self._request(
+            "create",
+            TOKEN_REVIEWS,
+            "POST",
+            "/apis/authentication.k8s.io/v1/tokenreviews",
+            "tokenreviews.authentication.k8s.io",
+            body=body,
+        )
         return self._json(answer, "TokenReview").get("status") or {}
 
-    def subject_access_review(self, user: str, groups: list[str], uid: str | None, extra: dict[str, Any],
-                              attributes: dict[str, str]) -> dict[str, Any]:
+    def subject_access_review(
+        self, user: str, groups: list[str], uid: str | None, extra: dict[str, Any], attributes: dict[str, str]
+    ) -> dict[str, Any]:
         """POST a SubjectAccessReview (authorization.k8s.io/v1) of `attributes` (resourceAttributes)
         for that user; its `status` (allowed, denied, reason)."""
         spec: dict[str, Any] = {"user": user, "groups": groups, "resourceAttributes": attributes}
@@ -367,24 +431,42 @@ class KubeClient:
         if extra:
             spec["extra"] = extra
         body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview", "spec": spec}
-        answer = self._request("create", SUBJECT_ACCESS_REVIEWS, "POST",
-                               "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-                               "subjectaccessreviews.authorization.k8s.io", body=body)
+        answer = self._request(
+            "create",
+            SUBJECT_ACCESS_REVIEWS,
+            "POST",
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            "subjectaccessreviews.authorization.k8s.io",
+            body=body,
+        )
         return self._json(answer, "SubjectAccessReview").get("status") or {}
 
     # --- core: Events, pods, logs ---------------------------------------------------------------------
-    def create_event(self, ref: JobRef, reason: str, message: str, warning: bool = False,
-                     action: str = "Delete") -> None:
+    def create_event(
+        self, ref: JobRef, reason: str, message: str, warning: bool = False, action: str = "Delete"
+    ) -> None:
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock.now()))
         event = {
-            "apiVersion": "v1", "kind": "Event",
+            "apiVersion": "v1",
+            "kind": "Event",
             "metadata": {"generateName": f"{ref.name[:200]}.", "namespace": ref.namespace},
-            "involvedObject": {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name,
-                               "namespace": ref.namespace, "uid": ref.uid},
-            "reason": reason, "message": message[:1024],  # the API server rejects very long messages
-            "type": "Warning" if warning else "Normal", "action": action,
-            "source": {"component": "jobttl"}, "reportingComponent": "jobttl", "reportingInstance": "jobttl",
-            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "involvedObject": {
+                "apiVersion": ref.api_version,
+                "kind": ref.kind,
+                "name": ref.name,
+                "namespace": ref.namespace,
+                "uid": ref.uid,
+            },
+            "reason": reason,
+            "message": message[:1024],  # the API server rejects very long messages
+            "type": "Warning" if warning else "Normal",
+            "action": action,
+            "source": {"component": "jobttl"},
+            "reportingComponent": "jobttl",
+            "reportingInstance": "jobttl",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
         }
         path = f"/api/v1/namespaces/{quote(check_namespace(ref.namespace), safe='')}/events"
         self._request("create", EVENTS, "POST", path, "events", body=event)
@@ -400,11 +482,20 @@ class KubeClient:
         answer = self._request("list", PODS, "GET", path, "pods", [("labelSelector", label_selector)])
         return _page(answer.body).items
 
-    def pod_log(self, namespace: str, pod: str, container: str, tail_lines: int, previous: bool = False,
-                limit_bytes: int | None = None) -> Iterator[bytes]:
+    def pod_log(
+        self,
+        namespace: str,
+        pod: str,
+        container: str,
+        tail_lines: int,
+        previous: bool = False,
+        limit_bytes: int | None = None,
+    ) -> Iterator[bytes]:
         """A container's log as it arrives, in chunks: the caller decides how much of it to hold."""
-        path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
-                f"{quote(check_name(pod), safe='')}/log")
+        path = (
+            f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
+            f"{quote(check_name(pod), safe='')}/log"
+        )
         query: list[tuple[str, Any]] = [("container", container), ("tailLines", tail_lines)]
         if previous:
             query.append(("previous", "true"))
@@ -430,11 +521,16 @@ class KubeClient:
         except ObjectGone:
             return None
 
-    def create_configmap(self, namespace: str, name: str, data: dict[str, str],
-                         labels: dict[str, str] | None = None) -> None:
+    def create_configmap(
+        self, namespace: str, name: str, data: dict[str, str], labels: dict[str, str] | None = None
+    ) -> None:
         """Create it; Conflict (409 AlreadyExists) when it exists."""
-        body = {"apiVersion": "v1", "kind": "ConfigMap",
-                "metadata": {"name": name, "namespace": namespace, "labels": labels or {}}, "data": data}
+        body = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": namespace, "labels": labels or {}},
+            "data": data,
+        }
         self._request("create", CONFIGMAPS, "POST", self._configmaps(namespace), "configmaps", body=body)
 
     def replace_configmap(self, found: dict[str, Any], data: dict[str, str]) -> None:
@@ -446,8 +542,7 @@ class KubeClient:
         self._request("update", CONFIGMAPS, "PUT", path, "configmaps", body=body)
 
     def delete_pod(self, namespace: str, pod: str, uid: str) -> None:
-        path = (f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/"
-                f"{quote(check_name(pod), safe='')}")
+        path = f"/api/v1/namespaces/{quote(check_namespace(namespace), safe='')}/pods/{quote(check_name(pod), safe='')}"
         body = {"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}}
         self._request("delete", PODS, "DELETE", path, "pods", body=body)
 
@@ -464,8 +559,12 @@ def _page(body: bytes) -> Page:
     meta = data.get("metadata") or {}
     items = data.get("items") or []
     objects = [i for i in items if isinstance(i, dict)]
-    return Page(objects, meta.get("continue") or None, meta.get("resourceVersion"),
-                undecodable=len(items) - len(objects) if isinstance(items, list) else 0)
+    return Page(
+        objects,
+        meta.get("continue") or None,
+        meta.get("resourceVersion"),
+        undecodable=len(items) - len(objects) if isinstance(items, list) else 0,
+    )
 
 
 @contextlib.contextmanager

@@ -34,6 +34,7 @@ class ConfigError(ValueError):
 
 # --- parsers: text → value, or ValueError saying what was expected -----------------------------
 
+
 def number(minimum: float, maximum: float | None = None, kind: type = int) -> Callable[[str], float]:
     def parse(raw: str) -> float:
         try:
@@ -45,6 +46,7 @@ def number(minimum: float, maximum: float | None = None, kind: type = int) -> Ca
             bounds = f"between {minimum} and {maximum}" if maximum is not None else f"at least {minimum}"
             raise ValueError(f"must be {bounds}, got {raw}")
         return value
+
     return parse
 
 
@@ -54,6 +56,7 @@ def choice(*choices: str, upper: bool = False) -> Callable[[str], str]:
         if value not in choices:
             raise ValueError(f"must be one of {', '.join(choices)}, got {raw!r}")
         return value
+
     return parse
 
 
@@ -66,6 +69,7 @@ def url(*schemes: str) -> Callable[[str], str]:
         if urlparse(raw).scheme not in schemes:
             raise ValueError(f"expected {' or '.join(s + '://' for s in schemes)}, got {raw!r}")
         return raw
+
     return parse
 
 
@@ -73,9 +77,11 @@ def redis_url(raw: str) -> str:
     """A Redis URL jobttl can use: a known scheme, a Sentinel URL that reads, and not the shipped password."""
     url(*REDIS_SCHEMES)(raw)
     if PLACEHOLDER_REDIS_PASSWORD in unquote(raw):
-        raise ValueError(f"it holds the placeholder password {PLACEHOLDER_REDIS_PASSWORD!r} shipped in "
-                         "knative/base/redis.yaml: set a real password in the jobttl-redis Secret "
-                         "(e.g. openssl rand -hex 32) and restart")
+        raise ValueError(
+            f"it holds the placeholder password {PLACEHOLDER_REDIS_PASSWORD!r} shipped in "
+            "knative/base/redis.yaml: set a real password in the jobttl-redis Secret "
+            "(e.g. openssl rand -hex 32) and restart"
+        )
     if urlparse(raw).scheme.endswith("+sentinel"):
         SentinelAddress.parse(raw)
     return raw
@@ -130,104 +136,241 @@ class EnvSetting:
 
 
 SETTINGS: tuple[EnvSetting, ...] = (
-    EnvSetting("redis_url", "JOBTTL_REDIS_URL", redis_url,
-            "Redis holding the schedule: redis://, rediss:// (TLS), unix://, or Sentinel's "
-            "redis+sentinel://[:PASSWORD@]HOST:PORT,.../MASTER_SET/DB (rediss+sentinel:// with TLS)"),
-    EnvSetting("redis_ca_file", "JOBTTL_REDIS_CA_FILE", ca_bundle,
-            "CA bundle (PEM) to verify Redis's TLS certificate (rediss://); unset: the system CAs"),
-    EnvSetting("sink_min_replicas", "JOBTTL_SINK_MIN_REPLICAS", number(0, 10),
-            "the sink accepts an event only once its writes are on this many Redis replicas (WAIT, one round "
-            "trip more per write), else 503; keep it below the replica count, or losing one stops the sink"),
-    EnvSetting("sink_dedupe_seconds", "JOBTTL_SINK_DEDUPE_SECONDS", number(0, 3600),
-            "the sink answers an event that decides exactly what one it applied this many seconds ago from "
-            "memory, without Redis (redeliveries, status updates nothing reads); a Redis that lost its data "
-            "is then re-booked only after the window; 0 (default): every event goes to Redis"),
+    EnvSetting(
+        "redis_url",
+        "JOBTTL_REDIS_URL",
+        redis_url,
+        "Redis holding the schedule: redis://, rediss:// (TLS), unix://, or Sentinel's "
+        "redis+sentinel://[:PASSWORD@]HOST:PORT,.../MASTER_SET/DB (rediss+sentinel:// with TLS)",
+    ),
+    EnvSetting(
+        "redis_ca_file",
+        "JOBTTL_REDIS_CA_FILE",
+        ca_bundle,
+        "CA bundle (PEM) to verify Redis's TLS certificate (rediss://); unset: the system CAs",
+    ),
+    EnvSetting(
+        "sink_min_replicas",
+        "JOBTTL_SINK_MIN_REPLICAS",
+        number(0, 10),
+        "the sink accepts an event only once its writes are on this many Redis replicas (WAIT, one round "
+        "trip more per write), else 503; keep it below the replica count, or losing one stops the sink",
+    ),
+    EnvSetting(
+        "sink_dedupe_seconds",
+        "JOBTTL_SINK_DEDUPE_SECONDS",
+        number(0, 3600),
+        "the sink answers an event that decides exactly what one it applied this many seconds ago from "
+        "memory, without Redis (redeliveries, status updates nothing reads); a Redis that lost its data "
+        "is then re-booked only after the window; 0 (default): every event goes to Redis",
+    ),
     EnvSetting("queue_name", "JOBTTL_QUEUE", queue_name, "RQ queue name"),
-    EnvSetting("policy_path", "JOBTTL_POLICY", text,
-            "the policy file (a mounted ConfigMap); unset: only jobs that ask for a TTL are deleted"),
-    EnvSetting("kubeconfig", "KUBECONFIG", text, "kubeconfig file; unset: the in-cluster service account, else "
-                                              "~/.kube/config"),
-    EnvSetting("propagation_policy", "JOBTTL_PROPAGATION_POLICY", choice(*PROPAGATION_POLICIES),
-            "Foreground (like the upstream controller: the job goes once its pods are gone), Background or Orphan"),
+    EnvSetting(
+        "policy_path",
+        "JOBTTL_POLICY",
+        text,
+        "the policy file (a mounted ConfigMap); unset: only jobs that ask for a TTL are deleted",
+    ),
+    EnvSetting(
+        "kubeconfig", "KUBECONFIG", text, "kubeconfig file; unset: the in-cluster service account, else ~/.kube/config"
+    ),
+    EnvSetting(
+        "propagation_policy",
+        "JOBTTL_PROPAGATION_POLICY",
+        choice(*PROPAGATION_POLICIES),
+        "Foreground (like the upstream controller: the job goes once its pods are gone), Background or Orphan",
+    ),
     EnvSetting("max_event_bytes", "JOBTTL_MAX_EVENT_BYTES", number(1024), "largest CloudEvent body the sink accepts"),
     EnvSetting("retry_max", "JOBTTL_RETRY_MAX", number(0), "retries of a deletion after a transient API failure"),
     EnvSetting("retry_backoff", "JOBTTL_RETRY_BACKOFF", number(0), "first retry delay in seconds; doubles each time"),
     EnvSetting("api_timeout", "JOBTTL_API_TIMEOUT", number(1), "seconds per Kubernetes API request"),
-    EnvSetting("job_timeout", "JOBTTL_JOB_TIMEOUT", number(10),
-            "seconds a deletion may take; a worker killed mid-deletion is detected this long + 60 s later and "
-            "the deletion runs again"),
+    EnvSetting(
+        "job_timeout",
+        "JOBTTL_JOB_TIMEOUT",
+        number(10),
+        "seconds a deletion may take; a worker killed mid-deletion is detected this long + 60 s later and "
+        "the deletion runs again",
+    ),
     EnvSetting("log_level", "JOBTTL_LOG_LEVEL", choice(*LOG_LEVELS, upper=True), "DEBUG, INFO, WARNING or ERROR"),
-    EnvSetting("delete_rate", "JOBTTL_DELETE_RATE", number(0, kind=float),
-            "deletions per second across all workers (shared through Redis); 0 = no limit"),
-    EnvSetting("resync_interval", "JOBTTL_RESYNC_INTERVAL", number(0),
-            "seconds between automatic resyncs, which also run when a worker starts; 0 = none"),
-    EnvSetting("resync_min_interval", "JOBTTL_RESYNC_MIN_INTERVAL", number(0, 86400),
-            "seconds at least between two resyncs that events ask for (a PingSource event, a worker starting): "
-            "one asked sooner is deferred to the end of the interval, and those asked meanwhile "
-            "are coalesced into it; 0 = each runs at once"),
-    EnvSetting("resync_max_deletions", "JOBTTL_RESYNC_MAX_DELETIONS", number(0),
-            "a resync that would newly delete more than this holds them for confirmation; events that make more "
-            "than this many deletions due within a minute are held too"),
-    EnvSetting("resync_max_share", "JOBTTL_RESYNC_MAX_SHARE", number(0, 1, kind=float),
-            "... or more than this share of the jobs it saw"),
-    EnvSetting("first_run_review", "JOBTTL_FIRST_RUN_REVIEW", choice("on", "off"),
-            "on a first install, deletions that were already due at install wait until an operator confirms them "
-            "(`jobttl held`, then `jobttl resync --confirm HELD_ID`); off: the guard's thresholds alone"),
-    EnvSetting("delete_namespaces", "JOBTTL_DELETE_NAMESPACES", namespaces,
-            "the only namespaces jobttl may delete in, comma-separated, where its RBAC grants delete there "
-            "alone (the chart's rbac.namespaces); jobs elsewhere are kept, saying so. Unset: every namespace"),
-    EnvSetting("namespace", "JOBTTL_NAMESPACE", text,
-            "jobttl's own namespace, where the worker keeps the install record (ConfigMap jobttl-install); unset: "
-            "the service account's namespace in a pod, else jobttl"),
-    EnvSetting("clock_skew_bound", "JOBTTL_CLOCK_SKEW_BOUND", number(1, kind=float),
-            "seconds this host's (or Redis's) clock may be off the API server's before deletions wait"),
-    EnvSetting("audit_max_entries", "JOBTTL_AUDIT_MAX_ENTRIES", number(100), "length of the audit trail (a capped "
-                                                                          "Redis stream)"),
-    EnvSetting("tombstone_days", "JOBTTL_TOMBSTONE_DAYS", number(1), "how long a deleted job's final status and its "
-                                                                  "history are kept"),
-    EnvSetting("tombstone_annotations", "JOBTTL_TOMBSTONE_ANNOTATIONS", words,
-            "annotation keys whose values tombstones keep (comma-separated; default none: they may hold secrets)"),
-    EnvSetting("stuck_after", "JOBTTL_STUCK_AFTER", duration,
-            "a deleted job still present this long after its DELETE is reported stuck"),
-    EnvSetting("worker_metrics_port", "JOBTTL_WORKER_METRICS_PORT", number(0),
-            "where each worker serves /metrics and /readyz; 0 = off"),
-    EnvSetting("warn_url", "JOBTTL_WARN_URL", url("http", "https"),
-            "announce each deletion ahead of time by POSTing a CloudEvent io.jobttl.deletion.upcoming here"),
+    EnvSetting(
+        "delete_rate",
+        "JOBTTL_DELETE_RATE",
+        number(0, kind=float),
+        "deletions per second across all workers (shared through Redis); 0 = no limit",
+    ),
+    EnvSetting(
+        "resync_interval",
+        "JOBTTL_RESYNC_INTERVAL",
+        number(0),
+        "seconds between automatic resyncs, which also run when a worker starts; 0 = none",
+    ),
+    EnvSetting(
+        "resync_min_interval",
+        "JOBTTL_RESYNC_MIN_INTERVAL",
+        number(0, 86400),
+        "seconds at least between two resyncs that events ask for (a PingSource event, a worker starting): "
+        "one asked sooner is deferred to the end of the interval, and those asked meanwhile "
+        "are coalesced into it; 0 = each runs at once",
+    ),
+    EnvSetting(
+        "resync_max_deletions",
+        "JOBTTL_RESYNC_MAX_DELETIONS",
+        number(0),
+        "a resync that would newly delete more than this holds them for confirmation; events that make more "
+        "than this many deletions due within a minute are held too",
+    ),
+    EnvSetting(
+        "resync_max_share",
+        "JOBTTL_RESYNC_MAX_SHARE",
+        number(0, 1, kind=float),
+        "... or more than this share of the jobs it saw",
+    ),
+    EnvSetting(
+        "first_run_review",
+        "JOBTTL_FIRST_RUN_REVIEW",
+        choice("on", "off"),
+        "on a first install, deletions that were already due at install wait until an operator confirms them "
+        "(`jobttl held`, then `jobttl resync --confirm HELD_ID`); off: the guard's thresholds alone",
+    ),
+    EnvSetting(
+        "delete_namespaces",
+        "JOBTTL_DELETE_NAMESPACES",
+        namespaces,
+        "the only namespaces jobttl may delete in, comma-separated, where its RBAC grants delete there "
+        "alone (the chart's rbac.namespaces); jobs elsewhere are kept, saying so. Unset: every namespace",
+    ),
+    EnvSetting(
+        "namespace",
+        "JOBTTL_NAMESPACE",
+        text,
+        "jobttl's own namespace, where the worker keeps the install record (ConfigMap jobttl-install); unset: "
+        "the service account's namespace in a pod, else jobttl",
+    ),
+    EnvSetting(
+        "clock_skew_bound",
+        "JOBTTL_CLOCK_SKEW_BOUND",
+        number(1, kind=float),
+        "seconds this host's (or Redis's) clock may be off the API server's before deletions wait",
+    ),
+    EnvSetting(
+        "audit_max_entries",
+        "JOBTTL_AUDIT_MAX_ENTRIES",
+        number(100),
+        "length of the audit trail (a capped Redis stream)",
+    ),
+    EnvSetting(
+        "tombstone_days",
+        "JOBTTL_TOMBSTONE_DAYS",
+        number(1),
+        "how long a deleted job's final status and its history are kept",
+    ),
+    EnvSetting(
+        "tombstone_annotations",
+        "JOBTTL_TOMBSTONE_ANNOTATIONS",
+        words,
+        "annotation keys whose values tombstones keep (comma-separated; default none: they may hold secrets)",
+    ),
+    EnvSetting(
+        "stuck_after",
+        "JOBTTL_STUCK_AFTER",
+        duration,
+        "a deleted job still present this long after its DELETE is reported stuck",
+    ),
+    EnvSetting(
+        "worker_metrics_port",
+        "JOBTTL_WORKER_METRICS_PORT",
+        number(0),
+        "where each worker serves /metrics and /readyz; 0 = off",
+    ),
+    EnvSetting(
+        "warn_url",
+        "JOBTTL_WARN_URL",
+        url("http", "https"),
+        "announce each deletion ahead of time by POSTing a CloudEvent io.jobttl.deletion.upcoming here",
+    ),
     EnvSetting("warn_before", "JOBTTL_WARN_BEFORE", duration, "how long before the deletion to announce it"),
-    EnvSetting("sink_sources", "JOBTTL_SINK_SOURCES", words,
-            "CloudEvent `source` values the sink accepts (comma-separated; default: any)"),
-    EnvSetting("sink_oidc_audience", "JOBTTL_SINK_OIDC_AUDIENCE", text,
-            "require a Knative OIDC bearer token for this audience on every event"),
-    EnvSetting("sink_oidc_issuer", "JOBTTL_SINK_OIDC_ISSUER", url("http", "https"),
-            "the token issuer (the cluster's service-account issuer); its JWKS is discovered from it"),
+    EnvSetting(
+        "sink_sources",
+        "JOBTTL_SINK_SOURCES",
+        words,
+        "CloudEvent `source` values the sink accepts (comma-separated; default: any)",
+    ),
+    EnvSetting(
+        "sink_oidc_audience",
+        "JOBTTL_SINK_OIDC_AUDIENCE",
+        text,
+        "require a Knative OIDC bearer token for this audience on every event",
+    ),
+    EnvSetting(
+        "sink_oidc_issuer",
+        "JOBTTL_SINK_OIDC_ISSUER",
+        url("http", "https"),
+        "the token issuer (the cluster's service-account issuer); its JWKS is discovered from it",
+    ),
     EnvSetting("sink_oidc_ca_file", "JOBTTL_SINK_OIDC_CA_FILE", text, "CA bundle for the issuer's HTTPS endpoints"),
-    EnvSetting("sink_oidc_subjects", "JOBTTL_SINK_OIDC_SUBJECTS", words,
-            "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
-            "any token for the audience (any pod can mint one for its own service account)"),
+    EnvSetting(
+        "sink_oidc_subjects",
+        "JOBTTL_SINK_OIDC_SUBJECTS",
+        words,
+        "token subjects accepted (comma-separated), e.g. system:serviceaccount:jobttl:jobttl-source; default: "
+        "any token for the audience (any pod can mint one for its own service account)",
+    ),
     EnvSetting("read_api", "JOBTTL_READ_API", choice("on", "off"), "serve the read-only API (/api/v1/...) on the sink"),
-    EnvSetting("read_api_auth", "JOBTTL_READ_API_AUTH", choice("oidc", "kubernetes", "none"),
-            "who may read the read API: oidc (a bearer token checked as the events' are, JOBTTL_SINK_OIDC_*), "
-            "kubernetes (a Kubernetes token, checked with TokenReview, allowed `list` on deletions.jobttl.io by "
-            "SubjectAccessReview: ClusterRole jobttl-reader) or none; unset: oidc when the events need it, else none"),
-    EnvSetting("read_api_oidc_subjects", "JOBTTL_READ_API_OIDC_SUBJECTS", words,
-            "with JOBTTL_READ_API_AUTH=oidc, token subjects that may read (comma-separated); default: any token for "
-            "the sink's audience"),
-    EnvSetting("console_auth", "JOBTTL_CONSOLE_AUTH", choice("kubernetes", "none"),
-            "who may use `jobttl console`: kubernetes (a Kubernetes token checked with TokenReview; each page and "
-            "action allowed by SubjectAccessReview) or none (no sign-in: only with --host on a loopback address)"),
-    EnvSetting("console_session_key_file", "JOBTTL_CONSOLE_SESSION_KEY_FILE", text,
-            "a file holding the key that signs the console's session cookies (shared by its replicas); unset: a "
-            "random key per process (sign-ins end when it restarts)"),
-    EnvSetting("console_url", "JOBTTL_CONSOLE_URL", url("http", "https"),
-            "the web console's address as operators reach it: notifications link to it (`deleted` to its history, "
-            "review-opened to its held page); unset: no links"),
-    EnvSetting("notify_metrics_port", "JOBTTL_NOTIFY_METRICS_PORT", number(0),
-            "where `jobttl notify` serves /metrics and /healthz; 0 = off"),
-    EnvSetting("notify_gather", "JOBTTL_NOTIFY_GATHER", number(0, 3600),
-            "seconds a quiet digest waits for what comes with its first entry before it is sent (at most its "
-            "digest period)"),
-    EnvSetting("notify_retry_backoff", "JOBTTL_NOTIFY_RETRY_BACKOFF", number(1, 3600),
-            "seconds before a notification that failed is tried again; doubles each time, up to 15 minutes"),
+    EnvSetting(
+        "read_api_auth",
+        "JOBTTL_READ_API_AUTH",
+        choice("oidc", "kubernetes", "none"),
+        "who may read the read API: oidc (a bearer token checked as the events' are, JOBTTL_SINK_OIDC_*), "
+        "kubernetes (a Kubernetes token, checked with TokenReview, allowed `list` on deletions.jobttl.io by "
+        "SubjectAccessReview: ClusterRole jobttl-reader) or none; unset: oidc when the events need it, else none",
+    ),
+    EnvSetting(
+        "read_api_oidc_subjects",
+        "JOBTTL_READ_API_OIDC_SUBJECTS",
+        words,
+        "with JOBTTL_READ_API_AUTH=oidc, token subjects that may read (comma-separated); default: any token for "
+        "the sink's audience",
+    ),
+    EnvSetting(
+        "console_auth",
+        "JOBTTL_CONSOLE_AUTH",
+        choice("kubernetes", "none"),
+        "who may use `jobttl console`: kubernetes (a Kubernetes token checked with TokenReview; each page and "
+        "action allowed by SubjectAccessReview) or none (no sign-in: only with --host on a loopback address)",
+    ),
+    EnvSetting(
+        "console_session_key_file",
+        "JOBTTL_CONSOLE_SESSION_KEY_FILE",
+        text,
+        "a file holding the key that signs the console's session cookies (shared by its replicas); unset: a "
+        "random key per process (sign-ins end when it restarts)",
+    ),
+    EnvSetting(
+        "console_url",
+        "JOBTTL_CONSOLE_URL",
+        url("http", "https"),
+        "the web console's address as operators reach it: notifications link to it (`deleted` to its history, "
+        "review-opened to its held page); unset: no links",
+    ),
+    EnvSetting(
+        "notify_metrics_port",
+        "JOBTTL_NOTIFY_METRICS_PORT",
+        number(0),
+        "where `jobttl notify` serves /metrics and /healthz; 0 = off",
+    ),
+    EnvSetting(
+        "notify_gather",
+        "JOBTTL_NOTIFY_GATHER",
+        number(0, 3600),
+        "seconds a quiet digest waits for what comes with its first entry before it is sent (at most its "
+        "digest period)",
+    ),
+    EnvSetting(
+        "notify_retry_backoff",
+        "JOBTTL_NOTIFY_RETRY_BACKOFF",
+        number(1, 3600),
+        "seconds before a notification that failed is tried again; doubles each time, up to 15 minutes",
+    ),
 )
 _BY_FIELD = {s.field: s for s in SETTINGS}
 
@@ -323,13 +466,17 @@ def _check_together(values: dict[str, Any], redis_url: str) -> None:
     """Settings that only make sense with others: ConfigError naming both when one is missing."""
     tls = urlparse(redis_url).scheme.startswith("rediss")
     if values.get("redis_ca_file") and not tls:
-        raise ConfigError("JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS: use rediss:// "
-                          "(or rediss+sentinel://), or unset the CA file")
+        raise ConfigError(
+            "JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS: use rediss:// "
+            "(or rediss+sentinel://), or unset the CA file"
+        )
     if bool(values.get("sink_oidc_audience")) != bool(values.get("sink_oidc_issuer")):
         raise ConfigError("JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER: set both, or neither")
     if values.get("read_api_auth") == "oidc" and not values.get("sink_oidc_audience"):
-        raise ConfigError("JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked: set "
-                          "JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER, or choose kubernetes or none")
+        raise ConfigError(
+            "JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked: set "
+            "JOBTTL_SINK_OIDC_AUDIENCE and JOBTTL_SINK_OIDC_ISSUER, or choose kubernetes or none"
+        )
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -45,8 +45,9 @@ def configure(level: str = "INFO") -> None:
     root.setLevel(level)
 
 
-def record(logger: logging.Logger, event: str, obj: dict[str, str] | None = None, level: int = logging.INFO,
-           **fields) -> None:
+def record(
+    logger: logging.Logger, event: str, obj: dict[str, str] | None = None, level: int = logging.INFO, **fields
+) -> None:
     """Log one thing that happened, as ``{"event": ..., "object": {kind, namespace, name, uid}, ...}``.
 
     The object's identity is nested under "object" (like a Kubernetes Event's

@@ -40,10 +40,15 @@ class SentinelAddress:
         unknown = set(query) - {"sentinel_password"}
         if unknown:
             raise ValueError(f"{usage}: unknown option {', '.join(sorted(unknown))} (only sentinel_password)")
-        return cls(sentinels, path[0], int(path[1]) if len(path) == 2 else 0, parsed.scheme == "rediss+sentinel",
-                   unquote(parsed.username) if parsed.username else None,
-                   unquote(parsed.password) if parsed.password else None,
-                   query.get("sentinel_password", [None])[-1])
+        return cls(
+            sentinels,
+            path[0],
+            int(path[1]) if len(path) == 2 else 0,
+            parsed.scheme == "rediss+sentinel",
+            unquote(parsed.username) if parsed.username else None,
+            unquote(parsed.password) if parsed.password else None,
+            query.get("sentinel_password", [None])[-1],
+        )
 
 
 def _host_port(text: str, usage: str) -> tuple[str, int]:

@@ -57,8 +57,9 @@ class Archiver:
         self.store = store
         self.metrics = metrics
 
-    def write(self, kind: JobKind, ref: JobRef, obj: dict[str, Any], plan: ArchivePlan, stage: str,
-              now: float) -> Archived:
+    def write(
+        self, kind: JobKind, ref: JobRef, obj: dict[str, Any], plan: ArchivePlan, stage: str, now: float
+    ) -> Archived:
         """Archive `obj` (as just re-read) and what belongs to it; raises ArchiveFailed."""
         try:
             where = archive.folder(ref)
@@ -71,15 +72,28 @@ class Archiver:
         except Exception as exc:
             if self.metrics is not None:
                 self.metrics.archive_failures.inc()
-            raise ArchiveFailed(f"archive-failed: {ref}: {exc}",
-                                permanent=isinstance(exc, PermanentApiError) and exc.status in (401, 403)) from exc
+            raise ArchiveFailed(
+                f"archive-failed: {ref}: {exc}",
+                permanent=isinstance(exc, PermanentApiError) and exc.status in (401, 403),
+            ) from exc
         if self.metrics is not None:
             self.metrics.archive_bytes.inc(written)
-        return Archived(self.store.location(where), written, len(contents.files), tuple(contents.unkept),
-                        (obj.get("metadata") or {}).get("resourceVersion"))
+        return Archived(
+            self.store.location(where),
+            written,
+            len(contents.files),
+            tuple(contents.unkept),
+            (obj.get("metadata") or {}).get("resourceVersion"),
+        )
 
-    def gather(self, kind: JobKind, ref: JobRef, obj: dict[str, Any], plan: ArchivePlan,
-               earlier_events: list[dict[str, Any]] = ()) -> Contents:
+    def gather(
+        self,
+        kind: JobKind,
+        ref: JobRef,
+        obj: dict[str, Any],
+        plan: ArchivePlan,
+        earlier_events: list[dict[str, Any]] = (),
+    ) -> Contents:
         contents = Contents()
         if plan.manifest:
             contents.files[archive.MANIFEST], unkept = archive.to_yaml(obj, "manifest")
@@ -120,8 +134,9 @@ class Archiver:
         request = archive.first_log_request(keep)
         for _ in range(archive.MAX_LOG_TRIES + 1):
             answer = archive.LogTail.for_keeping(keep)
-            for chunk in self.kube.pod_log(namespace, pod, container, request.tail_lines, previous,
-                                           limit_bytes=request.limit_bytes):
+            for chunk in self.kube.pod_log(
+                namespace, pod, container, request.tail_lines, previous, limit_bytes=request.limit_bytes
+            ):
                 answer.feed(chunk)
             following = archive.next_log_request(request, keep, answer.bytes, answer.lines)
             if following is None:
@@ -150,36 +165,61 @@ class Evidence:
         try:
             archived = self.archiver.write(kind, target.ref, obj, plan, target.stage, self.clock.now())
         except ArchiveFailed as exc:
-            self.audit.record("archive-failed", target.ref, logging.WARNING if plan.required else logging.ERROR,
-                              logger=run_log, by="worker", due=target.due, stage=target.recorded_stage,
-                              failure="archive-failed", required=plan.required,
-                              error=shapes.describe(exc.__cause__ or exc))
+            self.audit.record(
+                "archive-failed",
+                target.ref,
+                logging.WARNING if plan.required else logging.ERROR,
+                logger=run_log,
+                by="worker",
+                due=target.due,
+                stage=target.recorded_stage,
+                failure="archive-failed",
+                required=plan.required,
+                error=shapes.describe(exc.__cause__ or exc),
+            )
             if plan.required:
                 raise
             return None
-        self.audit.record("archived", target.ref, logger=run_log, by="worker", due=target.due, stage=target.recorded_stage,
-                          archive=archived.location, bytes=archived.bytes, files=archived.files,
-                          unkept=list(archived.unkept) or None)
+        self.audit.record(
+            "archived",
+            target.ref,
+            logger=run_log,
+            by="worker",
+            due=target.due,
+            stage=target.recorded_stage,
+            archive=archived.location,
+            bytes=archived.bytes,
+            files=archived.files,
+            unkept=list(archived.unkept) or None,
+        )
         return archived
 
 
-
-def prune(store: Backend, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None,
-          now: float | None = None) -> list[str]:
+def prune(
+    store: Backend, spec: ArchiveStore, audit: Audit, metrics: Metrics | None = None, now: float | None = None
+) -> list[str]:
     """Apply the archive's retention (days, and the directory store's size cap); what was removed."""
     if spec.retention is None and spec.max_bytes is None:
         return []
     try:
-        removed = archive.expired(list(store.stored()), time.time() if now is None else now, spec.retention,
-                                  spec.max_bytes)
+        removed = archive.expired(
+            list(store.stored()), time.time() if now is None else now, spec.retention, spec.max_bytes
+        )
         for where in removed:
             store.remove(where)
     except ArchiveStoreError as exc:
         audit.record("archive-prune-failed", None, logging.WARNING, logger=log, error=str(exc))
         return []
     if removed:
-        audit.record("archives-pruned", None, logger=log, count=len(removed), store=store.url,
-                     retention=spec.retention, maxBytes=spec.max_bytes)
+        audit.record(
+            "archives-pruned",
+            None,
+            logger=log,
+            count=len(removed),
+            store=store.url,
+            retention=spec.retention,
+            maxBytes=spec.max_bytes,
+        )
         if metrics is not None:
             metrics.archive_pruned.inc(len(removed))
     return removed

@@ -41,9 +41,30 @@ from jobttl.core.kube.client import Conflict, ObjectGone
 from jobttl.core.store.schedule import JOB_STAGE, Change, split_member
 from jobttl.core.services.archiving import Archived, Evidence
 from jobttl.core.services.worker_graph import WorkerGraph
-from jobttl.core.domain.decisions.judgement import (ANOTHER_RUN, GONE, SUPERSEDED, Action, Again, ApiTime, Current,
-                                                    Delete, DeletePods, Forget, HoldForReview, Recover, Refuse, Replan,
-                                                    Skip, Target, Wait, WouldDelete, admit, confirm, judge, to_decide)
+from jobttl.core.domain.decisions.judgement import (
+    ANOTHER_RUN,
+    GONE,
+    SUPERSEDED,
+    Action,
+    Again,
+    ApiTime,
+    Current,
+    Delete,
+    DeletePods,
+    Forget,
+    HoldForReview,
+    Recover,
+    Refuse,
+    Replan,
+    Skip,
+    Target,
+    Wait,
+    WouldDelete,
+    admit,
+    confirm,
+    judge,
+    to_decide,
+)
 from jobttl.core.store.ledger import Ledger, details
 from jobttl.core.services.pods_stage import PodsStage
 from jobttl.core.services.reading import Reading
@@ -135,7 +156,9 @@ class Deletion:
             case Recover(recorded, answer, successor):
                 outcome = self.finish(target, recorded, None, answer)
                 if successor is not None:
-                    self.graph.reconciler.reconcile(successor, kind, "worker")  # re-created since: it gets its own decision
+                    self.graph.reconciler.reconcile(
+                        successor, kind, "worker"
+                    )  # re-created since: it gets its own decision
                 return outcome
             case Replan(verdict):
                 return self.replan(target, kind, obj, verdict)
@@ -160,8 +183,12 @@ class Deletion:
 
     def delete(self, target: Target, kind: JobKind, obj: dict[str, Any], action: Delete | DeletePods) -> str | None:
         """Archive, a rate-limit slot, `confirm` with what Redis says now, then the DELETE (or the pods')."""
-        if self.progress.archived is None or self.progress.archived.resource_version != obj["metadata"].get("resourceVersion"):
-            self.progress.archived = self.evidence.keep(target, kind, obj)  # before any DELETE: raises ArchiveFailed to wait
+        if self.progress.archived is None or self.progress.archived.resource_version != obj["metadata"].get(
+            "resourceVersion"
+        ):
+            self.progress.archived = self.evidence.keep(
+                target, kind, obj
+            )  # before any DELETE: raises ArchiveFailed to wait
         self.graph.rate_limit.wait()
         # Right before the DELETE: has an operator acted, or the schedule moved, since we looked
         # (an archive and a rate-limit slot both take time)?
@@ -173,8 +200,14 @@ class Deletion:
             return self.pods.run(target, kind, obj, action.decision, self.progress.archived)
         try:
             self.progress.sent = True
-            answer = self.graph.kube.delete(kind, target.ref.namespace, target.ref.name, target.ref.uid,
-                                      obj["metadata"]["resourceVersion"], self.graph.settings.propagation_policy)
+            answer = self.graph.kube.delete(
+                kind,
+                target.ref.namespace,
+                target.ref.name,
+                target.ref.uid,
+                obj["metadata"]["resourceVersion"],
+                self.graph.settings.propagation_policy,
+            )
         except ObjectGone:
             return self.forget(target, kind, GONE)
         except Conflict as exc:
@@ -212,8 +245,18 @@ class Deletion:
         """
         if self.job is not None:
             self.job.result_ttl = -1
-        self.graph.audit.record("refused", target.ref, logging.WARNING, logger=log, by="worker", due=target.due,
-                          stage=target.recorded_stage, reason=reason, failure=reason, detail=detail)
+        self.graph.audit.record(
+            "refused",
+            target.ref,
+            logging.WARNING,
+            logger=log,
+            by="worker",
+            due=target.due,
+            stage=target.recorded_stage,
+            reason=reason,
+            failure=reason,
+            detail=detail,
+        )
         return Refuse(reason, detail).outcome
 
     def would_delete(self, target: Target, decision: Decision) -> str:
@@ -226,17 +269,32 @@ class Deletion:
     def hold_for_review(self, target: Target, decision: Decision) -> str:
         """Into the guard's held set, out of the schedule: `jobttl resync --confirm HELD_ID` releases it."""
         self.held.hold([HeldDeletion(target.member, target.ref, decision, FIRST_RUN)])
-        self.ledger.record("held", target, forget=True, stages_too=False, reason="first-run-review",
-                           detail="already due when jobttl was installed: held until an operator reviews it "
-                                  "(`jobttl held`, then `jobttl resync --confirm HELD_ID`)",
-                           **details(target, decision, self.graph.clock.now()))
+        self.ledger.record(
+            "held",
+            target,
+            forget=True,
+            stages_too=False,
+            reason="first-run-review",
+            detail="already due when jobttl was installed: held until an operator reviews it "
+            "(`jobttl held`, then `jobttl resync --confirm HELD_ID`)",
+            **details(target, decision, self.graph.clock.now()),
+        )
         return "held:first-run-review"
 
-    def finish(self, target: Target, obj: dict[str, Any], decision: Decision | None, answer: dict[str, Any],
-               archived: Archived | None = None) -> str:
+    def finish(
+        self,
+        target: Target,
+        obj: dict[str, Any],
+        decision: Decision | None,
+        answer: dict[str, Any],
+        archived: Archived | None = None,
+    ) -> str:
         now = self.graph.clock.now()
-        fields = details(target, decision, now) if decision is not None else {"due": target.due,
-                                                                              "detail": "recorded by a later run"}
+        fields = (
+            details(target, decision, now)
+            if decision is not None
+            else {"due": target.due, "detail": "recorded by a later run"}
+        )
         # A Status means gone at once; the object itself (with a deletionTimestamp) means
         # finalizers still run (Foreground's, or others'): follow it until it is gone.
         gone = answer.get("kind") in ("Status", None)
@@ -246,18 +304,36 @@ class Deletion:
         # Follow-ups and "gone after" are the API server's clock, as the follower that takes them reads it.
         follow = None if gone else now + FIRST_FOLLOW_UP
         # The TTL and the owner's jobttl.io/notify go along: the follower's `deleted` entry says them again.
-        said = {"ttl": decision.ttl, "ttlSource": decision.ttl_source, "notify": decision.notify} \
-            if decision is not None else {}
-        info = jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0, **said}) \
-            if follow is not None else None
-        self.ledger.record(event, target, forget=True, tombstone=tombstone, follow=follow, info=info,
-                           propagationPolicy=self.graph.settings.propagation_policy, archive=link, **fields)
+        said = (
+            {"ttl": decision.ttl, "ttlSource": decision.ttl_source, "notify": decision.notify}
+            if decision is not None
+            else {}
+        )
+        info = (
+            jsoncodec.dumps_str({"ref": target.ref.as_dict(), "requestedAt": now, "checks": 0, **said})
+            if follow is not None
+            else None
+        )
+        self.ledger.record(
+            event,
+            target,
+            forget=True,
+            tombstone=tombstone,
+            follow=follow,
+            info=info,
+            propagationPolicy=self.graph.settings.propagation_policy,
+            archive=link,
+            **fields,
+        )
         if self.graph.settings.policy.history_limits:
             self.graph.reconciler.keeplast.drop([target.ref.uid])
         if decision is not None:
-            self.graph.events.record(target.ref, "SuccessfulDeleteJob",
-                               f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "
-                               f"after it finished (from {decision.ttl_source})")
+            self.graph.events.record(
+                target.ref,
+                "SuccessfulDeleteJob",
+                f"Deleted {decision.outcome} {target.ref.kind} {target.ref.name}: TTL {decision.ttl}s "
+                f"after it finished (from {decision.ttl_source})",
+            )
         return event
 
 

@@ -52,8 +52,9 @@ class EventRecorder:
     paced (`NOTICES_PER_SECOND`), between the deletions' own Events: those go first, but a steady
     stream of them never keeps the notices waiting. It then runs from the start, not on first use."""
 
-    def __init__(self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE,
-                 notices: Notices | None = None):
+    def __init__(
+        self, kube: KubeClient, metrics: Metrics | None = None, size: int = QUEUE_SIZE, notices: Notices | None = None
+    ):
         self.kube = kube
         self.metrics = metrics
         self.notices = notices
@@ -90,8 +91,11 @@ class EventRecorder:
             if self.notices is not None and time.monotonic() >= self._next_notices:
                 self._drain_notices()
             try:
-                event = self._queue.get(timeout=max(0.0, self._next_notices - time.monotonic())) \
-                    if self.notices is not None else self._queue.get()
+                event = (
+                    self._queue.get(timeout=max(0.0, self._next_notices - time.monotonic()))
+                    if self.notices is not None
+                    else self._queue.get()
+                )
             except queue.Empty:
                 continue
             if event is None:
@@ -127,7 +131,8 @@ def announce(url: str, ref: JobRef, subject: str, due: int, details: dict, timeo
     postpone the deletion in time. A failure raises, so RQ retries it.
     """
     due_time = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(due))
-    message = cloudevent(UPCOMING_TYPE, f"/jobttl/{ref.namespace}", subject,
-                         {**ref.as_dict(), "deletionTime": due_time, **details})
+    message = cloudevent(
+        UPCOMING_TYPE, f"/jobttl/{ref.namespace}", subject, {**ref.as_dict(), "deletionTime": due_time, **details}
+    )
     response = requests.post(url, headers=message.headers, data=message.body, timeout=timeout)
     response.raise_for_status()

@@ -37,6 +37,7 @@ LEASE = 30  # seconds a claimed member is left alone by the other workers
 BATCH = 50
 MAX_BACKOFF = 60
 
+
 class Follower:
     def __init__(self, ctx: WorkerGraph, period: float = 1.0):
         self.ctx = ctx
@@ -95,43 +96,82 @@ class Follower:
         if waited >= ctx.settings.stuck_after and not info.get("stuck"):
             info = self.stuck(member, ref, obj, info, waited)
         checks = info.get("checks", 0) + 1
-        self.followups.check_again(member, {**info, "checks": checks}, now + min(2 ** checks, MAX_BACKOFF))
+        self.followups.check_again(member, {**info, "checks": checks}, now + min(2**checks, MAX_BACKOFF))
 
     def gone(self, member: str, ref: JobRef, info: dict[str, Any]) -> None:
         ctx = self.ctx
         gone_after = round(ctx.clock.now() - info["requestedAt"], 3)
-        fields = dict(by="worker", goneAfter=gone_after, wasStuck=bool(info.get("stuck")) or None,
-                      ttl=info.get("ttl"), ttlSource=info.get("ttlSource"), notify=info.get("notify"))
-        Finish.of(ref, member, 0, entry_fields("deleted", ref, **fields), forget=False,
-                  max_entries=ctx.audit.max_entries, card_ttl=ctx.audit.tombstone_seconds).run(ctx.redis)
+        fields = dict(
+            by="worker",
+            goneAfter=gone_after,
+            wasStuck=bool(info.get("stuck")) or None,
+            ttl=info.get("ttl"),
+            ttlSource=info.get("ttlSource"),
+            notify=info.get("notify"),
+        )
+        Finish.of(
+            ref,
+            member,
+            0,
+            entry_fields("deleted", ref, **fields),
+            forget=False,
+            max_entries=ctx.audit.max_entries,
+            card_ttl=ctx.audit.tombstone_seconds,
+        ).run(ctx.redis)
         self.followups.unstuck(member)
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 
-    def stuck(self, member: str, ref: JobRef, obj: dict[str, Any], info: dict[str, Any], waited: float
-              ) -> dict[str, Any]:
+    def stuck(
+        self, member: str, ref: JobRef, obj: dict[str, Any], info: dict[str, Any], waited: float
+    ) -> dict[str, Any]:
         ctx = self.ctx
         meta = obj.get("metadata") or {}
         blocking = {"finalizers": list(meta.get("finalizers") or []), "dependants": self._dependants(ref)}
         record = {"ref": ref.as_dict(), "requestedAt": info["requestedAt"], "stuckFor": round(waited), **blocking}
         self.followups.stuck(member, record)
-        ctx.audit.record("stuck", ref, logging.WARNING, logger=log, by="worker", stuckFor=round(waited),
-                         finalizers=blocking["finalizers"], dependants=blocking["dependants"],
-                         detail="the DELETE was accepted but the object is still there; jobttl never removes "
-                                "finalizers")
-        ctx.events.record(ref, "DeletionStuck",
-                          f"jobttl deleted {ref.kind} {ref.name} {round(waited)}s ago but it is still present; "
-                          f"blocked by finalizers {blocking['finalizers'] or 'none'} "
-                          f"and dependants {blocking['dependants'] or 'unknown'}", warning=True)
+        ctx.audit.record(
+            "stuck",
+            ref,
+            logging.WARNING,
+            logger=log,
+            by="worker",
+            stuckFor=round(waited),
+            finalizers=blocking["finalizers"],
+            dependants=blocking["dependants"],
+            detail="the DELETE was accepted but the object is still there; jobttl never removes finalizers",
+        )
+        ctx.events.record(
+            ref,
+            "DeletionStuck",
+            f"jobttl deleted {ref.kind} {ref.name} {round(waited)}s ago but it is still present; "
+            f"blocked by finalizers {blocking['finalizers'] or 'none'} "
+            f"and dependants {blocking['dependants'] or 'unknown'}",
+            warning=True,
+        )
         fallback = ctx.settings.policy.stuck_fallback
         if fallback and not info.get("fellBack"):
             kind = self.every_kind.get(ref.api_version, ref.kind)
             try:
                 ctx.kube.delete(kind, ref.namespace, ref.name, ref.uid, meta.get("resourceVersion", ""), fallback)
-                ctx.audit.record("delete-requested", ref, logger=log, by="worker", propagationPolicy=fallback,
-                                 reason="stuck-fallback")
+                ctx.audit.record(
+                    "delete-requested",
+                    ref,
+                    logger=log,
+                    by="worker",
+                    propagationPolicy=fallback,
+                    reason="stuck-fallback",
+                )
             except Exception as exc:  # noqa: BLE001 - a failed fallback leaves it stuck, and says so
-                ctx.audit.record("failed", ref, logging.ERROR, logger=log, by="worker", reason="stuck-fallback",
-                                 error=shapes.describe(exc), failure="stuck")
+                ctx.audit.record(
+                    "failed",
+                    ref,
+                    logging.ERROR,
+                    logger=log,
+                    by="worker",
+                    reason="stuck-fallback",
+                    error=shapes.describe(exc),
+                    failure="stuck",
+                )
             info = {**info, "fellBack": True}
         return {**info, "stuck": True}
 
@@ -149,5 +189,7 @@ class Follower:
         for pod in pods:
             meta = pod.get("metadata") or {}
             if any(o.get("uid") == ref.uid for o in meta.get("ownerReferences") or []):
-                owned.append(f"Pod {meta.get('name')} (finalizers: {', '.join(meta.get('finalizers') or []) or 'none'})")
+                owned.append(
+                    f"Pod {meta.get('name')} (finalizers: {', '.join(meta.get('finalizers') or []) or 'none'})"
+                )
         return owned

@@ -49,16 +49,25 @@ class Graph:
     def operations(self, *, read_only: bool = False) -> Operations:
         """What operators ask and do, on this graph. `read_only` (the sink's read API): without the
         reconciler, so that no route can write (a write raises)."""
-        return Operations(self.redis, self.schedule, self.audit, None if read_only else self.reconciler,
-                          kinds=self.kinds.kinds)
+        return Operations(
+            self.redis, self.schedule, self.audit, None if read_only else self.reconciler, kinds=self.kinds.kinds
+        )
 
     def parts(self) -> dict[str, Any]:
         """The shared parts by name, to build a process's context on (`SinkContext(**graph.parts(), ...)`)."""
         return {f.name: getattr(self, f.name) for f in fields(Graph)}
 
 
-def build(settings: Settings, role: redisconn.Role, *, redis: Redis | None = None, min_replicas: int = 0,
-          metrics: bool = True, recent: Recent | None = None, tasks: Tasks | None = None) -> Graph:
+def build(
+    settings: Settings,
+    role: redisconn.Role,
+    *,
+    redis: Redis | None = None,
+    min_replicas: int = 0,
+    metrics: bool = True,
+    recent: Recent | None = None,
+    tasks: Tasks | None = None,
+) -> Graph:
     """The shared graph for a process of `role` (redisconn.SINK, WORKER or CLI: its timeouts).
 
     `redis` replaces the connection the settings name (tests); `min_replicas`: replicas each

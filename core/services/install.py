@@ -106,20 +106,32 @@ class InstallRecord:
     @classmethod
     def from_data(cls, data: dict) -> InstallRecord:
         """From a ConfigMap's data or the Redis hash; ValueError names what is wrong."""
-        data = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
-                for k, v in data.items()}
+        data = {
+            (k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+            for k, v in data.items()
+        }
         if "installedAt" not in data:
             raise ValueError("installedAt: missing")
         reviewed = data.get("reviewedAt")
         kinds = frozenset(k.strip() for k in (data.get("kindsUnderReview") or "").split(",") if k.strip())
-        return cls(_epoch(data["installedAt"], "installedAt"), data.get("origin") or FIRST_INSTALL,
-                   _epoch(reviewed, "reviewedAt") if reviewed else None, data.get("reviewedBy") or None, kinds)
+        return cls(
+            _epoch(data["installedAt"], "installedAt"),
+            data.get("origin") or FIRST_INSTALL,
+            _epoch(reviewed, "reviewedAt") if reviewed else None,
+            data.get("reviewedBy") or None,
+            kinds,
+        )
 
     def as_dict(self) -> dict:
         """For `jobttl status` and reports."""
-        return {"installedAt": _rfc3339(self.installed_at), "origin": self.origin, "underReview": self.under_review,
-                "reviewedAt": _rfc3339(self.reviewed_at) if self.reviewed_at is not None else None,
-                "reviewedBy": self.reviewed_by, "kindsUnderReview": sorted(self.kinds_under_review)}
+        return {
+            "installedAt": _rfc3339(self.installed_at),
+            "origin": self.origin,
+            "underReview": self.under_review,
+            "reviewedAt": _rfc3339(self.reviewed_at) if self.reviewed_at is not None else None,
+            "reviewedBy": self.reviewed_by,
+            "kindsUnderReview": sorted(self.kinds_under_review),
+        }
 
 
 def unreadable_record(now: float) -> InstallRecord:
@@ -199,15 +211,21 @@ class InstallReview:
             if mirrored:
                 record = InstallRecord.from_data(mirrored)
             elif self._worker_ran_before():
-                record = InstallRecord(int(now), RAN_BEFORE, int(now), "ran-before: the audit trail shows an "
-                                                                          "earlier worker")
+                record = InstallRecord(
+                    int(now), RAN_BEFORE, int(now), "ran-before: the audit trail shows an earlier worker"
+                )
             else:
                 record = InstallRecord(int(now))
             record = self._create(record)
             if record.origin == FIRST_INSTALL and record.under_review:
-                logs.record(log, "first-install", level=logging.WARNING, installedAt=_rfc3339(record.installed_at),
-                            detail="deletions that were already due at install are held until an operator reviews "
-                                   "them: `jobttl held`, then `jobttl resync --confirm HELD_ID`")
+                logs.record(
+                    log,
+                    "first-install",
+                    level=logging.WARNING,
+                    installedAt=_rfc3339(record.installed_at),
+                    detail="deletions that were already due at install are held until an operator reviews "
+                    "them: `jobttl held`, then `jobttl resync --confirm HELD_ID`",
+                )
         self._mirror(record)
         self._established = record
         return record
@@ -250,14 +268,19 @@ class InstallReview:
 
     def _create(self, record: InstallRecord) -> InstallRecord:
         try:
-            self.kube.create_configmap(self.namespace, CONFIGMAP, record.as_data(),
-                                       labels={"app.kubernetes.io/name": "jobttl",
-                                               "app.kubernetes.io/component": "install-record"})
+            self.kube.create_configmap(
+                self.namespace,
+                CONFIGMAP,
+                record.as_data(),
+                labels={"app.kubernetes.io/name": "jobttl", "app.kubernetes.io/component": "install-record"},
+            )
             return record
         except ObjectGone as exc:
             # A real API server refuses objects in a namespace that does not exist (NamespaceLifecycle).
-            raise PermanentApiError(f"cannot create ConfigMap {self.namespace}/{CONFIGMAP}: {exc}; set "
-                                    "JOBTTL_NAMESPACE to jobttl's own namespace") from None
+            raise PermanentApiError(
+                f"cannot create ConfigMap {self.namespace}/{CONFIGMAP}: {exc}; set "
+                "JOBTTL_NAMESPACE to jobttl's own namespace"
+            ) from None
         except Conflict:
             # Another worker created it first (AlreadyExists): its record is the record.
             found = self.kube.get_configmap(self.namespace, CONFIGMAP)
@@ -297,4 +320,3 @@ def _epoch(value: str, name: str) -> int:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
     return int(parsed.timestamp())
-

@@ -35,8 +35,16 @@ from jobttl.core.store.policy_errors import PolicyErrors
 from jobttl.core.store.resyncs import Resyncs
 from jobttl.core.services.install import InstallRecord
 from jobttl.core.domain.wire.identity import JobRef, check_name, check_namespace
-from jobttl.core.domain.kinds.registry import (BUILTIN_KINDS, DEFAULT_KINDS, group_of, kind_named,
-                                               kubectl_resource_named, shown_in_group, shown_kind, split_group_kind)
+from jobttl.core.domain.kinds.registry import (
+    BUILTIN_KINDS,
+    DEFAULT_KINDS,
+    group_of,
+    kind_named,
+    kubectl_resource_named,
+    shown_in_group,
+    shown_kind,
+    split_group_kind,
+)
 from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.store.gauges import OVERDUE_AFTER
 from jobttl.core.services.reconcile import Reconciler
@@ -63,10 +71,12 @@ class _Known:
     def kinds(self) -> set[tuple[str, str]]:
         """(apiVersion, Kind) of everything held, as operators name kinds: a batch/v1 Job and a
         Volcano Job of one name are two."""
-        return {(e.get("apiVersion") or "", e["kind"]) for e in self.history if "kind" in e} | \
-               {(p.ref.api_version, p.ref.kind) for p in self.pending} | \
-               {(t.get("apiVersion") or "", t["kind"]) for t in self.tombstones if "kind" in t} | \
-               {(d.get("apiVersion") or "", d["kind"]) for d in self.decisions.values() if "kind" in d}
+        return (
+            {(e.get("apiVersion") or "", e["kind"]) for e in self.history if "kind" in e}
+            | {(p.ref.api_version, p.ref.kind) for p in self.pending}
+            | {(t.get("apiVersion") or "", t["kind"]) for t in self.tombstones if "kind" in t}
+            | {(d.get("apiVersion") or "", d["kind"]) for d in self.decisions.values() if "kind" in d}
+        )
 
 
 class NotFound(LookupError):
@@ -97,8 +107,15 @@ class Failure:
     error: str
 
     def as_dict(self) -> dict[str, Any]:
-        return shapes.with_times({"jobId": self.job_id, **self.ref.as_dict(), "due": self.due,
-                                  "failedAt": self.failed_at, "error": self.error})
+        return shapes.with_times(
+            {
+                "jobId": self.job_id,
+                **self.ref.as_dict(),
+                "due": self.due,
+                "failedAt": self.failed_at,
+                "error": self.error,
+            }
+        )
 
 
 # What `--undo` takes back: the action, and the field of the override hash it wrote.
@@ -129,17 +146,32 @@ class Undone:
 
     def as_dict(self) -> dict[str, Any]:
         newest = self.refs[0]
-        return {**newest.as_dict(), "undone": self.action,
-                "uids": [{"uid": r.uid, "by": self.said[r.uid].get("by"), "at": _number(self.said[r.uid].get("at")),
-                          # the time a postpone said; a cancel leaves a postpone standing, and says nothing of it
-                          "until": _number(self.said[r.uid].get("until")) if self.action == "postpone" else None}
-                         for r in self.refs],
-                "pending": self.pending}
+        return {
+            **newest.as_dict(),
+            "undone": self.action,
+            "uids": [
+                {
+                    "uid": r.uid,
+                    "by": self.said[r.uid].get("by"),
+                    "at": _number(self.said[r.uid].get("at")),
+                    # the time a postpone said; a cancel leaves a postpone standing, and says nothing of it
+                    "until": _number(self.said[r.uid].get("until")) if self.action == "postpone" else None,
+                }
+                for r in self.refs
+            ],
+            "pending": self.pending,
+        }
 
 
 class Operations:
-    def __init__(self, redis: Redis, schedule: Schedule, audit: Audit, reconciler: Reconciler | None = None,
-                 kinds: tuple[JobKind, ...] | None = None):
+    def __init__(
+        self,
+        redis: Redis,
+        schedule: Schedule,
+        audit: Audit,
+        reconciler: Reconciler | None = None,
+        kinds: tuple[JobKind, ...] | None = None,
+    ):
         self.redis = redis
         self.schedule = schedule
         self.audit = audit
@@ -147,7 +179,9 @@ class Operations:
         self.queue: Queue = schedule.queue
         # The enabled kinds (the policy's): they say which API group a record that kept only its
         # Kind (an earlier release's) can be of.
-        self.kinds = kinds if kinds is not None else reconciler.policy.kinds if reconciler is not None else DEFAULT_KINDS
+        self.kinds = (
+            kinds if kinds is not None else reconciler.policy.kinds if reconciler is not None else DEFAULT_KINDS
+        )
 
     # --- is this jobttl's Redis? --------------------------------------------------------------
     def check_redis(self) -> None:
@@ -157,12 +191,15 @@ class Operations:
             pipe.scard(f"rq:workers:{self.queue.name}")
             ours, workers = pipe.execute()
         if not ours and not workers:
-            raise UnknownRedis("this Redis holds no jobttl schedule (no jobttl keys, and no worker has ever "
-                               f"registered on queue {self.queue.name!r}): check JOBTTL_REDIS_URL and JOBTTL_QUEUE")
+            raise UnknownRedis(
+                "this Redis holds no jobttl schedule (no jobttl keys, and no worker has ever "
+                f"registered on queue {self.queue.name!r}): check JOBTTL_REDIS_URL and JOBTTL_QUEUE"
+            )
 
     # --- questions ---------------------------------------------------------------------
-    def pending(self, namespace: str | None = None, kind: str | None = None, offset: int = 0,
-                limit: int | None = None) -> tuple[list[Pending], int]:
+    def pending(
+        self, namespace: str | None = None, kind: str | None = None, offset: int = 0, limit: int | None = None
+    ) -> tuple[list[Pending], int]:
         """Pending deletions in due order, filtered; and how many match in all.
 
         Unfiltered pages, and a namespace's, come straight from the due-ordered index (a namespace's
@@ -170,13 +207,18 @@ class Operations:
         records in batches (two round trips per thousand), of the namespace's alone when one is given.
         """
         if not kind:
-            return (self.schedule.records(self.schedule.members(offset, limit, namespace)),
-                    self.schedule.count(namespace))
+            return (
+                self.schedule.records(self.schedule.members(offset, limit, namespace)),
+                self.schedule.count(namespace),
+            )
         # The namespace index says where each member is filed; the record is checked too (Redis is
         # no trusted input: a record that names another namespace is not listed under this one).
-        matching = [p for batch in self.schedule.scan(namespace=namespace) for p in batch
-                    if (not namespace or p.ref.namespace == namespace)
-                    and self._named(kind, p.ref.api_version, p.ref.kind)]
+        matching = [
+            p
+            for batch in self.schedule.scan(namespace=namespace)
+            for p in batch
+            if (not namespace or p.ref.namespace == namespace) and self._named(kind, p.ref.api_version, p.ref.kind)
+        ]
         end = None if limit is None else offset + limit
         return matching[offset:end], len(matching)
 
@@ -184,13 +226,23 @@ class Operations:
         """Dry-run records due now (what dry run would have deleted by now), filtered as `pending`."""
         now = time.time()
         if namespace:
-            return sum(1 for batch in self.schedule.scan(namespace=namespace) for p in batch if p.dry_run and p.due <= now
-                       and p.ref.namespace == namespace and self._named(kind, p.ref.api_version, p.ref.kind))
+            return sum(
+                1
+                for batch in self.schedule.scan(namespace=namespace)
+                for p in batch
+                if p.dry_run
+                and p.due <= now
+                and p.ref.namespace == namespace
+                and self._named(kind, p.ref.api_version, p.ref.kind)
+            )
         due = self.schedule.due_counts(now)
         if not kind:
             return due.dry_run_total()
-        return sum(counts[0] for name, counts in due.dry_run.items()
-                   if kind_named(kind, split_group_kind(name)[1], split_group_kind(name)[0]))
+        return sum(
+            counts[0]
+            for name, counts in due.dry_run.items()
+            if kind_named(kind, split_group_kind(name)[1], split_group_kind(name)[0])
+        )
 
     def find(self, namespace: str, name: str, kind: str | None = None) -> dict[str, Any]:
         """Everything known about one job name: pending deletions, the latest decision per UID,
@@ -207,14 +259,28 @@ class Operations:
         known = max(kinds_of, default=("", kind), key=lambda k: bool(k[0]))  # one with its apiVersion, if any
         now = time.time()
         overrides = self._overrides(list(found.decisions))
-        return {"namespace": namespace, "name": name, "kind": known[1] if kinds_of else kind,
-                "apiVersion": known[0] or None,
-                "pending": [p.as_dict(now) for p in found.pending],
-                "overrides": [{"uid": uid, "keep": o.get("keep") == "true", "until": _number(o.get("until")),
-                               "by": o.get("by"), "at": _number(o.get("at"))} for uid, o in overrides.items()],
-                "decisions": [{"uid": uid, **d}
-                              for uid, d in sorted(found.decisions.items(), key=lambda i: -(i[1]["at"] or 0))],
-                "history": found.history, "tombstones": found.tombstones}
+        return {
+            "namespace": namespace,
+            "name": name,
+            "kind": known[1] if kinds_of else kind,
+            "apiVersion": known[0] or None,
+            "pending": [p.as_dict(now) for p in found.pending],
+            "overrides": [
+                {
+                    "uid": uid,
+                    "keep": o.get("keep") == "true",
+                    "until": _number(o.get("until")),
+                    "by": o.get("by"),
+                    "at": _number(o.get("at")),
+                }
+                for uid, o in overrides.items()
+            ],
+            "decisions": [
+                {"uid": uid, **d} for uid, d in sorted(found.decisions.items(), key=lambda i: -(i[1]["at"] or 0))
+            ],
+            "history": found.history,
+            "tombstones": found.tombstones,
+        }
 
     def _known_about(self, namespace: str, name: str) -> _Known:
         """One job name's keys: its history, the latest decision per UID, and those UIDs' pending
@@ -230,8 +296,12 @@ class Operations:
             [e for e in found.history if self._named(kind, e.get("apiVersion"), e.get("kind"))],
             [p for p in found.pending if self._named(kind, p.ref.api_version, p.ref.kind)],
             [t for t in found.tombstones if self._named(kind, t.get("apiVersion"), t.get("kind"))],
-            {u: d for u, d in found.decisions.items()
-             if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])})
+            {
+                u: d
+                for u, d in found.decisions.items()
+                if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])
+            },
+        )
 
     def _pending_of(self, uids: list[str]) -> list[Pending]:
         members = [m for uid in uids for m in (uid, f"pods:{uid}")]
@@ -241,8 +311,14 @@ class Operations:
             dues = pipe.execute()
         return self.schedule.records([(m, int(d)) for m, d in zip(members, dues) if d is not None])
 
-    def history(self, since: float | None = None, limit: int | None = None, event: str | None = None,
-                namespace: str | None = None, name: str | None = None) -> list[dict[str, Any]]:
+    def history(
+        self,
+        since: float | None = None,
+        limit: int | None = None,
+        event: str | None = None,
+        namespace: str | None = None,
+        name: str | None = None,
+    ) -> list[dict[str, Any]]:
         """The trail, newest first; with `name` (and `namespace`), one job's entries, from its card's index."""
         if name is not None:
             entries = (e.as_dict() for e in self.audit.history(namespace, name) if since is None or e.at >= since)
@@ -250,7 +326,9 @@ class Operations:
             entries = (e.as_dict() for e in self.audit.entries(since=since))
         selected = []
         for entry in entries:
-            if (event is None or entry["event"] == event) and (namespace is None or entry.get("namespace") == namespace):
+            if (event is None or entry["event"] == event) and (
+                namespace is None or entry.get("namespace") == namespace
+            ):
                 selected.append(entry)
                 if limit is not None and len(selected) >= limit:
                     break
@@ -265,12 +343,22 @@ class Operations:
             try:  # Redis is not trusted: a job written there by hand may not have jobttl's shape
                 ref, due = _ref_of(job), job.args[1]
             except (IndexError, KeyError, TypeError, ValueError, AttributeError):
-                log.warning("a failed job %s on jobttl's queue is not one jobttl booked: left out of the list",
-                            job.id, extra={"event": "foreign-job", "jobId": job.id})
+                log.warning(
+                    "a failed job %s on jobttl's queue is not one jobttl booked: left out of the list",
+                    job.id,
+                    extra={"event": "foreign-job", "jobId": job.id},
+                )
                 continue
             result = job.latest_result()
-            failures.append(Failure(job.id, ref, due, job.ended_at.timestamp() if job.ended_at else None,
-                                    _error(result.exc_string if result else None)))
+            failures.append(
+                Failure(
+                    job.id,
+                    ref,
+                    due,
+                    job.ended_at.timestamp() if job.ended_at else None,
+                    _error(result.exc_string if result else None),
+                )
+            )
         return sorted(failures, key=lambda f: f.failed_at or 0, reverse=True)
 
     def status(self) -> dict[str, Any]:
@@ -295,13 +383,23 @@ class Operations:
             "deletedLast24h": self.audit.deleted_since(now - 86400),
             "queued": self.queue.count,
             "redis": "ok",  # reached, or RedisError would have been raised
-            "workers": [shapes.with_times({
-                "name": w.name, "state": w.get_state(),
-                "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
-                "clock": clocks.get(w.name)}) for w in workers],
+            "workers": [
+                shapes.with_times(
+                    {
+                        "name": w.name,
+                        "state": w.get_state(),
+                        "lastHeartbeat": w.last_heartbeat.timestamp() if w.last_heartbeat else None,
+                        "clock": clocks.get(w.name),
+                    }
+                )
+                for w in workers
+            ],
             # A worker waiting for its clock has not joined RQ yet: fresh readings count, live or not.
-            "clockProblems": {name: c["problem"] for name, c in clocks.items()
-                              if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH},
+            "clockProblems": {
+                name: c["problem"]
+                for name, c in clocks.items()
+                if c.get("problem") and redis_now - c.get("redisTime", 0) <= CLOCK_READING_FRESH
+            },
             "scheduler": scheduler_lock.decode() if scheduler_lock else None,
             "lastResync": shapes.with_times(last_resync) if last_resync is not None else None,
             "install": self.install(),
@@ -324,29 +422,49 @@ class Operations:
         for h in held:
             _, stage = split_member(h.member)
             d = h.decision
-            items.append(shapes.with_times({**h.ref.as_dict(), "member": h.member, "stage": stage, "heldBy": h.by,
-                                            # In the id (and confirmed) only once the API server returned it.
-                                            "listed": listed_by_api_server(h.by),
-                                            "due": d.expires_at, "finishedAt": d.finished_at, "outcome": d.outcome,
-                                            "ttl": d.ttl, "ttlSource": d.ttl_source, "rules": list(d.rules),
-                                            "reason": d.reason}))
+            items.append(
+                shapes.with_times(
+                    {
+                        **h.ref.as_dict(),
+                        "member": h.member,
+                        "stage": stage,
+                        "heldBy": h.by,
+                        # In the id (and confirmed) only once the API server returned it.
+                        "listed": listed_by_api_server(h.by),
+                        "due": d.expires_at,
+                        "finishedAt": d.finished_at,
+                        "outcome": d.outcome,
+                        "ttl": d.ttl,
+                        "ttlSource": d.ttl_source,
+                        "rules": list(d.rules),
+                        "reason": d.reason,
+                    }
+                )
+            )
         items.sort(key=lambda i: (i["due"] or 0, i["namespace"], i["name"]))
-        return {"heldId": HeldDeletions(self.redis).current_id() if held else None, "items": items,
-                "install": self.install()}
+        return {
+            "heldId": HeldDeletions(self.redis).current_id() if held else None,
+            "items": items,
+            "install": self.install(),
+        }
 
     def due_histogram(self, now: float, hours: int = 24, days: int = 7) -> dict[str, list[dict[str, Any]]]:
         """How many deletions are due in each of the next `hours` hours and `days` days (the first of each
         from now; overdue ones count in the first): one ZCOUNT per bucket of the due index, one round trip."""
         start = int(now)
-        buckets = {"hours": [(start + 3600 * i, start + 3600 * (i + 1)) for i in range(hours)],
-                   "days": [(start + 86400 * i, start + 86400 * (i + 1)) for i in range(days)]}
+        buckets = {
+            "hours": [(start + 3600 * i, start + 3600 * (i + 1)) for i in range(hours)],
+            "days": [(start + 86400 * i, start + 86400 * (i + 1)) for i in range(days)],
+        }
         with self.redis.pipeline(transaction=False) as pipe:
             for spans in buckets.values():
                 for i, (low, high) in enumerate(spans):
                     pipe.zcount(keys.PENDING_INDEX, "-inf" if i == 0 else low, f"({high}")
             counts = iter(pipe.execute())
-        return {name: [{"from": low, "to": high, "count": next(counts)} for low, high in spans]
-                for name, spans in buckets.items()}
+        return {
+            name: [{"from": low, "to": high, "count": next(counts)} for low, high in spans]
+            for name, spans in buckets.items()
+        }
 
     def counts(self, cap: int = 20_000) -> dict[str, Any]:
         """Pending deletions by kind and by namespace, from at most `cap` records (due first): `complete`
@@ -362,9 +480,12 @@ class Operations:
                 seen += 1
             if seen >= cap:
                 break
-        return {"byKind": dict(sorted(by_kind.items(), key=lambda i: -i[1])),
-                "byNamespace": dict(sorted(by_namespace.items(), key=lambda i: -i[1])),
-                "counted": seen, "complete": seen < cap or seen >= self.schedule.count()}
+        return {
+            "byKind": dict(sorted(by_kind.items(), key=lambda i: -i[1])),
+            "byNamespace": dict(sorted(by_namespace.items(), key=lambda i: -i[1])),
+            "counted": seen,
+            "complete": seen < cap or seen >= self.schedule.count(),
+        }
 
     def confirm_held(self, held: str, by: str) -> str:
         """Release the held set `held` names (its id, as `jobttl held` shows it): the same as `jobttl resync
@@ -372,10 +493,17 @@ class Operations:
         changed since it was shown, or was released): nothing is confirmed. Returns the resync's RQ job id."""
         current = HeldDeletions(self.redis).current_id()
         if current is None or current != held:
-            raise NotFound(f"the held set is no longer {held!r} (now: {current or 'nothing held'}): it changed since "
-                           "it was shown; review it again")
-        self.audit.record("review-confirm-requested", None, heldId=held, by=by,
-                          detail=f"the same as `jobttl resync --confirm {held}`, run by a worker")
+            raise NotFound(
+                f"the held set is no longer {held!r} (now: {current or 'nothing held'}): it changed since "
+                "it was shown; review it again"
+            )
+        self.audit.record(
+            "review-confirm-requested",
+            None,
+            heldId=held,
+            by=by,
+            detail=f"the same as `jobttl resync --confirm {held}`, run by a worker",
+        )
         return self.schedule.request_confirmation(held)
 
     def resync_result(self, job_id: str) -> dict[str, Any] | None:
@@ -391,8 +519,10 @@ class Operations:
         return value if isinstance(value, dict) else None
 
     def stuck(self) -> list[dict[str, Any]]:
-        return [shapes.with_times({"member": m.decode(), **jsoncodec.loads(v)})
-                for m, v in self.redis.hgetall(keys.STUCK).items()]
+        return [
+            shapes.with_times({"member": m.decode(), **jsoncodec.loads(v)})
+            for m, v in self.redis.hgetall(keys.STUCK).items()
+        ]
 
     # --- actions -------------------------------------------------------------------------
     def retry(self, job_id: str | None = None) -> list[str]:
@@ -426,12 +556,14 @@ class Operations:
         (whichever it is) is never left out. A pods stage is the job's too: keeping the job
         keeps its pods, and a job with only a podTTL has nothing else pending.
         """
-        found = [p for p in self._pending_of(list(self.audit.decisions(namespace, name)))
-                 if self._named(kind, p.ref.api_version, p.ref.kind)]
+        found = [
+            p
+            for p in self._pending_of(list(self.audit.decisions(namespace, name)))
+            if self._named(kind, p.ref.api_version, p.ref.kind)
+        ]
         if not found:
             raise NotFound(f"no pending deletion for {kind + ' ' if kind else ''}{namespace}/{name}")
-        self._one_kind({(p.ref.api_version, p.ref.kind) for p in found}, kind, namespace, name,
-                       "has pending deletions")
+        self._one_kind({(p.ref.api_version, p.ref.kind) for p in found}, kind, namespace, name, "has pending deletions")
         return sorted(found, key=lambda p: p.scheduled_at or 0, reverse=True)
 
     def cancel(self, namespace: str, name: str, kind: str | None = None, by: str = "operator") -> Kept:
@@ -451,18 +583,30 @@ class Operations:
                 # which the resync that releases the held set honours.
                 for h in held:
                     self.schedule.set_override(h.ref.uid, {"keep": "true"}, by)
-                    self.audit.record("cancelled", h.ref, reason="kept-by-operator", by=by,
-                                      detail="held for review: kept when the held set is confirmed")
+                    self.audit.record(
+                        "cancelled",
+                        h.ref,
+                        reason="kept-by-operator",
+                        by=by,
+                        detail="held for review: kept when the held set is confirmed",
+                    )
                 return Kept(held[0].ref, None)
             ref = self._newest(namespace, name, kind, missing)
             said = self.schedule.override(ref.uid)
             if said.get("keep") == "true":
                 what = f"{shown_kind(ref.api_version, ref.kind)} " if ref.kind else ""
-                raise AlreadyKept(f"{what}{namespace}/{name} is already kept (jobttl cancel by {said.get('by', '?')}); "
-                                  f"`jobttl cancel --undo {namespace}/{name}` undoes it") from None
+                raise AlreadyKept(
+                    f"{what}{namespace}/{name} is already kept (jobttl cancel by {said.get('by', '?')}); "
+                    f"`jobttl cancel --undo {namespace}/{name}` undoes it"
+                ) from None
             self.schedule.set_override(ref.uid, {"keep": "true"}, by)
-            self.audit.record("cancelled", ref, reason="kept-by-operator", by=by,
-                              detail="nothing was pending: the keep applies when a deletion would be booked")
+            self.audit.record(
+                "cancelled",
+                ref,
+                reason="kept-by-operator",
+                by=by,
+                detail="nothing was pending: the keep applies when a deletion would be booked",
+            )
             return Kept(ref, None)
         for pending in found:
             self.schedule.set_override(pending.ref.uid, {"keep": "true"}, by)
@@ -485,23 +629,37 @@ class Operations:
         said = {uid: o for uid, o in self._overrides(list(decisions)).items() if field in o}
         if not said:
             raise NotFound(f"no {action} of {kind + ' ' if kind else ''}{namespace}/{name} to undo")
-        self._one_kind({(decisions[uid].get("apiVersion") or "", str(decisions[uid].get("kind"))) for uid in said},
-                       kind, namespace, name, f"has {action}s")
+        self._one_kind(
+            {(decisions[uid].get("apiVersion") or "", str(decisions[uid].get("kind"))) for uid in said},
+            kind,
+            namespace,
+            name,
+            f"has {action}s",
+        )
         refs = []
         for uid, override in sorted(said.items(), key=lambda i: -(decisions[i[0]]["at"] or 0)):
             ref = JobRef(decisions[uid].get("apiVersion") or "", decisions[uid].get("kind") or "", namespace, name, uid)
             self.schedule.clear_override(uid, field)
-            self.audit.record(f"{action}-undone", ref, by=by, saidBy=override.get("by"),
-                              saidAt=_number(override.get("at")),
-                              until=_number(override.get("until")) if field == "until" else None)
+            self.audit.record(
+                f"{action}-undone",
+                ref,
+                by=by,
+                saidBy=override.get("by"),
+                saidAt=_number(override.get("at")),
+                until=_number(override.get("until")) if field == "until" else None,
+            )
             refs.append(ref)
         # The CLI cannot read the object; a worker can. A resync is the one path that decides from
         # the object and the policy and books through the guard (one per second however many undos).
         # An operator's command, not an event: JOBTTL_RESYNC_MIN_INTERVAL does not defer it, so the
         # undo takes effect within seconds, as the command says.
         self.schedule.request_resync()
-        return Undone(action, refs, {r.uid: said[r.uid] for r in refs},
-                      [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])])
+        return Undone(
+            action,
+            refs,
+            {r.uid: said[r.uid] for r in refs},
+            [p.as_dict(time.time()) for p in self._pending_of([r.uid for r in refs])],
+        )
 
     def _decided(self, namespace: str, name: str, kind: str | None) -> dict[str, dict[str, Any]]:
         """The latest decision about every UID that had the name (of `kind`, if given), each with its
@@ -509,27 +667,40 @@ class Operations:
         decisions = self.audit.decisions(namespace, name)
         if any("apiVersion" not in d for d in decisions.values()):  # noted before cards kept it
             decisions = self._with_api_versions(decisions, [e.fields for e in self.audit.history(namespace, name)])
-        return {uid: d for uid, d in decisions.items()
-                if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])}
+        return {
+            uid: d
+            for uid, d in decisions.items()
+            if "kind" not in d or self._named(kind, d.get("apiVersion"), d["kind"])
+        }
 
     @staticmethod
-    def _with_api_versions(decisions: dict[str, dict[str, Any]],
-                           history: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    def _with_api_versions(
+        decisions: dict[str, dict[str, Any]], history: list[dict[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
         """Each decision with its UID's apiVersion: the card's, else its audit entries' (a card
         noted by an earlier release keeps only the kind)."""
         versions = {e["uid"]: e["apiVersion"] for e in history if "uid" in e and "apiVersion" in e}
-        return {uid: {**d, "apiVersion": versions[uid]} if "apiVersion" not in d and uid in versions else d
-                for uid, d in decisions.items()}
+        return {
+            uid: {**d, "apiVersion": versions[uid]} if "apiVersion" not in d and uid in versions else d
+            for uid, d in decisions.items()
+        }
 
     def _newest(self, namespace: str, name: str, kind: str | None, missing: NotFound) -> JobRef:
         """The newest UID that had the name, not deleted: what an operator means by it."""
         decisions = self._decided(namespace, name, kind)
         if not decisions:
             where = f"{kubectl_resource_named(kind) if kind else 'KIND'} -n {namespace} {name}"
-            raise NotFound(f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
-                           f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true")
-        self._one_kind({(d.get("apiVersion") or "", str(d.get("kind"))) for d in decisions.values()}, kind,
-                       namespace, name, "names jobs")
+            raise NotFound(
+                f"{missing}, and jobttl knows nothing else about it: no UID to record a keep "
+                f"against. To keep it whatever jobttl sees: kubectl annotate {where} jobttl.io/keep=true"
+            )
+        self._one_kind(
+            {(d.get("apiVersion") or "", str(d.get("kind"))) for d in decisions.values()},
+            kind,
+            namespace,
+            name,
+            "names jobs",
+        )
         uid, decided = max(decisions.items(), key=lambda i: i[1]["at"] or 0)
         if decided.get("event") in ("deleted", "delete-requested", "stuck"):
             raise NotFound(f"{missing}: jobttl has already deleted it ({decided.get('event')}, uid {uid})")
@@ -541,11 +712,15 @@ class Operations:
             for uid in uids:
                 pipe.hgetall(keys.override(uid))
             found = pipe.execute()
-        return {uid: {k.decode(): v.decode() for k, v in raw.items()} for uid, raw in zip(uids, found)
-                if raw and (b"keep" in raw or b"until" in raw)}
+        return {
+            uid: {k.decode(): v.decode() for k, v in raw.items()}
+            for uid, raw in zip(uids, found)
+            if raw and (b"keep" in raw or b"until" in raw)
+        }
 
-    def postpone(self, namespace: str, name: str, seconds: int, kind: str | None = None,
-                 by: str = "operator") -> Pending:
+    def postpone(
+        self, namespace: str, name: str, seconds: int, kind: str | None = None, by: str = "operator"
+    ) -> Pending:
         """Move the pending deletion `seconds` later (from now, if it is already overdue);
         events and resyncs keep the new time."""
         try:
@@ -575,8 +750,11 @@ class Operations:
         """The held deletions (the review's, the guard's) of that name (and kind, if given)."""
         check_namespace(namespace, "namespace")
         check_name(name, "name")
-        found = [h for h in HeldDeletions(self.redis).all() if h.ref.namespace == namespace and h.ref.name == name
-                 and self._named(kind, h.ref.api_version, h.ref.kind)]
+        found = [
+            h
+            for h in HeldDeletions(self.redis).all()
+            if h.ref.namespace == namespace and h.ref.name == name and self._named(kind, h.ref.api_version, h.ref.kind)
+        ]
         if found:
             self._one_kind({(h.ref.api_version, h.ref.kind) for h in found}, kind, namespace, name, "is held")
         return found
@@ -589,12 +767,25 @@ class Operations:
         for h in held:
             until = max(h.decision.expires_at or now, now) + seconds
             self.schedule.set_override(h.ref.uid, {"until": str(until)}, by)
-            self.audit.record("postponed", h.ref, due=h.decision.expires_at, newDue=until, by=by,
-                              detail="held for review: postponed whenever the held set is confirmed")
+            self.audit.record(
+                "postponed",
+                h.ref,
+                due=h.decision.expires_at,
+                newDue=until,
+                by=by,
+                detail="held for review: postponed whenever the held set is confirmed",
+            )
         first = held[0]
-        return Pending(first.ref, until, split_member(first.member)[1], first.decision.finished_at,
-                       first.decision.ttl, first.decision.ttl_source, tuple(first.decision.rules),
-                       first.decision.dry_run)
+        return Pending(
+            first.ref,
+            until,
+            split_member(first.member)[1],
+            first.decision.finished_at,
+            first.decision.ttl,
+            first.decision.ttl_source,
+            tuple(first.decision.rules),
+            first.decision.dry_run,
+        )
 
     # --- which kind: a Kind name is not an identity -------------------------------------------
     def _groups_of(self, kind: str) -> set[str]:
@@ -616,25 +807,28 @@ class Operations:
             return True
         return of_kind is not None and kind_named(wanted, self._identity(api_version, of_kind)[0], of_kind)
 
-    def _one_kind(self, kinds: set[tuple[str, str]], wanted: str | None, namespace: str, name: str,
-                  what: str) -> None:
+    def _one_kind(self, kinds: set[tuple[str, str]], wanted: str | None, namespace: str, name: str, what: str) -> None:
         """Raise Ambiguous unless these (apiVersion, Kind) records are of one kind, by group and Kind
         (two declared Widgets of different groups are two kinds however alike they are shown); and,
         when `--kind` was given, unless that kind is known: a record that kept only its Kind, where
         several enabled kinds have that Kind, may be any of them."""
         identities = {self._identity(api_version, kind) for api_version, kind in kinds}
         if len(identities) > 1:
-            raise Ambiguous(f"{namespace}/{name} {what} of several kinds ({', '.join(_shown_kinds(identities))}); "
-                            "say which with --kind")
+            raise Ambiguous(
+                f"{namespace}/{name} {what} of several kinds ({', '.join(_shown_kinds(identities))}); "
+                "say which with --kind"
+            )
         unknown = [kind for group, kind in identities if group is None and len(self._groups_of(kind)) > 1]
         if wanted is not None and unknown:
             kind = unknown[0]
             candidates = ", ".join(_shown_kinds({(g, kind) for g in self._groups_of(kind)}))
             annotate = f"kubectl annotate {kubectl_resource_named(wanted)} -n {namespace} {name} jobttl.io/keep=true"
-            raise Ambiguous(f"{namespace}/{name}: jobttl's record of it (from an earlier release) says {kind} but not "
-                            f"its API group, and {kind} is the Kind of several enabled kinds ({candidates}): it cannot "
-                            f"tell whether that is the one --kind {wanted} names. `jobttl show {namespace}/{name}` "
-                            f"shows what it knows; `{annotate}` keeps the object whatever jobttl knows")
+            raise Ambiguous(
+                f"{namespace}/{name}: jobttl's record of it (from an earlier release) says {kind} but not "
+                f"its API group, and {kind} is the Kind of several enabled kinds ({candidates}): it cannot "
+                f"tell whether that is the one --kind {wanted} names. `jobttl show {namespace}/{name}` "
+                f"shows what it knows; `{annotate}` keeps the object whatever jobttl knows"
+            )
 
     def _reconciler(self) -> Reconciler:
         if self.reconciler is None:
@@ -666,9 +860,14 @@ def _shown_kinds(identities: set[tuple[str | None, str]]) -> list[str]:
     """(group, Kind) identities as `--kind` takes them, sorted: as each is shown, or as ``Kind.group``
     where two are shown alike (two declared Widgets of different groups); one of no known group
     says so."""
+
     def shown(group: str | None, kind: str) -> str:
         return f"{kind} (API group not recorded)" if group is None else shown_in_group(group, kind)
 
     names = [shown(*identity) for identity in identities]
-    return sorted({f"{kind}.{group}" if group and names.count(shown(group, kind)) > 1 else shown(group, kind)
-                   for group, kind in identities})
+    return sorted(
+        {
+            f"{kind}.{group}" if group and names.count(shown(group, kind)) > 1 else shown(group, kind)
+            for group, kind in identities
+        }
+    )

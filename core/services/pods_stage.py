@@ -27,35 +27,52 @@ PODS_DELETED = "pods-deleted"
 
 
 class PodsStage:
-    def __init__(self, kube: KubeClient, rate_limit: RateLimit, ledger: Ledger, events: EventRecorder,
-                 clock: ReferenceClock):
+    def __init__(
+        self, kube: KubeClient, rate_limit: RateLimit, ledger: Ledger, events: EventRecorder, clock: ReferenceClock
+    ):
         self.kube = kube
         self.rate_limit = rate_limit
         self.ledger = ledger
         self.events = events
         self.clock = clock
 
-    def run(self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision,
-            archived: Archived | None) -> str | None:
+    def run(
+        self, target: Target, kind: JobKind, obj: dict[str, Any], decision: Decision, archived: Archived | None
+    ) -> str | None:
         """``pods-deleted``; None when the job changed since `obj` was judged (judge it again)."""
         if not unchanged(reread(self.kube, kind, target.ref), obj):
             return None
         deleted = self.delete(target, kind, decision)
         now = self.clock.now()
         # Done for good, in the same write as the record: later events and resyncs never book it again.
-        self.ledger.record(PODS_DELETED, target, forget=True, done=PODS_STAGE, pods=deleted,
-                           archive=archived.location if archived else None, **details(target, decision, now))
+        self.ledger.record(
+            PODS_DELETED,
+            target,
+            forget=True,
+            done=PODS_STAGE,
+            pods=deleted,
+            archive=archived.location if archived else None,
+            **details(target, decision, now),
+        )
         ref = target.ref
-        self.events.record(ref, "SuccessfulDeletePods",
-                           f"Deleted {len(deleted)} pods of {decision.outcome} {ref.kind} {ref.name}: podTTL "
-                           f"{decision.ttl}s after it finished (from {decision.ttl_source}); the {ref.kind} is kept")
+        self.events.record(
+            ref,
+            "SuccessfulDeletePods",
+            f"Deleted {len(deleted)} pods of {decision.outcome} {ref.kind} {ref.name}: podTTL "
+            f"{decision.ttl}s after it finished (from {decision.ttl_source}); the {ref.kind} is kept",
+        )
         return PODS_DELETED
 
     def delete(self, target: Target, kind: JobKind, decision: Decision) -> list[str]:
         """The job's own pods, one rate-limit slot each; the names of those this run deleted."""
         ref = target.ref
-        pods = owned_pods(self.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"), kind, ref.name, ref.uid,
-                          created_by=decision.finished_at)
+        pods = owned_pods(
+            self.kube.list_pods(ref.namespace, f"{kind.pod_label}={ref.name}"),
+            kind,
+            ref.name,
+            ref.uid,
+            created_by=decision.finished_at,
+        )
         deleted = []
         for i, pod in enumerate(pods):
             meta = pod["metadata"]

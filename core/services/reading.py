@@ -58,7 +58,9 @@ class Reading:
         member = membership(obj, kind, policy, decision)
         if member is None:
             return decision
-        group_by = policy.cleanup_effective(member.ref.namespace, (obj["metadata"].get("labels") or {})).get("keep_last")
+        group_by = policy.cleanup_effective(member.ref.namespace, (obj["metadata"].get("labels") or {})).get(
+            "keep_last"
+        )
         label = group_by.value.group_by if group_by is not None else None
         selector = f"{label}={obj['metadata']['labels'][label]}" if label else None
         listed: dict[str, Member] = {}  # by UID: a list restarted after a 410 yields its first page again
@@ -76,4 +78,3 @@ class Reading:
         if beyond_at is not None:
             return limit_decision(member, rank, beyond_at, decision)
         return decision
-

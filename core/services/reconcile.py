@@ -93,8 +93,16 @@ class Rejected:
 
 
 class Reconciler:
-    def __init__(self, schedule: Schedule, audit: Audit, policy: Policy, metrics: Metrics | None = None,
-                 burst_limit: int | None = None, recent: Recent | None = None, gate: Gate | None = None):
+    def __init__(
+        self,
+        schedule: Schedule,
+        audit: Audit,
+        policy: Policy,
+        metrics: Metrics | None = None,
+        burst_limit: int | None = None,
+        recent: Recent | None = None,
+        gate: Gate | None = None,
+    ):
         self.schedule = schedule
         self.audit = audit
         self.policy = policy
@@ -110,15 +118,29 @@ class Reconciler:
                 metrics.policy_errors.labels(declaration_of(kind))
 
     @classmethod
-    def from_settings(cls, schedule: Schedule, audit: Audit, settings: Any, metrics: Metrics | None = None,
-                      recent: Recent | None = None) -> Reconciler:
+    def from_settings(
+        cls,
+        schedule: Schedule,
+        audit: Audit,
+        settings: Any,
+        metrics: Metrics | None = None,
+        recent: Recent | None = None,
+    ) -> Reconciler:
         # Bookings stop while Redis is full (jobttl.core.store.capacity): the rest is the worker's.
-        return cls(schedule, audit, settings.policy, metrics, burst_limit=settings.resync_max_deletions, recent=recent,
-                   gate=Gate(schedule.redis))
+        return cls(
+            schedule,
+            audit,
+            settings.policy,
+            metrics,
+            burst_limit=settings.resync_max_deletions,
+            recent=recent,
+            gate=Gate(schedule.redis),
+        )
 
     # --- the entry points ---------------------------------------------------------------------
-    def reconcile(self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED,
-                  refuse_unreadable: bool = False) -> Outcome:
+    def reconcile(
+        self, obj: dict[str, Any], kind: JobKind, by: str, mode: str = GUARDED, refuse_unreadable: bool = False
+    ) -> Outcome:
         """Make the schedule match what `decide()` says of this object now (its identity is valid).
         With `refuse_unreadable`, an object decide() cannot read raises UnreadableObject, and nothing
         is written (the sink refuses the event); without, it is kept like any object not expiring."""
@@ -152,9 +174,14 @@ class Reconciler:
             intents.append(Intent(ref, decision, decision.verdict.value, by, RELEASE, *stage))
         return self._run(intents)
 
-    def reconcile_many(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
-                       mode: str = GUARDED, stage: str | None = None,
-                       refuse_unreadable: bool = False) -> tuple[list[Outcome], list[Rejected]]:
+    def reconcile_many(
+        self,
+        objects: Iterable[tuple[dict[str, Any], JobKind]],
+        by: str,
+        mode: str = GUARDED,
+        stage: str | None = None,
+        refuse_unreadable: bool = False,
+    ) -> tuple[list[Outcome], list[Rejected]]:
         """Reconcile a batch (a resync's page): one round trip for the scripts, one for RQ's writes
         (and, when the policy keeps only the last N, one before them to file the jobs in their groups).
 
@@ -166,8 +193,10 @@ class Reconciler:
         decided, rejected = self._decide_each(objects, by, refuse_unreadable)
         notify = [self._notify(obj) for obj, *_ in decided]
         decisions, pushed = self._keep_last([d for d in decided], notify, by, mode)
-        jobs = [Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
-                for (_, _, ref, _), decision, n in zip(decided, decisions, notify)]
+        jobs = [
+            Intent(ref, decision, decision.verdict.value, by, mode, notify=n)
+            for (_, _, ref, _), decision, n in zip(decided, decisions, notify)
+        ]
         pods = self._pod_stages(decided, decisions, notify, by, mode)
         if stage == PODS_STAGE:
             jobs, pushed = [], []
@@ -175,12 +204,13 @@ class Reconciler:
             pods = []
         # The pods stages go first, so that each job's history card ends on its own deletion.
         outcomes = self._remembered(pods + jobs + pushed, by, mode)
-        return outcomes[len(pods):len(pods) + len(jobs)] + outcomes[:len(pods)] + outcomes[len(pods) + len(jobs):], \
-            rejected
+        return outcomes[len(pods) : len(pods) + len(jobs)] + outcomes[: len(pods)] + outcomes[
+            len(pods) + len(jobs) :
+        ], rejected
 
-    def _decide_each(self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str,
-                     refuse_unreadable: bool) -> tuple[list[tuple[dict[str, Any], JobKind, JobRef, Decision]],
-                                                       list[Rejected]]:
+    def _decide_each(
+        self, objects: Iterable[tuple[dict[str, Any], JobKind]], by: str, refuse_unreadable: bool
+    ) -> tuple[list[tuple[dict[str, Any], JobKind, JobRef, Decision]], list[Rejected]]:
         """Each object's decision, or why it has none (one odd object must not stop the others)."""
         decided, rejected = [], []
         for obj, kind in objects:
@@ -190,13 +220,25 @@ class Reconciler:
             except CelBusy:
                 raise  # not the object's fault: its sender retries (the sink answers 503)
             except Exception as exc:  # noqa: BLE001 - one odd object must not stop the others
-                rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
-                                         meta.get("name"),
-                                         shapes.describe(exc)))
+                rejected.append(
+                    Rejected(
+                        shown_kind(kind.api_version, kind.kind),
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        shapes.describe(exc),
+                    )
+                )
                 continue
             if refuse_unreadable and decided[-1][3].verdict is Verdict.UNREADABLE:
-                rejected.append(Rejected(shown_kind(kind.api_version, kind.kind), meta.get("namespace"),
-                                         meta.get("name"), decided.pop()[3].reason, unreadable=True))
+                rejected.append(
+                    Rejected(
+                        shown_kind(kind.api_version, kind.kind),
+                        meta.get("namespace"),
+                        meta.get("name"),
+                        decided.pop()[3].reason,
+                        unreadable=True,
+                    )
+                )
                 continue
             if decided[-1][3].verdict is Verdict.INVALID_TTL and self.metrics is not None:
                 self.metrics.invalid_ttls.labels(kind.kind, kind.group).inc()
@@ -233,8 +275,9 @@ class Reconciler:
         setting = self.policy.cleanup_effective(meta.get("namespace", ""), labels).get("scheduled_events")
         return setting is None or bool(setting.value)
 
-    def _pod_stages(self, decided: list, decisions: list[Decision], notify: list[bool], by: str,
-                    mode: str) -> list[Intent]:
+    def _pod_stages(
+        self, decided: list, decisions: list[Decision], notify: list[bool], by: str, mode: str
+    ) -> list[Intent]:
         if not self.policy.pod_stages:
             return []
         intents = []
@@ -243,15 +286,15 @@ class Reconciler:
             intents.append(Intent(ref, stage.decision, stage.reason, by, mode, PODS_STAGE, notify=n))
         return intents
 
-    def _keep_last(self, decided: list, notify: list[bool], by: str, mode: str
-                   ) -> tuple[list[Decision], list[Intent]]:
+    def _keep_last(self, decided: list, notify: list[bool], by: str, mode: str) -> tuple[list[Decision], list[Intent]]:
         """File each job in its keepLast group (one round trip); the decisions with the limits
         applied, and reconciles for the jobs pushed out of their groups."""
         decisions = [decision for *_, decision in decided]
         if not self.policy.history_limits or not decided:
             return decisions, []
-        members = [membership(obj, kind, self.policy, decision, n)
-                   for (obj, kind, _, decision), n in zip(decided, notify)]
+        members = [
+            membership(obj, kind, self.policy, decision, n) for (obj, kind, _, decision), n in zip(decided, notify)
+        ]
         with self.schedule.redis.pipeline(transaction=False) as pipe:
             for (_, _, ref, _), member in zip(decided, members):
                 self.keeplast.file(member, ref.uid, pipe)
@@ -279,18 +322,35 @@ class Reconciler:
 
     def _report(self, intent: Intent, applied: Applied) -> Outcome:
         reason = applied.reason or (None if applied.change in (Change.SCHEDULED, Change.MOVED) else intent.reason)
-        outcome = Outcome(applied.change, intent.ref, intent.decision, applied.due, applied.previous_due,
-                          intent.stage, reason)
+        outcome = Outcome(
+            applied.change, intent.ref, intent.decision, applied.due, applied.previous_due, intent.stage, reason
+        )
         if applied.change in (Change.SCHEDULED, Change.MOVED, Change.CANCELLED, Change.HELD):
             reason = "burst" if applied.change is Change.HELD else outcome.reason
-            self.audit.observed(applied.change.value, intent.ref, logging.WARNING if applied.change is Change.HELD
-                                else logging.INFO, logger=log, by=intent.by, due=applied.due,
-                                stage=intent.stage if intent.stage != JOB_STAGE else None,
-                                previousDue=applied.previous_due, reason=reason, **decision_fields(intent.decision))
+            self.audit.observed(
+                applied.change.value,
+                intent.ref,
+                logging.WARNING if applied.change is Change.HELD else logging.INFO,
+                logger=log,
+                by=intent.by,
+                due=applied.due,
+                stage=intent.stage if intent.stage != JOB_STAGE else None,
+                previousDue=applied.previous_due,
+                reason=reason,
+                **decision_fields(intent.decision),
+            )
         elif intent.decision is not None and (intent.decision.verdict in _WARN or intent.decision.warning):
-            log.warning("%s will not be deleted: %s", intent.ref, intent.decision.reason,
-                        extra={"event": "skipped", "object": intent.ref.as_dict(), "reason": intent.reason,
-                               "detail": intent.decision.reason})
+            log.warning(
+                "%s will not be deleted: %s",
+                intent.ref,
+                intent.decision.reason,
+                extra={
+                    "event": "skipped",
+                    "object": intent.ref.as_dict(),
+                    "reason": intent.reason,
+                    "detail": intent.decision.reason,
+                },
+            )
         return outcome
 
 

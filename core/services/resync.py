@@ -31,8 +31,15 @@ from jobttl.core.domain.decisions.decision import Decision
 from jobttl.core.store.guard import FIRST_RUN, Guard, HeldDeletion, HeldDeletions, held_id
 from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.domain.decisions import review
-from jobttl.core.domain.decisions.review import (Bookings, Due, Held, dropped_from_held, kind_key, listed_by_api_server,
-                                                 still_under_review)
+from jobttl.core.domain.decisions.review import (
+    Bookings,
+    Due,
+    Held,
+    dropped_from_held,
+    kind_key,
+    listed_by_api_server,
+    still_under_review,
+)
 from jobttl.core.services.install import CONFIGMAP, InstallRecord, unreadable_record
 from jobttl.core.domain.kinds.model import JobKind
 from jobttl.core.domain.kinds.registry import shown_kind
@@ -55,8 +62,13 @@ MAX_REPORTED = 100  # rejected objects listed in a report (all are counted)
 
 # What a resync tallies: the objects it saw, and what became of them.
 COUNTS = ("seen", "scheduled", "moved", "unchanged", "cancelled", "queued_now", "held", "rejected")
-_COUNTED = {Change.SCHEDULED: "scheduled", Change.MOVED: "moved", Change.UNCHANGED: "unchanged",
-            Change.RUNNING: "unchanged", Change.CANCELLED: "cancelled"}
+_COUNTED = {
+    Change.SCHEDULED: "scheduled",
+    Change.MOVED: "moved",
+    Change.UNCHANGED: "unchanged",
+    Change.RUNNING: "unchanged",
+    Change.CANCELLED: "cancelled",
+}
 
 
 @dataclass
@@ -146,24 +158,27 @@ def _resync(ctx: WorkerGraph, confirm: str | None, lock, report: ResyncReport) -
     for kind in ctx.settings.policy.kinds:
         if _list_kind(ctx, kind, report, listing, lock, install):
             listing.listed.add((kind.api_version, kind.kind))
-    _forget_vanished(ctx, listing.listed, listing.seen, report,
-                     complete=len(listing.listed) == len(ctx.settings.policy.kinds))
+    _forget_vanished(
+        ctx, listing.listed, listing.seen, report, complete=len(listing.listed) == len(ctx.settings.policy.kinds)
+    )
     # The dry-run records the gauges count by, made to match the index again, should anything
     # have written it without them (a process of an earlier release during a rollout).
     file_dry_run(ctx.redis)
     _drop_vanished_from_keeplast(ctx, listing.listed, listing.seen)
     listed_kinds = {kind_key(*k) for k in listing.listed}
     # A confirmation, or nothing due, ends the review only for the kinds listed completely.
-    not_listed = still_under_review(None, {kind_key(k.api_version, k.kind) for k in ctx.settings.policy.kinds},
-                                    listed_kinds)
+    not_listed = still_under_review(
+        None, {kind_key(k.api_version, k.kind) for k in ctx.settings.policy.kinds}, listed_kinds
+    )
     were_held = _as_held(held_before)
     _drop_unlisted_held(ctx, held, were_held, listing.seen, listed_kinds, report)
     _release_or_hold(ctx, held, were_held, listing, install, confirmed, bool(confirm), not_listed, report)
     quiet = report.status == "done"  # nothing held
     if report.errors:
         report.status = "incomplete"
-    if review.review_may_end_quietly(install, not quiet, report.install_problem is None, listed_kinds) \
-            and review.nothing_was_due_at_install(install, *_review_facts(ctx, held, install, set())):
+    if review.review_may_end_quietly(
+        install, not quiet, report.install_problem is None, listed_kinds
+    ) and review.nothing_was_due_at_install(install, *_review_facts(ctx, held, install, set())):
         # Nothing was overdue at install (of the kinds listed completely): nothing to review, so
         # the review ends for them, and `jobttl status` does not ask for one.
         _mark_reviewed(ctx, "resync: nothing was due at install", report, not_listed)
@@ -191,8 +206,9 @@ def _install_record(ctx: WorkerGraph, report: ResyncReport) -> tuple[InstallReco
         return (_install_unreadable(ctx, report, exc) if ctx.install.enabled else None), False
 
 
-def _list_kind(ctx: WorkerGraph, kind: JobKind, report: ResyncReport, listing: _Listing, lock,
-               install: InstallRecord | None) -> bool:
+def _list_kind(
+    ctx: WorkerGraph, kind: JobKind, report: ResyncReport, listing: _Listing, lock, install: InstallRecord | None
+) -> bool:
     """Reconcile every object of `kind`; False if the kind could not be listed completely."""
     try:
         # The next page is listed while this one is reconciled (jobttl.core.kube.prefetch).
@@ -208,8 +224,9 @@ def _list_kind(ctx: WorkerGraph, kind: JobKind, report: ResyncReport, listing: _
     return False
 
 
-def _reconcile_page(ctx: WorkerGraph, kind: JobKind, page: Page, report: ResyncReport, listing: _Listing,
-                    install: InstallRecord | None) -> None:
+def _reconcile_page(
+    ctx: WorkerGraph, kind: JobKind, page: Page, report: ResyncReport, listing: _Listing, install: InstallRecord | None
+) -> None:
     items = [{**obj, "apiVersion": kind.api_version, "kind": kind.kind} for obj in page.items]
     for _ in range(page.undecodable):
         report.reject(f"{shown_kind(kind.api_version, kind.kind)}: an object the API server sent could not be decoded")
@@ -232,14 +249,17 @@ def _reconcile_page(ctx: WorkerGraph, kind: JobKind, page: Page, report: ResyncR
 def _due_for_resync(outcome: Outcome, kind: JobKind, install: InstallRecord | None) -> bool:
     """Found due now; or, while the first-run review is open, a deletion already booked (an event before
     the first worker started) that was due at install: the review's too, held with the rest."""
-    booked_for_review = outcome.change is Change.UNCHANGED and install is not None and outcome.due is not None \
-        and install.holds(outcome.due, kind_key(kind.api_version, kind.kind)) \
+    booked_for_review = (
+        outcome.change is Change.UNCHANGED
+        and install is not None
+        and outcome.due is not None
+        and install.holds(outcome.due, kind_key(kind.api_version, kind.kind))
         and not (outcome.decision and outcome.decision.dry_run)
+    )
     return outcome.change is Change.DUE_NOW or booked_for_review
 
 
-def _forget_vanished(ctx: WorkerGraph, listed: set, seen: set[str], report: ResyncReport,
-                     complete: bool) -> None:
+def _forget_vanished(ctx: WorkerGraph, listed: set, seen: set[str], report: ResyncReport, complete: bool) -> None:
     """Drop pending deletions whose object was not in the listing: deleted, or re-created
     with a new UID. Entries scheduled after the resync began may be for objects created
     after the listing, so they stay; kinds that could not be listed are left alone. An index
@@ -264,9 +284,16 @@ def _forget_vanished(ctx: WorkerGraph, listed: set, seen: set[str], report: Resy
     for member in orphans:
         if ctx.schedule.drop_orphan(member):
             report.counts["cancelled"] += 1
-            ctx.audit.record("cancelled", None, logging.WARNING, logger=log, member=member, by="resync",
-                             reason="no-record", detail="an index entry without its RQ job, for an object no "
-                                                        "listing returned")
+            ctx.audit.record(
+                "cancelled",
+                None,
+                logging.WARNING,
+                logger=log,
+                member=member,
+                by="resync",
+                reason="no-record",
+                detail="an index entry without its RQ job, for an object no listing returned",
+            )
 
 
 def _drop_vanished_from_keeplast(ctx: WorkerGraph, listed: set, seen: set[str]) -> None:
@@ -274,13 +301,26 @@ def _drop_vanished_from_keeplast(ctx: WorkerGraph, listed: set, seen: set[str]) 
     newer than the jobs that are (the index only ever under-counts after this)."""
     if not ctx.settings.policy.history_limits:
         return
-    ctx.reconciler.keeplast.drop([uid for uid, member in ctx.reconciler.keeplast.records()
-                                 if uid not in seen and (member.ref.api_version, member.ref.kind) in listed])
+    ctx.reconciler.keeplast.drop(
+        [
+            uid
+            for uid, member in ctx.reconciler.keeplast.records()
+            if uid not in seen and (member.ref.api_version, member.ref.kind) in listed
+        ]
+    )
 
 
-def _release_or_hold(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], listing: _Listing,
-                     install: InstallRecord | None, confirmed: set[str], confirming: bool, not_listed: frozenset[str],
-                     report: ResyncReport) -> None:
+def _release_or_hold(
+    ctx: WorkerGraph,
+    held: HeldDeletions,
+    held_before: list[Held],
+    listing: _Listing,
+    install: InstallRecord | None,
+    confirmed: set[str],
+    confirming: bool,
+    not_listed: frozenset[str],
+    report: ResyncReport,
+) -> None:
     """Queue the deletions found due, or hold them, as the release rule says (jobttl.core.domain.decisions.review:
     what the review holds is held whatever the thresholds and never released while it is open; the
     rest goes through the guard as a set). A confirmation releases exactly what was held (and the
@@ -294,13 +334,16 @@ def _release_or_hold(ctx: WorkerGraph, held: HeldDeletions, held_before: list[He
     plan = review.plan_holds(due, install, confirmed, guard, report.seen)
     if plan.hold:
         _hold(ctx, held, listing, plan, guard, report)
-    if review.confirmation_may_end_review(install, confirming, plan, report.install_problem is None) \
-            and review.nothing_left_to_review(install, *_review_facts(ctx, held, install, confirmed), confirmed):
+    if review.confirmation_may_end_review(
+        install, confirming, plan, report.install_problem is None
+    ) and review.nothing_left_to_review(install, *_review_facts(ctx, held, install, confirmed), confirmed):
         # The operator has seen all that was due at install, and said go: the review ends before
         # the release, so that no worker holds what was just confirmed. A record that cannot be
         # written leaves the review open (None): the release below then keeps what it holds.
-        install = _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report,
-                                 not_listed) or install
+        install = (
+            _mark_reviewed(ctx, f"operator: jobttl resync --confirm {held_id(sorted(confirmed))}", report, not_listed)
+            or install
+        )
     # Safety: the release is planned with the record as it now stands in the cluster, never as hoped.
     plan_out = review.plan_release(due, plan, install, held_before, listing.seen)
     held.release(set(plan_out.release) | plan_out.settled)
@@ -311,29 +354,53 @@ def _release_or_hold(ctx: WorkerGraph, held: HeldDeletions, held_before: list[He
             report.counts["queued_now"] += 1
 
 
-def _hold(ctx: WorkerGraph, held: HeldDeletions, listing: _Listing, plan: review.HoldPlan, guard: Guard,
-          report: ResyncReport) -> None:
+def _hold(
+    ctx: WorkerGraph, held: HeldDeletions, listing: _Listing, plan: review.HoldPlan, guard: Guard, report: ResyncReport
+) -> None:
     """Hold what the plan holds (`by: first-run` what the review holds), and say why."""
-    held.hold([HeldDeletion(m, listing.due_now[m][0], listing.due_now[m][1], FIRST_RUN if m in plan.review
-                            else "resync") for m in sorted(plan.hold)])
+    held.hold(
+        [
+            HeldDeletion(m, listing.due_now[m][0], listing.due_now[m][1], FIRST_RUN if m in plan.review else "resync")
+            for m in sorted(plan.hold)
+        ]
+    )
     report.counts["held"], report.status = len(plan.hold), "held"
     report.first_run_held = len(plan.hold & plan.review)
     report.held_id = held.current_id()
     if plan.reason == review.THRESHOLDS:
-        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(plan.hold), seen=report.seen,
-                         heldId=report.held_id, maxDeletions=guard.max_deletions, maxShare=guard.max_share,
-                         firstRun=report.first_run_held,
-                         detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`")
+        ctx.audit.record(
+            "deletions-held",
+            None,
+            logging.WARNING,
+            logger=log,
+            count=len(plan.hold),
+            seen=report.seen,
+            heldId=report.held_id,
+            maxDeletions=guard.max_deletions,
+            maxShare=guard.max_share,
+            firstRun=report.first_run_held,
+            detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`",
+        )
     else:
-        ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, count=len(plan.hold), seen=report.seen,
-                         heldId=report.held_id, reason="first-run-review", firstRun=report.first_run_held,
-                         installedAt=(report.install or {}).get("installedAt"),
-                         detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
-                                f"run `jobttl resync --confirm {report.held_id}`")
+        ctx.audit.record(
+            "deletions-held",
+            None,
+            logging.WARNING,
+            logger=log,
+            count=len(plan.hold),
+            seen=report.seen,
+            heldId=report.held_id,
+            reason="first-run-review",
+            firstRun=report.first_run_held,
+            installedAt=(report.install or {}).get("installedAt"),
+            detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
+            f"run `jobttl resync --confirm {report.held_id}`",
+        )
 
 
-def _review_facts(ctx: WorkerGraph, held: HeldDeletions, install: InstallRecord,
-                  confirmed: set[str]) -> tuple[Bookings, list[Held]]:
+def _review_facts(
+    ctx: WorkerGraph, held: HeldDeletions, install: InstallRecord, confirmed: set[str]
+) -> tuple[Bookings, list[Held]]:
     """What `nothing_left_to_review` reads: the schedule's bookings due by the install time, then the held
     set. In that order: a worker's hold writes the held set before it takes the booking out of the
     schedule, so a deletion on its way between the two is seen in one or the other."""
@@ -346,14 +413,17 @@ def _review_facts(ctx: WorkerGraph, held: HeldDeletions, install: InstallRecord,
         kinds = None
         if install.reviewed_at is not None and unseen:
             # Their kinds matter only once the review has ended for some kinds: read then only.
-            kinds = {p.member: _kind_of(p.ref) if p.ref.kind else None
-                     for p in ctx.schedule.records([(m, dues[m]) for m in sorted(unseen)])}
+            kinds = {
+                p.member: _kind_of(p.ref) if p.ref.kind else None
+                for p in ctx.schedule.records([(m, dues[m]) for m in sorted(unseen)])
+            }
         bookings = Bookings(booked, frozenset(dues), kinds, counts.dry_run_total())
     return bookings, _as_held(held.all())
 
 
-def _mark_reviewed(ctx: WorkerGraph, by: str, report: ResyncReport,
-                   still: frozenset[str] = frozenset()) -> InstallRecord | None:
+def _mark_reviewed(
+    ctx: WorkerGraph, by: str, report: ResyncReport, still: frozenset[str] = frozenset()
+) -> InstallRecord | None:
     """End the review (but for the kinds in `still`), in the cluster first. A record that cannot be written
     leaves the review open: None, and the report says why."""
     try:
@@ -375,11 +445,17 @@ def _install_problem(ctx: WorkerGraph, report: ResyncReport, problem: str) -> No
     the log; the resync is incomplete and holds what the review would."""
     report.install_problem = problem
     report.errors.append(problem)
-    ctx.audit.record("install-record-unreadable", None, logging.ERROR, logger=log, detail=problem,
-                     configmap=f"{ctx.install.namespace}/{CONFIGMAP}",
-                     consequence="every deletion due now is held, none released, until a resync can read and "
-                                 "write the record (check the worker's RBAC: get, create and update on that "
-                                 "ConfigMap)")
+    ctx.audit.record(
+        "install-record-unreadable",
+        None,
+        logging.ERROR,
+        logger=log,
+        detail=problem,
+        configmap=f"{ctx.install.namespace}/{CONFIGMAP}",
+        consequence="every deletion due now is held, none released, until a resync can read and "
+        "write the record (check the worker's RBAC: get, create and update on that "
+        "ConfigMap)",
+    )
 
 
 def _kind_of(ref: JobRef) -> str:
@@ -391,8 +467,14 @@ def _as_held(held: list[HeldDeletion]) -> list[Held]:
     return [Held(h.member, split_member(h.member)[0], _kind_of(h.ref), h.by) for h in held]
 
 
-def _drop_unlisted_held(ctx: WorkerGraph, held: HeldDeletions, held_before: list[Held], seen: set[str],
-                        listed: set[str], report: ResyncReport) -> None:
+def _drop_unlisted_held(
+    ctx: WorkerGraph,
+    held: HeldDeletions,
+    held_before: list[Held],
+    seen: set[str],
+    listed: set[str],
+    report: ResyncReport,
+) -> None:
     """Held deletions whose object the complete listing of its kind did not return are dropped: gone
     since, re-created, or named by a forged event (jobttl.core.domain.decisions.review.dropped_from_held)."""
     gone = dropped_from_held(held_before, seen, listed)
@@ -400,9 +482,16 @@ def _drop_unlisted_held(ctx: WorkerGraph, held: HeldDeletions, held_before: list
         return
     held.release(gone)
     report.held_dropped = len(gone)
-    ctx.audit.record("held-dropped", None, logging.WARNING, logger=log, count=len(gone), reason="not-in-cluster",
-                     detail="held deletions whose object the API server did not list (deleted since, or named by "
-                            "events for objects that do not exist): dropped from the held set")
+    ctx.audit.record(
+        "held-dropped",
+        None,
+        logging.WARNING,
+        logger=log,
+        count=len(gone),
+        reason="not-in-cluster",
+        detail="held deletions whose object the API server did not list (deleted since, or named by "
+        "events for objects that do not exist): dropped from the held set",
+    )
 
 
 def _record(ctx: WorkerGraph, report: ResyncReport) -> None:
@@ -411,8 +500,9 @@ def _record(ctx: WorkerGraph, report: ResyncReport) -> None:
     report.duration = round(time.time() - report.started_at, 3)
     _record_kinds_not_served(ctx, report)
     Resyncs(ctx.redis).record(report.as_dict(), complete=report.status in ("done", "held"))
-    ctx.audit.record("resync", None, logging.WARNING if report.status != "done" else logging.INFO, logger=log,
-                     **report.as_dict())
+    ctx.audit.record(
+        "resync", None, logging.WARNING if report.status != "done" else logging.INFO, logger=log, **report.as_dict()
+    )
     ctx.metrics.resync_duration.observe(report.duration)
     ctx.metrics.resync_runs.labels(report.status).inc()
     for result in COUNTS:
@@ -430,6 +520,12 @@ def _record_kinds_not_served(ctx: WorkerGraph, report: ResyncReport) -> None:
         before = set()
     for kind in report.missing_kinds:
         if kind not in before:
-            ctx.audit.record("kind-not-served", None, logging.WARNING, logger=log, resource=kind,
-                             detail=f"the API server does not serve {kind} (its CRD is not installed, or serves "
-                                    "another version): nothing of this kind is found or deleted until it does")
+            ctx.audit.record(
+                "kind-not-served",
+                None,
+                logging.WARNING,
+                logger=log,
+                resource=kind,
+                detail=f"the API server does not serve {kind} (its CRD is not installed, or serves "
+                "another version): nothing of this kind is found or deleted until it does",
+            )

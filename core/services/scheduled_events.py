@@ -38,8 +38,12 @@ from typing import Any
 from redis import Redis
 
 from jobttl.core.runtime import logs
-from jobttl.core.domain.decisions.decision import (INVALID_KEEP_REASON, INVALID_TTL_REASON, UNKNOWN_KEY_REASON,
-                                                   warning_message)
+from jobttl.core.domain.decisions.decision import (
+    INVALID_KEEP_REASON,
+    INVALID_TTL_REASON,
+    UNKNOWN_KEY_REASON,
+    warning_message,
+)
 from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.kube.client import KubeClient
 from jobttl.core.runtime.metrics import Metrics
@@ -55,8 +59,11 @@ RETRY_AFTER = 30  # seconds before a notice whose POST failed is tried again
 ATTEMPTS = 5
 INVALID_TTL_LABEL = "invalid-ttl"  # jobttl_deletion_notices_total's stage label for InvalidTTL Warnings
 # ... and for the other Warnings to an owner: by the Event's reason.
-WARNING_LABELS = {INVALID_TTL_REASON: INVALID_TTL_LABEL, INVALID_KEEP_REASON: "invalid-keep",
-                  UNKNOWN_KEY_REASON: "unknown-key"}
+WARNING_LABELS = {
+    INVALID_TTL_REASON: INVALID_TTL_LABEL,
+    INVALID_KEEP_REASON: "invalid-keep",
+    UNKNOWN_KEY_REASON: "unknown-key",
+}
 
 
 class Notices:
@@ -104,22 +111,50 @@ class Notices:
         decision is no longer this one (fixed, changed again, gone): like a superseded schedule change,
         it posts nothing."""
         latest = self.cards.latest_decision(notice.ref.namespace, notice.ref.name, notice.ref.uid)
-        if not isinstance(latest, dict) or latest.get("reason") != notice.verdict \
-                or latest.get("detail") != notice.detail:
+        if (
+            not isinstance(latest, dict)
+            or latest.get("reason") != notice.verdict
+            or latest.get("detail") != notice.detail
+        ):
             return True
         message = warning_message(notice.reason, notice.ref.kind, notice.detail, notice.source)
-        return self._create(entry, notice.ref, notice.reason, message, "Keep",
-                            WARNING_LABELS.get(notice.reason, INVALID_TTL_LABEL), warning=True)
+        return self._create(
+            entry,
+            notice.ref,
+            notice.reason,
+            message,
+            "Keep",
+            WARNING_LABELS.get(notice.reason, INVALID_TTL_LABEL),
+            warning=True,
+        )
 
-    def _create(self, entry: str, ref: JobRef, reason: str, message: str, action: str, label: str,
-                warning: bool = False, **fields: Any) -> bool:
+    def _create(
+        self,
+        entry: str,
+        ref: JobRef,
+        reason: str,
+        message: str,
+        action: str,
+        label: str,
+        warning: bool = False,
+        **fields: Any,
+    ) -> bool:
         try:
             self.kube.create_event(ref, reason, message, warning, action=action)
         except Exception as exc:  # noqa: BLE001 - best effort: an Event must never fail anything else
             attempts = self._attempts.get(entry, 0) + 1
             self._attempts[entry] = attempts
-            logs.record(log, "notice-not-posted", ref.as_dict(), logging.WARNING, stage=label, reason=reason,
-                        attempts=attempts, detail=str(exc), **fields)
+            logs.record(
+                log,
+                "notice-not-posted",
+                ref.as_dict(),
+                logging.WARNING,
+                stage=label,
+                reason=reason,
+                attempts=attempts,
+                detail=str(exc),
+                **fields,
+            )
             if attempts < ATTEMPTS:
                 return False
             if self.metrics is not None:

@@ -35,8 +35,11 @@ def sweep(ctx: WorkerGraph, interval: int = 5) -> int:
     offset = marks.cursor()
     overdue = ctx.schedule.due_by(now - GRACE, offset, BATCH)
     marks.move_cursor(offset + BATCH if len(overdue) == BATCH else 0)
-    stalled = [p for p in ctx.schedule.records(overdue)
-               if p.state == JobStatus.FINISHED.value and p.ref.kind and p.would_delete_at is None]
+    stalled = [
+        p
+        for p in ctx.schedule.records(overdue)
+        if p.state == JobStatus.FINISHED.value and p.ref.kind and p.would_delete_at is None
+    ]
     if not stalled:
         return 0
     ctx.reconciler.store.rebook(stalled, now)

@@ -42,14 +42,24 @@ class WorkerGraph(graph.Graph):
         policy = settings.policy
         # Pods, logs and Events only when the policy archives; deleting pods only when it stages
         # cleanup: the client refuses the rest, as the RBAC of the base manifests does.
-        kube = KubeClient(load_api_client(settings.kubeconfig), timeout=settings.api_timeout, metrics=metrics,
-                          clock=clock, granted=permissions("worker", archive=policy.archiving,
-                                                           pod_cleanup=policy.pod_stages))
+        kube = KubeClient(
+            load_api_client(settings.kubeconfig),
+            timeout=settings.api_timeout,
+            metrics=metrics,
+            clock=clock,
+            granted=permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages),
+        )
         archiver = Archiver(kube, open_store(policy.archive_store), metrics) if policy.archiving else None
         posts = Notices(redis, shared.schedule, kube, metrics) if notices else None
-        return cls(**shared.parts(), clock=clock, kube=kube, rate_limit=RateLimit(redis, settings.delete_rate),
-                   events=EventRecorder(kube, metrics, notices=posts),
-                   install=InstallReview.from_settings(redis, kube, settings), archiver=archiver)
+        return cls(
+            **shared.parts(),
+            clock=clock,
+            kube=kube,
+            rate_limit=RateLimit(redis, settings.delete_rate),
+            events=EventRecorder(kube, metrics, notices=posts),
+            install=InstallReview.from_settings(redis, kube, settings),
+            archiver=archiver,
+        )
 
     def measure_clocks(self, name: str | None = None) -> str | None:
         """Read Redis's and the API server's clocks now; publish the reading; return any problem."""

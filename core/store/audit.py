@@ -37,8 +37,18 @@ from jobttl.core.runtime.metrics import Metrics
 from jobttl.core.store.scripts import Record
 
 # Fields of a job's status worth keeping once the object is gone.
-STATUS_FIELDS = ("conditions", "replicaStatuses", "startTime", "completionTime", "phase", "startedAt", "finishedAt",
-                 "message", "succeeded", "failed")
+STATUS_FIELDS = (
+    "conditions",
+    "replicaStatuses",
+    "startTime",
+    "completionTime",
+    "phase",
+    "startedAt",
+    "finishedAt",
+    "message",
+    "succeeded",
+    "failed",
+)
 TOMBSTONE_LIMIT = 64 * 1024  # bytes of JSON; a larger status is recorded as not kept
 
 log = logging.getLogger("jobttl.audit")
@@ -83,8 +93,14 @@ def decision_fields(decision: Decision | None) -> dict[str, Any]:
         return {}
     if decision.verdict is not Verdict.EXPIRES:
         return {"detail": decision.reason, "ttlSource": decision.ttl_source}
-    return {"finishedAt": decision.finished_at, "ttl": decision.ttl, "ttlSource": decision.ttl_source,
-            "rules": list(decision.rules), "dryRun": decision.dry_run, "notify": decision.notify}
+    return {
+        "finishedAt": decision.finished_at,
+        "ttl": decision.ttl,
+        "ttlSource": decision.ttl_source,
+        "rules": list(decision.rules),
+        "dryRun": decision.dry_run,
+        "notify": decision.notify,
+    }
 
 
 def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
@@ -92,8 +108,14 @@ def _decoded(raw: dict[bytes, bytes]) -> dict[str, str]:
 
 
 class Audit:
-    def __init__(self, redis: Redis, max_entries: int = 100_000, tombstone_days: int = 7,
-                 metrics: Metrics | None = None, tombstone_annotations: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        redis: Redis,
+        max_entries: int = 100_000,
+        tombstone_days: int = 7,
+        metrics: Metrics | None = None,
+        tombstone_annotations: tuple[str, ...] = (),
+    ):
         self.redis = redis
         self.metrics = metrics
         self.max_entries = max_entries
@@ -102,19 +124,31 @@ class Audit:
 
     @classmethod
     def from_settings(cls, redis: Redis, settings: Any, metrics: Metrics | None = None) -> Audit:
-        return cls(redis, settings.audit_max_entries, settings.tombstone_days, metrics,
-                   settings.tombstone_annotations)
+        return cls(redis, settings.audit_max_entries, settings.tombstone_days, metrics, settings.tombstone_annotations)
 
     # --- writing ---------------------------------------------------------------------------
-    def record(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,
-               pipeline: Pipeline | None = None, **fields: Any) -> None:
+    def record(
+        self,
+        event: str,
+        ref: JobRef | None,
+        level: int = logging.INFO,
+        logger: logging.Logger = log,
+        pipeline: Pipeline | None = None,
+        **fields: Any,
+    ) -> None:
         """Log `event`, append it to the trail and to the job's history. Fields that are None are left out."""
-        Record(ref=ref, audit_max=self.max_entries, card_ttl=self.tombstone_seconds, uid=ref.uid if ref else None,
-               entry=entry_fields(event, ref, **fields)).run(pipeline if pipeline is not None else self.redis)
+        Record(
+            ref=ref,
+            audit_max=self.max_entries,
+            card_ttl=self.tombstone_seconds,
+            uid=ref.uid if ref else None,
+            entry=entry_fields(event, ref, **fields),
+        ).run(pipeline if pipeline is not None else self.redis)
         self.observed(event, ref, level, logger, **fields)
 
-    def observed(self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log,
-                 **fields: Any) -> None:
+    def observed(
+        self, event: str, ref: JobRef | None, level: int = logging.INFO, logger: logging.Logger = log, **fields: Any
+    ) -> None:
         """Log and count an entry already written (by a script inside Redis)."""
         logs.record(logger, event, ref.as_dict() if ref else None, level, **fields)
         if self.metrics is not None:
@@ -151,8 +185,17 @@ class Audit:
             # Too large or too deep: still a tombstone (who, when, and why nothing more is kept),
             # in the shape the read API declares.
             unkept = jsoncodec.loads(kept)["unkept"]
-            kept = jsoncodec.dumps_str({**ref.as_dict(), "deletedAt": deleted_at, "labels": {}, "annotations": {},
-                                        "creationTimestamp": None, "status": {}, "unkept": unkept})
+            kept = jsoncodec.dumps_str(
+                {
+                    **ref.as_dict(),
+                    "deletedAt": deleted_at,
+                    "labels": {},
+                    "annotations": {},
+                    "creationTimestamp": None,
+                    "status": {},
+                    "unkept": unkept,
+                }
+            )
         return kept
 
     # --- reading ---------------------------------------------------------------------------
@@ -164,8 +207,9 @@ class Audit:
 
     def history(self, namespace: str, name: str) -> list[AuditEntry]:
         """The audit entries of one job name, newest first (those still in the capped trail)."""
-        ids = sorted({i for card in self._card(namespace, name).values() for i in _log(card)},
-                     key=_stream_order, reverse=True)
+        ids = sorted(
+            {i for card in self._card(namespace, name).values() for i in _log(card)}, key=_stream_order, reverse=True
+        )
         with self.redis.pipeline(transaction=False) as pipe:
             for entry_id in ids:
                 pipe.xrange(keys.AUDIT_STREAM, min=entry_id, max=entry_id)
@@ -174,8 +218,10 @@ class Audit:
 
     def decisions(self, namespace: str, name: str) -> dict[str, dict[str, Any]]:
         """The latest decision about every UID that had this name, by UID, in the public shape of an entry."""
-        return {uid: shapes.entry({k: v for k, v in card.items() if k not in ("log", "at")}, at=_at(card.get("at")))
-                for uid, card in self._card(namespace, name).items()}
+        return {
+            uid: shapes.entry({k: v for k, v in card.items() if k not in ("log", "at")}, at=_at(card.get("at")))
+            for uid, card in self._card(namespace, name).items()
+        }
 
     def latest_decision(self, namespace: str, name: str, uid: str) -> Any | None:
         """The latest decision about `uid` as its job's history card keeps it; None when there is none

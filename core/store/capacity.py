@@ -65,12 +65,17 @@ class Capacity:
 
     def describe(self) -> str:
         mib = 1024 * 1024
-        state = "it refuses writes" if self.refusing else \
-            f"bookings stop at {1 - RESERVE:.0%} of it, the rest is kept for the worker's deletions"
-        return (f"Redis is full: it holds {self.used / mib:.1f} MiB of its maxmemory {self.maxmemory / mib:.1f} MiB "
-                f"({self.maxmemory_policy_text}); {state}. Deletions free memory as they run; raise maxmemory "
-                f"(the chart's redis.bundled.maxmemory and its memory limit) if pending deletions need more "
-                f"(docs/operations.md: \"Redis full\")")
+        state = (
+            "it refuses writes"
+            if self.refusing
+            else f"bookings stop at {1 - RESERVE:.0%} of it, the rest is kept for the worker's deletions"
+        )
+        return (
+            f"Redis is full: it holds {self.used / mib:.1f} MiB of its maxmemory {self.maxmemory / mib:.1f} MiB "
+            f"({self.maxmemory_policy_text}); {state}. Deletions free memory as they run; raise maxmemory "
+            f"(the chart's redis.bundled.maxmemory and its memory limit) if pending deletions need more "
+            f'(docs/operations.md: "Redis full")'
+        )
 
     @property
     def maxmemory_policy_text(self) -> str:
@@ -82,8 +87,9 @@ def is_full_error(exc: BaseException) -> bool:
     # redis-py raises OutOfMemoryError for "OOM command not allowed when used memory > 'maxmemory'"
     # (its message without the "OOM"); a script's refused write comes back as a ResponseError
     # that quotes it, and a MULTI that met one raises that first error.
-    return isinstance(exc, (RedisFull, OutOfMemoryError)) or \
-        (isinstance(exc, ResponseError) and "used memory > 'maxmemory'" in str(exc))
+    return isinstance(exc, (RedisFull, OutOfMemoryError)) or (
+        isinstance(exc, ResponseError) and "used memory > 'maxmemory'" in str(exc)
+    )
 
 
 class Gate:

@@ -72,8 +72,9 @@ def report(job: Job, reason: str, metrics=None) -> None:
         name = job.func_name
     except Exception:  # noqa: BLE001
         name = None
-    logs.record(log, "foreign-job", level=logging.ERROR, job_id=job.id, function=shown(name), detail=reason,
-                origin=job.origin)
+    logs.record(
+        log, "foreign-job", level=logging.ERROR, job_id=job.id, function=shown(name), detail=reason, origin=job.origin
+    )
     if metrics is not None:
         metrics.foreign_jobs.inc()
 
@@ -118,5 +119,11 @@ class CheckedJob(Job):
         # jobttl books no webhook: one in a stored job would make the worker send a request of
         # someone else's choosing from inside the cluster.
         if self.webhooks:
-            logs.record(log, "foreign-job", level=logging.ERROR, job_id=self.id, function=shown(self.func_name),
-                        detail="its webhooks are not sent")
+            logs.record(
+                log,
+                "foreign-job",
+                level=logging.ERROR,
+                job_id=self.id,
+                function=shown(self.func_name),
+                detail="its webhooks are not sent",
+            )

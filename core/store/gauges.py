@@ -62,16 +62,23 @@ class _ScheduleCollector:
         counts = count_due.counts(due)
         overdue = counts.due[0]
         for name, help_, value in (
-                ("jobttl_pending_deletions", "Deletions scheduled and not yet done", pending),
-                ("jobttl_overdue_deletions",
-                 f"Pending deletions due more than {OVERDUE_AFTER}s ago (dry-run records not counted)", overdue),
-                ("jobttl_held_deletions", "Deletions held by the blast-radius guard until confirmed", held),
-                ("jobttl_terminating_deletions", "Deleted jobs still present (finalizers running)", terminating),
-                ("jobttl_stuck_deletions", "Deleted jobs still present after JOBTTL_STUCK_AFTER", stuck),
-                ("jobttl_workers", "RQ workers registered on the queue", workers),
-                ("jobttl_scheduler_active", "1 when a worker holds RQ's scheduler lock", scheduler),
-                ("jobttl_resync_last_success_timestamp_seconds", "When the last complete resync finished",
-                 float(last) if last else 0.0)):
+            ("jobttl_pending_deletions", "Deletions scheduled and not yet done", pending),
+            (
+                "jobttl_overdue_deletions",
+                f"Pending deletions due more than {OVERDUE_AFTER}s ago (dry-run records not counted)",
+                overdue,
+            ),
+            ("jobttl_held_deletions", "Deletions held by the blast-radius guard until confirmed", held),
+            ("jobttl_terminating_deletions", "Deleted jobs still present (finalizers running)", terminating),
+            ("jobttl_stuck_deletions", "Deleted jobs still present after JOBTTL_STUCK_AFTER", stuck),
+            ("jobttl_workers", "RQ workers registered on the queue", workers),
+            ("jobttl_scheduler_active", "1 when a worker holds RQ's scheduler lock", scheduler),
+            (
+                "jobttl_resync_last_success_timestamp_seconds",
+                "When the last complete resync finished",
+                float(last) if last else 0.0,
+            ),
+        ):
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge
@@ -80,9 +87,11 @@ class _ScheduleCollector:
 
 
 def _would_delete(counts: scripts.DueCounts) -> GaugeMetricFamily:
-    would_delete = GaugeMetricFamily("jobttl_dry_run_would_delete",
-                                     "Dry-run records due now: what dry run would have deleted by now, by kind",
-                                     labels=["kind", "group"])
+    would_delete = GaugeMetricFamily(
+        "jobttl_dry_run_would_delete",
+        "Dry-run records due now: what dry run would have deleted by now, by kind",
+        labels=["kind", "group"],
+    )
     for group_kind, (_, due_now) in sorted(counts.dry_run.items()):
         would_delete.add_metric(list(split_group_kind(group_kind)), due_now)
     return would_delete
@@ -91,9 +100,11 @@ def _would_delete(counts: scripts.DueCounts) -> GaugeMetricFamily:
 def _kinds_not_served(report: bytes | None) -> GaugeMetricFamily:
     # The kinds the last resync found the cluster does not serve (no CRD): 1 each. The report
     # names them apiVersion/Kind: the version is a label too (MPIJob is served as v1 or v2beta1).
-    gauge = GaugeMetricFamily("jobttl_kind_not_served", "1 for each enabled kind the last resync found the "
-                                                        "cluster does not serve (no CRD installed)",
-                              labels=["kind", "group", "version"])
+    gauge = GaugeMetricFamily(
+        "jobttl_kind_not_served",
+        "1 for each enabled kind the last resync found the cluster does not serve (no CRD installed)",
+        labels=["kind", "group", "version"],
+    )
     try:
         missing = json.loads(report).get("missing_kinds") or [] if report else []
     except ValueError:
@@ -128,8 +139,10 @@ class _HeartbeatCollector:
         except RedisError:
             return  # as for the schedule's gauges: no sample rather than a wrong one
         newest = max((_timestamp(b) for b in beats if b), default=0.0)
-        gauge = GaugeMetricFamily("jobttl_worker_last_heartbeat_timestamp_seconds",
-                                  "The newest RQ heartbeat of a worker registered on the queue (0: none)")
+        gauge = GaugeMetricFamily(
+            "jobttl_worker_last_heartbeat_timestamp_seconds",
+            "The newest RQ heartbeat of a worker registered on the queue (0: none)",
+        )
         gauge.add_metric([], newest)
         yield gauge
 
@@ -146,13 +159,21 @@ class _CapacityCollector:
         except RedisError:
             return  # as for the schedule's gauges: no sample rather than a wrong one
         for name, help_, value in (
-                ("jobttl_redis_full", f"1 while Redis is full: past {1 - RESERVE:.0%} of its maxmemory, where the sink "
-                                      "books nothing more (events get 503) and the worker deletes from its reserve, "
-                                      "or past maxmemory, where Redis refuses writes", float(capacity.full)),
-                ("jobttl_redis_refusing_writes", "1 while Redis is past its maxmemory and refuses writes (noeviction)",
-                 float(capacity.refusing)),
-                ("jobttl_redis_used_memory_bytes", "Memory Redis counts against its maxmemory", capacity.used),
-                ("jobttl_redis_maxmemory_bytes", "Redis's maxmemory (0: none)", capacity.maxmemory)):
+            (
+                "jobttl_redis_full",
+                f"1 while Redis is full: past {1 - RESERVE:.0%} of its maxmemory, where the sink "
+                "books nothing more (events get 503) and the worker deletes from its reserve, "
+                "or past maxmemory, where Redis refuses writes",
+                float(capacity.full),
+            ),
+            (
+                "jobttl_redis_refusing_writes",
+                "1 while Redis is past its maxmemory and refuses writes (noeviction)",
+                float(capacity.refusing),
+            ),
+            ("jobttl_redis_used_memory_bytes", "Memory Redis counts against its maxmemory", capacity.used),
+            ("jobttl_redis_maxmemory_bytes", "Redis's maxmemory (0: none)", capacity.maxmemory),
+        ):
             gauge = GaugeMetricFamily(name, help_)
             gauge.add_metric([], value)
             yield gauge

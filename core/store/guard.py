@@ -41,8 +41,9 @@ NEWS_HORIZON = 3600  # a deletion pulled in to within this of now is news too
 BURST_WINDOW = 60  # events' burst limit counts what came due within this many seconds
 
 
-def is_news(due: int, pending: int | None, booked: bool, now: float, dry_run: bool = False,
-            horizon: int = NEWS_HORIZON) -> bool:
+def is_news(
+    due: int, pending: int | None, booked: bool, now: float, dry_run: bool = False, horizon: int = NEWS_HORIZON
+) -> bool:
     """Whether booking `due` makes a deletion happen now that was not going to: the guard's rule.
 
     `pending` is what the schedule holds for the member (None: nothing), `booked` whether it is
@@ -116,8 +117,10 @@ class HeldDeletions:
         self.redis = redis
 
     def all(self) -> list[HeldDeletion]:
-        return sorted((HeldDeletion.from_json(m.decode(), raw) for m, raw in self.redis.hscan_iter(keys.HELD, count=500)),
-                      key=lambda h: h.member)
+        return sorted(
+            (HeldDeletion.from_json(m.decode(), raw) for m, raw in self.redis.hscan_iter(keys.HELD, count=500)),
+            key=lambda h: h.member,
+        )
 
     def members(self) -> list[str]:
         return [m.decode() for m in self.redis.hkeys(keys.HELD)]

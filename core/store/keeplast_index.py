@@ -42,18 +42,28 @@ class KeepLastIndex:
     def file(self, member: Member | None, uid: str, pipe: Pipeline) -> None:
         """Queue the filing of one job (None: it counts in no group, or is gone)."""
         if member is None:
-            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="",
-                                most=MAX_PUSHED_OUT)
+            call = KeepLastFile(
+                prefix=keys.KEEPLAST_PREFIX, uid=uid, group=None, finished_at=0, limit=0, record="", most=MAX_PUSHED_OUT
+            )
         else:
-            call = KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=member.group,
-                                finished_at=member.finished_at, limit=member.limit, record=member.record(),
-                                most=MAX_PUSHED_OUT)
+            call = KeepLastFile(
+                prefix=keys.KEEPLAST_PREFIX,
+                uid=uid,
+                group=member.group,
+                finished_at=member.finished_at,
+                limit=member.limit,
+                record=member.record(),
+                most=MAX_PUSHED_OUT,
+            )
         call.queue(pipe)
 
     @staticmethod
     def filed(reply: KeepLastFileReply) -> Filed:
-        return Filed(reply.rank, reply.beyond_at, tuple((Member.from_record(uid, record), rank, at)
-                                                        for uid, record, rank, at in reply.pushed_out))
+        return Filed(
+            reply.rank,
+            reply.beyond_at,
+            tuple((Member.from_record(uid, record), rank, at) for uid, record, rank, at in reply.pushed_out),
+        )
 
     def drop(self, uids: Iterable[str]) -> None:
         """Take jobs out of their groups (deleted, gone)."""

@@ -30,7 +30,9 @@ TOMBSTONE_PREFIX = "jobttl:tombstone:"  # string per namespace:name:uid
 # The blast-radius guard (jobttl.core.store.guard)
 HELD = "jobttl:held"  # hash: member → the decision held for confirmation
 HELD_ID = "jobttl:held:id"  # digest of the held members, which a confirmation must name
-INSTALL = "jobttl:install"  # hash: the install record's mirror (jobttl.core.services.install; the truth is the ConfigMap)
+INSTALL = (
+    "jobttl:install"  # hash: the install record's mirror (jobttl.core.services.install; the truth is the ConfigMap)
+)
 RECENT_DUE = "jobttl:guard:recent"  # zset: members newly due in the last minute (events' burst guard)
 
 # Deletions on their way (jobttl.worker)

@@ -36,11 +36,23 @@ class Ledger:
         """BEGIN: at the start (the claim taken), or right before the DELETE (the intent written)."""
         intent = _intent_of(target, obj) if step == "delete" else ""
         sent = time.time()
-        said = Begin(uid=target.ref.uid, member=target.member, step=step, token=self.token,
-                     claim_seconds=self.claim_seconds, intent_entry=intent).run(self.redis)
+        said = Begin(
+            uid=target.ref.uid,
+            member=target.member,
+            step=step,
+            token=self.token,
+            claim_seconds=self.claim_seconds,
+            intent_entry=intent,
+        ).run(self.redis)
         self.clock.observe_redis(said.seconds, said.micros, sent, time.time())
-        return Current(said.pending_due, (said.seconds, said.micros), said.override.keep, said.override.until,
-                       _intent(said.intent, target.ref.uid), said.busy)
+        return Current(
+            said.pending_due,
+            (said.seconds, said.micros),
+            said.override.keep,
+            said.override.until,
+            _intent(said.intent, target.ref.uid),
+            said.busy,
+        )
 
     def release(self, target: Target, sent: bool) -> None:
         """Give the claim back, and the intent with it unless a DELETE this run `sent` may have been applied."""
@@ -49,25 +61,53 @@ class Ledger:
         except Exception:  # noqa: BLE001 - the claim expires on its own
             pass
 
-    def record(self, event: str, target: Target, forget: bool, tombstone: str | None = None,
-               follow: float | None = None, info: str | None = None, done: str | None = None,
-               stages_too: bool = True, **fields: Any) -> None:
+    def record(
+        self,
+        event: str,
+        target: Target,
+        forget: bool,
+        tombstone: str | None = None,
+        follow: float | None = None,
+        info: str | None = None,
+        done: str | None = None,
+        stages_too: bool = True,
+        **fields: Any,
+    ) -> None:
         """FINISH, the one write of an outcome: the index, the audit entry, the history card, the tombstone,
         the follow-up, a stage done for good; the claim and the intent end with it."""
         audit = self.audit
         entry = entry_fields(event, target.ref, by="worker", stage=target.recorded_stage, **fields)
-        Finish.of(target.ref, target.member, target.due, entry, forget=forget, max_entries=audit.max_entries,
-                  card_ttl=audit.tombstone_seconds, tombstone=tombstone, tombstone_ttl=audit.tombstone_seconds,
-                  follow=follow, info=info, done=done, override_ttl=OVERRIDE_SECONDS,
-                  stages_too=stages_too).run(self.redis)
+        Finish.of(
+            target.ref,
+            target.member,
+            target.due,
+            entry,
+            forget=forget,
+            max_entries=audit.max_entries,
+            card_ttl=audit.tombstone_seconds,
+            tombstone=tombstone,
+            tombstone_ttl=audit.tombstone_seconds,
+            follow=follow,
+            info=info,
+            done=done,
+            override_ttl=OVERRIDE_SECONDS,
+            stages_too=stages_too,
+        ).run(self.redis)
         audit.observed(event, target.ref, logger=log, by="worker", stage=target.recorded_stage, **fields)
 
 
 def details(target: Target, decision: Decision, now: float) -> dict[str, Any]:
     """An outcome's audit fields from the decision it carried out."""
-    return {"due": target.due, "finishedAt": decision.finished_at, "ttl": decision.ttl,
-            "ttlSource": decision.ttl_source, "rules": list(decision.rules), "dryRun": decision.dry_run,
-            "lateness": round(now - target.due, 3), "notify": decision.notify}
+    return {
+        "due": target.due,
+        "finishedAt": decision.finished_at,
+        "ttl": decision.ttl,
+        "ttlSource": decision.ttl_source,
+        "rules": list(decision.rules),
+        "dryRun": decision.dry_run,
+        "lateness": round(now - target.due, 3),
+        "notify": decision.notify,
+    }
 
 
 def _intent(raw: bytes | str, uid: str) -> dict[str, Any] | None:
@@ -85,8 +125,10 @@ def _intent_of(target: Target, obj: dict[str, Any] | None) -> str:
     its tombstone) should this one die before it can."""
     meta = (obj or {}).get("metadata") or {}
     intent = {"uid": target.ref.uid, "at": time.time(), "resourceVersion": meta.get("resourceVersion")}
-    kept = {"metadata": {k: meta[k] for k in ("labels", "creationTimestamp") if k in meta},
-            "status": (obj or {}).get("status") if isinstance((obj or {}).get("status"), dict) else {}}
+    kept = {
+        "metadata": {k: meta[k] for k in ("labels", "creationTimestamp") if k in meta},
+        "status": (obj or {}).get("status") if isinstance((obj or {}).get("status"), dict) else {},
+    }
     try:
         return jsoncodec.dumps_str({**intent, "object": kept})
     except TypeError:  # a status nested beyond what JSON encoders write: the tombstone says less

@@ -110,8 +110,9 @@ class NotifyStore:
     """`gather`: seconds a quiet group waits for more; `retry_first`: the first retry's delay (doubling);
     `buffer_max`: entries a group keeps to list."""
 
-    def __init__(self, redis: Redis, gather: float = GATHER, retry_first: float = RETRY_FIRST,
-                 buffer_max: int = BUFFER_MAX):
+    def __init__(
+        self, redis: Redis, gather: float = GATHER, retry_first: float = RETRY_FIRST, buffer_max: int = BUFFER_MAX
+    ):
         self.redis = redis
         self.gather = gather
         self.retry_first = retry_first
@@ -128,15 +129,17 @@ class NotifyStore:
 
     def read(self, consumer: str, count: int = 100, block_ms: int = 1000) -> list[Entry]:
         """New entries for this consumer (waiting up to `block_ms` for one)."""
-        reply = self.redis.xreadgroup(keys.NOTIFY_GROUP, consumer, {keys.AUDIT_STREAM: ">"}, count=count,
-                                      block=block_ms)
+        reply = self.redis.xreadgroup(
+            keys.NOTIFY_GROUP, consumer, {keys.AUDIT_STREAM: ">"}, count=count, block=block_ms
+        )
         return _entries(reply[0][1]) if reply else []
 
     def reclaim(self, consumer: str, count: int = 100, idle_ms: int = CLAIM_IDLE_MS) -> list[Entry]:
         """Entries another notifier read and never filed (idle `idle_ms`). Those the capped trail has
         dropped meanwhile are acknowledged: nothing is left of them to tell."""
-        _, claimed, deleted = self.redis.xautoclaim(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, consumer, idle_ms,
-                                                    start_id="0-0", count=count)
+        _, claimed, deleted = self.redis.xautoclaim(
+            keys.AUDIT_STREAM, keys.NOTIFY_GROUP, consumer, idle_ms, start_id="0-0", count=count
+        )
         gone = [i for i in deleted] + [i for i, data in claimed if not data]
         if gone:
             self.redis.xack(keys.AUDIT_STREAM, keys.NOTIFY_GROUP, *gone)
@@ -157,8 +160,15 @@ class NotifyStore:
         """Whether a message `token` names (a held set) was filed already."""
         return bool(self.redis.exists(keys.notify_once(token)))
 
-    def file(self, entry_id: str, deliveries: tuple[Delivery, ...], item: dict[str, Any], now: float,
-             periods: dict[str, int], once: str | None = None) -> None:
+    def file(
+        self,
+        entry_id: str,
+        deliveries: tuple[Delivery, ...],
+        item: dict[str, Any],
+        now: float,
+        periods: dict[str, int],
+        once: str | None = None,
+    ) -> None:
         """File one entry for its deliveries (none: only acknowledged), in one MULTI."""
         raw = jsoncodec.dumps_str(item)
         counts: dict[int, Delivery] = {}  # the HINCRBYs' places in the reply
@@ -182,8 +192,11 @@ class NotifyStore:
                 raise reply
             # A count that is no integer (written by something else): what the buffer holds is the count.
             delivery = counts[i]
-            self.redis.hset(keys.notify_state(delivery.channel), f"{delivery.group}:count",
-                            self.redis.llen(keys.notify_buffer(delivery.channel, delivery.group)))
+            self.redis.hset(
+                keys.notify_state(delivery.channel),
+                f"{delivery.group}:count",
+                self.redis.llen(keys.notify_buffer(delivery.channel, delivery.group)),
+            )
 
     # --- sending --------------------------------------------------------------------------------
     def due_groups(self, channel: str, now: float, limit: int = 20) -> list[str]:
@@ -202,8 +215,10 @@ class NotifyStore:
 
     def _read(self, channel: str, group: str, period: int, now: float, lock: Lock) -> Batch | None:
         state = keys.notify_state(channel)
-        due, (count, last, attempts) = (self.redis.zscore(keys.notify_due(channel), group),
-                                        self.redis.hmget(state, f"{group}:count", f"{group}:last", f"{group}:attempts"))
+        due, (count, last, attempts) = (
+            self.redis.zscore(keys.notify_due(channel), group),
+            self.redis.hmget(state, f"{group}:count", f"{group}:last", f"{group}:attempts"),
+        )
         if due is None:
             return None  # sent by another notifier meanwhile
         when = send_at(due, _number(last), period)
@@ -243,8 +258,11 @@ class NotifyStore:
         return attempts, False
 
     def _settle(self, batch: Batch, state_fields: dict[str, Any]) -> None:
-        buffer, state, due = (keys.notify_buffer(batch.channel, batch.group), keys.notify_state(batch.channel),
-                              keys.notify_due(batch.channel))
+        buffer, state, due = (
+            keys.notify_buffer(batch.channel, batch.group),
+            keys.notify_state(batch.channel),
+            keys.notify_due(batch.channel),
+        )
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.ltrim(buffer, batch.listed, -1)
             pipe.hincrby(state, f"{batch.group}:count", -batch.total)

@@ -56,13 +56,29 @@ class PolicyErrors:
         declaration = declaration_of(kind)
         if not self.redis.set(seen_key(declaration, ref, decision.reason), "1", nx=True, ex=REPEAT_AFTER):
             return False
-        latest = {"declaration": declaration, "declaredIn": kind.declared_in, "error": decision.reason,
-                  "field": decision.ttl_source, "object": ref.as_dict(), "at": time.time()}
+        latest = {
+            "declaration": declaration,
+            "declaredIn": kind.declared_in,
+            "error": decision.reason,
+            "field": decision.ttl_source,
+            "object": ref.as_dict(),
+            "at": time.time(),
+        }
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.hset(keys.POLICY_ERRORS, declaration, jsoncodec.dumps_str(latest))
             pipe.hincrby(keys.POLICY_ERRORS_COUNT, declaration, 1)
-            self.audit.record(EVENT, ref, logging.ERROR, logger=log, pipeline=pipe, by=by, declaration=declaration,
-                              declaredIn=kind.declared_in, field=decision.ttl_source, detail=decision.reason)
+            self.audit.record(
+                EVENT,
+                ref,
+                logging.ERROR,
+                logger=log,
+                pipeline=pipe,
+                by=by,
+                declaration=declaration,
+                declaredIn=kind.declared_in,
+                field=decision.ttl_source,
+                detail=decision.reason,
+            )
             pipe.execute()
         return True
 

@@ -51,10 +51,29 @@ from jobttl.core.store.audit import Audit, decision_fields, entry_fields
 from jobttl.core.store.capacity import Gate
 from jobttl.core.domain.decisions.due import KEPT_BY_OPERATOR, Due, Override, due_at
 from jobttl.core.store.guard import HeldDeletion, burst_rule
-from jobttl.core.domain.decisions.plan import (COLLECT, GUARDED, JOB_STAGE, PODS_STAGE, RELEASE, Applied, Change,
-                                               Intent, split_member)
-from jobttl.core.store.schedule import (FAILURE_TTL, OVERRIDE_SECONDS, RESULT_TTL, InvalidNotice,
-                                  Pending, Schedule, job_id_for, job_id_prefix, notice_member, warning_id_for)
+from jobttl.core.domain.decisions.plan import (
+    COLLECT,
+    GUARDED,
+    JOB_STAGE,
+    PODS_STAGE,
+    RELEASE,
+    Applied,
+    Change,
+    Intent,
+    split_member,
+)
+from jobttl.core.store.schedule import (
+    FAILURE_TTL,
+    OVERRIDE_SECONDS,
+    RESULT_TTL,
+    InvalidNotice,
+    Pending,
+    Schedule,
+    job_id_for,
+    job_id_prefix,
+    notice_member,
+    warning_id_for,
+)
 
 # Where RQ keeps a job that is not running (a queued job is on the queue itself), in the
 # order RETIRE takes them.
@@ -107,12 +126,13 @@ class Store:
         self.redis = schedule.redis
         self.queue = schedule.queue
         # The same queue, making jobs that leave RQ's empty fields out of their first write.
-        self._booking = Queue(self.queue.name, connection=self.redis, serializer=JSONSerializer,
-                              job_class=_BookedJob)
+        self._booking = Queue(self.queue.name, connection=self.redis, serializer=JSONSerializer, job_class=_BookedJob)
         # Where an earlier run of a booked id may still be listed (RQ's own key names).
         self._ended = (FinishedJobRegistry(queue=self.queue).key, FailedJobRegistry(queue=self.queue).key)
         self._registries = tuple(r(queue=self.queue).key for r in _REGISTRIES)
-        self.outbox = keys.notices(self.queue.name)  # DeletionScheduled and InvalidTTL (jobttl.core.services.scheduled_events)
+        self.outbox = keys.notices(
+            self.queue.name
+        )  # DeletionScheduled and InvalidTTL (jobttl.core.services.scheduled_events)
         self.audit_max = audit.max_entries
         self.card_ttl = audit.tombstone_seconds
         self.burst_limit = burst_limit  # events' per-minute limit on news (jobttl.core.store.guard)
@@ -151,25 +171,45 @@ class Store:
         return [_applied(intent, due, reply) for intent, due, reply in zip(intents, dues, replies)]
 
     def _compare(self, intent: Intent, due: Due, said: tuple[str, str]) -> scripts.Reconcile:
-        ref, decision, stage, member, expiring = intent.ref, intent.decision, intent.stage, intent.member, \
-            intent.expiring
+        ref, decision, stage, member, expiring = (
+            intent.ref,
+            intent.decision,
+            intent.stage,
+            intent.member,
+            intent.expiring,
+        )
         kept = due.why == KEPT_BY_OPERATOR
         unbooked = _unbooked(intent, kept)
         rule = self._rules.get(intent.mode) or burst_rule(intent.mode, self.burst_limit)
         return scripts.Reconcile(
-            ref=ref, outbox=self.outbox, member=member, uid=ref.uid, expiring=expiring, due=due.at,
-            reason=due.why if kept else intent.reason, keep_seen=said[0], until_seen=said[1],
-            keep_for=OVERRIDE_SECONDS if kept else None, collect=rule.collect, burst_limit=rule.limit,
-            burst_window=rule.window, news_horizon=rule.horizon,
+            ref=ref,
+            outbox=self.outbox,
+            member=member,
+            uid=ref.uid,
+            expiring=expiring,
+            due=due.at,
+            reason=due.why if kept else intent.reason,
+            keep_seen=said[0],
+            until_seen=said[1],
+            keep_for=OVERRIDE_SECONDS if kept else None,
+            collect=rule.collect,
+            burst_limit=rule.limit,
+            burst_window=rule.window,
+            news_horizon=rule.horizon,
             job_prefix=self._job_prefix.get(stage) or self.schedule.job_key_prefix + job_id_prefix(stage),
             dry_run=decision is not None and decision.dry_run,
             unbooked=jsoncodec.dumps_str(unbooked) if unbooked is not None else None,
             # What the held set keeps should the guard hold it: only news faces the guard, and only
             # an expiring decision is news.
-            held_entry=HeldDeletion(member, ref, decision, intent.by).as_json() if expiring and rule.limit is not None
+            held_entry=HeldDeletion(member, ref, decision, intent.by).as_json()
+            if expiring and rule.limit is not None
             else "",
-            audit_max=self.audit_max, card_ttl=self.card_ttl, echo=intent.echo, invalid=_invalid(intent),
-            fields=_fields(intent))
+            audit_max=self.audit_max,
+            card_ttl=self.card_ttl,
+            echo=intent.echo,
+            invalid=_invalid(intent),
+            fields=_fields(intent),
+        )
 
     def write(self, intents: Sequence[Intent], applied: list[Applied]) -> list[Applied]:
         """The second round trip: RQ's writes for what `compare` answered, in one MULTI (the new
@@ -191,17 +231,31 @@ class Store:
                 if record is not None:
                     self.book(record, now, pipeline=pipe)
                     commits[i] = len(pipe)
-                    scripts.Commit(ref=intent.ref, member=intent.member, uid=intent.ref.uid,
-                                   namespace=intent.ref.namespace, due=record.due,
-                                   seen=done.previous_due, audit_max=self.audit_max, card_ttl=self.card_ttl,
-                                   dry_run=record.dry_run, fields=_fields(intent)).queue(pipe)
+                    scripts.Commit(
+                        ref=intent.ref,
+                        member=intent.member,
+                        uid=intent.ref.uid,
+                        namespace=intent.ref.namespace,
+                        due=record.due,
+                        seen=done.previous_due,
+                        audit_max=self.audit_max,
+                        card_ttl=self.card_ttl,
+                        dry_run=record.dry_run,
+                        fields=_fields(intent),
+                    ).queue(pipe)
                 self.retire_replaced(done, record, pipeline=pipe)
             replies = scripts.execute(pipe)
         result = list(applied)
         for i, position in commits.items():
             reply = replies[position]
-            result[i] = Applied(Change(reply.change), applied[i].member, reply.due, reply.previous_due,
-                                applied[i].previous_state, applied[i].now)
+            result[i] = Applied(
+                Change(reply.change),
+                applied[i].member,
+                reply.due,
+                reply.previous_due,
+                applied[i].previous_state,
+                applied[i].now,
+            )
         return result
 
     # --- RQ's jobs ---------------------------------------------------------------------------------
@@ -210,16 +264,27 @@ class Store:
         In a MULTI (`pipeline`): the sweep books again a deletion whose RQ job ended unfinished."""
         status = JobStatus.QUEUED if record.due <= now else JobStatus.SCHEDULED
         tasks = self.schedule.tasks
-        job = self._job(tasks.delete, (record.member, record.due), record.job_id, status, meta=record.meta(),
-                        result_ttl=-1 if record.dry_run else RESULT_TTL)
+        job = self._job(
+            tasks.delete,
+            (record.member, record.due),
+            record.job_id,
+            status,
+            meta=record.meta(),
+            result_ttl=-1 if record.dry_run else RESULT_TTL,
+        )
         # The DeletionScheduled Event, posted by a worker (the sink has no API access) from an
         # outbox, off the deletions' queue (jobttl.core.services.scheduled_events); a change is one member.
         notice = notice_member(record.member, record.due) if record.notify and record.due > now else None
         self._book(job, None if record.due <= now else record.due, pipeline, notice, now)
         warn_before = self.schedule.warn_before
         if record.stage == JOB_STAGE and warn_before is not None and record.due - warn_before > now:
-            warning = self._job(tasks.warn, (record.ref.uid, record.due), warning_id_for(record.ref.uid, record.due),
-                                JobStatus.SCHEDULED, result_ttl=RESULT_TTL)
+            warning = self._job(
+                tasks.warn,
+                (record.ref.uid, record.due),
+                warning_id_for(record.ref.uid, record.due),
+                JobStatus.SCHEDULED,
+                result_ttl=RESULT_TTL,
+            )
             self._book(warning, record.due - warn_before, pipeline)
 
     def rebook(self, records: Sequence[Pending], now: float) -> None:
@@ -235,8 +300,11 @@ class Store:
         just booked again, or a worker runs it: a running job re-reads the object and decides for
         itself, and deleting its hash under it would only lose its result."""
         previous, state = applied.previous_due, applied.previous_state
-        if previous is None or state in (None, JobStatus.STARTED.value) or \
-                (record is not None and previous == record.due):
+        if (
+            previous is None
+            or state in (None, JobStatus.STARTED.value)
+            or (record is not None and previous == record.due)
+        ):
             return
         uid, stage = split_member(applied.member)
         self.retire(applied.member, previous, job_id_for(uid, previous, stage), pipeline=pipeline)
@@ -247,12 +315,21 @@ class Store:
         """Delete an RQ job a reconcile replaced or dropped, unless the index names it again
         (RETIRE): where RQ keeps it is asked of RQ's own classes."""
         job = Job(job_id, connection=self.redis, serializer=JSONSerializer)
-        scripts.Retire(job_key=job.key, dependents=job.dependents_key, dependencies=job.dependencies_key,
-                       results=Result.get_key(job_id), queue_key=self.queue.key, registries=self._registries,
-                       member=member, due=due, job_id=job_id).queue(pipeline)
+        scripts.Retire(
+            job_key=job.key,
+            dependents=job.dependents_key,
+            dependencies=job.dependencies_key,
+            results=Result.get_key(job_id),
+            queue_key=self.queue.key,
+            registries=self._registries,
+            member=member,
+            due=due,
+            job_id=job_id,
+        ).queue(pipeline)
 
-    def _book(self, job: _BookedJob, at: float | None, pipe: Pipeline, notice: str | None = None,
-              now: float = 0.0) -> None:
+    def _book(
+        self, job: _BookedJob, at: float | None, pipe: Pipeline, notice: str | None = None, now: float = 0.0
+    ) -> None:
         """Queue `job` now (`at` None) or schedule it at `at`, over whatever an earlier run of
         the same id left (booked again at its due, or back at a due an earlier run had, say
         after a keep-until came and went): RQ's write would keep that hash's expiry and its
@@ -263,17 +340,40 @@ class Store:
             self.queue.enqueue_job(job, pipeline=pipe)
         else:
             self.queue.schedule_job(job, _utc(at), pipeline=pipe)
-        scripts.Booked(job_key=job.key, finished=self._ended[0], failed=self._ended[1], outbox=self.outbox,
-                       job_id=job.id, status=job.get_status(refresh=False).value, notice=notice, notice_at=now,
-                       omitted=job.omitted).queue(pipe)
+        scripts.Booked(
+            job_key=job.key,
+            finished=self._ended[0],
+            failed=self._ended[1],
+            outbox=self.outbox,
+            job_id=job.id,
+            status=job.get_status(refresh=False).value,
+            notice=notice,
+            notice_at=now,
+            omitted=job.omitted,
+        ).queue(pipe)
 
-    def _job(self, task: str, args: tuple, job_id: str, status: JobStatus, meta: dict | None = None,
-             result_ttl: int = RESULT_TTL) -> Job:
+    def _job(
+        self,
+        task: str,
+        args: tuple,
+        job_id: str,
+        status: JobStatus,
+        meta: dict | None = None,
+        result_ttl: int = RESULT_TTL,
+    ) -> Job:
         """An RQ job without a description: RQ would store the call string, and the record
         (meta) already says what it deletes. Jobs are a third of Redis's memory per deletion (`_BookedJob`)."""
-        job = self._booking.create_job(task, args=args, job_id=job_id, status=status,
-                                       timeout=self.schedule.job_timeout, retry=self.schedule.retry, meta=meta,
-                                       result_ttl=result_ttl, failure_ttl=FAILURE_TTL)
+        job = self._booking.create_job(
+            task,
+            args=args,
+            job_id=job_id,
+            status=status,
+            timeout=self.schedule.job_timeout,
+            retry=self.schedule.retry,
+            meta=meta,
+            result_ttl=result_ttl,
+            failure_ttl=FAILURE_TTL,
+        )
         job.description = None
         return job
 
@@ -285,8 +385,13 @@ def _unbooked(intent: Intent, kept: bool) -> dict[str, Any] | None:
         return {"event": "skipped", "reason": KEPT_BY_OPERATOR, "kind": ref.kind, "apiVersion": ref.api_version}
     if not intent.expiring and intent.stage == JOB_STAGE:
         # A pods stage that is not due says nothing on the job's card: the job's own decision does.
-        return {"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version, "reason": intent.reason,
-                **({"detail": intent.decision.reason} if intent.decision is not None else {})}
+        return {
+            "event": "skipped",
+            "kind": ref.kind,
+            "apiVersion": ref.api_version,
+            "reason": intent.reason,
+            **({"detail": intent.decision.reason} if intent.decision is not None else {}),
+        }
     return None
 
 
@@ -296,16 +401,16 @@ def _invalid(intent: Intent) -> str | None:
     decision = intent.decision
     if decision is None or not decision.event_warning or intent.stage != JOB_STAGE:
         return None
-    return InvalidNotice(intent.ref, decision.reason, decision.ttl_source, decision.event_warning,
-                         decision.verdict.value).entry
+    return InvalidNotice(
+        intent.ref, decision.reason, decision.ttl_source, decision.event_warning, decision.verdict.value
+    ).entry
 
 
 def _applied(intent: Intent, due: Due, reply: scripts.ReconcileReply) -> Applied:
     change = Change(reply.change)
     if change is Change.IGNORED and due.why == KEPT_BY_OPERATOR and reply.reason is None:
         change = Change.KEPT  # nothing was pending, and an operator keeps it
-    return Applied(change, intent.member, reply.due, reply.previous_due, reply.previous_state, reply.now,
-                   reply.reason)
+    return Applied(change, intent.member, reply.due, reply.previous_due, reply.previous_state, reply.now, reply.reason)
 
 
 def _record(intent: Intent, applied: Applied, now: float) -> Pending | None:
@@ -313,8 +418,18 @@ def _record(intent: Intent, applied: Applied, now: float) -> Pending | None:
     decision = intent.decision
     if decision is None or applied.due is None or applied.change is not Change.SCHEDULE:
         return None
-    return Pending(intent.ref, applied.due, intent.stage, decision.finished_at, decision.ttl, decision.ttl_source,
-                   decision.rules, decision.dry_run, scheduled_at=int(now), notify=intent.notify)
+    return Pending(
+        intent.ref,
+        applied.due,
+        intent.stage,
+        decision.finished_at,
+        decision.ttl,
+        decision.ttl_source,
+        decision.rules,
+        decision.dry_run,
+        scheduled_at=int(now),
+        notify=intent.notify,
+    )
 
 
 def _fields(intent: Intent) -> dict[str, Any]:

@@ -70,8 +70,12 @@ def connect(url: str, role: Role = CLI, ca_file: str | None = None, *, min_repli
 
 def client(url: str, role: Role, ca_file: str | None = None, *, min_replicas: int = 0) -> Redis:
     """The client for `role`, unchecked: for a second client to a Redis already checked (the sink's probe)."""
-    options = dict(socket_connect_timeout=role.connect_timeout, socket_timeout=role.socket_timeout,
-                   retry=Retry(ConstantBackoff(1), role.retries), health_check_interval=30)
+    options = dict(
+        socket_connect_timeout=role.connect_timeout,
+        socket_timeout=role.socket_timeout,
+        retry=Retry(ConstantBackoff(1), role.retries),
+        health_check_interval=30,
+    )
     scheme = urlparse(url).scheme
     if scheme.startswith("rediss") and ca_file:
         options.update(ssl_ca_certs=ca_file)
@@ -86,10 +90,14 @@ def client(url: str, role: Role, ca_file: str | None = None, *, min_replicas: in
 
 # --- Sentinel -----------------------------------------------------------------------------------
 
+
 def sentinel_options(address: SentinelAddress, role: Role, ca_file: str | None) -> dict:
     """How to talk to each Sentinel (a lookup is quick: the connect timeout bounds it all)."""
-    options = dict(socket_connect_timeout=role.connect_timeout, socket_timeout=role.connect_timeout,
-                   password=address.sentinel_password)
+    options = dict(
+        socket_connect_timeout=role.connect_timeout,
+        socket_timeout=role.connect_timeout,
+        password=address.sentinel_password,
+    )
     if address.tls:
         options.update(ssl=True, ssl_ca_certs=ca_file)
     return options
@@ -98,10 +106,15 @@ def sentinel_options(address: SentinelAddress, role: Role, ca_file: str | None) 
 def pool_options(address: SentinelAddress, role: Role, ca_file: str | None) -> dict:
     """ConnectionPool arguments: plain values only, so that a pool rebuilt from them (RQ's
     scheduler child does) reaches the same primary."""
-    return dict(connection_class=SentinelPrimarySSLConnection if address.tls else SentinelPrimaryConnection,
-                sentinels=address.sentinels, master_set=address.master_set,
-                sentinel_options=tuple(sentinel_options(address, role, ca_file).items()),
-                db=address.db, username=address.username, password=address.password)
+    return dict(
+        connection_class=SentinelPrimarySSLConnection if address.tls else SentinelPrimaryConnection,
+        sentinels=address.sentinels,
+        master_set=address.master_set,
+        sentinel_options=tuple(sentinel_options(address, role, ca_file).items()),
+        db=address.db,
+        username=address.username,
+        password=address.password,
+    )
 
 
 class _Primary:
@@ -187,8 +200,9 @@ class SentinelPrimaryConnection(Connection):
             # The server was the primary and has been demoted: nothing was written; the retry
             # reconnects to the primary the Sentinels name now.
             self.disconnect()
-            raise ConnectionError(f"{self.host}:{self.port} is no longer the primary of "
-                                  f"{self.primary.master_set!r}") from None
+            raise ConnectionError(
+                f"{self.host}:{self.port} is no longer the primary of {self.primary.master_set!r}"
+            ) from None
 
 
 class SentinelPrimarySSLConnection(SentinelPrimaryConnection, SSLConnection):
@@ -197,20 +211,78 @@ class SentinelPrimarySSLConnection(SentinelPrimaryConnection, SSLConnection):
 
 # --- durability: writes acknowledged by replicas -------------------------------------------------
 
+
 class NotReplicated(RedisError):
     """A write is on the primary but on fewer replicas than asked: answer 503, the sender retries."""
 
 
 # Commands that never write; after any other command (or a pipeline holding one) the client waits.
-READ_ONLY = frozenset({
-    "GET", "MGET", "STRLEN", "GETRANGE", "EXISTS", "TYPE", "TTL", "PTTL", "SCAN", "KEYS", "DBSIZE",
-    "HGET", "HMGET", "HGETALL", "HEXISTS", "HLEN", "HKEYS", "HVALS", "HSCAN",
-    "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE", "ZREVRANGEBYSCORE", "ZSCORE", "ZMSCORE", "ZCARD", "ZCOUNT", "ZRANK",
-    "ZREVRANK", "ZSCAN", "LRANGE", "LLEN", "LINDEX", "LPOS", "SMEMBERS", "SISMEMBER", "SMISMEMBER", "SCARD",
-    "SSCAN", "XRANGE", "XREVRANGE", "XLEN", "XINFO", "XREAD", "TIME", "PING", "ECHO", "INFO", "ROLE", "WAIT",
-    "SCRIPT LOAD", "SCRIPT EXISTS", "EVALSHA_RO", "EVAL_RO", "CLIENT SETINFO", "CLIENT SETNAME", "SELECT",
-    "AUTH", "HELLO", "WATCH", "UNWATCH", "COMMAND",
-})
+READ_ONLY = frozenset(
+    {
+        "GET",
+        "MGET",
+        "STRLEN",
+        "GETRANGE",
+        "EXISTS",
+        "TYPE",
+        "TTL",
+        "PTTL",
+        "SCAN",
+        "KEYS",
+        "DBSIZE",
+        "HGET",
+        "HMGET",
+        "HGETALL",
+        "HEXISTS",
+        "HLEN",
+        "HKEYS",
+        "HVALS",
+        "HSCAN",
+        "ZRANGE",
+        "ZRANGEBYSCORE",
+        "ZREVRANGE",
+        "ZREVRANGEBYSCORE",
+        "ZSCORE",
+        "ZMSCORE",
+        "ZCARD",
+        "ZCOUNT",
+        "ZRANK",
+        "ZREVRANK",
+        "ZSCAN",
+        "LRANGE",
+        "LLEN",
+        "LINDEX",
+        "LPOS",
+        "SMEMBERS",
+        "SISMEMBER",
+        "SMISMEMBER",
+        "SCARD",
+        "SSCAN",
+        "XRANGE",
+        "XREVRANGE",
+        "XLEN",
+        "XINFO",
+        "XREAD",
+        "TIME",
+        "PING",
+        "ECHO",
+        "INFO",
+        "ROLE",
+        "WAIT",
+        "SCRIPT LOAD",
+        "SCRIPT EXISTS",
+        "EVALSHA_RO",
+        "EVAL_RO",
+        "CLIENT SETINFO",
+        "CLIENT SETNAME",
+        "SELECT",
+        "AUTH",
+        "HELLO",
+        "WATCH",
+        "UNWATCH",
+        "COMMAND",
+    }
+)
 
 
 def _writes(command_names) -> bool:
@@ -222,8 +294,10 @@ def _await_replicas(connection: Connection, wanted: int) -> None:
     connection.send_command("WAIT", wanted, REPLICA_WAIT_MS)
     acknowledged = connection.read_response()
     if acknowledged < wanted:
-        raise NotReplicated(f"the write reached {acknowledged} of {wanted} Redis replicas within "
-                            f"{REPLICA_WAIT_MS} ms (JOBTTL_SINK_MIN_REPLICAS)")
+        raise NotReplicated(
+            f"the write reached {acknowledged} of {wanted} Redis replicas within "
+            f"{REPLICA_WAIT_MS} ms (JOBTTL_SINK_MIN_REPLICAS)"
+        )
 
 
 class ReplicatedRedis(Redis):
@@ -248,8 +322,9 @@ class ReplicatedRedis(Redis):
         return response
 
     def pipeline(self, transaction: bool = True, shard_hint=None) -> Pipeline:
-        return ReplicatedPipeline(self.connection_pool, self.response_callbacks, transaction, shard_hint,
-                                  min_replicas=self.min_replicas)
+        return ReplicatedPipeline(
+            self.connection_pool, self.response_callbacks, transaction, shard_hint, min_replicas=self.min_replicas
+        )
 
 
 class ReplicatedPipeline(Pipeline):
@@ -270,6 +345,7 @@ class ReplicatedPipeline(Pipeline):
 
 
 # --- checks at start ----------------------------------------------------------------------------
+
 
 def check(url: str, ca_file: str | None) -> None:
     """Raise ConfigError if this Redis can never be used with these settings; pass if merely unreachable.
@@ -294,8 +370,10 @@ def check(url: str, ca_file: str | None) -> None:
 def _refuse_if_permanent(exc: RedisError, url: str, ca_file: str | None) -> None:
     problem = _permanent(exc)
     if problem == "certificate":
-        raise ConfigError(f"JOBTTL_REDIS_URL ({redacted(url)}): the server's TLS certificate is not trusted "
-                          f"with JOBTTL_REDIS_CA_FILE={ca_file or '(unset: the system CAs)'}: {exc}") from None
+        raise ConfigError(
+            f"JOBTTL_REDIS_URL ({redacted(url)}): the server's TLS certificate is not trusted "
+            f"with JOBTTL_REDIS_CA_FILE={ca_file or '(unset: the system CAs)'}: {exc}"
+        ) from None
     if problem == "password":
         raise ConfigError(f"JOBTTL_REDIS_URL ({redacted(url)}): Redis refused the credentials: {exc}") from None
 
@@ -309,8 +387,17 @@ def _permanent(exc: BaseException) -> str | None:
     text = " ".join(str(e) for e in chain)
     if any(isinstance(e, ssl.SSLCertVerificationError) for e in chain) or "certificate verify failed" in text:
         return "certificate"
-    if any(marker in text for marker in ("WRONGPASS", "NOAUTH", "invalid password", "invalid username-password",
-                                         "Authentication required", "without any password configured")):
+    if any(
+        marker in text
+        for marker in (
+            "WRONGPASS",
+            "NOAUTH",
+            "invalid password",
+            "invalid username-password",
+            "Authentication required",
+            "without any password configured",
+        )
+    ):
         return "password"
     return None
 

@@ -54,6 +54,7 @@ from jobttl.core.runtime import logs
 from jobttl.core.store import keys, scripts, tasks
 from jobttl.core.domain.decisions.decision import INVALID_TTL_REASON, Decision, Verdict
 from jobttl.core.domain.wire.identity import JobRef
+
 # The members and what a reconcile did to them are the plan's (pure); named here too, where they live.
 from jobttl.core.domain.decisions.plan import JOB_STAGE, PODS_STAGE, Change, member_for, split_member  # noqa: F401
 from jobttl.core.store.scripts import CountDue, DryRunFile, DueCounts
@@ -121,8 +122,13 @@ class InvalidNotice:
         if not entry.startswith("{"):
             return None
         data = jsoncodec.loads(entry)
-        return cls(JobRef.from_dict(data["ref"]), data["invalid"], data.get("source"),
-                   data.get("reason", INVALID_TTL_REASON), data.get("verdict", Verdict.INVALID_TTL.value))
+        return cls(
+            JobRef.from_dict(data["ref"]),
+            data["invalid"],
+            data.get("source"),
+            data.get("reason", INVALID_TTL_REASON),
+            data.get("verdict", Verdict.INVALID_TTL.value),
+        )
 
 
 @dataclass(frozen=True)
@@ -141,7 +147,9 @@ class Pending:
     would_delete_at: int | None = None  # dry-run: when the worker found it would have deleted it
     state: str | None = None  # the RQ job's status; None when the RQ job is missing
     extra: dict[str, Any] = field(default_factory=dict)  # stage details (e.g. how many pods)
-    notify: bool = False  # booking only, not kept: post a DeletionScheduled Event (jobttl.core.services.scheduled_events)
+    notify: bool = (
+        False  # booking only, not kept: post a DeletionScheduled Event (jobttl.core.services.scheduled_events)
+    )
 
     @property
     def member(self) -> str:
@@ -154,38 +162,88 @@ class Pending:
     def meta(self) -> dict[str, Any]:
         """What the RQ job's meta holds: what neither the index (member, due) nor RQ (when the
         job was created: scheduledAt) already says, defaults left out."""
-        meta: dict[str, Any] = {"ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
-                                "finishedAt": self.finished_at, "ttl": self.ttl, "ttlSource": self.ttl_source}
-        optional = {"rules": list(self.rules), "dryRun": self.dry_run, "stage": self.stage if self.stage != JOB_STAGE
-                    else None, "wouldDeleteAt": self.would_delete_at}
+        meta: dict[str, Any] = {
+            "ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
+            "finishedAt": self.finished_at,
+            "ttl": self.ttl,
+            "ttlSource": self.ttl_source,
+        }
+        optional = {
+            "rules": list(self.rules),
+            "dryRun": self.dry_run,
+            "stage": self.stage if self.stage != JOB_STAGE else None,
+            "wouldDeleteAt": self.would_delete_at,
+        }
         meta.update({k: v for k, v in optional.items() if v})
         return {**meta, **self.extra} if self.extra else meta
 
     @classmethod
-    def from_meta(cls, member: str, due: int, meta: dict[str, Any], state: str | None,
-                  created_at: int | None = None) -> Pending:
+    def from_meta(
+        cls, member: str, due: int, meta: dict[str, Any], state: str | None, created_at: int | None = None
+    ) -> Pending:
         uid, stage = split_member(member)
         api_version, kind, namespace, name = meta["ref"]
-        known = {"ref", "finishedAt", "ttl", "ttlSource", "rules", "dryRun", "scheduledAt", "stage", "wouldDeleteAt",
-                 PERMANENT_FAILURE}
-        return cls(JobRef(api_version, kind, namespace, name, uid), due, stage, meta.get("finishedAt"),
-                   meta.get("ttl"), meta.get("ttlSource"), tuple(meta.get("rules") or ()), bool(meta.get("dryRun")),
-                   meta.get("scheduledAt", created_at), meta.get("wouldDeleteAt"), state,
-                   {k: v for k, v in meta.items() if k not in known})
+        known = {
+            "ref",
+            "finishedAt",
+            "ttl",
+            "ttlSource",
+            "rules",
+            "dryRun",
+            "scheduledAt",
+            "stage",
+            "wouldDeleteAt",
+            PERMANENT_FAILURE,
+        }
+        return cls(
+            JobRef(api_version, kind, namespace, name, uid),
+            due,
+            stage,
+            meta.get("finishedAt"),
+            meta.get("ttl"),
+            meta.get("ttlSource"),
+            tuple(meta.get("rules") or ()),
+            bool(meta.get("dryRun")),
+            meta.get("scheduledAt", created_at),
+            meta.get("wouldDeleteAt"),
+            state,
+            {k: v for k, v in meta.items() if k not in known},
+        )
 
     def as_decision(self) -> Decision:
         """The expiring decision this record stands for, its due time as the expiry: what an
         operator's postpone plans again, so the override alone decides the new time."""
-        return Decision(Verdict.EXPIRES, "as pending", finished_at=self.finished_at, ttl=self.ttl,
-                        ttl_source=self.ttl_source, expires_at=self.due, dry_run=self.dry_run, rules=self.rules)
+        return Decision(
+            Verdict.EXPIRES,
+            "as pending",
+            finished_at=self.finished_at,
+            ttl=self.ttl,
+            ttl_source=self.ttl_source,
+            expires_at=self.due,
+            dry_run=self.dry_run,
+            rules=self.rules,
+        )
 
     def as_dict(self, now: float) -> dict[str, Any]:
         """The one public shape of a pending deletion: `jobttl pending --json` and the read API."""
-        return shapes.with_times({
-            **self.ref.as_dict(), "stage": self.stage, "due": self.due, "dueIn": round(self.due - now, 1),
-            "jobId": self.job_id, "state": self.state, "finishedAt": self.finished_at, "ttl": self.ttl,
-            "ttlSource": self.ttl_source, "rules": list(self.rules), "dryRun": self.dry_run,
-            "scheduledAt": self.scheduled_at, "wouldDeleteAt": self.would_delete_at, **self.extra})
+        return shapes.with_times(
+            {
+                **self.ref.as_dict(),
+                "stage": self.stage,
+                "due": self.due,
+                "dueIn": round(self.due - now, 1),
+                "jobId": self.job_id,
+                "state": self.state,
+                "finishedAt": self.finished_at,
+                "ttl": self.ttl,
+                "ttlSource": self.ttl_source,
+                "rules": list(self.rules),
+                "dryRun": self.dry_run,
+                "scheduledAt": self.scheduled_at,
+                "wouldDeleteAt": self.would_delete_at,
+                **self.extra,
+            }
+        )
 
 
 @dataclass(frozen=True)
@@ -209,9 +267,16 @@ CONFIRM_RETRY_INTERVALS = (1, 2, 5, 10, 30)
 class Schedule:
     """Pending deletions, scheduled as delayed RQ jobs on one queue."""
 
-    def __init__(self, redis: Redis, queue_name: str, retry_intervals: list[int], job_timeout: int = 120,
-                 warn_before: int | None = None, task_names: tasks.Tasks | None = None,
-                 resync_min_interval: int = 300):
+    def __init__(
+        self,
+        redis: Redis,
+        queue_name: str,
+        retry_intervals: list[int],
+        job_timeout: int = 120,
+        warn_before: int | None = None,
+        task_names: tasks.Tasks | None = None,
+        resync_min_interval: int = 300,
+    ):
         # decode_responses must be off for RQ; we decode our own values.
         self.redis = redis
         # What the booked RQ jobs run: the worker's declared tasks (jobttl.core.store.tasks).
@@ -227,9 +292,15 @@ class Schedule:
     @classmethod
     def from_settings(cls, redis: Redis, settings: Settings, task_names: tasks.Tasks | None = None) -> Schedule:
         """The schedule every jobttl process uses: same queue, retries, timeouts and announcements."""
-        return cls(redis, settings.queue_name, settings.retry_intervals, job_timeout=settings.job_timeout,
-                   warn_before=settings.announce_before, task_names=task_names,
-                   resync_min_interval=settings.resync_min_interval)
+        return cls(
+            redis,
+            settings.queue_name,
+            settings.retry_intervals,
+            job_timeout=settings.job_timeout,
+            warn_before=settings.announce_before,
+            task_names=task_names,
+            resync_min_interval=settings.resync_min_interval,
+        )
 
     @property
     def job_key_prefix(self) -> str:
@@ -367,9 +438,15 @@ class Schedule:
         outcome, at = scripts.ResyncSlot(queue=self.queue.name, min_interval=interval).run(self.redis)
         booked = self.request_resync(at=None if outcome == "now" else at)
         if outcome != "now":
-            logs.record(log, f"resync-{outcome}", why=why, at=at, minInterval=interval,
-                        detail=f"a resync ran or is booked less than {interval} s before; "
-                               f"this request is served by the one at {_utc(at).isoformat()}")
+            logs.record(
+                log,
+                f"resync-{outcome}",
+                why=why,
+                at=at,
+                minInterval=interval,
+                detail=f"a resync ran or is booked less than {interval} s before; "
+                f"this request is served by the one at {_utc(at).isoformat()}",
+            )
         return ResyncAsked(outcome, at, booked)
 
     def request_resync(self, at: float | None = None) -> bool:
@@ -396,8 +473,14 @@ class Schedule:
         job_id = f"resync-confirm-{held[:32]}-{int(time.time() * 1000)}"
         # Retried while another resync holds the lock (the task raises then), never lost to it: for
         # an hour (a resync of a large cluster takes minutes).
-        self.queue.enqueue(self.tasks.resync, kwargs={"confirm": held}, job_id=job_id, job_timeout=3600,
-                           result_ttl=86400, retry=Retry(max=CONFIRM_RETRIES, interval=list(CONFIRM_RETRY_INTERVALS)))
+        self.queue.enqueue(
+            self.tasks.resync,
+            kwargs={"confirm": held},
+            job_id=job_id,
+            job_timeout=3600,
+            result_ttl=86400,
+            retry=Retry(max=CONFIRM_RETRIES, interval=list(CONFIRM_RETRY_INTERVALS)),
+        )
         return job_id
 
     def mark_would_delete(self, job: Job, at: int) -> None:
@@ -430,22 +513,28 @@ def file_dry_run(redis: Redis, batch: int = 1000) -> int:
         dry-run sets', the namespace index's. ZSCAN: members moved or added meanwhile are filed by
         the scripts that write them; one in several is filed several times, alike."""
         for key in (keys.PENDING_INDEX, *map(keys.dry_run, kinds), *namespace_sets):
-            seen_in = key[len(keys.NAMESPACE_PREFIX):] if key in namespace_sets else None
+            seen_in = key[len(keys.NAMESPACE_PREFIX) :] if key in namespace_sets else None
             for member, _ in redis.zscan_iter(key, count=batch):
                 yield member.decode(), key == keys.PENDING_INDEX, seen_in
         for member, _ in redis.hscan_iter(keys.NAMESPACES, count=batch):
             yield member.decode(), False, None
+
     scanned = members()
     while page := list(itertools.islice(scanned, batch)):
         with redis.pipeline(transaction=False) as pipe:
             for member, _, seen_in in page:
                 uid, stage = split_member(member)
-                DryRunFile(member=member, job_prefix=f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-",
-                           seen_in=seen_in).queue(pipe)
+                DryRunFile(
+                    member=member,
+                    job_prefix=f"{Job.redis_job_namespace_prefix}{job_id_prefix(stage)}{uid}-",
+                    seen_in=seen_in,
+                ).queue(pipe)
             filed += sum(dry for (_, indexed, _), dry in zip(page, scripts.execute(pipe)) if indexed)
     legacy = [k.decode() for k in redis.smembers(keys.LEGACY_DRY_RUN)]
-    redis.delete(keys.LEGACY_DRY_RUN, *(f"{keys.LEGACY_DRY_RUN}:{kind}" for kind in legacy
-                                        if f"{keys.LEGACY_DRY_RUN}:{kind}" != keys.DRY_RUN))
+    redis.delete(
+        keys.LEGACY_DRY_RUN,
+        *(f"{keys.LEGACY_DRY_RUN}:{kind}" for kind in legacy if f"{keys.LEGACY_DRY_RUN}:{kind}" != keys.DRY_RUN),
+    )
     return filed
 
 

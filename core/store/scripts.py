@@ -51,8 +51,29 @@ from jobttl.core.domain.wire.identity import JobRef
 log = logging.getLogger("jobttl.scripts")
 
 LUA = Path(__file__).resolve().with_name("lua")
-_LUA_WORDS = {"and", "break", "do", "else", "elseif", "end", "false", "for", "function", "if", "in", "local", "nil",
-              "not", "or", "repeat", "return", "then", "true", "until", "while"}
+_LUA_WORDS = {
+    "and",
+    "break",
+    "do",
+    "else",
+    "elseif",
+    "end",
+    "false",
+    "for",
+    "function",
+    "if",
+    "in",
+    "local",
+    "nil",
+    "not",
+    "or",
+    "repeat",
+    "return",
+    "then",
+    "true",
+    "until",
+    "while",
+}
 
 ALL: list[type[Script]] = []  # every script loaded when a process starts, in that order
 WRAPPERS: list[type[Script]] = []  # every script, loaded at start or not
@@ -77,7 +98,7 @@ def _prelude_names(prelude: str) -> set[str]:
         if words[:2] == ["local", "function"]:
             names.add(words[2].split("(")[0])
         elif words[:1] == ["local"]:
-            names.update(w.strip(",") for w in words[1:words.index("=")] if "=" in words)
+            names.update(w.strip(",") for w in words[1 : words.index("=")] if "=" in words)
     return names
 
 
@@ -96,8 +117,11 @@ def _lua_read(name: str, index: int, hint: Any, is_rest: bool) -> str:
     if base in (int, float):
         return f"local {name} = tonumber(ARGV[{index}])"  # "" (None) is nil
     if base is str:
-        return f"local {name} = ARGV[{index}] ~= '' and ARGV[{index}] or nil" if optional else \
-            f"local {name} = ARGV[{index}]"
+        return (
+            f"local {name} = ARGV[{index}] ~= '' and ARGV[{index}] or nil"
+            if optional
+            else f"local {name} = ARGV[{index}]"
+        )
     raise TypeError(f"{name}: a script argument is a str, int, float or bool (or None), not {hint}")
 
 
@@ -109,6 +133,7 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
     `preload`: loaded with the others when a process starts, and after any NOSCRIPT (`load`,
     `execute`), as every script that may run in a MULTI must be. A script that only ever runs
     on its own is loaded when Redis first says it does not know it."""
+
     def wrap(cls: type[S]) -> type[S]:
         cls = dataclasses.dataclass(kw_only=True, slots=True)(cls)
         hints = get_type_hints(cls)
@@ -124,6 +149,7 @@ def script(file: str, *, prelude: bool = False, preload: bool = True) -> Callabl
             ALL.append(cls)
         _BY_SHA[cls.sha] = cls
         return cls
+
     return wrap
 
 
@@ -142,8 +168,9 @@ def _sent_fields(cls: type[Script], prelude: bool) -> list[dataclasses.Field[Any
     return sent
 
 
-def _named_source(cls: type[Script], file: str, hints: dict[str, Any], sent: list[dataclasses.Field[Any]],
-                  prelude: bool) -> str:
+def _named_source(
+    cls: type[Script], file: str, hints: dict[str, Any], sent: list[dataclasses.Field[Any]], prelude: bool
+) -> str:
     """The script as Redis runs it: a header naming its KEYS and ARGV as locals, the prelude if
     asked for, then the file."""
     header = [f"-- {file}, as jobttl.core.store.scripts.{cls.__name__} calls it: its KEYS and ARGV, named"]
@@ -241,6 +268,7 @@ def _number(value: bytes | str | None) -> int | None:
 
 # --- the schedule's write protocol (jobttl.core.store.protocol) --------------------------------------------
 
+
 class ReconcileReply(NamedTuple):
     change: str  # a jobttl.core.domain.decisions.plan.Change value, or "override" (then nothing was written)
     due: int | None  # the due time now pending, or to book
@@ -255,11 +283,18 @@ class ReconcileReply(NamedTuple):
 class Reconcile(Script):
     """Compare one member's decision with what is pending; write what needs no RQ job."""
 
-    KEYS = {"index": keys.PENDING_INDEX, "override": lambda s: keys.override(s.ref.uid),
-            "audit_stream": keys.AUDIT_STREAM, "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
-            "held": keys.HELD, "recent": keys.RECENT_DUE,
-            "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
-            "outbox": lambda s: s.outbox, "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
+    KEYS = {
+        "index": keys.PENDING_INDEX,
+        "override": lambda s: keys.override(s.ref.uid),
+        "audit_stream": keys.AUDIT_STREAM,
+        "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
+        "held": keys.HELD,
+        "recent": keys.RECENT_DUE,
+        "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
+        "outbox": lambda s: s.outbox,
+        "dry_kinds": keys.DRY_RUN,
+        "namespaces": keys.NAMESPACES,
+    }
     ref: JobRef = unsent()
     outbox: str = unsent()  # the notices outbox of the queue (keys.notices)
     member: str
@@ -287,8 +322,15 @@ class Reconcile(Script):
     @classmethod
     def parse(cls, reply: list[bytes]) -> ReconcileReply:
         change, due, previous, state, now, reason, *said = (_text(part) for part in reply)
-        return ReconcileReply(change, _number(due), _number(previous), state or None, float(now), reason or None,
-                              (said[0], said[1]) if said else None)
+        return ReconcileReply(
+            change,
+            _number(due),
+            _number(previous),
+            state or None,
+            float(now),
+            reason or None,
+            (said[0], said[1]) if said else None,
+        )
 
 
 class CommitReply(NamedTuple):
@@ -301,9 +343,14 @@ class CommitReply(NamedTuple):
 class Commit(Script):
     """Record a booking, in the MULTI that writes its RQ job."""
 
-    KEYS = {"index": keys.PENDING_INDEX, "audit_stream": keys.AUDIT_STREAM,
-            "card": lambda s: keys.card(s.ref.namespace, s.ref.name), "override": lambda s: keys.override(s.ref.uid),
-            "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
+    KEYS = {
+        "index": keys.PENDING_INDEX,
+        "audit_stream": keys.AUDIT_STREAM,
+        "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
+        "override": lambda s: keys.override(s.ref.uid),
+        "dry_kinds": keys.DRY_RUN,
+        "namespaces": keys.NAMESPACES,
+    }
     ref: JobRef = unsent()
     member: str
     uid: str
@@ -325,10 +372,18 @@ class Commit(Script):
 class Retire(Script):
     """Take out an RQ job a reconcile replaced, unless the index names it again or it runs."""
 
-    KEYS = {"index": keys.PENDING_INDEX, "job": lambda s: s.job_key, "dependents": lambda s: s.dependents,
-            "dependencies": lambda s: s.dependencies, "results": lambda s: s.results, "queue": lambda s: s.queue_key,
-            "scheduled": lambda s: s.registries[0], "finished": lambda s: s.registries[1],
-            "failed": lambda s: s.registries[2], "deferred": lambda s: s.registries[3]}
+    KEYS = {
+        "index": keys.PENDING_INDEX,
+        "job": lambda s: s.job_key,
+        "dependents": lambda s: s.dependents,
+        "dependencies": lambda s: s.dependencies,
+        "results": lambda s: s.results,
+        "queue": lambda s: s.queue_key,
+        "scheduled": lambda s: s.registries[0],
+        "finished": lambda s: s.registries[1],
+        "failed": lambda s: s.registries[2],
+        "deferred": lambda s: s.registries[3],
+    }
     job_key: str = unsent()
     dependents: str = unsent()
     dependencies: str = unsent()
@@ -348,8 +403,12 @@ class Retire(Script):
 class Booked(Script):
     """Tidy an RQ job just written over an earlier run's; post its notice."""
 
-    KEYS = {"job": lambda s: s.job_key, "finished": lambda s: s.finished, "failed": lambda s: s.failed,
-            "outbox": lambda s: s.outbox}
+    KEYS = {
+        "job": lambda s: s.job_key,
+        "finished": lambda s: s.finished,
+        "failed": lambda s: s.failed,
+        "outbox": lambda s: s.outbox,
+    }
     job_key: str = unsent()
     finished: str = unsent()  # RQ's registries of the queue
     failed: str = unsent()
@@ -362,6 +421,7 @@ class Booked(Script):
 
 
 # --- the worker's deletion (jobttl.core.services.deletion, .follow) ----------------------------------------
+
 
 class BeginReply(NamedTuple):
     pending_due: int | None  # what the index holds for the member
@@ -376,8 +436,12 @@ class BeginReply(NamedTuple):
 class Begin(Script):
     """Is the deletion still pending, what did operators say, is another run at work?"""
 
-    KEYS = {"index": keys.PENDING_INDEX, "override": lambda s: keys.override(s.uid),
-            "claim": lambda s: keys.claim(s.member), "intent": lambda s: keys.intent(s.member)}
+    KEYS = {
+        "index": keys.PENDING_INDEX,
+        "override": lambda s: keys.override(s.uid),
+        "claim": lambda s: keys.claim(s.member),
+        "intent": lambda s: keys.intent(s.member),
+    }
     uid: str = unsent()
     member: str
     step: str  # "start" (the claim is taken) or "delete" (the intent is written)
@@ -388,20 +452,28 @@ class Begin(Script):
     @classmethod
     def parse(cls, reply: list[bytes]) -> BeginReply:
         due, seconds, micros, keep, until, intent, busy = reply
-        return BeginReply(_number(due), int(seconds), int(micros), Override.read(keep, until), intent or b"",
-                          busy == b"busy")
+        return BeginReply(
+            _number(due), int(seconds), int(micros), Override.read(keep, until), intent or b"", busy == b"busy"
+        )
 
 
 @script("finish.lua", prelude=True)
 class Finish(Script):
     """Record a deletion's outcome; the claim and the intent end with it. Returns the entry's id."""
 
-    KEYS = {"index": keys.PENDING_INDEX, "audit_stream": keys.AUDIT_STREAM,
-            "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
-            "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
-            "terminating": keys.TERMINATING, "terminating_info": keys.TERMINATING_INFO,
-            "claim": lambda s: keys.claim(s.member), "intent": lambda s: keys.intent(s.member),
-            "override": lambda s: keys.override(s.ref.uid), "dry_kinds": keys.DRY_RUN, "namespaces": keys.NAMESPACES}
+    KEYS = {
+        "index": keys.PENDING_INDEX,
+        "audit_stream": keys.AUDIT_STREAM,
+        "card": lambda s: keys.card(s.ref.namespace, s.ref.name),
+        "tombstone": lambda s: keys.tombstone(s.ref.namespace, s.ref.name, s.ref.uid),
+        "terminating": keys.TERMINATING,
+        "terminating_info": keys.TERMINATING_INFO,
+        "claim": lambda s: keys.claim(s.member),
+        "intent": lambda s: keys.intent(s.member),
+        "override": lambda s: keys.override(s.ref.uid),
+        "dry_kinds": keys.DRY_RUN,
+        "namespaces": keys.NAMESPACES,
+    }
     ref: JobRef = unsent()
     member: str
     uid: str
@@ -423,13 +495,42 @@ class Finish(Script):
         return _text(reply)
 
     @classmethod
-    def of(cls, ref: JobRef, member: str, due: int, entry: Mapping[str, str], *, forget: bool, max_entries: int,
-           card_ttl: int, tombstone: str | None = None, tombstone_ttl: int = 0, follow: float | None = None,
-           info: str | None = None, done: str | None = None, override_ttl: int = 0, stages_too: bool = True) -> Finish:
+    def of(
+        cls,
+        ref: JobRef,
+        member: str,
+        due: int,
+        entry: Mapping[str, str],
+        *,
+        forget: bool,
+        max_entries: int,
+        card_ttl: int,
+        tombstone: str | None = None,
+        tombstone_ttl: int = 0,
+        follow: float | None = None,
+        info: str | None = None,
+        done: str | None = None,
+        override_ttl: int = 0,
+        stages_too: bool = True,
+    ) -> Finish:
         """FINISH for a deletion of `ref` (the call the worker's steps make)."""
-        return cls(ref=ref, member=member, uid=ref.uid, due=due, forget=forget, stages_too=stages_too,
-                   audit_max=max_entries, card_ttl=card_ttl, tombstone_entry=tombstone, tombstone_ttl=tombstone_ttl,
-                   follow_at=follow, follow_info=info, done=done, override_ttl=override_ttl, entry=entry)
+        return cls(
+            ref=ref,
+            member=member,
+            uid=ref.uid,
+            due=due,
+            forget=forget,
+            stages_too=stages_too,
+            audit_max=max_entries,
+            card_ttl=card_ttl,
+            tombstone_entry=tombstone,
+            tombstone_ttl=tombstone_ttl,
+            follow_at=follow,
+            follow_info=info,
+            done=done,
+            override_ttl=override_ttl,
+            entry=entry,
+        )
 
 
 @script("release.lua")
@@ -444,12 +545,15 @@ class Release(Script):
 
 # --- records -------------------------------------------------------------------------------------
 
+
 @script("record.lua", prelude=True)
 class Record(Script):
     """One audit entry from Python, and the job's history card. Returns the entry's id."""
 
-    KEYS = {"audit_stream": keys.AUDIT_STREAM,
-            "card": lambda s: keys.card(s.ref.namespace, s.ref.name) if s.ref else ""}
+    KEYS = {
+        "audit_stream": keys.AUDIT_STREAM,
+        "card": lambda s: keys.card(s.ref.namespace, s.ref.name) if s.ref else "",
+    }
     ref: JobRef | None = unsent()  # None: the entry is about no job
     audit_max: int
     card_ttl: int
@@ -483,8 +587,9 @@ class KeepLastFile(Script):
     @classmethod
     def parse(cls, reply: list) -> KeepLastFileReply:
         rank, beyond_at, *rest_ = reply
-        pushed = tuple((_text(rest_[i]), rest_[i + 1], int(rest_[i + 2]), int(rest_[i + 3]))
-                       for i in range(0, len(rest_), 4))
+        pushed = tuple(
+            (_text(rest_[i]), rest_[i + 1], int(rest_[i + 2]), int(rest_[i + 3])) for i in range(0, len(rest_), 4)
+        )
         return KeepLastFileReply(None if int(rank) < 0 else int(rank), _number(beyond_at), pushed)
 
 
@@ -513,9 +618,13 @@ class DueCounts:
     @classmethod
     def parse(cls, reply: list[Any], times: int) -> DueCounts:
         kinds = reply[times:]
-        return cls(tuple(int(n) for n in reply[:times]),
-                   {_text(kinds[i]): tuple(int(n) for n in kinds[i + 1:i + 1 + times])
-                    for i in range(0, len(kinds), times + 1)})
+        return cls(
+            tuple(int(n) for n in reply[:times]),
+            {
+                _text(kinds[i]): tuple(int(n) for n in kinds[i + 1 : i + 1 + times])
+                for i in range(0, len(kinds), times + 1)
+            },
+        )
 
     def dry_run_total(self, time_index: int = 0) -> int:
         return sum(counts[time_index] for counts in self.dry_run.values())
@@ -537,6 +646,7 @@ class CountDue(Script):
 
 
 # --- scripts that run on their own ------------------------------------------------------------------
+
 
 @script("rate_reserve.lua", preload=False)
 class ReserveSlot(Script):
@@ -586,6 +696,7 @@ class ResyncSlot(Script):
 
 # --- sending them ------------------------------------------------------------------------------------
 
+
 def execute(pipe: Pipeline) -> list[Any]:
     """Execute a pipeline holding scripts: one round trip, and one more only when Redis has lost
     a script (then every script is loaded, and the commands that did not run run again, in
@@ -605,8 +716,9 @@ def execute(pipe: Pipeline) -> list[Any]:
     stack = list(pipe.command_stack)
     transaction = pipe.transaction or pipe.explicit_transaction
     replies = pipe.execute(raise_on_error=False)
-    missing = [i for i, reply in enumerate(replies)
-               if isinstance(reply, NoScriptError) and _script_of(stack[i]) is not None]
+    missing = [
+        i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError) and _script_of(stack[i]) is not None
+    ]
     if missing:
         if transaction and not pipe.transaction:
             pipe.multi()
@@ -615,10 +727,10 @@ def execute(pipe: Pipeline) -> list[Any]:
             args, options = stack[i]
             pipe.execute_command(*args, **options)
         again = pipe.execute(raise_on_error=False)
-        for reply in again[:len(ALL)]:
+        for reply in again[: len(ALL)]:
             if isinstance(reply, Exception):
                 raise reply  # a user that may not load scripts: say so, not NOSCRIPT
-        for i, reply in zip(missing, again[len(ALL):]):
+        for i, reply in zip(missing, again[len(ALL) :]):
             replies[i] = reply
     for i, reply in enumerate(replies):
         if isinstance(reply, Exception):

@@ -58,15 +58,17 @@ class Tasks:
             if ep.group != GROUP or ep.dist is None or _normalized(ep.dist.name) != DISTRIBUTION:
                 continue
             if ep.name in named and named[ep.name].value != ep.value:
-                raise TasksNotDeclared(f"the {GROUP} entry point {ep.name} is declared twice: "
-                                       f"{named[ep.name].value!r} and {ep.value!r}")
+                raise TasksNotDeclared(
+                    f"the {GROUP} entry point {ep.name} is declared twice: {named[ep.name].value!r} and {ep.value!r}"
+                )
             named[ep.name] = ep
         missing = [f.name for f in fields(cls) if f.name not in named]
         if missing:
             raise TasksNotDeclared(
                 f"no {GROUP} entry point for {', '.join(missing)}: the worker declares its tasks in jobttl's "
                 "package metadata (pyproject.toml); install jobttl (pip install .) rather than run it from a copy "
-                "of the source")
+                "of the source"
+            )
         return cls(**{f.name: _import_path(named[f.name]) for f in fields(cls)})
 
     def role_of(self, name: str | None) -> str | None:
@@ -93,6 +95,8 @@ def _normalized(name: str) -> str:
 def _import_path(entry_point: importlib.metadata.EntryPoint) -> str:
     """RQ's form of an entry point's "module:attr": "module.attr" (RQ imports the module, then the attribute)."""
     if not entry_point.attr or entry_point.extras:
-        raise TasksNotDeclared(f"the {GROUP} entry point {entry_point.name} = {entry_point.value!r} does not name "
-                               "a function (module:function)")
+        raise TasksNotDeclared(
+            f"the {GROUP} entry point {entry_point.name} = {entry_point.value!r} does not name "
+            "a function (module:function)"
+        )
     return f"{entry_point.module}.{entry_point.attr}"

@@ -73,16 +73,26 @@ def ensure(redis: Redis, card_ttl: int = 7 * 86400, mark: bool = True) -> bool:
             return False  # another process did it while we waited
         counts = {}
         if not layout:
-            counts = {"records": _records(redis, card_ttl), "held": _held(redis),
-                      "tombstones": _tombstones(redis, card_ttl), "audit": _audit(redis, card_ttl)}
+            counts = {
+                "records": _records(redis, card_ttl),
+                "held": _held(redis),
+                "tombstones": _tombstones(redis, card_ttl),
+                "audit": _audit(redis, card_ttl),
+            }
             redis.set(keys.SCHEMA, SCHEMA_VERSION)
         # After the 0.1 records are in their RQ jobs' meta: the dry-run records are filed from it
         # (and the bare-Kind sets of an earlier 0.2 dropped).
         counts["dryRunRecords"] = file_dry_run(redis)
         redis.set(keys.DRY_RUN_INDEXED, keys.DRY_RUN_LAYOUT)
     if any(counts.values()):
-        logs.record(log, "upgraded", level=logging.WARNING, fromVersion=SCHEMA_VERSION if layout else "0.1",
-                    toVersion=SCHEMA_VERSION, **counts)
+        logs.record(
+            log,
+            "upgraded",
+            level=logging.WARNING,
+            fromVersion=SCHEMA_VERSION if layout else "0.1",
+            toVersion=SCHEMA_VERSION,
+            **counts,
+        )
     return any(counts.values())
 
 
@@ -93,10 +103,17 @@ def _current(redis: Redis) -> tuple[bool, bool]:
 
 
 def _legacy_record(data: dict[str, str]) -> Pending:
-    return Pending(JobRef.from_dict(data), int(data["due"]), finished_at=_int(data.get("finishedAt")),
-                   ttl=_int(data.get("ttl")), ttl_source=data.get("ttlSource"),
-                   rules=tuple(r for r in data.get("rules", "").split(",") if r), dry_run=data.get("dryRun") == "true",
-                   scheduled_at=_int(data.get("scheduledAt")), would_delete_at=_int(data.get("wouldDeleteAt")))
+    return Pending(
+        JobRef.from_dict(data),
+        int(data["due"]),
+        finished_at=_int(data.get("finishedAt")),
+        ttl=_int(data.get("ttl")),
+        ttl_source=data.get("ttlSource"),
+        rules=tuple(r for r in data.get("rules", "").split(",") if r),
+        dry_run=data.get("dryRun") == "true",
+        scheduled_at=_int(data.get("scheduledAt")),
+        would_delete_at=_int(data.get("wouldDeleteAt")),
+    )
 
 
 def _records(redis: Redis, card_ttl: int) -> int:
@@ -106,8 +123,13 @@ def _records(redis: Redis, card_ttl: int) -> int:
         try:
             record = _legacy_record(data)
         except (KeyError, ValueError):
-            logs.record(log, "upgrade-skipped", level=logging.WARNING, key=key.decode(),
-                        detail="not a jobttl 0.1 pending record; left as it is")
+            logs.record(
+                log,
+                "upgrade-skipped",
+                level=logging.WARNING,
+                key=key.decode(),
+                detail="not a jobttl 0.1 pending record; left as it is",
+            )
             continue
         try:
             job = Job.fetch(data["jobId"], connection=redis, serializer=JSONSerializer)
@@ -119,8 +141,11 @@ def _records(redis: Redis, card_ttl: int) -> int:
         card = keys.card(ref.namespace, ref.name)
         with redis.pipeline() as pipe:
             if not redis.hexists(card, ref.uid):  # the audit trail's own entries are filed below
-                pipe.hset(card, ref.uid, jsoncodec.dumps_str({"event": "scheduled", "due": str(record.due),
-                                                             "kind": ref.kind, "log": []}))
+                pipe.hset(
+                    card,
+                    ref.uid,
+                    jsoncodec.dumps_str({"event": "scheduled", "due": str(record.due), "kind": ref.kind, "log": []}),
+                )
                 pipe.expire(card, card_ttl)
             pipe.delete(key, f"{LEGACY_NAMES_PREFIX}{ref.api_version}:{ref.kind}:{ref.namespace}:{ref.name}")
             pipe.execute()
@@ -134,10 +159,17 @@ def _held(redis: Redis) -> int:
         data = jsoncodec.loads(raw)
         if "decision" in data:
             continue  # already 0.2's shape
-        decision = Decision(Verdict.EXPIRES, "held by 0.1", finished_at=data.get("finishedAt"),
-                            outcome=data.get("outcome"), ttl=data.get("ttl"), ttl_source=data.get("ttlSource"),
-                            expires_at=data.get("expiresAt"), dry_run=bool(data.get("dryRun")),
-                            rules=tuple(data.get("rules") or ()))
+        decision = Decision(
+            Verdict.EXPIRES,
+            "held by 0.1",
+            finished_at=data.get("finishedAt"),
+            outcome=data.get("outcome"),
+            ttl=data.get("ttl"),
+            ttl_source=data.get("ttlSource"),
+            expires_at=data.get("expiresAt"),
+            dry_run=bool(data.get("dryRun")),
+            rules=tuple(data.get("rules") or ()),
+        )
         held = HeldDeletion(member.decode(), JobRef.from_dict(data["ref"]), decision, "resync")
         redis.hset(keys.HELD, held.member, held.as_json())
         converted += 1
@@ -148,7 +180,7 @@ def _held(redis: Redis) -> int:
 def _tombstones(redis: Redis, card_ttl: int) -> int:
     filed = 0
     for key in redis.scan_iter(f"{keys.TOMBSTONE_PREFIX}*", count=1000):
-        namespace, name, uid = key.decode()[len(keys.TOMBSTONE_PREFIX):].split(":")
+        namespace, name, uid = key.decode()[len(keys.TOMBSTONE_PREFIX) :].split(":")
         card = keys.card(namespace, name)
         if redis.hsetnx(card, uid, jsoncodec.dumps_str({"event": "deleted", "log": []})):
             redis.expire(card, card_ttl)

@@ -13,6 +13,18 @@ from .resources import CONFIG_MAP, DEFAULT_RESOURCES, EVENT, JOB, NAMESPACE, POD
 from .server import EmulatorServer, create_app, run, seed_object
 
 __all__ = [
-    "CONFIG_MAP", "DEFAULT_RESOURCES", "EVENT", "JOB", "NAMESPACE", "POD", "TFJOB", "WELL_KNOWN",
-    "EmulatorServer", "Resource", "create_app", "load_crds", "run", "seed_object",
+    "CONFIG_MAP",
+    "DEFAULT_RESOURCES",
+    "EVENT",
+    "JOB",
+    "NAMESPACE",
+    "POD",
+    "TFJOB",
+    "WELL_KNOWN",
+    "EmulatorServer",
+    "Resource",
+    "create_app",
+    "load_crds",
+    "run",
+    "seed_object",
 ]

@@ -124,7 +124,9 @@ def _merge(target: dict, applied: dict) -> None:
 _MISSING = object()
 
 
-def apply(current: dict, applied: dict, manager: str, force: bool, api_version: str, now: str, skip_status: bool) -> dict:
+def apply(
+    current: dict, applied: dict, manager: str, force: bool, api_version: str, now: str, skip_status: bool
+) -> dict:
     """The object after ``manager`` applies ``applied`` to ``current`` (``{}`` when creating)."""
     managed = [dict(e) for e in current.get("metadata", {}).get("managedFields") or [] if isinstance(e, dict)]
     mine = next((e for e in managed if e.get("manager") == manager and e.get("operation") == "Apply"), None)
@@ -133,7 +135,8 @@ def apply(current: dict, applied: dict, manager: str, force: bool, api_version: 
     others = {id(e): decode_fields(e.get("fieldsV1")) for e in managed if e is not mine}
     conflicts = [
         (e.get("manager", ""), path)
-        for e in managed if e is not mine
+        for e in managed
+        if e is not mine
         for path in sorted(wanted & others[id(e)])
         if _get(current, path) != _get(applied, path)
     ]
@@ -151,9 +154,15 @@ def apply(current: dict, applied: dict, manager: str, force: bool, api_version: 
         remaining = others[id(entry)] - (wanted if force else set())
         if remaining:
             entries.append({**entry, "fieldsV1": encode_fields(remaining)} if force else entry)
-    entries.append({
-        "manager": manager, "operation": "Apply", "apiVersion": api_version, "time": now,
-        "fieldsType": "FieldsV1", "fieldsV1": encode_fields(wanted),
-    })
+    entries.append(
+        {
+            "manager": manager,
+            "operation": "Apply",
+            "apiVersion": api_version,
+            "time": now,
+            "fieldsType": "FieldsV1",
+            "fieldsV1": encode_fields(wanted),
+        }
+    )
     result.setdefault("metadata", {})["managedFields"] = entries
     return result

@@ -41,14 +41,16 @@ class Identities:
     def check(spec: Any) -> tuple[dict, list] | str:
         """The configuration ``PUT /_emulator/identities`` takes, or what is wrong with it."""
         if not isinstance(spec, dict):
-            return "expected {\"tokens\": {TOKEN: {\"username\": ..., \"groups\": [...]}}, \"grants\": [...]}"
+            return 'expected {"tokens": {TOKEN: {"username": ..., "groups": [...]}}, "grants": [...]}'
         tokens, grants = spec.get("tokens") or {}, spec.get("grants") or []
-        if not isinstance(tokens, dict) or not all(isinstance(u, dict) and isinstance(u.get("username"), str)
-                                                   for u in tokens.values()):
-            return "tokens: expected an object of token to {\"username\": STRING, \"groups\": [...], \"uid\": ...}"
-        if not isinstance(grants, list) or not all(isinstance(g, dict) and isinstance(g.get("rules"), list)
-                                                   for g in grants):
-            return "grants: expected a list of {\"users\": [...], \"groups\": [...], \"rules\": [PolicyRule...]}"
+        if not isinstance(tokens, dict) or not all(
+            isinstance(u, dict) and isinstance(u.get("username"), str) for u in tokens.values()
+        ):
+            return 'tokens: expected an object of token to {"username": STRING, "groups": [...], "uid": ...}'
+        if not isinstance(grants, list) or not all(
+            isinstance(g, dict) and isinstance(g.get("rules"), list) for g in grants
+        ):
+            return 'grants: expected a list of {"users": [...], "groups": [...], "rules": [PolicyRule...]}'
         return tokens, grants
 
     def token_review(self, body: Any) -> dict:
@@ -57,12 +59,19 @@ class Identities:
         spec = body.get("spec") or {}
         token = spec.get("token")
         if not isinstance(token, str) or not token:
-            raise invalid("TokenReview", "authentication.k8s.io", "", [FieldError(
-                "Required", "spec.token", "Required value", "null")])
+            raise invalid(
+                "TokenReview",
+                "authentication.k8s.io",
+                "",
+                [FieldError("Required", "spec.token", "Required value", "null")],
+            )
         user = self.tokens.get(token)
         if user is None:
-            status: dict[str, Any] = {"authenticated": False, "user": {},
-                                      "error": "[invalid bearer token, token lookup failed]"}
+            status: dict[str, Any] = {
+                "authenticated": False,
+                "user": {},
+                "error": "[invalid bearer token, token lookup failed]",
+            }
         else:
             groups = list(user.get("groups") or [])
             if AUTHENTICATED not in groups:
@@ -73,8 +82,13 @@ class Identities:
             if user.get("extra"):
                 info["extra"] = user["extra"]
             status = {"authenticated": True, "user": info, "audiences": list(spec.get("audiences") or [])}
-        return {"kind": "TokenReview", "apiVersion": AUTHENTICATION, "metadata": {"creationTimestamp": None},
-                "spec": spec, "status": status}
+        return {
+            "kind": "TokenReview",
+            "apiVersion": AUTHENTICATION,
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
 
     def access_review(self, body: Any) -> dict:
         if not isinstance(body, dict) or body.get("kind") != "SubjectAccessReview":
@@ -83,10 +97,16 @@ class Identities:
         resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
         errors = []
         if (resource is None) == (non_resource is None):
-            errors.append(FieldError("Invalid", "spec.resourceAttributes",
-                                     "exactly one of nonResourceAttributes or resourceAttributes must be specified", "null"))
+            errors.append(
+                FieldError(
+                    "Invalid",
+                    "spec.resourceAttributes",
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                    "null",
+                )
+            )
         if not spec.get("user") and not spec.get("groups"):
-            errors.append(FieldError("Invalid", "spec.user", "at least one of user or group must be specified", "\"\""))
+            errors.append(FieldError("Invalid", "spec.user", "at least one of user or group must be specified", '""'))
         if errors:
             raise invalid("SubjectAccessReview", "authorization.k8s.io", "", errors)
         user, groups = spec.get("user") or "", set(spec.get("groups") or [])
@@ -98,5 +118,10 @@ class Identities:
             if any(rule_allows(rule, attributes, resource is not None) for rule in grant["rules"]):
                 status = {"allowed": True, "reason": f"RBAC: allowed by emulator grant {index}"}
                 break
-        return {"kind": "SubjectAccessReview", "apiVersion": AUTHORIZATION, "metadata": {"creationTimestamp": None},
-                "spec": spec, "status": status}
+        return {
+            "kind": "SubjectAccessReview",
+            "apiVersion": AUTHORIZATION,
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }

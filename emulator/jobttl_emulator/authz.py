@@ -31,7 +31,9 @@ def rule_allows(rule: dict, attributes: dict, resource: bool) -> bool:
     if not resource:
         urls = rule.get("nonResourceURLs")
         path = attributes.get("path", "")
-        return urls is not None and any(u == "*" or u == path or (u.endswith("*") and path.startswith(u[:-1])) for u in urls)
+        return urls is not None and any(
+            u == "*" or u == path or (u.endswith("*") and path.startswith(u[:-1])) for u in urls
+        )
     if "nonResourceURLs" in rule and "resources" not in rule:
         return False
     name = attributes.get("resource", "")
@@ -52,15 +54,33 @@ def review(body: Any, rules: list[dict] | None) -> dict:
     spec = body.get("spec") or {}
     resource, non_resource = spec.get("resourceAttributes"), spec.get("nonResourceAttributes")
     if (resource is None) == (non_resource is None):
-        raise invalid("SelfSubjectAccessReview", "authorization.k8s.io", "", [FieldError(
-            "Invalid", "spec.resourceAttributes", "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            "null",
-        )])
+        raise invalid(
+            "SelfSubjectAccessReview",
+            "authorization.k8s.io",
+            "",
+            [
+                FieldError(
+                    "Invalid",
+                    "spec.resourceAttributes",
+                    "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+                    "null",
+                )
+            ],
+        )
     attributes = resource if resource is not None else non_resource
     if rules is None:
         status = {"allowed": True, "reason": "the emulator allows everything"}
     else:
         index = next((i for i, rule in enumerate(rules) if rule_allows(rule, attributes, resource is not None)), None)
-        status = {"allowed": True, "reason": f"allowed by emulator rule {index}"} if index is not None else {"allowed": False}
-    return {"kind": "SelfSubjectAccessReview", "apiVersion": API_VERSION, "metadata": {"creationTimestamp": None},
-            "spec": spec, "status": status}
+        status = (
+            {"allowed": True, "reason": f"allowed by emulator rule {index}"}
+            if index is not None
+            else {"allowed": False}
+        )
+    return {
+        "kind": "SelfSubjectAccessReview",
+        "apiVersion": API_VERSION,
+        "metadata": {"creationTimestamp": None},
+        "spec": spec,
+        "status": status,
+    }

@@ -78,8 +78,12 @@ def strings(**descriptions: str) -> dict[str, dict]:
 
 OWNER_REFERENCE = obj(
     "Identifies an owning object; dependents are garbage-collected when all their owners are gone.",
-    **strings(apiVersion="API version of the referent.", kind="Kind of the referent.", name="Name of the referent.",
-              uid="UID of the referent."),
+    **strings(
+        apiVersion="API version of the referent.",
+        kind="Kind of the referent.",
+        name="Name of the referent.",
+        uid="UID of the referent.",
+    ),
     controller=boolean("If true, this reference points to the managing controller."),
     blockOwnerDeletion=boolean("If true, the owner cannot be deleted in the foreground until this dependent is gone."),
 )
@@ -100,8 +104,10 @@ OBJECT_META = obj(
     deletionGracePeriodSeconds=integer("Seconds allowed for the object to terminate gracefully."),
     labels=string_map("Map of string keys and values to organize and select objects."),
     annotations=string_map("Unstructured key value map for arbitrary metadata."),
-    finalizers=dict(array(string(), "Must be empty before the object is deleted from the registry.", strategy="merge"),
-                    **{"x-kubernetes-list-type": "set"}),
+    finalizers=dict(
+        array(string(), "Must be empty before the object is deleted from the registry.", strategy="merge"),
+        **{"x-kubernetes-list-type": "set"},
+    ),
     ownerReferences=array(OWNER_REFERENCE, "Objects this object depends on.", merge_key="uid", strategy="merge"),
     managedFields=array(obj(), "Which managers own which fields (server-side apply)."),
 )
@@ -114,11 +120,18 @@ LIST_META = obj(
 LIST_META["properties"]["continue"] = LIST_META["properties"].pop("_continue")
 
 CONDITIONS = array(
-    obj(type=string("Type of the condition."), status=string("True, False or Unknown."),
-        reason=string("Machine-readable reason for the last transition."), message=string("Human-readable details."),
+    obj(
+        type=string("Type of the condition."),
+        status=string("True, False or Unknown."),
+        reason=string("Machine-readable reason for the last transition."),
+        message=string("Human-readable details."),
         lastTransitionTime=time_("Last time the condition changed status."),
-        lastProbeTime=time_("Last time the condition was checked."), open_=True),
-    "The latest observations of the object's state.", merge_key="type", strategy="merge",
+        lastProbeTime=time_("Last time the condition was checked."),
+        open_=True,
+    ),
+    "The latest observations of the object's state.",
+    merge_key="type",
+    strategy="merge",
 )
 
 CONTAINER = obj(
@@ -127,13 +140,22 @@ CONTAINER = obj(
     image=string("Container image name."),
     command=array(string(), "Entrypoint array."),
     args=array(string(), "Arguments to the entrypoint."),
-    env=array(obj(name=string(), value=string(), valueFrom=obj(), open_=True), "Environment variables.",
-              merge_key="name", strategy="merge"),
-    ports=array(obj(containerPort=integer(), name=string(), protocol=string(), open_=True), "Ports to expose.",
-                merge_key="containerPort", strategy="merge"),
+    env=array(
+        obj(name=string(), value=string(), valueFrom=obj(), open_=True),
+        "Environment variables.",
+        merge_key="name",
+        strategy="merge",
+    ),
+    ports=array(
+        obj(containerPort=integer(), name=string(), protocol=string(), open_=True),
+        "Ports to expose.",
+        merge_key="containerPort",
+        strategy="merge",
+    ),
     resources=obj("Compute resources required by this container."),
-    volumeMounts=array(obj(name=string(), mountPath=string(), open_=True), "Volumes to mount.",
-                       merge_key="mountPath", strategy="merge"),
+    volumeMounts=array(
+        obj(name=string(), mountPath=string(), open_=True), "Volumes to mount.", merge_key="mountPath", strategy="merge"
+    ),
     open_=True,
 )
 CONTAINER["required"] = ["name"]
@@ -146,12 +168,20 @@ POD_SPEC = obj(
     nodeName=string("The node the pod is scheduled onto."),
     schedulerName=string("The scheduler that dispatches the pod."),
     serviceAccountName=string("The service account the pod runs as."),
-    volumes=array(obj(name=string(), open_=True), "Volumes that containers may mount.", merge_key="name",
-                  strategy="merge,retainKeys"),
+    volumes=array(
+        obj(name=string(), open_=True),
+        "Volumes that containers may mount.",
+        merge_key="name",
+        strategy="merge,retainKeys",
+    ),
     open_=True,
 )
 CONTAINER_STATUS = obj(
-    name=string(), ready=boolean(), restartCount=integer(), image=string(), started=boolean(),
+    name=string(),
+    ready=boolean(),
+    restartCount=integer(),
+    image=string(),
+    started=boolean(),
     state=obj("Current state: waiting, running or terminated."),
     lastState=obj("The previous container instance's termination state."),
     open_=True,
@@ -212,8 +242,17 @@ JOB = _kind(
 
 EVENT = _kind(
     "Event is a report of an event somewhere in the cluster.",
-    involvedObject=obj("The object this event is about.", kind=string(), namespace=string(), name=string(),
-                       uid=string(), apiVersion=string(), resourceVersion=string(), fieldPath=string(), open_=True),
+    involvedObject=obj(
+        "The object this event is about.",
+        kind=string(),
+        namespace=string(),
+        name=string(),
+        uid=string(),
+        apiVersion=string(),
+        resourceVersion=string(),
+        fieldPath=string(),
+        open_=True,
+    ),
     reason=string("Short, machine understandable string of why the transition happened."),
     message=string("A human-readable description of the status of this operation."),
     type=string("Normal or Warning."),
@@ -231,10 +270,16 @@ EVENT = _kind(
 
 NAMESPACE = _kind(
     "Namespace provides a scope for Names.",
-    spec=obj("Spec defines the behavior of the Namespace.",
-             finalizers=array(string(), "What must be done before the namespace is removed from storage.")),
-    status=obj("Status describes the current status of a Namespace.", phase=string("Active or Terminating."),
-               conditions=CONDITIONS, open_=True),
+    spec=obj(
+        "Spec defines the behavior of the Namespace.",
+        finalizers=array(string(), "What must be done before the namespace is removed from storage."),
+    ),
+    status=obj(
+        "Status describes the current status of a Namespace.",
+        phase=string("Active or Terminating."),
+        conditions=CONDITIONS,
+        open_=True,
+    ),
 )
 
 CONFIG_MAP = _kind(
@@ -248,22 +293,45 @@ SELF_SUBJECT_ACCESS_REVIEW = _kind(
     "SelfSubjectAccessReview checks whether the current user can perform an action.",
     spec=obj(
         "What is being checked.",
-        resourceAttributes=obj(namespace=string(), verb=string(), group=string(), version=string(),
-                               resource=string(), subresource=string(), name=string(), open_=True),
+        resourceAttributes=obj(
+            namespace=string(),
+            verb=string(),
+            group=string(),
+            version=string(),
+            resource=string(),
+            subresource=string(),
+            name=string(),
+            open_=True,
+        ),
         nonResourceAttributes=obj(path=string(), verb=string()),
     ),
-    status=obj("Whether the request is allowed.", allowed=boolean(), denied=boolean(), reason=string(),
-               evaluationError=string()),
+    status=obj(
+        "Whether the request is allowed.",
+        allowed=boolean(),
+        denied=boolean(),
+        reason=string(),
+        evaluationError=string(),
+    ),
 )
 
 STATUS = obj(
     "Status is a return value for calls that don't return other objects.",
-    apiVersion=string(), kind=string(), metadata=LIST_META, status=string("Success or Failure."),
-    message=string(), reason=string(), details=obj(), code=integer(),
+    apiVersion=string(),
+    kind=string(),
+    metadata=LIST_META,
+    status=string("Success or Failure."),
+    message=string(),
+    reason=string(),
+    details=obj(),
+    code=integer(),
 )
 DELETE_OPTIONS = obj(
     "DeleteOptions may be provided when deleting an API object.",
-    apiVersion=string(), kind=string(), gracePeriodSeconds=integer(),
-    propagationPolicy=string("Orphan, Background or Foreground."), orphanDependents=boolean(),
-    preconditions=obj(uid=string(), resourceVersion=string()), dryRun=array(string()),
+    apiVersion=string(),
+    kind=string(),
+    gracePeriodSeconds=integer(),
+    propagationPolicy=string("Orphan, Background or Foreground."),
+    orphanDependents=boolean(),
+    preconditions=obj(uid=string(), resourceVersion=string()),
+    dryRun=array(string()),
 )

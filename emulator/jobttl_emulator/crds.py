@@ -32,7 +32,9 @@ class CRDError(ValueError):
 def resources_from_crd(crd: dict) -> list[Resource]:
     """The resources one CRD object serves, one per ``served`` version."""
     if crd.get("kind") != "CustomResourceDefinition" or crd.get("apiVersion") != "apiextensions.k8s.io/v1":
-        raise CRDError(f"not an apiextensions.k8s.io/v1 CustomResourceDefinition: {crd.get('apiVersion')} {crd.get('kind')}")
+        raise CRDError(
+            f"not an apiextensions.k8s.io/v1 CustomResourceDefinition: {crd.get('apiVersion')} {crd.get('kind')}"
+        )
     spec = crd.get("spec") or {}
     names = spec.get("names") or {}
     try:
@@ -41,7 +43,10 @@ def resources_from_crd(crd: dict) -> list[Resource]:
         raise CRDError(f"CRD {crd.get('metadata', {}).get('name')!r} lacks spec.{exc.args[0]}") from None
     return [
         Resource(
-            group, version["name"], kind, plural,
+            group,
+            version["name"],
+            kind,
+            plural,
             singular=names.get("singular", ""),
             list_kind=names.get("listKind", ""),
             status_subresource="status" in (version.get("subresources") or {}),
@@ -90,8 +95,16 @@ def definitions(resources: Iterable[Resource]) -> list[dict]:
 
 
 # The server-set metadata a CRD file may carry (`kubectl get -o yaml` output): dropped, then set anew.
-_SERVER_SET = ("uid", "resourceVersion", "creationTimestamp", "generation", "selfLink", "managedFields",
-               "deletionTimestamp", "deletionGracePeriodSeconds")
+_SERVER_SET = (
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+)
 
 
 def served_crd(crd: dict, now: str) -> tuple[dict, dict]:
@@ -112,10 +125,20 @@ def served_crd(crd: dict, now: str) -> tuple[dict, dict]:
     status = {
         "acceptedNames": copy.deepcopy(names),
         "conditions": [
-            {"lastTransitionTime": now, "message": "no conflicts found", "reason": "NoConflicts", "status": "True",
-             "type": "NamesAccepted"},
-            {"lastTransitionTime": now, "message": "the initial names have been accepted",
-             "reason": "InitialNamesAccepted", "status": "True", "type": "Established"},
+            {
+                "lastTransitionTime": now,
+                "message": "no conflicts found",
+                "reason": "NoConflicts",
+                "status": "True",
+                "type": "NamesAccepted",
+            },
+            {
+                "lastTransitionTime": now,
+                "message": "the initial names have been accepted",
+                "reason": "InitialNamesAccepted",
+                "status": "True",
+                "type": "Established",
+            },
         ],
         "storedVersions": [v["name"] for v in spec.get("versions") or () if v.get("storage")],
     }

@@ -33,16 +33,25 @@ _READ_VERBS = ["get", "list", "watch"]  # what a read-only registration (CRDs) s
 AUTHORIZATION_GROUP = "authorization.k8s.io"
 AUTHENTICATION_GROUP = "authentication.k8s.io"
 _ACCESS_REVIEW = {
-    "name": "selfsubjectaccessreviews", "singularName": "selfsubjectaccessreview", "namespaced": False,
-    "kind": "SelfSubjectAccessReview", "verbs": ["create"],
+    "name": "selfsubjectaccessreviews",
+    "singularName": "selfsubjectaccessreview",
+    "namespaced": False,
+    "kind": "SelfSubjectAccessReview",
+    "verbs": ["create"],
 }
 _SUBJECT_ACCESS_REVIEW = {
-    "name": "subjectaccessreviews", "singularName": "subjectaccessreview", "namespaced": False,
-    "kind": "SubjectAccessReview", "verbs": ["create"],
+    "name": "subjectaccessreviews",
+    "singularName": "subjectaccessreview",
+    "namespaced": False,
+    "kind": "SubjectAccessReview",
+    "verbs": ["create"],
 }
 _TOKEN_REVIEW = {
-    "name": "tokenreviews", "singularName": "tokenreview", "namespaced": False,
-    "kind": "TokenReview", "verbs": ["create"],
+    "name": "tokenreviews",
+    "singularName": "tokenreview",
+    "namespaced": False,
+    "kind": "TokenReview",
+    "verbs": ["create"],
 }
 
 
@@ -58,7 +67,11 @@ def _entries(res: Resource) -> list[dict]:
         "singularName": res.singular,
         "namespaced": res.namespaced,
         "kind": res.kind,
-        "verbs": _READ_VERBS if res.read_only else VERBS if res.namespaced or res.kind != "Namespace" else _NAMESPACE_VERBS,
+        "verbs": _READ_VERBS
+        if res.read_only
+        else VERBS
+        if res.namespaced or res.kind != "Namespace"
+        else _NAMESPACE_VERBS,
     }
     if res.short_names:
         main["shortNames"] = list(res.short_names)
@@ -67,11 +80,25 @@ def _entries(res: Resource) -> list[dict]:
     main["storageVersionHash"] = storage_version_hash(res)
     entries = [main]
     if res.status_subresource:
-        entries.append({"name": f"{res.plural}/status", "singularName": "", "namespaced": res.namespaced,
-                        "kind": res.kind, "verbs": ["get"] if res.read_only else ["get", "patch", "update"]})
+        entries.append(
+            {
+                "name": f"{res.plural}/status",
+                "singularName": "",
+                "namespaced": res.namespaced,
+                "kind": res.kind,
+                "verbs": ["get"] if res.read_only else ["get", "patch", "update"],
+            }
+        )
     if res.log_subresource:
-        entries.append({"name": f"{res.plural}/log", "singularName": "", "namespaced": res.namespaced,
-                        "kind": res.kind, "verbs": ["get"]})
+        entries.append(
+            {
+                "name": f"{res.plural}/log",
+                "singularName": "",
+                "namespaced": res.namespaced,
+                "kind": res.kind,
+                "verbs": ["get"],
+            }
+        )
     return entries
 
 

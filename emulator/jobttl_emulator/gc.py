@@ -51,6 +51,7 @@ class StoreView(Protocol):
 
     def _commit(self, res: Resource, key: str, new: dict | None, prev: dict | None) -> dict: ...
 
+
 FOREGROUND = "foregroundDeletion"
 ORPHAN = "orphan"
 GC_FINALIZERS = (ORPHAN, FOREGROUND)
@@ -195,8 +196,12 @@ class GarbageCollector:
             if not _deleting(dep):
                 self._delete(dep_res, dep, "Foreground" if self._existing_dependents(dep["metadata"]["uid"]) else None)
         blocking = [
-            dep for _, _, dep in self._existing_dependents(uid)
-            if any(r.get("uid") == uid and r.get("blockOwnerDeletion") for r in dep["metadata"].get("ownerReferences") or [])
+            dep
+            for _, _, dep in self._existing_dependents(uid)
+            if any(
+                r.get("uid") == uid and r.get("blockOwnerDeletion")
+                for r in dep["metadata"].get("ownerReferences") or []
+            )
         ]
         if not blocking:
             self._drop_finalizer(res, key, obj, FOREGROUND)
@@ -241,8 +246,11 @@ class GarbageCollector:
 
     def _namespace_content(self, name: str) -> list[tuple[Resource, dict]]:
         return [
-            (res, obj) for res, objects in self.store._objects.items() if res.namespaced
-            for key, obj in sorted(objects.items()) if key.startswith(name + "/")
+            (res, obj)
+            for res, objects in self.store._objects.items()
+            if res.namespaced
+            for key, obj in sorted(objects.items())
+            if key.startswith(name + "/")
         ]
 
     def _finalize_namespace(self, res: Resource, key: str, namespace: dict) -> None:

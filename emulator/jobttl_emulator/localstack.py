@@ -47,8 +47,14 @@ kinds: [TFJob, PyTorchJob, kubeflow.org/v1/MPIJob, kubeflow.org/v2beta1/MPIJob, 
 # `--all-kinds`: one finished object of each kind built in since (KubeRay, JobSet, Volcano, Spark,
 # Tekton), each asking a 15 s TTL (seeds/kinds.yaml); the emulator serves all of them regardless.
 ALL_KINDS_EXAMPLES = EXAMPLES.with_name("kinds.yaml")
-ALL_KINDS_GONE = {"rayjob-sample-ttl-15s", "jobset-ttl-15s", "volcano-job-ttl-15s", "spark-pi-ttl-15s",
-                  "pipelinerun-failed-ttl-15s", "taskrun-ttl-15s"}
+ALL_KINDS_GONE = {
+    "rayjob-sample-ttl-15s",
+    "jobset-ttl-15s",
+    "volcano-job-ttl-15s",
+    "spark-pi-ttl-15s",
+    "pipelinerun-failed-ttl-15s",
+    "taskrun-ttl-15s",
+}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE = 10.0  # seconds each process gets to stop after SIGTERM, before SIGKILL
 QUEUE = "jobttl"
@@ -62,8 +68,7 @@ def free_port() -> int:
 
 def redis_command(binary: str, port: int, directory: str) -> list[str]:
     """A throwaway redis-server on loopback that keeps nothing on disk."""
-    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-            "--dir", directory]
+    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", directory]
 
 
 def _until(check: Callable[[], Any], timeout: float, what: str, process: subprocess.Popen | None = None) -> None:
@@ -93,6 +98,7 @@ def stop_signals() -> Iterator[None]:
     at once and leaves every child running: they are in sessions of their own, so that a
     Ctrl-C reaches them only through the orderly stop below.
     """
+
     def stop(signum, frame):
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_IGN)  # the stop under way is not interrupted by a second one
@@ -136,8 +142,14 @@ class Stack:
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
         with open(self.logs / f"{name}.log", "wb") as log:
-            process = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT,
-                                       stdin=subprocess.DEVNULL, start_new_session=True)
+            process = subprocess.Popen(
+                argv,
+                env={**os.environ, **(env or {})},
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         self.processes.append(process)
         return process
 
@@ -274,14 +286,20 @@ class Jobttl:
     def deletions_counted(self) -> float:
         """The worker's jobttl_deletions_total, summed: it moves when jobttl records a deletion."""
         text = _get(self.metrics_url).decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith("jobttl_deletions_total{"))
+        return sum(
+            float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("jobttl_deletions_total{")
+        )
 
     def deleted(self) -> list[dict[str, Any]]:
         """jobttl's deletions, oldest first, from its audit trail (`jobttl history`)."""
-        done = subprocess.run([sys.executable, "-m", "jobttl", "history", "--json", "--event", "deleted",
-                               "--limit", "1000"], env=self.env, capture_output=True, text=True, timeout=30,
-                              start_new_session=True)  # a Ctrl-C meant for us must not cut it short
+        done = subprocess.run(
+            [sys.executable, "-m", "jobttl", "history", "--json", "--event", "deleted", "--limit", "1000"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            start_new_session=True,
+        )  # a Ctrl-C meant for us must not cut it short
         if done.returncode != 0:
             raise RuntimeError(f"jobttl history failed: {done.stderr.strip()}")
         return list(reversed(json.loads(done.stdout)["items"]))
@@ -333,15 +351,16 @@ def deletion_line(entry: dict[str, Any], start: float, dues: dict[str, int]) -> 
     requested = entry["at"] - gone_after
     due = dues.get(entry.get("uid", ""))
     due_text = f"due at {due - start:.1f}s; " if due else ""
-    return (f"  {requested - start:5.1f}s  jobttl deleted {_object(entry)} ({due_text}gone {gone_after:.1f}s "
-            f"after its DELETE, at {rfc3339(entry['at'])})")
+    return (
+        f"  {requested - start:5.1f}s  jobttl deleted {_object(entry)} ({due_text}gone {gone_after:.1f}s "
+        f"after its DELETE, at {rfc3339(entry['at'])})"
+    )
 
 
 def summary(jobttl: Jobttl, start: float, dues: dict[str, int]) -> list[str]:
     now = time.time()
     deleted = jobttl.deleted()
-    lines = [f"Summary after {now - start:.0f}s: jobttl deleted {len(deleted) or 'nothing'}"
-             + (":" if deleted else "")]
+    lines = [f"Summary after {now - start:.0f}s: jobttl deleted {len(deleted) or 'nothing'}" + (":" if deleted else "")]
     lines += [deletion_line(e, start, dues) for e in deleted]
     pending = jobttl.pending()
     # Dry run deletes nothing: what it decided is not pending, it is what it would have deleted.
@@ -360,15 +379,24 @@ def summary(jobttl: Jobttl, start: float, dues: dict[str, int]) -> list[str]:
 
 def _arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m jobttl_emulator.localstack", description=__doc__.splitlines()[0])
-    parser.add_argument("--exit-when-done", action="store_true",
-                        help="exit once jobttl has deleted the expected jobs and nothing is pending (0), or when "
-                             "--timeout passes (1)")
+    parser.add_argument(
+        "--exit-when-done",
+        action="store_true",
+        help="exit once jobttl has deleted the expected jobs and nothing is pending (0), or when --timeout passes (1)",
+    )
     parser.add_argument("--timeout", type=float, default=90, help="seconds, with --exit-when-done (default: 90)")
-    parser.add_argument("--all-kinds", action="store_true",
-                        help="also seed one finished RayJob, JobSet, Volcano Job, SparkApplication, PipelineRun and "
-                             "TaskRun (seeds/kinds.yaml), each deleted 15 s after it finished")
-    parser.add_argument("--workdir", type=Path, default=Path(".run"),
-                        help="where the logs, kubeconfig, env file and wrapper go (default: .run)")
+    parser.add_argument(
+        "--all-kinds",
+        action="store_true",
+        help="also seed one finished RayJob, JobSet, Volcano Job, SparkApplication, PipelineRun and "
+        "TaskRun (seeds/kinds.yaml), each deleted 15 s after it finished",
+    )
+    parser.add_argument(
+        "--workdir",
+        type=Path,
+        default=Path(".run"),
+        help="where the logs, kubeconfig, env file and wrapper go (default: .run)",
+    )
     return parser.parse_args(argv)
 
 
@@ -404,8 +432,11 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     kubeconfig = stack.workdir / "kubeconfig"
     kubeconfig.unlink(missing_ok=True)
     queue = os.environ.get("JOBTTL_QUEUE") or QUEUE
-    shared = {"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0", "JOBTTL_QUEUE": queue,
-              "KUBECONFIG": str(kubeconfig)}
+    shared = {
+        "JOBTTL_REDIS_URL": f"redis://127.0.0.1:{ports['redis']}/0",
+        "JOBTTL_QUEUE": queue,
+        "KUBECONFIG": str(kubeconfig),
+    }
     env = {**shared, "JOBTTL_WORKER_METRICS_PORT": str(ports["metrics"])}
     if args.all_kinds and not os.environ.get("JOBTTL_POLICY"):
         # The kinds built in since the first ten are enabled only when a policy names them.
@@ -417,8 +448,20 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
 
     stack.spawn("redis", redis_command(redis_server, ports["redis"], stack.temp_dir("jobttl-redis-")))
     seeds = ["--seed", str(EXAMPLES)] + (["--seed", str(ALL_KINDS_EXAMPLES)] if args.all_kinds else [])
-    emulator = stack.spawn("emulator", [sys.executable, "-m", "jobttl_emulator", "--port", str(ports["emulator"]),
-                                        *seeds, "--write-kubeconfig", str(kubeconfig)], env)
+    emulator = stack.spawn(
+        "emulator",
+        [
+            sys.executable,
+            "-m",
+            "jobttl_emulator",
+            "--port",
+            str(ports["emulator"]),
+            *seeds,
+            "--write-kubeconfig",
+            str(kubeconfig),
+        ],
+        env,
+    )
     _until(kubeconfig.exists, 20, "the API emulator", emulator)
     start = time.time()  # the seeded jobs finished as the emulator started
     notifier = _start_notifier(stack, env)
@@ -427,8 +470,15 @@ def _run(stack: Stack, redis_server: str, args: argparse.Namespace) -> int:
     stack.jobttl("watch", "watch", "--sink", sink_url, "--host", "127.0.0.1", "--port", "0", env=env)
     # The console without sign-in: on this machine's loopback only (jobttl console refuses it elsewhere).
     console_url = f"http://127.0.0.1:{ports['console']}/"
-    console = stack.jobttl("console", "console", "--host", "127.0.0.1", "--port", str(ports["console"]),
-                           env={**env, "JOBTTL_CONSOLE_AUTH": "none"})
+    console = stack.jobttl(
+        "console",
+        "console",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(ports["console"]),
+        env={**env, "JOBTTL_CONSOLE_AUTH": "none"},
+    )
     jobttl = Jobttl(sink_url, metrics_url, emulator_url, shared)
     _until(lambda: jobttl.pending() is not None, 30, "the sink", sink)
     _until(lambda: jobttl.deletions_counted() is not None, 30, "the worker", worker)
@@ -473,14 +523,23 @@ def policy_notifies(path: str | None) -> bool:
     return isinstance(data, dict) and bool(data.get("notify"))
 
 
-def _banner(stack: Stack, env: dict[str, str], env_file: Path, sink_url: str, emulator_url: str,
-            metrics_url: str, console_url: str) -> None:
+def _banner(
+    stack: Stack,
+    env: dict[str, str],
+    env_file: Path,
+    sink_url: str,
+    emulator_url: str,
+    metrics_url: str,
+    console_url: str,
+) -> None:
     print("jobttl is running (Ctrl-C stops everything):")
     print(f"  console {console_url} (open it in a browser: no sign-in, this machine only)")
     print(f"  sink {sink_url} (read API: {sink_url}/api/v1/deletions), API emulator {emulator_url},")
     print(f"  Redis {env['JOBTTL_REDIS_URL']}, worker metrics {metrics_url}, logs in {_shown(stack.logs)}/")
-    print(f"In another shell, `. {_shown(env_file)}` (or paste these lines), then `jobttl status` or "
-          "`kubectl get tfjobs -A`:")
+    print(
+        f"In another shell, `. {_shown(env_file)}` (or paste these lines), then `jobttl status` or "
+        "`kubectl get tfjobs -A`:"
+    )
     for line in env_file.read_text().splitlines()[1:]:
         print(f"  {line}")
     print(f"or, without changing your shell: {_shown(stack.workdir / 'bin' / 'jobttl')} status")
@@ -506,12 +565,14 @@ def _follow(jobttl: Jobttl, screen: Screen, start: float, dues: dict[str, int], 
         if args.exit_when_done:
             expected = EXPECTED_GONE | (ALL_KINDS_GONE if args.all_kinds else set())
             if expected <= set(reported.values()) and not pending:
-                screen.say(f"  done: jobttl deleted the finished jobs after their TTL; "
-                           f"kept: {', '.join(jobttl.in_cluster())}")
+                screen.say(
+                    f"  done: jobttl deleted the finished jobs after their TTL; kept: {', '.join(jobttl.in_cluster())}"
+                )
                 return 0
             if now - start > args.timeout:
-                screen.say(f"  timed out after {args.timeout:.0f}s; still in the cluster: "
-                           f"{', '.join(jobttl.in_cluster())}")
+                screen.say(
+                    f"  timed out after {args.timeout:.0f}s; still in the cluster: {', '.join(jobttl.in_cluster())}"
+                )
                 return 1
         time.sleep(1 - (time.time() - now) % 1)
 

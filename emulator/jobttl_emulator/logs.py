@@ -42,8 +42,9 @@ def entries(text: str, stamp: str) -> list[Entry]:
     while start < len(data):
         end = data.find(b"\n", start)
         end = len(data) if end < 0 else end + 1
-        found += [(stamp, data[at:min(at + MAX_LINE_BYTES, end)], at == start)
-                  for at in range(start, end, MAX_LINE_BYTES)]
+        found += [
+            (stamp, data[at : min(at + MAX_LINE_BYTES, end)], at == start) for at in range(start, end, MAX_LINE_BYTES)
+        ]
         start = end
     return found
 

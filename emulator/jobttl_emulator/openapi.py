@@ -43,7 +43,10 @@ _COMMON = {
     f"{META}.ListMeta": builtin_schemas.LIST_META,
     f"{META}.Status": builtin_schemas.STATUS,
     f"{META}.DeleteOptions": builtin_schemas.DELETE_OPTIONS,
-    f"{META}.Patch": {"type": "object", "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body."},
+    f"{META}.Patch": {
+        "type": "object",
+        "description": "Patch is provided to give a concrete name and type to the Kubernetes PATCH request body.",
+    },
 }
 _PATCH_TYPES = ["application/json-patch+json", "application/merge-patch+json", "application/apply-patch+yaml"]
 _STRATEGIC = "application/strategic-merge-patch+json"
@@ -51,7 +54,7 @@ _QUERY = {
     "dryRun": "When present, indicates that modifications should not be persisted.",
     "fieldManager": "A name associated with the actor or entity that is making these changes.",
     "fieldValidation": "How the server handles fields the schema does not know: Ignore, Warn or Strict.",
-    "force": "Force is going to \"force\" Apply requests; it must be unset for non-apply patch requests.",
+    "force": 'Force is going to "force" Apply requests; it must be unset for non-apply patch requests.',
     "labelSelector": "A selector to restrict the list of returned objects by their labels.",
     "fieldSelector": "A selector to restrict the list of returned objects by their fields.",
     "limit": "The maximum number of responses to return for a list call.",
@@ -93,11 +96,21 @@ def _ref(name: str) -> dict:
 
 def object_schema(res: Resource) -> dict:
     """The kind's schema with typed apiVersion/kind, metadata as ObjectMeta, and its GVK."""
-    schema = copy.deepcopy(res.schema) if res.schema else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    schema = (
+        copy.deepcopy(res.schema) if res.schema else {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    )
     properties = schema.setdefault("properties", {})
-    properties["apiVersion"] = builtin_schemas.string("APIVersion defines the versioned schema of this representation of an object.")
-    properties["kind"] = builtin_schemas.string("Kind is a string value representing the REST resource this object represents.")
-    properties["metadata"] = {"allOf": [_ref(f"{META}.ObjectMeta")], "default": {}, "description": "Standard object's metadata."}
+    properties["apiVersion"] = builtin_schemas.string(
+        "APIVersion defines the versioned schema of this representation of an object."
+    )
+    properties["kind"] = builtin_schemas.string(
+        "Kind is a string value representing the REST resource this object represents."
+    )
+    properties["metadata"] = {
+        "allOf": [_ref(f"{META}.ObjectMeta")],
+        "default": {},
+        "description": "Standard object's metadata.",
+    }
     schema["type"] = "object"
     schema["x-kubernetes-group-version-kind"] = [gvk(res)]
     return schema
@@ -109,7 +122,8 @@ def list_schema(res: Resource) -> dict:
         "description": f"{res.list_kind} is a list of {res.kind}",
         "required": ["items"],
         "properties": {
-            "apiVersion": builtin_schemas.string(), "kind": builtin_schemas.string(),
+            "apiVersion": builtin_schemas.string(),
+            "kind": builtin_schemas.string(),
             "items": {"type": "array", "items": _ref(definition_name(res))},
             "metadata": {"allOf": [_ref(f"{META}.ListMeta")], "default": {}},
         },
@@ -127,7 +141,12 @@ def _param(name: str, where: str = "query") -> dict:
 
 
 def _operation(
-    res: Resource, action: str, op_id: str, response: str, query: tuple[str, ...] = (), body: list[str] | None = None,
+    res: Resource,
+    action: str,
+    op_id: str,
+    response: str,
+    query: tuple[str, ...] = (),
+    body: list[str] | None = None,
     body_schema: str = "",
 ) -> dict:
     """One operation; ``body``: the request content types (JSON bodies are ``body_schema``, else ``response``)."""
@@ -141,17 +160,24 @@ def _operation(
     }
     if body is not None:
         json_schema = body_schema or response
-        op["requestBody"] = {"required": True, "content": {
-            t: {"schema": _ref(json_schema if t == "application/json" else f"{META}.Patch")} for t in body
-        }}
+        op["requestBody"] = {
+            "required": True,
+            "content": {t: {"schema": _ref(json_schema if t == "application/json" else f"{META}.Patch")} for t in body},
+        }
     return op
 
 
 def _paths_for(res: Resource) -> dict[str, dict]:
     name, list_name = definition_name(res), definition_name(res) + "List"
-    op_kind = "".join(p.capitalize() for p in (res.group or "core").replace("-", ".").split(".")) + res.version.capitalize()
+    op_kind = (
+        "".join(p.capitalize() for p in (res.group or "core").replace("-", ".").split(".")) + res.version.capitalize()
+    )
     scope = "Namespaced" if res.namespaced else ""
-    collection = f"{res.path_prefix}/namespaces/{{namespace}}/{res.plural}" if res.namespaced else f"{res.path_prefix}/{res.plural}"
+    collection = (
+        f"{res.path_prefix}/namespaces/{{namespace}}/{res.plural}"
+        if res.namespaced
+        else f"{res.path_prefix}/{res.plural}"
+    )
     item = collection + "/{name}"
     path_params = [_param("namespace", "path")] if res.namespaced else []
     patch_types = _PATCH_TYPES[:2] + ([_STRATEGIC] if res.builtin else []) + _PATCH_TYPES[2:]
@@ -159,26 +185,47 @@ def _paths_for(res: Resource) -> dict[str, dict]:
         collection: {
             "parameters": path_params,
             "get": _operation(res, "list", f"list{op_kind}{scope}{res.kind}", list_name, _LIST_QUERY),
-            "post": _operation(res, "post", f"create{op_kind}{scope}{res.kind}", name, _WRITE_QUERY, ["application/json"]),
-            "delete": _operation(res, "deletecollection", f"deletecollection{op_kind}{scope}{res.kind}", f"{META}.Status", _LIST_QUERY),
+            "post": _operation(
+                res, "post", f"create{op_kind}{scope}{res.kind}", name, _WRITE_QUERY, ["application/json"]
+            ),
+            "delete": _operation(
+                res, "deletecollection", f"deletecollection{op_kind}{scope}{res.kind}", f"{META}.Status", _LIST_QUERY
+            ),
         },
         item: {
             "parameters": [_param("name", "path"), *path_params],
             "get": _operation(res, "get", f"read{op_kind}{scope}{res.kind}", name),
-            "put": _operation(res, "put", f"replace{op_kind}{scope}{res.kind}", name, _WRITE_QUERY, ["application/json"]),
-            "patch": _operation(res, "patch", f"patch{op_kind}{scope}{res.kind}", name, (*_WRITE_QUERY, "force"), patch_types),
-            "delete": _operation(res, "delete", f"delete{op_kind}{scope}{res.kind}", f"{META}.Status",
-                                 ("dryRun", "gracePeriodSeconds", "propagationPolicy"), ["application/json"], f"{META}.DeleteOptions"),
+            "put": _operation(
+                res, "put", f"replace{op_kind}{scope}{res.kind}", name, _WRITE_QUERY, ["application/json"]
+            ),
+            "patch": _operation(
+                res, "patch", f"patch{op_kind}{scope}{res.kind}", name, (*_WRITE_QUERY, "force"), patch_types
+            ),
+            "delete": _operation(
+                res,
+                "delete",
+                f"delete{op_kind}{scope}{res.kind}",
+                f"{META}.Status",
+                ("dryRun", "gracePeriodSeconds", "propagationPolicy"),
+                ["application/json"],
+                f"{META}.DeleteOptions",
+            ),
         },
     }
     if res.namespaced:
-        paths[f"{res.path_prefix}/{res.plural}"] = {"get": _operation(res, "list", f"list{op_kind}{res.kind}ForAllNamespaces", list_name, _LIST_QUERY)}
+        paths[f"{res.path_prefix}/{res.plural}"] = {
+            "get": _operation(res, "list", f"list{op_kind}{res.kind}ForAllNamespaces", list_name, _LIST_QUERY)
+        }
     if res.status_subresource:
         paths[item + "/status"] = {
             "parameters": [_param("name", "path"), *path_params],
             "get": _operation(res, "get", f"read{op_kind}{scope}{res.kind}Status", name),
-            "put": _operation(res, "put", f"replace{op_kind}{scope}{res.kind}Status", name, _WRITE_QUERY, ["application/json"]),
-            "patch": _operation(res, "patch", f"patch{op_kind}{scope}{res.kind}Status", name, (*_WRITE_QUERY, "force"), patch_types),
+            "put": _operation(
+                res, "put", f"replace{op_kind}{scope}{res.kind}Status", name, _WRITE_QUERY, ["application/json"]
+            ),
+            "patch": _operation(
+                res, "patch", f"patch{op_kind}{scope}{res.kind}Status", name, (*_WRITE_QUERY, "force"), patch_types
+            ),
         }
     if res.log_subresource:
         log = _operation(res, "get", f"read{op_kind}{scope}{res.kind}Log", name, ())
@@ -196,7 +243,12 @@ def v3_document(resources: list[Resource], version: str) -> dict:
         schemas[definition_name(res)] = object_schema(res)
         schemas[definition_name(res) + "List"] = list_schema(res)
         paths.update(_paths_for(res))
-    return {"openapi": "3.0.0", "info": {"title": "Kubernetes", "version": version}, "paths": paths, "components": {"schemas": schemas}}
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    }
 
 
 # What Swagger 2.0 cannot say; the apiserver drops them from CRD schemas in v2 too (ToStructuralOpenAPIV2).
@@ -223,12 +275,22 @@ def _to_v2(value: Any, names: bool = False) -> Any:
 
 def _v2_operation(op: dict) -> dict:
     converted = {k: v for k, v in op.items() if k not in ("parameters", "responses", "requestBody")}
-    converted["parameters"] = [{"name": p["name"], "in": p["in"], "type": "string", "uniqueItems": True,
-                                **({"required": True} if p.get("required") else {})} for p in op["parameters"]]
+    converted["parameters"] = [
+        {
+            "name": p["name"],
+            "in": p["in"],
+            "type": "string",
+            "uniqueItems": True,
+            **({"required": True} if p.get("required") else {}),
+        }
+        for p in op["parameters"]
+    ]
     if "requestBody" in op:
         content = op["requestBody"]["content"]
         converted["consumes"] = list(content)
-        converted["parameters"].append({"name": "body", "in": "body", "required": True, "schema": _to_v2(next(iter(content.values()))["schema"])})
+        converted["parameters"].append(
+            {"name": "body", "in": "body", "required": True, "schema": _to_v2(next(iter(content.values()))["schema"])}
+        )
     response = next(iter(op["responses"]["200"]["content"].values()))["schema"]
     converted["produces"] = list(op["responses"]["200"]["content"])
     converted["responses"] = {"200": {"description": "OK", "schema": _to_v2(response)}}
@@ -242,10 +304,21 @@ def v2_document(groups: dict[str, dict], version: str) -> dict:
     for document in groups.values():
         definitions.update(_to_v2(document["components"]["schemas"], names=True))
         for path, item in document["paths"].items():
-            paths[path] = {method: _v2_operation(op) if method != "parameters" else [
-                {"name": p["name"], "in": p["in"], "type": "string", "uniqueItems": True, "required": True} for p in op
-            ] for method, op in item.items()}
-    return {"swagger": "2.0", "info": {"title": "Kubernetes", "version": version}, "paths": paths, "definitions": definitions}
+            paths[path] = {
+                method: _v2_operation(op)
+                if method != "parameters"
+                else [
+                    {"name": p["name"], "in": p["in"], "type": "string", "uniqueItems": True, "required": True}
+                    for p in op
+                ]
+                for method, op in item.items()
+            }
+    return {
+        "swagger": "2.0",
+        "info": {"title": "Kubernetes", "version": version},
+        "paths": paths,
+        "definitions": definitions,
+    }
 
 
 class OpenAPI:
@@ -271,7 +344,11 @@ class OpenAPI:
         return self._v3
 
     def v3_index(self) -> dict:
-        return {"paths": {key: {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"} for key, (_, digest) in self.v3().items()}}
+        return {
+            "paths": {
+                key: {"serverRelativeURL": f"/openapi/v3/{key}?hash={digest}"} for key, (_, digest) in self.v3().items()
+            }
+        }
 
     def v2(self) -> bytes:
         if self._v2 is None:

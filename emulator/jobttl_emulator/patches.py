@@ -165,9 +165,9 @@ def _merge_map(original: Any, patch: dict, schema: dict | None) -> dict | None:
         raise PatchError(f"Unknown patch type: {directive}")
     result = dict(original) if isinstance(original, dict) else {}
     retain = patch.pop("$retainKeys", None)
-    orders = {k[len(_SET_ORDER):]: patch.pop(k) for k in [k for k in patch if k.startswith(_SET_ORDER)]}
+    orders = {k[len(_SET_ORDER) :]: patch.pop(k) for k in [k for k in patch if k.startswith(_SET_ORDER)]}
     for key in [k for k in patch if k.startswith(_DELETE_PRIMITIVES)]:
-        field, doomed = key[len(_DELETE_PRIMITIVES):], patch.pop(key)
+        field, doomed = key[len(_DELETE_PRIMITIVES) :], patch.pop(key)
         if isinstance(result.get(field), list):
             result[field] = [v for v in result[field] if v not in doomed]
     for key, value in patch.items():
@@ -208,7 +208,9 @@ def _merge_list(original: Any, patch: list, schema: dict | None) -> list:
     for element in patch:
         if not isinstance(element, dict) or merge_key not in element:
             raise PatchError(f"map: {element} does not contain declared merge key: {merge_key}")
-        index = next((i for i, c in enumerate(current) if isinstance(c, dict) and c.get(merge_key) == element[merge_key]), None)
+        index = next(
+            (i for i, c in enumerate(current) if isinstance(c, dict) and c.get(merge_key) == element[merge_key]), None
+        )
         if element.get("$patch") == "delete":
             current = [c for c in current if not (isinstance(c, dict) and c.get(merge_key) == element[merge_key])]
         elif index is None:

@@ -21,27 +21,60 @@ CONTENT_TYPE = "application/vnd.kubernetes.protobuf"
 # A schema maps field numbers to (name, kind); kind is "string", "int", "bool", "map" (map<string,string>),
 # "bytesmap" (map<string,bytes>, base64 in JSON),
 # a nested schema, or a one-element list [kind] for a repeated field.
-_OWNER_REFERENCE = {1: ("kind", "string"), 3: ("name", "string"), 4: ("uid", "string"), 5: ("apiVersion", "string"),
-                    6: ("controller", "bool"), 7: ("blockOwnerDeletion", "bool")}
-_OBJECT_META = {
-    1: ("name", "string"), 2: ("generateName", "string"), 3: ("namespace", "string"), 5: ("uid", "string"),
-    6: ("resourceVersion", "string"), 7: ("generation", "int"), 11: ("labels", "map"), 12: ("annotations", "map"),
-    13: ("ownerReferences", [_OWNER_REFERENCE]), 14: ("finalizers", ["string"]),
+_OWNER_REFERENCE = {
+    1: ("kind", "string"),
+    3: ("name", "string"),
+    4: ("uid", "string"),
+    5: ("apiVersion", "string"),
+    6: ("controller", "bool"),
+    7: ("blockOwnerDeletion", "bool"),
 }
-_RESOURCE_ATTRIBUTES = {1: ("namespace", "string"), 2: ("verb", "string"), 3: ("group", "string"), 4: ("version", "string"),
-                        5: ("resource", "string"), 6: ("subresource", "string"), 7: ("name", "string")}
+_OBJECT_META = {
+    1: ("name", "string"),
+    2: ("generateName", "string"),
+    3: ("namespace", "string"),
+    5: ("uid", "string"),
+    6: ("resourceVersion", "string"),
+    7: ("generation", "int"),
+    11: ("labels", "map"),
+    12: ("annotations", "map"),
+    13: ("ownerReferences", [_OWNER_REFERENCE]),
+    14: ("finalizers", ["string"]),
+}
+_RESOURCE_ATTRIBUTES = {
+    1: ("namespace", "string"),
+    2: ("verb", "string"),
+    3: ("group", "string"),
+    4: ("version", "string"),
+    5: ("resource", "string"),
+    6: ("subresource", "string"),
+    7: ("name", "string"),
+}
 SCHEMAS = {
     ("authorization.k8s.io/v1", "SelfSubjectAccessReview"): {
         1: ("metadata", _OBJECT_META),
-        2: ("spec", {1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
-                     2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")})}),
+        2: (
+            "spec",
+            {
+                1: ("resourceAttributes", _RESOURCE_ATTRIBUTES),
+                2: ("nonResourceAttributes", {1: ("path", "string"), 2: ("verb", "string")}),
+            },
+        ),
     },
     ("v1", "Namespace"): {1: ("metadata", _OBJECT_META), 2: ("spec", {1: ("finalizers", ["string"])})},
     # Helm's release storage (its default "secret" driver, or "configmap") writes with client-go's typed clients.
-    ("v1", "Secret"): {1: ("metadata", _OBJECT_META), 2: ("data", "bytesmap"), 3: ("type", "string"),
-                       5: ("immutable", "bool")},
-    ("v1", "ConfigMap"): {1: ("metadata", _OBJECT_META), 2: ("data", "map"), 3: ("binaryData", "bytesmap"),
-                          4: ("immutable", "bool")},
+    ("v1", "Secret"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("data", "bytesmap"),
+        3: ("type", "string"),
+        5: ("immutable", "bool"),
+    },
+    ("v1", "ConfigMap"): {
+        1: ("metadata", _OBJECT_META),
+        2: ("data", "map"),
+        3: ("binaryData", "bytesmap"),
+        4: ("immutable", "bool"),
+    },
 }
 _UNKNOWN = {1: ("typeMeta", {1: ("apiVersion", "string"), 2: ("kind", "string")}), 2: ("raw", "bytes")}
 
@@ -73,7 +106,7 @@ def _wire_fields(data: bytes) -> list[tuple[int, int | bytes]]:
             fields.append((number, value))
         elif wire == 2:
             length, pos = _varint(data, pos)
-            fields.append((number, data[pos:pos + length]))
+            fields.append((number, data[pos : pos + length]))
             pos += length
         elif wire in (1, 5):
             pos += 8 if wire == 1 else 4
@@ -123,7 +156,7 @@ def decode(body: bytes) -> dict:
     """The JSON form of a protobuf-encoded object of one of :data:`SCHEMAS`' kinds."""
     if not body.startswith(MAGIC):
         raise ProtobufError("the protobuf body does not start with the k8s magic number")
-    envelope = decode_message(body[len(MAGIC):], _UNKNOWN)
+    envelope = decode_message(body[len(MAGIC) :], _UNKNOWN)
     type_meta = envelope.get("typeMeta", {})
     api_version, kind = type_meta.get("apiVersion", ""), type_meta.get("kind", "")
     schema = SCHEMAS.get((api_version, kind))

@@ -92,38 +92,95 @@ TFJOB = Resource("kubeflow.org", "v1", "TFJob", "tfjobs")
 DEFAULT_RESOURCES: tuple[Resource, ...] = (TFJOB,)
 
 JOB = Resource(
-    "batch", "v1", "Job", "jobs", categories=("all",), builtin=True, default_propagation="Orphan",
-    selectable_fields=("status.successful",), schema=builtin_schemas.JOB,
+    "batch",
+    "v1",
+    "Job",
+    "jobs",
+    categories=("all",),
+    builtin=True,
+    default_propagation="Orphan",
+    selectable_fields=("status.successful",),
+    schema=builtin_schemas.JOB,
 )
 POD = Resource(
-    "", "v1", "Pod", "pods", short_names=("po",), categories=("all",), builtin=True, log_subresource=True,
+    "",
+    "v1",
+    "Pod",
+    "pods",
+    short_names=("po",),
+    categories=("all",),
+    builtin=True,
+    log_subresource=True,
     return_deleted=True,
-    selectable_fields=("spec.nodeName", "spec.restartPolicy", "spec.schedulerName", "spec.serviceAccountName",
-                       "status.phase", "status.podIP", "status.nominatedNodeName"),
+    selectable_fields=(
+        "spec.nodeName",
+        "spec.restartPolicy",
+        "spec.schedulerName",
+        "spec.serviceAccountName",
+        "status.phase",
+        "status.podIP",
+        "status.nominatedNodeName",
+    ),
     schema=builtin_schemas.POD,
 )
 EVENT = Resource(
-    "", "v1", "Event", "events", status_subresource=False, short_names=("ev",), builtin=True,
-    selectable_fields=("involvedObject.kind", "involvedObject.namespace", "involvedObject.name",
-                       "involvedObject.uid", "involvedObject.apiVersion", "involvedObject.resourceVersion",
-                       "involvedObject.fieldPath", "reason", "reportingComponent", "source", "type"),
+    "",
+    "v1",
+    "Event",
+    "events",
+    status_subresource=False,
+    short_names=("ev",),
+    builtin=True,
+    selectable_fields=(
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    ),
     schema=builtin_schemas.EVENT,
 )
 NAMESPACE = Resource(
-    "", "v1", "Namespace", "namespaces", namespaced=False, short_names=("ns",), builtin=True,
-    selectable_fields=("status.phase",), schema=builtin_schemas.NAMESPACE,
+    "",
+    "v1",
+    "Namespace",
+    "namespaces",
+    namespaced=False,
+    short_names=("ns",),
+    builtin=True,
+    selectable_fields=("status.phase",),
+    schema=builtin_schemas.NAMESPACE,
 )
 
 # The CustomResourceDefinitions of the kinds served from CRD files, as kube-apiserver serves them
 # (status subresource, short names crd/crds, category api-extensions). Registered only when some
 # kind came from a CRD; read-only: a CRD posted here would define nothing.
 CUSTOM_RESOURCE_DEFINITION = Resource(
-    "apiextensions.k8s.io", "v1", "CustomResourceDefinition", "customresourcedefinitions",
-    short_names=("crd", "crds"), categories=("api-extensions",), namespaced=False, builtin=True, read_only=True,
+    "apiextensions.k8s.io",
+    "v1",
+    "CustomResourceDefinition",
+    "customresourcedefinitions",
+    short_names=("crd", "crds"),
+    categories=("api-extensions",),
+    namespaced=False,
+    builtin=True,
+    read_only=True,
 )
 
 CONFIG_MAP = Resource(
-    "", "v1", "ConfigMap", "configmaps", status_subresource=False, short_names=("cm",), builtin=True,
+    "",
+    "v1",
+    "ConfigMap",
+    "configmaps",
+    status_subresource=False,
+    short_names=("cm",),
+    builtin=True,
     schema=builtin_schemas.CONFIG_MAP,
 )
 
@@ -146,10 +203,19 @@ AGE_STATE = (AGE, STATE)
 # manifests/base/crds/minimal/argoproj.io_workflows.yaml (the full CRD declares the same).
 WORKFLOW_COLUMNS = (
     {"description": "Status of the workflow", "jsonPath": ".status.phase", "name": "Status", "type": "string"},
-    {"description": "When the workflow was started", "format": "date-time", "jsonPath": ".status.startedAt",
-     "name": "Age", "type": "date"},
-    {"description": "Human readable message indicating details about why the workflow is in this condition.",
-     "jsonPath": ".status.message", "name": "Message", "type": "string"},
+    {
+        "description": "When the workflow was started",
+        "format": "date-time",
+        "jsonPath": ".status.startedAt",
+        "name": "Age",
+        "type": "date",
+    },
+    {
+        "description": "Human readable message indicating details about why the workflow is in this condition.",
+        "jsonPath": ".status.message",
+        "name": "Message",
+        "type": "string",
+    },
 )
 
 
@@ -159,8 +225,9 @@ def _kubeflow(kind: str, columns: tuple[dict, ...], version: str = "v1") -> Reso
 
 def _columns(*columns: tuple) -> tuple[dict, ...]:
     """(name, jsonPath, type[, priority]) as a CRD's additionalPrinterColumns."""
-    return tuple({"name": c[0], "jsonPath": c[1], "type": c[2], **({"priority": c[3]} if len(c) > 3 else {})}
-                 for c in columns)
+    return tuple(
+        {"name": c[0], "jsonPath": c[1], "type": c[2], **({"priority": c[3]} if len(c) > 3 else {})} for c in columns
+    )
 
 
 _CREATED = (".metadata.creationTimestamp", "date")
@@ -168,36 +235,85 @@ _SUCCEEDED = '.status.conditions[?(@.type=="Succeeded")]'
 # The columns of the CRDs in ../shared/reference/{rayjob,jobset,volcano,spark,tekton}/ (each README
 # names its upstream file and commit); tests/emulator/test_new_kinds.py compares them.
 NEW_KINDS: tuple[Resource, ...] = (
-    Resource("ray.io", "v1", "RayJob", "rayjobs", singular="rayjob", categories=("all",),
-             printer_columns=_columns(("job status", ".status.jobStatus", "string"),
-                                      ("deployment status", ".status.jobDeploymentStatus", "string"),
-                                      ("ray cluster name", ".status.rayClusterName", "string"),
-                                      ("start time", ".status.startTime", "string"),
-                                      ("end time", ".status.endTime", "string"), ("age", *_CREATED))),
-    Resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets", singular="jobset",
-             printer_columns=_columns(("TerminalState", ".status.terminalState", "string"),
-                                      ("Restarts", ".status.restarts", "string"),
-                                      ("Completed", '.status.conditions[?(@.type=="Completed")].status', "string"),
-                                      ("Suspended", ".spec.suspend", "string"), ("Age", *_CREATED))),
-    Resource("batch.volcano.sh", "v1alpha1", "Job", "jobs", singular="job", short_names=("vcjob", "vj"),
-             printer_columns=_columns(("STATUS", ".status.state.phase", "string"),
-                                      ("minAvailable", ".status.minAvailable", "integer"),
-                                      ("RUNNINGS", ".status.running", "integer"), ("AGE", *_CREATED),
-                                      ("QUEUE", ".spec.queue", "string", 1))),
-    Resource("sparkoperator.k8s.io", "v1beta2", "SparkApplication", "sparkapplications", singular="sparkapplication",
-             short_names=("sparkapp",),
-             printer_columns=_columns(("Suspend", ".spec.suspend", "boolean"),
-                                      ("Status", ".status.applicationState.state", "string"),
-                                      ("Attempts", ".status.executionAttempts", "string"),
-                                      ("Start", ".status.lastSubmissionAttemptTime", "string"),
-                                      ("Finish", ".status.terminationTime", "string"), ("Age", *_CREATED))),
-    *(Resource("tekton.dev", "v1", kind, kind.lower() + "s", singular=kind.lower(), short_names=short,
-               categories=("tekton", "tekton-pipelines"),
-               printer_columns=_columns(("Succeeded", f"{_SUCCEEDED}.status", "string"),
-                                        ("Reason", f"{_SUCCEEDED}.reason", "string"),
-                                        ("StartTime", ".status.startTime", "date"),
-                                        ("CompletionTime", ".status.completionTime", "date")))
-      for kind, short in (("PipelineRun", ("pr", "prs")), ("TaskRun", ("tr", "trs")))),
+    Resource(
+        "ray.io",
+        "v1",
+        "RayJob",
+        "rayjobs",
+        singular="rayjob",
+        categories=("all",),
+        printer_columns=_columns(
+            ("job status", ".status.jobStatus", "string"),
+            ("deployment status", ".status.jobDeploymentStatus", "string"),
+            ("ray cluster name", ".status.rayClusterName", "string"),
+            ("start time", ".status.startTime", "string"),
+            ("end time", ".status.endTime", "string"),
+            ("age", *_CREATED),
+        ),
+    ),
+    Resource(
+        "jobset.x-k8s.io",
+        "v1alpha2",
+        "JobSet",
+        "jobsets",
+        singular="jobset",
+        printer_columns=_columns(
+            ("TerminalState", ".status.terminalState", "string"),
+            ("Restarts", ".status.restarts", "string"),
+            ("Completed", '.status.conditions[?(@.type=="Completed")].status', "string"),
+            ("Suspended", ".spec.suspend", "string"),
+            ("Age", *_CREATED),
+        ),
+    ),
+    Resource(
+        "batch.volcano.sh",
+        "v1alpha1",
+        "Job",
+        "jobs",
+        singular="job",
+        short_names=("vcjob", "vj"),
+        printer_columns=_columns(
+            ("STATUS", ".status.state.phase", "string"),
+            ("minAvailable", ".status.minAvailable", "integer"),
+            ("RUNNINGS", ".status.running", "integer"),
+            ("AGE", *_CREATED),
+            ("QUEUE", ".spec.queue", "string", 1),
+        ),
+    ),
+    Resource(
+        "sparkoperator.k8s.io",
+        "v1beta2",
+        "SparkApplication",
+        "sparkapplications",
+        singular="sparkapplication",
+        short_names=("sparkapp",),
+        printer_columns=_columns(
+            ("Suspend", ".spec.suspend", "boolean"),
+            ("Status", ".status.applicationState.state", "string"),
+            ("Attempts", ".status.executionAttempts", "string"),
+            ("Start", ".status.lastSubmissionAttemptTime", "string"),
+            ("Finish", ".status.terminationTime", "string"),
+            ("Age", *_CREATED),
+        ),
+    ),
+    *(
+        Resource(
+            "tekton.dev",
+            "v1",
+            kind,
+            kind.lower() + "s",
+            singular=kind.lower(),
+            short_names=short,
+            categories=("tekton", "tekton-pipelines"),
+            printer_columns=_columns(
+                ("Succeeded", f"{_SUCCEEDED}.status", "string"),
+                ("Reason", f"{_SUCCEEDED}.reason", "string"),
+                ("StartTime", ".status.startTime", "date"),
+                ("CompletionTime", ".status.completionTime", "date"),
+            ),
+        )
+        for kind, short in (("PipelineRun", ("pr", "prs")), ("TaskRun", ("tr", "trs")))
+    ),
 )
 
 
@@ -215,8 +331,15 @@ WELL_KNOWN: tuple[Resource, ...] = (
     _kubeflow("MPIJob", (), "v2beta1"),
     Resource("trainer.kubeflow.org", "v1alpha1", "TrainJob", "trainjobs", printer_columns=STATE_AGE),
     JOB,
-    Resource("argoproj.io", "v1alpha1", "Workflow", "workflows", status_subresource=False, short_names=("wf",),
-             printer_columns=WORKFLOW_COLUMNS),
+    Resource(
+        "argoproj.io",
+        "v1alpha1",
+        "Workflow",
+        "workflows",
+        status_subresource=False,
+        short_names=("wf",),
+        printer_columns=WORKFLOW_COLUMNS,
+    ),
     # The kinds built in since (jobttl's core/domain/kinds/kinds.yaml), registered as their upstream CRDs do
     # (names, short names, categories, the status subresource; tests/emulator/test_new_kinds.py
     # checks each against the CRD in ../shared/reference/ where that is present). `--crd` serves

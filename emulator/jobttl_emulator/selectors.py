@@ -47,7 +47,9 @@ def label_key_error(key: str) -> str | None:
     if "/" in key and not prefix:
         return "prefix part must be non-empty"
     if prefix and (len(prefix) > 253 or not _DNS1123_SUBDOMAIN_RE.match(prefix)):
-        return "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+        return (
+            "prefix part a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.'"
+        )
     if not name:
         return "name part must be non-empty"
     if len(name) > 63:
@@ -276,7 +278,10 @@ class FieldSelector:
     """A parsed field selector over a fixed set of supported fields."""
 
     def __init__(
-        self, text: str = "", supported: Collection[str] = ("metadata.name", "metadata.namespace"), builtin: bool = False
+        self,
+        text: str = "",
+        supported: Collection[str] = ("metadata.name", "metadata.namespace"),
+        builtin: bool = False,
     ) -> None:
         """``builtin``: word unknown fields as built-in kinds' field label conversion does."""
         self._terms: list[tuple[str, str, str]] = []
@@ -308,4 +313,3 @@ class FieldSelector:
 
     def matches(self, fields: Mapping[str, str]) -> bool:
         return all((fields.get(f, "") == v) == (op == "=") for f, op, v in self._terms)
-

@@ -86,8 +86,14 @@ _REQUEST_LOG_SIZE = 20_000
 _DISCONNECT_POLL = 1.0  # seconds between checks that a watching client is still there
 DEFAULT_USER = "system:serviceaccount:jobttl:worker"
 _SERVER_SET_FIELDS = (
-    "uid", "resourceVersion", "creationTimestamp", "generation", "selfLink",
-    "managedFields", "deletionTimestamp", "deletionGracePeriodSeconds",
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "selfLink",
+    "managedFields",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
 )
 
 
@@ -171,8 +177,17 @@ class Hooks:
         if int(count) < 1:
             raise ValueError("count must be at least 1")
         with self._lock:
-            fault = Fault(self._next_id, verb, None if status is None else int(status), int(count), float(delay), path_contains, user, message,
-                          gate=gate)
+            fault = Fault(
+                self._next_id,
+                verb,
+                None if status is None else int(status),
+                int(count),
+                float(delay),
+                path_contains,
+                user,
+                message,
+                gate=gate,
+            )
             self._next_id += 1
             self._faults.append(fault)
             return fault
@@ -213,8 +228,10 @@ class _Route:
 
 
 def _subresource_ok(res: Resource, subresource: str | None) -> bool:
-    return subresource is None or (subresource == "status" and res.status_subresource) or (
-        subresource == "log" and res.log_subresource
+    return (
+        subresource is None
+        or (subresource == "status" and res.status_subresource)
+        or (subresource == "log" and res.log_subresource)
     )
 
 
@@ -309,11 +326,13 @@ def _json_body(raw: bytes, content_type: str) -> Any:
         except protobuf.ProtobufError as exc:
             log.warning("refusing a protobuf body: %s", exc)
     if content_type not in ("", "application/json"):
-        raise ApiError(failure(
-            415,
-            "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: application/json",
-        ))
+        raise ApiError(
+            failure(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: application/json",
+            )
+        )
     try:
         return json.loads(raw or b"null")
     except ValueError as exc:
@@ -380,7 +399,9 @@ def _path_not_found() -> ApiError:
 
 
 def _method_not_allowed() -> ApiError:
-    return ApiError(failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {}))
+    return ApiError(
+        failure(405, "MethodNotAllowed", "the server does not allow this method on the requested resource", {})
+    )
 
 
 def _fault_error(fault: Fault, verb: str, route: _Route | None, path: str) -> ApiError:
@@ -556,7 +577,9 @@ def create_app(store: Store, hooks: Hooks | None = None) -> Flask:
         spec = request.get_json(silent=True)
         fields = ("namespace", "pod", "container", "text")
         if not isinstance(spec, dict) or not all(isinstance(spec.get(f), str) for f in fields):
-            return _json({"error": f"expected a JSON object with string fields {', '.join(fields)} (and optional previous)"}, 400)
+            return _json(
+                {"error": f"expected a JSON object with string fields {', '.join(fields)} (and optional previous)"}, 400
+            )
         store.logs.set(*(spec[f] for f in fields), previous=bool(spec.get("previous")))
         return _json({"set": True}, 201)
 
@@ -656,7 +679,9 @@ def _serve_resource(store: Store, route: _Route, method: str, args: Any, raw: by
                 return _serve_watch(store, route, args, options)
             return _read_response(res, store.list(res, namespace, **options), args)
         if namespace is not None and method == "POST":
-            obj = store.create(res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"), _strict(args))
+            obj = store.create(
+                res, namespace, _json_body(raw, content_type), _dry_run(args, "CreateOptions"), _strict(args)
+            )
             return _object(obj, 201)
         if namespace is not None and method == "DELETE":
             listed = store.delete_collection(res, namespace, _delete_options(raw, args), **_list_options(args))
@@ -691,22 +716,35 @@ def _serve_patch(store: Store, route: _Route, args: Any, raw: bytes, content_typ
     assert namespace is not None and name is not None
     accepted = _patch_types(res)
     if content_type not in accepted:
-        raise ApiError(failure(
-            415, "UnsupportedMediaType",
-            "the body of the request was in an unknown format - accepted media types include: " + ", ".join(accepted),
-        ))
+        raise ApiError(
+            failure(
+                415,
+                "UnsupportedMediaType",
+                "the body of the request was in an unknown format - accepted media types include: "
+                + ", ".join(accepted),
+            )
+        )
     dry_run = _dry_run(args, "PatchOptions")
     force = _parse_bool(args, "force")
     if content_type == "application/apply-patch+yaml":
-        code, obj = store.apply(res, namespace, name, _yaml_body(raw), args.get("fieldManager", ""), force, sub, dry_run, _strict(args))
+        code, obj = store.apply(
+            res, namespace, name, _yaml_body(raw), args.get("fieldManager", ""), force, sub, dry_run, _strict(args)
+        )
         return _object(obj, code)
     if "force" in args:
-        raise invalid("PatchOptions", "meta.k8s.io", "", [FieldError("Forbidden", "force", "may not be specified for non-apply patch")])
+        raise invalid(
+            "PatchOptions",
+            "meta.k8s.io",
+            "",
+            [FieldError("Forbidden", "force", "may not be specified for non-apply patch")],
+        )
     try:
         patch = json.loads(raw)
     except ValueError as exc:
         raise bad_request(f"error decoding patch: {exc}") from None
-    kind = {"application/json-patch+json": "json", "application/merge-patch+json": "merge"}.get(content_type, "strategic")
+    kind = {"application/json-patch+json": "json", "application/merge-patch+json": "merge"}.get(
+        content_type, "strategic"
+    )
     return _object(store.patch(res, namespace, name, kind, patch, sub, dry_run, _strict(args)))
 
 
@@ -758,7 +796,9 @@ def _serve_log(store: Store, route: _Route, args: Any) -> Response:
         errors.append(FieldError("Invalid", "limitBytes", "must be greater than 0", limit))
     if errors:
         raise invalid("PodLogOptions", "", route.name, errors)
-    lines = store.pod_log(route.resource, route.namespace, route.name, args.get("container", ""), _parse_bool(args, "previous"))
+    lines = store.pod_log(
+        route.resource, route.namespace, route.name, args.get("container", ""), _parse_bool(args, "previous")
+    )
     body = logs.render(lines, tail, limit, _parse_bool(args, "timestamps"))
     return Response(body, mimetype="text/plain", headers=_headers())
 
@@ -828,11 +868,23 @@ def _initial_events(args: Any, options: dict) -> bool:
         return False
     errors = []
     if options["resource_version_match"] != "NotOlderThan":
-        errors.append(FieldError("Forbidden", "resourceVersionMatch",
-                                 "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan", None))
+        errors.append(
+            FieldError(
+                "Forbidden",
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+                None,
+            )
+        )
     if not _parse_bool(args, "allowWatchBookmarks"):
-        errors.append(FieldError("Forbidden", "allowWatchBookmarks",
-                                 "sendInitialEvents requires setting allowWatchBookmarks to true", None))
+        errors.append(
+            FieldError(
+                "Forbidden",
+                "allowWatchBookmarks",
+                "sendInitialEvents requires setting allowWatchBookmarks to true",
+                None,
+            )
+        )
     if errors:
         raise invalid("ListOptions", "meta.k8s.io", "", errors)
     return True
@@ -1008,7 +1060,9 @@ class EmulatorServer:
             "kind": "Config",
             "clusters": [{"name": "emulator", "cluster": {"server": self.url, "insecure-skip-tls-verify": True}}],
             "users": [{"name": "emulator", "user": {"token": self.token}}],
-            "contexts": [{"name": "emulator", "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}],
+            "contexts": [
+                {"name": "emulator", "context": {"cluster": "emulator", "user": "emulator", "namespace": namespace}}
+            ],
             "current-context": "emulator",
             "preferences": {},
         }
@@ -1092,7 +1146,7 @@ def load_seeds(store: Store, paths: Iterable[str]) -> list[dict]:
     created = []
     for path in paths:
         with open(path, encoding="utf-8") as fh:
-                documents = [d for d in yaml.safe_load_all(fh) if d]
+            documents = [d for d in yaml.safe_load_all(fh) if d]
         before = len(created)
         for doc in documents:
             for obj in doc.get("items", []) if doc.get("kind") == "List" else [doc]:

@@ -150,7 +150,9 @@ def bad_request(message: str) -> ApiError:
 
 
 def not_found(res: Resource, name: str) -> ApiError:
-    return ApiError(failure(404, "NotFound", f'{res.qualified} "{name}" not found', status_details(name, res.group, res.plural)))
+    return ApiError(
+        failure(404, "NotFound", f'{res.qualified} "{name}" not found', status_details(name, res.group, res.plural))
+    )
 
 
 def conflict(res_name: str, group: str, name: str, reason: str) -> ApiError:
@@ -165,7 +167,9 @@ def expired(message: str, continue_token: str = "") -> ApiError:
 
 
 def internal_error(message: str) -> ApiError:
-    return ApiError(failure(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]}))
+    return ApiError(
+        failure(500, "InternalError", f"Internal error occurred: {message}", {"causes": [{"message": message}]})
+    )
 
 
 def too_large_resource_version(requested: int, current: int) -> dict:
@@ -174,7 +178,10 @@ def too_large_resource_version(requested: int, current: int) -> dict:
         504,
         "Timeout",
         f"Too large resource version: {requested}, current: {current}",
-        {"causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}], "retryAfterSeconds": 1},
+        {
+            "causes": [{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}],
+            "retryAfterSeconds": 1,
+        },
     )
 
 
@@ -262,7 +269,12 @@ def _decode_continue(token: str) -> tuple[str, int]:
         data = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
     except (binascii.Error, ValueError) as exc:
         raise bad_request(f"invalid continue token: continue key is not valid: {exc}") from None
-    if not isinstance(data, dict) or data.get("v") != "meta.k8s.io/v1" or not isinstance(data.get("rv"), int) or data["rv"] == 0:
+    if (
+        not isinstance(data, dict)
+        or data.get("v") != "meta.k8s.io/v1"
+        or not isinstance(data.get("rv"), int)
+        or data["rv"] == 0
+    ):
         raise bad_request(
             "invalid continue token: continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)"
         )
@@ -350,7 +362,10 @@ def _patched(current: dict, patch_type: str, patch: Any, schema: dict | None) ->
 def _log_container(pod: dict, container: str) -> str:
     """``validateContainer`` of the pod log REST: the container to read, or a 400."""
     spec, name = pod.get("spec") or {}, pod["metadata"]["name"]
-    groups = {key: [c.get("name", "") for c in spec.get(key) or []] for key in ("containers", "initContainers", "ephemeralContainers")}
+    groups = {
+        key: [c.get("name", "") for c in spec.get(key) or []]
+        for key in ("containers", "initContainers", "ephemeralContainers")
+    }
     if container:
         if not any(container in names for names in groups.values()):
             raise bad_request(f"container {container} is not valid for pod {name}")
@@ -383,7 +398,9 @@ class _Event:
 class Watch:
     """One open watch: a queue the store fills, in resourceVersion order, under its lock."""
 
-    def __init__(self, res: Resource, namespace: str | None, labels: LabelSelector, fields: FieldSelector, bookmarks: bool) -> None:
+    def __init__(
+        self, res: Resource, namespace: str | None, labels: LabelSelector, fields: FieldSelector, bookmarks: bool
+    ) -> None:
         self.resource = res
         self.namespace = namespace
         self.bookmarks = bookmarks
@@ -529,9 +546,15 @@ class Store:
         self._provision_namespace(namespace)
         stored = self.namespace_object(namespace)
         if stored is not None and stored["metadata"].get("deletionTimestamp"):
-            cause = {"reason": "NamespaceTerminating", "message": f"namespace {namespace} is being terminated", "field": "metadata.namespace"}
+            cause = {
+                "reason": "NamespaceTerminating",
+                "message": f"namespace {namespace} is being terminated",
+                "field": "metadata.namespace",
+            }
             message = f'{res.qualified} "{name}" is forbidden: unable to create new content in namespace {namespace} because it is being terminated'
-            raise ApiError(failure(403, "Forbidden", message, status_details(name, res.group, res.plural, causes=[cause])))
+            raise ApiError(
+                failure(403, "Forbidden", message, status_details(name, res.group, res.plural, causes=[cause]))
+            )
 
     # -- reads -------------------------------------------------------------
 
@@ -594,13 +617,25 @@ class Store:
     def _list_rv(self, resource_version: str, match: str) -> int:
         """The snapshot a list without continue reads (API concepts: "Semantics for get and list")."""
         if match not in ("", "Exact", "NotOlderThan"):
-            raise invalid("ListOptions", "meta.k8s.io", "", [
-                FieldError("NotSupported", "resourceVersionMatch", '"Exact", "NotOlderThan", ""', match)
-            ])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [FieldError("NotSupported", "resourceVersionMatch", '"Exact", "NotOlderThan", ""', match)],
+            )
         if match and not resource_version:
-            raise invalid("ListOptions", "meta.k8s.io", "", [
-                FieldError("Forbidden", "resourceVersionMatch", "resourceVersionMatch is forbidden unless resourceVersion is provided")
-            ])
+            raise invalid(
+                "ListOptions",
+                "meta.k8s.io",
+                "",
+                [
+                    FieldError(
+                        "Forbidden",
+                        "resourceVersionMatch",
+                        "resourceVersionMatch is forbidden unless resourceVersion is provided",
+                    )
+                ],
+            )
         if resource_version in ("", "0"):
             return self._rv
         requested = _parse_rv(resource_version)
@@ -635,7 +670,9 @@ class Store:
         with self._lock:
             return self._create(res, namespace, self._typed_body(res, body, namespace, strict), dry_run)
 
-    def _create(self, res: Resource, namespace: str, body: Any, dry_run: bool, managed_fields: list | None = None) -> dict:
+    def _create(
+        self, res: Resource, namespace: str, body: Any, dry_run: bool, managed_fields: list | None = None
+    ) -> dict:
         """``Store.Create`` with the resource's create strategy; lock held."""
         obj = self._typed_body(res, body, namespace)
         meta = obj["metadata"]
@@ -674,7 +711,13 @@ class Store:
             raise ApiError(failure(409, "AlreadyExists", message, status_details(name, res.group, res.plural)))
 
     def replace(
-        self, res: Resource, namespace: str, name: str, body: Any, subresource: str | None = None, dry_run: bool = False,
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        body: Any,
+        subresource: str | None = None,
+        dry_run: bool = False,
         strict: bool = False,
     ) -> dict:
         """PUT on the object or on its ``status`` subresource."""
@@ -702,12 +745,14 @@ class Store:
                 raise bad_request(str(exc)) from None
             except PatchError as exc:
                 # The apiserver's patcher reports patch application failures this way.
-                raise ApiError(failure(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                    {"causes": [{"reason": "UnexpectedServerResponse", "message": str(exc)}]},
-                )) from None
+                raise ApiError(
+                    failure(
+                        422,
+                        "Invalid",
+                        "the server rejected our request due to an error in our request",
+                        {"causes": [{"reason": "UnexpectedServerResponse", "message": str(exc)}]},
+                    )
+                ) from None
             obj = self._typed_body(res, patched, namespace, strict)
             return copy.deepcopy(self._update(res, namespace, name, obj, subresource, dry_run))
 
@@ -725,13 +770,20 @@ class Store:
     ) -> tuple[int, dict]:
         """Server-side apply (see ``apply.py``); returns 201 and the object when it had to create it."""
         if not manager:
-            raise invalid("PatchOptions", "meta.k8s.io", "", [FieldError("Required", "fieldManager", "is required for apply patch")])
+            raise invalid(
+                "PatchOptions",
+                "meta.k8s.io",
+                "",
+                [FieldError("Required", "fieldManager", "is required for apply patch")],
+            )
         if not isinstance(body, dict):
             raise bad_request("error decoding YAML: the apply patch must be an object")
         with self._lock:
             applied = self._typed_body(res, body, namespace, strict)
             if applied["metadata"].get("name") != name:
-                raise bad_request(f"the name of the object ({applied['metadata'].get('name', '')}) does not match the name on the URL ({name})")
+                raise bad_request(
+                    f"the name of the object ({applied['metadata'].get('name', '')}) does not match the name on the URL ({name})"
+                )
             current = self._objects[res].get(_key(namespace, name))
             if current is None and subresource:
                 raise not_found(res, name)
@@ -739,8 +791,10 @@ class Store:
             try:
                 merged = ssa.apply(current or {}, applied, manager, force, res.api_version, now_rfc3339(), skip_status)
             except ssa.ApplyConflict as exc:
-                causes = [{"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": ssa.field_path(p)}
-                          for m, p in exc.conflicts]
+                causes = [
+                    {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"', "field": ssa.field_path(p)}
+                    for m, p in exc.conflicts
+                ]
                 raise ApiError(failure(409, "Conflict", str(exc), {"causes": causes})) from None
             managed = merged["metadata"].pop("managedFields")
             if current is None:
@@ -799,7 +853,9 @@ class Store:
             marked.setdefault("status", {})["phase"] = "Terminating"
         return marked
 
-    def delete_collection(self, res: Resource, namespace: str, options: dict | None = None, **list_options: Any) -> dict:
+    def delete_collection(
+        self, res: Resource, namespace: str, options: dict | None = None, **list_options: Any
+    ) -> dict:
         """DELETE on a collection: deletes what the list selects, returns that list."""
         options = options or {}
         self._validate_delete_options(options)
@@ -815,7 +871,9 @@ class Store:
 
     # -- pod logs ----------------------------------------------------------
 
-    def pod_log(self, res: Resource, namespace: str, name: str, container: str = "", previous: bool = False) -> list[Entry]:
+    def pod_log(
+        self, res: Resource, namespace: str, name: str, container: str = "", previous: bool = False
+    ) -> list[Entry]:
         """The entries of a pod container's log file (see ``logs.py``)."""
         with self._lock:
             pod = copy.deepcopy(self._existing(res, namespace, name))
@@ -849,7 +907,13 @@ class Store:
         Raises :class:`WatchError` (410 too old, 504 too new) for errors the
         server must send as an ERROR event after HTTP 200.
         """
-        watch = Watch(res, namespace, _selector(LabelSelector, label_selector), _selector(FieldSelector, field_selector, res), allow_bookmarks)
+        watch = Watch(
+            res,
+            namespace,
+            _selector(LabelSelector, label_selector),
+            _selector(FieldSelector, field_selector, res),
+            allow_bookmarks,
+        )
         with self._lock:
             if send_initial_events:
                 if resource_version not in ("", "0") and _parse_rv(resource_version) > self._rv:
@@ -858,8 +922,14 @@ class Store:
                     obj = self._objects[res][key]
                     if watch.matches(obj):
                         watch._push("ADDED", obj)
-                watch._push("BOOKMARK", {"kind": res.kind, "apiVersion": res.api_version, "metadata": {
-                    "resourceVersion": str(self._rv), "annotations": {INITIAL_EVENTS_END: "true"}}})
+                watch._push(
+                    "BOOKMARK",
+                    {
+                        "kind": res.kind,
+                        "apiVersion": res.api_version,
+                        "metadata": {"resourceVersion": str(self._rv), "annotations": {INITIAL_EVENTS_END: "true"}},
+                    },
+                )
             elif resource_version in ("", "0"):
                 for key in sorted(self._objects[res]):
                     obj = self._objects[res][key]
@@ -889,7 +959,11 @@ class Store:
             res = watch.resource
             return {
                 "type": "BOOKMARK",
-                "object": {"kind": res.kind, "apiVersion": res.api_version, "metadata": {"resourceVersion": str(self._rv)}},
+                "object": {
+                    "kind": res.kind,
+                    "apiVersion": res.api_version,
+                    "metadata": {"resourceVersion": str(self._rv)},
+                },
             }
 
     @property
@@ -966,7 +1040,12 @@ class Store:
         if not isinstance(meta, dict):
             raise bad_request("metadata must be an object")
         if obj["kind"] != res.kind:
-            raise invalid(res.kind, res.group, meta.get("name", ""), [FieldError("Invalid", "kind", f"must be {res.kind}", obj["kind"])])
+            raise invalid(
+                res.kind,
+                res.group,
+                meta.get("name", ""),
+                [FieldError("Invalid", "kind", f"must be {res.kind}", obj["kind"])],
+            )
         if res.group == "" and res.kind == "Secret" and "stringData" in obj:
             _merge_string_data(obj)
         if res.schema is not None and not res.builtin:
@@ -989,14 +1068,16 @@ class Store:
         if not name:
             errors.append(FieldError("Required", "metadata.name", "name or generateName is required"))
         elif len(name) > 253 or not re.fullmatch(_DNS1123_SUBDOMAIN, name):
-            errors.append(FieldError(
-                "Invalid",
-                "metadata.name",
-                "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
-                "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
-                f"validation is '{_DNS1123_SUBDOMAIN}')",
-                name,
-            ))
+            errors.append(
+                FieldError(
+                    "Invalid",
+                    "metadata.name",
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', "
+                    "and must start and end with an alphanumeric character (e.g. 'example.com', regex used for "
+                    f"validation is '{_DNS1123_SUBDOMAIN}')",
+                    name,
+                )
+            )
         labels = meta.get("labels") or {}
         if not isinstance(labels, dict):
             errors.append(FieldError("Invalid", "metadata.labels", "must be an object", str(labels)))
@@ -1009,11 +1090,13 @@ class Store:
         if old is not None and old["metadata"].get("deletionTimestamp"):
             added = [f for f in meta.get("finalizers") or [] if f not in (old["metadata"].get("finalizers") or [])]
             if added:
-                errors.append(FieldError(
-                    "Forbidden",
-                    "metadata.finalizers",
-                    f"no new finalizers can be added if the object is being deleted, found new finalizers {_go_value(added)}",
-                ))
+                errors.append(
+                    FieldError(
+                        "Forbidden",
+                        "metadata.finalizers",
+                        f"no new finalizers can be added if the object is being deleted, found new finalizers {_go_value(added)}",
+                    )
+                )
         return errors
 
     def _generate_name(self, res: Resource, namespace: str, prefix: str) -> str:
@@ -1024,7 +1107,13 @@ class Store:
                 return name
 
     def _update(
-        self, res: Resource, namespace: str, name: str, obj: dict, subresource: str | None, dry_run: bool,
+        self,
+        res: Resource,
+        namespace: str,
+        name: str,
+        obj: dict,
+        subresource: str | None,
+        dry_run: bool,
         managed_fields: list | None = None,
     ) -> dict:
         """``Store.Update`` with the custom-resource (or status) strategy; lock held.
@@ -1033,7 +1122,9 @@ class Store:
         """
         meta = obj["metadata"]
         if meta.get("name") != name:
-            raise bad_request(f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})")
+            raise bad_request(
+                f"the name of the object ({meta.get('name', '')}) does not match the name on the URL ({name})"
+            )
         old = self._existing(res, namespace, name)
         old_meta = old["metadata"]
         rv = str(meta.get("resourceVersion") or "")
@@ -1042,9 +1133,12 @@ class Store:
             # no resourceVersion, no optimistic lock. Helm updates its release Secrets so.
             rv = old_meta["resourceVersion"]
         if not rv:
-            raise invalid(res.plural, res.group, name, [
-                FieldError("Invalid", "metadata.resourceVersion", "must be specified for an update", _Literal("0x0"))
-            ])
+            raise invalid(
+                res.plural,
+                res.group,
+                name,
+                [FieldError("Invalid", "metadata.resourceVersion", "must be specified for an update", _Literal("0x0"))],
+            )
         if rv != old_meta["resourceVersion"]:
             raise conflict(res.plural, res.group, name, OPTIMISTIC_LOCK_MSG)
         new = self._status_update(old, obj) if subresource == "status" else self._main_update(res, name, obj, old)
@@ -1079,8 +1173,17 @@ class Store:
             else:
                 new.pop("status", None)
         if meta.get("uid") and meta["uid"] != old_meta["uid"]:
-            raise invalid(res.kind, res.group, name, [FieldError("Invalid", "metadata.uid", "field is immutable", meta["uid"])])
-        for field in ("uid", "creationTimestamp", "generation", "deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"):
+            raise invalid(
+                res.kind, res.group, name, [FieldError("Invalid", "metadata.uid", "field is immutable", meta["uid"])]
+            )
+        for field in (
+            "uid",
+            "creationTimestamp",
+            "generation",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "managedFields",
+        ):
             if field in old_meta:
                 meta[field] = old_meta[field]
             else:
@@ -1109,9 +1212,18 @@ class Store:
         errors = []
         policy = options.get("propagationPolicy")
         if options.get("orphanDependents") is not None and policy is not None:
-            errors.append(FieldError("Invalid", "propagationPolicy", "orphanDependents and deletionPropagation cannot be both set", policy))
+            errors.append(
+                FieldError(
+                    "Invalid",
+                    "propagationPolicy",
+                    "orphanDependents and deletionPropagation cannot be both set",
+                    policy,
+                )
+            )
         if policy is not None and policy not in ("Foreground", "Background", "Orphan"):
-            errors.append(FieldError("NotSupported", "propagationPolicy", '"Foreground", "Background", "Orphan", "nil"', policy))
+            errors.append(
+                FieldError("NotSupported", "propagationPolicy", '"Foreground", "Background", "Orphan", "nil"', policy)
+            )
         dry_run = options.get("dryRun")
         if dry_run and dry_run != ["All"]:
             errors.append(FieldError("NotSupported", "dryRun", '"All"', dry_run))

@@ -129,7 +129,7 @@ def _step(value: Any, field: str | None, bracket: str | None) -> list[Any]:
         return []
     if ":" in bracket:
         start, _, end = bracket.partition(":")
-        return value[int(start) if start else None:int(end) if end else None]
+        return value[int(start) if start else None : int(end) if end else None]
     index = int(bracket)
     return [value[index]] if -len(value) <= index < len(value) else []
 
@@ -210,8 +210,14 @@ def _selector(selector: Any) -> str:
     for expr in selector.get("matchExpressions") or []:
         op, values = expr.get("operator"), ",".join(sorted(expr.get("values") or []))
         key = expr.get("key", "")
-        parts.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
-                      "Exists": key, "DoesNotExist": f"!{key}"}.get(op, f"{key} {op}"))
+        parts.append(
+            {
+                "In": f"{key} in ({values})",
+                "NotIn": f"{key} notin ({values})",
+                "Exists": key,
+                "DoesNotExist": f"!{key}",
+            }.get(op, f"{key} {op}")
+        )
     return ",".join(parts) or "<none>"
 
 
@@ -232,15 +238,30 @@ def _job_row(job: dict) -> list:
     if status.get("startTime"):
         duration = _between(status["startTime"], status.get("completionTime") or datetime.now(timezone.utc).isoformat())
     conditions = status.get("conditions")
-    state = next((label for kind, label in (("Complete", "Complete"), ("Failed", "Failed")) if _condition_true(conditions, kind)), "")
+    state = next(
+        (
+            label
+            for kind, label in (("Complete", "Complete"), ("Failed", "Failed"))
+            if _condition_true(conditions, kind)
+        ),
+        "",
+    )
     if not state:
         if job["metadata"].get("deletionTimestamp"):
             state = "Terminating"
         else:
             state = next((k for k in ("Suspended", "FailureTarget") if _condition_true(conditions, k)), "Running")
     names, images = _containers(job)
-    return [job["metadata"]["name"], state, completions, duration, since(job["metadata"].get("creationTimestamp")),
-            names, images, _selector(spec.get("selector"))]
+    return [
+        job["metadata"]["name"],
+        state,
+        completions,
+        duration,
+        since(job["metadata"].get("creationTimestamp")),
+        names,
+        images,
+        _selector(spec.get("selector")),
+    ]
 
 
 def _init_reason(statuses: list, init_total: int) -> str | None:
@@ -286,7 +307,11 @@ def _pod_row(pod: dict) -> list:
             elif terminated is not None and terminated.get("reason"):
                 reason = terminated["reason"]
             elif terminated is not None:
-                reason = f"Signal:{terminated['signal']}" if terminated.get("signal") else f"ExitCode:{terminated.get('exitCode', 0)}"
+                reason = (
+                    f"Signal:{terminated['signal']}"
+                    if terminated.get("signal")
+                    else f"ExitCode:{terminated.get('exitCode', 0)}"
+                )
             elif cs.get("ready") and state.get("running") is not None:
                 running, ready = True, ready + 1
         if reason == "Completed" and running:
@@ -299,9 +324,17 @@ def _pod_row(pod: dict) -> list:
     if restarts and last_restart is not None:
         restarts_text = f"{restarts} ({since(last_restart.isoformat())} ago)"
     pod_ip = ((status.get("podIPs") or [{}])[0]).get("ip") or status.get("podIP") or "<none>"
-    return [meta["name"], f"{ready}/{len(spec.get('containers') or [])}", reason, restarts_text,
-            since(meta.get("creationTimestamp")), pod_ip, spec.get("nodeName") or "<none>",
-            status.get("nominatedNodeName") or "<none>", "<none>"]
+    return [
+        meta["name"],
+        f"{ready}/{len(spec.get('containers') or [])}",
+        reason,
+        restarts_text,
+        since(meta.get("creationTimestamp")),
+        pod_ip,
+        spec.get("nodeName") or "<none>",
+        status.get("nominatedNodeName") or "<none>",
+        "<none>",
+    ]
 
 
 def _event_row(event: dict) -> list:
@@ -317,49 +350,83 @@ def _event_row(event: dict) -> list:
     origin = source.get("component") or event.get("reportingComponent") or ""
     host = source.get("host") or event.get("reportingInstance") or ""
     origin = f"{origin}, {host}" if origin and host else origin or host
-    return [last, event.get("type", ""), event.get("reason", ""), target, involved.get("fieldPath", ""), origin,
-            (event.get("message") or "").strip(), first, int(count), event["metadata"]["name"]]
+    return [
+        last,
+        event.get("type", ""),
+        event.get("reason", ""),
+        target,
+        involved.get("fieldPath", ""),
+        origin,
+        (event.get("message") or "").strip(),
+        first,
+        int(count),
+        event["metadata"]["name"],
+    ]
 
 
 def _namespace_row(namespace: dict) -> list:
-    return [namespace["metadata"]["name"], (namespace.get("status") or {}).get("phase", ""),
-            since(namespace["metadata"].get("creationTimestamp"))]
+    return [
+        namespace["metadata"]["name"],
+        (namespace.get("status") or {}).get("phase", ""),
+        since(namespace["metadata"].get("creationTimestamp")),
+    ]
 
 
 _BUILTIN: dict[str, tuple[list[dict], Callable[[dict], list]]] = {
-    "batch/Job": ([
-        NAME_COLUMN, column("Status", description="Status of the job."),
-        column("Completions", description="The number of pods which reached phase Succeeded."),
-        column("Duration", description="Time required to complete the job."), AGE_COLUMN,
-        column("Containers", priority=1, description="Names of each container in the template."),
-        column("Images", priority=1, description="Images referenced by each container in the template."),
-        column("Selector", priority=1, description="A label query over pods that should match the pod count."),
-    ], _job_row),
-    "/Pod": ([
-        NAME_COLUMN, column("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
-        column("Status", description="The aggregate status of the containers in this pod."),
-        column("Restarts", description="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted."),
-        AGE_COLUMN, column("IP", priority=1, description="IP address allocated to the pod."),
-        column("Node", priority=1, description="The node the pod is scheduled onto."),
-        column("Nominated Node", priority=1, description="The node the scheduler intends to place the pod on."),
-        column("Readiness Gates", priority=1, description="Extra conditions evaluated for pod readiness."),
-    ], _pod_row),
-    "/Event": ([
-        column("Last Seen", description="The time at which the most recent occurrence of this event was recorded."),
-        column("Type", description="Type of this event (Normal, Warning)."),
-        column("Reason", description="The reason for the transition into the object's current status."),
-        column("Object", description="The object that this event is about."),
-        column("Subobject", priority=1, description="The field of the involved object the event is about."),
-        column("Source", priority=1, description="The component reporting this event."),
-        column("Message", description="A human-readable description of the status of this operation."),
-        column("First Seen", priority=1, description="The time at which the event was first recorded."),
-        column("Count", priority=1, description="The number of times this event has occurred."),
-        dict(NAME_COLUMN, priority=1),
-    ], _event_row),
-    "/Namespace": ([NAME_COLUMN, column("Status", description="The status of the namespace"), AGE_COLUMN], _namespace_row),
+    "batch/Job": (
+        [
+            NAME_COLUMN,
+            column("Status", description="Status of the job."),
+            column("Completions", description="The number of pods which reached phase Succeeded."),
+            column("Duration", description="Time required to complete the job."),
+            AGE_COLUMN,
+            column("Containers", priority=1, description="Names of each container in the template."),
+            column("Images", priority=1, description="Images referenced by each container in the template."),
+            column("Selector", priority=1, description="A label query over pods that should match the pod count."),
+        ],
+        _job_row,
+    ),
+    "/Pod": (
+        [
+            NAME_COLUMN,
+            column("Ready", description="The aggregate readiness state of this pod for accepting traffic."),
+            column("Status", description="The aggregate status of the containers in this pod."),
+            column(
+                "Restarts",
+                description="The number of times the containers in this pod have been restarted and when the last container in this pod has restarted.",
+            ),
+            AGE_COLUMN,
+            column("IP", priority=1, description="IP address allocated to the pod."),
+            column("Node", priority=1, description="The node the pod is scheduled onto."),
+            column("Nominated Node", priority=1, description="The node the scheduler intends to place the pod on."),
+            column("Readiness Gates", priority=1, description="Extra conditions evaluated for pod readiness."),
+        ],
+        _pod_row,
+    ),
+    "/Event": (
+        [
+            column("Last Seen", description="The time at which the most recent occurrence of this event was recorded."),
+            column("Type", description="Type of this event (Normal, Warning)."),
+            column("Reason", description="The reason for the transition into the object's current status."),
+            column("Object", description="The object that this event is about."),
+            column("Subobject", priority=1, description="The field of the involved object the event is about."),
+            column("Source", priority=1, description="The component reporting this event."),
+            column("Message", description="A human-readable description of the status of this operation."),
+            column("First Seen", priority=1, description="The time at which the event was first recorded."),
+            column("Count", priority=1, description="The number of times this event has occurred."),
+            dict(NAME_COLUMN, priority=1),
+        ],
+        _event_row,
+    ),
+    "/Namespace": (
+        [NAME_COLUMN, column("Status", description="The status of the namespace"), AGE_COLUMN],
+        _namespace_row,
+    ),
     # apiextensions-apiserver has no printer for CRDs: rest.DefaultTableConvertor's two columns.
-    "apiextensions.k8s.io/CustomResourceDefinition": ([NAME_COLUMN, column("Created At", "date", description=_AGE_DESCRIPTION)],
-                                                      lambda crd: [crd["metadata"]["name"], crd["metadata"].get("creationTimestamp")]),
+    "apiextensions.k8s.io/CustomResourceDefinition": (
+        [NAME_COLUMN, column("Created At", "date", description=_AGE_DESCRIPTION)],
+        lambda crd: [crd["metadata"]["name"], crd["metadata"].get("creationTimestamp")],
+    ),
 }
 
 
@@ -369,8 +436,13 @@ def _printer(res: Resource) -> tuple[list[dict], Callable[[dict], list]]:
         return _BUILTIN[f"{res.group}/{res.kind}"]
     columns = res.printer_columns or DEFAULT_COLUMNS
     definitions = [NAME_COLUMN] + [
-        column(c["name"], c.get("type", "string"), c.get("description") or f"Custom resource definition column (in JSONPath format): {c.get('jsonPath', '')}",
-               c.get("priority", 0), c.get("format", ""))
+        column(
+            c["name"],
+            c.get("type", "string"),
+            c.get("description") or f"Custom resource definition column (in JSONPath format): {c.get('jsonPath', '')}",
+            c.get("priority", 0),
+            c.get("format", ""),
+        )
         for c in columns
     ]
     if columns is DEFAULT_COLUMNS:
@@ -386,12 +458,16 @@ def _row_object(obj: dict, include: str, meta_version: str) -> dict | None:
     return {"kind": "PartialObjectMetadata", "apiVersion": meta_version, "metadata": obj["metadata"]}
 
 
-def to_table(res: Resource, body: dict, include: str = "", meta_version: str = "meta.k8s.io/v1", headers: bool = True) -> dict:
+def to_table(
+    res: Resource, body: dict, include: str = "", meta_version: str = "meta.k8s.io/v1", headers: bool = True
+) -> dict:
     """The Table for an object or a list of ``res``."""
     definitions, row = _printer(res)
     if "items" in body:
         items = body["items"]
-        metadata = {k: v for k, v in body["metadata"].items() if k in ("resourceVersion", "continue", "remainingItemCount")}
+        metadata = {
+            k: v for k, v in body["metadata"].items() if k in ("resourceVersion", "continue", "remainingItemCount")
+        }
     else:
         items, metadata = [body], {"resourceVersion": body["metadata"].get("resourceVersion", "")}
     return {

@@ -18,11 +18,25 @@ from __future__ import annotations
 
 from typing import Any
 
-OBJECT_META_FIELDS = frozenset({
-    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation", "creationTimestamp",
-    "deletionTimestamp", "deletionGracePeriodSeconds", "labels", "annotations", "ownerReferences", "finalizers",
-    "managedFields",
-})
+OBJECT_META_FIELDS = frozenset(
+    {
+        "name",
+        "generateName",
+        "namespace",
+        "selfLink",
+        "uid",
+        "resourceVersion",
+        "generation",
+        "creationTimestamp",
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "labels",
+        "annotations",
+        "ownerReferences",
+        "finalizers",
+        "managedFields",
+    }
+)
 _RESOURCE_FIELDS = ("apiVersion", "kind", "metadata")
 
 

@@ -27,7 +27,8 @@ COMMAND_GROUPS = (processes, resync, explain, logs, manifests, operate)
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="jobttl", formatter_class=Formatter,
+        prog="jobttl",
+        formatter_class=Formatter,
         description="Delete finished Kubernetes training jobs a time-to-live after they finish.",
         epilog=settings_epilog(),
     )

@@ -31,10 +31,15 @@ def connect(settings: Settings, force: bool = False) -> operations.Operations:
 def redis_problem(exc: Exception, settings: Settings) -> int:
     """Exit 1, naming the Redis used: the usual cause is JOBTTL_REDIS_URL pointing elsewhere."""
     if isinstance(exc, operations.UnknownRedis):
-        print(f"jobttl: {exc} (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}); --force to use it anyway",
-              file=sys.stderr)
+        print(
+            f"jobttl: {exc} (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}); --force to use it anyway",
+            file=sys.stderr,
+        )
     else:
-        print(f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}): {exc}", file=sys.stderr)
+        print(
+            f"jobttl: cannot use Redis (JOBTTL_REDIS_URL={redisconn.redacted(settings.redis_url)}): {exc}",
+            file=sys.stderr,
+        )
         from redis.exceptions import ConnectionError as RedisConnectionError
 
         hint = stale_run_env(settings.redis_url) if isinstance(exc, RedisConnectionError) else None
@@ -57,18 +62,24 @@ def stale_run_env(redis_url: str) -> str | None:
     except FileNotFoundError:
         if not sourced:
             return None
-        return (f"{path} is gone: the `make run` that wrote it has stopped. Start it again (`make run`), "
-                f"then `. {path}` again in this shell")
+        return (
+            f"{path} is gone: the `make run` that wrote it has stopped. Start it again (`make run`), "
+            f"then `. {path}` again in this shell"
+        )
     except OSError:
         return None
     current = _redis_url_in(text)
     if current is None or current == redis_url:
         return None
     if not sourced:  # this shell may never have sourced it: say what the file says, no more
-        return (f"{path} names another Redis, {current} (`make run` picks new ports each time it starts): "
-                f"if that is the one meant, `. {path}` (or use .run/bin/jobttl, which reads it each time)")
-    return (f"`make run` was restarted since this shell sourced {path}: its Redis is now at {current}. "
-            f"Run `. {path}` again (or use .run/bin/jobttl, which reads it each time)")
+        return (
+            f"{path} names another Redis, {current} (`make run` picks new ports each time it starts): "
+            f"if that is the one meant, `. {path}` (or use .run/bin/jobttl, which reads it each time)"
+        )
+    return (
+        f"`make run` was restarted since this shell sourced {path}: its Redis is now at {current}. "
+        f"Run `. {path}` again (or use .run/bin/jobttl, which reads it each time)"
+    )
 
 
 def _redis_url_in(env_file: str) -> str | None:

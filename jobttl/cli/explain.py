@@ -69,7 +69,7 @@ def objects(text: str) -> list[dict[str, Any]]:
         if not isinstance(items, list):
             found.append(document)
             continue
-        implied = {"apiVersion": document.get("apiVersion"), "kind": list_kind[:-len("List")]}
+        implied = {"apiVersion": document.get("apiVersion"), "kind": list_kind[: -len("List")]}
         found += [{**implied, **item} if list_kind != "List" else item for item in items if isinstance(item, dict)]
     return found
 
@@ -82,12 +82,20 @@ def kind_of(obj: dict[str, Any], known: tuple[JobKind, ...] = BUILTIN_KINDS) -> 
 def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
     """One item of the --json output: the object's identity and what decide() says of it."""
     meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
-    item = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"), "namespace": meta.get("namespace"),
-            "name": meta.get("name"), "uid": meta.get("uid")}
+    item = {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+    }
     kind = kind_of(obj, policy.known_kinds)
     if kind is None:
-        known = f"jobttl does not know {obj.get('apiVersion')} {obj.get('kind')}" if obj.get("kind") else \
-            "not a Kubernetes object: it has no kind"
+        known = (
+            f"jobttl does not know {obj.get('apiVersion')} {obj.get('kind')}"
+            if obj.get("kind")
+            else "not a Kubernetes object: it has no kind"
+        )
         return {**item, **_not_decided(UNKNOWN_KIND, known)}
     if kind not in policy.kinds:
         return {**item, **_not_decided(KIND_NOT_ENABLED, f"{kind.kind} is known but not enabled by the policy's kinds")}
@@ -100,16 +108,36 @@ def explain(obj: dict[str, Any], policy: Policy, now: float) -> dict[str, Any]:
 
 def _decided(decision: Decision, now: float) -> dict[str, Any]:
     expired = decision.verdict is Verdict.EXPIRES and decision.expires_at is not None and decision.expires_at <= now
-    return {"verdict": decision.verdict.value, "reason": decision.reason, "outcome": decision.outcome,
-            "finishedAt": _rfc3339(decision.finished_at), "finishedFrom": decision.finished_from,
-            "ttl": decision.ttl, "ttlSource": decision.ttl_source, "expiresAt": _rfc3339(decision.expires_at),
-            "expired": expired, "dryRun": decision.dry_run, "rules": list(decision.rules)}
+    return {
+        "verdict": decision.verdict.value,
+        "reason": decision.reason,
+        "outcome": decision.outcome,
+        "finishedAt": _rfc3339(decision.finished_at),
+        "finishedFrom": decision.finished_from,
+        "ttl": decision.ttl,
+        "ttlSource": decision.ttl_source,
+        "expiresAt": _rfc3339(decision.expires_at),
+        "expired": expired,
+        "dryRun": decision.dry_run,
+        "rules": list(decision.rules),
+    }
 
 
 def _not_decided(verdict: str, reason: str) -> dict[str, Any]:
     """The same keys as a decision, for an object jobttl does not decide at all."""
-    return {"verdict": verdict, "reason": reason, "outcome": None, "finishedAt": None, "finishedFrom": None,
-            "ttl": None, "ttlSource": None, "expiresAt": None, "expired": False, "dryRun": False, "rules": []}
+    return {
+        "verdict": verdict,
+        "reason": reason,
+        "outcome": None,
+        "finishedAt": None,
+        "finishedFrom": None,
+        "ttl": None,
+        "ttlSource": None,
+        "expiresAt": None,
+        "expired": False,
+        "dryRun": False,
+        "rules": [],
+    }
 
 
 def _now(text: str | None) -> float | str:
@@ -126,26 +154,45 @@ def _now(text: str | None) -> float | str:
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    parser = add_command(commands, "explain", run, "what jobttl would decide for objects in a file, and why; or, "
-                                                   "with --crd, whether the kinds' declared paths are in their CRDs "
-                                                   "(offline: no cluster, no Redis)", ENVIRONMENT, quiet=True)
-    parser.add_argument("-f", "--filename", metavar="FILE",
-                        help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin "
-                             "(default: none; one of -f and --crd is required)")
-    parser.add_argument("--crd", metavar="FILE",
-                        help="check the policy's kinds against the CustomResourceDefinitions in FILE (`kubectl get "
-                             "crd NAME -o yaml`, release manifests; - for stdin) as the worker does at start, instead "
-                             "of deciding objects (default: none)")
-    parser.add_argument("--policy", metavar="FILE",
-                        help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)")
+    parser = add_command(
+        commands,
+        "explain",
+        run,
+        "what jobttl would decide for objects in a file, and why; or, "
+        "with --crd, whether the kinds' declared paths are in their CRDs "
+        "(offline: no cluster, no Redis)",
+        ENVIRONMENT,
+        quiet=True,
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        help="YAML or JSON objects (`kubectl get -o yaml` output and List objects too); - for stdin "
+        "(default: none; one of -f and --crd is required)",
+    )
+    parser.add_argument(
+        "--crd",
+        metavar="FILE",
+        help="check the policy's kinds against the CustomResourceDefinitions in FILE (`kubectl get "
+        "crd NAME -o yaml`, release manifests; - for stdin) as the worker does at start, instead "
+        "of deciding objects (default: none)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the policy to decide with (default: JOBTTL_POLICY's, else the built-in defaults)",
+    )
     parser.add_argument("--now", metavar="RFC3339", help="decide as of this time (default: now)")
     parser.add_argument("--json", action="store_true", help="print JSON (the documented, stable shape)")
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     if (args.filename is None) == (args.crd is None):
-        print("jobttl: explain needs -f FILE (objects to decide) or --crd FILE (CRDs to check the kinds against)",
-              file=sys.stderr)
+        print(
+            "jobttl: explain needs -f FILE (objects to decide) or --crd FILE (CRDs to check the kinds against)",
+            file=sys.stderr,
+        )
         return 2
     try:
         # Another policy file, in the same installation: JOBTTL_DELETE_NAMESPACES confines it too.
@@ -187,8 +234,9 @@ def _print(items: list[dict[str, Any]], now: float) -> None:
         if item["expiresAt"]:
             expires = datetime.fromisoformat(item["expiresAt"].replace("Z", "+00:00")).timestamp()
             when = "now (expired)" if item["expired"] else f"in {format_duration(expires - now)}"
-            console.print(f"  deleted: {item['expiresAt']}, {when}" + (" (dry run: only recorded)" if item["dryRun"]
-                                                                        else ""))
+            console.print(
+                f"  deleted: {item['expiresAt']}, {when}" + (" (dry run: only recorded)" if item["dryRun"] else "")
+            )
         if item["rules"]:
             console.print(f"  policy rules: {', '.join(item['rules'])}")
     if not items:

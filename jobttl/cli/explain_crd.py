@@ -76,10 +76,17 @@ def check_kind(kind: JobKind, crd: dict[str, Any]) -> dict[str, Any]:
     else:
         verdict = "verified"
     served = [v for _, versions in report.not_served for v in versions]
-    return {"kind": _name(kind), "crd": kind.crd, "declaredIn": kind.declared_in or "kinds.yaml",
-            "builtin": kind.builtin, "verdict": verdict, "refused": report.errors,
-            "absent": [_problem(p) for p in absent], "unverified": [_problem(p) for p in unverified],
-            "servedVersions": served}
+    return {
+        "kind": _name(kind),
+        "crd": kind.crd,
+        "declaredIn": kind.declared_in or "kinds.yaml",
+        "builtin": kind.builtin,
+        "verdict": verdict,
+        "refused": report.errors,
+        "absent": [_problem(p) for p in absent],
+        "unverified": [_problem(p) for p in unverified],
+        "servedVersions": served,
+    }
 
 
 def _name(kind: JobKind) -> str:
@@ -94,15 +101,19 @@ def main(args: argparse.Namespace, policy: Policy) -> int:
     try:
         crds = read_input(args.crd, crds_in)
     except MalformedCRD as exc:
-        print(f"jobttl: {args.crd}: not a CustomResourceDefinition as the API server writes one: {exc}",
-              file=sys.stderr)
+        print(
+            f"jobttl: {args.crd}: not a CustomResourceDefinition as the API server writes one: {exc}", file=sys.stderr
+        )
         return 2
     if crds is None:
         return 2
     kinds = [k for k in policy.known_kinds if k.crd in crds and k.declaration is not None]
     if not kinds:
-        print(f"jobttl: {args.crd} holds no CustomResourceDefinition of a kind the policy knows (it holds: "
-              f"{', '.join(sorted(crds)) or 'none'})", file=sys.stderr)
+        print(
+            f"jobttl: {args.crd} holds no CustomResourceDefinition of a kind the policy knows (it holds: "
+            f"{', '.join(sorted(crds)) or 'none'})",
+            file=sys.stderr,
+        )
         return 2
     items = [{**check_kind(kind, crds[kind.crd]), "enabled": kind in policy.kinds} for kind in kinds]
     if args.json:
@@ -118,8 +129,11 @@ def _print(items: list[dict[str, Any]]) -> None:
     for item in items:
         whose = "built in" if item["builtin"] else item["declaredIn"]
         enabled = "enabled" if item["enabled"] else "not enabled by the policy's kinds"
-        console.print(f"{item['kind']} ({whose}; {enabled}) against CRD {item['crd']}: {item['verdict']}",
-                      markup=False, highlight=False)
+        console.print(
+            f"{item['kind']} ({whose}; {enabled}) against CRD {item['crd']}: {item['verdict']}",
+            markup=False,
+            highlight=False,
+        )
         if item["verdict"] == "not-served":
             console.print(f"  the CRD serves {', '.join(item['servedVersions']) or 'no version'}", markup=False)
         for line in item["refused"]:
@@ -127,5 +141,6 @@ def _print(items: list[dict[str, Any]]) -> None:
         for what in ("absent", "unverified"):
             for problem in item[what]:
                 inherited = " (inherited from the built-in declaration)" if problem["inherited"] else ""
-                console.print(f"  {what}{inherited}: {problem['field']}: {problem['message']}", markup=False,
-                              highlight=False)
+                console.print(
+                    f"  {what}{inherited}: {problem['field']}: {problem['message']}", markup=False, highlight=False
+                )

@@ -16,13 +16,22 @@ ENVIRONMENT = ("JOBTTL_POLICY",)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    logs = add_command(commands, "logs", run, "print an archived log of a job, also after it is gone (reads the "
-                                              "archive store the policy names: no cluster, no Redis)", ENVIRONMENT,
-                       quiet=True)
+    logs = add_command(
+        commands,
+        "logs",
+        run,
+        "print an archived log of a job, also after it is gone (reads the "
+        "archive store the policy names: no cluster, no Redis)",
+        ENVIRONMENT,
+        quiet=True,
+    )
     logs.add_argument("job", type=job, metavar="NAMESPACE/NAME", help="the job")
-    logs.add_argument("--kind", help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
-                                     "batch/v1's); needed only when jobs of several kinds share the name "
-                                     "(default: the newest archive of any kind)")
+    logs.add_argument(
+        "--kind",
+        help="e.g. TFJob, or Job.batch.volcano.sh where a Kind names several (Job: "
+        "batch/v1's); needed only when jobs of several kinds share the name "
+        "(default: the newest archive of any kind)",
+    )
     logs.add_argument("--pod", help="only this pod's logs (default: every pod)")
     logs.add_argument("--container", help="only this container's logs (default: every container)")
     logs.add_argument("--previous", action="store_true", help="the previous instance of a container that restarted")
@@ -52,21 +61,27 @@ def _print_latest(store, args: argparse.Namespace) -> int:
     namespace, name = args.job
     found = latest(store, namespace, name, args.kind)
     if found is None:
-        print(f"jobttl: no archive of {args.kind + ' ' if args.kind else ''}{namespace}/{name} in {store.url}",
-              file=sys.stderr)
+        print(
+            f"jobttl: no archive of {args.kind + ' ' if args.kind else ''}{namespace}/{name} in {store.url}",
+            file=sys.stderr,
+        )
         return 1
     where, document = found
     chosen = choose_logs(document, args.pod, args.container, args.previous)
     if args.list or not chosen:
         from jobttl.cli import tables
 
-        tables.logs(store.location(where), document, chosen if chosen else choose_logs(document) +
-                    choose_logs(document, previous=True))
+        tables.logs(
+            store.location(where),
+            document,
+            chosen if chosen else choose_logs(document) + choose_logs(document, previous=True),
+        )
         return 0 if chosen else 1
     for entry in chosen:
         if len(chosen) > 1:
-            print(f"==> {entry['pod']}/{entry['container']}{' (previous)' if entry['previous'] else ''} <==",
-                  flush=True)
+            print(
+                f"==> {entry['pod']}/{entry['container']}{' (previous)' if entry['previous'] else ''} <==", flush=True
+            )
         sys.stdout.buffer.write(store.read(where, entry["path"]) or b"")
         sys.stdout.buffer.flush()
     return 0

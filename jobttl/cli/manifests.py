@@ -18,8 +18,15 @@ import yaml
 
 from jobttl.cli.parsing import add_command
 from jobttl.core.runtime.config import Settings
-from jobttl.core.domain.deploy.manifests import (cluster_roles, missing, mounted_policy, readable, source_resources,
-                                                 trigger_kinds, workloads)
+from jobttl.core.domain.deploy.manifests import (
+    cluster_roles,
+    missing,
+    mounted_policy,
+    readable,
+    source_resources,
+    trigger_kinds,
+    workloads,
+)
 from jobttl.core.domain.rules.policy import Policy, PolicyError, load_policy, loads_policy
 
 
@@ -27,20 +34,37 @@ ENVIRONMENT = ("JOBTTL_POLICY",)
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
-    parser = add_command(commands, "manifests", run, "the RBAC and event sources the policy's kinds need, or what "
-                                                     "rendered manifests lack for them (offline)", ENVIRONMENT,
-                         quiet=True)
-    parser.add_argument("what", choices=("rbac", "sources", "check"),
-                        help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
-                             "check: what -f FILE lacks for its worker, its event source (ApiServerSource or "
-                             "`jobttl watch`) and its sink, found by what they run (exit 1 if anything)")
-    parser.add_argument("--policy", metavar="FILE", help="the policy (default: for check, the one the manifests "
-                                                         "give the worker; else JOBTTL_POLICY's, else the built-in "
-                                                         "defaults: the kinds enabled by default)")
-    parser.add_argument("-f", "--filename", metavar="FILE", help="rendered manifests for check, e.g. "
-                                                                 "`kubectl kustomize knative/ | jobttl manifests "
-                                                                 "check -f -`, `helm template REL charts/jobttl | "
-                                                                 "...`; - for stdin (default: none; check needs it)")
+    parser = add_command(
+        commands,
+        "manifests",
+        run,
+        "the RBAC and event sources the policy's kinds need, or what rendered manifests lack for them (offline)",
+        ENVIRONMENT,
+        quiet=True,
+    )
+    parser.add_argument(
+        "what",
+        choices=("rbac", "sources", "check"),
+        help="rbac: the ClusterRoles; sources: the ApiServerSource resources and Trigger filter; "
+        "check: what -f FILE lacks for its worker, its event source (ApiServerSource or "
+        "`jobttl watch`) and its sink, found by what they run (exit 1 if anything)",
+    )
+    parser.add_argument(
+        "--policy",
+        metavar="FILE",
+        help="the policy (default: for check, the one the manifests "
+        "give the worker; else JOBTTL_POLICY's, else the built-in "
+        "defaults: the kinds enabled by default)",
+    )
+    parser.add_argument(
+        "-f",
+        "--filename",
+        metavar="FILE",
+        help="rendered manifests for check, e.g. "
+        "`kubectl kustomize knative/ | jobttl manifests "
+        "check -f -`, `helm template REL charts/jobttl | "
+        "...`; - for stdin (default: none; check needs it)",
+    )
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
@@ -53,8 +77,14 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         yaml.safe_dump_all(cluster_roles(policy), sys.stdout, sort_keys=False)
         return 0
     if args.what == "sources":
-        yaml.safe_dump({"apiServerSource": {"spec": {"resources": source_resources(policy)}},
-                        "trigger": {"spec": {"filters": [{"any": trigger_kinds(policy)}]}}}, sys.stdout, sort_keys=False)
+        yaml.safe_dump(
+            {
+                "apiServerSource": {"spec": {"resources": source_resources(policy)}},
+                "trigger": {"spec": {"filters": [{"any": trigger_kinds(policy)}]}},
+            },
+            sys.stdout,
+            sort_keys=False,
+        )
         return 0
     return _check(args, policy, settings)
 

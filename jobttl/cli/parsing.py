@@ -73,23 +73,37 @@ class CommandParser(argparse.ArgumentParser):
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             known = [option for action in self._actions for option in action.option_strings]
-            guesses = [difflib.get_close_matches(extra.split("=")[0], known, n=1) for extra in extras
-                       if extra.startswith("-")]
+            guesses = [
+                difflib.get_close_matches(extra.split("=")[0], known, n=1) for extra in extras if extra.startswith("-")
+            ]
             hint = "; did you mean " + ", ".join(g[0] for g in guesses if g) + "?" if any(guesses) else ""
             self.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return parsed, extras
 
 
-def add_command(commands: argparse._SubParsersAction, name: str, run: Callable, help: str,
-                environment: tuple[str, ...], quiet: bool = False, **parser_options) -> argparse.ArgumentParser:
+def add_command(
+    commands: argparse._SubParsersAction,
+    name: str,
+    run: Callable,
+    help: str,
+    environment: tuple[str, ...],
+    quiet: bool = False,
+    **parser_options,
+) -> argparse.ArgumentParser:
     """A subcommand running `run(args, settings)`, its epilog the settings that matter to it.
 
     `quiet`: what the command prints is its output (a table, JSON, YAML, an archived log), so it
     logs warnings only: an operator command's audit records are kept in Redis, and logging them
     here too would only interleave JSON lines with its table.
     """
-    parser = commands.add_parser(name, help=help, description=help, formatter_class=Formatter,
-                                 epilog=environment_epilog(environment), **parser_options)
+    parser = commands.add_parser(
+        name,
+        help=help,
+        description=help,
+        formatter_class=Formatter,
+        epilog=environment_epilog(environment),
+        **parser_options,
+    )
     parser.set_defaults(run=run, quiet=quiet)
     return parser
 
@@ -113,8 +127,10 @@ def duration(text: str) -> int:
 def later(text: str) -> int:
     """How much later: a duration above zero (`-5m` reaches here as a value: see CommandParser)."""
     if text.startswith("-") or duration(text) == 0:
-        raise argparse.ArgumentTypeError(f"a duration must be positive, got {text!r} (to take a postpone back: "
-                                         "jobttl postpone --undo NAMESPACE/NAME)")
+        raise argparse.ArgumentTypeError(
+            f"a duration must be positive, got {text!r} (to take a postpone back: "
+            "jobttl postpone --undo NAMESPACE/NAME)"
+        )
     return duration(text)
 
 

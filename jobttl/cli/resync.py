@@ -15,17 +15,26 @@ from jobttl.cli.parsing import add_command
 from jobttl.core.runtime.config import Settings
 from jobttl.core.services import operations
 
-ENVIRONMENT = ("JOBTTL_REDIS_URL", "JOBTTL_QUEUE", "KUBECONFIG", "JOBTTL_POLICY", "JOBTTL_RESYNC_MAX_DELETIONS",
-               "JOBTTL_RESYNC_MAX_SHARE")
+ENVIRONMENT = (
+    "JOBTTL_REDIS_URL",
+    "JOBTTL_QUEUE",
+    "KUBECONFIG",
+    "JOBTTL_POLICY",
+    "JOBTTL_RESYNC_MAX_DELETIONS",
+    "JOBTTL_RESYNC_MAX_SHARE",
+)
 EXIT_CODES = {"done": 0, "held": 3, "already-running": 4, "stale-confirmation": 5}
 
 
 def add_commands(commands: argparse._SubParsersAction) -> None:
     resync = add_command(commands, "resync", run, "make the schedule in Redis match the cluster, now", ENVIRONMENT)
-    resync.add_argument("--confirm", metavar="HELD_ID",
-                        help="delete the deletions held by the blast-radius guard (those still due); HELD_ID, from "
-                             "the report, makes sure they are the ones you reviewed (default: hold them again if "
-                             "there are too many)")
+    resync.add_argument(
+        "--confirm",
+        metavar="HELD_ID",
+        help="delete the deletions held by the blast-radius guard (those still due); HELD_ID, from "
+        "the report, makes sure they are the ones you reviewed (default: hold them again if "
+        "there are too many)",
+    )
     resync.add_argument("--json", action="store_true", help="print the report as JSON")
     resync.add_argument("--force", action="store_true", help="use this Redis even if it holds no jobttl schedule")
 

@@ -23,11 +23,15 @@ from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_emulator
 
 # alice operates, carol reads, bob may do nothing
-TOKENS = {"alice-token": {"username": "alice", "groups": ["platform-team"]},
-          "carol-token": {"username": "carol"},
-          "bob-token": {"username": "bob"}}
-GRANTS = [{"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
-          {"users": ["carol"], "rules": rights.cluster_role(rights.READER)["rules"]}]
+TOKENS = {
+    "alice-token": {"username": "alice", "groups": ["platform-team"]},
+    "carol-token": {"username": "carol"},
+    "bob-token": {"username": "bob"},
+}
+GRANTS = [
+    {"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
+    {"users": ["carol"], "rules": rights.cluster_role(rights.READER)["rules"]},
+]
 
 GONE = JobRef("kubeflow.org/v1", "TFJob", "team-a", "resnet-old", "6f1d3c0e-0000-4000-8000-000000000001")
 LOG_TEXT = "epoch 1 loss 0.9\nepoch 2 loss 0.4\ntraining done\n"
@@ -55,15 +59,37 @@ def archive_dir(tmp_path) -> Path:
     root = tmp_path / "archive"
     where = root / folder(GONE)
     (where / "logs").mkdir(parents=True)
-    (where / MANIFEST).write_text(yaml.safe_dump({"apiVersion": GONE.api_version, "kind": GONE.kind,
-                                                  "metadata": {"name": GONE.name, "namespace": GONE.namespace,
-                                                               "uid": GONE.uid}}))
+    (where / MANIFEST).write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": GONE.api_version,
+                "kind": GONE.kind,
+                "metadata": {"name": GONE.name, "namespace": GONE.namespace, "uid": GONE.uid},
+            }
+        )
+    )
     path = log_path("resnet-old-worker-0", "tensorflow")
     (where / path).parent.mkdir(parents=True, exist_ok=True)
     (where / path).write_text(LOG_TEXT)
-    (where / INDEX).write_text(json.dumps({"format": 1, **GONE.as_dict(), "archivedAt": time.time(), "stage": "job",
-                                           "logs": [{"pod": "resnet-old-worker-0", "container": "tensorflow",
-                                                     "previous": False, "path": path, "bytes": len(LOG_TEXT)}]}))
+    (where / INDEX).write_text(
+        json.dumps(
+            {
+                "format": 1,
+                **GONE.as_dict(),
+                "archivedAt": time.time(),
+                "stage": "job",
+                "logs": [
+                    {
+                        "pod": "resnet-old-worker-0",
+                        "container": "tensorflow",
+                        "previous": False,
+                        "path": path,
+                        "bytes": len(LOG_TEXT),
+                    }
+                ],
+            }
+        )
+    )
     return root
 
 
@@ -71,8 +97,12 @@ def archive_dir(tmp_path) -> Path:
 def settings_env(redis_server, kube, archive_dir, tmp_path) -> dict[str, str]:
     policy = tmp_path / "policy.yaml"
     policy.write_text(yaml.safe_dump({"archive": {"store": str(archive_dir)}}))
-    return {"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": f"test-{uuid.uuid4().hex[:12]}",
-            "KUBECONFIG": str(kube.kubeconfig), "JOBTTL_POLICY": str(policy)}
+    return {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "JOBTTL_QUEUE": f"test-{uuid.uuid4().hex[:12]}",
+        "KUBECONFIG": str(kube.kubeconfig),
+        "JOBTTL_POLICY": str(policy),
+    }
 
 
 def book(shared: graph.Graph, namespace: str, name: str, ttl: int, finished_ago: float = 0) -> dict:
@@ -90,8 +120,9 @@ def seeded(settings_env):
     book(shared, "team-a", "mnist", ttl=2 * 3600)
     book(shared, "team-a", "bert", ttl=30 * 3600)
     book(shared, "team-b", "gpt-small", ttl=3 * 86400)
-    shared.audit.record("deleted", GONE, by="worker", ttl=3600, ttlSource="policy", rules=["training-jobs"],
-                        lateness=0.4)
+    shared.audit.record(
+        "deleted", GONE, by="worker", ttl=3600, ttlSource="policy", rules=["training-jobs"], lateness=0.4
+    )
     # An entry with neither TTL nor lateness (an operator's), as most of the trail is.
     shared.audit.record("retry", GONE, jobId="j-1", by="operator")
     return shared

@@ -41,9 +41,12 @@ from tests.services import ROOT, JobttlProcess, RedisServer, free_port, start_em
 CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
 AXE = ROOT / ".tools" / "node_modules" / "axe-core" / "axe.min.js"
 webdriver = pytest.importorskip("selenium.webdriver")
-pytestmark = [pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="chromium and chromedriver are not installed "
-                                                                         "(make chromium)"),
-              pytest.mark.timeout(300)]
+pytestmark = [
+    pytest.mark.skipif(
+        not (CHROMIUM and CHROMEDRIVER), reason="chromium and chromedriver are not installed (make chromium)"
+    ),
+    pytest.mark.timeout(300),
+]
 
 from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
@@ -52,12 +55,22 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 MONTH = 30 * 86400
 OLD = [f"resnet-sweep-{i}" for i in range(6)]  # finished a month ago: held by the first-run review
-FRESH = {"mnist-baseline": ("ml", 2 * 3600), "bert-finetune": ("ml", 9 * 3600), "llama-eval": ("research", 26 * 3600),
-         "vit-ablation": ("research", 3 * 86400), "gpt-small": ("ml", 5 * 86400), "nightly-etl": ("data", None)}  # a batch Job: the policy's 7d
-TOKENS = {"alice-token": {"username": "alice@example.com", "groups": ["platform-team"]},
-          "carol-token": {"username": "carol@example.com", "groups": ["data-science"]}}
-GRANTS = [{"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
-          {"groups": ["data-science"], "rules": rights.cluster_role(rights.READER)["rules"]}]
+FRESH = {
+    "mnist-baseline": ("ml", 2 * 3600),
+    "bert-finetune": ("ml", 9 * 3600),
+    "llama-eval": ("research", 26 * 3600),
+    "vit-ablation": ("research", 3 * 86400),
+    "gpt-small": ("ml", 5 * 86400),
+    "nightly-etl": ("data", None),
+}  # a batch Job: the policy's 7d
+TOKENS = {
+    "alice-token": {"username": "alice@example.com", "groups": ["platform-team"]},
+    "carol-token": {"username": "carol@example.com", "groups": ["data-science"]},
+}
+GRANTS = [
+    {"groups": ["platform-team"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
+    {"groups": ["data-science"], "rules": rights.cluster_role(rights.READER)["rules"]},
+]
 SHOTS = Path(os.environ["JOBTTL_SCREENSHOTS"]) if os.environ.get("JOBTTL_SCREENSHOTS") else None
 
 
@@ -75,14 +88,30 @@ class Stack:
         self.redis_server = RedisServer().start()
         archive = directory / "archive"
         policy = directory / "policy.yaml"
-        policy.write_text(yaml.safe_dump({
-            "kinds": ["kubeflow.org/v1/TFJob", "batch/v1/Job", "kubeflow.org/v1/PyTorchJob"], "ttl": "7d",
-            "rules": [{"name": "research-short", "selector": {"matchLabels": {"team": "research"}}, "maxTTL": "3d"}],
-            "archive": {"enabled": True, "store": str(archive), "required": False}}))
-        self.env = {"JOBTTL_REDIS_URL": self.redis_server.url, "KUBECONFIG": str(self.emulator.kubeconfig),
-                    "JOBTTL_QUEUE": "console", "JOBTTL_POLICY": str(policy), "JOBTTL_NAMESPACE": "jobttl",
-                    "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_RESYNC_INTERVAL": "3600", "JOBTTL_DELETE_RATE": "0",
-                    "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_API_TIMEOUT": "5"}
+        policy.write_text(
+            yaml.safe_dump(
+                {
+                    "kinds": ["kubeflow.org/v1/TFJob", "batch/v1/Job", "kubeflow.org/v1/PyTorchJob"],
+                    "ttl": "7d",
+                    "rules": [
+                        {"name": "research-short", "selector": {"matchLabels": {"team": "research"}}, "maxTTL": "3d"}
+                    ],
+                    "archive": {"enabled": True, "store": str(archive), "required": False},
+                }
+            )
+        )
+        self.env = {
+            "JOBTTL_REDIS_URL": self.redis_server.url,
+            "KUBECONFIG": str(self.emulator.kubeconfig),
+            "JOBTTL_QUEUE": "console",
+            "JOBTTL_POLICY": str(policy),
+            "JOBTTL_NAMESPACE": "jobttl",
+            "JOBTTL_FIRST_RUN_REVIEW": "on",
+            "JOBTTL_RESYNC_INTERVAL": "3600",
+            "JOBTTL_DELETE_RATE": "0",
+            "JOBTTL_WORKER_METRICS_PORT": "0",
+            "JOBTTL_API_TIMEOUT": "5",
+        }
         now = time.time()
         for i, name in enumerate(OLD):
             seed_object(self.emulator.store, job_object(TFJOB, name, "ml", at=now - MONTH + i))
@@ -95,18 +124,28 @@ class Stack:
         self.sink, self.sink_url = start_sink(self.env, directory)
         self.processes.append(self.sink)
         self.processes.append(JobttlProcess(["worker"], self.env, directory, "console-worker").start())
-        wait_for(lambda: (self.jobttl("status").get("lastResync") or {}).get("status") == "held", timeout=90,
-                 what="the first resync to hold the review")
+        wait_for(
+            lambda: (self.jobttl("status").get("lastResync") or {}).get("status") == "held",
+            timeout=90,
+            what="the first resync to hold the review",
+        )
         port = free_port()
-        self.console = JobttlProcess(["console", "--host", "127.0.0.1", "--port", str(port)], self.env, directory,
-                                     "console").start()
+        self.console = JobttlProcess(
+            ["console", "--host", "127.0.0.1", "--port", str(port)], self.env, directory, "console"
+        ).start()
         self.processes.append(self.console)
         self.url = f"http://127.0.0.1:{port}"
         wait_for(lambda: requests.get(f"{self.url}/healthz", timeout=1).ok, timeout=30, what="the console")
 
     def jobttl(self, *args: str) -> dict:
-        done = subprocess.run([sys.executable, "-m", "jobttl", *args, "--json"], env={**os.environ, **self.env},
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "jobttl", *args, "--json"],
+            env={**os.environ, **self.env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
 
@@ -128,8 +167,15 @@ def stack(tmp_path_factory):
 def browser():
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
-    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                     "--window-size=1280,800", "--lang=en-US", "--force-device-scale-factor=1"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-dev-shm-usage",
+        "--disable-gpu",
+        "--window-size=1280,800",
+        "--lang=en-US",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(argument)
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
     driver.set_window_size(1280, 800)
@@ -174,10 +220,18 @@ def axe_violations(browser) -> list[dict]:
     violations = browser.execute_async_script(
         "const done = arguments[arguments.length - 1];"
         "axe.run(document, {resultTypes: ['violations']}).then(r => done(r.violations), e => done([{id: 'axe-error', "
-        "impact: 'critical', description: String(e), nodes: []}]));")
-    return [{"id": v["id"], "impact": v["impact"], "help": v.get("help") or v.get("description"),
-             "where": [n.get("target") for n in v.get("nodes", [])][:5]}
-            for v in violations if v.get("impact") in ("serious", "critical")]
+        "impact: 'critical', description: String(e), nodes: []}]));"
+    )
+    return [
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "help": v.get("help") or v.get("description"),
+            "where": [n.get("target") for n in v.get("nodes", [])][:5],
+        }
+        for v in violations
+        if v.get("impact") in ("serious", "critical")
+    ]
 
 
 PAGES = {"overview": "/", "pending": "/pending", "held": "/held", "history": "/history"}
@@ -193,14 +247,18 @@ def test_the_pages_load_with_the_seeded_jobs_and_pass_axe(stack, browser, shots)
         shoot(browser, shots, name)
         if name == "overview":
             assert browser.find_elements(By.CSS_SELECTOR, "svg.bars rect.bar")
-            assert "First-run review open" in browser.page_source and f"{len(OLD)} held for review" in browser.page_source
+            assert (
+                "First-run review open" in browser.page_source and f"{len(OLD)} held for review" in browser.page_source
+            )
         if name == "pending":
             rows = [r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#pending tbody tr")]
             assert rows[:2] == ["ml/mnist-baseline", "ml/bert-finetune"], rows  # due order
             assert {f"{ns}/{n}" for n, (ns, _) in FRESH.items()} <= set(rows)
             countdown = browser.find_element(By.CSS_SELECTOR, "#pending .countdown")
             first = countdown.text
-            wait(browser, 30).until(lambda b: b.find_element(By.CSS_SELECTOR, "#pending .countdown").text != first)  # ticks
+            wait(browser, 30).until(
+                lambda b: b.find_element(By.CSS_SELECTOR, "#pending .countdown").text != first
+            )  # ticks
         if name == "held":
             rows = {r.get_attribute("data-job") for r in browser.find_elements(By.CSS_SELECTOR, "#held tbody tr")}
             assert rows == {f"ml/{n}" for n in OLD}
@@ -231,10 +289,15 @@ def test_a_postpone_from_the_page_shows_in_jobttl_pending(stack, browser):
 
 def release_after_a_try(redis, lock) -> None:
     """Release the resync lock once the confirmation's resync has found it taken (and is booked again)."""
+
     def tried() -> bool:
-        jobs = [Job.fetch(key.decode().removeprefix("rq:job:"), connection=redis, serializer=JSONSerializer)
-                for key in redis.scan_iter("rq:job:resync-confirm-*") if ":" not in key.decode()[len("rq:job:"):]]
+        jobs = [
+            Job.fetch(key.decode().removeprefix("rq:job:"), connection=redis, serializer=JSONSerializer)
+            for key in redis.scan_iter("rq:job:resync-confirm-*")
+            if ":" not in key.decode()[len("rq:job:") :]
+        ]
         return any(job.retries_left is not None and job.retries_left < CONFIRM_RETRIES for job in jobs)
+
     try:
         wait_for(tried, timeout=30, what="the confirmation to find the resync lock taken")
     finally:
@@ -249,9 +312,12 @@ def test_a_held_review_confirmed_from_the_page_is_released_and_jobttl_held_agree
     # One of them the operator keeps from its row: confirming the rest must not delete it.
     kept = OLD[-1]
     browser.find_element(By.CSS_SELECTOR, f'#held tr[data-job="ml/{kept}"]').find_element(
-        By.XPATH, ".//button[normalize-space()='Keep']").click()
-    wait(browser, 60).until(lambda b: f"Kept ml/{kept}" in b.page_source,
-                                     message=browser.current_url + browser.find_element(By.ID, "main").text[:2000])
+        By.XPATH, ".//button[normalize-space()='Keep']"
+    ).click()
+    wait(browser, 60).until(
+        lambda b: f"Kept ml/{kept}" in b.page_source,
+        message=browser.current_url + browser.find_element(By.ID, "main").text[:2000],
+    )
     # A periodic resync is running as the operator confirms: the confirmation waits for it, not lost.
     redis = stack.redis_server.client()
     lock = redis.lock(keys.RESYNC_LOCK, timeout=120, thread_local=False)  # released by another thread

@@ -58,6 +58,7 @@ def text(answer) -> str:
 
 # --- reading needs a Kubernetes identity ----------------------------------------------------------------
 
+
 def test_without_an_identity_a_page_sends_the_browser_to_sign_in(client):
     answer = client.get("/pending?namespace=team-a", headers=HTML)
     assert answer.status_code == 303
@@ -101,6 +102,7 @@ def test_a_user_without_the_reader_role_is_refused_naming_it(client):
 
 # --- pages ----------------------------------------------------------------------------------------------
 
+
 def test_the_overview_shows_what_goes_when_and_the_counts(client):
     page = text(client.get("/", headers=bearer("carol-token")))
     # per hour: mnist in its 3rd hour (due in 2 h), bert beyond 24 h; per day: mnist and bert today/tomorrow
@@ -121,12 +123,15 @@ def test_the_pending_page_filters_sorts_and_explains(client):
     page = text(client.get("/pending", headers=bearer("carol-token")))
     jobs = re.findall(r'data-job="([^"]+)"', page)
     assert jobs == ["team-a/mnist", "team-a/bert", "team-b/gpt-small"]  # due order
-    assert re.findall(r'data-job="([^"]+)"', text(client.get("/pending?sort=due-desc", headers=bearer("carol-token")))) \
-        == list(reversed(jobs))
-    assert re.findall(r'data-job="([^"]+)"', text(client.get("/pending?namespace=team-b", headers=bearer("carol-token")))) \
-        == ["team-b/gpt-small"]
-    assert re.findall(r'data-job="([^"]+)"', text(client.get("/pending?name=ber", headers=bearer("carol-token")))) \
-        == ["team-a/bert"]
+    assert re.findall(
+        r'data-job="([^"]+)"', text(client.get("/pending?sort=due-desc", headers=bearer("carol-token")))
+    ) == list(reversed(jobs))
+    assert re.findall(
+        r'data-job="([^"]+)"', text(client.get("/pending?namespace=team-b", headers=bearer("carol-token")))
+    ) == ["team-b/gpt-small"]
+    assert re.findall(r'data-job="([^"]+)"', text(client.get("/pending?name=ber", headers=bearer("carol-token")))) == [
+        "team-a/bert"
+    ]
     assert "TTL 2h from" in page and "Explain" in page and 'class="countdown"' in page
     assert "Postpone" not in page  # carol reads only: no action offered
 
@@ -139,8 +144,10 @@ def test_the_history_page_and_a_jobs_card_with_its_archive(client):
     card = text(client.get(f"/jobs/{GONE.namespace}/{GONE.name}", headers=bearer("carol-token")))
     assert "uid: " + GONE.uid in card  # the archived manifest
     assert "training done" in card  # the log's tail
-    log = client.get(f"/jobs/{GONE.namespace}/{GONE.name}/archive/logs/resnet-old-worker-0/tensorflow.log",
-                     headers=bearer("carol-token"))
+    log = client.get(
+        f"/jobs/{GONE.namespace}/{GONE.name}/archive/logs/resnet-old-worker-0/tensorflow.log",
+        headers=bearer("carol-token"),
+    )
     assert log.status_code == 200 and log.get_data(as_text=True) == LOG_TEXT
     assert "attachment" in log.headers["Content-Disposition"]
     other = client.get(f"/jobs/{GONE.namespace}/{GONE.name}/archive/../../../etc/passwd", headers=bearer("carol-token"))
@@ -156,11 +163,14 @@ def test_pages_load_nothing_from_elsewhere_and_forbid_framing(client):
 
 # --- actions --------------------------------------------------------------------------------------------
 
+
 def test_a_postpone_moves_the_deletion_and_says_who_in_the_audit_trail(client, seeded):
     csrf = signed_in(client, "alice-token")
     before = seeded.operations().pending("team-a")[0][0]
-    answer = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "mnist",
-                                                    "duration": "1d", "next": "/pending"})
+    answer = client.post(
+        "/actions/postpone",
+        data={"csrf": csrf, "namespace": "team-a", "name": "mnist", "duration": "1d", "next": "/pending"},
+    )
     assert answer.status_code == 303
     after = seeded.schedule.get(before.ref.uid)
     assert after.due >= before.due + 86400
@@ -174,7 +184,9 @@ def test_a_keep_cancels_the_deletion_for_good_and_its_cancel_takes_it_back(clien
     assert client.post("/actions/keep", data={"csrf": csrf, "namespace": "team-a", "name": "bert"}).status_code == 303
     assert [p.ref.name for p in seeded.operations().pending("team-a")[0]] == ["mnist"]
     assert seeded.operations().history(event="cancelled", limit=1)[0]["by"] == "console:alice"
-    back = client.post("/actions/cancel", data={"csrf": csrf, "namespace": "team-a", "name": "bert", "action": "cancel"})
+    back = client.post(
+        "/actions/cancel", data={"csrf": csrf, "namespace": "team-a", "name": "bert", "action": "cancel"}
+    )
     assert back.status_code == 303
     assert seeded.operations().history(event="cancel-undone", limit=1)[0]["by"] == "console:alice"
 
@@ -182,8 +194,9 @@ def test_a_keep_cancels_the_deletion_for_good_and_its_cancel_takes_it_back(clien
 def test_an_action_without_the_right_is_refused_and_changes_nothing(client, seeded):
     csrf = signed_in(client, "carol-token")
     before = seeded.operations().pending()[0]
-    answer = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "mnist",
-                                                    "duration": "1d"}, headers=HTML)
+    answer = client.post(
+        "/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "mnist", "duration": "1d"}, headers=HTML
+    )
     assert answer.status_code == 403
     assert "carol may not postpone deletions.jobttl.io in namespace team-a" in text(answer)
     assert "jobttl-console-operator" in text(answer)
@@ -197,19 +210,26 @@ def test_an_action_without_the_sessions_csrf_token_is_refused(client, seeded):
         answer = client.post("/actions/keep", data={**form, "namespace": "team-a", "name": "mnist"}, headers=HTML)
         assert answer.status_code == 403 and "CSRF" in text(answer)
     csrf = csrf_of(client.get("/pending", headers=HTML).data)
-    cross = client.post("/actions/keep", data={"csrf": csrf, "namespace": "team-a", "name": "mnist"},
-                        headers={**HTML, "Origin": "https://evil.example"})
+    cross = client.post(
+        "/actions/keep",
+        data={"csrf": csrf, "namespace": "team-a", "name": "mnist"},
+        headers={**HTML, "Origin": "https://evil.example"},
+    )
     assert cross.status_code == 403
     assert seeded.operations().pending()[0] == before
 
 
 def test_bad_input_is_a_clear_4xx(client):
     csrf = signed_in(client, "alice-token")
-    bad = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "mnist",
-                                                 "duration": "soon"}, headers=HTML)
+    bad = client.post(
+        "/actions/postpone",
+        data={"csrf": csrf, "namespace": "team-a", "name": "mnist", "duration": "soon"},
+        headers=HTML,
+    )
     assert bad.status_code == 400 and "duration" in text(bad)
-    unknown = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "nope",
-                                                     "duration": "1h"}, headers=HTML)
+    unknown = client.post(
+        "/actions/postpone", data={"csrf": csrf, "namespace": "team-a", "name": "nope", "duration": "1h"}, headers=HTML
+    )
     assert unknown.status_code == 404 and "team-a/nope" in text(unknown)
     invalid = client.post("/actions/keep", data={"csrf": csrf, "namespace": "Team A", "name": "x"}, headers=HTML)
     assert invalid.status_code == 400
@@ -250,12 +270,14 @@ def test_confirming_needs_the_confirm_verb(client, seeded):
     csrf = signed_in(client, "carol-token")
     page = text(client.get("/held", headers=HTML))
     assert "confirm-held" not in page and "jobttl-console-operator" in page
-    answer = client.post("/actions/confirm", data={"csrf": csrf, "held": HeldDeletions(seeded.redis).current_id()},
-                         headers=HTML)
+    answer = client.post(
+        "/actions/confirm", data={"csrf": csrf, "held": HeldDeletions(seeded.redis).current_id()}, headers=HTML
+    )
     assert answer.status_code == 403 and "carol may not confirm reviews.jobttl.io" in text(answer)
 
 
 # --- without sign-in: loopback only ---------------------------------------------------------------------
+
 
 def test_without_sign_in_the_console_serves_loopback_only(settings_env):
     settings = Settings.from_env({**settings_env, "JOBTTL_CONSOLE_AUTH": "none"})
@@ -267,8 +289,9 @@ def test_without_sign_in_pages_and_actions_need_no_token_and_record_the_local_op
     client = create_app(Settings.from_env({**settings_env, "JOBTTL_CONSOLE_AUTH": "none"})).test_client()
     page = client.get("/pending", headers=HTML)
     assert page.status_code == 200 and "team-a/mnist" in text(page)
-    answer = client.post("/actions/postpone", data={"csrf": csrf_of(page.data), "namespace": "team-a",
-                                                    "name": "mnist", "duration": "2h"})
+    answer = client.post(
+        "/actions/postpone", data={"csrf": csrf_of(page.data), "namespace": "team-a", "name": "mnist", "duration": "2h"}
+    )
     assert answer.status_code == 303
     assert seeded.operations().history(event="postponed", limit=1)[0]["by"] == "console:local operator (no sign-in)"
 
@@ -302,19 +325,33 @@ def test_a_held_row_is_kept_and_postponed_though_nothing_is_booked_for_it(client
     csrf = signed_in(client, "alice-token")
     page = text(client.get("/held", headers=HTML))
     assert 'data-job="team-c/old-sweep"' in page
-    kept = client.post("/actions/keep", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
-                                              "next": "/held"})
+    kept = client.post(
+        "/actions/keep", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep", "next": "/held"}
+    )
     assert kept.status_code == 303
     assert seeded.schedule.override(held.ref.uid).get("keep") == "true"
     assert seeded.operations().history(event="cancelled", limit=1)[0]["by"] == "console:alice"
-    later = client.post("/actions/postpone", data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep",
-                                                   "duration": "2d", "next": "/held"})
+    later = client.post(
+        "/actions/postpone",
+        data={"csrf": csrf, "namespace": "team-c", "name": "old-sweep", "duration": "2d", "next": "/held"},
+    )
     assert later.status_code == 303
     assert int(seeded.schedule.override(held.ref.uid)["until"]) >= time.time() + 2 * 86400 - 5
 
 
-@pytest.mark.parametrize("elsewhere", ["https://evil.example/", "//evil.example/", "/\\evil.example/", "evil",
-                                       "/\t/evil.example/", "/\n/evil.example/", "/ /evil.example", "/x\\..\\\\evil.example"])
+@pytest.mark.parametrize(
+    "elsewhere",
+    [
+        "https://evil.example/",
+        "//evil.example/",
+        "/\\evil.example/",
+        "evil",
+        "/\t/evil.example/",
+        "/\n/evil.example/",
+        "/ /evil.example",
+        "/x\\..\\\\evil.example",
+    ],
+)
 def test_after_signing_in_the_browser_goes_to_a_page_of_this_console_only(client, elsewhere):
     form = client.get("/signin", headers=HTML)
     answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": elsewhere})
@@ -327,8 +364,11 @@ def test_behind_a_tls_ingress_the_pages_own_https_origin_acts_and_the_cookie_is_
     app = create_app(Settings.from_env({**settings_env, "JOBTTL_CONSOLE_URL": "https://jobttl.example.com/"}))
     client = app.test_client()
     form = client.get("/signin", headers=HTML)
-    answer = client.post("/signin", data={"csrf": csrf_of(form.data), "token": "carol-token", "next": "/pending"},
-                         headers={"Origin": "https://jobttl.example.com"})
+    answer = client.post(
+        "/signin",
+        data={"csrf": csrf_of(form.data), "token": "carol-token", "next": "/pending"},
+        headers={"Origin": "https://jobttl.example.com"},
+    )
     assert answer.status_code == 303, answer.data
     assert "Secure" in answer.headers["Set-Cookie"] and "HttpOnly" in answer.headers["Set-Cookie"]
     csrf = csrf_of(client.get("/pending", headers=HTML).data)

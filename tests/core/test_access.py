@@ -15,12 +15,15 @@ from jobttl.core.kube.access import Access, AccessUnavailable, Forbidden, Unauth
 from jobttl.core.kube.client import KubeClient, load_api_client
 from jobttl_emulator import EmulatorServer
 
-TOKENS = {"alice-token": {"username": "alice", "groups": ["ops"], "uid": "u-1"},
-          "bob-token": {"username": "bob"},
-          "carol-token": {"username": "system:serviceaccount:monitoring:dashboards"}}
-GRANTS = [{"groups": ["ops"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
-          {"users": ["system:serviceaccount:monitoring:dashboards"],
-           "rules": rights.cluster_role(rights.READER)["rules"]}]
+TOKENS = {
+    "alice-token": {"username": "alice", "groups": ["ops"], "uid": "u-1"},
+    "bob-token": {"username": "bob"},
+    "carol-token": {"username": "system:serviceaccount:monitoring:dashboards"},
+}
+GRANTS = [
+    {"groups": ["ops"], "rules": rights.cluster_role(rights.OPERATOR)["rules"]},
+    {"users": ["system:serviceaccount:monitoring:dashboards"], "rules": rights.cluster_role(rights.READER)["rules"]},
+]
 
 
 @pytest.fixture
@@ -74,8 +77,13 @@ def test_the_review_asks_about_jobttls_group_for_that_user(access, emulator):
     assert sent["path"] == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
     spec = sent["body"]["spec"]
     assert spec["user"] == "alice" and "ops" in spec["groups"] and spec["uid"] == "u-1"
-    assert spec["resourceAttributes"] == {"group": "jobttl.io", "resource": "deletions", "verb": "postpone",
-                                          "namespace": "team-a", "name": "mnist"}
+    assert spec["resourceAttributes"] == {
+        "group": "jobttl.io",
+        "resource": "deletions",
+        "verb": "postpone",
+        "namespace": "team-a",
+        "name": "mnist",
+    }
 
 
 def test_an_answer_is_remembered_for_the_same_token_only_not_another_scoped_differently(access, emulator):
@@ -87,7 +95,10 @@ def test_an_answer_is_remembered_for_the_same_token_only_not_another_scoped_diff
     for user in (alice, alice, scoped):
         access.allowed(user, rights.POSTPONE, rights.DELETIONS, "team-a", "mnist")
     sent = emulator.hooks.requests("POST", "subjectaccessreviews")[before:]
-    assert [r["body"]["spec"].get("extra", {}) for r in sent] == [{}, {"scopes.authorization.openshift.io": ["user:info"]}]
+    assert [r["body"]["spec"].get("extra", {}) for r in sent] == [
+        {},
+        {"scopes.authorization.openshift.io": ["user:info"]},
+    ]
 
 
 def test_an_api_server_that_cannot_answer_is_unavailable_never_allowed(access, emulator):
@@ -107,18 +118,38 @@ def test_kubectl_creates_the_emulators_reviews(emulator, tmp_path):
     """The wire format as kubectl (a real client with its own discovery) sends and reads it (without
     client-side validation: the emulator's OpenAPI documents the job kinds, not the reviews)."""
     review = tmp_path / "review.json"
-    review.write_text(json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
-                                  "spec": {"token": "alice-token"}}))
+    review.write_text(
+        json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "alice-token"}})
+    )
     env = {"KUBECONFIG": str(emulator.kubeconfig), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
-    done = subprocess.run(["kubectl", "create", "--validate=false", "-f", str(review), "-o", "json"], capture_output=True, text=True,
-                          env=env, timeout=60)
+    done = subprocess.run(
+        ["kubectl", "create", "--validate=false", "-f", str(review), "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"]["user"]["username"] == "alice"
     sar = tmp_path / "sar.json"
-    sar.write_text(json.dumps({"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
-                               "spec": {"user": "bob", "resourceAttributes": {"group": "jobttl.io",
-                                                                               "resource": "deletions", "verb": "list"}}}))
-    done = subprocess.run(["kubectl", "create", "--validate=false", "-f", str(sar), "-o", "json"], capture_output=True, text=True,
-                          env=env, timeout=60)
+    sar.write_text(
+        json.dumps(
+            {
+                "apiVersion": "authorization.k8s.io/v1",
+                "kind": "SubjectAccessReview",
+                "spec": {
+                    "user": "bob",
+                    "resourceAttributes": {"group": "jobttl.io", "resource": "deletions", "verb": "list"},
+                },
+            }
+        )
+    )
+    done = subprocess.run(
+        ["kubectl", "create", "--validate=false", "-f", str(sar), "-o", "json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"]["allowed"] is False

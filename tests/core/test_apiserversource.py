@@ -11,9 +11,18 @@ from tests.fixtures import finished_status, tfjob, with_server_fields
 
 
 def apiserver_event(event_type, data, **extensions):
-    attributes = {"type": event_type, "source": "https://10.96.0.1:443", "id": "6f8a", "specversion": "1.0",
-                  "subject": "/apis/kubeflow.org/v1/namespaces/team/tfjobs/train", "kind": "TFJob",
-                  "apiversion": "kubeflow.org/v1", "name": "train", "namespace": "team", **extensions}
+    attributes = {
+        "type": event_type,
+        "source": "https://10.96.0.1:443",
+        "id": "6f8a",
+        "specversion": "1.0",
+        "subject": "/apis/kubeflow.org/v1/namespaces/team/tfjobs/train",
+        "kind": "TFJob",
+        "apiversion": "kubeflow.org/v1",
+        "name": "train",
+        "namespace": "team",
+        **extensions,
+    }
     return CloudEvent(attributes=attributes, data=data)
 
 
@@ -47,8 +56,13 @@ def test_other_event_types_are_recognised_and_not_errors():
 
 
 def binary_headers(**overrides):
-    headers = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s",
-               "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json"}
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "1",
+        "ce-source": "s",
+        "ce-type": "dev.knative.apiserver.resource.update",
+        "content-type": "application/json",
+    }
     headers.update(overrides)
     return {k: v for k, v in headers.items() if v is not None}
 
@@ -125,11 +139,16 @@ def test_reference_data_missing_the_name_is_a_400():
 
 def test_what_the_watcher_writes_the_sink_reads_back_unchanged():
     obj = finished_job()
-    message = resource_event("update", obj, "https://10.96.0.1:443",
-                             "/apis/kubeflow.org/v1/namespaces/team/tfjobs/train")
+    message = resource_event(
+        "update", obj, "https://10.96.0.1:443", "/apis/kubeflow.org/v1/namespaces/team/tfjobs/train"
+    )
     event = parse(message.headers, message.body)
-    assert (event.action, event.mode, event.source, event.object) == ("update", "resource", "https://10.96.0.1:443",
-                                                                       obj)
+    assert (event.action, event.mode, event.source, event.object) == (
+        "update",
+        "resource",
+        "https://10.96.0.1:443",
+        obj,
+    )
     assert {message.headers[h] for h in ("ce-kind", "ce-name", "ce-namespace")} == {"TFJob", "train", "team"}
 
 
@@ -142,15 +161,28 @@ def test_binary_data_nested_beyond_any_sensible_depth_is_a_400_not_a_crash():
 
 
 def test_a_structured_envelope_nested_beyond_any_sensible_depth_is_a_400_not_a_crash():
-    body = (b'{"specversion": "1.0", "id": "1", "source": "s", "type": "dev.knative.apiserver.resource.update", '
-            b'"data": ' + DEEP + b"}")
+    body = (
+        b'{"specversion": "1.0", "id": "1", "source": "s", "type": "dev.knative.apiserver.resource.update", '
+        b'"data": ' + DEEP + b"}"
+    )
     error = rejected({"content-type": "application/cloudevents+json"}, body)
     assert error.status == 400 and "depth" in error.message
 
 
-@pytest.mark.parametrize("field, value", [("namespace", ".."), ("name", "."), ("name", "UPPER"), ("name", "a" * 254),
-                                          ("namespace", "a" * 64), ("name", "caf\u00e9"), ("uid", "a:b"),
-                                          ("uid", "../../etc"), ("uid", "not-a-uuid")])
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("namespace", ".."),
+        ("name", "."),
+        ("name", "UPPER"),
+        ("name", "a" * 254),
+        ("namespace", "a" * 64),
+        ("name", "caf\u00e9"),
+        ("uid", "a:b"),
+        ("uid", "../../etc"),
+        ("uid", "not-a-uuid"),
+    ],
+)
 def test_identities_no_api_server_would_produce_are_a_400_naming_the_field(field, value):
     obj = finished_job()
     obj["metadata"][field] = "PLACEHOLDER"
@@ -166,9 +198,14 @@ def test_a_lone_surrogate_is_a_400_before_it_reaches_redis_or_a_url():
     assert error.status == 400 and "surrogate" in error.message
 
 
-@pytest.mark.parametrize("meta, words", [({"annotations": ["x"]}, "metadata.annotations"),
-                                         ({"labels": "x"}, "metadata.labels"),
-                                         ({"labels": {"a": 1}}, "metadata.labels")])
+@pytest.mark.parametrize(
+    "meta, words",
+    [
+        ({"annotations": ["x"]}, "metadata.annotations"),
+        ({"labels": "x"}, "metadata.labels"),
+        ({"labels": {"a": 1}}, "metadata.labels"),
+    ],
+)
 def test_malformed_labels_and_annotations_are_a_400(meta, words):
     obj = finished_job()
     obj["metadata"].update(meta)

@@ -11,9 +11,17 @@ def ref(name="secretive"):
     return JobRef("kubeflow.org/v1", "TFJob", "team", f"{name}-{uuid.uuid4().hex[:6]}", str(uuid.uuid4()))
 
 
-OBJECT = {"metadata": {"labels": {"team": "a"}, "annotations": {"db-password": "hunter2", "owner": "ana",
-                                                               "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
-          "status": {"conditions": [{"type": "Succeeded", "status": "True"}], "completionTime": "2030-01-01T00:00:00Z"}}
+OBJECT = {
+    "metadata": {
+        "labels": {"team": "a"},
+        "annotations": {
+            "db-password": "hunter2",
+            "owner": "ana",
+            "kubectl.kubernetes.io/last-applied-configuration": "{}",
+        },
+    },
+    "status": {"conditions": [{"type": "Succeeded", "status": "True"}], "completionTime": "2030-01-01T00:00:00Z"},
+}
 
 
 def test_tombstones_keep_no_annotation_values_unless_configured_by_key(redis):
@@ -42,19 +50,54 @@ def test_each_job_name_has_its_own_history_newest_first(redis):
         audit.record(event, job, by="test")
     audit.record("scheduled", other, by="test")
     assert [e.fields["event"] for e in audit.history(job.namespace, job.name)] == [
-        "delete-requested", "moved", "scheduled"]
+        "delete-requested",
+        "moved",
+        "scheduled",
+    ]
     assert audit.decisions(job.namespace, job.name)[job.uid]["event"] == "delete-requested"
 
 
 def test_entries_and_decisions_read_back_with_the_types_they_were_recorded_with(redis):
     audit, job = Audit(redis), ref("typed")
-    audit.record("delete-requested", job, by="worker", due=1796121233, ttl=20, lateness=0.25, dryRun=False,
-                 rules=["short-lived"], retriesLeft=0, reason="ttl-expired")
+    audit.record(
+        "delete-requested",
+        job,
+        by="worker",
+        due=1796121233,
+        ttl=20,
+        lateness=0.25,
+        dryRun=False,
+        rules=["short-lived"],
+        retriesLeft=0,
+        reason="ttl-expired",
+    )
     [entry] = [e.as_dict() for e in audit.history(job.namespace, job.name)]
     assert redis.xrange("jobttl:audit", entry["id"], entry["id"])[0][1][b"dryRun"] == b"false", "stored as a string"
-    assert entry | {"due": 1796121233, "dueTime": "2026-12-01T10:33:53Z", "ttl": 20, "lateness": 0.25, "dryRun": False,
-                    "rules": ["short-lived"], "retriesLeft": 0, "reason": "ttl-expired", "name": job.name} == entry
+    assert (
+        entry
+        | {
+            "due": 1796121233,
+            "dueTime": "2026-12-01T10:33:53Z",
+            "ttl": 20,
+            "lateness": 0.25,
+            "dryRun": False,
+            "rules": ["short-lived"],
+            "retriesLeft": 0,
+            "reason": "ttl-expired",
+            "name": job.name,
+        }
+        == entry
+    )
     assert isinstance(entry["at"], float) and entry["atTime"].endswith("Z")
     decision = audit.decisions(job.namespace, job.name)[job.uid]
-    assert decision | {"event": "delete-requested", "due": 1796121233, "dueTime": "2026-12-01T10:33:53Z",
-                       "reason": "ttl-expired", "atTime": entry["atTime"]} == decision
+    assert (
+        decision
+        | {
+            "event": "delete-requested",
+            "due": 1796121233,
+            "dueTime": "2026-12-01T10:33:53Z",
+            "reason": "ttl-expired",
+            "atTime": entry["atTime"],
+        }
+        == decision
+    )

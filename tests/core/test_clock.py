@@ -43,8 +43,9 @@ def test_redis_disagreeing_with_the_api_server_is_a_problem_too():
     assert "Redis's clock is +299" in clock.problem()
 
 
-def readings(clock: ReferenceClock, true_offset: float, start: float, count: int, step: float = 0.37,
-             round_trip: float = 0.004) -> None:
+def readings(
+    clock: ReferenceClock, true_offset: float, start: float, count: int, step: float = 0.37, round_trip: float = 0.004
+) -> None:
     """`count` exchanges at varied fractions of a second, the server answering mid-way."""
     for i in range(count):
         sent = start + i * step

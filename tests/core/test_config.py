@@ -52,17 +52,33 @@ def test_an_invalid_policy_file_stops_the_process_naming_file_and_field(monkeypa
     assert f"JOBTTL_POLICY: {policy}:2: ttlAfterFailure: is longer than maxTTL" in err
 
 
-@pytest.mark.parametrize("name, value", [("JOBTTL_DELETE_RATE", "fast"), ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),
-                                         ("JOBTTL_RESYNC_INTERVAL", "-1"), ("JOBTTL_RESYNC_MIN_INTERVAL", "-5"),
-                                         ("JOBTTL_RESYNC_MIN_INTERVAL", "5m"), ("JOBTTL_RESYNC_MIN_INTERVAL", "90000")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("JOBTTL_DELETE_RATE", "fast"),
+        ("JOBTTL_RESYNC_MAX_SHARE", "1.5"),
+        ("JOBTTL_RESYNC_INTERVAL", "-1"),
+        ("JOBTTL_RESYNC_MIN_INTERVAL", "-5"),
+        ("JOBTTL_RESYNC_MIN_INTERVAL", "5m"),
+        ("JOBTTL_RESYNC_MIN_INTERVAL", "90000"),
+    ],
+)
 def test_resync_and_rate_settings_are_validated(name, value):
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})
 
 
-@pytest.mark.parametrize("name, value", [("JOBTTL_RESYNC_MAX_SHARE", "nan"), ("JOBTTL_DELETE_RATE", "inf"),
-                                         ("JOBTTL_TOMBSTONE_DAYS", "0"), ("JOBTTL_CLOCK_SKEW_BOUND", "0"),
-                                         ("JOBTTL_REDIS_URL", "redis+cluster://x"), ("JOBTTL_STUCK_AFTER", "soon")])
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("JOBTTL_RESYNC_MAX_SHARE", "nan"),
+        ("JOBTTL_DELETE_RATE", "inf"),
+        ("JOBTTL_TOMBSTONE_DAYS", "0"),
+        ("JOBTTL_CLOCK_SKEW_BOUND", "0"),
+        ("JOBTTL_REDIS_URL", "redis+cluster://x"),
+        ("JOBTTL_STUCK_AFTER", "soon"),
+    ],
+)
 def test_settings_that_would_silently_break_safety_are_refused(name, value):
     with pytest.raises(ConfigError, match=name):
         Settings.from_env({name: value})
@@ -77,16 +93,19 @@ CA = certifi.where()  # a PEM CA bundle TLS can load
 OIDC = {"JOBTTL_SINK_OIDC_AUDIENCE": "jobttl-sink", "JOBTTL_SINK_OIDC_ISSUER": "https://issuer.example"}
 
 
-@pytest.mark.parametrize("env, refused", [
-    ({"JOBTTL_REDIS_CA_FILE": CA}, "JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS"),
-    ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "redis://r:6379/0"}, "does not use TLS"),
-    ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "rediss://r:6379/0"}, None),
-    ({"JOBTTL_REDIS_CA_FILE": "", "JOBTTL_REDIS_URL": "redis://r:6379/0"}, None),  # empty: unset
-    ({"JOBTTL_SINK_OIDC_ISSUER": "https://issuer.example"}, "set both, or neither"),
-    (OIDC, None),
-    ({"JOBTTL_READ_API_AUTH": "oidc"}, "JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked"),
-    ({**OIDC, "JOBTTL_READ_API_AUTH": "oidc"}, None),
-])
+@pytest.mark.parametrize(
+    "env, refused",
+    [
+        ({"JOBTTL_REDIS_CA_FILE": CA}, "JOBTTL_REDIS_CA_FILE is set but JOBTTL_REDIS_URL does not use TLS"),
+        ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "redis://r:6379/0"}, "does not use TLS"),
+        ({"JOBTTL_REDIS_CA_FILE": CA, "JOBTTL_REDIS_URL": "rediss://r:6379/0"}, None),
+        ({"JOBTTL_REDIS_CA_FILE": "", "JOBTTL_REDIS_URL": "redis://r:6379/0"}, None),  # empty: unset
+        ({"JOBTTL_SINK_OIDC_ISSUER": "https://issuer.example"}, "set both, or neither"),
+        (OIDC, None),
+        ({"JOBTTL_READ_API_AUTH": "oidc"}, "JOBTTL_READ_API_AUTH=oidc checks tokens as the sink's events are checked"),
+        ({**OIDC, "JOBTTL_READ_API_AUTH": "oidc"}, None),
+    ],
+)
 def test_settings_that_need_each_other_are_refused_alone(env, refused):
     if refused is None:
         Settings.from_env(env)
@@ -96,8 +115,15 @@ def test_settings_that_need_each_other_are_refused_alone(env, refused):
     assert refused in str(raised.value)
 
 
-@pytest.mark.parametrize("env, auth", [({}, "none"), (OIDC, "oidc"), ({**OIDC, "JOBTTL_READ_API_AUTH": "none"}, "none"),
-                                       ({"JOBTTL_READ_API_AUTH": "kubernetes"}, "kubernetes")])
+@pytest.mark.parametrize(
+    "env, auth",
+    [
+        ({}, "none"),
+        (OIDC, "oidc"),
+        ({**OIDC, "JOBTTL_READ_API_AUTH": "none"}, "none"),
+        ({"JOBTTL_READ_API_AUTH": "kubernetes"}, "kubernetes"),
+    ],
+)
 def test_the_read_api_checks_tokens_as_the_events_are_unless_told_otherwise(env, auth):
     assert Settings.from_env(env).read_api_auth == auth
 

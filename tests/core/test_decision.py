@@ -15,8 +15,7 @@ import re
 
 import pytest
 
-from tests.fixtures import (finished_status, finished_tfjob_sample, job_object, running_status, tfjob,
-                            with_server_fields)
+from tests.fixtures import finished_status, finished_tfjob_sample, job_object, running_status, tfjob, with_server_fields
 from jobttl.core.domain.decisions.decision import Verdict, controller_owner, decide, invalid_ttl_message
 from jobttl.core.domain.kinds.registry import BATCH_JOB, TFJOB, WORKFLOW
 from jobttl.core.domain.kinds.model import UnreadableField, parse_time
@@ -121,8 +120,10 @@ def test_a_finished_job_with_unreadable_times_is_not_scheduled():
 
 def test_garbage_in_status_is_unreadable_and_kept_rather_than_an_error():
     """issue 26 §9: not "not finished" (a field misread as absent), nor a traceback: kept, the field named."""
-    for status, field in (({"conditions": "nope"}, "status.conditions: expected a list of conditions, got a string"),
-                          ({"conditions": [None, 3]}, "status.conditions[0]: expected a condition (an object), got null")):
+    for status, field in (
+        ({"conditions": "nope"}, "status.conditions: expected a list of conditions, got a string"),
+        ({"conditions": [None, 3]}, "status.conditions[0]: expected a condition (an object), got null"),
+    ):
         decision = decide(job(ttl=10, status=status), TFJOB)
         assert decision.verdict is Verdict.UNREADABLE and decision.reason.startswith(field), decision.reason
 
@@ -149,25 +150,56 @@ POLICY_TTL = parse_policy({"ttl": "1h"})
 
 def owned(kind, owner_kind, owner_name, controller=True, ttl=None):
     obj = with_server_fields(job_object(kind, "child", "team", at=1_700_000_000, ttl=ttl))
-    obj["metadata"]["ownerReferences"] = [{"apiVersion": "x/v1", "kind": owner_kind, "name": owner_name,
-                                           "uid": "0b7c3e1e-6b1a-4a57-9d7e-3f7a3f0e0c11", "controller": controller,
-                                           "blockOwnerDeletion": True}]
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "x/v1",
+            "kind": owner_kind,
+            "name": owner_name,
+            "uid": "0b7c3e1e-6b1a-4a57-9d7e-3f7a3f0e0c11",
+            "controller": controller,
+            "blockOwnerDeletion": True,
+        }
+    ]
     return obj
 
 
 OWNED_CASES = [
-    pytest.param(owned(BATCH_JOB, "CronJob", "nightly"), Verdict.OWNED, "owned-by CronJob/nightly",
-                 id="code-derived: CronJob child, policy TTL"),
-    pytest.param(owned(BATCH_JOB, "JobSet", "trainer-run"), Verdict.OWNED, "owned-by JobSet/trainer-run",
-                 id="code-derived: JobSet child (Trainer initializer), policy TTL"),
-    pytest.param(owned(BATCH_JOB, "MPIJob", "pi", ttl=10), Verdict.BUILTIN_TTL, "Kubernetes",
-                 id="code-derived: owned Job (e.g. mpi launcher) with its own TTL: the built-in controller's"),
-    pytest.param(owned(BATCH_JOB, "CronJob", "nightly", controller=False), Verdict.EXPIRES, "ttl of policy",
-                 id="code-derived: an ownerReference that is not the controller"),
-    pytest.param(owned(TFJOB, "PipelineRun", "p1", ttl=60), Verdict.OWNED, "owned-by PipelineRun/p1",
-                 id="code-derived: owned TFJob with its own TTL (differs: the training operator would delete it)"),
-    pytest.param(owned(WORKFLOW, "CronWorkflow", "hourly", ttl={"secondsAfterCompletion": 60}), Verdict.OWNED,
-                 "owned-by CronWorkflow/hourly", id="code-derived: CronWorkflow child (Argo's own GC still expires it)"),
+    pytest.param(
+        owned(BATCH_JOB, "CronJob", "nightly"),
+        Verdict.OWNED,
+        "owned-by CronJob/nightly",
+        id="code-derived: CronJob child, policy TTL",
+    ),
+    pytest.param(
+        owned(BATCH_JOB, "JobSet", "trainer-run"),
+        Verdict.OWNED,
+        "owned-by JobSet/trainer-run",
+        id="code-derived: JobSet child (Trainer initializer), policy TTL",
+    ),
+    pytest.param(
+        owned(BATCH_JOB, "MPIJob", "pi", ttl=10),
+        Verdict.BUILTIN_TTL,
+        "Kubernetes",
+        id="code-derived: owned Job (e.g. mpi launcher) with its own TTL: the built-in controller's",
+    ),
+    pytest.param(
+        owned(BATCH_JOB, "CronJob", "nightly", controller=False),
+        Verdict.EXPIRES,
+        "ttl of policy",
+        id="code-derived: an ownerReference that is not the controller",
+    ),
+    pytest.param(
+        owned(TFJOB, "PipelineRun", "p1", ttl=60),
+        Verdict.OWNED,
+        "owned-by PipelineRun/p1",
+        id="code-derived: owned TFJob with its own TTL (differs: the training operator would delete it)",
+    ),
+    pytest.param(
+        owned(WORKFLOW, "CronWorkflow", "hourly", ttl={"secondsAfterCompletion": 60}),
+        Verdict.OWNED,
+        "owned-by CronWorkflow/hourly",
+        id="code-derived: CronWorkflow child (Argo's own GC still expires it)",
+    ),
 ]
 
 
@@ -180,23 +212,37 @@ def test_owned_objects_are_their_owners(obj, verdict, words):
         assert decision.reason.startswith(words) and "owned: delete" in decision.reason
 
 
-@pytest.mark.parametrize("references, owner", [
-    (None, None), ([{"kind": "CronJob", "name": "a"}], None),
-    ([{"kind": "ReplicaSet", "name": "x"}, {"kind": "CronJob", "name": "nightly", "controller": True}], "CronJob/nightly"),
-    ([{"controller": True}], "?/?"),
-])
+@pytest.mark.parametrize(
+    "references, owner",
+    [
+        (None, None),
+        ([{"kind": "CronJob", "name": "a"}], None),
+        (
+            [{"kind": "ReplicaSet", "name": "x"}, {"kind": "CronJob", "name": "nightly", "controller": True}],
+            "CronJob/nightly",
+        ),
+        ([{"controller": True}], "?/?"),
+    ],
+)
 def test_only_a_controller_owner_reference_counts(references, owner):
     assert controller_owner({"ownerReferences": references}) == owner
 
 
-@pytest.mark.parametrize("references, field", [
-    ("garbage", "metadata.ownerReferences: expected a list, got a string"),
-    ({"controller": True}, "metadata.ownerReferences: expected a list, got an object"),
-    ([None, {"kind": "CronJob", "name": "a", "controller": True}],
-     "metadata.ownerReferences[0]: expected an owner reference (an object), got null"),
-    ([{"kind": "CronJob", "name": "a", "controller": "true"}],
-     "metadata.ownerReferences[0].controller: expected true or false, got a string"),
-])
+@pytest.mark.parametrize(
+    "references, field",
+    [
+        ("garbage", "metadata.ownerReferences: expected a list, got a string"),
+        ({"controller": True}, "metadata.ownerReferences: expected a list, got an object"),
+        (
+            [None, {"kind": "CronJob", "name": "a", "controller": True}],
+            "metadata.ownerReferences[0]: expected an owner reference (an object), got null",
+        ),
+        (
+            [{"kind": "CronJob", "name": "a", "controller": "true"}],
+            "metadata.ownerReferences[0].controller: expected true or false, got a string",
+        ),
+    ],
+)
 def test_owner_references_that_cannot_be_read_are_not_read_as_none(references, field):
     """Before issue 26 these read as "no owner": a CronJob's Job behind a map of references expired."""
     with pytest.raises(UnreadableField, match=re.escape(field)):
@@ -211,9 +257,13 @@ def test_what_is_someone_elses_is_said_in_a_fixed_order():
     obj["metadata"]["annotations"] = {"jobttl.io/keep": "true"}
     order = [Verdict.MANAGED_ELSEWHERE, Verdict.SUSPENDED, Verdict.OWNED, Verdict.KEPT, Verdict.EXPIRES]
     seen = []
-    for undo in (lambda: obj["spec"]["runPolicy"].pop("managedBy"), lambda: obj["spec"]["runPolicy"].pop("suspend"),
-                 lambda: obj["metadata"].pop("ownerReferences"), lambda: obj["metadata"].pop("annotations"),
-                 lambda: None):
+    for undo in (
+        lambda: obj["spec"]["runPolicy"].pop("managedBy"),
+        lambda: obj["spec"]["runPolicy"].pop("suspend"),
+        lambda: obj["metadata"].pop("ownerReferences"),
+        lambda: obj["metadata"].pop("annotations"),
+        lambda: None,
+    ):
         seen.append(decide(obj, TFJOB).verdict)
         undo()
     assert seen == order
@@ -224,6 +274,7 @@ def test_what_is_someone_elses_is_said_in_a_fixed_order():
 
 
 # --- what the InvalidTTL Event says (jobttl.core.services.scheduled_events posts it) -------------------------------
+
 
 def test_an_unreadable_ttl_annotation_keeps_the_job_rather_than_fall_back_to_another_ttl():
     obj = job(ttl=60, status=finished_status(1_700_000_000))  # its own field would say 60 s
@@ -240,7 +291,8 @@ def test_the_invalid_ttl_message_names_the_value_the_accepted_forms_and_that_the
     assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
         "annotation jobttl.io/ttl: expected a duration such as 90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, "
         "h, d or w, no spaces) or plain seconds (3600), got '10 minutes'; jobttl will not delete this TFJob until "
-        "annotation jobttl.io/ttl is fixed or removed")
+        "annotation jobttl.io/ttl is fixed or removed"
+    )
 
 
 def test_the_invalid_ttl_message_for_keep_until_and_for_the_jobs_own_field():
@@ -250,12 +302,14 @@ def test_the_invalid_ttl_message_for_keep_until_and_for_the_jobs_own_field():
     assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
         "annotation jobttl.io/keep-until must be an RFC 3339 time such as 2030-01-31T00:00:00Z within 100 years, "
         "got 'next friday'; jobttl will not delete this TFJob until annotation jobttl.io/keep-until is fixed or "
-        "removed")
+        "removed"
+    )
     obj = job(ttl=-5, status=finished_status(1_700_000_000))
     decision = decide(obj, TFJOB)
     assert invalid_ttl_message("TFJob", decision.reason, decision.ttl_source) == (
         "spec.runPolicy.ttlSecondsAfterFinished must be a non-negative integer, got -5; jobttl will not delete this "
-        "TFJob until spec.runPolicy.ttlSecondsAfterFinished is fixed or removed")
+        "TFJob until spec.runPolicy.ttlSecondsAfterFinished is fixed or removed"
+    )
 
 
 def test_a_huge_invalid_value_is_quoted_cut_short():
@@ -268,38 +322,80 @@ def test_a_huge_invalid_value_is_quoted_cut_short():
 
 # --- issue 26 §9: every field a declaration reads is type-checked where it is read ------------------
 
+
 def _set(path: str, value):
     """A change setting the dotted `path` (list indexes as numbers) of an object to `value`."""
+
     def change(obj):
         *parents, last = [int(p) if p.isdigit() else p for p in path.split(".")]
         node = obj
         for part in parents:
             node = node[part]
         node[last] = value
+
     return change
 
 
-@pytest.mark.parametrize("kind, change, field", [
-    (TFJOB, _set("status.conditions.2.type", {"x": 1}), "status.conditions[2].type: expected a string, got an object"),
-    (TFJOB, _set("status.conditions.0.status", ["True"]), "status.conditions[0].status: expected a string, got a list"),
-    (TFJOB, _set("status.conditions", {"Succeeded": "True"}), "status.conditions: expected a list of conditions, got an object"),
-    (TFJOB, _set("status.conditions.1", "Running"), "status.conditions[1]: expected a condition (an object), got a string"),
-    (TFJOB, _set("status.completionTime", 1_700_000_000), "status.completionTime: expected an RFC 3339 time (a string), "
-                                                           "got a number"),
-    (TFJOB, _set("status", ["Succeeded"]), "status: expected an object, got a list"),
-    (TFJOB, _set("spec.runPolicy", [1]), "spec.runPolicy: expected an object, got a list"),
-    (TFJOB, _set("spec.runPolicy.managedBy", ["kueue"]), "spec.runPolicy.managedBy: expected a string, got a list"),
-    (TFJOB, _set("metadata.annotations", ["jobttl.io/keep=true"]), "metadata.annotations: expected a map of strings, "
-                                                                   "got a list"),
-    (TFJOB, _set("metadata.labels", "pin"), "metadata.labels: expected a map of strings, got a string"),
-    (BATCH_JOB, _set("status.conditions.1.lastTransitionTime", {"t": 1}),
-     "status.conditions[1].lastTransitionTime: expected an RFC 3339 time (a string), got an object"),
-    (BATCH_JOB, _set("metadata.ownerReferences", {"controller": True}), "metadata.ownerReferences: expected a list"),
-    (WORKFLOW, _set("status.phase", {"Succeeded": True}), "status.phase: expected a string, got an object"),
-    (WORKFLOW, _set("status.finishedAt", 5), "status.finishedAt: expected an RFC 3339 time (a string), got a number"),
-    (WORKFLOW, _set("metadata.labels", {"workflows.argoproj.io/workflow-archiving-status": 5}),
-     'metadata.labels["workflows.argoproj.io/workflow-archiving-status"]: expected a string, got a number'),
-])
+@pytest.mark.parametrize(
+    "kind, change, field",
+    [
+        (
+            TFJOB,
+            _set("status.conditions.2.type", {"x": 1}),
+            "status.conditions[2].type: expected a string, got an object",
+        ),
+        (
+            TFJOB,
+            _set("status.conditions.0.status", ["True"]),
+            "status.conditions[0].status: expected a string, got a list",
+        ),
+        (
+            TFJOB,
+            _set("status.conditions", {"Succeeded": "True"}),
+            "status.conditions: expected a list of conditions, got an object",
+        ),
+        (
+            TFJOB,
+            _set("status.conditions.1", "Running"),
+            "status.conditions[1]: expected a condition (an object), got a string",
+        ),
+        (
+            TFJOB,
+            _set("status.completionTime", 1_700_000_000),
+            "status.completionTime: expected an RFC 3339 time (a string), got a number",
+        ),
+        (TFJOB, _set("status", ["Succeeded"]), "status: expected an object, got a list"),
+        (TFJOB, _set("spec.runPolicy", [1]), "spec.runPolicy: expected an object, got a list"),
+        (TFJOB, _set("spec.runPolicy.managedBy", ["kueue"]), "spec.runPolicy.managedBy: expected a string, got a list"),
+        (
+            TFJOB,
+            _set("metadata.annotations", ["jobttl.io/keep=true"]),
+            "metadata.annotations: expected a map of strings, got a list",
+        ),
+        (TFJOB, _set("metadata.labels", "pin"), "metadata.labels: expected a map of strings, got a string"),
+        (
+            BATCH_JOB,
+            _set("status.conditions.1.lastTransitionTime", {"t": 1}),
+            "status.conditions[1].lastTransitionTime: expected an RFC 3339 time (a string), got an object",
+        ),
+        (
+            BATCH_JOB,
+            _set("metadata.ownerReferences", {"controller": True}),
+            "metadata.ownerReferences: expected a list",
+        ),
+        (WORKFLOW, _set("status.phase", {"Succeeded": True}), "status.phase: expected a string, got an object"),
+        (
+            WORKFLOW,
+            _set("status.finishedAt", 5),
+            "status.finishedAt: expected an RFC 3339 time (a string), got a number",
+        ),
+        (
+            WORKFLOW,
+            _set("metadata.labels", {"workflows.argoproj.io/workflow-archiving-status": 5}),
+            'metadata.labels["workflows.argoproj.io/workflow-archiving-status"]: expected a string, got a number',
+        ),
+    ],
+)
 def test_a_field_of_the_wrong_type_is_unreadable_and_kept_naming_it(kind, change, field):
     obj = with_server_fields(job_object(kind, "odd", ttl=60 if kind is TFJOB else None))
     obj["metadata"].setdefault("labels", {})
@@ -307,15 +403,26 @@ def test_a_field_of_the_wrong_type_is_unreadable_and_kept_naming_it(kind, change
     decision = decide(obj, kind, parse_policy({"ttl": "1h"}))
     assert decision.verdict is Verdict.UNREADABLE, decision
     assert decision.reason.startswith(field), decision.reason
-    assert decision.reason.endswith(f"(read as its built-in declaration says): jobttl keeps this {kind.kind} until "
-                                    "the field is fixed")
+    assert decision.reason.endswith(
+        f"(read as its built-in declaration says): jobttl keeps this {kind.kind} until the field is fixed"
+    )
 
 
 # --- issue 26 §3: jobttl.io/keep fails closed; a jobttl.io/ key jobttl does not know keeps ---------
 
-SELECTING = parse_policy({"ttl": "1h", "rules": [
-    {"name": "release", "selector": {"matchLabels": {"jobttl.io/release": "true"}}, "ttl": "2h"},
-    {"name": "grouped", "namespaces": ["grouped"], "keepLast": {"succeeded": 3, "groupBy": "jobttl.io/pipeline"}}]})
+SELECTING = parse_policy(
+    {
+        "ttl": "1h",
+        "rules": [
+            {"name": "release", "selector": {"matchLabels": {"jobttl.io/release": "true"}}, "ttl": "2h"},
+            {
+                "name": "grouped",
+                "namespaces": ["grouped"],
+                "keepLast": {"succeeded": 3, "groupBy": "jobttl.io/pipeline"},
+            },
+        ],
+    }
+)
 
 
 def annotated(annotations=None, labels=None):
@@ -325,45 +432,71 @@ def annotated(annotations=None, labels=None):
     return obj
 
 
-@pytest.mark.parametrize("value, verdict, warning", [
-    ("true", Verdict.KEPT, None),
-    ("false", Verdict.EXPIRES, None),  # the one value that does not keep
-    *[(value, Verdict.KEPT, "InvalidKeep") for value in ("yes", "1", "true ", "TRUE", "True", "False", "FALSE", "no",
-                                                       "0", "", " false", "off")],
-])
+@pytest.mark.parametrize(
+    "value, verdict, warning",
+    [
+        ("true", Verdict.KEPT, None),
+        ("false", Verdict.EXPIRES, None),  # the one value that does not keep
+        *[
+            (value, Verdict.KEPT, "InvalidKeep")
+            for value in ("yes", "1", "true ", "TRUE", "True", "False", "FALSE", "no", "0", "", " false", "off")
+        ],
+    ],
+)
 def test_anything_but_an_explicit_false_keeps(value, verdict, warning):
     decision = decide(annotated({"jobttl.io/keep": value}), TFJOB, SELECTING)
     assert (decision.verdict, decision.warning) == (verdict, warning)
     if warning:
-        assert decision.reason.startswith(f"annotation jobttl.io/keep is {value!r}, neither \"true\" nor \"false\"")
+        assert decision.reason.startswith(f'annotation jobttl.io/keep is {value!r}, neither "true" nor "false"')
 
 
-@pytest.mark.parametrize("annotations, labels, words", [
-    ({"jobttl.io/kepp": "true"}, {}, "annotation jobttl.io/kepp is not a key jobttl knows (did you mean annotation "
-                                     "jobttl.io/keep?)"),
-    ({"jobttl.io/ttl-seconds": "30"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
-    ({"jobttl.io/keepuntil": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
-    ({}, {"jobttl.io/keep": "true"}, "label jobttl.io/keep is not a key jobttl knows (did you mean annotation "
-                                     "jobttl.io/keep?)"),
-    ({}, {"jobttl.io/relase": "true"}, "(did you mean label jobttl.io/release?)"),
-    ({"jobtll.io/keep": "true"}, {}, "annotation jobtll.io/keep is not a key"),
-    ({"JobTTL.io/keep": "true"}, {}, "annotation JobTTL.io/keep is not a key"),
-    ({"jobttl.io/owner": "ml-team"}, {}, "(jobttl reads the annotations jobttl.io/ttl, jobttl.io/keep, "
-                                         "jobttl.io/keep-until, jobttl.io/notify)"),
-    ({"jobttl.io/keep": "false", "jobttl.io/tll": "1h"}, {}, "annotation jobttl.io/tll is not a key"),
-    # The prefix misspelt (before: not ours, so the job expired).
-    ({"jobttl/keep": "true"}, {}, "annotation jobttl/keep is not a key jobttl knows (did you mean annotation "
-                                  "jobttl.io/keep?)"),
-    ({"jobttl.io.keep": "true"}, {}, "annotation jobttl.io.keep is not a key jobttl knows (did you mean annotation "
-                                     "jobttl.io/keep?)"),
-    ({"jobttl.com/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
-    ({"JOBTTL.COM/keep-until": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
-    ({"jobtl.io/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
-    ({"jbottl.io/ttl": "30d"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
-    ({"job-ttl/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
-    ({}, {"jobttl.keep": "true"}, "label jobttl.keep is not a key jobttl knows (did you mean annotation "
-                                  "jobttl.io/keep?)"),
-])
+@pytest.mark.parametrize(
+    "annotations, labels, words",
+    [
+        (
+            {"jobttl.io/kepp": "true"},
+            {},
+            "annotation jobttl.io/kepp is not a key jobttl knows (did you mean annotation jobttl.io/keep?)",
+        ),
+        ({"jobttl.io/ttl-seconds": "30"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
+        ({"jobttl.io/keepuntil": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
+        (
+            {},
+            {"jobttl.io/keep": "true"},
+            "label jobttl.io/keep is not a key jobttl knows (did you mean annotation jobttl.io/keep?)",
+        ),
+        ({}, {"jobttl.io/relase": "true"}, "(did you mean label jobttl.io/release?)"),
+        ({"jobtll.io/keep": "true"}, {}, "annotation jobtll.io/keep is not a key"),
+        ({"JobTTL.io/keep": "true"}, {}, "annotation JobTTL.io/keep is not a key"),
+        (
+            {"jobttl.io/owner": "ml-team"},
+            {},
+            "(jobttl reads the annotations jobttl.io/ttl, jobttl.io/keep, jobttl.io/keep-until, jobttl.io/notify)",
+        ),
+        ({"jobttl.io/keep": "false", "jobttl.io/tll": "1h"}, {}, "annotation jobttl.io/tll is not a key"),
+        # The prefix misspelt (before: not ours, so the job expired).
+        (
+            {"jobttl/keep": "true"},
+            {},
+            "annotation jobttl/keep is not a key jobttl knows (did you mean annotation jobttl.io/keep?)",
+        ),
+        (
+            {"jobttl.io.keep": "true"},
+            {},
+            "annotation jobttl.io.keep is not a key jobttl knows (did you mean annotation jobttl.io/keep?)",
+        ),
+        ({"jobttl.com/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+        ({"JOBTTL.COM/keep-until": "2030-01-01T00:00:00Z"}, {}, "(did you mean annotation jobttl.io/keep-until?)"),
+        ({"jobtl.io/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+        ({"jbottl.io/ttl": "30d"}, {}, "(did you mean annotation jobttl.io/ttl?)"),
+        ({"job-ttl/keep": "true"}, {}, "(did you mean annotation jobttl.io/keep?)"),
+        (
+            {},
+            {"jobttl.keep": "true"},
+            "label jobttl.keep is not a key jobttl knows (did you mean annotation jobttl.io/keep?)",
+        ),
+    ],
+)
 def test_a_jobttl_key_jobttl_does_not_know_keeps_the_job_naming_the_nearest(annotations, labels, words):
     decision = decide(annotated(annotations, labels), TFJOB, SELECTING)
     assert (decision.verdict, decision.warning) == (Verdict.KEPT, "UnknownKey")
@@ -374,6 +507,7 @@ def test_forged_unknown_keys_cost_one_nearest_lookup_and_no_memory_kept(monkeypa
     # A forged event may carry thousands of long jobttl.io/ keys: only the first is reported, so only
     # its nearest key is looked for; and `_ours` must not remember every whole key it was asked.
     from jobttl.core.domain.decisions import decision as module
+
     looked = []
     real = module._nearest
     monkeypatch.setattr(module, "_nearest", lambda key, known: looked.append(key) or real(key, known))
@@ -387,15 +521,18 @@ def test_forged_unknown_keys_cost_one_nearest_lookup_and_no_memory_kept(monkeypa
     assert remembered.cache_info().currsize == 1  # by the prefix alone, not 300 keys of 2 KB
 
 
-@pytest.mark.parametrize("annotations, labels", [
-    ({}, {"jobttl.io/release": "true"}),  # a label the policy's selector names
-    ({}, {"jobttl.io/pipeline": "nightly"}),  # a label keepLast groups by
-    ({"example.com/keep": "true", "jobttl.example.com/x": "1"}, {}),  # other prefixes are not ours
-    ({"jobttl.io/ttl": "2h", "jobttl.io/keep-until": "2000-01-01T00:00:00Z"}, {}),
-    ({"jobttl.io/notify": "team-ml"}, {}),  # the owner asks for its messages (docs/notifications.md)
-    ({"jobtitle/keep": "true", "batch.io/keep": "true", "jobs.io/keep": "1", "job/ttl": "1s"}, {}),  # not near
-    ({"app.kubernetes.io/name": "x", "kubeflow.org/keep": "true", "jobttl.example.com/keep": "true"}, {}),
-])
+@pytest.mark.parametrize(
+    "annotations, labels",
+    [
+        ({}, {"jobttl.io/release": "true"}),  # a label the policy's selector names
+        ({}, {"jobttl.io/pipeline": "nightly"}),  # a label keepLast groups by
+        ({"example.com/keep": "true", "jobttl.example.com/x": "1"}, {}),  # other prefixes are not ours
+        ({"jobttl.io/ttl": "2h", "jobttl.io/keep-until": "2000-01-01T00:00:00Z"}, {}),
+        ({"jobttl.io/notify": "team-ml"}, {}),  # the owner asks for its messages (docs/notifications.md)
+        ({"jobtitle/keep": "true", "batch.io/keep": "true", "jobs.io/keep": "1", "job/ttl": "1s"}, {}),  # not near
+        ({"app.kubernetes.io/name": "x", "kubeflow.org/keep": "true", "jobttl.example.com/keep": "true"}, {}),
+    ],
+)
 def test_the_keys_jobttl_reads_and_other_prefixes_expire_as_usual(annotations, labels):
     assert decide(annotated(annotations, labels), TFJOB, SELECTING).verdict is Verdict.EXPIRES
 

@@ -35,8 +35,10 @@ from tests.core.own_redis import redis, server  # noqa: F401 (fixtures)
 from tests.services import ROOT
 
 # A rule's dry run, global off: jobs labelled rehearsal=true are only rehearsed.
-PER_RULE = {"kinds": ["TFJob", "PyTorchJob"], "rules": [
-    {"name": "rehearsal", "selector": {"matchLabels": {"rehearsal": "true"}}, "dryRun": True}]}
+PER_RULE = {
+    "kinds": ["TFJob", "PyTorchJob"],
+    "rules": [{"name": "rehearsal", "selector": {"matchLabels": {"rehearsal": "true"}}, "dryRun": True}],
+}
 HOUR = 3600
 TF = "TFJob.kubeflow.org"
 
@@ -60,8 +62,11 @@ def finished(kind=TFJOB, rehearsal=False, ago=HOUR, ttl=60):
 
 def gauges(redis) -> dict[tuple[str, tuple], float]:
     text = generate_latest(_registry(redis, "dry")).decode()
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def overdue(redis) -> float:
@@ -70,15 +75,22 @@ def overdue(redis) -> float:
 
 def would_delete(redis) -> dict[str, float]:
     """jobttl_dry_run_would_delete by Kind.group."""
-    return {f"{dict(labels)['kind']}.{dict(labels)['group']}": value for (name, labels), value in gauges(redis).items()
-            if name == "jobttl_dry_run_would_delete"}
+    return {
+        f"{dict(labels)['kind']}.{dict(labels)['group']}": value
+        for (name, labels), value in gauges(redis).items()
+        if name == "jobttl_dry_run_would_delete"
+    }
 
 
 def test_a_rules_dry_run_records_are_counted_by_kind_and_never_overdue(schedule, redis):
     r = reconciler(schedule)
-    for obj, kind in [(finished(TFJOB, True), TFJOB), (finished(TFJOB, True), TFJOB),
-                      (finished(PYTORCHJOB, True), PYTORCHJOB), (finished(TFJOB), TFJOB),
-                      (finished(TFJOB, True, ago=60, ttl=HOUR), TFJOB)]:  # a rehearsal not due yet
+    for obj, kind in [
+        (finished(TFJOB, True), TFJOB),
+        (finished(TFJOB, True), TFJOB),
+        (finished(PYTORCHJOB, True), PYTORCHJOB),
+        (finished(TFJOB), TFJOB),
+        (finished(TFJOB, True, ago=60, ttl=HOUR), TFJOB),
+    ]:  # a rehearsal not due yet
         assert r.reconcile(obj, kind, "event").change is Change.SCHEDULED
     assert overdue(redis) == 1  # the one real deletion, due an hour ago
     assert would_delete(redis) == {TF: 2, "PyTorchJob.kubeflow.org": 1}  # due now; the one due in an hour is not
@@ -177,9 +189,11 @@ VOLCANO_JOB = KindRegistry().get("batch.volcano.sh/v1alpha1", "Job")
 
 def two_jobs(batch: int = 1, volcano: int = 2) -> list[dict]:
     """Finished an hour ago, a minute's TTL: due. Both are a `Job` by Kind."""
-    return [with_server_fields(o) for o in
-            [job_object(BATCH_JOB, f"b-{uuid.uuid4().hex[:8]}", "ml", at=time.time() - HOUR) for _ in range(batch)]
-            + [volcano_job(f"v-{uuid.uuid4().hex[:8]}", "ml", at=time.time() - HOUR) for _ in range(volcano)]]
+    return [
+        with_server_fields(o)
+        for o in [job_object(BATCH_JOB, f"b-{uuid.uuid4().hex[:8]}", "ml", at=time.time() - HOUR) for _ in range(batch)]
+        + [volcano_job(f"v-{uuid.uuid4().hex[:8]}", "ml", at=time.time() - HOUR) for _ in range(volcano)]
+    ]
 
 
 def test_batch_and_volcano_jobs_dry_run_records_are_counted_apart(schedule, redis):
@@ -232,15 +246,22 @@ def bare_kind_release(tmp_path_factory) -> Path:
 
 
 def book_with_bare_kinds(release: Path, server, objects: list[dict]) -> dict[str, int]:
-    booked = subprocess.run([sys.executable, "-c", BOOK_BY_BARE_KIND, server.url, json.dumps(JOBS)], cwd=release,
-                            env={"PYTHONPATH": str(release), "PATH": "/usr/bin:/bin"}, input=json.dumps(objects),
-                            capture_output=True, text=True, timeout=60)
+    booked = subprocess.run(
+        [sys.executable, "-c", BOOK_BY_BARE_KIND, server.url, json.dumps(JOBS)],
+        cwd=release,
+        env={"PYTHONPATH": str(release), "PATH": "/usr/bin:/bin"},
+        input=json.dumps(objects),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert booked.returncode == 0, booked.stderr
     return json.loads(booked.stdout)
 
 
 def test_dry_run_records_kept_by_bare_kind_are_filed_by_group_on_upgrade_and_after_a_rollout(
-        bare_kind_release, server, schedule, redis):
+    bare_kind_release, server, schedule, redis
+):
     # The earlier release counted both Jobs as one kind.
     assert book_with_bare_kinds(bare_kind_release, server, two_jobs()) == {"jobttl:dry-run:Job": 3}
     assert upgrade.ensure(redis) is True

@@ -36,8 +36,13 @@ EVIDENCE = {
     "archive": {"store": "s3://evidence/jobttl", "logKiB": 64, "retention": "90d"},
     "podTTL": "1h",
     "rules": [
-        {"name": "research", "namespaces": ["research"], "archive": {"logKiB": 512, "required": False},
-         "podTTLAfterFailure": "1d", "keepLast": {"succeeded": 3, "failed": 5, "groupBy": "app"}},
+        {
+            "name": "research",
+            "namespaces": ["research"],
+            "archive": {"logKiB": 512, "required": False},
+            "podTTLAfterFailure": "1d",
+            "keepLast": {"succeeded": 3, "failed": 5, "groupBy": "app"},
+        },
         {"name": "quiet", "selector": {"matchLabels": {"quiet": "true"}}, "archive": False, "scheduledEvents": False},
     ],
 }
@@ -57,21 +62,24 @@ def test_values_cascade_and_say_where_they_came_from():
     assert not (parse_policy({"ttl": "1d"}).archiving or parse_policy(None).pod_stages)
 
 
-@pytest.mark.parametrize("data, where", [
-    ({"archive": {"logKiB": 0, "store": "/a"}}, "archive.logKiB"),
-    ({"archive": {"store": "s3://"}}, "archive.store"),
-    ({"archive": {"store": "gs://bucket"}}, "archive.store"),
-    ({"archive": {"store": "s3://b", "maxBytes": "1Gi"}}, "archive.maxBytes"),
-    ({"archive": {"store": "/a", "maxBytes": "lots"}}, "archive.maxBytes"),
-    ({"archive": {"keep": True, "store": "/a"}}, "archive.keep"),
-    ({"rules": [{"name": "r", "namespaces": ["a"], "archive": True}]}, "rules[0].archive"),
-    ({"rules": [{"name": "r", "namespaces": ["a"], "archive": {"store": "/a"}}]}, "rules[0].archive.store"),
-    ({"podTTL": "soon"}, "podTTL"),
-    ({"keepLast": {}}, "keepLast"),
-    ({"keepLast": {"succeeded": -1}}, "keepLast.succeeded"),
-    ({"keepLast": {"failed": 2, "groupBy": ""}}, "keepLast.groupBy"),
-    ({"scheduledEvents": "no"}, "scheduledEvents"),
-])
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({"archive": {"logKiB": 0, "store": "/a"}}, "archive.logKiB"),
+        ({"archive": {"store": "s3://"}}, "archive.store"),
+        ({"archive": {"store": "gs://bucket"}}, "archive.store"),
+        ({"archive": {"store": "s3://b", "maxBytes": "1Gi"}}, "archive.maxBytes"),
+        ({"archive": {"store": "/a", "maxBytes": "lots"}}, "archive.maxBytes"),
+        ({"archive": {"keep": True, "store": "/a"}}, "archive.keep"),
+        ({"rules": [{"name": "r", "namespaces": ["a"], "archive": True}]}, "rules[0].archive"),
+        ({"rules": [{"name": "r", "namespaces": ["a"], "archive": {"store": "/a"}}]}, "rules[0].archive.store"),
+        ({"podTTL": "soon"}, "podTTL"),
+        ({"keepLast": {}}, "keepLast"),
+        ({"keepLast": {"succeeded": -1}}, "keepLast.succeeded"),
+        ({"keepLast": {"failed": 2, "groupBy": ""}}, "keepLast.groupBy"),
+        ({"scheduledEvents": "no"}, "scheduledEvents"),
+    ],
+)
 def test_a_bad_value_names_the_field(data, where):
     with pytest.raises(PolicyError, match=f"policy: {where.replace('[', '.').replace(']', '.')}"):
         parse_policy(data)
@@ -97,6 +105,7 @@ def test_the_worker_is_granted_pods_and_logs_only_for_the_features_it_uses():
 
 # --- archives -------------------------------------------------------------------------------------------
 
+
 def test_a_plan_follows_the_policy():
     policy = parse_policy(EVIDENCE)
     assert archive.plan_for(job(), policy) == archive.ArchivePlan(log_kib=512, required=False, source="rule research")
@@ -109,13 +118,16 @@ def test_paths_name_the_job_and_its_uid():
     where = archive.folder(ref)
     assert where == "research/TFJob/mnist-v2-0b5c4f3e-7f5a-4a1e-9c55-2b0f7a3e9d10/"
     assert archive.split_folder(where.split("/")[2]) == ("mnist-v2", ref.uid)
-    assert archive.log_path("mnist-v2-worker-0", "tensorflow", previous=True) == \
-        "logs/mnist-v2-worker-0/tensorflow.previous.log"
+    assert (
+        archive.log_path("mnist-v2-worker-0", "tensorflow", previous=True)
+        == "logs/mnist-v2-worker-0/tensorflow.previous.log"
+    )
     with pytest.raises(ValueError):
         archive.log_path("../etc", "x")
 
 
 # --- log tails: what is kept, and the requests that fetch it ------------------------------------------
+
 
 @pytest.mark.parametrize("line_bytes", [1, 16, 68, 130, 500, 1024, 1025, 2048, 2049, 5000])
 def test_a_long_log_keeps_the_whole_lines_covering_its_last_bytes(line_bytes):
@@ -169,7 +181,7 @@ def fetch(log: bytes, keep: int) -> tuple[bytes, list[archive.LogRequest]]:
         tail = archive.LogTail.for_keeping(keep)
         answer = kubelet(log, request.tail_lines, request.limit_bytes)
         for at in range(0, len(answer), 4096):
-            tail.feed(answer[at:at + 4096])
+            tail.feed(answer[at : at + 4096])
         request = archive.next_log_request(request, keep, tail.bytes, tail.lines)
     return archive.trim_tail(tail.last, keep, tail.complete), asked
 
@@ -295,13 +307,16 @@ def test_an_archive_written_again_replaces_its_own_stages_entry():
     ref = JobRef.of(job())
     plan = archive.ArchivePlan()
     first = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 100.0, "pods", plan))
-    again = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 150.0, "pods", plan,
-                                          first))
+    again = jsoncodec.loads(
+        archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 150.0, "pods", plan, first)
+    )
     assert again["archives"] == [{"stage": "pods", "at": 150.0}]
-    job_stage = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 200.0, "job",
-                                              plan, again))
-    retried = jsoncodec.loads(archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 250.0, "job",
-                                            plan, job_stage))
+    job_stage = jsoncodec.loads(
+        archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 200.0, "job", plan, again)
+    )
+    retried = jsoncodec.loads(
+        archive.index(ref, archive.Contents(files={"manifest.yaml": b"x"}), 250.0, "job", plan, job_stage)
+    )
     assert retried["archives"] == [{"stage": "pods", "at": 150.0}, {"stage": "job", "at": 250.0}]
 
 
@@ -320,6 +335,7 @@ def test_retention_removes_the_old_then_the_oldest_beyond_the_cap():
 
 
 # --- pods stages ----------------------------------------------------------------------------------------
+
 
 def test_the_pods_go_at_their_own_ttl_and_the_job_keeps_its_own():
     policy = parse_policy(EVIDENCE)
@@ -349,41 +365,73 @@ def test_no_pods_stage_when_it_would_not_come_first_or_is_not_safe():
 
 
 def test_only_kinds_whose_controllers_leave_finished_jobs_alone_allow_it():
-    assert {k.kind for k in ALL_KINDS if k.pod_cleanup_safe} == {"TFJob", "PyTorchJob", "MPIJob", "XGBoostJob",
-                                                                  "PaddleJob", "JAXJob", "Job", "Workflow"}
+    assert {k.kind for k in ALL_KINDS if k.pod_cleanup_safe} == {
+        "TFJob",
+        "PyTorchJob",
+        "MPIJob",
+        "XGBoostJob",
+        "PaddleJob",
+        "JAXJob",
+        "Job",
+        "Workflow",
+    }
     assert BATCH_JOB.pod_cleanup_safe and WORKFLOW.pod_cleanup_safe and not TRAINJOB.pod_cleanup_safe
 
 
 def pod(name, owner_uid, label="train", controller=True, kind="TFJob"):
-    return {"metadata": {"name": name, "uid": str(uuid.uuid4()), "labels": {TFJOB.pod_label: label},
-                         "ownerReferences": [{"kind": kind, "uid": owner_uid, "controller": controller}]},
-            "spec": {"containers": [{"name": "tensorflow"}]},
-            "status": {"containerStatuses": [{"name": "tensorflow", "restartCount": 1 if name.endswith("1") else 0}]}}
+    return {
+        "metadata": {
+            "name": name,
+            "uid": str(uuid.uuid4()),
+            "labels": {TFJOB.pod_label: label},
+            "ownerReferences": [{"kind": kind, "uid": owner_uid, "controller": controller}],
+        },
+        "spec": {"containers": [{"name": "tensorflow"}]},
+        "status": {"containerStatuses": [{"name": "tensorflow", "restartCount": 1 if name.endswith("1") else 0}]},
+    }
 
 
 def test_only_the_jobs_own_pods_are_ever_chosen():
     uid = str(uuid.uuid4())
-    pods = [pod("train-worker-0", uid), pod("train-worker-1", uid), pod("impostor", str(uuid.uuid4())),
-            pod("adopted", uid, controller=False), pod("relabelled", uid, label="other"),
-            pod("other-kind", uid, kind="PyTorchJob")]
-    assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid)] == ["train-worker-0",
-                                                                                       "train-worker-1"]
+    pods = [
+        pod("train-worker-0", uid),
+        pod("train-worker-1", uid),
+        pod("impostor", str(uuid.uuid4())),
+        pod("adopted", uid, controller=False),
+        pod("relabelled", uid, label="other"),
+        pod("other-kind", uid, kind="PyTorchJob"),
+    ]
+    assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid)] == [
+        "train-worker-0",
+        "train-worker-1",
+    ]
     assert not restarted(pods[0], "tensorflow") and restarted(pods[1], "tensorflow")
     # Logs are read by the label, less the pods another job of this kind controls.
     assert [p["metadata"]["name"] for p in archived_pods(pods, TFJOB, uid)] == [
-        "train-worker-0", "train-worker-1", "adopted", "relabelled", "other-kind"]
+        "train-worker-0",
+        "train-worker-1",
+        "adopted",
+        "relabelled",
+        "other-kind",
+    ]
 
 
 def test_the_scheduled_message_says_when_and_why():
-    assert scheduled_message("TFJob", "job", 1_896_048_000, 7 * 86400, "ttl of rule research") == \
-        "jobttl will delete this TFJob at 2030-01-31T00:00:00Z (TTL 7d from ttl of rule research)"
-    assert scheduled_message("TFJob", "pods", 1_896_048_000, 3600, "podTTL of policy", dry_run=True) == \
-        "jobttl would delete (dry run) the pods of this TFJob at 2030-01-31T00:00:00Z (TTL 1h from podTTL of policy)"
+    assert (
+        scheduled_message("TFJob", "job", 1_896_048_000, 7 * 86400, "ttl of rule research")
+        == "jobttl will delete this TFJob at 2030-01-31T00:00:00Z (TTL 7d from ttl of rule research)"
+    )
+    assert (
+        scheduled_message("TFJob", "pods", 1_896_048_000, 3600, "podTTL of policy", dry_run=True)
+        == "jobttl would delete (dry run) the pods of this TFJob at 2030-01-31T00:00:00Z (TTL 1h from podTTL of policy)"
+    )
     assert scheduled_message("TFJob", "job", 1_896_048_000, 60, "keepLast of rule r (3 succeeded)").endswith(
-        "(keepLast of rule r (3 succeeded))")
+        "(keepLast of rule r (3 succeeded))"
+    )
 
 
 # --- history limits ---------------------------------------------------------------------------------------
+
 
 def group_of(n, policy, namespace="research", app="mnist", outcome="Succeeded", start=FINISHED_AT):
     objs = [job(f"run-{i}", namespace, {"app": app}, outcome, start + i * 60) for i in range(n)]
@@ -396,8 +444,12 @@ def test_the_oldest_beyond_the_limit_are_due_when_they_fell_beyond_it():
     ranks = ranked(members)
     # run-4 is the newest; limit 3: run-1 fell beyond when run-4 finished, run-0 when run-3 did.
     assert {o["metadata"]["name"]: ranks[o["metadata"]["uid"]] for o in objs} == {
-        "run-4": (0, None), "run-3": (1, None), "run-2": (2, None),
-        "run-1": (3, FINISHED_AT + 4 * 60), "run-0": (4, FINISHED_AT + 3 * 60)}
+        "run-4": (0, None),
+        "run-3": (1, None),
+        "run-2": (2, None),
+        "run-1": (3, FINISHED_AT + 4 * 60),
+        "run-0": (4, FINISHED_AT + 3 * 60),
+    }
     decision = limit_decision(members[0], 4, FINISHED_AT + 180, decide(objs[0], TFJOB, policy))
     assert decision.expires_at == FINISHED_AT + 180 and is_limit_decision(decision)
     assert decision.ttl_source == "keepLast of rule research (3 succeeded)"
@@ -433,6 +485,7 @@ def test_ties_are_broken_like_redis_breaks_them():
 
 
 # --- jobttl.io/keep-until: every early deletion waits for it --------------------------------------------
+
 
 def kept_until(at, **kw):
     obj = job(**kw)
@@ -491,5 +544,7 @@ def test_owned_pods_keeps_pods_created_after_the_job_finished():
         if at is not None:
             p["metadata"]["creationTimestamp"] = rfc3339(at)
     assert [p["metadata"]["name"] for p in owned_pods(pods, TFJOB, "train", uid, created_by=FINISHED_AT)] == [
-        "before", "at-the-finish"]
+        "before",
+        "at-the-finish",
+    ]
     assert len(owned_pods(pods, TFJOB, "train", uid)) == 4, "without a finish time, by owner alone"

@@ -26,8 +26,14 @@ SHARED = {"Schedule", "Audit", "Reconciler"}
 
 def settings_for(redis, queue_name, **env) -> Settings:
     port = redis.connection_pool.connection_kwargs["port"]
-    return Settings.from_env({"JOBTTL_REDIS_URL": f"redis://127.0.0.1:{port}/0", "JOBTTL_QUEUE": queue_name,
-                              "JOBTTL_FIRST_RUN_REVIEW": "off", **env})
+    return Settings.from_env(
+        {
+            "JOBTTL_REDIS_URL": f"redis://127.0.0.1:{port}/0",
+            "JOBTTL_QUEUE": queue_name,
+            "JOBTTL_FIRST_RUN_REVIEW": "off",
+            **env,
+        }
+    )
 
 
 def test_the_graph_wires_one_redis_under_the_schedule_the_audit_and_the_reconciler(redis, queue_name):
@@ -52,8 +58,9 @@ def test_the_sinks_context_is_the_shared_graph_with_the_sinks_own_parts(redis, q
 
 
 def test_tasks_given_to_the_graph_are_what_it_books(redis, queue_name):
-    own = Tasks(delete="tests.core.test_graph.delete", warn="tests.core.test_graph.warn",
-                resync="tests.core.test_graph.resync")
+    own = Tasks(
+        delete="tests.core.test_graph.delete", warn="tests.core.test_graph.warn", resync="tests.core.test_graph.resync"
+    )
     built = graph.build(settings_for(redis, queue_name), redisconn.CLI, redis=redis, metrics=False, tasks=own)
     assert built.schedule.request_resync()
     assert built.schedule.queue.jobs[0].func_name == own.resync
@@ -69,8 +76,15 @@ def test_no_process_builds_the_shared_parts_but_the_composition_root():
             for node in ast.walk(ast.parse(path.read_text())):
                 if isinstance(node, ast.Call):
                     func = node.func
-                    name = func.value.id if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) \
-                        and func.attr == "from_settings" else func.id if isinstance(func, ast.Name) else None
+                    name = (
+                        func.value.id
+                        if isinstance(func, ast.Attribute)
+                        and isinstance(func.value, ast.Name)
+                        and func.attr == "from_settings"
+                        else func.id
+                        if isinstance(func, ast.Name)
+                        else None
+                    )
                     if name in SHARED and where not in MADE_IN:
                         made.append(f"{where}:{node.lineno}: {name}")
     assert made == []
@@ -85,8 +99,10 @@ def test_the_sinks_read_api_gets_operations_that_cannot_write(redis, queue_name)
     assert sink.operations().find("team", name)  # it can read what is pending
     with pytest.raises(RuntimeError, match="without a Reconciler"):
         sink.operations().postpone("team", name, 60)
-    assert graph.build(settings_for(redis, queue_name), redisconn.CLI, redis=redis, metrics=False
-                       ).operations().reconciler is not None  # the command's can
+    assert (
+        graph.build(settings_for(redis, queue_name), redisconn.CLI, redis=redis, metrics=False).operations().reconciler
+        is not None
+    )  # the command's can
 
 
 def test_the_sinks_own_connection_has_the_sinks_timeouts_and_waits_for_replicas(redis, queue_name):
@@ -94,10 +110,14 @@ def test_the_sinks_own_connection_has_the_sinks_timeouts_and_waits_for_replicas(
     a probe connection with the probe's shorter timeouts."""
     sink = SinkContext.build(settings_for(redis, queue_name, JOBTTL_SINK_MIN_REPLICAS="1"))
     options = sink.redis.connection_pool.connection_kwargs
-    assert (options["socket_connect_timeout"], options["socket_timeout"]) == (redisconn.SINK.connect_timeout,
-                                                                             redisconn.SINK.socket_timeout)
+    assert (options["socket_connect_timeout"], options["socket_timeout"]) == (
+        redisconn.SINK.connect_timeout,
+        redisconn.SINK.socket_timeout,
+    )
     assert isinstance(sink.redis, redisconn.ReplicatedRedis) and sink.redis.min_replicas == 1
     probe = sink.probe.connection_pool.connection_kwargs
-    assert (probe["socket_connect_timeout"], probe["socket_timeout"]) == (redisconn.PROBE.connect_timeout,
-                                                                         redisconn.PROBE.socket_timeout)
+    assert (probe["socket_connect_timeout"], probe["socket_timeout"]) == (
+        redisconn.PROBE.connect_timeout,
+        redisconn.PROBE.socket_timeout,
+    )
     assert not isinstance(sink.probe, redisconn.ReplicatedRedis)

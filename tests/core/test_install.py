@@ -20,29 +20,40 @@ from tests.services import start_emulator
 INSTALLED = 1_900_000_000
 
 
-@pytest.mark.parametrize("record, due, held", [
-    (InstallRecord(INSTALLED), INSTALLED - 86400 * 30, True),  # finished last month: overdue at install
-    (InstallRecord(INSTALLED), INSTALLED, True),  # due at the very second of install: overdue, as decide counts
-    (InstallRecord(INSTALLED), INSTALLED + 1, False),  # due after install: jobs finishing from now on
-    (InstallRecord(INSTALLED).reviewed("operator", INSTALLED + 60), INSTALLED - 86400, False),  # reviewed: go
-    (InstallRecord(INSTALLED, RAN_BEFORE, INSTALLED, "ran-before"), INSTALLED - 86400, False),  # an upgrade
-])
+@pytest.mark.parametrize(
+    "record, due, held",
+    [
+        (InstallRecord(INSTALLED), INSTALLED - 86400 * 30, True),  # finished last month: overdue at install
+        (InstallRecord(INSTALLED), INSTALLED, True),  # due at the very second of install: overdue, as decide counts
+        (InstallRecord(INSTALLED), INSTALLED + 1, False),  # due after install: jobs finishing from now on
+        (InstallRecord(INSTALLED).reviewed("operator", INSTALLED + 60), INSTALLED - 86400, False),  # reviewed: go
+        (InstallRecord(INSTALLED, RAN_BEFORE, INSTALLED, "ran-before"), INSTALLED - 86400, False),  # an upgrade
+    ],
+)
 def test_what_the_first_run_review_holds(record, due, held):
     assert record.holds(due) is held
 
 
 def test_the_record_reads_back_from_its_configmap_data():
     record = InstallRecord(INSTALLED).reviewed("operator: jobttl resync --confirm abc", INSTALLED + 90)
-    assert record.as_data() == {"installedAt": "2030-03-17T17:46:40Z", "origin": FIRST_INSTALL,
-                                "reviewedAt": "2030-03-17T17:48:10Z",
-                                "reviewedBy": "operator: jobttl resync --confirm abc"}
+    assert record.as_data() == {
+        "installedAt": "2030-03-17T17:46:40Z",
+        "origin": FIRST_INSTALL,
+        "reviewedAt": "2030-03-17T17:48:10Z",
+        "reviewedBy": "operator: jobttl resync --confirm abc",
+    }
     assert InstallRecord.from_data(record.as_data()) == record
     assert InstallRecord.from_data({k.encode(): v.encode() for k, v in record.as_data().items()}) == record
 
 
-@pytest.mark.parametrize("data, named", [({}, "installedAt: missing"),
-                                         ({"installedAt": "last tuesday"}, "installedAt: not an RFC 3339 time"),
-                                         ({"installedAt": "2030-01-01T00:00:00Z", "reviewedAt": "soon"}, "reviewedAt")])
+@pytest.mark.parametrize(
+    "data, named",
+    [
+        ({}, "installedAt: missing"),
+        ({"installedAt": "last tuesday"}, "installedAt: not an RFC 3339 time"),
+        ({"installedAt": "2030-01-01T00:00:00Z", "reviewedAt": "soon"}, "reviewedAt"),
+    ],
+)
 def test_a_broken_record_is_refused_naming_the_field(data, named):
     with pytest.raises(ValueError, match=named):
         InstallRecord.from_data(data)
@@ -111,8 +122,12 @@ def test_a_sink_alone_does_not_make_it_an_upgrade(review, redis):
 
 def test_workers_starting_together_agree_on_one_record(review, redis):
     records = []
-    starts = [threading.Thread(target=lambda at=at: records.append(
-        InstallReview(redis, review.kube, review.namespace).establish(at))) for at in (INSTALLED, INSTALLED + 5)]
+    starts = [
+        threading.Thread(
+            target=lambda at=at: records.append(InstallReview(redis, review.kube, review.namespace).establish(at))
+        )
+        for at in (INSTALLED, INSTALLED + 5)
+    ]
     for t in starts:
         t.start()
     for t in starts:
@@ -146,12 +161,16 @@ def test_switched_off_nothing_is_recorded_or_held(cluster, redis):
 
 # --- issue 26 §2: what "ran before" takes, and a review that outlives the loss of both records ----------
 
-@pytest.mark.parametrize("entry", [
-    {"event": "resync", "status": "incomplete"},  # a `jobttl resync` that could not read the ConfigMap
-    {"event": "would-delete", "by": "worker"},  # a dry run deletes nothing
-    {"event": "refused", "by": "worker"},
-    {"event": "deleted", "by": "worker", "installRecord": "kept"},  # this release's, under a record since lost
-])
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        {"event": "resync", "status": "incomplete"},  # a `jobttl resync` that could not read the ConfigMap
+        {"event": "would-delete", "by": "worker"},  # a dry run deletes nothing
+        {"event": "refused", "by": "worker"},
+        {"event": "deleted", "by": "worker", "installRecord": "kept"},  # this release's, under a record since lost
+    ],
+)
 def test_only_a_deletion_by_a_release_without_install_records_means_jobttl_ran_before(review, redis, entry):
     redis.xadd(keys.AUDIT_STREAM, entry)
     redis.set(keys.RESYNC_LAST_SUCCESS, "1")  # a resync completing proves nobody reviewed anything
@@ -194,20 +213,51 @@ def _delete_configmap(review: InstallReview) -> None:
     client.CoreV1Api(review.kube.api_client).delete_namespaced_config_map(CONFIGMAP, review.namespace)
 
 
-@pytest.mark.parametrize("record, due, kind, held", [
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5,
-     "batch/v1/Job", True),  # a kind the confirmation did not cover
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5,
-     "kubeflow.org/v1/TFJob", False),  # one it covered
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED - 5, None, True),
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})), INSTALLED + 5,
-     "batch/v1/Job", False),  # due after install
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
-     .reviewed("op", INSTALLED + 2, frozenset()), INSTALLED - 5, "batch/v1/Job", False),  # covered later
-    (InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
-     .reviewed("op", INSTALLED + 2, frozenset({"kubeflow.org/v1/TFJob"})), INSTALLED - 5, "kubeflow.org/v1/TFJob",
-     False),  # a reviewed kind never comes back under review
-])
+@pytest.mark.parametrize(
+    "record, due, kind, held",
+    [
+        (
+            InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})),
+            INSTALLED - 5,
+            "batch/v1/Job",
+            True,
+        ),  # a kind the confirmation did not cover
+        (
+            InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})),
+            INSTALLED - 5,
+            "kubeflow.org/v1/TFJob",
+            False,
+        ),  # one it covered
+        (
+            InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})),
+            INSTALLED - 5,
+            None,
+            True,
+        ),
+        (
+            InstallRecord(INSTALLED).reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"})),
+            INSTALLED + 5,
+            "batch/v1/Job",
+            False,
+        ),  # due after install
+        (
+            InstallRecord(INSTALLED)
+            .reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
+            .reviewed("op", INSTALLED + 2, frozenset()),
+            INSTALLED - 5,
+            "batch/v1/Job",
+            False,
+        ),  # covered later
+        (
+            InstallRecord(INSTALLED)
+            .reviewed("op", INSTALLED + 1, frozenset({"batch/v1/Job"}))
+            .reviewed("op", INSTALLED + 2, frozenset({"kubeflow.org/v1/TFJob"})),
+            INSTALLED - 5,
+            "kubeflow.org/v1/TFJob",
+            False,
+        ),  # a reviewed kind never comes back under review
+    ],
+)
 def test_what_a_partial_review_holds(record, due, kind, held):
     assert record.holds(due, kind) is held
     assert InstallRecord.from_data(record.as_data()) == record

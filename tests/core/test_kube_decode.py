@@ -9,8 +9,10 @@ from jobttl.core.kube.client import _collector_paused, _page
 
 
 def page_of(n: int) -> bytes:
-    item = {"metadata": {"name": "x", "labels": {f"l{i}": str(i) for i in range(20)}},
-            "spec": {"replicas": [{"args": [str(i) for i in range(20)]} for _ in range(5)]}}
+    item = {
+        "metadata": {"name": "x", "labels": {f"l{i}": str(i) for i in range(20)}},
+        "spec": {"replicas": [{"args": [str(i) for i in range(20)]} for _ in range(5)]},
+    }
     return orjson.dumps({"metadata": {"resourceVersion": "1"}, "items": [item] * n})
 
 

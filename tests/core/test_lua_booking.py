@@ -12,9 +12,18 @@ REGISTRIES = ("rq:scheduled:q", "rq:finished:q", "rq:failed:q", "rq:deferred:q")
 
 
 def commit(redis, ref, due, seen=None, dry_run=False, member=None):
-    return scripts.Commit(ref=ref, member=member or ref.uid, uid=ref.uid, namespace=ref.namespace, due=due, seen=seen,
-                          audit_max=1000,
-                          card_ttl=600, dry_run=dry_run, fields={**ref.as_dict(), "by": "test"}).run(redis)
+    return scripts.Commit(
+        ref=ref,
+        member=member or ref.uid,
+        uid=ref.uid,
+        namespace=ref.namespace,
+        due=due,
+        seen=seen,
+        audit_max=1000,
+        card_ttl=600,
+        dry_run=dry_run,
+        fields={**ref.as_dict(), "by": "test"},
+    ).run(redis)
 
 
 def events(redis) -> list[dict[str, str]]:
@@ -22,6 +31,7 @@ def events(redis) -> list[dict[str, str]]:
 
 
 # --- COMMIT ------------------------------------------------------------------------------------------
+
 
 def test_commit_of_a_new_deletion_writes_the_index_the_entry_and_the_card(redis, ref):
     due = int(time.time()) + 86400
@@ -31,8 +41,12 @@ def test_commit_of_a_new_deletion_writes_the_index_the_entry_and_the_card(redis,
     [entry] = events(redis)
     assert (entry["event"], entry["due"], entry["uid"], entry["by"]) == ("scheduled", str(due), ref.uid, "test")
     card = json.loads(redis.hget(keys.card(ref.namespace, ref.name), ref.uid))
-    assert (card["event"], card["due"], card["kind"], card["apiVersion"]) == \
-        ("scheduled", str(due), "TFJob", "kubeflow.org/v1"), "a Kind name is not an identity: its apiVersion too"
+    assert (card["event"], card["due"], card["kind"], card["apiVersion"]) == (
+        "scheduled",
+        str(due),
+        "TFJob",
+        "kubeflow.org/v1",
+    ), "a Kind name is not an identity: its apiVersion too"
     assert redis.ttl(keys.card(ref.namespace, ref.name)) > 86400, "the card outlives the deletion it announces"
 
 
@@ -73,6 +87,7 @@ def test_commit_files_a_dry_run_booking_among_the_dry_run_records_and_a_real_one
 
 # --- RETIRE ------------------------------------------------------------------------------------------
 
+
 def booked_job(redis, job_id, status="scheduled"):
     key = f"rq:job:{job_id}"
     redis.hset(key, "status", status)
@@ -85,9 +100,17 @@ def booked_job(redis, job_id, status="scheduled"):
 
 def retire(redis, member, due, job_id):
     key = f"rq:job:{job_id}"
-    return scripts.Retire(job_key=key, dependents=f"{key}:dependents", dependencies=f"{key}:dependencies",
-                          results=f"rq:results:{job_id}", queue_key="rq:queue:q", registries=REGISTRIES,
-                          member=member, due=due, job_id=job_id).run(redis)
+    return scripts.Retire(
+        job_key=key,
+        dependents=f"{key}:dependents",
+        dependencies=f"{key}:dependencies",
+        results=f"rq:results:{job_id}",
+        queue_key="rq:queue:q",
+        registries=REGISTRIES,
+        member=member,
+        due=due,
+        job_id=job_id,
+    ).run(redis)
 
 
 def test_retire_removes_a_replaced_job_from_everywhere_rq_keeps_it(redis, ref):
@@ -116,10 +139,19 @@ def test_retire_leaves_a_job_a_worker_runs(redis, ref):
 
 # --- BOOKED ------------------------------------------------------------------------------------------
 
+
 def booked(redis, job_key, notice=None, at=0.0, omitted=("worker_name",)):
-    return scripts.Booked(job_key=job_key, finished="rq:finished:q", failed="rq:failed:q", outbox="outbox",
-                          job_id="delete-x-1", status="scheduled", notice=notice, notice_at=at,
-                          omitted=omitted).run(redis)
+    return scripts.Booked(
+        job_key=job_key,
+        finished="rq:finished:q",
+        failed="rq:failed:q",
+        outbox="outbox",
+        job_id="delete-x-1",
+        status="scheduled",
+        notice=notice,
+        notice_at=at,
+        omitted=omitted,
+    ).run(redis)
 
 
 def test_booked_tidies_what_an_earlier_run_of_the_same_id_left(redis):

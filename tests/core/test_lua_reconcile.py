@@ -23,11 +23,31 @@ HOUR = 3600
 
 def reconcile(redis, ref, **given):
     """RECONCILE for `ref`'s job stage, an expiring decision due in a day unless `given` says otherwise."""
-    call = dict(ref=ref, outbox=OUTBOX, member=ref.uid, uid=ref.uid, expiring=True, due=now(redis) + 86400,
-                reason="expires", keep_seen="", until_seen="", keep_for=None, collect=False, burst_limit=None,
-                burst_window=60, news_horizon=NEWS_HORIZON, job_prefix="rq:job:delete-", dry_run=False, unbooked=None,
-                held_entry=json.dumps({"ref": ref.as_dict()}), audit_max=1000, card_ttl=600, echo=False, invalid=None,
-                fields={**ref.as_dict(), "by": "test"})
+    call = dict(
+        ref=ref,
+        outbox=OUTBOX,
+        member=ref.uid,
+        uid=ref.uid,
+        expiring=True,
+        due=now(redis) + 86400,
+        reason="expires",
+        keep_seen="",
+        until_seen="",
+        keep_for=None,
+        collect=False,
+        burst_limit=None,
+        burst_window=60,
+        news_horizon=NEWS_HORIZON,
+        job_prefix="rq:job:delete-",
+        dry_run=False,
+        unbooked=None,
+        held_entry=json.dumps({"ref": ref.as_dict()}),
+        audit_max=1000,
+        card_ttl=600,
+        echo=False,
+        invalid=None,
+        fields={**ref.as_dict(), "by": "test"},
+    )
     return scripts.Reconcile(**{**call, **given}).run(redis)
 
 
@@ -41,8 +61,13 @@ def pending(redis, ref, due, status="scheduled", member=None, **meta):
     redis.zadd(keys.PENDING_INDEX, {member: due})
     if status is not None:
         prefix = "delete" if member == ref.uid else member.split(":")[0]
-        redis.hset(f"rq:job:{prefix}-{ref.uid}-{due}", mapping={
-            "status": status, "meta": json.dumps({"ref": [ref.api_version, ref.kind, ref.namespace, ref.name], **meta})})
+        redis.hset(
+            f"rq:job:{prefix}-{ref.uid}-{due}",
+            mapping={
+                "status": status,
+                "meta": json.dumps({"ref": [ref.api_version, ref.kind, ref.namespace, ref.name], **meta}),
+            },
+        )
 
 
 def events(redis) -> list[dict[str, str]]:
@@ -55,11 +80,13 @@ def card(redis, ref) -> dict:
 
 
 def skipped(ref, reason="no-ttl", detail="no TTL set") -> str:
-    return json.dumps({"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version, "reason": reason,
-                       "detail": detail})
+    return json.dumps(
+        {"event": "skipped", "kind": ref.kind, "apiVersion": ref.api_version, "reason": reason, "detail": detail}
+    )
 
 
 # --- new, moved, unchanged: what is to be booked ----------------------------------------------------
+
 
 def test_a_new_deletion_is_answered_schedule_and_nothing_is_written(redis, ref):
     due = now(redis) + HOUR
@@ -74,13 +101,18 @@ def test_a_moved_deletion_is_answered_schedule_with_what_was_pending(redis, ref)
     before = now(redis) + HOUR
     pending(redis, ref, before)
     reply = reconcile(redis, ref, due=before + HOUR)
-    assert (reply.change, reply.due, reply.previous_due, reply.previous_state) == \
-        ("schedule", before + HOUR, before, "scheduled")
+    assert (reply.change, reply.due, reply.previous_due, reply.previous_state) == (
+        "schedule",
+        before + HOUR,
+        before,
+        "scheduled",
+    )
     assert redis.zscore(keys.PENDING_INDEX, ref.uid) == before, "still the old one until the store commits"
 
 
-@pytest.mark.parametrize("status, meta", [("scheduled", {}), ("queued", {}), ("deferred", {}),
-                                          ("failed", {"permanentFailure": True})])
+@pytest.mark.parametrize(
+    "status, meta", [("scheduled", {}), ("queued", {}), ("deferred", {}), ("failed", {"permanentFailure": True})]
+)
 def test_the_same_deletion_booked_alike_is_unchanged(redis, ref, status, meta):
     due = now(redis) + HOUR
     pending(redis, ref, due, status, **meta)
@@ -93,13 +125,17 @@ def test_a_dry_run_record_that_would_have_deleted_is_unchanged_in_dry_run(redis,
     assert reconcile(redis, ref, due=due, dry_run=True).change == "unchanged"
 
 
-@pytest.mark.parametrize("status, meta, dry_run", [
-    ("failed", {}, False),  # retrying may help: booked again
-    ("finished", {}, False),  # ran without deleting (refused): booked again
-    (None, {}, False),  # its RQ job is gone
-    ("scheduled", {"dryRun": True}, False),  # dry run turned off: a real booking replaces the record
-    ("scheduled", {}, True),  # dry run turned on
-], ids=["failed", "finished", "rq-job-gone", "was-dry-run", "now-dry-run"])
+@pytest.mark.parametrize(
+    "status, meta, dry_run",
+    [
+        ("failed", {}, False),  # retrying may help: booked again
+        ("finished", {}, False),  # ran without deleting (refused): booked again
+        (None, {}, False),  # its RQ job is gone
+        ("scheduled", {"dryRun": True}, False),  # dry run turned off: a real booking replaces the record
+        ("scheduled", {}, True),  # dry run turned on
+    ],
+    ids=["failed", "finished", "rq-job-gone", "was-dry-run", "now-dry-run"],
+)
 def test_the_same_due_time_not_booked_alike_is_booked_again(redis, ref, status, meta, dry_run):
     due = now(redis) + HOUR
     pending(redis, ref, due, status, **meta)
@@ -114,6 +150,7 @@ def test_a_deletion_a_worker_runs_is_its_to_decide(redis, ref):
 
 
 # --- what stops a booking: a tombstone, a stage done, an operator ------------------------------------
+
 
 def test_an_object_jobttl_deleted_is_ignored_whatever_the_event_says(redis, ref):
     redis.set(keys.tombstone(ref.namespace, ref.name, ref.uid), "{}")
@@ -159,12 +196,17 @@ def test_an_operators_keep_cancels_what_is_pending_and_lasts_while_it_is_read(re
     assert (reply.change, reply.reason) == ("cancelled", "kept-by-operator")
     assert redis.ttl(keys.override(ref.uid)) > 399 * 86400
     assert [(e["event"], e["reason"]) for e in events(redis)] == [("cancelled", "kept-by-operator")]
-    kept = json.dumps({"event": "skipped", "reason": "kept-by-operator", "kind": ref.kind,
-                       "apiVersion": ref.api_version})
-    assert reconcile(redis, ref, due=None, reason="kept-by-operator", keep_seen="true", unbooked=kept).change == \
-        "ignored"
-    assert (card(redis, ref)["event"], card(redis, ref)["reason"], card(redis, ref)["apiVersion"]) == \
-        ("skipped", "kept-by-operator", ref.api_version)
+    kept = json.dumps(
+        {"event": "skipped", "reason": "kept-by-operator", "kind": ref.kind, "apiVersion": ref.api_version}
+    )
+    assert (
+        reconcile(redis, ref, due=None, reason="kept-by-operator", keep_seen="true", unbooked=kept).change == "ignored"
+    )
+    assert (card(redis, ref)["event"], card(redis, ref)["reason"], card(redis, ref)["apiVersion"]) == (
+        "skipped",
+        "kept-by-operator",
+        ref.api_version,
+    )
 
 
 def test_a_decision_that_does_not_expire_reads_no_override(redis, ref):
@@ -175,6 +217,7 @@ def test_a_decision_that_does_not_expire_reads_no_override(redis, ref):
 
 
 # --- not to be deleted: cancelled, settled on the card, the echo of a deletion, the invalid TTL ---------
+
 
 def test_a_deletion_that_no_longer_applies_is_cancelled_with_its_reason(redis, ref):
     due = now(redis) + HOUR
@@ -214,7 +257,9 @@ def test_a_deletions_own_echo_leaves_it_to_its_running_job(redis, ref, echo, cha
 
 def test_an_invalid_ttl_is_noticed_once_per_value(redis, ref):
     invalid = json.dumps({"invalid": "bad", "ref": ref.as_dict()})
-    told = dict(expiring=False, due=None, reason="invalid-ttl", invalid=invalid, unbooked=skipped(ref, "invalid-ttl", "bad"))
+    told = dict(
+        expiring=False, due=None, reason="invalid-ttl", invalid=invalid, unbooked=skipped(ref, "invalid-ttl", "bad")
+    )
     reconcile(redis, ref, **told)
     assert redis.zrange(OUTBOX, 0, -1) == [invalid.encode()]
     redis.delete(OUTBOX)  # a worker drained the outbox
@@ -227,22 +272,36 @@ def test_an_invalid_ttl_is_noticed_once_per_value(redis, ref):
 
 def test_an_invalid_ttl_goes_into_the_audit_trail_as_often_as_it_is_told(redis, ref):
     """The `invalid-ttl` entry notifications read (jobttl.core.domain.notices.notify): once per object and value."""
+
     def told(detail):
         invalid = json.dumps({"invalid": detail, "ref": ref.as_dict()})
-        reconcile(redis, ref, expiring=False, due=None, reason="invalid-ttl", invalid=invalid,
-                  unbooked=skipped(ref, "invalid-ttl", detail),
-                  fields={**ref.as_dict(), "by": "test", "detail": detail, "ttlSource": "annotation jobttl.io/ttl"})
+        reconcile(
+            redis,
+            ref,
+            expiring=False,
+            due=None,
+            reason="invalid-ttl",
+            invalid=invalid,
+            unbooked=skipped(ref, "invalid-ttl", detail),
+            fields={**ref.as_dict(), "by": "test", "detail": detail, "ttlSource": "annotation jobttl.io/ttl"},
+        )
 
     told("bad")
     told("bad")
     told("worse")
-    entries = [{k.decode(): v.decode() for k, v in fields.items()}
-               for _, fields in redis.xrange(keys.AUDIT_STREAM) if fields[b"event"] == b"invalid-ttl"]
+    entries = [
+        {k.decode(): v.decode() for k, v in fields.items()}
+        for _, fields in redis.xrange(keys.AUDIT_STREAM)
+        if fields[b"event"] == b"invalid-ttl"
+    ]
     assert [(e["detail"], e["name"], e["ttlSource"]) for e in entries] == [
-        ("bad", ref.name, "annotation jobttl.io/ttl"), ("worse", ref.name, "annotation jobttl.io/ttl")]
+        ("bad", ref.name, "annotation jobttl.io/ttl"),
+        ("worse", ref.name, "annotation jobttl.io/ttl"),
+    ]
 
 
 # --- the guard: news collected, counted, held --------------------------------------------------------
+
 
 def test_news_is_answered_due_now_when_collected(redis, ref):
     due = now(redis) - 10
@@ -294,7 +353,9 @@ def test_the_script_finds_news_exactly_as_the_guards_rule_says(redis, ref, case,
     due_in, before, dry_run = case
     at = now(redis)
     if before is not None:
-        status, meta = {"real": ("scheduled", {}), "gone": (None, {}), "dry": ("scheduled", {"dryRun": True})}[before[1]]
+        status, meta = {"real": ("scheduled", {}), "gone": (None, {}), "dry": ("scheduled", {"dryRun": True})}[
+            before[1]
+        ]
         pending(redis, ref, at + before[0], status, **meta)
     pending_due = at + before[0] if before else None
     booked = before is not None and before[1] == "real"

@@ -18,10 +18,16 @@ def a_ref(name="train"):
 
 # --- RECORD ------------------------------------------------------------------------------------------
 
+
 def test_record_about_a_job_goes_to_the_trail_and_its_card(redis):
     ref = a_ref()
-    entry_id = scripts.Record(ref=ref, audit_max=1000, card_ttl=600, uid=ref.uid,
-                              entry={"event": "postponed", **ref.as_dict(), "by": "operator"}).run(redis)
+    entry_id = scripts.Record(
+        ref=ref,
+        audit_max=1000,
+        card_ttl=600,
+        uid=ref.uid,
+        entry={"event": "postponed", **ref.as_dict(), "by": "operator"},
+    ).run(redis)
     [(found, fields)] = redis.xrange(keys.AUDIT_STREAM)
     assert found.decode() == entry_id and fields[b"event"] == b"postponed"
     card = json.loads(redis.hget(keys.card("team", "train"), ref.uid))
@@ -37,16 +43,26 @@ def test_record_about_no_job_goes_to_the_trail_only(redis):
 def test_a_card_keeps_the_latest_uids_that_had_the_name(redis):
     for _ in range(21):
         ref = a_ref("daily")
-        scripts.Record(ref=ref, audit_max=1000, card_ttl=600, uid=ref.uid, entry={"event": "x", **ref.as_dict()}).run(redis)
+        scripts.Record(ref=ref, audit_max=1000, card_ttl=600, uid=ref.uid, entry={"event": "x", **ref.as_dict()}).run(
+            redis
+        )
     assert redis.hlen(keys.card("team", "daily")) == 20
     assert redis.hexists(keys.card("team", "daily"), ref.uid), "the oldest went, not the newest"
 
 
 # --- HISTORY -----------------------------------------------------------------------------------------
 
+
 def file(redis, uid, group, finished_at, limit=2):
-    return scripts.KeepLastFile(prefix=keys.KEEPLAST_PREFIX, uid=uid, group=group, finished_at=finished_at, limit=limit,
-                           record=json.dumps({"group": group, "uid": uid}), most=50).run(redis)
+    return scripts.KeepLastFile(
+        prefix=keys.KEEPLAST_PREFIX,
+        uid=uid,
+        group=group,
+        finished_at=finished_at,
+        limit=limit,
+        record=json.dumps({"group": group, "uid": uid}),
+        most=50,
+    ).run(redis)
 
 
 def test_history_ranks_a_job_within_its_group_and_answers_those_it_pushed_beyond(redis):
@@ -74,17 +90,23 @@ def test_history_leaves_out_a_job_beyond_that_is_pending_by_then(redis):
 def test_history_moves_a_job_to_its_new_group_and_takes_it_out_of_any(redis):
     file(redis, "a", "g", 100)
     file(redis, "a", "h", 100)
-    assert redis.zrange(keys.KEEPLAST_PREFIX + "g", 0, -1) == [] and redis.zrange(keys.KEEPLAST_PREFIX + "h", 0, -1) == [b"a"]
+    assert redis.zrange(keys.KEEPLAST_PREFIX + "g", 0, -1) == [] and redis.zrange(
+        keys.KEEPLAST_PREFIX + "h", 0, -1
+    ) == [b"a"]
     assert file(redis, "a", None, 0) == (None, None, ())
     assert redis.zcard(keys.KEEPLAST_PREFIX + "h") == 0 and not redis.hexists(keys.KEEPLAST_RECORDS, "a")
 
 
 # --- DRY_RUN_FILE and DUE_COUNTS ---------------------------------------------------------------------
 
+
 def booked(redis, uid, due, dry_run):
     redis.zadd(keys.PENDING_INDEX, {uid: due})
-    redis.hset(f"rq:job:delete-{uid}-{due}", "meta", json.dumps({"ref": ["kubeflow.org/v1", "TFJob", "team", "x"],
-                                                                 "dryRun": dry_run}))
+    redis.hset(
+        f"rq:job:delete-{uid}-{due}",
+        "meta",
+        json.dumps({"ref": ["kubeflow.org/v1", "TFJob", "team", "x"], "dryRun": dry_run}),
+    )
 
 
 def test_dry_run_file_files_a_dry_run_booking_by_its_kind_and_group_and_takes_a_real_one_out(redis):
@@ -104,8 +126,10 @@ def test_dry_run_file_of_a_member_no_longer_pending_takes_it_out(redis):
     assert redis.zcard(keys.dry_run("TFJob.kubeflow.org")) == 0
 
 
-@pytest.mark.parametrize("api_version, kind", [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"),
-                                               ("kubeflow.org/v2beta1", "MPIJob"), ("v1", "Pod")])
+@pytest.mark.parametrize(
+    "api_version, kind",
+    [("batch/v1", "Job"), ("batch.volcano.sh/v1alpha1", "Job"), ("kubeflow.org/v2beta1", "MPIJob"), ("v1", "Pod")],
+)
 def test_dry_run_file_names_a_kind_as_python_does(redis, api_version, kind):
     """The script's group_kind (prelude.lua) and jobttl.core.domain.kinds.registry.group_kind, through one table:
     the gauges split what the script filed with the Python one."""

@@ -11,11 +11,13 @@ from tests.core.own_redis import redis, ref, server  # noqa: F401 (fixtures)
 
 
 def begin(redis, ref, step="start", token="run-1", intent='{"uid": "x"}'):
-    return scripts.Begin(uid=ref.uid, member=ref.uid, step=step, token=token, claim_seconds=60,
-                         intent_entry=intent).run(redis)
+    return scripts.Begin(
+        uid=ref.uid, member=ref.uid, step=step, token=token, claim_seconds=60, intent_entry=intent
+    ).run(redis)
 
 
 # --- BEGIN -------------------------------------------------------------------------------------------
+
 
 def test_begin_says_what_is_pending_on_redis_clock_and_takes_the_claim(redis, ref):
     redis.zadd(keys.PENDING_INDEX, {ref.uid: 1000})
@@ -57,10 +59,12 @@ def test_begin_before_the_delete_writes_the_intent_unless_kept_or_gone(redis, re
 
 # --- FINISH ------------------------------------------------------------------------------------------
 
+
 def finish(redis, ref, member=None, due=1000, **given):
     call = dict(forget=True, max_entries=1000, card_ttl=600, override_ttl=60)
-    return scripts.Finish.of(ref, member or ref.uid, due, {"event": "deleted", **ref.as_dict(), "by": "test"},
-                             **{**call, **given}).run(redis)
+    return scripts.Finish.of(
+        ref, member or ref.uid, due, {"event": "deleted", **ref.as_dict(), "by": "test"}, **{**call, **given}
+    ).run(redis)
 
 
 def test_finish_records_the_outcome_in_one_write_and_ends_the_claim_and_intent(redis, ref):
@@ -104,6 +108,7 @@ def test_finish_of_a_stage_done_for_good_marks_it_done(redis, ref):
 
 
 # --- the follow-ups' claim and the rate limit's slot ------------------------------------------------
+
 
 def test_follow_ups_due_are_claimed_for_a_lease_and_the_others_wait(redis):
     redis.zadd(keys.TERMINATING, {"a": 10, "b": 20, "later": 1000})

@@ -52,11 +52,12 @@ def by_namespace_from_the_index(redis) -> dict[str, list[tuple[str, int]]]:
 def by_namespace_as_filed(redis) -> dict[str, list[tuple[str, int]]]:
     filed: dict[str, list[tuple[str, int]]] = {}
     for key in redis.scan_iter(match=keys.NAMESPACE_PREFIX + "*"):
-        namespace = key.decode()[len(keys.NAMESPACE_PREFIX):]
+        namespace = key.decode()[len(keys.NAMESPACE_PREFIX) :]
         filed[namespace] = [(m.decode(), int(s)) for m, s in redis.zrange(key, 0, -1, withscores=True)]
     where = {m.decode(): ns.decode() for m, ns in redis.hgetall(keys.NAMESPACES).items()}
-    assert where == {m: ns for ns, members in filed.items() for m, _ in members}, \
+    assert where == {m: ns for ns, members in filed.items() for m, _ in members}, (
         "the hash says where each member is filed, and nothing else"
+    )
     return {ns: members for ns, members in filed.items() if members}
 
 
@@ -67,11 +68,18 @@ def assert_in_step(redis):
 def test_every_write_of_the_index_keeps_the_namespace_index_in_step(store, redis):
     now = int(time.time())
     a1, a2, b1 = a_ref("team-a"), a_ref("team-a"), a_ref("team-b")
-    store.apply([expiring(a1, now + 3600), expiring(a2, now + 60), expiring(b1, now + 600),
-                 expiring(a1, now + 3600, PODS_STAGE)])
+    store.apply(
+        [
+            expiring(a1, now + 3600),
+            expiring(a2, now + 60),
+            expiring(b1, now + 600),
+            expiring(a1, now + 3600, PODS_STAGE),
+        ]
+    )
     assert_in_step(redis)
-    assert [m for m, _ in by_namespace_as_filed(redis)["team-a"]] == [a2.uid, a1.uid, f"pods:{a1.uid}"] or \
-        [m for m, _ in by_namespace_as_filed(redis)["team-a"]] == [a2.uid, *sorted([a1.uid, f"pods:{a1.uid}"])]
+    assert [m for m, _ in by_namespace_as_filed(redis)["team-a"]] == [a2.uid, a1.uid, f"pods:{a1.uid}"] or [
+        m for m, _ in by_namespace_as_filed(redis)["team-a"]
+    ] == [a2.uid, *sorted([a1.uid, f"pods:{a1.uid}"])]
 
     [moved] = store.apply([expiring(a1, now + 7200)])  # a changed TTL moves it
     assert moved.change is Change.MOVED
@@ -84,8 +92,17 @@ def test_every_write_of_the_index_keeps_the_namespace_index_in_step(store, redis
     assert_in_step(redis)
 
     # The worker's outcome: the job deleted, its pods stage goes with it (FINISH).
-    scripts.Finish.of(a1, a1.uid, now + 7200, {"event": "deleted", **a1.as_dict(), "by": "test"}, forget=True,
-                      stages_too=True, max_entries=1000, card_ttl=600, override_ttl=60).run(redis)
+    scripts.Finish.of(
+        a1,
+        a1.uid,
+        now + 7200,
+        {"event": "deleted", **a1.as_dict(), "by": "test"},
+        forget=True,
+        stages_too=True,
+        max_entries=1000,
+        card_ttl=600,
+        override_ttl=60,
+    ).run(redis)
     assert_in_step(redis)
     assert by_namespace_as_filed(redis) == {"team-a": [(a2.uid, now + 60)]}
 

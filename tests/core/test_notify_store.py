@@ -124,6 +124,7 @@ def test_a_held_set_is_told_once(redis):
     store = NotifyStore(redis, gather=0)
     entry_id = redis.xadd(keys.AUDIT_STREAM, {"event": "deletions-held"}).decode()
     assert not store.told("review-opened:abc")
-    store.file(entry_id, (Delivery("ops", ALL_GROUP),), {"event": "review-opened"}, 1000.0, HOURLY,
-               once="review-opened:abc")
+    store.file(
+        entry_id, (Delivery("ops", ALL_GROUP),), {"event": "review-opened"}, 1000.0, HOURLY, once="review-opened:abc"
+    )
     assert store.told("review-opened:abc")

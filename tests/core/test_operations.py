@@ -77,6 +77,7 @@ def test_a_redis_that_never_held_a_jobttl_schedule_is_recognised(redis_server, q
 
 # --- the pods stage is the job's too ---------------------------------------------------------------------
 
+
 def staged_ops(redis, queue_name, policy):
     schedule, audit = Schedule(redis, queue_name, []), Audit(redis)
     return Operations(redis, schedule, audit, Reconciler(schedule, audit, parse_policy(policy)))
@@ -101,7 +102,9 @@ def test_postpone_moves_every_stage_to_one_time_from_the_latest(redis, queue_nam
     obj = scheduled(ops, name, finished, ttl=None)
     uid = obj["metadata"]["uid"]
     assert (ops.schedule.due_of(uid), ops.schedule.due_of(member_for(uid, PODS_STAGE))) == (
-        finished + 7200, finished + 3600)
+        finished + 7200,
+        finished + 3600,
+    )
     ops.postpone("team", name, 600)
     until = finished + 7200 + 600
     assert ops.schedule.override(uid)["until"] == str(until)
@@ -153,6 +156,7 @@ def test_an_undo_asks_the_workers_for_a_resync(ops):
 
 # --- a Kind name is not a kind: batch/v1's Job and Volcano's Job of one name are two jobs ------------
 
+
 def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(redis, queue_name):
     from jobttl.core.domain.kinds.registry import BATCH_JOB, KindRegistry
     from jobttl.core.services.operations import Ambiguous
@@ -162,8 +166,10 @@ def test_a_batch_job_and_a_volcano_job_of_one_name_are_two_kinds_to_operators(re
     schedule, audit = Schedule(redis, queue_name, []), Audit(redis)
     ops = Operations(redis, schedule, audit, Reconciler(schedule, audit, policy))
     kinds, name = KindRegistry(policy.kinds), f"twin-{uuid.uuid4().hex[:6]}"
-    batch, volcano = (with_server_fields(o) for o in (job_object(BATCH_JOB, name, "team", at=time.time()),
-                                                      volcano_job(name, "team", at=time.time())))
+    batch, volcano = (
+        with_server_fields(o)
+        for o in (job_object(BATCH_JOB, name, "team", at=time.time()), volcano_job(name, "team", at=time.time()))
+    )
     for obj in (batch, volcano):
         kind = kinds.get(obj["apiVersion"], obj["kind"])
         assert ops.reconciler.reconcile(obj, kind, "event").change is Change.SCHEDULED
@@ -191,8 +197,9 @@ def test_a_failed_job_not_of_jobttls_shape_is_left_out_of_the_failures_not_a_cra
     from rq.registry import FailedJobRegistry
     from rq.serializers import JSONSerializer
 
-    forged = Job.create(ops.schedule.tasks.delete, args=[], connection=redis, serializer=JSONSerializer,
-                        origin=ops.queue.name)
+    forged = Job.create(
+        ops.schedule.tasks.delete, args=[], connection=redis, serializer=JSONSerializer, origin=ops.queue.name
+    )
     forged.save()
     FailedJobRegistry(queue=ops.queue).add(forged, ttl=3600, exc_string="forged")
     with caplog.at_level("WARNING", logger="jobttl.operations"):

@@ -7,8 +7,17 @@ import pytest
 from tests.fixtures import finished_status, job_object, tfjob, with_server_fields
 from jobttl.core.domain.decisions.decision import Verdict, decide
 from jobttl.core.domain.wire.durations import format_duration, parse_duration
-from jobttl.core.domain.kinds.registry import (BATCH_JOB, BUILTIN_KINDS, TFJOB, TRAINJOB, WORKFLOW, bare_kind,
-                                               kubectl_resource, kubectl_resource_named, shown_kind)
+from jobttl.core.domain.kinds.registry import (
+    BATCH_JOB,
+    BUILTIN_KINDS,
+    TFJOB,
+    TRAINJOB,
+    WORKFLOW,
+    bare_kind,
+    kubectl_resource,
+    kubectl_resource_named,
+    shown_kind,
+)
 from jobttl.core.domain.rules.policy import PolicyError, load_policy, parse_policy
 
 AT = 1_700_000_000
@@ -25,24 +34,38 @@ def job(namespace="team", ttl=None, outcome="Succeeded", labels=None, annotation
     return obj
 
 
-CLUSTER = parse_policy({
-    "ttl": "1d",
-    "maxTTL": "7d",
-    "ttlAfterFailure": "3d",
-    "rules": [
-        {"name": "pinned", "selector": {"matchLabels": {"pin": "true"}}, "keep": True},
-        {"name": "research", "namespaces": ["research"], "ttl": "2d", "maxTTL": "14d"},
-        {"name": "research-again", "namespaces": ["research"], "ttl": "9d"},
-        {"name": "gpu", "namespaces": ["research"], "selector": {"matchExpressions": [
-            {"key": "accelerator", "operator": "In", "values": ["a100", "h100"]}]}, "ttl": "4h"},
-        {"name": "quick", "selector": {"matchExpressions": [{"key": "quick", "operator": "Exists"}]}, "dryRun": True,
-         "ttl": "1m"},
-    ],
-})
+CLUSTER = parse_policy(
+    {
+        "ttl": "1d",
+        "maxTTL": "7d",
+        "ttlAfterFailure": "3d",
+        "rules": [
+            {"name": "pinned", "selector": {"matchLabels": {"pin": "true"}}, "keep": True},
+            {"name": "research", "namespaces": ["research"], "ttl": "2d", "maxTTL": "14d"},
+            {"name": "research-again", "namespaces": ["research"], "ttl": "9d"},
+            {
+                "name": "gpu",
+                "namespaces": ["research"],
+                "selector": {
+                    "matchExpressions": [{"key": "accelerator", "operator": "In", "values": ["a100", "h100"]}]
+                },
+                "ttl": "4h",
+            },
+            {
+                "name": "quick",
+                "selector": {"matchExpressions": [{"key": "quick", "operator": "Exists"}]},
+                "dryRun": True,
+                "ttl": "1m",
+            },
+        ],
+    }
+)
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("36h", 36 * HOUR), ("7d", 7 * DAY), ("1h30m", 5400),
-                                           ("2w", 14 * DAY), ("120", 120), (0, 0)])
+@pytest.mark.parametrize(
+    "text, seconds",
+    [("90s", 90), ("36h", 36 * HOUR), ("7d", 7 * DAY), ("1h30m", 5400), ("2w", 14 * DAY), ("120", 120), (0, 0)],
+)
 def test_durations_in_human_units(text, seconds):
     assert parse_duration(text) == seconds
 
@@ -68,9 +91,21 @@ def test_format_duration_is_the_inverse():
     assert parse_duration(format_duration(93784, exact=True)) == 93784
 
 
-@pytest.mark.parametrize("seconds, shown", [(7195, "1h59m"), (2 * DAY + 3 * HOUR + 59, "2d3h"), (45, "45s"),
-                                            (90, "1m30s"), (3630, "1h"), (HOUR, "1h"), (0, "0s"), (-125, "2m5s"),
-                                            (400 * DAY + 5, "400d"), (59.9, "59s")])
+@pytest.mark.parametrize(
+    "seconds, shown",
+    [
+        (7195, "1h59m"),
+        (2 * DAY + 3 * HOUR + 59, "2d3h"),
+        (45, "45s"),
+        (90, "1m30s"),
+        (3630, "1h"),
+        (HOUR, "1h"),
+        (0, "0s"),
+        (-125, "2m5s"),
+        (400 * DAY + 5, "400d"),
+        (59.9, "59s"),
+    ],
+)
 def test_durations_print_as_their_two_largest_units(seconds, shown):
     assert format_duration(seconds) == shown
 
@@ -103,8 +138,10 @@ def test_selector_rules_override_namespace_rules():
     assert (decision.ttl, decision.ttl_source) == (4 * HOUR, "ttl of rule gpu")
     assert decision.rules == ("research", "gpu")
     # The gpu rule does not set ttlAfterFailure: the global one still applies to failures.
-    assert decide(job(namespace="research", labels={"accelerator": "h100"}, outcome="Failed"), TFJOB,
-                  CLUSTER).ttl_source == "ttlAfterFailure of policy"
+    assert (
+        decide(job(namespace="research", labels={"accelerator": "h100"}, outcome="Failed"), TFJOB, CLUSTER).ttl_source
+        == "ttlAfterFailure of policy"
+    )
 
 
 def test_a_rule_can_keep_jobs():
@@ -127,29 +164,37 @@ def test_excluded_namespaces():
 CONFINED = CLUSTER.confined_to(("ml", "research"))
 
 
-@pytest.mark.parametrize("namespace, ttl, verdict", [
-    pytest.param("ml", 0, Verdict.EXPIRES, id="a listed namespace: decided as ever"),
-    pytest.param("research", None, Verdict.EXPIRES, id="a listed namespace under a rule"),
-    pytest.param("team", 0, Verdict.EXCLUDED, id="elsewhere: kept, even with a TTL of its own"),
-    pytest.param("kube-system", 0, Verdict.EXCLUDED, id="elsewhere and excluded by the policy too"),
-])
+@pytest.mark.parametrize(
+    "namespace, ttl, verdict",
+    [
+        pytest.param("ml", 0, Verdict.EXPIRES, id="a listed namespace: decided as ever"),
+        pytest.param("research", None, Verdict.EXPIRES, id="a listed namespace under a rule"),
+        pytest.param("team", 0, Verdict.EXCLUDED, id="elsewhere: kept, even with a TTL of its own"),
+        pytest.param("kube-system", 0, Verdict.EXCLUDED, id="elsewhere and excluded by the policy too"),
+    ],
+)
 def test_only_the_namespaces_jobttl_may_delete_in_are_decided(namespace, ttl, verdict):
     """JOBTTL_DELETE_NAMESPACES (the chart's rbac.namespaces): a job elsewhere is kept, saying why,
     whatever the policy or the job asks, so no DELETE goes where the RBAC would answer 403."""
     decision = decide(job(namespace=namespace, ttl=ttl), TFJOB, CONFINED)
     assert decision.verdict is verdict
     if verdict is Verdict.EXCLUDED:
-        assert decision.reason == (f"namespace {namespace!r} is not one jobttl may delete in "
-                                   "(JOBTTL_DELETE_NAMESPACES: ml, research)")
-    assert decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER.confined_to(())).verdict is \
-        decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER).verdict, "empty: every namespace, as unset"
+        assert decision.reason == (
+            f"namespace {namespace!r} is not one jobttl may delete in (JOBTTL_DELETE_NAMESPACES: ml, research)"
+        )
+    assert (
+        decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER.confined_to(())).verdict
+        is decide(job(namespace=namespace, ttl=ttl), TFJOB, CLUSTER).verdict
+    ), "empty: every namespace, as unset"
 
 
 def test_the_namespaces_jobttl_may_delete_in_come_from_the_environment(tmp_path):
     from jobttl.core.runtime.config import ConfigError, Settings
 
     (tmp_path / "policy.yaml").write_text("ttl: 1h\nnamespaces: {include: [ml, team]}\n")
-    settings = Settings.from_env({"JOBTTL_POLICY": str(tmp_path / "policy.yaml"), "JOBTTL_DELETE_NAMESPACES": "ml, a-b"})
+    settings = Settings.from_env(
+        {"JOBTTL_POLICY": str(tmp_path / "policy.yaml"), "JOBTTL_DELETE_NAMESPACES": "ml, a-b"}
+    )
     assert settings.policy.delete_namespaces == ("ml", "a-b") == settings.delete_namespaces
     # The policy's include list and the RBAC's namespaces both hold: team is included but not deletable.
     assert decide(job(namespace="team", ttl=0), TFJOB, settings.policy).verdict is Verdict.EXCLUDED
@@ -179,8 +224,10 @@ def test_keep_until_postpones_expiry_within_the_cap():
     assert earlier.expires_at == AT + 3 * DAY, "keep-until never shortens"
 
 
-@pytest.mark.parametrize("annotations, words", [({"jobttl.io/ttl": "soon"}, "jobttl.io/ttl"),
-                                                ({"jobttl.io/keep-until": "tomorrow"}, "RFC 3339")])
+@pytest.mark.parametrize(
+    "annotations, words",
+    [({"jobttl.io/ttl": "soon"}, "jobttl.io/ttl"), ({"jobttl.io/keep-until": "tomorrow"}, "RFC 3339")],
+)
 def test_bad_annotations_are_invalid_not_errors(annotations, words):
     decision = decide(job(annotations=annotations), TFJOB, CLUSTER)
     assert decision.verdict is Verdict.INVALID_TTL and words in decision.reason
@@ -195,27 +242,44 @@ def test_trainjobs_get_policy_ttls_by_outcome():
 
 
 def test_kinds_are_chosen_by_kind_or_api_version_and_kind():
-    assert [k.api_version for k in parse_policy({"kinds": ["MPIJob"]}).kinds] == ["kubeflow.org/v1",
-                                                                                  "kubeflow.org/v2beta1"]
+    assert [k.api_version for k in parse_policy({"kinds": ["MPIJob"]}).kinds] == [
+        "kubeflow.org/v1",
+        "kubeflow.org/v2beta1",
+    ]
     assert parse_policy({"kinds": ["argoproj.io/v1alpha1/Workflow"]}).kinds == (WORKFLOW,)
 
 
 def declared(group: str, kind: str = "Widget", version: str = "v1", plural: str = "widgets") -> dict:
-    return {"group": group, "version": version, "kind": kind, "plural": plural,
-            "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
-            "finishedAt": ["status.finishedAt"]}
+    return {
+        "group": group,
+        "version": version,
+        "kind": kind,
+        "plural": plural,
+        "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+        "finishedAt": ["status.finishedAt"],
+    }
 
 
 def test_a_bare_job_stays_batch_v1s_when_the_policy_redeclares_batch_v1_job():
     """A redeclared default kind is still the default kind: `kinds: [Job]` must not enable Volcano's Job."""
-    policy = parse_policy({"kindDeclarations": [{**declared("batch", "Job", plural="jobs"), "managedBy": {
-        "path": "spec.managedBy", "own": ["kubernetes.io/job-controller"]}}], "kinds": ["Job"]})
+    policy = parse_policy(
+        {
+            "kindDeclarations": [
+                {
+                    **declared("batch", "Job", plural="jobs"),
+                    "managedBy": {"path": "spec.managedBy", "own": ["kubernetes.io/job-controller"]},
+                }
+            ],
+            "kinds": ["Job"],
+        }
+    )
     assert [(k.api_version, k.kind) for k in policy.kinds] == [("batch/v1", "Job")]
 
 
 def test_a_bare_kind_names_every_non_default_kind_of_that_name():
-    policy = parse_policy({"kindDeclarations": [declared("a.example.com"), declared("b.example.com")],
-                           "kinds": ["Widget"]})
+    policy = parse_policy(
+        {"kindDeclarations": [declared("a.example.com"), declared("b.example.com")], "kinds": ["Widget"]}
+    )
     assert [k.api_version for k in policy.kinds] == ["a.example.com/v1", "b.example.com/v1"]
     assert bare_kind("Widget", policy.kinds) == list(policy.kinds)
 
@@ -245,26 +309,33 @@ def test_kubectl_names_a_kind_it_does_not_build_in_with_its_group():
     assert kubectl_resource_named("Job") == "job"
 
 
-@pytest.mark.parametrize("data, words", [
-    ({"ttl": "forever"}, "ttl: expected a duration"),
-    ({"maxTTL": "1d", "ttl": "2d"}, "ttl: is longer than maxTTL"),
-    ({"dryrun": True}, "dryrun: unknown field"),
-    ({"dryRun": "yes"}, "dryRun: expected true or false"),
-    ({"kinds": ["TFJobs"]}, "kinds[0]: unknown kind 'TFJobs'"),
-    ({"namespaces": {"exclude": "kube-system"}}, "namespaces.exclude: expected a list"),
-    ({"rules": [{"namespaces": ["a"], "ttl": "1h"}]}, "rules[0].name: required"),
-    ({"rules": [{"name": "x", "ttl": "1h"}]}, "rules[0]: a rule needs namespaces, a selector or both"),
-    ({"rules": [{"name": "x", "selector": {"matchLabels": {"gpu": True}}}]}, "rules[0].selector.matchLabels"),
-    ({"rules": [{"name": "x", "selector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}]},
-     "rules[0].selector.matchExpressions[0].operator: must be one of"),
-    ({"rules": [{"name": "x", "namespaces": ["a"], "keep": "true"}]}, "rules[0].keep: expected true or false"),
-    ({"rules": [{"name": "x", "namespaces": ["a"]}, {"name": "x", "namespaces": ["b"]}]}, "duplicate rule name"),
-    ({"owned": True}, "owned: expected delete or skip, got True"),
-    ({"rules": [{"name": "x", "namespaces": ["a"], "managedBy": "kueue.x-k8s.io/multikueue"}]},
-     "rules[0].managedBy: expected delete or skip, got 'kueue.x-k8s.io/multikueue'"),
-    ({"rules": [{"name": "x", "namespaces": ["a"], "ownd": "delete"}]}, "rules[0].ownd: unknown field"),
-    (["ttl"], "expected a mapping"),
-])
+@pytest.mark.parametrize(
+    "data, words",
+    [
+        ({"ttl": "forever"}, "ttl: expected a duration"),
+        ({"maxTTL": "1d", "ttl": "2d"}, "ttl: is longer than maxTTL"),
+        ({"dryrun": True}, "dryrun: unknown field"),
+        ({"dryRun": "yes"}, "dryRun: expected true or false"),
+        ({"kinds": ["TFJobs"]}, "kinds[0]: unknown kind 'TFJobs'"),
+        ({"namespaces": {"exclude": "kube-system"}}, "namespaces.exclude: expected a list"),
+        ({"rules": [{"namespaces": ["a"], "ttl": "1h"}]}, "rules[0].name: required"),
+        ({"rules": [{"name": "x", "ttl": "1h"}]}, "rules[0]: a rule needs namespaces, a selector or both"),
+        ({"rules": [{"name": "x", "selector": {"matchLabels": {"gpu": True}}}]}, "rules[0].selector.matchLabels"),
+        (
+            {"rules": [{"name": "x", "selector": {"matchExpressions": [{"key": "a", "operator": "Has"}]}}]},
+            "rules[0].selector.matchExpressions[0].operator: must be one of",
+        ),
+        ({"rules": [{"name": "x", "namespaces": ["a"], "keep": "true"}]}, "rules[0].keep: expected true or false"),
+        ({"rules": [{"name": "x", "namespaces": ["a"]}, {"name": "x", "namespaces": ["b"]}]}, "duplicate rule name"),
+        ({"owned": True}, "owned: expected delete or skip, got True"),
+        (
+            {"rules": [{"name": "x", "namespaces": ["a"], "managedBy": "kueue.x-k8s.io/multikueue"}]},
+            "rules[0].managedBy: expected delete or skip, got 'kueue.x-k8s.io/multikueue'",
+        ),
+        ({"rules": [{"name": "x", "namespaces": ["a"], "ownd": "delete"}]}, "rules[0].ownd: unknown field"),
+        (["ttl"], "expected a mapping"),
+    ],
+)
 def test_invalid_policies_are_rejected_naming_the_field(data, words):
     with pytest.raises(PolicyError) as info:
         parse_policy(data, "policy.yaml")
@@ -274,14 +345,16 @@ def test_invalid_policies_are_rejected_naming_the_field(data, words):
 
 def test_policy_files_name_themselves_in_errors(tmp_path):
     path = tmp_path / "policy.yaml"
-    path.write_text(textwrap.dedent("""\
+    path.write_text(
+        textwrap.dedent("""\
         ttl: 7d
         rules:
           - name: a
             namespaces: [x]
             maxTTL: 1d
             ttl: 2d
-    """))
+    """)
+    )
     with pytest.raises(PolicyError, match=rf"^{path}:6: rules\[0\]\.ttl: is longer than maxTTL"):
         load_policy(path)
     path.write_text("ttl: [unclosed")
@@ -291,19 +364,30 @@ def test_policy_files_name_themselves_in_errors(tmp_path):
         load_policy(tmp_path / "missing.yaml")
 
 
-@pytest.mark.parametrize("text, line, field, shown", [
-    ("ttl: 99999999999999\n", 1, "ttl", "99,999,999,999,999s"),
-    ("ttl: 1d\nrules:\n  - name: a\n    namespaces: [x]\n    ttlAfterSuccess: 40000d\n", 5,
-     r"rules\[0\]\.ttlAfterSuccess", "'40000d'"),
-    ("maxTTL: 36501d\nttlAfterFailure: 2d\n", 1, "maxTTL", "'36501d'"),
-])
-def test_a_policy_duration_past_the_longest_ttl_is_refused_at_load_not_blamed_on_each_job(tmp_path, text, line,
-                                                                                           field, shown):
+@pytest.mark.parametrize(
+    "text, line, field, shown",
+    [
+        ("ttl: 99999999999999\n", 1, "ttl", "99,999,999,999,999s"),
+        (
+            "ttl: 1d\nrules:\n  - name: a\n    namespaces: [x]\n    ttlAfterSuccess: 40000d\n",
+            5,
+            r"rules\[0\]\.ttlAfterSuccess",
+            "'40000d'",
+        ),
+        ("maxTTL: 36501d\nttlAfterFailure: 2d\n", 1, "maxTTL", "'36501d'"),
+    ],
+)
+def test_a_policy_duration_past_the_longest_ttl_is_refused_at_load_not_blamed_on_each_job(
+    tmp_path, text, line, field, shown
+):
     # Loaded, it would give every job an InvalidTTL Warning telling its owner to fix what the policy wrote.
     path = tmp_path / "policy.yaml"
     path.write_text(text)
-    with pytest.raises(PolicyError, match=rf"^{path}:{line}: {field}: {shown} is longer than jobttl's longest "
-                                          r"TTL, 3,153,600,000s \(about 100 years\)"):
+    with pytest.raises(
+        PolicyError,
+        match=rf"^{path}:{line}: {field}: {shown} is longer than jobttl's longest "
+        r"TTL, 3,153,600,000s \(about 100 years\)",
+    ):
         load_policy(path)
 
 
@@ -332,29 +416,59 @@ def test_the_example_policy_in_the_readme_is_valid_and_means_what_it_says():
 # No upstream controller has such a switch: the TTL-after-finished controller deletes owned and
 # managedBy Jobs alike; the training operator, mpi-operator and Trainer skip managedBy jobs always.
 
+
 def cron_child(namespace="batch", labels=None):
     obj = with_server_fields(job_object(BATCH_JOB, "nightly-28391", namespace, at=AT))
-    obj["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "CronJob", "name": "nightly",
-                                           "uid": "5d1b2f5e-3c35-4a53-a1c1-0d8e6e0f8c2a", "controller": True}]
+    obj["metadata"]["ownerReferences"] = [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "name": "nightly",
+            "uid": "5d1b2f5e-3c35-4a53-a1c1-0d8e6e0f8c2a",
+            "controller": True,
+        }
+    ]
     obj["metadata"]["labels"] = labels or {}
     return obj
 
 
-OPT_IN = parse_policy({"ttl": "1d", "rules": [
-    {"name": "nightly", "namespaces": ["batch"], "owned": "delete", "ttl": "2h"},
-    {"name": "not-these", "namespaces": ["batch"], "selector": {"matchLabels": {"keep-children": "true"}},
-     "owned": "skip"},
-    {"name": "kueue", "namespaces": ["queued"], "managedBy": "delete"},
-]})
+OPT_IN = parse_policy(
+    {
+        "ttl": "1d",
+        "rules": [
+            {"name": "nightly", "namespaces": ["batch"], "owned": "delete", "ttl": "2h"},
+            {
+                "name": "not-these",
+                "namespaces": ["batch"],
+                "selector": {"matchLabels": {"keep-children": "true"}},
+                "owned": "skip",
+            },
+            {"name": "kueue", "namespaces": ["queued"], "managedBy": "delete"},
+        ],
+    }
+)
 
 
-@pytest.mark.parametrize("namespace, labels, verdict, words", [
-    pytest.param("batch", None, Verdict.EXPIRES, "owned-by CronJob/nightly, expired as rule nightly says (owned: delete)",
-                 id="a namespace rule opts in"),
-    pytest.param("batch", {"keep-children": "true"}, Verdict.OWNED, "owned-by CronJob/nightly",
-                 id="a selector rule opts back out"),
-    pytest.param("team", None, Verdict.OWNED, "owned-by CronJob/nightly", id="elsewhere the default: skip"),
-])
+@pytest.mark.parametrize(
+    "namespace, labels, verdict, words",
+    [
+        pytest.param(
+            "batch",
+            None,
+            Verdict.EXPIRES,
+            "owned-by CronJob/nightly, expired as rule nightly says (owned: delete)",
+            id="a namespace rule opts in",
+        ),
+        pytest.param(
+            "batch",
+            {"keep-children": "true"},
+            Verdict.OWNED,
+            "owned-by CronJob/nightly",
+            id="a selector rule opts back out",
+        ),
+        pytest.param("team", None, Verdict.OWNED, "owned-by CronJob/nightly", id="elsewhere the default: skip"),
+    ],
+)
 def test_owned_delete_opts_in_per_rule(namespace, labels, verdict, words):
     decision = decide(cron_child(namespace, labels), BATCH_JOB, OPT_IN)
     assert (decision.verdict, decision.rules[:1]) == (verdict, ("nightly",) if namespace == "batch" else ())
@@ -391,20 +505,40 @@ def test_a_pods_stage_of_zero_seconds_is_a_pods_stage():
 
 # --- namespace names the policy writes: DNS-1123 labels, or a refusal ------------------------------
 
-@pytest.mark.parametrize("text, where, shown", [
-    pytest.param("namespaces:\n  exclude: [kube-system, Production]\n", "2: namespaces.exclude[1]", "'Production'",
-                 id="an exclude in capitals would match nothing"),
-    pytest.param("namespaces:\n  include: [\"research \"]\n", "2: namespaces.include[0]", "'research '",
-                 id="a trailing space"),
-    pytest.param("rules:\n  - name: keep-prod\n    namespaces: [\"production \"]\n    keep: true\n",
-                 "3: rules[0].namespaces[0]", "'production '", id="a keep rule that would keep nothing"),
-    pytest.param("namespaces:\n  exclude: [prod-*]\n", "2: namespaces.exclude[0]", "'prod-*'",
-                 id="no wildcards"),
-    pytest.param("namespaces:\n  exclude: [" + "a" * 200_000 + "]\n", "2: namespaces.exclude[0]", "'aaaa",
-                 id="200,000 characters"),
-    pytest.param("notify:\n  - name: team\n    url: json://localhost\n    on: [deleted]\n    namespaces: [Team-A]\n",
-                 "5: notify[0].namespaces[0]", "'Team-A'", id="a notify channel's namespaces"),
-])
+
+@pytest.mark.parametrize(
+    "text, where, shown",
+    [
+        pytest.param(
+            "namespaces:\n  exclude: [kube-system, Production]\n",
+            "2: namespaces.exclude[1]",
+            "'Production'",
+            id="an exclude in capitals would match nothing",
+        ),
+        pytest.param(
+            'namespaces:\n  include: ["research "]\n', "2: namespaces.include[0]", "'research '", id="a trailing space"
+        ),
+        pytest.param(
+            'rules:\n  - name: keep-prod\n    namespaces: ["production "]\n    keep: true\n',
+            "3: rules[0].namespaces[0]",
+            "'production '",
+            id="a keep rule that would keep nothing",
+        ),
+        pytest.param("namespaces:\n  exclude: [prod-*]\n", "2: namespaces.exclude[0]", "'prod-*'", id="no wildcards"),
+        pytest.param(
+            "namespaces:\n  exclude: [" + "a" * 200_000 + "]\n",
+            "2: namespaces.exclude[0]",
+            "'aaaa",
+            id="200,000 characters",
+        ),
+        pytest.param(
+            "notify:\n  - name: team\n    url: json://localhost\n    on: [deleted]\n    namespaces: [Team-A]\n",
+            "5: notify[0].namespaces[0]",
+            "'Team-A'",
+            id="a notify channel's namespaces",
+        ),
+    ],
+)
 def test_a_namespace_the_api_server_could_not_have_is_refused_naming_file_line_and_field(tmp_path, text, where, shown):
     """Before: loaded, and namespace_excluded('production') said None: production's jobs expired."""
     path = tmp_path / "policy.yaml"
@@ -417,6 +551,10 @@ def test_a_namespace_the_api_server_could_not_have_is_refused_naming_file_line_a
 
 
 def test_namespaces_that_are_dns_labels_still_load():
-    policy = parse_policy({"namespaces": {"exclude": ["kube-system", "production", "team-1"], "include": []},
-                           "rules": [{"name": "r", "namespaces": ["a" * 63], "keep": True}]})
+    policy = parse_policy(
+        {
+            "namespaces": {"exclude": ["kube-system", "production", "team-1"], "include": []},
+            "rules": [{"name": "r", "namespaces": ["a" * 63], "keep": True}],
+        }
+    )
     assert policy.namespace_excluded("production") == "namespace 'production' is excluded by the policy"

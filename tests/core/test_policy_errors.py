@@ -23,10 +23,15 @@ from tests.fixtures import rfc3339, with_server_fields
 
 def declaration(group: str) -> dict:
     # The TTL is spec.ttl over 60, by CEL: 0 makes it a division by zero (the expression's error).
-    return {"group": group, "version": "v1", "kind": "Widget", "plural": "widgets",
-            "finished": {"state": {"path": "status.phase", "values": {"Done": "succeeded"}}},
-            "finishedAt": ["status.doneAt"],
-            "ttl": {"cel": "3600 / self.spec.ttl", "celWhen": "spec.ttl", "celInputs": ["spec.ttl"]}}
+    return {
+        "group": group,
+        "version": "v1",
+        "kind": "Widget",
+        "plural": "widgets",
+        "finished": {"state": {"path": "status.phase", "values": {"Done": "succeeded"}}},
+        "finishedAt": ["status.doneAt"],
+        "ttl": {"cel": "3600 / self.spec.ttl", "celWhen": "spec.ttl", "celInputs": ["spec.ttl"]},
+    }
 
 
 @pytest.fixture
@@ -47,9 +52,15 @@ def reconciler(redis, queue_name, group, metrics):
 
 
 def widget(group: str, ttl: int, uid: str | None = None) -> dict:
-    obj = with_server_fields({"apiVersion": f"{group}/v1", "kind": "Widget",
-                              "metadata": {"name": f"w-{uuid.uuid4().hex[:6]}", "namespace": "team"},
-                              "spec": {"ttl": ttl}, "status": {"phase": "Done", "doneAt": rfc3339(time.time())}})
+    obj = with_server_fields(
+        {
+            "apiVersion": f"{group}/v1",
+            "kind": "Widget",
+            "metadata": {"name": f"w-{uuid.uuid4().hex[:6]}", "namespace": "team"},
+            "spec": {"ttl": ttl},
+            "status": {"phase": "Done", "doneAt": rfc3339(time.time())},
+        }
+    )
     if uid:
         obj["metadata"]["uid"] = uid
     return obj
@@ -60,12 +71,16 @@ def reported(metrics, group) -> float:
 
 
 def policy_error_entries(audit: Audit, obj: dict) -> list[dict[str, str]]:
-    return [e.fields for e in audit.history(obj["metadata"]["namespace"], obj["metadata"]["name"])
-            if e.fields["event"] == "policy-error"]
+    return [
+        e.fields
+        for e in audit.history(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        if e.fields["event"] == "policy-error"
+    ]
 
 
-def test_a_cel_error_keeps_the_object_and_is_reported_against_the_policy_not_the_object(reconciler, redis, group,
-                                                                                         metrics, queue_name):
+def test_a_cel_error_keeps_the_object_and_is_reported_against_the_policy_not_the_object(
+    reconciler, redis, group, metrics, queue_name
+):
     kind = reconciler.policy.kinds[0]
     assert reported(metrics, group) == 0  # exported from the start: the alert's increase() sees the first
     good = widget(group, ttl=60)
@@ -74,7 +89,10 @@ def test_a_cel_error_keeps_the_object_and_is_reported_against_the_policy_not_the
     outcome = reconciler.reconcile(broken, kind, "event")
     assert outcome.change is Change.CANCELLED and outcome.decision.verdict is Verdict.POLICY_ERROR
     assert reconciler.schedule.get(good["metadata"]["uid"]) is None, "kept: its pending deletion is cancelled"
-    assert "this is an error of policy: kindDeclarations[0], not of the object: jobttl keeps this Widget until the declaration is fixed" in outcome.decision.reason
+    assert (
+        "this is an error of policy: kindDeclarations[0], not of the object: jobttl keeps this Widget until the declaration is fixed"
+        in outcome.decision.reason
+    )
     # No InvalidTTL Warning for the object's owner, who wrote nothing wrong.
     notices = [InvalidNotice.read(e.decode()) for e in redis.zrange(keys.notices(queue_name), 0, -1)]
     assert [n for n in notices if n is not None] == []

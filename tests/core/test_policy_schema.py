@@ -29,9 +29,12 @@ SCHEMA = json.loads((DOMAIN / "rules" / "policy.schema.json").read_text())
 
 def validator() -> jsonschema.Draft202012Validator:
     kinds = json.loads((DOMAIN / "kinds" / "kinds.schema.json").read_text())
-    registry = referencing.Registry().with_resources([
-        (SCHEMA["$id"], referencing.Resource.from_contents(SCHEMA)),
-        (kinds["$id"], referencing.Resource.from_contents(kinds))])
+    registry = referencing.Registry().with_resources(
+        [
+            (SCHEMA["$id"], referencing.Resource.from_contents(SCHEMA)),
+            (kinds["$id"], referencing.Resource.from_contents(kinds)),
+        ]
+    )
     return jsonschema.Draft202012Validator(SCHEMA, registry=registry)
 
 
@@ -67,9 +70,14 @@ def test_the_schema_knows_the_keys_the_loader_knows_at_every_level():
     assert properties(top["namespaces"]) == {"include", "exclude"}
     assert properties(defs["keepLast"]) == {"succeeded", "failed", "groupBy"}
     assert properties(defs["selector"]) == {"matchLabels", "matchExpressions"}
-    assert set(defs["selector"]["properties"]["matchExpressions"]["items"]["properties"]) == {"key", "operator", "values"}
-    assert defs["selector"]["properties"]["matchExpressions"]["items"]["properties"]["operator"]["enum"] == \
-        list(policy_module.SELECTOR_OPERATORS)
+    assert set(defs["selector"]["properties"]["matchExpressions"]["items"]["properties"]) == {
+        "key",
+        "operator",
+        "values",
+    }
+    assert defs["selector"]["properties"]["matchExpressions"]["items"]["properties"]["operator"]["enum"] == list(
+        policy_module.SELECTOR_OPERATORS
+    )
     assert defs["optIn"]["enum"] == [policy_module.SKIP, policy_module.DELETE]
     assert properties(top["stuckDeletion"]) == {"fallback"}
     assert properties(defs["channel"]) - {"true"} == notify_module.CHANNEL_KEYS
@@ -97,72 +105,132 @@ def test_every_policy_the_repository_holds_passes_both(data):
     assert schema_errors(data) == []
 
 
-WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
-          "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
-          "finishedAt": ["status.finishedAt"]}
+WIDGET = {
+    "group": "widgets.example.com",
+    "version": "v1",
+    "kind": "Widget",
+    "plural": "widgets",
+    "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+    "finishedAt": ["status.finishedAt"],
+}
 
 
-@pytest.mark.parametrize("data", [
-    {"ttl": 3600, "maxTTL": "30d", "ttlAfterSuccess": "1h30m", "ttlAfterFailure": " 2w "},
-    {"dryRun": True, "keep": False, "owned": "delete", "managedBy": "skip"},
-    {"kinds": ["TFJob", "kubeflow.org/v2beta1/MPIJob", "batch.volcano.sh/v1alpha1/Job"],
-     "optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborted"]}},
-    {"kindDeclarations": [WIDGET]},
-    {"archive": {"store": "/a", "enabled": False}, "rules": [{"name": "a", "namespaces": ["x"], "archive": True}]},
-    {"archive": {"store": "s3://bucket/prefix", "retention": "90d", "logKiB": 65536}},
-    {"archive": {"store": "/a", "maxBytes": "50Gi"}}, {"archive": {"store": "/a", "maxBytes": 1024}},
-    {"podTTL": 0, "keepLast": {"failed": 0}, "scheduledEvents": False, "stuckDeletion": {"fallback": "Background"}},
-    {"notify": [{"name": "ops", "url": "json://127.0.0.1/hook", "on": ["deleted", "stuck"], "digest": "1h"},
-                {"name": "team", "urlFromEnv": "JOBTTL_NOTIFY_TEAM", "owners": True, "namespaces": ["ml"]}]},
-    {"archive": {"store": "/a"}, "rules": [{"name": "a", "namespaces": ["x"], "keepLast": {"succeeded": 3, "groupBy": "app"},
-                                            "selector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]},
-                                            "archive": {"required": False}}]},
-], ids=lambda d: json.dumps(d)[:60])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"ttl": 3600, "maxTTL": "30d", "ttlAfterSuccess": "1h30m", "ttlAfterFailure": " 2w "},
+        {"dryRun": True, "keep": False, "owned": "delete", "managedBy": "skip"},
+        {
+            "kinds": ["TFJob", "kubeflow.org/v2beta1/MPIJob", "batch.volcano.sh/v1alpha1/Job"],
+            "optIn": {"batch.volcano.sh/v1alpha1/Job": ["Aborted"]},
+        },
+        {"kindDeclarations": [WIDGET]},
+        {"archive": {"store": "/a", "enabled": False}, "rules": [{"name": "a", "namespaces": ["x"], "archive": True}]},
+        {"archive": {"store": "s3://bucket/prefix", "retention": "90d", "logKiB": 65536}},
+        {"archive": {"store": "/a", "maxBytes": "50Gi"}},
+        {"archive": {"store": "/a", "maxBytes": 1024}},
+        {"podTTL": 0, "keepLast": {"failed": 0}, "scheduledEvents": False, "stuckDeletion": {"fallback": "Background"}},
+        {
+            "notify": [
+                {"name": "ops", "url": "json://127.0.0.1/hook", "on": ["deleted", "stuck"], "digest": "1h"},
+                {"name": "team", "urlFromEnv": "JOBTTL_NOTIFY_TEAM", "owners": True, "namespaces": ["ml"]},
+            ]
+        },
+        {
+            "archive": {"store": "/a"},
+            "rules": [
+                {
+                    "name": "a",
+                    "namespaces": ["x"],
+                    "keepLast": {"succeeded": 3, "groupBy": "app"},
+                    "selector": {"matchExpressions": [{"key": "k", "operator": "Exists"}]},
+                    "archive": {"required": False},
+                }
+            ],
+        },
+    ],
+    ids=lambda d: json.dumps(d)[:60],
+)
 def test_a_policy_the_loader_accepts_the_schema_accepts(data):
     assert loader_accepts(data)
     assert schema_errors(data) == []
 
 
-@pytest.mark.parametrize("data, where", [
-    ({"tll": "7d"}, ""), ({"ttl": "7 days"}, "ttl"), ({"ttl": "1.5h"}, "ttl"), ({"ttl": True}, "ttl"),
-    ({"ttl": -1}, "ttl"), ({"maxTTL": [1]}, "maxTTL"), ({"dryRun": "yes"}, "dryRun"), ({"keep": 1}, "keep"),
-    ({"owned": True}, "owned"), ({"managedBy": "kueue"}, "managedBy"), ({"kinds": "TFJob"}, "kinds"),
-    ({"kinds": [""]}, "kinds/0"), ({"optIn": {"Job": ["Aborted"]}}, "optIn"),
-    ({"namespaces": {"exclude": "kube-system"}}, "namespaces/exclude"), ({"namespaces": {"only": []}}, "namespaces"),
-    ({"rules": {"name": "a"}}, "rules"), ({"rules": [{"namespaces": ["a"]}]}, "rules/0"),
-    ({"rules": [{"name": "a"}]}, "rules/0"), ({"rules": [{"name": "a", "namespaces": ["x"], "ownd": "delete"}]}, "rules/0"),
-    ({"rules": [{"name": "a", "selector": {"matchLabels": {"gpu": True}}}]}, "rules/0/selector/matchLabels/gpu"),
-    ({"rules": [{"name": "a", "selector": {"matchExpressions": [{"key": "k", "operator": "Has"}]}}]},
-     "rules/0/selector/matchExpressions/0/operator"),
-    ({"rules": [{"name": "a", "namespaces": ["x"], "archive": {"store": "/a"}}]}, "rules/0/archive"),
-    ({"archive": {"store": "/a", "logKiB": 0}}, "archive"), ({"archive": {"store": "/a", "maxBytes": "5K"}}, "archive"),
-    ({"archive": "yes"}, "archive"), ({"keepLast": {}}, "keepLast"), ({"keepLast": {"succeded": 3}}, "keepLast"),
-    ({"keepLast": {"failed": -1}}, "keepLast/failed"), ({"stuckDeletion": {"fallback": "Orphan"}}, "stuckDeletion/fallback"),
-    ({"scheduledEvents": "no"}, "scheduledEvents"), ({"kindDeclarations": [{"kind": "Widget"}]}, "kindDeclarations/0"),
-    ({"notify": [{"name": "ops", "on": ["deleted"]}]}, "notify/0"),
-    ({"notify": [{"name": "ops", "url": "json://h/p", "urlFromEnv": "X", "on": ["deleted"]}]}, "notify/0"),
-    ({"notify": [{"name": "ops", "url": "json://h/p", "on": ["delted"]}]}, "notify/0/on/0"),
-    ({"notify": [{"name": "Ops!", "url": "json://h/p", "on": ["deleted"]}]}, "notify/0/name"),
-    ({"namespaces": {"exclude": ["Production"]}}, "namespaces/exclude/0"),
-    ({"namespaces": {"include": ["research "]}}, "namespaces/include/0"),
-    ({"rules": [{"name": "a", "namespaces": ["prod-*"], "keep": True}]}, "rules/0/namespaces/0"),
-    ({"notify": [{"name": "ops", "url": "json://h/p", "on": ["deleted"], "namespaces": ["Ml"]}]}, "notify/0/namespaces/0"),
-    ({"notify": [{"name": "ops", "url": "slack://T/B/XXXXSECRET", "on": ["deleted"]}]}, "notify/0/url"),
-    ({"notify": [{"name": "ops", "url": "json://h/p?+Authorization=Bearer%20S", "on": ["deleted"]}]}, "notify/0/url"),
-    ({"notify": [{"name": "ops", "url": "form://h/p?a=1&-token=S", "on": ["deleted"]}]}, "notify/0/url"),
-    ({"notify": [{"name": "ops", "url": "mailto://bob:pw@smtp.example", "on": ["deleted"]}]}, "notify/0/url"),
-    (["ttl"], ""),
-], ids=lambda v: json.dumps(v)[:60] if not isinstance(v, str) else None)
+@pytest.mark.parametrize(
+    "data, where",
+    [
+        ({"tll": "7d"}, ""),
+        ({"ttl": "7 days"}, "ttl"),
+        ({"ttl": "1.5h"}, "ttl"),
+        ({"ttl": True}, "ttl"),
+        ({"ttl": -1}, "ttl"),
+        ({"maxTTL": [1]}, "maxTTL"),
+        ({"dryRun": "yes"}, "dryRun"),
+        ({"keep": 1}, "keep"),
+        ({"owned": True}, "owned"),
+        ({"managedBy": "kueue"}, "managedBy"),
+        ({"kinds": "TFJob"}, "kinds"),
+        ({"kinds": [""]}, "kinds/0"),
+        ({"optIn": {"Job": ["Aborted"]}}, "optIn"),
+        ({"namespaces": {"exclude": "kube-system"}}, "namespaces/exclude"),
+        ({"namespaces": {"only": []}}, "namespaces"),
+        ({"rules": {"name": "a"}}, "rules"),
+        ({"rules": [{"namespaces": ["a"]}]}, "rules/0"),
+        ({"rules": [{"name": "a"}]}, "rules/0"),
+        ({"rules": [{"name": "a", "namespaces": ["x"], "ownd": "delete"}]}, "rules/0"),
+        ({"rules": [{"name": "a", "selector": {"matchLabels": {"gpu": True}}}]}, "rules/0/selector/matchLabels/gpu"),
+        (
+            {"rules": [{"name": "a", "selector": {"matchExpressions": [{"key": "k", "operator": "Has"}]}}]},
+            "rules/0/selector/matchExpressions/0/operator",
+        ),
+        ({"rules": [{"name": "a", "namespaces": ["x"], "archive": {"store": "/a"}}]}, "rules/0/archive"),
+        ({"archive": {"store": "/a", "logKiB": 0}}, "archive"),
+        ({"archive": {"store": "/a", "maxBytes": "5K"}}, "archive"),
+        ({"archive": "yes"}, "archive"),
+        ({"keepLast": {}}, "keepLast"),
+        ({"keepLast": {"succeded": 3}}, "keepLast"),
+        ({"keepLast": {"failed": -1}}, "keepLast/failed"),
+        ({"stuckDeletion": {"fallback": "Orphan"}}, "stuckDeletion/fallback"),
+        ({"scheduledEvents": "no"}, "scheduledEvents"),
+        ({"kindDeclarations": [{"kind": "Widget"}]}, "kindDeclarations/0"),
+        ({"notify": [{"name": "ops", "on": ["deleted"]}]}, "notify/0"),
+        ({"notify": [{"name": "ops", "url": "json://h/p", "urlFromEnv": "X", "on": ["deleted"]}]}, "notify/0"),
+        ({"notify": [{"name": "ops", "url": "json://h/p", "on": ["delted"]}]}, "notify/0/on/0"),
+        ({"notify": [{"name": "Ops!", "url": "json://h/p", "on": ["deleted"]}]}, "notify/0/name"),
+        ({"namespaces": {"exclude": ["Production"]}}, "namespaces/exclude/0"),
+        ({"namespaces": {"include": ["research "]}}, "namespaces/include/0"),
+        ({"rules": [{"name": "a", "namespaces": ["prod-*"], "keep": True}]}, "rules/0/namespaces/0"),
+        (
+            {"notify": [{"name": "ops", "url": "json://h/p", "on": ["deleted"], "namespaces": ["Ml"]}]},
+            "notify/0/namespaces/0",
+        ),
+        ({"notify": [{"name": "ops", "url": "slack://T/B/XXXXSECRET", "on": ["deleted"]}]}, "notify/0/url"),
+        (
+            {"notify": [{"name": "ops", "url": "json://h/p?+Authorization=Bearer%20S", "on": ["deleted"]}]},
+            "notify/0/url",
+        ),
+        ({"notify": [{"name": "ops", "url": "form://h/p?a=1&-token=S", "on": ["deleted"]}]}, "notify/0/url"),
+        ({"notify": [{"name": "ops", "url": "mailto://bob:pw@smtp.example", "on": ["deleted"]}]}, "notify/0/url"),
+        (["ttl"], ""),
+    ],
+    ids=lambda v: json.dumps(v)[:60] if not isinstance(v, str) else None,
+)
 def test_a_policy_whose_shape_the_loader_refuses_the_schema_refuses_too(data, where):
     assert not loader_accepts(data)
     errors = schema_errors(data)
     assert errors and any(e.startswith(f"{where}:") for e in errors), errors
 
 
-@pytest.mark.parametrize("data", [
-    {"ttl": "2d", "maxTTL": "1d"}, {"kinds": ["TFJobs"]}, {"archive": {"logKiB": 64}},
-    {"rules": [{"name": "a", "namespaces": ["x"]}, {"name": "a", "namespaces": ["y"]}]},
-], ids=["ttl over maxTTL", "an unknown kind", "archiving without a store", "a rule name twice"])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"ttl": "2d", "maxTTL": "1d"},
+        {"kinds": ["TFJobs"]},
+        {"archive": {"logKiB": 64}},
+        {"rules": [{"name": "a", "namespaces": ["x"]}, {"name": "a", "namespaces": ["y"]}]},
+    ],
+    ids=["ttl over maxTTL", "an unknown kind", "archiving without a store", "a rule name twice"],
+)
 def test_what_only_the_loader_can_check_is_its_alone(data):
     """Relations between fields: the schema takes their shape, the loader refuses them at start."""
     assert schema_errors(data) == []

@@ -19,8 +19,7 @@ from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.domain.rules.policy import parse_policy
 from jobttl.core.services.recent import Recent
 from jobttl.core.services.reconcile import COLLECT, RELEASE, Reconciler
-from jobttl.core.store.schedule import (Change, InvalidNotice, Schedule, job_id_for,
-                                  notice_member, warning_id_for)
+from jobttl.core.store.schedule import Change, InvalidNotice, Schedule, job_id_for, notice_member, warning_id_for
 from tests.fixtures import finished_status, running_status, tfjob, with_server_fields
 from tests.services import RedisServer
 
@@ -75,7 +74,12 @@ def test_a_future_deletion_is_one_scheduled_rq_job_with_an_inspectable_record(re
     assert scheduled_ids(schedule) == [job_id_for(uid(obj), due(obj))]
     pending = schedule.get(uid(obj))
     assert (pending.ref.name, pending.due, pending.ttl, pending.ttl_source, pending.state) == (
-        obj["metadata"]["name"], due(obj), 3600, "spec.runPolicy.ttlSecondsAfterFinished", "scheduled")
+        obj["metadata"]["name"],
+        due(obj),
+        3600,
+        "spec.runPolicy.ttlSecondsAfterFinished",
+        "scheduled",
+    )
     assert schedule.redis.zscore(keys.PENDING_INDEX, uid(obj)) == due(obj)
 
 
@@ -173,8 +177,12 @@ def test_rq_jobs_are_json_never_pickle_and_carry_only_the_member_and_due(reconci
     func, _instance, args, _kwargs = json.loads(zlib.decompress(data) if data[:1] == b"\x78" else data)
     # The worker's declared delete task, by the name every earlier 0.2 booked: pending jobs hold it.
     assert func == "jobttl.worker.tasks.delete_if_expired" and args == [uid(obj), due(obj)]
-    assert json.loads(raw[b"meta"])["ref"] == ["kubeflow.org/v1", "TFJob", obj["metadata"]["namespace"],
-                                               obj["metadata"]["name"]]
+    assert json.loads(raw[b"meta"])["ref"] == [
+        "kubeflow.org/v1",
+        "TFJob",
+        obj["metadata"]["namespace"],
+        obj["metadata"]["name"],
+    ]
 
 
 def test_a_booked_rq_job_holds_no_empty_fields_and_rq_reads_it_back_whole(reconciler, schedule, redis):
@@ -185,7 +193,13 @@ def test_a_booked_rq_job_holds_no_empty_fields_and_rq_reads_it_back_whole(reconc
     assert b"" not in raw.values() and b"description" not in raw
     job = Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
     assert (job.func_name, job.args, job.get_status(), job.retries_left, job.retry_intervals, job.timeout) == (
-        "jobttl.worker.tasks.delete_if_expired", [uid(obj), due(obj)], JobStatus.SCHEDULED, 2, [1, 2], schedule.job_timeout)
+        "jobttl.worker.tasks.delete_if_expired",
+        [uid(obj), due(obj)],
+        JobStatus.SCHEDULED,
+        2,
+        [1, 2],
+        schedule.job_timeout,
+    )
     assert (job.started_at, job.worker_name, job.meta["ttl"]) == (None, None, 3600)
 
 
@@ -199,7 +213,11 @@ def test_a_job_booked_again_under_its_id_is_written_whole_clearing_its_last_run(
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.SCHEDULED
     again = schedule.queue.fetch_job(job_id_for(uid(obj), due(obj)))
     assert (again.get_status(), again.started_at, again.ended_at, again.worker_name) == (
-        JobStatus.SCHEDULED, None, None, None)
+        JobStatus.SCHEDULED,
+        None,
+        None,
+        None,
+    )
 
 
 def leave_an_earlier_run(redis, schedule, job_id, status="finished", **fields):
@@ -220,8 +238,15 @@ def test_a_due_booked_again_over_an_earlier_runs_hash_leaves_nothing_of_that_run
     reconciler.reconcile(obj, TFJOB, "event")
     assert reconciler.reconcile(longer, TFJOB, "event").change is Change.MOVED
     first = job_id_for(uid(obj), due(obj))
-    key = leave_an_earlier_run(redis, schedule, first, started_at="2026-01-01T00:00:00.000000Z",
-                               ended_at="2026-01-01T00:00:01.000000Z", worker_name="w1", data="[]")
+    key = leave_an_earlier_run(
+        redis,
+        schedule,
+        first,
+        started_at="2026-01-01T00:00:00.000000Z",
+        ended_at="2026-01-01T00:00:01.000000Z",
+        worker_name="w1",
+        data="[]",
+    )
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.MOVED
     job = schedule.queue.fetch_job(first)
     assert (job.get_status(), job.started_at, job.ended_at, job.worker_name) == (JobStatus.SCHEDULED, None, None, None)
@@ -296,20 +321,29 @@ def test_a_batch_rejects_one_odd_object_and_reconciles_the_rest(reconciler):
     assert len(rejected) == 1 and "metadata.name" in rejected[0].reason
 
 
-@pytest.mark.parametrize("hold, release", [
-    ({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "suspend": True}}}, "suspended"),
-    ({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "managedBy": "kueue.x-k8s.io/multikueue"}}},
-     "managed-elsewhere"),
-    ({"metadata": {"ownerReferences": [{"kind": "PipelineRun", "name": "p", "uid": "u", "controller": True}]}},
-     "owned"),
-])
-def test_someone_elses_job_is_cancelled_and_picked_up_again_once_it_is_ours(reconciler, schedule, audit, hold,
-                                                                          release):
+@pytest.mark.parametrize(
+    "hold, release",
+    [
+        ({"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "suspend": True}}}, "suspended"),
+        (
+            {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 3600, "managedBy": "kueue.x-k8s.io/multikueue"}}},
+            "managed-elsewhere",
+        ),
+        (
+            {"metadata": {"ownerReferences": [{"kind": "PipelineRun", "name": "p", "uid": "u", "controller": True}]}},
+            "owned",
+        ),
+    ],
+)
+def test_someone_elses_job_is_cancelled_and_picked_up_again_once_it_is_ours(reconciler, schedule, audit, hold, release):
     """A skip is a decision like any other: the next event or resync decides again."""
     obj = finished()
     reconciler.reconcile(obj, TFJOB, "event")
-    held = {**obj, "spec": {**obj["spec"], **hold.get("spec", {})}, "metadata": {**obj["metadata"],
-                                                                                  **hold.get("metadata", {})}}
+    held = {
+        **obj,
+        "spec": {**obj["spec"], **hold.get("spec", {})},
+        "metadata": {**obj["metadata"], **hold.get("metadata", {})},
+    }
     assert reconciler.reconcile(held, TFJOB, "event").change is Change.CANCELLED
     assert reconciler.reconcile(held, TFJOB, "resync").label == f"ignored:{release}"
     assert audit.decisions(obj["metadata"]["namespace"], obj["metadata"]["name"])[uid(obj)]["reason"] == release
@@ -320,8 +354,9 @@ def test_someone_elses_job_is_cancelled_and_picked_up_again_once_it_is_ours(reco
 def test_a_deletion_pending_for_weeks_keeps_its_history_card_until_then(reconciler, redis):
     obj = finished(ttl=30 * 86400)
     reconciler.reconcile(obj, TFJOB, "event")
-    assert redis.ttl(keys.card(obj["metadata"]["namespace"], obj["metadata"]["name"])) > 30 * 86400, \
+    assert redis.ttl(keys.card(obj["metadata"]["namespace"], obj["metadata"]["name"])) > 30 * 86400, (
         "jobttl cancel and show must still find it on day 29"
+    )
 
 
 def test_an_operators_keep_lasts_as_long_as_it_is_needed(reconciler, schedule, redis):
@@ -381,7 +416,9 @@ def round_trips(redis, action) -> int:
 
 
 def test_a_new_deletion_costs_two_round_trips_and_a_duplicate_one(own_redis):
-    reconciler = Reconciler(Schedule(own_redis, "trips", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=3)
+    reconciler = Reconciler(
+        Schedule(own_redis, "trips", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=3
+    )
     obj = finished()
     reconciler.reconcile(finished(), TFJOB, "event")  # the scripts are loaded once per Redis
     assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "event")) == 2
@@ -391,7 +428,9 @@ def test_a_new_deletion_costs_two_round_trips_and_a_duplicate_one(own_redis):
 
 def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     """After a restart or a failover Redis knows no script: the batch still runs, each once."""
-    reconciler = Reconciler(Schedule(own_redis, "flushed", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=None)
+    reconciler = Reconciler(
+        Schedule(own_redis, "flushed", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=None
+    )
     page = [(finished(), TFJOB) for _ in range(5)]
     own_redis.script_flush()
     outcomes, _ = reconciler.reconcile_many(page, "resync")
@@ -403,8 +442,9 @@ def test_scripts_redis_lost_are_loaded_again_and_nothing_runs_twice(own_redis):
     assert own_redis.zcard(keys.PENDING_INDEX) == 5
 
 
-@pytest.mark.parametrize("known", [["Reconcile"], ["Reconcile", "Commit"]],
-                         ids=["lost-before-the-multi", "a-new-script-after-an-upgrade"])
+@pytest.mark.parametrize(
+    "known", [["Reconcile"], ["Reconcile", "Commit"]], ids=["lost-before-the-multi", "a-new-script-after-an-upgrade"]
+)
 def test_a_booking_whose_scripts_redis_lost_between_its_two_round_trips_is_still_whole(own_redis, known):
     """The compare ran, then Redis lost its scripts before the MULTI (a failover), or knows all
     but a script this version added: RQ's writes in that MULTI went through and the unknown
@@ -440,9 +480,17 @@ def test_booked_leaves_alone_a_job_that_ran_since_rqs_write(own_redis):
     failed_registry = schedule.queue.failed_job_registry.key
     for status, tidied in (("finished", False), ("scheduled", True)):
         job_key = leave_an_earlier_run(own_redis, schedule, f"delete-{status}", status, worker_name="a-run")
-        scripts.Booked(job_key=job_key, finished=finished_registry, failed=failed_registry, outbox=keys.notices("ran"),
-                       job_id=f"delete-{status}", status="scheduled", notice=None, notice_at=0,
-                       omitted=("worker_name",)).run(own_redis)
+        scripts.Booked(
+            job_key=job_key,
+            finished=finished_registry,
+            failed=failed_registry,
+            outbox=keys.notices("ran"),
+            job_id=f"delete-{status}",
+            status="scheduled",
+            notice=None,
+            notice_at=0,
+            omitted=("worker_name",),
+        ).run(own_redis)
         assert (own_redis.ttl(job_key) == -1) is tidied
         assert (own_redis.hget(job_key, "worker_name") is None) is tidied
         assert (own_redis.zscore(finished_registry, f"delete-{status}") is None) is tidied
@@ -466,8 +514,9 @@ def test_loading_the_scripts_at_start_loads_every_one_and_a_redis_that_refuses_i
 def test_after_a_noscript_every_script_is_loaded_not_only_the_missing_one(own_redis):
     """A Redis that lost its scripts (a restart) meets the next reconcile's first round trip:
     that one loads them all, so the booking's MULTI that follows finds every script."""
-    reconciler = Reconciler(Schedule(own_redis, "reload", retry_intervals=[]), Audit(own_redis), parse_policy(None),
-                            burst_limit=None)
+    reconciler = Reconciler(
+        Schedule(own_redis, "reload", retry_intervals=[]), Audit(own_redis), parse_policy(None), burst_limit=None
+    )
     own_redis.script_flush()
     loads = lambda: own_redis.info("commandstats").get("cmdstat_script|load", {}).get("calls", 0)  # noqa: E731
     before = loads()
@@ -488,8 +537,13 @@ class FakeClock:
 @pytest.fixture
 def remembering(own_redis):
     clock = FakeClock()
-    reconciler = Reconciler(Schedule(own_redis, "recent", retry_intervals=[]), Audit(own_redis), parse_policy(None),
-                            burst_limit=3, recent=Recent(10, clock=clock))
+    reconciler = Reconciler(
+        Schedule(own_redis, "recent", retry_intervals=[]),
+        Audit(own_redis),
+        parse_policy(None),
+        burst_limit=3,
+        recent=Recent(10, clock=clock),
+    )
     reconciler.reconcile(finished(), TFJOB, "event")  # the scripts are loaded once per Redis
     return reconciler, clock
 
@@ -544,8 +598,13 @@ def test_the_resync_and_the_worker_always_go_to_redis(remembering, own_redis):
 
 
 def test_a_deletion_the_guard_held_is_not_remembered(own_redis):
-    reconciler = Reconciler(Schedule(own_redis, "held", retry_intervals=[]), Audit(own_redis), parse_policy(None),
-                            burst_limit=0, recent=Recent(10))
+    reconciler = Reconciler(
+        Schedule(own_redis, "held", retry_intervals=[]),
+        Audit(own_redis),
+        parse_policy(None),
+        burst_limit=0,
+        recent=Recent(10),
+    )
     obj = finished(at=time.time() - 7200)  # already expired: newly due, and the guard allows none
     assert reconciler.reconcile(obj, TFJOB, "event").change is Change.HELD
     assert round_trips(own_redis, lambda: reconciler.reconcile(obj, TFJOB, "event")) >= 1
@@ -560,6 +619,7 @@ def test_memory_is_bounded_and_forgets_the_oldest_first():
 
 
 # --- an invalid TTL is told to the job's owner: the InvalidTTL notice (jobttl.core.services.scheduled_events) ---------
+
 
 def invalid_notices(redis, schedule, obj) -> list[InvalidNotice]:
     """The InvalidTTL notices waiting in the outbox for this object, oldest first."""
@@ -613,7 +673,12 @@ def test_a_pending_deletion_cancelled_by_an_invalid_keep_until_is_noticed_once(r
 
 
 def test_other_verdicts_notice_nothing(reconciler, schedule, redis):
-    for obj in (finished(ttl=None), running(finished()), finished(ttl=60), annotated(finished(), **{"jobttl.io/keep": "true"})):
+    for obj in (
+        finished(ttl=None),
+        running(finished()),
+        finished(ttl=60),
+        annotated(finished(), **{"jobttl.io/keep": "true"}),
+    ):
         reconciler.reconcile(obj, TFJOB, "event")
         assert invalid_notices(redis, schedule, obj) == []
 

@@ -44,8 +44,9 @@ def test_a_pods_stage_is_its_own_pending_entry_and_goes_with_the_job(schedule):
     # Each change is one notice in the outbox, written once however often it is reconciled.
     reconciler.reconcile(obj, reconciler.policy.kinds[0], "resync")
     outbox = schedule.redis.zrange(keys.notices(schedule.queue.name), 0, -1)
-    assert sorted(outbox) == sorted([notice_member(uid, int(now) + 7200).encode(),
-                                     notice_member(f"pods:{uid}", int(now) + 3600).encode()])
+    assert sorted(outbox) == sorted(
+        [notice_member(uid, int(now) + 7200).encode(), notice_member(f"pods:{uid}", int(now) + 3600).encode()]
+    )
     card = reconciler.audit.decisions(obj["metadata"]["namespace"], "train")[uid]
     assert card["event"] == "scheduled" and card["due"] == int(now) + 7200  # the job's, not the pods'
     schedule.mark_done(uid, PODS_STAGE)  # the worker deleted the pods: no event books them again
@@ -67,8 +68,14 @@ def test_keep_last_deletes_exactly_the_oldest_beyond_the_limit_in_each_group(sch
         reconciler.reconcile(obj, kind, "event")
     due = {o["metadata"]["name"]: schedule.due_of(o["metadata"]["uid"]) for o in a + b}
     month = 30 * 86400
-    assert due == {"a-0": int(start + 120), "a-1": int(start + 180), "a-2": int(start + 120 + month),
-                   "a-3": int(start + 180 + month), "b-0": int(start + month), "b-1": int(start + 60 + month)}
+    assert due == {
+        "a-0": int(start + 120),
+        "a-1": int(start + 180),
+        "a-2": int(start + 120 + month),
+        "a-3": int(start + 180 + month),
+        "b-0": int(start + month),
+        "b-1": int(start + 60 + month),
+    }
     assert schedule.get(a[0]["metadata"]["uid"]).ttl_source == "keepLast of policy (2 succeeded)"
     # The same jobs again (a resync): nothing moves back to its TTL.
     outcomes, _ = reconciler.reconcile_many([(o, kind) for o in a + b], "resync", COLLECT)
@@ -76,7 +83,8 @@ def test_keep_last_deletes_exactly_the_oldest_beyond_the_limit_in_each_group(sch
     # A deleted job leaves its group: the limit does not count it.
     reconciler.forget(JobRef.of(a[3]), "deleted", "event")
     assert a[3]["metadata"]["uid"] not in reconciler.keeplast.group_members(
-        next(m for _, m in reconciler.keeplast.records() if m.uid == a[2]["metadata"]["uid"]).group)
+        next(m for _, m in reconciler.keeplast.records() if m.uid == a[2]["metadata"]["uid"]).group
+    )
 
 
 def test_a_page_holding_a_whole_group_applies_the_limit_at_once(schedule):
@@ -142,9 +150,19 @@ def test_a_pods_stage_waits_for_keep_until(schedule):
 
 # --- the worker's last writes: FINISH and RELEASE ---------------------------------------------------------
 
+
 def outcome_of(redis, ref: JobRef, member: str, due: int, forget: bool = True, done: str | None = None):
-    return Finish.of(ref, member, due, entry_fields("deleted", ref, by="test"), forget=forget,
-                     max_entries=1000, card_ttl=60, done=done, override_ttl=60).run(redis)
+    return Finish.of(
+        ref,
+        member,
+        due,
+        entry_fields("deleted", ref, by="test"),
+        forget=forget,
+        max_entries=1000,
+        card_ttl=60,
+        done=done,
+        override_ttl=60,
+    ).run(redis)
 
 
 def booked_both_stages(redis):
@@ -181,8 +199,9 @@ def test_release_gives_the_claim_back_and_the_intent_unless_a_delete_was_sent(re
     redis.set(keys.claim(member), "run-1")
     redis.set(keys.intent(member), '{"uid": "x"}')
     assert Release(member=member, token="run-2", clear_intent=clear == "1").run(redis) == 0
-    assert redis.get(keys.claim(member)) == b"run-1" and redis.exists(keys.intent(member)), \
+    assert redis.get(keys.claim(member)) == b"run-1" and redis.exists(keys.intent(member)), (
         "another run's claim and intent are not this run's to end"
+    )
     assert Release(member=member, token="run-1", clear_intent=clear == "1").run(redis) == 1
     assert not redis.exists(keys.claim(member))
     assert bool(redis.exists(keys.intent(member))) is intent_left

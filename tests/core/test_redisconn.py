@@ -28,23 +28,36 @@ from tests.services import ROOT, RedisSentinels, RedisServer, free_port, wait_fo
 
 # --- reading URLs -------------------------------------------------------------------------------
 
+
 def test_a_sentinel_url_names_its_sentinels_master_set_database_and_passwords():
-    address = SentinelAddress.parse("rediss+sentinel://app:p%40ss@s1:26380,s2,[fd00::1]:26381/jobttl/2"
-                                    "?sentinel_password=s%2Bp")
-    assert address == SentinelAddress((("s1", 26380), ("s2", 26379), ("fd00::1", 26381)), "jobttl", 2, tls=True,
-                                      username="app", password="p@ss", sentinel_password="s+p")
-    assert SentinelAddress.parse("redis+sentinel://s1/jobttl") == SentinelAddress((("s1", 26379),), "jobttl", 0,
-                                                                                 tls=False)
+    address = SentinelAddress.parse(
+        "rediss+sentinel://app:p%40ss@s1:26380,s2,[fd00::1]:26381/jobttl/2?sentinel_password=s%2Bp"
+    )
+    assert address == SentinelAddress(
+        (("s1", 26380), ("s2", 26379), ("fd00::1", 26381)),
+        "jobttl",
+        2,
+        tls=True,
+        username="app",
+        password="p@ss",
+        sentinel_password="s+p",
+    )
+    assert SentinelAddress.parse("redis+sentinel://s1/jobttl") == SentinelAddress(
+        (("s1", 26379),), "jobttl", 0, tls=False
+    )
 
 
-@pytest.mark.parametrize("url, complaint", [
-    ("redis+sentinel://s1:26379", "name the master set"),
-    ("redis+sentinel://s1:26379/jobttl/zero", "database must be a number"),
-    ("redis+sentinel://s1:26379/jobttl/0/extra", "name the master set"),
-    ("redis+sentinel://s1:port/jobttl", "is not HOST[:PORT]"),
-    ("redis+sentinel://s1,,s2/jobttl", "is not HOST[:PORT]"),
-    ("redis+sentinel://s1/jobttl?master=x", "unknown option master"),
-])
+@pytest.mark.parametrize(
+    "url, complaint",
+    [
+        ("redis+sentinel://s1:26379", "name the master set"),
+        ("redis+sentinel://s1:26379/jobttl/zero", "database must be a number"),
+        ("redis+sentinel://s1:26379/jobttl/0/extra", "name the master set"),
+        ("redis+sentinel://s1:port/jobttl", "is not HOST[:PORT]"),
+        ("redis+sentinel://s1,,s2/jobttl", "is not HOST[:PORT]"),
+        ("redis+sentinel://s1/jobttl?master=x", "unknown option master"),
+    ],
+)
 def test_a_malformed_sentinel_url_stops_the_process_naming_the_setting(url, complaint):
     with pytest.raises(ConfigError, match=f"JOBTTL_REDIS_URL: .*{re.escape(complaint)}"):
         Settings.from_env({"JOBTTL_REDIS_URL": url})
@@ -52,22 +65,31 @@ def test_a_malformed_sentinel_url_stops_the_process_naming_the_setting(url, comp
 
 def test_messages_never_show_a_password():
     assert redisconn.redacted("rediss://:hunter2@redis:6380/0") == "rediss://:***@redis:6380/0"
-    assert redisconn.redacted("redis+sentinel://app:hunter2@s1,s2/jobttl?sentinel_password=hunter3") == \
-        "redis+sentinel://app:***@s1,s2/jobttl?sentinel_password=***"
+    assert (
+        redisconn.redacted("redis+sentinel://app:hunter2@s1,s2/jobttl?sentinel_password=hunter3")
+        == "redis+sentinel://app:***@s1,s2/jobttl?sentinel_password=***"
+    )
     assert redisconn.redacted("redis://redis:6379/0") == "redis://redis:6379/0"
 
 
 # --- the placeholder password and the CA file ---------------------------------------------------
 
+
 def test_the_placeholder_is_the_password_the_manifests_ship():
-    secret = next(doc for doc in yaml.safe_load_all((ROOT / "knative/base/redis.yaml").read_text())
-                  if doc["kind"] == "Secret")
+    secret = next(
+        doc for doc in yaml.safe_load_all((ROOT / "knative/base/redis.yaml").read_text()) if doc["kind"] == "Secret"
+    )
     assert secret["stringData"]["password"] == PLACEHOLDER_REDIS_PASSWORD
 
 
 @pytest.mark.parametrize("command", [["sink"], ["worker"], ["resync"], ["status"]])
-@pytest.mark.parametrize("url", [f"redis://:{PLACEHOLDER_REDIS_PASSWORD}@jobttl-redis:6379/0",
-                                 f"redis+sentinel://:{PLACEHOLDER_REDIS_PASSWORD}@jobttl-redis:26379/jobttl/0"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"redis://:{PLACEHOLDER_REDIS_PASSWORD}@jobttl-redis:6379/0",
+        f"redis+sentinel://:{PLACEHOLDER_REDIS_PASSWORD}@jobttl-redis:26379/jobttl/0",
+    ],
+)
 def test_every_process_refuses_the_shipped_placeholder_password(command, url, monkeypatch, capsys):
     monkeypatch.setenv("JOBTTL_REDIS_URL", url)
     assert main(command) == 2
@@ -80,8 +102,9 @@ def test_a_ca_file_must_be_a_readable_bundle_for_a_tls_url(tmp_path):
         Settings.from_env({"JOBTTL_REDIS_URL": "rediss://redis:6380/0", "JOBTTL_REDIS_CA_FILE": str(tmp_path / "x")})
     (tmp_path / "junk.pem").write_text("not a certificate\n")
     with pytest.raises(ConfigError, match="JOBTTL_REDIS_CA_FILE: .* not a readable PEM CA bundle"):
-        Settings.from_env({"JOBTTL_REDIS_URL": "rediss://redis:6380/0",
-                           "JOBTTL_REDIS_CA_FILE": str(tmp_path / "junk.pem")})
+        Settings.from_env(
+            {"JOBTTL_REDIS_URL": "rediss://redis:6380/0", "JOBTTL_REDIS_CA_FILE": str(tmp_path / "junk.pem")}
+        )
 
 
 def test_a_ca_file_without_tls_is_refused_rather_than_silently_unused():
@@ -92,6 +115,7 @@ def test_a_ca_file_without_tls_is_refused_rather_than_silently_unused():
 
 
 # --- checks at start ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def private_redis():
@@ -118,6 +142,7 @@ def test_an_unreachable_redis_is_an_outage_to_ride_out_not_a_configuration_error
 
 # --- Sentinel: connections RQ can rebuild, that follow the primary -------------------------------
 
+
 def test_rqs_scheduler_child_rebuilds_a_client_that_finds_the_primary_through_the_sentinels():
     client = redisconn.client("redis+sentinel://:pw@s1:26380,s2/jobttl/3", redisconn.WORKER)
     redis_class, connection_class, kwargs = parse_connection(client)  # what RQ's scheduler keeps for its child
@@ -135,8 +160,11 @@ def forced_failover(sentinels: RedisSentinels) -> tuple[int, int]:
     old = sentinels.primary_port()
     sentinel = sentinels.client(sentinels.sentinel_ports[0])
     # NOGOODSLAVE until the Sentinel has pinged the replica it learnt of from the primary.
-    wait_for(lambda: sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.MASTER_SET), timeout=10,
-             what="the Sentinel to accept a forced failover")
+    wait_for(
+        lambda: sentinel.execute_command("SENTINEL", "FAILOVER", sentinels.MASTER_SET),
+        timeout=10,
+        what="the Sentinel to accept a forced failover",
+    )
     wait_for(lambda: sentinels.primary_port() != old, timeout=15, what="the forced failover")
     return old, sentinels.primary_port()
 
@@ -149,8 +177,11 @@ def test_a_former_primary_still_taking_writes_is_left_within_a_second(tmp_path):
         client.set("before", 1)  # a pooled connection to the primary
         old, new = forced_failover(sentinels)
         assert sentinels.client(old).info("replication")["role"] == "master", "not demoted yet"
-        wait_for(lambda: client.incr("after") and sentinels.client(new).get("after"),
-                 timeout=redisconn.RECHECK_SECONDS + 3, what="writes to reach the new primary")
+        wait_for(
+            lambda: client.incr("after") and sentinels.client(new).get("after"),
+            timeout=redisconn.RECHECK_SECONDS + 3,
+            what="writes to reach the new primary",
+        )
         assert sentinels.client(old).info("replication")["role"] == "master", "left before the demotion"
     finally:
         sentinels.stop()
@@ -172,6 +203,7 @@ def test_a_demoted_primary_is_left_for_the_new_one_within_the_same_call(tmp_path
 
 
 # --- writes that wait for a replica ---------------------------------------------------------------
+
 
 @pytest.fixture
 def primary_and_replica():
@@ -216,6 +248,7 @@ def test_without_min_replicas_the_sink_does_not_wait(redis_server):
 
 # --- the redis-py internals jobttl overrides ------------------------------------------------------
 
+
 def test_the_redis_py_internals_that_replicated_writes_override_keep_their_shape():
     """ReplicatedRedis and ReplicatedPipeline hook private methods (redis-py has no public hook that
     gives the connection a command or a pipeline just ran on, and WAIT must run on that one):
@@ -229,18 +262,27 @@ def test_the_redis_py_internals_that_replicated_writes_override_keep_their_shape
 
     where = "ReplicatedRedis and ReplicatedPipeline in core/store/redisconn.py"
     failed = functools.partial(recheck, "redis-py", redis.__version__, where=where)
-    assert parameters(Redis, "_send_command_parse_response") == ["self", "conn", "command_name", "args", "options"], \
+    assert parameters(Redis, "_send_command_parse_response") == ["self", "conn", "command_name", "args", "options"], (
         failed("Redis._send_command_parse_response's arguments")
-    assert "self._send_command_parse_response(" in source(Redis, "_execute_command"), \
-        failed("how Redis._execute_command sends a command")
+    )
+    assert "self._send_command_parse_response(" in source(Redis, "_execute_command"), failed(
+        "how Redis._execute_command sends a command"
+    )
     for name in ("_execute_transaction", "_execute_pipeline"):
-        assert parameters(Pipeline, name) == ["self", "connection", "commands", "raise_on_error"], \
-            failed(f"Pipeline.{name}'s arguments")
+        assert parameters(Pipeline, name) == ["self", "connection", "commands", "raise_on_error"], failed(
+            f"Pipeline.{name}'s arguments"
+        )
         assert f"self.{name}" in source(Pipeline, "execute"), failed(f"whether Pipeline.execute calls {name}")
-    assert "self.command_stack.append((args, options))" in source(Pipeline, "pipeline_execute_command"), \
-        failed("the shape of a pipeline's queued commands")
-    assert parameters(Pipeline, "__init__") == ["self", "connection_pool", "response_callbacks", "transaction",
-                                             "shard_hint"], failed("Pipeline's constructor")
+    assert "self.command_stack.append((args, options))" in source(Pipeline, "pipeline_execute_command"), failed(
+        "the shape of a pipeline's queued commands"
+    )
+    assert parameters(Pipeline, "__init__") == [
+        "self",
+        "connection_pool",
+        "response_callbacks",
+        "transaction",
+        "shard_hint",
+    ], failed("Pipeline's constructor")
 
 
 def test_the_redis_py_internals_that_sentinel_connections_override_keep_their_shape():
@@ -251,12 +293,19 @@ def test_the_redis_py_internals_that_sentinel_connections_override_keep_their_sh
 
     from tests.internals import parameters, recheck, source
 
-    failed = functools.partial(recheck, "redis-py", redis.__version__, where="SentinelPrimaryConnection in core/store/redisconn.py")
-    assert parameters(Connection, "connect_check_health") == ["self", "check_health", "retry_socket_connect"], \
-        failed("Connection.connect_check_health's arguments")
+    failed = functools.partial(
+        recheck, "redis-py", redis.__version__, where="SentinelPrimaryConnection in core/store/redisconn.py"
+    )
+    assert parameters(Connection, "connect_check_health") == ["self", "check_health", "retry_socket_connect"], failed(
+        "Connection.connect_check_health's arguments"
+    )
     for caller in ("connect", "send_packed_command"):
-        assert "self.connect_check_health(" in source(Connection, caller), failed(f"whether Connection.{caller} connects through it")
-    assert "self._sock = None" in source(Connection, "__init__") + source(Connection, "disconnect"), \
-        failed("how a connection records that it is closed (`_sock`)")
-    assert (parameters(Connection, "read_response") or [])[:2] == ["self", "disable_decoding"], \
-        failed("Connection.read_response's arguments")
+        assert "self.connect_check_health(" in source(Connection, caller), failed(
+            f"whether Connection.{caller} connects through it"
+        )
+    assert "self._sock = None" in source(Connection, "__init__") + source(Connection, "disconnect"), failed(
+        "how a connection records that it is closed (`_sock`)"
+    )
+    assert (parameters(Connection, "read_response") or [])[:2] == ["self", "disable_decoding"], failed(
+        "Connection.read_response's arguments"
+    )

@@ -25,8 +25,16 @@ def test_the_header_names_keys_and_arguments_in_the_wrappers_order_and_types():
 
 
 def test_arguments_are_sent_as_the_script_reads_them():
-    call = scripts.Finish.of(JobRef("v1", "Job", "ns", "n", "u"), "u", 5, {"event": "deleted", "uid": "u"},
-                             forget=True, max_entries=10, card_ttl=20, stages_too=False)
+    call = scripts.Finish.of(
+        JobRef("v1", "Job", "ns", "n", "u"),
+        "u",
+        5,
+        {"event": "deleted", "uid": "u"},
+        forget=True,
+        max_entries=10,
+        card_ttl=20,
+        stages_too=False,
+    )
     assert call.argv() == ["u", "u", 5, "1", "0", 10, 20, "", 0, "", "", "", 0, "event", "deleted", "uid", "u"]
     assert call.keys()[:3] == ["jobttl:pending", "jobttl:audit", "jobttl:job:ns/n"]
 
@@ -42,11 +50,15 @@ def test_a_script_reading_a_name_its_wrapper_does_not_send_fails_in_redis(tmp_pa
         Typo(member="x").run(redis)
 
 
-@pytest.mark.parametrize("fields, prelude", [
-    ({"until": int}, False),  # a Lua keyword
-    ({"note": str}, True),  # the prelude's own function
-    ({"index": str}, False),  # the KEY's name
-], ids=["lua-keyword", "prelude-name", "key-name"])
+@pytest.mark.parametrize(
+    "fields, prelude",
+    [
+        ({"until": int}, False),  # a Lua keyword
+        ({"note": str}, True),  # the prelude's own function
+        ({"index": str}, False),  # the KEY's name
+    ],
+    ids=["lua-keyword", "prelude-name", "key-name"],
+)
 def test_a_name_a_script_cannot_use_is_refused_when_the_wrapper_is_made(tmp_path, fields, prelude):
     (tmp_path / "x.lua").write_text("return 1")
     namespace = {"__annotations__": fields, "KEYS": {"index": lambda s: "k"}}

@@ -31,15 +31,21 @@ def entry_points(*dists: importlib.metadata.Distribution) -> importlib.metadata.
     return importlib.metadata.EntryPoints(ep for dist in dists for ep in dist.entry_points)
 
 
-WHOLE = dict(delete="jobttl.worker.tasks:delete_if_expired", warn="jobttl.worker.tasks:warn_upcoming",
-             resync="jobttl.worker.tasks:resync")
+WHOLE = dict(
+    delete="jobttl.worker.tasks:delete_if_expired",
+    warn="jobttl.worker.tasks:warn_upcoming",
+    resync="jobttl.worker.tasks:resync",
+)
 
 
 def test_the_worker_declares_a_function_of_its_own_for_every_task_the_store_books():
     declared = tasks.declared()
     by_role = {ep.name: ep.load() for ep in importlib.metadata.entry_points(group=GROUP)}
-    assert by_role == {"delete": worker_tasks.delete_if_expired, "warn": worker_tasks.warn_upcoming,
-                       "resync": worker_tasks.resync}
+    assert by_role == {
+        "delete": worker_tasks.delete_if_expired,
+        "warn": worker_tasks.warn_upcoming,
+        "resync": worker_tasks.resync,
+    }
     for role, function in by_role.items():
         # The name RQ stores is the one RQ imports back, and it is the worker's function.
         assert import_attribute(getattr(declared, role)) is function
@@ -47,15 +53,20 @@ def test_the_worker_declares_a_function_of_its_own_for_every_task_the_store_book
 
 def test_the_declared_names_are_the_ones_pending_jobs_already_hold():
     # Every 0.2 release booked its jobs under these names: a pending deletion must still run.
-    assert tasks.declared() == Tasks(delete="jobttl.worker.tasks.delete_if_expired",
-                                     warn="jobttl.worker.tasks.warn_upcoming", resync="jobttl.worker.tasks.resync")
+    assert tasks.declared() == Tasks(
+        delete="jobttl.worker.tasks.delete_if_expired",
+        warn="jobttl.worker.tasks.warn_upcoming",
+        resync="jobttl.worker.tasks.resync",
+    )
 
 
 def test_each_task_takes_the_arguments_the_store_books_it_with():
     assert list(inspect.signature(worker_tasks.delete_if_expired).parameters) == ["member", "due"]
     assert list(inspect.signature(worker_tasks.warn_upcoming).parameters) == ["uid", "due"]
     assert list(inspect.signature(worker_tasks.resync).parameters) == ["confirm"]  # Schedule.request_confirmation
-    assert inspect.signature(worker_tasks.resync).parameters["confirm"].default is None  # the periodic resync books none
+    assert (
+        inspect.signature(worker_tasks.resync).parameters["confirm"].default is None
+    )  # the periodic resync books none
 
 
 def test_a_role_the_package_does_not_declare_stops_the_process_naming_it(tmp_path):
@@ -89,19 +100,23 @@ def test_a_role_declared_twice_differently_is_refused(tmp_path):
     other = distribution(tmp_path / "b", "jobttl", **{**WHOLE, "delete": "jobttl.worker.tasks:resync"})
     with pytest.raises(TasksNotDeclared, match="delete is declared twice"):
         Tasks.from_entry_points(entry_points(one, other))
-    assert Tasks.from_entry_points(entry_points(one, distribution(tmp_path / "c", "jobttl", **WHOLE))) == \
-        tasks.declared()  # the same declaration twice (an egg-info beside the dist-info) is one
+    assert (
+        Tasks.from_entry_points(entry_points(one, distribution(tmp_path / "c", "jobttl", **WHOLE))) == tasks.declared()
+    )  # the same declaration twice (an egg-info beside the dist-info) is one
 
 
-@pytest.mark.parametrize(("stored", "role"), [
-    ("jobttl.worker.tasks.delete_if_expired", "delete"),
-    ("worker.tasks.delete_if_expired", "delete"),  # 0.1's name
-    ("worker.tasks.warn_upcoming", "warn"),
-    ("worker.tasks.resync", "resync"),
-    ("jobttl.worker.tasks.resync", "resync"),
-    ("rq.utils.now", None),  # not a jobttl task: the failed-jobs listing leaves it alone
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("stored", "role"),
+    [
+        ("jobttl.worker.tasks.delete_if_expired", "delete"),
+        ("worker.tasks.delete_if_expired", "delete"),  # 0.1's name
+        ("worker.tasks.warn_upcoming", "warn"),
+        ("worker.tasks.resync", "resync"),
+        ("jobttl.worker.tasks.resync", "resync"),
+        ("rq.utils.now", None),  # not a jobttl task: the failed-jobs listing leaves it alone
+        (None, None),
+    ],
+)
 def test_a_stored_name_is_known_by_its_role_whichever_release_booked_it(stored, role):
     assert tasks.declared().role_of(stored) == role
 
@@ -122,15 +137,29 @@ def test_no_code_of_the_core_spells_a_module_of_the_worker():
     found = []
     for path in CORE.rglob("*.py"):
         tree = ast.parse(path.read_text())
-        docstrings = {id(node.body[0].value) for node in ast.walk(tree)
-                      if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
-                      and node.body and isinstance(node.body[0], ast.Expr)
-                      and isinstance(node.body[0].value, ast.Constant)}
-        loggers = {id(node.args[0]) for node in ast.walk(tree)
-                   if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                   and node.func.attr == "getLogger" and node.args}
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+            and isinstance(node.body[0].value, ast.Constant)
+        }
+        loggers = {
+            id(node.args[0])
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "getLogger"
+            and node.args
+        }
         for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings \
-                    and id(node) not in loggers and "jobttl.worker" in node.value:
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and id(node) not in docstrings
+                and id(node) not in loggers
+                and "jobttl.worker" in node.value
+            ):
                 found.append(f"{path.relative_to(CORE)}:{node.lineno}: {node.value!r}")
     assert found == []

@@ -38,7 +38,9 @@ def _render(values_json: str, name: str, namespace: str) -> tuple[dict[str, Any]
     return tuple(objects)
 
 
-def render(values: dict[str, Any] | None = None, name: str = RELEASE, namespace: str = NAMESPACE) -> list[dict[str, Any]]:
+def render(
+    values: dict[str, Any] | None = None, name: str = RELEASE, namespace: str = NAMESPACE
+) -> list[dict[str, Any]]:
     """The objects `helm template` would print (cached; a deep copy, so a test may change them)."""
     return copy.deepcopy(list(_render(json.dumps(values or {}, sort_keys=True), name, namespace)))
 
@@ -99,8 +101,11 @@ class HookJobs:
         [container] = job["spec"]["template"]["spec"]["containers"]
         command = [*container.get("command", []), *container.get("args", [])]
         assert command[0] == "python", command  # the image's interpreter; here this one
-        env = {**os.environ, **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e},
-               "KUBECONFIG": str(self.emulator.kubeconfig)}
+        env = {
+            **os.environ,
+            **{e["name"]: e["value"] for e in container.get("env", []) if "value" in e},
+            "KUBECONFIG": str(self.emulator.kubeconfig),
+        }
         env.pop("KUBERNETES_SERVICE_HOST", None)
         done = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True, text=True, timeout=60)
         name = f"{job['metadata']['namespace']}/{job['metadata']['name']}"
@@ -114,12 +119,31 @@ class HookJobs:
 
         now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         ok = done.returncode == 0
-        conditions = ([{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
-                       {"type": "Complete", "status": "True", "lastTransitionTime": now}] if ok else
-                      [{"type": "FailureTarget", "status": "True", "lastTransitionTime": now, "reason": "BackoffLimitExceeded"},
-                       {"type": "Failed", "status": "True", "lastTransitionTime": now, "reason": "BackoffLimitExceeded"}])
-        status = {"startTime": now, "conditions": conditions, **({"succeeded": 1, "completionTime": now} if ok else {"failed": 1})}
+        conditions = (
+            [
+                {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                {"type": "Complete", "status": "True", "lastTransitionTime": now},
+            ]
+            if ok
+            else [
+                {
+                    "type": "FailureTarget",
+                    "status": "True",
+                    "lastTransitionTime": now,
+                    "reason": "BackoffLimitExceeded",
+                },
+                {"type": "Failed", "status": "True", "lastTransitionTime": now, "reason": "BackoffLimitExceeded"},
+            ]
+        )
+        status = {
+            "startTime": now,
+            "conditions": conditions,
+            **({"succeeded": 1, "completionTime": now} if ok else {"failed": 1}),
+        }
         meta = job["metadata"]
-        requests.patch(f"{self.emulator.url}/apis/batch/v1/namespaces/{meta['namespace']}/jobs/{meta['name']}/status",
-                       json={"status": status}, headers={"Content-Type": "application/merge-patch+json"},
-                       timeout=10).raise_for_status()
+        requests.patch(
+            f"{self.emulator.url}/apis/batch/v1/namespaces/{meta['namespace']}/jobs/{meta['name']}/status",
+            json={"status": status},
+            headers={"Content-Type": "application/merge-patch+json"},
+            timeout=10,
+        ).raise_for_status()

@@ -109,11 +109,11 @@ def _apply_patch(objects: list[dict[str, Any]], patch: dict[str, Any], origin: s
         raise ValueError(f"{origin}: the patch matches {len(matches)} objects, not 1: {object_id(patch)}")
     index = matches[0]
     if delete:
-        return objects[:index] + objects[index + 1:]
+        return objects[:index] + objects[index + 1 :]
     if not is_custom_resource(objects[index]):
         raise Unsupported(f"{origin}: merge patches on built-in kinds (strategic merge) are not implemented")
     patched = merge_patch(objects[index], patch)
-    return objects[:index] + [patched] + objects[index + 1:]
+    return objects[:index] + [patched] + objects[index + 1 :]
 
 
 _IMAGE_PATHS = (("spec",), ("spec", "template", "spec"))
@@ -136,7 +136,7 @@ def split_image(image: str) -> tuple[str, str | None, str | None]:
     colon = name.rfind(":")
     tag = None
     if colon > slash:
-        name, tag = name[:colon], name[colon + 1:]
+        name, tag = name[:colon], name[colon + 1 :]
     return name, tag, digest or None
 
 
@@ -194,13 +194,19 @@ def _json_patch(obj: dict[str, Any], operations: list[dict[str, Any]], origin: s
 def _targets(obj: dict[str, Any], target: dict[str, Any]) -> bool:
     group, _, version = obj["apiVersion"].rpartition("/")
     meta = obj.get("metadata") or {}
-    actual = {"group": group, "version": version, "kind": obj["kind"], "name": meta.get("name"),
-              "namespace": meta.get("namespace")}
+    actual = {
+        "group": group,
+        "version": version,
+        "kind": obj["kind"],
+        "name": meta.get("name"),
+        "namespace": meta.get("namespace"),
+    }
     return all(actual[k] == v for k, v in target.items())
 
 
-def _apply_targeted_patch(objects: list[dict[str, Any]], target: dict[str, Any], text: str,
-                          origin: str) -> list[dict[str, Any]]:
+def _apply_targeted_patch(
+    objects: list[dict[str, Any]], target: dict[str, Any], text: str, origin: str
+) -> list[dict[str, Any]]:
     unknown = set(target) - {"group", "version", "kind", "name", "namespace"}
     if unknown:
         raise Unsupported(f"{origin}: target {sorted(unknown)}")
@@ -217,19 +223,32 @@ def _generate_config_maps(directory: Path, generators: list[dict[str, Any]], ori
     config_maps = []
     for generator in generators:
         options = generator.get("options") or {}
-        unknown = (set(generator) - {"name", "namespace", "files", "options"}) | \
-            (set(options) - {"disableNameSuffixHash", "labels", "annotations"})
+        unknown = (set(generator) - {"name", "namespace", "files", "options"}) | (
+            set(options) - {"disableNameSuffixHash", "labels", "annotations"}
+        )
         if unknown or options.get("disableNameSuffixHash") is not True:
-            raise Unsupported(f"{origin}: configMapGenerator {generator.get('name')}: {sorted(unknown)} "
-                              "(only files, with disableNameSuffixHash: true)")
+            raise Unsupported(
+                f"{origin}: configMapGenerator {generator.get('name')}: {sorted(unknown)} "
+                "(only files, with disableNameSuffixHash: true)"
+            )
         data = {}
         for entry in generator.get("files") or []:
             key, _, path = entry.rpartition("=")
             data[key or Path(path).name] = (directory / path).read_text()
-        metadata = {"name": generator["name"], "namespace": generator.get("namespace"),
-                    "labels": options.get("labels"), "annotations": options.get("annotations")}
-        config_maps.append({"apiVersion": "v1", "kind": "ConfigMap", "data": data,
-                            "metadata": {k: v for k, v in metadata.items() if v is not None}})
+        metadata = {
+            "name": generator["name"],
+            "namespace": generator.get("namespace"),
+            "labels": options.get("labels"),
+            "annotations": options.get("annotations"),
+        }
+        config_maps.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "data": data,
+                "metadata": {k: v for k, v in metadata.items() if v is not None},
+            }
+        )
     return config_maps
 
 
@@ -289,8 +308,13 @@ def rendered(directory: Path) -> list[dict[str, Any]]:
 
 
 def find(objects: list[dict[str, Any]], kind: str, name: str, api_version: str | None = None) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name
-             and (api_version is None or o["apiVersion"] == api_version)]
+    found = [
+        o
+        for o in objects
+        if o["kind"] == kind
+        and o["metadata"]["name"] == name
+        and (api_version is None or o["apiVersion"] == api_version)
+    ]
     assert len(found) == 1, f"expected exactly one {kind} {name}, found {len(found)}"
     return found[0]
 
@@ -333,9 +357,26 @@ OBJECT_META = {
         "annotations": _STRING_MAP,
     },
 }
-_COPIED_KEYWORDS = ("enum", "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-                    "multipleOf", "minLength", "maxLength", "minItems", "maxItems", "uniqueItems",
-                    "minProperties", "maxProperties", "required", "default", "description")
+_COPIED_KEYWORDS = (
+    "enum",
+    "pattern",
+    "format",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "minProperties",
+    "maxProperties",
+    "required",
+    "default",
+    "description",
+)
 
 
 def structural_to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
@@ -398,11 +439,13 @@ def knative_crds() -> dict[tuple[str, str], dict[str, Any]]:
                 api_version = f"{spec['group']}/{version['name']}"
                 schema = structural_to_json_schema(version["schema"]["openAPIV3Schema"])
                 schema.setdefault("properties", {})
-                schema["properties"].update({
-                    "apiVersion": {"const": api_version},
-                    "kind": {"const": spec["names"]["kind"]},
-                    "metadata": OBJECT_META,
-                })
+                schema["properties"].update(
+                    {
+                        "apiVersion": {"const": api_version},
+                        "kind": {"const": spec["names"]["kind"]},
+                        "metadata": OBJECT_META,
+                    }
+                )
                 schema["required"] = sorted(set(schema.get("required", [])) | {"apiVersion", "kind", "metadata"})
                 schema["additionalProperties"] = False
                 jsonschema.Draft202012Validator.check_schema(schema)
@@ -416,8 +459,10 @@ def validate_knative(obj: dict[str, Any]) -> list[str]:
     if schema is None:
         return [f"no CRD in {KNATIVE_CRDS} serves {obj.get('apiVersion')} {obj.get('kind')}"]
     validator = jsonschema.Draft202012Validator(schema)
-    return [f"{'.'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}"
-            for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))]
+    return [
+        f"{'.'.join(str(p) for p in e.absolute_path) or '(top level)'}: {e.message}"
+        for e in sorted(validator.iter_errors(obj), key=lambda e: list(map(str, e.absolute_path)))
+    ]
 
 
 def is_knative(obj: dict[str, Any]) -> bool:

@@ -32,21 +32,35 @@ RULES_FILE_NAME = "jobttl-rules.yaml"  # what alerts.test.yaml's rule_files name
 # --- prometheus-operator's objects -------------------------------------------------------------
 
 # The CRDs' pattern for a Prometheus duration.
-DURATION = {"type": "string",
-            "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$"}
+DURATION = {
+    "type": "string",
+    "pattern": r"^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+}
 _STRINGS = {"type": "object", "additionalProperties": {"type": "string"}}
-_LABEL_SELECTOR = {"type": "object", "additionalProperties": False,
-                   "properties": {"matchLabels": _STRINGS, "matchExpressions": {"type": "array"}}}
+_LABEL_SELECTOR = {
+    "type": "object",
+    "additionalProperties": False,
+    "properties": {"matchLabels": _STRINGS, "matchExpressions": {"type": "array"}},
+}
 
 
 def _operator_object(kind: str, spec: dict[str, Any]) -> dict[str, Any]:
-    return {"type": "object", "additionalProperties": False, "required": ["apiVersion", "kind", "metadata", "spec"],
-            "properties": {"apiVersion": {"const": "monitoring.coreos.com/v1"}, "kind": {"const": kind},
-                           "metadata": OBJECT_META, "spec": spec}}
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["apiVersion", "kind", "metadata", "spec"],
+        "properties": {
+            "apiVersion": {"const": "monitoring.coreos.com/v1"},
+            "kind": {"const": kind},
+            "metadata": OBJECT_META,
+            "spec": spec,
+        },
+    }
 
 
 POD_METRICS_ENDPOINT = {
-    "type": "object", "additionalProperties": False,
+    "type": "object",
+    "additionalProperties": False,
     "properties": {
         "port": {"type": "string"},  # the pod's port *name*; a PodMonitor scrapes declared ports only
         "portNumber": {"type": "integer", "minimum": 1, "maximum": 65535},
@@ -60,43 +74,78 @@ POD_METRICS_ENDPOINT = {
     },
 }
 SCHEMAS = {
-    "PodMonitor": _operator_object("PodMonitor", {
-        "type": "object", "additionalProperties": False, "required": ["selector", "podMetricsEndpoints"],
-        "properties": {
-            "selector": _LABEL_SELECTOR,
-            "namespaceSelector": {"type": "object", "additionalProperties": False,
-                                  "properties": {"any": {"type": "boolean"},
-                                                 "matchNames": {"type": "array", "items": {"type": "string"}}}},
-            "jobLabel": {"type": "string"},
-            "podTargetLabels": {"type": "array", "items": {"type": "string"}},
-            "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": POD_METRICS_ENDPOINT},
-        },
-    }),
-    "PrometheusRule": _operator_object("PrometheusRule", {
-        "type": "object", "additionalProperties": False, "required": ["groups"],
-        "properties": {"groups": {"type": "array", "items": {
-            "type": "object", "additionalProperties": False, "required": ["name", "rules"],
+    "PodMonitor": _operator_object(
+        "PodMonitor",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["selector", "podMetricsEndpoints"],
             "properties": {
-                "name": {"type": "string", "minLength": 1},
-                "interval": DURATION,
-                "limit": {"type": "integer"},
-                "rules": {"type": "array", "items": {
-                    "type": "object", "additionalProperties": False, "required": ["expr"],
-                    # Exactly one of alert and record.
-                    "oneOf": [{"required": ["alert"], "not": {"required": ["record"]}},
-                              {"required": ["record"], "not": {"required": ["alert"]}}],
+                "selector": _LABEL_SELECTOR,
+                "namespaceSelector": {
+                    "type": "object",
+                    "additionalProperties": False,
                     "properties": {
-                        "alert": {"type": "string"}, "record": {"type": "string"},
-                        "expr": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
-                        "for": DURATION, "keep_firing_for": {**DURATION, "minLength": 1},
-                        "labels": _STRINGS, "annotations": _STRINGS,
-                    }}},
-            }}}},
-    }),
+                        "any": {"type": "boolean"},
+                        "matchNames": {"type": "array", "items": {"type": "string"}},
+                    },
+                },
+                "jobLabel": {"type": "string"},
+                "podTargetLabels": {"type": "array", "items": {"type": "string"}},
+                "podMetricsEndpoints": {"type": "array", "minItems": 1, "items": POD_METRICS_ENDPOINT},
+            },
+        },
+    ),
+    "PrometheusRule": _operator_object(
+        "PrometheusRule",
+        {
+            "type": "object",
+            "additionalProperties": False,
+            "required": ["groups"],
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "required": ["name", "rules"],
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": DURATION,
+                            "limit": {"type": "integer"},
+                            "rules": {
+                                "type": "array",
+                                "items": {
+                                    "type": "object",
+                                    "additionalProperties": False,
+                                    "required": ["expr"],
+                                    # Exactly one of alert and record.
+                                    "oneOf": [
+                                        {"required": ["alert"], "not": {"required": ["record"]}},
+                                        {"required": ["record"], "not": {"required": ["alert"]}},
+                                    ],
+                                    "properties": {
+                                        "alert": {"type": "string"},
+                                        "record": {"type": "string"},
+                                        "expr": {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+                                        "for": DURATION,
+                                        "keep_firing_for": {**DURATION, "minLength": 1},
+                                        "labels": _STRINGS,
+                                        "annotations": _STRINGS,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    ),
 }
 
 
 # --- the kit's rules and dashboard -------------------------------------------------------------
+
 
 def prometheus_rule() -> dict[str, Any]:
     [rule] = load_yaml_documents(MONITORING / "alerts.yaml")
@@ -110,8 +159,11 @@ def alerts() -> list[dict[str, Any]]:
 def write_rules_file(directory: Path, groups: list[dict[str, Any]] | None = None) -> Path:
     """The PrometheusRule's groups as the plain rule file Prometheus and promtool read."""
     path = directory / RULES_FILE_NAME
-    path.write_text(yaml.safe_dump({"groups": groups if groups is not None else prometheus_rule()["spec"]["groups"]},
-                                   sort_keys=False))
+    path.write_text(
+        yaml.safe_dump(
+            {"groups": groups if groups is not None else prometheus_rule()["spec"]["groups"]}, sort_keys=False
+        )
+    )
     return path
 
 
@@ -154,6 +206,7 @@ def grouping_labels(expr: str) -> set[str]:
 
 # --- the Prometheus package -------------------------------------------------------------------
 
+
 def prometheus_binary(name: str) -> str:
     """`prometheus` or `promtool`; `make test` installs Debian's prometheus package for them."""
     binary = shutil.which(name)
@@ -163,8 +216,7 @@ def prometheus_binary(name: str) -> str:
 
 
 def promtool(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([prometheus_binary("promtool"), *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run([prometheus_binary("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=60)
 
 
 class Prometheus:
@@ -175,24 +227,41 @@ class Prometheus:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = directory / "prometheus.yml"
-        self.config.write_text(yaml.safe_dump({
-            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
-            "rule_files": [str(p) for p in rule_files],
-            "scrape_configs": [{"job_name": job, "static_configs": [{"targets": [address]}]}
-                               for job, address in targets.items()],
-        }))
+        self.config.write_text(
+            yaml.safe_dump(
+                {
+                    "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+                    "rule_files": [str(p) for p in rule_files],
+                    "scrape_configs": [
+                        {"job_name": job, "static_configs": [{"targets": [address]}]}
+                        for job, address in targets.items()
+                    ],
+                }
+            )
+        )
         self.log_path = directory / "prometheus.log"
         self.process: subprocess.Popen | None = None
 
     def start(self) -> Prometheus:
         log = open(self.log_path, "ab")
         self.process = subprocess.Popen(
-            [prometheus_binary("prometheus"), f"--config.file={self.config}",
-             f"--storage.tsdb.path={self.directory / 'data'}", f"--web.listen-address=127.0.0.1:{self.port}",
-             "--storage.tsdb.retention.time=1h", "--log.level=warn"],
-            stdout=log, stderr=log, start_new_session=True)
-        wait_for(lambda: requests.get(f"{self.url}/-/ready", timeout=1).ok, timeout=20,
-                 what=f"prometheus on port {self.port} (log: {self.log_path})")
+            [
+                prometheus_binary("prometheus"),
+                f"--config.file={self.config}",
+                f"--storage.tsdb.path={self.directory / 'data'}",
+                f"--web.listen-address=127.0.0.1:{self.port}",
+                "--storage.tsdb.retention.time=1h",
+                "--log.level=warn",
+            ],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+        wait_for(
+            lambda: requests.get(f"{self.url}/-/ready", timeout=1).ok,
+            timeout=20,
+            what=f"prometheus on port {self.port} (log: {self.log_path})",
+        )
         return self
 
     def stop(self) -> None:

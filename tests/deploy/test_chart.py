@@ -42,8 +42,18 @@ from jobttl.core.services.install import CONFIGMAP  # noqa: E402
 from jobttl.core.domain.kinds.registry import ALL_KINDS, MPIJOB_V2BETA1  # noqa: E402
 from jobttl.core.domain.deploy.permissions import CRDS, CRD_GROUP, JOBS, VERSION, permissions  # noqa: E402
 from jobttl.core.domain.rules.policy import parse_policy  # noqa: E402
-from tests.deploy.chart import (CHART, CI_VALUES, NAMESPACE, RELEASE, HookJobs, chart, ci_values, find,  # noqa: E402
-                                notes, render)
+from tests.deploy.chart import (  # noqa: E402
+    CHART,
+    CI_VALUES,
+    NAMESPACE,
+    RELEASE,
+    HookJobs,
+    chart,
+    ci_values,
+    find,
+    notes,
+    render,
+)
 from tests.deploy.manifests import KNATIVE, KNATIVE_CRDS, REPO, object_id, pod_spec, validate  # noqa: E402
 from tests.deploy.monitoring import SCHEMAS as MONITORING_SCHEMAS  # noqa: E402
 from tests.deploy.monitoring import alerts as knative_alerts  # noqa: E402
@@ -67,8 +77,10 @@ def test_the_chart_lints_without_warnings(values):
 
 
 def test_ci_values_cover_every_intake_mode_and_redis_mode():
-    modes = {(v.get("intake", {}).get("mode", "broker"), v.get("redis", {}).get("mode", "bundled"))
-             for v in map(ci_values, CI_VALUES)}
+    modes = {
+        (v.get("intake", {}).get("mode", "broker"), v.get("redis", {}).get("mode", "bundled"))
+        for v in map(ci_values, CI_VALUES)
+    }
     assert {intake for intake, _ in modes} == {"broker", "direct", "watch"}
     assert {redis for _, redis in modes} == {"bundled", "sentinel", "external"}
 
@@ -84,8 +96,12 @@ def problems(obj: dict[str, Any]) -> list[str]:
 
 
 def _objects_of_every_rendering():
-    return [pytest.param(values, obj, id=f"{rendering.id}:{obj['kind']}/{obj['metadata']['name']}")
-            for rendering in RENDERINGS for values in rendering.values for obj in render(values)]
+    return [
+        pytest.param(values, obj, id=f"{rendering.id}:{obj['kind']}/{obj['metadata']['name']}")
+        for rendering in RENDERINGS
+        for values in rendering.values
+        for obj in render(values)
+    ]
 
 
 @pytest.mark.parametrize("values, obj", _objects_of_every_rendering())
@@ -105,8 +121,11 @@ def test_the_validators_catch_a_broken_rendered_object():
 @pytest.mark.parametrize("values", RENDERINGS)
 def test_the_rendered_policy_is_one_jobttl_accepts_with_the_configured_kinds(values):
     objects = render(values)
-    text = find(objects, "ConfigMap", "jobttl-policy" if "fullnameOverride" not in values
-                else f"{values['fullnameOverride']}-policy")["data"]["policy.yaml"]
+    text = find(
+        objects,
+        "ConfigMap",
+        "jobttl-policy" if "fullnameOverride" not in values else f"{values['fullnameOverride']}-policy",
+    )["data"]["policy.yaml"]
     policy = parse_policy(yaml.safe_load(text), "the chart's policy")
     kinds = values.get("kinds") or chart().values["kinds"]
     assert {(k.api_version, k.kind) for k in policy.kinds} == {(k["apiVersion"], k["kind"]) for k in kinds}
@@ -125,11 +144,22 @@ def test_every_process_accepts_the_rendered_settings(values, tmp_path):
     from tests.services import tls_files
 
     objects = render(values)
-    secrets = {o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
-               for o in objects if o["kind"] == "Secret"}
+    secrets = {
+        o["metadata"]["name"]: {k: base64.b64decode(v).decode() for k, v in o["data"].items()}
+        for o in objects
+        if o["kind"] == "Secret"
+    }
     ca = tls_files(tmp_path / "tls")["ca"]
-    workloads = [o for o in objects if o["kind"] == "Deployment" or
-                 (o["kind"] == "Service" and o["apiVersion"] == "serving.knative.dev/v1" and o["metadata"]["name"].endswith("-sink"))]
+    workloads = [
+        o
+        for o in objects
+        if o["kind"] == "Deployment"
+        or (
+            o["kind"] == "Service"
+            and o["apiVersion"] == "serving.knative.dev/v1"
+            and o["metadata"]["name"].endswith("-sink")
+        )
+    ]
     assert len(workloads) == (3 if values.get("intake", {}).get("mode") == "watch" else 2)
     for workload in workloads:
         [container] = pod_spec(workload)["containers"]
@@ -140,7 +170,9 @@ def test_every_process_accepts_the_rendered_settings(values, tmp_path):
                 env[item["name"]] = secrets.get(ref["name"], SECRET_VALUES).get(ref["key"], "0123abcd")
             else:
                 env[item["name"]] = ENV_REFERENCE.sub(lambda m, env=env: env[m.group(1)], item["value"])
-        policy = find(objects, "ConfigMap", pod_spec(workload)["volumes"][0]["configMap"]["name"])["data"]["policy.yaml"]
+        policy = find(objects, "ConfigMap", pod_spec(workload)["volumes"][0]["configMap"]["name"])["data"][
+            "policy.yaml"
+        ]
         (tmp_path / "policy.yaml").write_text(policy)
         assert env["JOBTTL_POLICY"] == "/etc/jobttl/policy.yaml"
         env["JOBTTL_POLICY"] = str(tmp_path / "policy.yaml")
@@ -152,8 +184,9 @@ def test_every_process_accepts_the_rendered_settings(values, tmp_path):
 
 
 def test_the_default_kinds_are_jobttls_kinds_with_one_mpijob_version():
-    assert [(k["apiVersion"], k["kind"], k["plural"]) for k in chart().values["kinds"]] == \
-        [(k.api_version, k.kind, k.plural) for k in DEFAULT_KINDS]
+    assert [(k["apiVersion"], k["kind"], k["plural"]) for k in chart().values["kinds"]] == [
+        (k.api_version, k.kind, k.plural) for k in DEFAULT_KINDS
+    ]
 
 
 def test_the_default_policy_has_the_first_run_review_on():
@@ -162,7 +195,9 @@ def test_the_default_policy_has_the_first_run_review_on():
     assert env["JOBTTL_FIRST_RUN_REVIEW"] == "on"
     assert "jobttl resync --confirm HELD_ID" in notes() and "jobttl held" in notes()
     off = find(render({"firstRunReview": False}), "Deployment", "jobttl-worker")
-    assert {e["name"]: e.get("value") for e in pod_spec(off)["containers"][0]["env"]}["JOBTTL_FIRST_RUN_REVIEW"] == "off"
+    assert {e["name"]: e.get("value") for e in pod_spec(off)["containers"][0]["env"]}[
+        "JOBTTL_FIRST_RUN_REVIEW"
+    ] == "off"
 
 
 def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
@@ -170,42 +205,52 @@ def test_the_alerts_are_the_monitoring_kits_and_pass_promtool(tmp_path):
     assert [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r] == knative_alerts()
     rules_file = tmp_path / "rules.yaml"
     rules_file.write_text(yaml.safe_dump({"groups": rule["spec"]["groups"]}))
-    result = subprocess.run([prometheus_binary("promtool"), "check", "rules", str(rules_file)],
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [prometheus_binary("promtool"), "check", "rules", str(rules_file)], capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     dashboard = find(render({"monitoring": {"enabled": True}}), "ConfigMap", "jobttl-dashboard")
-    assert json.loads(dashboard["data"]["jobttl.json"]) == json.loads((KNATIVE / "monitoring" / "dashboard.json").read_text())
+    assert json.loads(dashboard["data"]["jobttl.json"]) == json.loads(
+        (KNATIVE / "monitoring" / "dashboard.json").read_text()
+    )
 
 
 # --- bad values --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"intake": {"mode": "knative"}}, "/intake/mode"),
-    ({"redis": {"mode": "external"}}, "/redis/external/existingSecret"),
-    ({"redis": {"mode": "sentinel"}}, "/redis/sentinel/hosts"),
-    ({"worker": {"replicas": "2"}}, "/worker/replicas"),
-    ({"sink": {"replicas": 0}}, "/sink/replicas"),
-    ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
-    ({"image": {"digest": "latest"}}, "/image/digest"),
-    ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
-    ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
-    # The policy's own schema (core/domain/rules/policy.schema.json): a typo stops the install, not the pods.
-    ({"policy": {"tll": "7d"}}, "additional properties 'tll' not allowed"),
-    ({"policy": {"ttl": "7 days"}}, "/policy/ttl"),
-    ({"policy": {"dryRun": "yes"}}, "/policy/dryRun"),
-    ({"policy": {"rules": [{"name": "sandbox", "ttl": "1h"}]}}, "/policy/rules/0"),
-    ({"policy": {"rules": [{"name": "gpu", "selector": {"matchLabels": {"gpu": True}}}]}}, "/policy/rules/0/selector"),
-    ({"policy": {"archive": {"store": "/a", "logKiB": 0}}}, "/policy/archive"),
-    ({"policy": {"namespaces": {"exclude": "kube-system"}}}, "/policy/namespaces/exclude"),
-    ({"policy": {"keepLast": {"succeded": 3}}}, "/policy/keepLast"),
-    ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
-    ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
-    ({"replicas": 2}, "'replicas'"),
-    # What the chart sets from its own values cannot be overridden behind them (firstRunReview: true).
-    ({"env": {"JOBTTL_FIRST_RUN_REVIEW": "off"}}, "invalid propertyName 'JOBTTL_FIRST_RUN_REVIEW'"),
-    ({"env": {"JOBTTL_REDIS_URL": "redis://elsewhere:6379/0"}}, "invalid propertyName 'JOBTTL_REDIS_URL'"),
-], ids=lambda v: json.dumps(v) if isinstance(v, dict) else None)
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"intake": {"mode": "knative"}}, "/intake/mode"),
+        ({"redis": {"mode": "external"}}, "/redis/external/existingSecret"),
+        ({"redis": {"mode": "sentinel"}}, "/redis/sentinel/hosts"),
+        ({"worker": {"replicas": "2"}}, "/worker/replicas"),
+        ({"sink": {"replicas": 0}}, "/sink/replicas"),
+        ({"image": {"pullPolicy": "Sometimes"}}, "/image/pullPolicy"),
+        ({"image": {"digest": "latest"}}, "/image/digest"),
+        ({"kinds": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob"}]}, "plural"),
+        ({"policy": {"kinds": ["TFJob"]}}, "/policy/kinds"),
+        # The policy's own schema (core/domain/rules/policy.schema.json): a typo stops the install, not the pods.
+        ({"policy": {"tll": "7d"}}, "additional properties 'tll' not allowed"),
+        ({"policy": {"ttl": "7 days"}}, "/policy/ttl"),
+        ({"policy": {"dryRun": "yes"}}, "/policy/dryRun"),
+        ({"policy": {"rules": [{"name": "sandbox", "ttl": "1h"}]}}, "/policy/rules/0"),
+        (
+            {"policy": {"rules": [{"name": "gpu", "selector": {"matchLabels": {"gpu": True}}}]}},
+            "/policy/rules/0/selector",
+        ),
+        ({"policy": {"archive": {"store": "/a", "logKiB": 0}}}, "/policy/archive"),
+        ({"policy": {"namespaces": {"exclude": "kube-system"}}}, "/policy/namespaces/exclude"),
+        ({"policy": {"keepLast": {"succeded": 3}}}, "/policy/keepLast"),
+        ({"redis": {"tls": {"caSecret": "a", "caConfigMap": "b"}}}, "/redis/tls"),
+        ({"monitoring": {"enabled": "yes"}}, "/monitoring/enabled"),
+        ({"replicas": 2}, "'replicas'"),
+        # What the chart sets from its own values cannot be overridden behind them (firstRunReview: true).
+        ({"env": {"JOBTTL_FIRST_RUN_REVIEW": "off"}}, "invalid propertyName 'JOBTTL_FIRST_RUN_REVIEW'"),
+        ({"env": {"JOBTTL_REDIS_URL": "redis://elsewhere:6379/0"}}, "invalid propertyName 'JOBTTL_REDIS_URL'"),
+    ],
+    ids=lambda v: json.dumps(v) if isinstance(v, dict) else None,
+)
 def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
     with pytest.raises(helm.HelmValuesError, match="values don't meet the specifications") as refused:
         chart().render(values, name=RELEASE, namespace=NAMESPACE)
@@ -214,15 +259,19 @@ def test_a_bad_value_is_refused_with_a_message_naming_it(values, message):
 
 def test_a_ca_for_a_redis_without_tls_is_refused():
     """jobttl refuses JOBTTL_REDIS_CA_FILE with a redis:// URL at start: the chart says so at install."""
-    for redis in ({"tls": {"caSecret": "ca"}},
-                  {"mode": "sentinel", "sentinel": {"hosts": ["s:26379"]}, "tls": {"caConfigMap": "ca"}}):
+    for redis in (
+        {"tls": {"caSecret": "ca"}},
+        {"mode": "sentinel", "sentinel": {"hosts": ["s:26379"]}, "tls": {"caConfigMap": "ca"}},
+    ):
         with pytest.raises(helm.HelmValuesError, match="/redis/tls/ca"):
             chart().render({"redis": redis}, name=RELEASE, namespace=NAMESPACE)
 
 
 def test_two_versions_of_one_kind_are_refused_naming_both():
-    kinds = [{"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "plural": "mpijobs"},
-             {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"}]
+    kinds = [
+        {"apiVersion": "kubeflow.org/v1", "kind": "MPIJob", "plural": "mpijobs"},
+        {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
+    ]
     with pytest.raises(helm.HelmRenderError, match="MPIJob is listed twice .kubeflow.org/v1 and kubeflow.org/v2beta1"):
         chart().render({"kinds": kinds}, name=RELEASE, namespace=NAMESPACE)
 
@@ -248,37 +297,52 @@ def declared(component: str, kinds, **features) -> set[tuple[str, str, str]]:
 
 def kind_crds(kinds) -> list[str]:
     """The CRDs of the chart's `kinds` value: plural.group where the group has a dot (not batch/v1)."""
-    names = [f"{k['plural']}.{k['apiVersion'].rpartition('/')[0]}" for k in kinds if "." in k["apiVersion"].rpartition("/")[0]]
+    names = [
+        f"{k['plural']}.{k['apiVersion'].rpartition('/')[0]}"
+        for k in kinds
+        if "." in k["apiVersion"].rpartition("/")[0]
+    ]
     return list(dict.fromkeys(names))
 
 
 def accounts(objects, mode: str) -> dict[str, str]:
     sink = find(objects, "Service" if mode != "watch" else "Deployment", "jobttl-sink")
-    reader = (find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["serviceAccountName"] if mode != "watch"
-              else pod_spec(find(objects, "Deployment", "jobttl-watcher"))["serviceAccountName"])
-    return {"sink": pod_spec(sink)["serviceAccountName"],
-            "worker": pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"],
-            "watch": reader}
+    reader = (
+        find(objects, "ApiServerSource", "jobttl-jobs")["spec"]["serviceAccountName"]
+        if mode != "watch"
+        else pod_spec(find(objects, "Deployment", "jobttl-watcher"))["serviceAccountName"]
+    )
+    return {
+        "sink": pod_spec(sink)["serviceAccountName"],
+        "worker": pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"],
+        "watch": reader,
+    }
 
 
 FEATURES = {
     "base": {},
     "archive": {"archive": {"store": "s3://evidence/jobttl"}},
-    "archive-in-a-rule": {"archive": {"store": "/archive", "enabled": False},
-                          "rules": [{"name": "keep", "namespaces": ["ml"], "archive": True}]},
+    "archive-in-a-rule": {
+        "archive": {"store": "/archive", "enabled": False},
+        "rules": [{"name": "keep", "namespaces": ["ml"], "archive": True}],
+    },
     "archive-off": {"archive": {"store": "/archive", "enabled": False}},
     "pod-stage": {"rules": [{"name": "pods", "namespaces": ["ml"], "podTTLAfterFailure": "3d"}]},
     "both": {"archive": {"store": "/archive"}, "podTTL": "1d"},
     "pod-stage-at-once": {"podTTL": "0s"},  # a pods stage all the same (jobttl.core.domain.decisions.stages)
 }
-MPI_OPERATOR_KINDS = [{"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
-                      {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"}]
+MPI_OPERATOR_KINDS = [
+    {"apiVersion": "kubeflow.org/v2beta1", "kind": "MPIJob", "plural": "mpijobs"},
+    {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "plural": "workflows"},
+]
 
 
 BATCH_ONLY = [{"apiVersion": "batch/v1", "kind": "Job", "plural": "jobs"}]  # no CRD: no CRD rule (none would be all)
 
 
-@pytest.mark.parametrize("kinds", [None, MPI_OPERATOR_KINDS, BATCH_ONLY], ids=["default-kinds", "two-kinds", "batch-only"])
+@pytest.mark.parametrize(
+    "kinds", [None, MPI_OPERATOR_KINDS, BATCH_ONLY], ids=["default-kinds", "two-kinds", "batch-only"]
+)
 @pytest.mark.parametrize("feature", sorted(FEATURES))
 @pytest.mark.parametrize("mode", ["broker", "direct", "watch"])
 def test_each_account_gets_exactly_what_permissions_declares_for_the_kinds_and_policy(mode, feature, kinds):
@@ -308,8 +372,11 @@ def test_the_install_record_role_is_the_only_one_naming_a_resource():
 
 def test_no_rbac_and_no_accounts_when_switched_off():
     objects = render({"rbac": {"create": False}, "serviceAccount": {"create": False, "name": "mine"}})
-    assert not [o for o in objects if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role",
-                                                     "RoleBinding")]
+    assert not [
+        o
+        for o in objects
+        if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
+    ]
     assert pod_spec(find(objects, "Deployment", "jobttl-worker"))["serviceAccountName"] == "mine-worker"
 
 
@@ -351,13 +418,16 @@ def test_the_password_job_makes_the_secret_the_pods_and_redis_read_and_may_touch
         refs = [e["valueFrom"]["secretKeyRef"] for e in pod_spec(workload)["containers"][0]["env"] if "valueFrom" in e]
         assert {"name": "jobttl-redis", "key": "password"} in refs
     role = find(objects, "Role", "jobttl-redis-init")
-    assert role["rules"] == [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
-                             {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["jobttl-redis"],
-                              "verbs": ["get", "patch"]}]
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+        {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["jobttl-redis"], "verbs": ["get", "patch"]},
+    ]
     # Made before the Job, removed after it: hooks all three, by weight.
     for kind in ("ServiceAccount", "Role", "RoleBinding"):
         hooked = find(objects, kind, "jobttl-redis-init")["metadata"]["annotations"]
-        assert int(hooked["helm.sh/hook-weight"]) < int(password_job(objects)["metadata"]["annotations"]["helm.sh/hook-weight"])
+        assert int(hooked["helm.sh/hook-weight"]) < int(
+            password_job(objects)["metadata"]["annotations"]["helm.sh/hook-weight"]
+        )
 
 
 def test_an_existing_secret_is_used_and_no_password_job_rendered():
@@ -389,17 +459,24 @@ def _helm_resources():
     def kind(group, kind, plural, namespaced=True):
         return Resource(group, "v1", kind, plural, namespaced=namespaced, status_subresource=False, builtin=True)
 
-    return (CONFIG_MAP, JOB, kind("", "Secret", "secrets"), kind("", "ServiceAccount", "serviceaccounts"),
-            kind("", "Service", "services"), kind("apps", "Deployment", "deployments"),
-            kind("apps", "StatefulSet", "statefulsets"),
-            kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
-            kind("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
-            kind("rbac.authorization.k8s.io", "Role", "roles"), kind("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
-            kind("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
-            kind("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
-            Resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors", status_subresource=False),
-            Resource("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", status_subresource=False),
-            *load_crds(sorted(KNATIVE_CRDS.glob("*.yaml"))))
+    return (
+        CONFIG_MAP,
+        JOB,
+        kind("", "Secret", "secrets"),
+        kind("", "ServiceAccount", "serviceaccounts"),
+        kind("", "Service", "services"),
+        kind("apps", "Deployment", "deployments"),
+        kind("apps", "StatefulSet", "statefulsets"),
+        kind("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", False),
+        kind("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", False),
+        kind("rbac.authorization.k8s.io", "Role", "roles"),
+        kind("rbac.authorization.k8s.io", "RoleBinding", "rolebindings"),
+        kind("networking.k8s.io", "NetworkPolicy", "networkpolicies"),
+        kind("policy", "PodDisruptionBudget", "poddisruptionbudgets"),
+        Resource("monitoring.coreos.com", "v1", "PodMonitor", "podmonitors", status_subresource=False),
+        Resource("monitoring.coreos.com", "v1", "PrometheusRule", "prometheusrules", status_subresource=False),
+        *load_crds(sorted(KNATIVE_CRDS.glob("*.yaml"))),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -420,8 +497,9 @@ def helm_config(emulator, namespace: str):
     return helm.Config(kubeconfig_path=str(emulator.kubeconfig), namespace=namespace)
 
 
-@pytest.mark.parametrize("index, values", [(i, p.values[0]) for i, p in enumerate(RENDERINGS)],
-                         ids=[p.id for p in RENDERINGS])
+@pytest.mark.parametrize(
+    "index, values", [(i, p.values[0]) for i, p in enumerate(RENDERINGS)], ids=[p.id for p in RENDERINGS]
+)
 def test_helm_installs_every_rendering(cluster, index, values):
     emulator, core, _ = cluster
     namespace, name = f"install-{index}", f"jobttl{index}"
@@ -460,8 +538,10 @@ def test_a_helm_upgrade_keeps_the_password_the_install_made(cluster):
         assert apps.read_namespaced_deployment("jobttl-worker", NAMESPACE).spec.replicas == 2  # the upgrade applied
         assert len(installed) == 64 and secret_password(core) == installed
         assert [r["status"] for r in config.history(RELEASE)] == ["superseded", "deployed"]
-        assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == \
-            {"sh.helm.release.v1.jobttl.v1", "sh.helm.release.v1.jobttl.v2"}
+        assert {s.metadata.name for s in core.list_namespaced_secret(NAMESPACE, label_selector="owner=helm").items} == {
+            "sh.helm.release.v1.jobttl.v1",
+            "sh.helm.release.v1.jobttl.v2",
+        }
         # Nowhere in Helm's own record of the release, hooks included.
         assert installed not in json.dumps(config.get_all(RELEASE))
 
@@ -469,12 +549,20 @@ def test_a_helm_upgrade_keeps_the_password_the_install_made(cluster):
 def chart_of_0_2(directory: Path) -> Path:
     """charts/jobttl/ as jobttl 0.2 shipped it (from Git: the parent of the commit that set 0.3.0),
     with knative/monitoring/, which its files/ linked into."""
-    found = subprocess.run(["git", "log", "-1", "--format=%H", "-S", "version: 0.2.0", "--",
-                            "charts/jobttl/Chart.yaml"], cwd=REPO, capture_output=True, text=True)
+    found = subprocess.run(
+        ["git", "log", "-1", "--format=%H", "-S", "version: 0.2.0", "--", "charts/jobttl/Chart.yaml"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     if found.returncode != 0 or not found.stdout.strip():
         pytest.skip("no Git history here to take jobttl 0.2's chart from")
-    archive = subprocess.run(["git", "archive", f"{found.stdout.strip()}^", "charts/jobttl", "knative/monitoring"],
-                             cwd=REPO, capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "archive", f"{found.stdout.strip()}^", "charts/jobttl", "knative/monitoring"],
+        cwd=REPO,
+        capture_output=True,
+        check=True,
+    )
     subprocess.run(["tar", "-x", "-C", str(directory)], input=archive.stdout, check=True)
     assert yaml.safe_load((directory / "charts/jobttl/Chart.yaml").read_text())["version"] == "0.2.0"
     return directory / "charts" / "jobttl"
@@ -512,7 +600,9 @@ def test_the_password_job_creates_the_secret_once_then_leaves_it_alone(cluster):
     assert code == 0 and "created Secret password-job/jobttl-redis" in output
     made = secret_password(core, namespace)
     assert len(made) == 64 and all(c in "0123456789abcdef" for c in made)  # URL-safe: it goes into the URL
-    assert core.read_namespaced_secret("jobttl-redis", namespace).metadata.annotations == {"helm.sh/resource-policy": "keep"}
+    assert core.read_namespaced_secret("jobttl-redis", namespace).metadata.annotations == {
+        "helm.sh/resource-policy": "keep"
+    }
     code, output = run_password_job(cluster, namespace)
     assert code == 0 and "its password stays" in output and secret_password(core, namespace) == made
 
@@ -546,8 +636,13 @@ def test_the_packaged_copy_renders_as_the_chart_does(packaged_copy):
     packaged = helm.Chart.load_archive(packaged_copy.read_bytes())
     for values in ({}, {"monitoring": {"enabled": True}, "intake": {"mode": "watch"}}):
         manifests = packaged.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-        objects = [d for path, text in sorted(manifests.items()) if not path.endswith(".txt")
-                   for d in yaml.safe_load_all(text) if d]
+        objects = [
+            d
+            for path, text in sorted(manifests.items())
+            if not path.endswith(".txt")
+            for d in yaml.safe_load_all(text)
+            if d
+        ]
         assert objects == render(values)
     rule = next(o for o in objects if o["kind"] == "PrometheusRule")
     assert [r for g in rule["spec"]["groups"] for r in g["rules"] if "alert" in r] == knative_alerts()
@@ -564,11 +659,13 @@ def test_the_packaged_copy_installs(cluster, packaged_copy):
     emulator, core, apps = cluster
     namespace, name = "from-archive", "archived"
     with helm_config(emulator, namespace) as config:
-        release = config.install(str(packaged_copy), name, {"intake": {"mode": "watch"}}, namespace=namespace,
-                                 timeout=60)
+        release = config.install(
+            str(packaged_copy), name, {"intake": {"mode": "watch"}}, namespace=namespace, timeout=60
+        )
         assert release["status"] == "deployed"
         assert apps.read_namespaced_deployment("archived-jobttl-worker", namespace).spec.replicas == 1
         assert len(secret_password(core, namespace, "archived-jobttl-redis")) == 64
+
 
 # --- the bundled Redis fills without harm (issue 26 §7) ------------------------------------------
 
@@ -582,18 +679,29 @@ def _redis_args(values: dict[str, Any]) -> dict[str, str]:
 def test_the_bundled_redis_refuses_writes_below_its_memory_limit_rather_than_being_killed():
     args = _redis_args({})
     assert args["--maxmemory-policy"] == "noeviction"
-    assert int(args["--maxmemory"]) == 384 * 1024 ** 2, "three quarters of the shipped 512Mi limit"
-    assert int(_redis_args({"redis": {"bundled": {"resources": {"limits": {"memory": "2Gi"}}}}})["--maxmemory"]) \
-        == 1536 * 1024 ** 2
-    assert int(_redis_args({"redis": {"bundled": {"maxmemory": "400Mi"}}})["--maxmemory"]) == 400 * 1024 ** 2
+    assert int(args["--maxmemory"]) == 384 * 1024**2, "three quarters of the shipped 512Mi limit"
+    assert (
+        int(_redis_args({"redis": {"bundled": {"resources": {"limits": {"memory": "2Gi"}}}}})["--maxmemory"])
+        == 1536 * 1024**2
+    )
+    assert int(_redis_args({"redis": {"bundled": {"maxmemory": "400Mi"}}})["--maxmemory"]) == 400 * 1024**2
 
 
-@pytest.mark.parametrize("bundled, refused", [
-    ({"maxmemory": "512Mi"}, "redis.bundled.maxmemory: 512Mi is not below Redis's memory limit"),
-    ({"maxmemory": "1G"}, "redis.bundled.maxmemory: 1G is not below"),
-    ({"resources": {"limits": {"memory": "0.5Gi"}}}, "redis.bundled.resources.limits.memory: \"0.5Gi\" is not a memory"),
-    ({"resources": {"limits": {"memory": None}}}, "redis.bundled.maxmemory: set it, or redis.bundled.resources.limits.memory"),
-])
+@pytest.mark.parametrize(
+    "bundled, refused",
+    [
+        ({"maxmemory": "512Mi"}, "redis.bundled.maxmemory: 512Mi is not below Redis's memory limit"),
+        ({"maxmemory": "1G"}, "redis.bundled.maxmemory: 1G is not below"),
+        (
+            {"resources": {"limits": {"memory": "0.5Gi"}}},
+            'redis.bundled.resources.limits.memory: "0.5Gi" is not a memory',
+        ),
+        (
+            {"resources": {"limits": {"memory": None}}},
+            "redis.bundled.maxmemory: set it, or redis.bundled.resources.limits.memory",
+        ),
+    ],
+)
 def test_a_maxmemory_the_pod_would_be_killed_before_is_refused_at_render(bundled, refused):
     with pytest.raises(helm.HelmRenderError, match=refused.replace(".", r"\.").replace("(", r"\(")):
         chart().render({"redis": {"bundled": bundled}}, name=RELEASE, namespace=NAMESPACE)

@@ -13,12 +13,22 @@ from tests.deploy.chart import CHART, NAMESPACE, find, render  # noqa: E402
 from tests.deploy.manifests import pod_spec  # noqa: E402
 from tests.deploy.test_chart import problems  # noqa: E402
 
-VALUES = {"intake": {"mode": "watch"},
-          "console": {"enabled": True, "sessionKey": {"existingSecret": "console-key"},
-                      "ingress": {"enabled": True, "className": "nginx", "host": "jobttl.example",
-                                  "tls": [{"secretName": "jobttl-tls", "hosts": ["jobttl.example"]}]},
-                      "networkPolicy": {"from": [{"namespaceSelector": {"matchLabels": {
-                          "kubernetes.io/metadata.name": "ingress-nginx"}}}]}}}
+VALUES = {
+    "intake": {"mode": "watch"},
+    "console": {
+        "enabled": True,
+        "sessionKey": {"existingSecret": "console-key"},
+        "ingress": {
+            "enabled": True,
+            "className": "nginx",
+            "host": "jobttl.example",
+            "tls": [{"secretName": "jobttl-tls", "hosts": ["jobttl.example"]}],
+        },
+        "networkPolicy": {
+            "from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
+        },
+    },
+}
 
 
 def test_the_console_lints_and_every_object_it_adds_is_valid():
@@ -31,7 +41,9 @@ def test_the_console_lints_and_every_object_it_adds_is_valid():
 
 def test_off_by_default():
     objects = render({"intake": {"mode": "watch"}})
-    assert not [o for o in objects if "console" in o["metadata"]["name"] or o["metadata"]["name"].startswith("jobttl-reader")]
+    assert not [
+        o for o in objects if "console" in o["metadata"]["name"] or o["metadata"]["name"].startswith("jobttl-reader")
+    ]
 
 
 def test_the_console_runs_with_kubernetes_sign_in_its_key_from_a_secret_and_reaches_redis():
@@ -43,8 +55,10 @@ def test_the_console_runs_with_kubernetes_sign_in_its_key_from_a_secret_and_reac
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["JOBTTL_CONSOLE_AUTH"] == "kubernetes"
     assert env["JOBTTL_CONSOLE_SESSION_KEY_FILE"] == "/etc/jobttl-console/session-key"
-    assert {"name": "session-key", "secret": {"secretName": "console-key",
-                                              "items": [{"key": "session-key", "path": "session-key"}]}} in spec["volumes"]
+    assert {
+        "name": "session-key",
+        "secret": {"secretName": "console-key", "items": [{"key": "session-key", "path": "session-key"}]},
+    } in spec["volumes"]
     [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
     assert "console" in rule["from"][0]["podSelector"]["matchExpressions"][2]["values"]
     ingress = find(objects, "Ingress", "jobttl-console")["spec"]
@@ -59,7 +73,8 @@ def test_the_consoles_account_may_create_the_reviews_and_nothing_else():
     role = find(objects, "ClusterRole", "jobttl-console")
     assert sorted((r["apiGroups"][0], r["resources"][0], tuple(r["verbs"])) for r in role["rules"]) == [
         ("authentication.k8s.io", "tokenreviews", ("create",)),
-        ("authorization.k8s.io", "subjectaccessreviews", ("create",))]
+        ("authorization.k8s.io", "subjectaccessreviews", ("create",)),
+    ]
     binding = find(objects, "ClusterRoleBinding", "jobttl-console")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "jobttl-console", "namespace": NAMESPACE}]
 
@@ -75,12 +90,15 @@ def test_a_second_release_can_leave_the_cluster_roles_to_the_first():
     assert not [o for o in objects if o["metadata"]["name"] in (rights.READER, rights.OPERATOR)]
 
 
-@pytest.mark.parametrize("values, url", [
-    ({"console": {"url": "https://jobttl.example.com"}}, "https://jobttl.example.com"),
-    ({"notifications": {"consoleURL": "https://console.example"}}, "https://console.example"),
-    ({}, "https://jobttl.example"),  # the Ingress's host, with TLS
-    ({"console": {"ingress": {"enabled": False}}}, None),
-])
+@pytest.mark.parametrize(
+    "values, url",
+    [
+        ({"console": {"url": "https://jobttl.example.com"}}, "https://jobttl.example.com"),
+        ({"notifications": {"consoleURL": "https://console.example"}}, "https://console.example"),
+        ({}, "https://jobttl.example"),  # the Ingress's host, with TLS
+        ({"console": {"ingress": {"enabled": False}}}, None),
+    ],
+)
 def test_the_consoles_public_address_reaches_it_as_jobttl_console_url(values, url):
     merged = {**VALUES, **values, "console": {**VALUES["console"], **values.get("console", {})}}
     [container] = pod_spec(find(render(merged), "Deployment", "jobttl-console"))["containers"]

@@ -36,18 +36,23 @@ def test_the_charts_generated_files_are_what_the_generator_writes(generated):
 def test_the_monitoring_files_are_copies_of_knatives(generated):
     alerts = yaml.safe_load((CHART / "files" / "alerts.yaml").read_text())
     assert alerts == yaml.safe_load((REPO / "knative" / "monitoring" / "alerts.yaml").read_text())
-    assert (CHART / "files" / "dashboard.json").read_bytes() == (REPO / "knative" / "monitoring" / "dashboard.json").read_bytes()
+    assert (CHART / "files" / "dashboard.json").read_bytes() == (
+        REPO / "knative" / "monitoring" / "dashboard.json"
+    ).read_bytes()
     assert not (CHART / "files" / "alerts.yaml").is_symlink() and not (CHART / "files" / "dashboard.json").is_symlink()
 
 
 def test_the_values_schema_embeds_the_policys_schema(generated):
     schema = json.loads((CHART / "values.schema.json").read_text())
     policy = schema["properties"]["policy"]
-    assert set(policy["properties"]) == set(json.loads((REPO / "core/domain/rules/policy.schema.json").read_text())["properties"])
+    assert set(policy["properties"]) == set(
+        json.loads((REPO / "core/domain/rules/policy.schema.json").read_text())["properties"]
+    )
     assert policy["additionalProperties"] is False and policy["properties"]["kinds"]["not"] == {}
     refs = {v for v in _values(schema, "$ref")}
-    assert refs and all(r.startswith("#/definitions/") and r.removeprefix("#/definitions/") in schema["definitions"]
-                        for r in refs)
+    assert refs and all(
+        r.startswith("#/definitions/") and r.removeprefix("#/definitions/") in schema["definitions"] for r in refs
+    )
     assert "kinds.kind" in schema["definitions"] and "policy.duration" in schema["definitions"]
 
 
@@ -67,8 +72,10 @@ def test_a_schema_keyword_helm_3_cannot_read_stops_the_generator():
     with pytest.raises(generator.GenerationError, match="prefixItems.*not draft-07 keywords"):
         generator._draft7({"type": "array", "prefixItems": [{"type": "string"}]}, {}, "x")
     # A $ref with siblings keeps them: draft-07 would ignore them, so the $ref moves into allOf.
-    assert generator._draft7({"$ref": "#/$defs/a", "minLength": 1}, {"#/$defs/a": "#/definitions/p.a"}, "x") == \
-        {"minLength": 1, "allOf": [{"$ref": "#/definitions/p.a"}]}
+    assert generator._draft7({"$ref": "#/$defs/a", "minLength": 1}, {"#/$defs/a": "#/definitions/p.a"}, "x") == {
+        "minLength": 1,
+        "allOf": [{"$ref": "#/definitions/p.a"}],
+    }
 
 
 def test_the_readme_table_lists_every_documented_value():
@@ -87,7 +94,8 @@ def test_an_undocumented_value_stops_the_generator():
         generator.values_table(text)
     # Documented as a whole map, its keys need no comment of their own.
     assert "`newThing`" in generator.values_table(
-        (CHART / "values.yaml").read_text() + "# -- Something new.\nnewThing:\n  enabled: true\n")
+        (CHART / "values.yaml").read_text() + "# -- Something new.\nnewThing:\n  enabled: true\n"
+    )
 
 
 def test_a_comment_that_documents_no_value_stops_the_generator():
@@ -106,8 +114,12 @@ def test_a_hand_edit_of_a_generated_file_and_a_link_are_named(generated, tmp_pat
     (copy / "files" / "dashboard.json").symlink_to(REPO / "knative" / "monitoring" / "dashboard.json")
     assert generator.differences(generated, copy) == [
         "charts/jobttl/files/dashboard.json is a link: a copied or packaged chart would not carry it",
-        "charts/jobttl/README.md differs from what tools/chart.py generates"]
-    assert generator.write(generated, copy) == ["wrote charts/jobttl/files/dashboard.json", "wrote charts/jobttl/README.md"]
+        "charts/jobttl/README.md differs from what tools/chart.py generates",
+    ]
+    assert generator.write(generated, copy) == [
+        "wrote charts/jobttl/files/dashboard.json",
+        "wrote charts/jobttl/README.md",
+    ]
     assert generator.differences(generated, copy) == []
 
 

@@ -19,11 +19,18 @@ SLACK = "mmost://chat.example/s3cr3ttoken0123"
 VALUES = {
     "intake": {"mode": "watch"},
     "monitoring": {"enabled": True},
-    "policy": {"ttl": "7d", "notify": [
-        {"name": "ops", "urlFromEnv": "JOBTTL_NOTIFY_CHAT", "on": ["deleted", "stuck"], "digest": "1h"},
-        {"name": "hooks", "url": "json://hooks.example/jobttl", "on": ["guard-tripped"]}]},
-    "notifications": {"enabled": True, "consoleURL": "https://jobttl.example",
-                      "secretEnv": [{"name": "JOBTTL_NOTIFY_CHAT", "secretName": "chat", "key": "url"}]},
+    "policy": {
+        "ttl": "7d",
+        "notify": [
+            {"name": "ops", "urlFromEnv": "JOBTTL_NOTIFY_CHAT", "on": ["deleted", "stuck"], "digest": "1h"},
+            {"name": "hooks", "url": "json://hooks.example/jobttl", "on": ["guard-tripped"]},
+        ],
+    },
+    "notifications": {
+        "enabled": True,
+        "consoleURL": "https://jobttl.example",
+        "secretEnv": [{"name": "JOBTTL_NOTIFY_CHAT", "secretName": "chat", "key": "url"}],
+    },
 }
 
 
@@ -66,13 +73,26 @@ def test_on_written_unquoted_in_a_values_file_reaches_the_notifier_as_on():
     assert parse_policy(policy, "the chart's policy").notify[0].on == {"stuck"}
 
 
-@pytest.mark.parametrize("values, message", [
-    ({"notifications": {"enabled": True}}, "notifications.enabled: the policy names no channels"),
-    ({"notifications": {"enabled": True}, "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]}},
-     "policy.notify[0].urlFromEnv: X is not set by notifications.secretEnv"),
-    ({"notifications": {"enabled": True, "secretEnv": [{"name": "X", "secretName": "s"}]},
-      "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]}}, "key"),
-])
+@pytest.mark.parametrize(
+    "values, message",
+    [
+        ({"notifications": {"enabled": True}}, "notifications.enabled: the policy names no channels"),
+        (
+            {
+                "notifications": {"enabled": True},
+                "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]},
+            },
+            "policy.notify[0].urlFromEnv: X is not set by notifications.secretEnv",
+        ),
+        (
+            {
+                "notifications": {"enabled": True, "secretEnv": [{"name": "X", "secretName": "s"}]},
+                "policy": {"notify": [{"name": "ops", "urlFromEnv": "X", "on": ["stuck"]}]},
+            },
+            "key",
+        ),
+    ],
+)
 def test_a_notifier_without_channels_or_without_a_channels_secret_is_refused(values, message):
     with pytest.raises(Exception) as raised:
         chart().render(values, name="jobttl", namespace=NAMESPACE, is_install=True)
@@ -87,16 +107,25 @@ def test_without_notifications_nothing_of_the_notifier_is_rendered():
     assert "notify" not in admitted and {"sink", "worker"} <= set(admitted)
 
 
-@pytest.mark.parametrize("url", ["slack://T000/B000/XXXXSECRET", "json://h/p?+Authorization=Bearer%20S3CRETTOKEN",
-                                 "form://h/p?-token=S3CRETTOKEN", "json://h/p?token=S3CRETTOKEN",
-                                 "mailto://smtp.example?to=ops@example.org&pass=S3CRETTOKEN",
-                                 "mailtos://bob:S3CRETTOKEN@smtp.example"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "slack://T000/B000/XXXXSECRET",
+        "json://h/p?+Authorization=Bearer%20S3CRETTOKEN",
+        "form://h/p?-token=S3CRETTOKEN",
+        "json://h/p?token=S3CRETTOKEN",
+        "mailto://smtp.example?to=ops@example.org&pass=S3CRETTOKEN",
+        "mailtos://bob:S3CRETTOKEN@smtp.example",
+    ],
+)
 @pytest.mark.parametrize("enabled", [True, False])
 def test_a_url_that_may_hold_a_secret_is_never_rendered_into_the_policy(url, enabled):
     """Helm's engine refuses it (the values schema's pattern, or the chart's fail), notifications on or
     off: else it would sit in the policy's ConfigMap."""
-    values = {"policy": {"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]},
-              "notifications": {"enabled": enabled}}
+    values = {
+        "policy": {"notify": [{"name": "ops", "url": url, "on": ["deleted"]}]},
+        "notifications": {"enabled": enabled},
+    }
     with pytest.raises(Exception) as raised:
         chart().render(values, name="jobttl", namespace=NAMESPACE, is_install=True)
     error = str(raised.value)
@@ -106,8 +135,19 @@ def test_a_url_that_may_hold_a_secret_is_never_rendered_into_the_policy(url, ena
 
 
 def test_a_url_without_a_credential_slot_renders():
-    objects = render({"policy": {"notify": [{"name": "ops", "url": "mailto://smtp.example:25?from=j@example.org"
-                                             "&to=ops@example.org", "on": ["deleted"]}]}})
+    objects = render(
+        {
+            "policy": {
+                "notify": [
+                    {
+                        "name": "ops",
+                        "url": "mailto://smtp.example:25?from=j@example.org&to=ops@example.org",
+                        "on": ["deleted"],
+                    }
+                ]
+            }
+        }
+    )
     assert "mailto://smtp.example:25" in find(objects, "ConfigMap", "jobttl-policy")["data"]["policy.yaml"]
 
 
@@ -130,14 +170,21 @@ def test_with_egress_policies_the_notifier_reaches_dns_redis_and_the_channels_po
 
 
 def test_the_notifiers_destinations_are_what_notifications_egress_lists_and_an_external_redis_its_own():
-    values = {**VALUES, "redis": {"mode": "external", "external": {"existingSecret": "redis-url"}},
-              "networkPolicy": {"egress": {"enabled": True, "redis": [{"cidr": "10.1.0.0/16", "ports": [6379]}]}},
-              "notifications": {**VALUES["notifications"], "egress": [{"cidr": "203.0.113.0/24", "ports": [443]},
-                                                                      {"cidr": "2001:db8::/32", "ports": [8080]}]}}
+    values = {
+        **VALUES,
+        "redis": {"mode": "external", "external": {"existingSecret": "redis-url"}},
+        "networkPolicy": {"egress": {"enabled": True, "redis": [{"cidr": "10.1.0.0/16", "ports": [6379]}]}},
+        "notifications": {
+            **VALUES["notifications"],
+            "egress": [{"cidr": "203.0.113.0/24", "ports": [443]}, {"cidr": "2001:db8::/32", "ports": [8080]}],
+        },
+    }
     _, rules = notify_egress(values)
-    assert [r["to"] for r in rules[1:]] == [[{"ipBlock": {"cidr": "10.1.0.0/16"}}],
-                                            [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
-                                            [{"ipBlock": {"cidr": "2001:db8::/32"}}]]
+    assert [r["to"] for r in rules[1:]] == [
+        [{"ipBlock": {"cidr": "10.1.0.0/16"}}],
+        [{"ipBlock": {"cidr": "203.0.113.0/24"}}],
+        [{"ipBlock": {"cidr": "2001:db8::/32"}}],
+    ]
     assert rules[3]["ports"] == [{"protocol": "TCP", "port": 8080}]
 
 

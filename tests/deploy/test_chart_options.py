@@ -35,7 +35,8 @@ def pods(objects) -> dict[str, dict[str, Any]]:
     found = {}
     for obj in objects:
         if obj["kind"] in ("Deployment", "StatefulSet", "Job", "Pod") or (
-                obj["kind"] == "Service" and obj["apiVersion"] == "serving.knative.dev/v1"):
+            obj["kind"] == "Service" and obj["apiVersion"] == "serving.knative.dev/v1"
+        ):
             template = obj if obj["kind"] == "Pod" else obj["spec"]["template"]
             found[template["metadata"]["labels"]["app.kubernetes.io/component"]] = obj
     return found
@@ -51,12 +52,27 @@ def budgets(values) -> dict[str, dict[str, Any]]:
 def test_a_budget_for_each_component_running_more_than_one_pod():
     assert budgets({}) == {}  # one of each: a budget would only block drains
     assert budgets({**WATCH, "sink": {"replicas": 2}, "worker": {"replicas": 3}}) == {
-        "jobttl-worker": {"maxUnavailable": 1, "selector": {"matchLabels": {
-            "app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/instance": "jobttl",
-            "app.kubernetes.io/component": "worker"}}},
-        "jobttl-sink": {"maxUnavailable": 1, "selector": {"matchLabels": {
-            "app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/instance": "jobttl",
-            "app.kubernetes.io/component": "sink"}}}}
+        "jobttl-worker": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/part-of": "jobttl",
+                    "app.kubernetes.io/instance": "jobttl",
+                    "app.kubernetes.io/component": "worker",
+                }
+            },
+        },
+        "jobttl-sink": {
+            "maxUnavailable": 1,
+            "selector": {
+                "matchLabels": {
+                    "app.kubernetes.io/part-of": "jobttl",
+                    "app.kubernetes.io/instance": "jobttl",
+                    "app.kubernetes.io/component": "sink",
+                }
+            },
+        },
+    }
     # Knative manages the sink's pods in broker and direct modes; a budget can be switched off.
     assert list(budgets({"sink": {"replicas": 2}, "worker": {"replicas": 2}})) == ["jobttl-worker"]
     assert budgets({"worker": {"replicas": 2, "podDisruptionBudget": {"enabled": False}}}) == {}
@@ -66,9 +82,15 @@ def test_a_budget_for_each_component_running_more_than_one_pod():
 def test_each_budget_selects_exactly_its_components_pods():
     objects = render(OPERATORS)
     for budget in (o for o in objects if o["kind"] == "PodDisruptionBudget"):
-        selected = [c for c, w in pods(objects).items() if w["kind"] == "Deployment" and all(
-            w["spec"]["template"]["metadata"]["labels"].get(k) == v
-            for k, v in budget["spec"]["selector"]["matchLabels"].items())]
+        selected = [
+            c
+            for c, w in pods(objects).items()
+            if w["kind"] == "Deployment"
+            and all(
+                w["spec"]["template"]["metadata"]["labels"].get(k) == v
+                for k, v in budget["spec"]["selector"]["matchLabels"].items()
+            )
+        ]
         assert selected == [budget["metadata"]["name"].removeprefix("jobttl-")]
 
 
@@ -80,8 +102,11 @@ def selectors(node: Any) -> list[dict[str, str]]:
         return [s for item in node for s in selectors(item)]
     if not isinstance(node, dict):
         return []
-    own = [v for k, v in node.items() if k in ("matchLabels", "selector") and isinstance(v, dict)
-           and all(isinstance(x, str) for x in v.values())]
+    own = [
+        v
+        for k, v in node.items()
+        if k in ("matchLabels", "selector") and isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+    ]
     return own + [s for v in node.values() for s in selectors(v)]
 
 
@@ -111,7 +136,10 @@ def test_pod_labels_and_annotations_are_the_top_levels_and_the_components_own():
     assert sink["annotations"]["example.com/component"] == "sink"
     assert "checksum/policy" in sink["annotations"]  # the chart's own stay
     watcher = workloads["watcher"]["spec"]["template"]["metadata"]
-    assert (watcher["labels"]["example.com/component"], watcher["labels"]["example.com/tier"]) == ("watcher", "platform")
+    assert (watcher["labels"]["example.com/component"], watcher["labels"]["example.com/tier"]) == (
+        "watcher",
+        "platform",
+    )
     assert "example.com/component" not in workloads["worker"]["spec"]["template"]["metadata"].get("annotations", {})
     # A pod label can never move a pod out of its own selector.
     clash = render({**WATCH, "podLabels": {"app.kubernetes.io/component": "x"}})
@@ -139,22 +167,30 @@ def test_each_pod_is_scheduled_by_its_own_values_else_the_top_levels():
 
 def test_each_component_has_its_own_resources():
     workloads = pods(render(OPERATORS))
-    expected = {"sink": OPERATORS["sink"]["resources"], "redis": OPERATORS["redis"]["bundled"]["resources"],
-                "test": {**chart().values["tests"]["resources"], **OPERATORS["tests"]["resources"]},
-                "worker": chart().values["worker"]["resources"],
-                "watcher": chart().values["watcher"]["resources"],
-                "redis-init": chart().values["redis"]["bundled"]["passwordJobResources"]}
+    expected = {
+        "sink": OPERATORS["sink"]["resources"],
+        "redis": OPERATORS["redis"]["bundled"]["resources"],
+        "test": {**chart().values["tests"]["resources"], **OPERATORS["tests"]["resources"]},
+        "worker": chart().values["worker"]["resources"],
+        "watcher": chart().values["watcher"]["resources"],
+        "redis-init": chart().values["redis"]["bundled"]["passwordJobResources"],
+    }
     for component, workload in workloads.items():
         assert pod_spec(workload)["containers"][0]["resources"] == expected[component], component
     dead_letters = pods(render(ci_values(CHART / "ci" / "broker-bundled-values.yaml")))["dead-letters"]
     assert pod_spec(dead_letters)["containers"][0]["resources"] == {
-        "requests": {"cpu": "5m", "memory": "16Mi"}, "limits": {"memory": "32Mi"}}
+        "requests": {"cpu": "5m", "memory": "16Mi"},
+        "limits": {"memory": "32Mi"},
+    }
 
 
 @pytest.mark.parametrize("mode", ["broker", "watch"])
 def test_global_image_registry_is_every_images_registry(mode):
-    images = [c["image"] for w in pods(render({**OPERATORS, "intake": {"mode": mode}})).values()
-              for c in pod_spec(w)["containers"]]
+    images = [
+        c["image"]
+        for w in pods(render({**OPERATORS, "intake": {"mode": mode}})).values()
+        for c in pod_spec(w)["containers"]
+    ]
     assert len(images) == 6
     assert all(i.startswith("registry.example.com/mirror/") for i in images), images
     assert "registry.example.com/mirror/library/redis:7.4-alpine@sha256:" in " ".join(images)
@@ -176,27 +212,38 @@ def test_extra_env_and_env_from_reach_the_container_after_the_charts_own():
     worker = pod_spec(pods(render(OPERATORS))["worker"])["containers"][0]
     names = [e["name"] for e in worker["env"]]
     assert names[-3:] == ["AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"]
-    assert {"name": "AWS_ACCESS_KEY_ID", "valueFrom": {"secretKeyRef": {"name": "jobttl-s3", "key": "access-key-id"}}} \
-        in worker["env"]
+    assert {
+        "name": "AWS_ACCESS_KEY_ID",
+        "valueFrom": {"secretKeyRef": {"name": "jobttl-s3", "key": "access-key-id"}},
+    } in worker["env"]
     assert worker["envFrom"] == [{"configMapRef": {"name": "jobttl-s3-endpoint"}}]
     # The sink and the watcher get the top level's only (none here).
     for component in ("sink", "watcher"):
         container = pod_spec(pods(render(OPERATORS))[component])["containers"][0]
         assert "envFrom" not in container and "AWS_REGION" not in [e["name"] for e in container["env"]]
-    every = render({**WATCH, "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
-                    "envFrom": [{"secretRef": {"name": "proxy"}}]})
+    every = render(
+        {
+            **WATCH,
+            "extraEnv": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}],
+            "envFrom": [{"secretRef": {"name": "proxy"}}],
+        }
+    )
     for component in ("sink", "worker", "watcher", "test"):
         container = pod_spec(pods(every)[component])["containers"][0]
         assert {"name": "HTTPS_PROXY", "value": "http://proxy:3128"} in container["env"], component
         assert container["envFrom"] == [{"secretRef": {"name": "proxy"}}], component
 
 
-@pytest.mark.parametrize("values", [
-    {"extraEnv": [{"name": "JOBTTL_FIRST_RUN_REVIEW", "value": "off"}]},
-    {"worker": {"extraEnv": [{"name": "JOBTTL_DELETE_NAMESPACES", "value": ""}]}},
-    {"sink": {"extraEnv": [{"name": "JOBTTL_REDIS_URL", "value": "redis://elsewhere:6379/0"}]}},
-    {"watcher": {"extraEnv": [{"name": "JOBTTL_POLICY", "value": "/tmp/other.yaml"}]}},
-], ids=["top", "worker", "sink", "watcher"])
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"extraEnv": [{"name": "JOBTTL_FIRST_RUN_REVIEW", "value": "off"}]},
+        {"worker": {"extraEnv": [{"name": "JOBTTL_DELETE_NAMESPACES", "value": ""}]}},
+        {"sink": {"extraEnv": [{"name": "JOBTTL_REDIS_URL", "value": "redis://elsewhere:6379/0"}]}},
+        {"watcher": {"extraEnv": [{"name": "JOBTTL_POLICY", "value": "/tmp/other.yaml"}]}},
+    ],
+    ids=["top", "worker", "sink", "watcher"],
+)
 def test_extra_env_cannot_override_what_the_chart_sets_itself(values):
     import helm_python as helm
 
@@ -239,8 +286,9 @@ def test_the_helm_test_pod_reads_redis_as_the_worker_does_and_nothing_else():
     assert [e for e in container["env"] if e["name"] in ("REDIS_PASSWORD", "JOBTTL_REDIS_URL")] == redis_env
     # Redis's NetworkPolicy admits it, as it admits the sink and the worker.
     [rule] = find(objects, "NetworkPolicy", "jobttl-redis")["spec"]["ingress"]
-    [expression] = [e for e in rule["from"][0]["podSelector"]["matchExpressions"]
-                    if e["key"] == "app.kubernetes.io/component"]
+    [expression] = [
+        e for e in rule["from"][0]["podSelector"]["matchExpressions"] if e["key"] == "app.kubernetes.io/component"
+    ]
     assert expression["values"] == ["sink", "worker", "test"]
     assert not [o for o in render({"tests": {"enabled": False}}) if o["kind"] == "Pod"]
 
@@ -256,14 +304,18 @@ def scoped(objects, namespace: str | None) -> list[dict[str, Any]]:
 
 
 def test_with_rbac_namespaces_the_worker_deletes_only_there_and_keeps_what_is_elsewhere():
-    values = {**WATCH, "rbac": {"namespaces": ["team-a", "team-b"]},
-              "policy": {"ttl": "7d", "archive": {"store": "/archive"}, "podTTL": "1d"}}
+    values = {
+        **WATCH,
+        "rbac": {"namespaces": ["team-a", "team-b"]},
+        "policy": {"ttl": "7d", "archive": {"store": "/archive"}, "podTTL": "1d"},
+    }
     objects = render(values)
     kinds = chart().values["kinds"]
     everything = declared("worker", kinds, archive=True, pod_cleanup=True)
     install_record = {g for g in everything if g[1] == "configmaps"}  # its own namespace's Role, as ever
-    reads = {g for g in everything - install_record
-             if g[2] in ("get", "list") and g[1] not in ("pods", "pods/log", "events")}
+    reads = {
+        g for g in everything - install_record if g[2] in ("get", "list") and g[1] not in ("pods", "pods/log", "events")
+    }
     assert grants(scoped(objects, None), "jobttl-worker") == reads
     for namespace in ("team-a", "team-b"):
         assert grants(scoped(objects, namespace), "jobttl-worker") == everything - reads - install_record, namespace
@@ -316,12 +368,19 @@ def test_egress_to_a_redis_outside_the_release_needs_its_address():
     import helm_python as helm
 
     sentinel = {"mode": "sentinel", "sentinel": {"hosts": ["s:26379"]}}
-    with pytest.raises(helm.HelmRenderError, match="networkPolicy.egress.redis: with egress policies on and redis.mode "
-                                                   "sentinel, list where the Redis is"):
-        chart().render({"redis": sentinel, "networkPolicy": {"egress": {"enabled": True}}}, name="jobttl",
-                       namespace="jobttl")
-    objects = render({"redis": sentinel, "networkPolicy": {"egress": {
-        "enabled": True, "redis": [{"cidr": "10.20.0.0/16", "ports": [6379, 26379]}]}}})
+    with pytest.raises(
+        helm.HelmRenderError,
+        match="networkPolicy.egress.redis: with egress policies on and redis.mode sentinel, list where the Redis is",
+    ):
+        chart().render(
+            {"redis": sentinel, "networkPolicy": {"egress": {"enabled": True}}}, name="jobttl", namespace="jobttl"
+        )
+    objects = render(
+        {
+            "redis": sentinel,
+            "networkPolicy": {"egress": {"enabled": True, "redis": [{"cidr": "10.20.0.0/16", "ports": [6379, 26379]}]}},
+        }
+    )
     assert "10.20.0.0/16:6379,26379" in destinations(egress(objects, "worker"))
 
 
@@ -329,6 +388,16 @@ def test_the_ci_values_exercise_every_option_here():
     """So that test_chart.py lints, validates and installs each of them."""
     every = [ci_values(p) for p in sorted(Path(CHART / "ci").glob("*-values.yaml"))]
     text = yaml.safe_dump(every)
-    for option in ("commonLabels", "podDisruptionBudget", "priorityClassName", "topologySpreadConstraints",
-                   "extraEnv", "envFrom", "imageRegistry", "namespaces", "egress", "deadLetters"):
+    for option in (
+        "commonLabels",
+        "podDisruptionBudget",
+        "priorityClassName",
+        "topologySpreadConstraints",
+        "extraEnv",
+        "envFrom",
+        "imageRegistry",
+        "namespaces",
+        "egress",
+        "deadLetters",
+    ):
         assert option in text, option

@@ -48,9 +48,11 @@ VALUES = {"intake": {"mode": "watch"}}  # everything else: the chart's defaults,
 
 def served_kinds():
     """Every kind the chart's default `kinds` value names, as its CRD (or batch/v1) serves it."""
-    return tuple(JOB if k is BATCH_JOB else Resource(k.group, k.version, k.kind, k.plural,
-                                                      status_subresource=k is not WORKFLOW)
-                 for k in ALL_KINDS if k is not MPIJOB_V2BETA1)
+    return tuple(
+        JOB if k is BATCH_JOB else Resource(k.group, k.version, k.kind, k.plural, status_subresource=k is not WORKFLOW)
+        for k in ALL_KINDS
+        if k is not MPIJOB_V2BETA1
+    )
 
 
 class Kubelet:
@@ -84,7 +86,9 @@ class Kubelet:
     def _mounts(self, workload: dict[str, Any], container: dict[str, Any], name: str) -> dict[str, str]:
         volumes = {v["name"]: v for v in pod_spec(workload).get("volumes", [])}
         # A StatefulSet's claims: a directory of its own stands in for the PersistentVolume.
-        volumes.update({c["metadata"]["name"]: {"emptyDir": {}} for c in workload["spec"].get("volumeClaimTemplates", [])})
+        volumes.update(
+            {c["metadata"]["name"]: {"emptyDir": {}} for c in workload["spec"].get("volumeClaimTemplates", [])}
+        )
         paths = {}
         for mount in container.get("volumeMounts", []):
             local = self.directory / name / mount["name"]
@@ -107,7 +111,7 @@ class Kubelet:
         def local(text: str) -> str:
             for path, directory in sorted(mounts.items(), key=lambda m: len(m[0]), reverse=True):
                 if text == path or text.startswith(path + "/"):
-                    return directory + text[len(path):]
+                    return directory + text[len(path) :]
             return self._network(text)
 
         env: dict[str, str] = {}
@@ -125,7 +129,7 @@ class Kubelet:
 
 def replace_arg(args: list[str], flag: str, value: str) -> list[str]:
     index = args.index(flag)
-    return args[:index + 1] + [value] + args[index + 2:]
+    return args[: index + 1] + [value] + args[index + 2 :]
 
 
 @pytest.fixture(scope="module")
@@ -143,8 +147,10 @@ def stack(tmp_path_factory):
         # Redis: the StatefulSet's container, its arguments to redis-server (the image's entrypoint).
         redis_port = free_port()
         args, _ = kubelet.container(find(objects, "StatefulSet", "jobttl-redis"), "redis")
-        redis_server = subprocess.Popen([shutil.which("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1",
-                                         "--save", "", *args], stdout=subprocess.DEVNULL)
+        redis_server = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(redis_port), "--bind", "127.0.0.1", "--save", "", *args],
+            stdout=subprocess.DEVNULL,
+        )
         processes.append(redis_server)
         kubelet.expose("jobttl-redis", redis_port)
 
@@ -168,16 +174,35 @@ def stack(tmp_path_factory):
 
         # Ready as the chart's probes say: the sink's readinessProbe, the worker's startupProbe.
         readiness = pod_spec(find(objects, "Deployment", "jobttl-sink"))["containers"][0]["readinessProbe"]["httpGet"]
-        wait_for(lambda: requests.get(f"http://127.0.0.1:{sink_port}{readiness['path']}", timeout=1).ok, timeout=30,
-                 what=f"the sink's readiness ({sink.log()})")
+        wait_for(
+            lambda: requests.get(f"http://127.0.0.1:{sink_port}{readiness['path']}", timeout=1).ok,
+            timeout=30,
+            what=f"the sink's readiness ({sink.log()})",
+        )
         probe = pod_spec(worker_deployment)["containers"][0]["startupProbe"]["exec"]["command"]
         assert probe[0] == "python"  # the image's; here this interpreter, which has jobttl installed
-        wait_for(lambda: subprocess.run([sys.executable, *probe[1:]], env={**os.environ, **worker_env}, cwd=ROOT,
-                                        capture_output=True, timeout=20).returncode == 0,
-                 timeout=30, interval=0.5, what=f"the worker's startup probe ({worker.log()})")
+        wait_for(
+            lambda: (
+                subprocess.run(
+                    [sys.executable, *probe[1:]],
+                    env={**os.environ, **worker_env},
+                    cwd=ROOT,
+                    capture_output=True,
+                    timeout=20,
+                ).returncode
+                == 0
+            ),
+            timeout=30,
+            interval=0.5,
+            what=f"the worker's startup probe ({worker.log()})",
+        )
         password = kubelet._secret({"name": "jobttl-redis", "key": "password"})
-        yield emulator, redis_lib.Redis(port=redis_port, password=password), {"sink": sink, "worker": worker,
-                                                                              "watcher": watcher}, kubelet
+        yield (
+            emulator,
+            redis_lib.Redis(port=redis_port, password=password),
+            {"sink": sink, "worker": worker, "watcher": watcher},
+            kubelet,
+        )
     finally:
         for process in reversed(processes):
             if isinstance(process, JobttlProcess):
@@ -194,8 +219,12 @@ def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
     core = client.CoreV1Api(api.api_client)
     # The worker's first resync recorded the install (the first-run review is on): what finishes
     # from now on is not held.
-    wait_for(lambda: core.read_namespaced_config_map("jobttl-install", NAMESPACE), timeout=20, interval=0.2,
-             what=f"the install record ({logs['worker'].log()})")
+    wait_for(
+        lambda: core.read_namespaced_config_map("jobttl-install", NAMESPACE),
+        timeout=20,
+        interval=0.2,
+        what=f"the install record ({logs['worker'].log()})",
+    )
     # Redis runs with the rendered settings: the generated password (nothing without it), AOF, the listpack size.
     with pytest.raises(redis_lib.AuthenticationError):
         redis_lib.Redis(port=redis.connection_pool.connection_kwargs["port"]).ping()
@@ -204,11 +233,13 @@ def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
 
     group, version, plural = "kubeflow.org", "v1", "tfjobs"
     api.create_namespaced_custom_object(group, version, "team-a", plural, tfjob("train", "team-a", ttl=TTL))
-    api.patch_namespaced_custom_object_status(group, version, "team-a", plural, "train",
-                                              {"status": running_status(time.time())})
+    api.patch_namespaced_custom_object_status(
+        group, version, "team-a", plural, "train", {"status": running_status(time.time())}
+    )
     finished = time.time()
-    api.patch_namespaced_custom_object_status(group, version, "team-a", plural, "train",
-                                              {"status": finished_status(finished)})
+    api.patch_namespaced_custom_object_status(
+        group, version, "team-a", plural, "train", {"status": finished_status(finished)}
+    )
 
     def gone() -> bool:
         try:
@@ -217,16 +248,26 @@ def test_the_rendered_watch_mode_deletes_a_finished_tfjob_at_its_ttl(stack):
         except client.ApiException as exc:
             return exc.status == 404
 
-    wait_for(gone, timeout=TTL + 20, interval=0.1,
-             what=f"the TFJob's deletion\n{logs['watcher'].log()}\n{logs['sink'].log()}\n{logs['worker'].log()}")
+    wait_for(
+        gone,
+        timeout=TTL + 20,
+        interval=0.1,
+        what=f"the TFJob's deletion\n{logs['watcher'].log()}\n{logs['sink'].log()}\n{logs['worker'].log()}",
+    )
     # Not before its TTL (whole seconds: the finish time is read to the second).
     assert time.time() - finished >= TTL - 1
     # ... booked by the sink from the watcher's event (the worker's only resync ran before the job
     # existed), deleted by the worker.
-    assert [line for line in logs["sink"].log().splitlines()
-            if '"event": "scheduled", "by": "event"' in line and '"name": "train"' in line]
-    assert [line for line in logs["worker"].log().splitlines()
-            if '"event": "delete-requested"' in line and '"name": "train"' in line]
+    assert [
+        line
+        for line in logs["sink"].log().splitlines()
+        if '"event": "scheduled", "by": "event"' in line and '"name": "train"' in line
+    ]
+    assert [
+        line
+        for line in logs["worker"].log().splitlines()
+        if '"event": "delete-requested"' in line and '"name": "train"' in line
+    ]
 
 
 def helm_test(kubelet) -> subprocess.CompletedProcess:
@@ -235,8 +276,14 @@ def helm_test(kubelet) -> subprocess.CompletedProcess:
     assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
     args, env = kubelet.container(pod, "test")
     assert "KUBECONFIG" not in env  # no token: operator commands read Redis only
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env={"PATH": os.environ["PATH"], **env}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env={"PATH": os.environ["PATH"], **env},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_the_helm_test_pod_reports_the_release_and_fails_on_a_redis_it_cannot_use(stack):
@@ -251,5 +298,6 @@ def test_the_helm_test_pod_reports_the_release_and_fails_on_a_redis_it_cannot_us
         done = helm_test(kubelet)
     finally:
         redis_lib.Redis(port=redis.connection_pool.connection_kwargs["port"], password="another-one").config_set(
-            "requirepass", password)
+            "requirepass", password
+        )
     assert done.returncode != 0 and "Redis refused the credentials" in done.stderr, done.stdout + done.stderr

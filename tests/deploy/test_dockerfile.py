@@ -102,16 +102,19 @@ def problems(text: str) -> list[str]:
     # Dependencies: a stage that sees pyproject.toml and the lock only, installed in a layer of
     # their own; exactly the lock's versions (--no-deps: pip resolves nothing), checked whole.
     deps = by_name.get("deps")
-    if deps is None or sorted(src for rest in deps.all("COPY") for src in copy_sources(rest)) != \
-            ["pyproject.toml", "requirements.lock"]:
+    if deps is None or sorted(src for rest in deps.all("COPY") for src in copy_sources(rest)) != [
+        "pyproject.toml",
+        "requirements.lock",
+    ]:
         found.append("no `deps` stage copying pyproject.toml, requirements.lock and nothing else")
     elif not any(re.search(r"\bpip wheel\b.*--no-deps.*-r requirements\.lock", r) for r in deps.all("RUN")):
         found.append("the `deps` stage does not build exactly requirements.lock's wheels (--no-deps)")
     elif not any(re.search(r"\bpip wheel\b.*--require-hashes.*--only-binary :all:", r) for r in deps.all("RUN")):
         found.append("the `deps` stage downloads without the lock's hashes (--require-hashes, --only-binary :all:)")
     installs = final.all("RUN")
-    if not any("from=deps" in r and "--no-index" in r and "--no-deps" in r for r in installs) or \
-            not any("from=build" in r and "--no-deps" in r for r in installs):
+    if not any("from=deps" in r and "--no-index" in r and "--no-deps" in r for r in installs) or not any(
+        "from=build" in r and "--no-deps" in r for r in installs
+    ):
         found.append("the final stage does not install the deps and build wheels in separate offline steps")
     if not any("from=deps" in r and "--require-hashes" in r and "-r /wheels/requirements.lock" in r for r in installs):
         found.append("the final stage does not install requirements.lock with its hashes (--require-hashes)")
@@ -169,27 +172,40 @@ def test_the_final_stage_is_the_runtime_image_and_serves_the_sink_port():
     assert f":{sink_port}/healthz" in final.all("HEALTHCHECK")[-1]
 
 
-@pytest.mark.parametrize("change, complaint", [
-    (("USER 10001:10001", "USER root"), "not a numeric non-root user"),
-    (("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.12-bookworm"),
-     "not a slim Python image"),
-    (("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.10-slim"), "Python older than"),
-    (("WORKDIR /tmp", "RUN apt-get update && apt-get install -y gcc\nWORKDIR /tmp"), "build tools"),
-    (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
-    (("COPY pyproject.toml requirements.lock ./", "COPY . ./"), "`deps` stage"),
-    (("COPY pyproject.toml requirements.lock ./", "COPY pyproject.toml ./"), "`deps` stage"),
-    (("pip wheel --no-deps --require-hashes", "pip wheel --require-hashes"), "exactly requirements.lock"),
-    (("pip wheel --no-deps --require-hashes --only-binary :all:", "pip wheel --no-deps"), "without the lock's hashes"),
-    (("--no-deps --require-hashes --only-binary :all: \\\n        --find-links",
-      "--no-deps --only-binary :all: \\\n        --find-links"), "with its hashes"),
-    (("@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254", ""), "not pinned by digest"),
-    ((" \\\n && pip check", ""), "pip check"),
-    (("COPY watcher ./watcher\n", ""), "package watcher"),
-    (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),
-    (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),
-    (("STOPSIGNAL SIGINT\n", ""), "stage runtime: no STOPSIGNAL SIGINT"),
-    (("STOPSIGNAL SIGINT\n", "STOPSIGNAL SIGTERM\n"), "stage runtime: no STOPSIGNAL SIGINT"),
-])
+@pytest.mark.parametrize(
+    "change, complaint",
+    [
+        (("USER 10001:10001", "USER root"), "not a numeric non-root user"),
+        (
+            ("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.12-bookworm"),
+            "not a slim Python image",
+        ),
+        (("ARG PYTHON_IMAGE=python:3.12-slim-bookworm", "ARG PYTHON_IMAGE=python:3.10-slim"), "Python older than"),
+        (("WORKDIR /tmp", "RUN apt-get update && apt-get install -y gcc\nWORKDIR /tmp"), "build tools"),
+        (('ENTRYPOINT ["jobttl"]', 'ENTRYPOINT ["python", "-m", "jobttl"]'), "ENTRYPOINT"),
+        (("COPY pyproject.toml requirements.lock ./", "COPY . ./"), "`deps` stage"),
+        (("COPY pyproject.toml requirements.lock ./", "COPY pyproject.toml ./"), "`deps` stage"),
+        (("pip wheel --no-deps --require-hashes", "pip wheel --require-hashes"), "exactly requirements.lock"),
+        (
+            ("pip wheel --no-deps --require-hashes --only-binary :all:", "pip wheel --no-deps"),
+            "without the lock's hashes",
+        ),
+        (
+            (
+                "--no-deps --require-hashes --only-binary :all: \\\n        --find-links",
+                "--no-deps --only-binary :all: \\\n        --find-links",
+            ),
+            "with its hashes",
+        ),
+        (("@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254", ""), "not pinned by digest"),
+        ((" \\\n && pip check", ""), "pip check"),
+        (("COPY watcher ./watcher\n", ""), "package watcher"),
+        (("COPY pyproject.toml README.md LICENSE ./", "COPY pyproject.toml README.md ./"), "does not copy LICENSE"),
+        (("WORKDIR /tmp", "COPY worker /app/worker\nWORKDIR /tmp"), "copies files in"),
+        (("STOPSIGNAL SIGINT\n", ""), "stage runtime: no STOPSIGNAL SIGINT"),
+        (("STOPSIGNAL SIGINT\n", "STOPSIGNAL SIGTERM\n"), "stage runtime: no STOPSIGNAL SIGINT"),
+    ],
+)
 def test_the_checks_catch_a_broken_dockerfile(change, complaint):
     old, new = change
     text = DOCKERFILE.read_text()
@@ -202,7 +218,7 @@ def test_a_missing_healthcheck_is_caught():
     text = DOCKERFILE.read_text()
     start = text.rindex("\nHEALTHCHECK ") + 1
     end = text.index("\n", text.index("CMD", start))  # the instruction's continuation line
-    broken = text[:start] + text[end + 1:]
+    broken = text[:start] + text[end + 1 :]
     assert parse(broken)[1][-1].all("HEALTHCHECK") == []
     assert any("no HEALTHCHECK" in p for p in problems(broken))
 
@@ -251,8 +267,9 @@ def context_files(source: str) -> list[str]:
 def test_everything_the_build_copies_is_in_the_build_context():
     patterns = dockerignore_patterns((REPO / ".dockerignore").read_text())
     _, stages = parse(DOCKERFILE.read_text())
-    sources = [src for stage in stages for rest in stage.all("COPY") if "--from" not in rest
-               for src in copy_sources(rest)]
+    sources = [
+        src for stage in stages for rest in stage.all("COPY") if "--from" not in rest for src in copy_sources(rest)
+    ]
     assert sources
     for source in sources:
         files = context_files(source.rstrip("/"))
@@ -260,9 +277,19 @@ def test_everything_the_build_copies_is_in_the_build_context():
         assert not [f for f in files if ignored(f, patterns)], f"COPY {source}: excluded by .dockerignore"
 
 
-@pytest.mark.parametrize("path", [".git/HEAD", ".venv/bin/python", "tests/conftest.py", ".run/kubeconfig",
-                                  "jobttl.egg-info/PKG-INFO", "jobttl/__pycache__/cli.cpython-311.pyc",
-                                  "knative/base/sink.yaml", "docker-compose.yml"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        ".git/HEAD",
+        ".venv/bin/python",
+        "tests/conftest.py",
+        ".run/kubeconfig",
+        "jobttl.egg-info/PKG-INFO",
+        "jobttl/__pycache__/cli.cpython-311.pyc",
+        "knative/base/sink.yaml",
+        "docker-compose.yml",
+    ],
+)
 def test_the_build_context_leaves_out_what_the_image_does_not_need(path):
     assert ignored(path, dockerignore_patterns((REPO / ".dockerignore").read_text()))
 

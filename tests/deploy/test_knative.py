@@ -49,9 +49,10 @@ def test_knative_is_byte_for_byte_what_the_chart_and_its_values_generate(generat
         checked_in = KNATIVE / name
         assert checked_in.is_file(), f"knative/{name} is missing: run make knative"
         assert (tmp_path / name).is_file(), f"knative/{name} is no longer generated: run make knative"
-        assert checked_in.read_bytes() == (tmp_path / name).read_bytes(), \
-            f"knative/{name} is not what charts/jobttl/ and knative/values/ generate: run make knative " \
+        assert checked_in.read_bytes() == (tmp_path / name).read_bytes(), (
+            f"knative/{name} is not what charts/jobttl/ and knative/values/ generate: run make knative "
             "(edit the chart or knative/values/, never knative/'s generated files)"
+        )
 
 
 def test_every_generated_file_says_so_and_how_to_regenerate(generated):
@@ -62,8 +63,15 @@ def test_every_generated_file_says_so_and_how_to_regenerate(generated):
 
 
 def test_what_is_hand_written_is_not_generated(generated):
-    hand_written = {"kustomization.yaml", "base/namespace.yaml", "README.md", "monitoring/README.md",
-                    "monitoring/alerts.yaml", "monitoring/alerts.test.yaml", "monitoring/dashboard.json"}
+    hand_written = {
+        "kustomization.yaml",
+        "base/namespace.yaml",
+        "README.md",
+        "monitoring/README.md",
+        "monitoring/alerts.yaml",
+        "monitoring/alerts.test.yaml",
+        "monitoring/dashboard.json",
+    }
     assert not hand_written & set(generated)
     assert not hand_written & knative.generated_on_disk(KNATIVE)
     assert all((KNATIVE / name).is_file() for name in hand_written)
@@ -77,8 +85,9 @@ def test_a_template_changed_in_the_chart_shows_until_knative_is_regenerated(tmp_
     worker = chart / "templates" / "worker.yaml"
     worker.write_text(worker.read_text().replace("periodSeconds: 60", "periodSeconds: 61", 1))
     files = knative.generate(chart_dir=chart)
-    assert knative.differences(files) == \
-        ["knative/base/worker.yaml differs from what the chart and knative/values/ generate"]
+    assert knative.differences(files) == [
+        "knative/base/worker.yaml differs from what the chart and knative/values/ generate"
+    ]
     # Regenerating (into a copy of knative/) is what makes the two agree again.
     copy = tmp_path / "knative"
     shutil.copytree(KNATIVE, copy)
@@ -90,9 +99,13 @@ def test_a_template_changed_in_the_chart_shows_until_knative_is_regenerated(tmp_
 def test_a_value_changed_in_knative_values_shows_until_knative_is_regenerated(tmp_path):
     values = tmp_path / "values"
     shutil.copytree(knative.VALUES, values)
-    (values / "direct.yaml").write_text((values / "direct.yaml").read_text() + "intake: {mode: direct, resyncSchedule: '*/5 * * * *'}\n")
+    (values / "direct.yaml").write_text(
+        (values / "direct.yaml").read_text() + "intake: {mode: direct, resyncSchedule: '*/5 * * * *'}\n"
+    )
     problems = knative.differences(knative.generate(values_dir=values))
-    assert problems == ["knative/overlays/direct/kustomization.yaml differs from what the chart and knative/values/ generate"]
+    assert problems == [
+        "knative/overlays/direct/kustomization.yaml differs from what the chart and knative/values/ generate"
+    ]
 
 
 def test_a_hand_edit_a_missing_file_and_a_leftover_are_each_named(generated, tmp_path):
@@ -109,7 +122,10 @@ def test_a_hand_edit_a_missing_file_and_a_leftover_are_each_named(generated, tmp
         "knative/overlays/old/kustomization.yaml was generated but is no longer",
     ]
     assert knative.write(generated, copy) == [
-        "deleted knative/overlays/old/kustomization.yaml", "wrote knative/base/policy.yaml", "wrote knative/base/sink.yaml"]
+        "deleted knative/overlays/old/kustomization.yaml",
+        "wrote knative/base/policy.yaml",
+        "wrote knative/base/sink.yaml",
+    ]
     assert knative.differences(generated, copy) == []
 
 
@@ -128,8 +144,9 @@ def test_labels_the_line_rules_would_misread_stop_the_generator(tmp_path):
     text = policy.read_text()
     block = '  labels:\n    {{- include "jobttl.labels" (dict "ctx" . "component" "") | nindent 4 }}'
     assert block in text
-    policy.write_text(text.replace(block, '  labels: {{ include "jobttl.labels" (dict "ctx" . "component" "") '
-                                          '| fromYaml | toJson }}'))
+    policy.write_text(
+        text.replace(block, '  labels: {{ include "jobttl.labels" (dict "ctx" . "component" "") | fromYaml | toJson }}')
+    )
     with pytest.raises(knative.GenerationError, match="templates/policy.yaml: ConfigMap jobttl-policy: stripping"):
         knative.generate(chart_dir=chart)
 
@@ -137,17 +154,24 @@ def test_labels_the_line_rules_would_misread_stop_the_generator(tmp_path):
 def test_a_secret_without_a_placeholder_stops_the_generator(tmp_path):
     chart = knative.copy_chart(tmp_path / "chart")
     (chart / "templates" / "token.yaml").write_text(
-        "apiVersion: v1\nkind: Secret\nmetadata: {name: token, namespace: jobttl}\ndata: {token: c2VjcmV0}\n")
-    with pytest.raises(knative.GenerationError, match="Secret token: the generator writes a placeholder for the "
-                                                      "Redis password only"):
+        "apiVersion: v1\nkind: Secret\nmetadata: {name: token, namespace: jobttl}\ndata: {token: c2VjcmV0}\n"
+    )
+    with pytest.raises(
+        knative.GenerationError, match="Secret token: the generator writes a placeholder for the Redis password only"
+    ):
         knative.generate(chart_dir=chart)
 
 
 # --- each variant is the chart rendered with its values ----------------------------------------------
 
 # This module's own account of what Helm adds (independent of tools/knative.py's).
-HELM_LABELS = {"helm.sh/chart", "app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
-               "app.kubernetes.io/managed-by"}
+HELM_LABELS = {
+    "helm.sh/chart",
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+}
 
 
 def without_helm(node: Any) -> Any:
@@ -185,10 +209,17 @@ def chart_objects(*values_files: str) -> dict[tuple, dict[str, Any]]:
         if "helm.sh/hook" in annotations:
             if obj["kind"] == "Job":
                 env = {e["name"]: e["value"] for e in obj["spec"]["template"]["spec"]["containers"][0]["env"]}
-                secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {
-                    "name": env["SECRET_NAME"], "namespace": env["SECRET_NAMESPACE"],
-                    "labels": {"app.kubernetes.io/component": "redis", "app.kubernetes.io/part-of": "jobttl"}},
-                    "type": "Opaque", "stringData": {env["SECRET_KEY"]: PLACEHOLDER_REDIS_PASSWORD}}
+                secret = {
+                    "apiVersion": "v1",
+                    "kind": "Secret",
+                    "metadata": {
+                        "name": env["SECRET_NAME"],
+                        "namespace": env["SECRET_NAMESPACE"],
+                        "labels": {"app.kubernetes.io/component": "redis", "app.kubernetes.io/part-of": "jobttl"},
+                    },
+                    "type": "Opaque",
+                    "stringData": {env["SECRET_KEY"]: PLACEHOLDER_REDIS_PASSWORD},
+                }
                 objects[object_id(secret)] = secret
             continue
         obj = without_helm(obj)
@@ -221,7 +252,9 @@ def test_the_evidence_overlay_is_the_chart_rendered_with_its_values_but_the_base
     """The chart grants the evidence RBAC for a policy that archives and stages pods; the overlay
     grants it and leaves the policy, which says what to archive and where, to the operator."""
     chart = chart_objects("base.yaml", "evidence.yaml")
-    policy = object_id({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "jobttl", "name": "jobttl-policy"}})
+    policy = object_id(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"namespace": "jobttl", "name": "jobttl-policy"}}
+    )
     assert chart[policy] != chart_objects("base.yaml")[policy]
     chart[policy] = chart_objects("base.yaml")[policy]
     assert_same(chart, kustomized(KNATIVE / "overlays" / "evidence"))
@@ -229,9 +262,14 @@ def test_the_evidence_overlay_is_the_chart_rendered_with_its_values_but_the_base
 
 def test_the_monitoring_component_over_the_base_is_the_chart_rendered_with_its_values(tmp_path):
     """As knative/monitoring/kustomization.yaml tells operators to turn it on."""
-    (tmp_path / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(KNATIVE / "base", tmp_path)],
-        "components": [os.path.relpath(KNATIVE / "monitoring", tmp_path)]}))
+    (tmp_path / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(KNATIVE / "base", tmp_path)],
+                "components": [os.path.relpath(KNATIVE / "monitoring", tmp_path)],
+            }
+        )
+    )
     assert_same(chart_objects("base.yaml", "monitoring.yaml"), kustomized(tmp_path))
 
 
@@ -283,21 +321,30 @@ REF = {"spec": {"sink": {"ref": {"kind": "Broker", "name": "b"}}}}
 CONTAINERS = {"containers": [{"name": "worker", "args": ["w"]}]}
 
 
-@pytest.mark.parametrize("old, new, other", [
-    # a reference whose every field changes: replaced whole, after a test of the old one
-    (REF, {"spec": {"sink": {"ref": {"kind": "Service", "name": "s"}}}},
-     {"spec": {"sink": {"ref": {"kind": "Broker", "name": "other"}}}}),
-    # a key added in a list item: the item's name tested first
-    (CONTAINERS, {"containers": [{"name": "worker", "args": ["w"], "ports": [1]}]},
-     {"containers": [{"name": "sidecar", "args": ["w"]}]}),
-    # a key removed, a scalar in a list changed
-    ({"a": 1, "b": 2, "c": [1, 2]}, {"a": 1, "c": [1, 3]}, {"a": 1, "b": 3, "c": [1, 2]}),
-    ({"a": 1, "b": 2, "c": [1, 2]}, {"a": 1, "c": [1, 3]}, {"a": 1, "b": 2, "c": [1, 5]}),
-    # a list shortened: replaced whole
-    ({"a": 1, "c": [1, 2]}, {"a": 1, "c": [1]}, {"a": 1, "c": [1, 3]}),
-    # items appended (nothing replaced: nothing to test)
-    ({"env": [{"name": "A"}]}, {"env": [{"name": "A"}, {"name": "B"}]}, None),
-])
+@pytest.mark.parametrize(
+    "old, new, other",
+    [
+        # a reference whose every field changes: replaced whole, after a test of the old one
+        (
+            REF,
+            {"spec": {"sink": {"ref": {"kind": "Service", "name": "s"}}}},
+            {"spec": {"sink": {"ref": {"kind": "Broker", "name": "other"}}}},
+        ),
+        # a key added in a list item: the item's name tested first
+        (
+            CONTAINERS,
+            {"containers": [{"name": "worker", "args": ["w"], "ports": [1]}]},
+            {"containers": [{"name": "sidecar", "args": ["w"]}]},
+        ),
+        # a key removed, a scalar in a list changed
+        ({"a": 1, "b": 2, "c": [1, 2]}, {"a": 1, "c": [1, 3]}, {"a": 1, "b": 3, "c": [1, 2]}),
+        ({"a": 1, "b": 2, "c": [1, 2]}, {"a": 1, "c": [1, 3]}, {"a": 1, "b": 2, "c": [1, 5]}),
+        # a list shortened: replaced whole
+        ({"a": 1, "c": [1, 2]}, {"a": 1, "c": [1]}, {"a": 1, "c": [1, 3]}),
+        # items appended (nothing replaced: nothing to test)
+        ({"env": [{"name": "A"}]}, {"env": [{"name": "A"}, {"name": "B"}]}, None),
+    ],
+)
 def test_a_generated_json_patch_turns_the_old_object_into_the_new_and_refuses_another(old, new, other):
     operations = knative.json_patch(old, new)
     assert _json_patch(old, operations, "test") == new
@@ -307,5 +354,8 @@ def test_a_generated_json_patch_turns_the_old_object_into_the_new_and_refuses_an
 
 
 def test_values_files_layer_as_helm_layers_them():
-    assert knative.merged({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "e": 2}) == \
-        {"a": {"b": 1, "c": [2]}, "d": 1, "e": 2}
+    assert knative.merged({"a": {"b": 1, "c": [1]}, "d": 1}, {"a": {"c": [2]}, "e": 2}) == {
+        "a": {"b": 1, "c": [2]},
+        "d": 1,
+        "e": 2,
+    }

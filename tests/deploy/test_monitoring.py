@@ -35,28 +35,52 @@ from jobttl.core.store.schedule import Schedule
 from jobttl_emulator import TFJOB
 from tests.deploy.manifests import KNATIVE, find, object_id, pod_spec, render, validate_core
 from tests.deploy.monitoring import (
-    MONITORING, RULES_TEST, SCHEMAS, Prometheus, alerts, as_prometheus_sees_it, dashboard, dashboard_targets,
-    grouping_labels, prometheus_binary, prometheus_rule, promtool, selectors, write_rules_file,
+    MONITORING,
+    RULES_TEST,
+    SCHEMAS,
+    Prometheus,
+    alerts,
+    as_prometheus_sees_it,
+    dashboard,
+    dashboard_targets,
+    grouping_labels,
+    prometheus_binary,
+    prometheus_rule,
+    promtool,
+    selectors,
+    write_rules_file,
 )
 from tests.e2e.conftest import CORE_EVENTS, Cluster, stack_environment
 from tests.fixtures import finished_status
 from tests.services import JobttlProcess, RedisServer, free_port, start_emulator, wait_for
 
 SEVERITIES = {"critical", "warning"}
-DASHBOARD_PANELS = {"Pending deletions", "Deletions per minute by kind", "Deletion lateness",
-                    "Failures per minute by reason", "Resync duration", "Kubernetes API latency p99 by verb",
-                    "Dry run: would delete by kind"}
+DASHBOARD_PANELS = {
+    "Pending deletions",
+    "Deletions per minute by kind",
+    "Deletion lateness",
+    "Failures per minute by reason",
+    "Resync duration",
+    "Kubernetes API latency p99 by verb",
+    "Dry run: would delete by kind",
+}
 
 
 # --- the manifests ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def overlay(tmp_path_factory):
     """An overlay turning the kit on, as the component's comment tells users to."""
     directory = tmp_path_factory.mktemp("monitored")
-    (directory / "kustomization.yaml").write_text(yaml.safe_dump({
-        "resources": [os.path.relpath(KNATIVE / "base", directory)],
-        "components": [os.path.relpath(MONITORING, directory)]}))
+    (directory / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "resources": [os.path.relpath(KNATIVE / "base", directory)],
+                "components": [os.path.relpath(MONITORING, directory)],
+            }
+        )
+    )
     return directory
 
 
@@ -67,8 +91,9 @@ def monitored(overlay):
 
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl (with its built-in kustomize) not installed")
 def test_kustomize_renders_the_component_as_the_loader_does(overlay, monitored):
-    result = subprocess.run(["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, timeout=60,
-                            check=True)
+    result = subprocess.run(
+        ["kubectl", "kustomize", str(overlay)], capture_output=True, text=True, timeout=60, check=True
+    )
     expected = sorted((d for d in yaml.safe_load_all(result.stdout) if d), key=object_id)
     assert sorted(monitored, key=object_id) == expected
 
@@ -76,8 +101,12 @@ def test_kustomize_renders_the_component_as_the_loader_does(overlay, monitored):
 def test_the_component_adds_the_kit_and_names_the_worker_metrics_port(monitored):
     base = {object_id(o): o for o in render(KNATIVE / "base")}
     added = sorted((o["kind"], o["metadata"]["name"]) for o in monitored if object_id(o) not in base)
-    assert added == [("ConfigMap", "jobttl-dashboard"), ("PodMonitor", "jobttl-sink"), ("PodMonitor", "jobttl-worker"),
-                     ("PrometheusRule", "jobttl")]
+    assert added == [
+        ("ConfigMap", "jobttl-dashboard"),
+        ("PodMonitor", "jobttl-sink"),
+        ("PodMonitor", "jobttl-worker"),
+        ("PrometheusRule", "jobttl"),
+    ]
     changed = [object_id(o) for o in monitored if object_id(o) in base and o != base[object_id(o)]]
     assert changed == [object_id(find(monitored, "Deployment", "jobttl-worker"))]
 
@@ -85,8 +114,10 @@ def test_the_component_adds_the_kit_and_names_the_worker_metrics_port(monitored)
 def test_the_kit_objects_have_the_operator_and_kubernetes_shapes(monitored):
     for obj in monitored:
         if obj["kind"] in SCHEMAS:
-            problems = [f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
-                        for e in jsonschema.Draft202012Validator(SCHEMAS[obj["kind"]]).iter_errors(obj)]
+            problems = [
+                f"{'.'.join(map(str, e.absolute_path))}: {e.message}"
+                for e in jsonschema.Draft202012Validator(SCHEMAS[obj["kind"]]).iter_errors(obj)
+            ]
         elif obj["kind"] in ("ConfigMap", "Deployment"):
             problems = validate_core(obj)
         else:
@@ -98,15 +129,18 @@ def test_the_structural_check_refuses_what_the_operator_would_not_take():
     rule = prometheus_rule()
     rule["spec"]["groups"][0]["rules"][0]["for"] = "5 minutes"
     assert list(jsonschema.Draft202012Validator(SCHEMAS["PrometheusRule"]).iter_errors(rule))
-    monitor = next(o for o in yaml.safe_load_all((MONITORING / "monitoring.yaml").read_text()) if o["kind"] == "PodMonitor")
+    monitor = next(
+        o for o in yaml.safe_load_all((MONITORING / "monitoring.yaml").read_text()) if o["kind"] == "PodMonitor"
+    )
     monitor["spec"]["endpoints"] = monitor["spec"].pop("podMetricsEndpoints")  # a ServiceMonitor's field
     assert list(jsonschema.Draft202012Validator(SCHEMAS["PodMonitor"]).iter_errors(monitor))
 
 
 def _selects(monitor: dict, template: dict) -> bool:
     labels = template["metadata"]["labels"]
-    return monitor["metadata"]["namespace"] == "jobttl" and \
-        all(labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items())
+    return monitor["metadata"]["namespace"] == "jobttl" and all(
+        labels.get(k) == v for k, v in monitor["spec"]["selector"]["matchLabels"].items()
+    )
 
 
 def test_the_sink_pod_monitor_scrapes_the_sink_container_itself(monitored):
@@ -166,6 +200,7 @@ def test_the_dashboard_is_a_grafana_sidecar_config_map(monitored):
 
 # --- promtool ---------------------------------------------------------------------------------
 
+
 def test_promtool_accepts_the_rules(tmp_path):
     checked = promtool("check", "rules", str(write_rules_file(tmp_path)), cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
@@ -199,8 +234,11 @@ def _mutant(directory, name: str, expr: str) -> Path:
             rule["expr"] = expr
     write_rules_file(directory, groups)
     suite = yaml.safe_load(RULES_TEST.read_text())
-    suite["tests"] = [{**group, "alert_rule_test": cases} for group in suite["tests"]
-                      if (cases := [c for c in group["alert_rule_test"] if c["alertname"] == name])]
+    suite["tests"] = [
+        {**group, "alert_rule_test": cases}
+        for group in suite["tests"]
+        if (cases := [c for c in group["alert_rule_test"] if c["alertname"] == name])
+    ]
     path = directory / RULES_TEST.name
     path.write_text(yaml.safe_dump(suite))
     return path
@@ -208,12 +246,21 @@ def _mutant(directory, name: str, expr: str) -> Path:
 
 # The series dry run moves (`dryRun: true`, globally or in a rule): what it decided, by kind,
 # pending and never deleted. An alert that reads any of them as trouble fires in every dry run.
-DRY_RUN_SERIES = ("sum(jobttl_dry_run_would_delete) > 0", "sum(increase(jobttl_would_delete_total[15m])) > 0",
-                  'sum(increase(jobttl_decisions_total{event="would-delete"}[15m])) > 0',
-                  "max(jobttl_pending_deletions) > 0")
+DRY_RUN_SERIES = (
+    "sum(jobttl_dry_run_would_delete) > 0",
+    "sum(increase(jobttl_would_delete_total[15m])) > 0",
+    'sum(increase(jobttl_decisions_total{event="would-delete"}[15m])) > 0',
+    "max(jobttl_pending_deletions) > 0",
+)
 # The alerts that read the deletion series: each has a unit test of the dry-run case.
-DELETION_ALERTS = {"JobttlMetricsAbsent", "JobttlDeletionsStalled", "JobttlDeletionsFailing", "JobttlDeletionsStuck",
-                   "JobttlDeletionsHeld", "JobttlDeletionsLate"}
+DELETION_ALERTS = {
+    "JobttlMetricsAbsent",
+    "JobttlDeletionsStalled",
+    "JobttlDeletionsFailing",
+    "JobttlDeletionsStuck",
+    "JobttlDeletionsHeld",
+    "JobttlDeletionsLate",
+}
 
 
 def _dry_run_cases() -> list[dict]:
@@ -235,12 +282,20 @@ def test_the_dry_run_unit_tests_catch_an_alert_that_fires_on_what_dry_run_decide
         for j, name in enumerate(sorted(DELETION_ALERTS)):
             path = _mutant(tmp_path / f"m{i}-{j}", name, broken)
             suite = yaml.safe_load(path.read_text())
-            suite["tests"] = [{**g, "alert_rule_test": [c for c in g["alert_rule_test"] if c["alertname"] == name]}
-                              for g in _dry_run_cases()]
+            suite["tests"] = [
+                {**g, "alert_rule_test": [c for c in g["alert_rule_test"] if c["alertname"] == name]}
+                for g in _dry_run_cases()
+            ]
             path.write_text(yaml.safe_dump(suite))
             mutants[str(path)] = f"{name}: {broken}"
-    result = subprocess.run([prometheus_binary("promtool"), "test", "rules", *mutants], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    result = subprocess.run(
+        [prometheus_binary("promtool"), "test", "rules", *mutants],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=60,
+    )
     outcomes = dict(re.findall(r"Unit Testing:\s+(\S+)\s+(SUCCESS|FAILED)", result.stdout))
     assert set(outcomes) == set(mutants), result.stdout
     passed = [mutants[path] for path, outcome in outcomes.items() if outcome == "SUCCESS"]
@@ -248,11 +303,20 @@ def test_the_dry_run_unit_tests_catch_an_alert_that_fires_on_what_dry_run_decide
 
 
 def test_the_unit_tests_catch_an_alert_that_never_or_always_fires(tmp_path):
-    mutants = {str(_mutant(tmp_path / f"m{i}-{j}", alert["alert"], broken)): f"{alert['alert']}: {broken}"
-               for i, broken in enumerate(("vector(1) < 0", "vector(1)")) for j, alert in enumerate(alerts())}
+    mutants = {
+        str(_mutant(tmp_path / f"m{i}-{j}", alert["alert"], broken)): f"{alert['alert']}: {broken}"
+        for i, broken in enumerate(("vector(1) < 0", "vector(1)"))
+        for j, alert in enumerate(alerts())
+    }
     # One promtool run for all of them: its start costs about a second.
-    result = subprocess.run([prometheus_binary("promtool"), "test", "rules", *mutants], cwd=tmp_path, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
+    result = subprocess.run(
+        [prometheus_binary("promtool"), "test", "rules", *mutants],
+        cwd=tmp_path,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        timeout=60,
+    )
     outcomes = dict(re.findall(r"Unit Testing:\s+(\S+)\s+(SUCCESS|FAILED)", result.stdout))
     assert set(outcomes) == set(mutants), result.stdout
     passed = [mutants[path] for path, outcome in outcomes.items() if outcome == "SUCCESS"]
@@ -287,22 +351,38 @@ class Stack:
         worker_port, sink_port = free_port(), free_port()
         self.worker_metrics = f"http://127.0.0.1:{worker_port}/metrics"
         self.env = stack_environment(
-            self.redis_server, self.emulator, QUEUE, worker_port,
+            self.redis_server,
+            self.emulator,
+            QUEUE,
+            worker_port,
             JOBTTL_RESYNC_INTERVAL="3600",  # so the worker resyncs when it starts
-            JOBTTL_RESYNC_MAX_DELETIONS="1", JOBTTL_RESYNC_MAX_SHARE="1",  # events: the 2nd due in a minute is held
-            JOBTTL_STUCK_AFTER="1s", JOBTTL_POLICY=str(directory / "policy.yaml"))
+            JOBTTL_RESYNC_MAX_DELETIONS="1",
+            JOBTTL_RESYNC_MAX_SHARE="1",  # events: the 2nd due in a minute is held
+            JOBTTL_STUCK_AFTER="1s",
+            JOBTTL_POLICY=str(directory / "policy.yaml"),
+        )
         # Prometheus first, so it sees the processes from their first sample on.
-        self.prometheus = self._started(Prometheus(directory, {"jobttl-sink": f"127.0.0.1:{sink_port}",
-                                                               "jobttl-worker": f"127.0.0.1:{worker_port}"},
-                                                   [write_rules_file(directory)]).start())
+        self.prometheus = self._started(
+            Prometheus(
+                directory,
+                {"jobttl-sink": f"127.0.0.1:{sink_port}", "jobttl-worker": f"127.0.0.1:{worker_port}"},
+                [write_rules_file(directory)],
+            ).start()
+        )
         self.worker = self._started(JobttlProcess(["worker"], self.env, directory, "worker").start())
-        self.sink = self._started(JobttlProcess(["sink", "--host", "127.0.0.1", "--port", str(sink_port),
-                                                 "--threads", "4"], self.env, directory, "sink").start())
+        self.sink = self._started(
+            JobttlProcess(
+                ["sink", "--host", "127.0.0.1", "--port", str(sink_port), "--threads", "4"], self.env, directory, "sink"
+            ).start()
+        )
         self.sink_url = f"http://127.0.0.1:{sink_port}"
         wait_for(lambda: requests.get(f"{self.sink_url}/metrics", timeout=1).ok, timeout=20, what="the sink")
         # Prometheus's service discovery hands it its targets ~5 s after it starts.
-        wait_for(lambda: [t["health"] for t in self.prometheus.api("targets")["activeTargets"]] == ["up", "up"],
-                 timeout=20, what="Prometheus to scrape the sink and the worker")
+        wait_for(
+            lambda: [t["health"] for t in self.prometheus.api("targets")["activeTargets"]] == ["up", "up"],
+            timeout=20,
+            what="Prometheus to scrape the sink and the worker",
+        )
 
     def _started(self, part):
         self.started.append(part)
@@ -321,8 +401,7 @@ class Stack:
         before = time.time()
         # A request is one job per second: one in the same second as another is a duplicate.
         wait_for(schedule.request_resync, timeout=5, interval=0.2, what="the resync to be requested")
-        wait_for(lambda: float(self.redis.get(keys.RESYNC_LAST_SUCCESS) or 0) > before, timeout=15,
-                 what="the resync")
+        wait_for(lambda: float(self.redis.get(keys.RESYNC_LAST_SUCCESS) or 0) > before, timeout=15, what="the resync")
 
 
 # A rule's dry run, as an admin tries a new rule: jobs labelled rehearsal=true are only rehearsed.
@@ -336,8 +415,14 @@ def stack(tmp_path_factory):
     stack.stop()
 
 
-def _finished(cluster: Cluster, name: str, ttl: int, finished_at: float, finalizer: str | None = None,
-              labels: dict[str, str] | None = None):
+def _finished(
+    cluster: Cluster,
+    name: str,
+    ttl: int,
+    finished_at: float,
+    finalizer: str | None = None,
+    labels: dict[str, str] | None = None,
+):
     obj = cluster.create(name, ttl=ttl)
     if finalizer:
         cluster.patch(name, {"metadata": {"finalizers": [finalizer]}})
@@ -366,20 +451,30 @@ def troubled(stack):
     _finished(failing, "forbidden", ttl=3, finished_at=time.time())
     _finished(stuck, "finalized", ttl=3, finished_at=time.time(), finalizer="example.com/never")
     wait_for(lambda: stack.redis.hlen(keys.STUCK) == 1, timeout=20, what="the deletion to be reported stuck")
-    wait_for(lambda: stack.prometheus.value("max(jobttl_stuck_deletions)") == 1, timeout=10,
-             what="Prometheus to scrape the stuck deletion")
-    wait_for(lambda: stack.prometheus.value('sum(jobttl_decisions_total{event="failed"})') == 1, timeout=10,
-             what="Prometheus to scrape the failed deletion")
-    wait_for(lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 1, timeout=10,
-             what="Prometheus to scrape the dry run's would-delete")
+    wait_for(
+        lambda: stack.prometheus.value("max(jobttl_stuck_deletions)") == 1,
+        timeout=10,
+        what="Prometheus to scrape the stuck deletion",
+    )
+    wait_for(
+        lambda: stack.prometheus.value('sum(jobttl_decisions_total{event="failed"})') == 1,
+        timeout=10,
+        what="Prometheus to scrape the failed deletion",
+    )
+    wait_for(
+        lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 1,
+        timeout=10,
+        what="Prometheus to scrape the dry run's would-delete",
+    )
     assert stack.redis.hlen(keys.HELD) == 1 and late.get("held") is not None and late.get("rehearsed") is not None
     assert failing.get("forbidden") is not None
     return stack
 
 
 def _expressions() -> list[tuple[str, str]]:
-    return [(f"alert {a['alert']}", a["expr"]) for a in alerts()] + \
-        [(f"panel {title}", as_prometheus_sees_it(t["expr"])) for title, t in dashboard_targets()]
+    return [(f"alert {a['alert']}", a["expr"]) for a in alerts()] + [
+        (f"panel {title}", as_prometheus_sees_it(t["expr"])) for title, t in dashboard_targets()
+    ]
 
 
 def test_prometheus_evaluates_every_rule_without_error(troubled):
@@ -387,6 +482,7 @@ def test_prometheus_evaluates_every_rule_without_error(troubled):
         rules = [r for g in troubled.prometheus.api("rules")["groups"] for r in g["rules"]]
         never = "0001-01-01T00:00:00Z"  # Go's zero time
         return len(rules) == len(alerts()) and all(r["lastEvaluation"] != never for r in rules) and rules
+
     for rule in wait_for(evaluated, timeout=10, what="every rule to be evaluated"):
         assert rule["health"] == "ok", f"{rule['name']}: {rule.get('lastError')}"
 
@@ -419,6 +515,7 @@ def test_the_dashboard_shows_what_happened(troubled):
     def labels(title: str, label: str) -> set[str]:
         [expr] = _panel(title).values()
         return {s["metric"][label] for s in prometheus.query(expr)}
+
     assert labels("Deletions per minute by kind", "kind") == {"TFJob"}
     assert labels("Deletions per minute by kind", "group") == {"kubeflow.org"}
     assert "permanent" in labels("Failures per minute by reason", "reason")
@@ -428,19 +525,23 @@ def test_the_dashboard_shows_what_happened(troubled):
     assert prometheus.value(_panel("Deletion lateness p50 / p99")["p99"]) > 900
     assert prometheus.value(_panel("Resync duration")["since the last complete resync"]) < 60
     assert prometheus.value(_panel("Workers and scheduler")["heartbeat age (s)"]) < 30
-    assert {(s["metric"]["kind"], s["metric"]["group"]): float(s["value"][1])
-            for s in prometheus.query(_panel("Dry run: would delete by kind")["{{kind}}.{{group}}"])} == \
-        {("TFJob", "kubeflow.org"): 1}
+    assert {
+        (s["metric"]["kind"], s["metric"]["group"]): float(s["value"][1])
+        for s in prometheus.query(_panel("Dry run: would delete by kind")["{{kind}}.{{group}}"])
+    } == {("TFJob", "kubeflow.org"): 1}
 
 
 def test_exactly_the_alerts_for_the_trouble_go_off(troubled):
     def settled():
         active = troubled.prometheus.active_alerts()
         return active if set(active) == EXPECTED_ALERTS else None
+
     try:
         active = wait_for(settled, timeout=15, what="the expected alerts")
     except AssertionError:
-        raise AssertionError(f"active alerts: {troubled.prometheus.active_alerts()}, expected {EXPECTED_ALERTS}") from None
+        raise AssertionError(
+            f"active alerts: {troubled.prometheus.active_alerts()}, expected {EXPECTED_ALERTS}"
+        ) from None
     assert active["JobttlDeletionsFailing"] == "firing"  # no `for`: at once
     quiet = {a["alert"] for a in alerts()} - EXPECTED_ALERTS
     for alert in alerts():
@@ -464,10 +565,16 @@ def dry_run(tmp_path_factory):
         cluster = stack.rehearsed = stack.cluster()
         for i in range(3):
             _finished(cluster, f"rehearsed-{i}", ttl=60, finished_at=time.time() - HOUR)
-        wait_for(lambda: stack.prometheus.value("sum(jobttl_would_delete_total)") == 3, timeout=30,
-                 what="the worker's 3 would-deletes, scraped")
-        wait_for(lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 3, timeout=10,
-                 what="the would-delete gauge, scraped")
+        wait_for(
+            lambda: stack.prometheus.value("sum(jobttl_would_delete_total)") == 3,
+            timeout=30,
+            what="the worker's 3 would-deletes, scraped",
+        )
+        wait_for(
+            lambda: stack.prometheus.value("max(jobttl_dry_run_would_delete)") == 3,
+            timeout=10,
+            what="the would-delete gauge, scraped",
+        )
         yield stack
     finally:
         stack.stop()
@@ -495,8 +602,11 @@ def test_in_dry_run_no_alert_reads_trouble(dry_run):
 
 def _scraped_samples(url: str) -> dict[tuple[str, tuple], float]:
     text = requests.get(url, timeout=5).text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def _scraped(url: str) -> dict[str, float]:
@@ -516,6 +626,7 @@ def test_a_killed_worker_stays_registered_but_its_heartbeat_stops(troubled):
     def aged():
         now = _scraped(f"{troubled.sink_url}/metrics")
         return now if time.time() - now["jobttl_worker_last_heartbeat_timestamp_seconds"] > 8 else None
+
     after = wait_for(aged, timeout=20, what="the heartbeat to age")  # RQ heartbeats an idle worker every 5 s
     assert after["jobttl_workers"] == 1
 

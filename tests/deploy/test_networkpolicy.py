@@ -21,20 +21,25 @@ def _matches(selector: dict | None, labels: dict[str, str]) -> bool:
         return True
     expressions = selector.get("matchExpressions") or []
     assert all(e["operator"] == "In" for e in expressions), "only the operators the manifests use"
-    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and \
-        all(labels.get(e["key"]) in e["values"] for e in expressions)
+    return all(labels.get(k) == v for k, v in (selector.get("matchLabels") or {}).items()) and all(
+        labels.get(e["key"]) in e["values"] for e in expressions
+    )
 
 
-def admitted(policy: dict, namespace: str, namespace_labels: dict[str, str], pod_labels: dict[str, str],
-             port: int) -> bool:
+def admitted(
+    policy: dict, namespace: str, namespace_labels: dict[str, str], pod_labels: dict[str, str], port: int
+) -> bool:
     """Does `policy` let a pod with these labels, in this namespace, reach `port`?"""
     for rule in policy["spec"].get("ingress") or []:
         ports = [p["port"] for p in rule.get("ports") or []]
         if ports and port not in ports:
             continue
         for peer in rule.get("from") or [{}]:
-            in_namespace = (_matches(peer["namespaceSelector"], namespace_labels) if "namespaceSelector" in peer
-                            else namespace == policy["metadata"]["namespace"])
+            in_namespace = (
+                _matches(peer["namespaceSelector"], namespace_labels)
+                if "namespaceSelector" in peer
+                else namespace == policy["metadata"]["namespace"]
+            )
             if in_namespace and _matches(peer.get("podSelector"), pod_labels):
                 return True
     return False
@@ -65,15 +70,28 @@ def test_each_component_is_covered_by_its_policy(objects):
     assert selects(find(objects, "NetworkPolicy", "jobttl-redis"), find(objects, "StatefulSet", "jobttl-redis"))
 
 
-@pytest.mark.parametrize("who, namespace, labels, allowed", [
-    ("the Broker's filter", "knative-eventing", {"eventing.knative.dev/brokerRole": "filter"}, True),
-    ("Knative Serving's activator", "knative-serving", {"app": "activator"}, True),
-    ("the ApiServerSource adapter", NAMESPACE, {"eventing.knative.dev/source": "apiserver-source-controller"}, True),
-    ("jobttl watch", NAMESPACE, {"app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/component": "watcher"}, True),
-    ("Prometheus", "monitoring", {"app.kubernetes.io/name": "prometheus"}, True),
-    ("a user's pod", "team-a", {"app": "notebook"}, False),
-    ("another pod of this namespace", NAMESPACE, {"app": "debug"}, False),
-])
+@pytest.mark.parametrize(
+    "who, namespace, labels, allowed",
+    [
+        ("the Broker's filter", "knative-eventing", {"eventing.knative.dev/brokerRole": "filter"}, True),
+        ("Knative Serving's activator", "knative-serving", {"app": "activator"}, True),
+        (
+            "the ApiServerSource adapter",
+            NAMESPACE,
+            {"eventing.knative.dev/source": "apiserver-source-controller"},
+            True,
+        ),
+        (
+            "jobttl watch",
+            NAMESPACE,
+            {"app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/component": "watcher"},
+            True,
+        ),
+        ("Prometheus", "monitoring", {"app.kubernetes.io/name": "prometheus"}, True),
+        ("a user's pod", "team-a", {"app": "notebook"}, False),
+        ("another pod of this namespace", NAMESPACE, {"app": "debug"}, False),
+    ],
+)
 def test_the_sink_admits_event_sources_and_the_scraper_and_nobody_else(objects, who, namespace, labels, allowed):
     policy = find(objects, "NetworkPolicy", "jobttl-sink")
     assert admitted(policy, namespace, ns(namespace), labels, 8012) is allowed, who
@@ -86,8 +104,13 @@ def test_redis_admits_only_the_sink_and_the_worker(objects):
         assert admitted(policy, NAMESPACE, ns(NAMESPACE), labels, 6379), name
     watcher = {"app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/component": "watcher"}
     assert not admitted(policy, NAMESPACE, ns(NAMESPACE), watcher, 6379), "the watcher needs no Redis"
-    assert not admitted(policy, "team-a", ns("team-a"), {"app.kubernetes.io/part-of": "jobttl",
-                                                         "app.kubernetes.io/component": "sink"}, 6379)
+    assert not admitted(
+        policy,
+        "team-a",
+        ns("team-a"),
+        {"app.kubernetes.io/part-of": "jobttl", "app.kubernetes.io/component": "sink"},
+        6379,
+    )
 
 
 def test_the_worker_admits_only_the_scraper_on_its_metrics_port(objects):
@@ -99,7 +122,12 @@ def test_the_worker_admits_only_the_scraper_on_its_metrics_port(objects):
 
 def test_the_evaluator_can_say_no():
     """A policy that admits everything from one namespace is caught admitting it, and only it."""
-    policy = {"metadata": {"namespace": NAMESPACE}, "spec": {"podSelector": {}, "ingress": [
-        {"from": [{"namespaceSelector": {"matchLabels": ns("x")}}], "ports": [{"port": 1}]}]}}
+    policy = {
+        "metadata": {"namespace": NAMESPACE},
+        "spec": {
+            "podSelector": {},
+            "ingress": [{"from": [{"namespaceSelector": {"matchLabels": ns("x")}}], "ports": [{"port": 1}]}],
+        },
+    }
     assert admitted(policy, "x", ns("x"), {}, 1)
     assert not admitted(policy, "x", ns("x"), {}, 2) and not admitted(policy, "y", ns("y"), {}, 1)

@@ -28,8 +28,13 @@ LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 def build_wheel(source: Path, out: Path) -> tuple[Path, str]:
     """`pip wheel` of a distribution, as `pip install` builds it (build isolation, the backend's
     own setuptools), verbose: the built wheel and everything the build printed."""
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(out), str(source)],
-                          check=True, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "-w", str(out), str(source)],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     [built] = out.glob("*.whl")
     return built, done.stdout + done.stderr
 
@@ -46,8 +51,12 @@ def wheel(built) -> Path:
 
 # What setuptools prints of a folder Python could import that the package list leaves out (the
 # build takes its files as data all the same): a wall of "Package would be ignored" banners.
-SETUPTOOLS_WARNINGS = ("Package would be ignored", "BuildBackendWarning", "SetuptoolsDeprecationWarning",
-                       "SetuptoolsWarning")
+SETUPTOOLS_WARNINGS = (
+    "Package would be ignored",
+    "BuildBackendWarning",
+    "SetuptoolsDeprecationWarning",
+    "SetuptoolsWarning",
+)
 
 
 def setuptools_warnings(output: str) -> list[str]:
@@ -76,23 +85,39 @@ CONTRACTS = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["import
 def lint_imports(site: Path) -> subprocess.CompletedProcess:
     # From the unpacked wheel's own directory: import-linter puts the working directory first
     # on the path, so it reads what ships, not the repository.
-    return subprocess.run([str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml")], cwd=site,
-                          env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [str(LINT_IMPORTS), "--config", str(REPO / "pyproject.toml")],
+        cwd=site,
+        env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_everything_installs_under_one_namespace(unpacked):
     top = {p.name for p in unpacked.iterdir() if not p.name.endswith(".dist-info")}
     assert top == {"jobttl"}, "no top-level sink, worker, watcher or emulator packages to collide with"
     assert {p.name for p in (unpacked / "jobttl").iterdir() if p.is_dir() and p.name != "__pycache__"} == {
-        "cli", "core", "sink", "worker", "watcher", "notifier", "console"}
+        "cli",
+        "core",
+        "sink",
+        "worker",
+        "watcher",
+        "notifier",
+        "console",
+    }
 
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("sdist")
-    subprocess.run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)],
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     [built] = out.glob("jobttl-*.tar.gz")
     return built
 
@@ -100,8 +125,10 @@ def sdist(tmp_path_factory) -> Path:
 def test_the_wheel_and_the_sdist_carry_the_apache_license(wheel, unpacked, sdist):
     license_text = (REPO / "LICENSE").read_text()
     # The SHA-256 of https://www.apache.org/licenses/LICENSE-2.0.txt: the whole text, verbatim.
-    assert hashlib.sha256(license_text.encode()).hexdigest() == \
-        "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+    assert (
+        hashlib.sha256(license_text.encode()).hexdigest()
+        == "cfc7749b96f63bd31c3c42b5c471bf756814053e847c10f3eb003417bc523d30"
+    )
     [dist_info] = unpacked.glob("jobttl-*.dist-info")
     assert (dist_info / "licenses" / "LICENSE").read_text() == license_text
     metadata = (dist_info / "METADATA").read_text()
@@ -131,8 +158,10 @@ def test_the_import_contracts_hold_in_the_repository_as_a_developer_runs_them():
 
 
 # The namespace's sub-packages, each at its one folder (pyproject.toml's package-dir).
-FOLDERS = {f"jobttl.{name}": REPO / ("jobttl/cli" if name == "cli" else name)
-           for name in ("cli", "core", "sink", "worker", "watcher", "notifier", "console")}
+FOLDERS = {
+    f"jobttl.{name}": REPO / ("jobttl/cli" if name == "cli" else name)
+    for name in ("cli", "core", "sink", "worker", "watcher", "notifier", "console")
+}
 # The contracts see the emulator too (no import cycle there either); it does not ship.
 CHECKED = {**FOLDERS, "jobttl_emulator": REPO / "emulator" / "jobttl_emulator"}
 
@@ -158,19 +187,24 @@ def test_each_module_has_one_path_its_file_in_the_repository():
     repository root (as pytest, make run and lint-imports are) loads each sub-package from its
     folder, the path a traceback, coverage or an editor shows."""
     assert [p for p in (REPO / "jobttl").rglob("*") if p.is_symlink()] == []
-    assert not (REPO / "jobttl" / "__init__.py").exists(), "jobttl is a namespace: lint-imports's roots are its packages"
+    assert not (REPO / "jobttl" / "__init__.py").exists(), (
+        "jobttl is a namespace: lint-imports's roots are its packages"
+    )
     code = f"import importlib; print('\\n'.join(importlib.import_module(n).__file__ for n in {sorted(FOLDERS)!r}))"
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == [str(FOLDERS[n] / "__init__.py") for n in sorted(FOLDERS)]
 
 
-@pytest.mark.parametrize("module, line", [
-    ("core/store/schedule.py", "import jobttl.worker.tasks\n"),  # the core climbing up to a process
-    ("sink/api.py", "import jobttl.worker.tasks\n"),  # one process importing another
-    ("worker/tasks.py", "import jobttl.core.store.keys\n"),  # the worker writing Redis around the services
-    ("worker/tasks.py", "import kubernetes.client\n"),  # the API reached around the core's client
-])
+@pytest.mark.parametrize(
+    "module, line",
+    [
+        ("core/store/schedule.py", "import jobttl.worker.tasks\n"),  # the core climbing up to a process
+        ("sink/api.py", "import jobttl.worker.tasks\n"),  # one process importing another
+        ("worker/tasks.py", "import jobttl.core.store.keys\n"),  # the worker writing Redis around the services
+        ("worker/tasks.py", "import kubernetes.client\n"),  # the API reached around the core's client
+    ],
+)
 def test_a_broken_layer_is_caught(unpacked, tmp_path, module, line):
     broken = tmp_path / "site"
     shutil.copytree(unpacked, broken)
@@ -195,8 +229,11 @@ def test_the_wheel_and_the_sdist_ship_every_lua_script_as_it_is_in_the_repositor
     assert len(scripts) > 10
     assert {p.name: p.read_text() for p in (unpacked / "jobttl" / "core" / "store" / "lua").glob("*.lua")} == scripts
     with tarfile.open(sdist) as archive:
-        shipped = {Path(m.name).name: archive.extractfile(m).read().decode() for m in archive.getmembers()
-                   if m.name.endswith(".lua") and "/core/store/lua/" in m.name}
+        shipped = {
+            Path(m.name).name: archive.extractfile(m).read().decode()
+            for m in archive.getmembers()
+            if m.name.endswith(".lua") and "/core/store/lua/" in m.name
+        }
     assert shipped == scripts
 
 
@@ -208,9 +245,11 @@ def test_the_wheel_declares_the_workers_tasks_the_store_books_by(unpacked):
     [dist_info] = unpacked.glob("jobttl-*.dist-info")
     entry_points = configparser.ConfigParser()
     entry_points.read_string((dist_info / "entry_points.txt").read_text())
-    assert dict(entry_points["jobttl.tasks"]) == {"delete": "jobttl.worker.tasks:delete_if_expired",
-                                                  "warn": "jobttl.worker.tasks:warn_upcoming",
-                                                  "resync": "jobttl.worker.tasks:resync"}
+    assert dict(entry_points["jobttl.tasks"]) == {
+        "delete": "jobttl.worker.tasks:delete_if_expired",
+        "warn": "jobttl.worker.tasks:warn_upcoming",
+        "resync": "jobttl.worker.tasks:resync",
+    }
     for value in entry_points["jobttl.tasks"].values():
         module, function = value.split(":")
         assert f"def {function}(" in (unpacked / (module.replace(".", "/") + ".py")).read_text()

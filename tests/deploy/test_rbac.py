@@ -61,15 +61,22 @@ def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, 
     """Every (apiGroup, resource, verb) bound to a service account, refusing anything wider. A rule
     limited by `resourceNames` grants ``resource[name]`` for each name (`named`): only the install
     record's (a Role) and the worker's CRDs' (in a ClusterRole: CRDs have no namespace) may be."""
-    roles = {(o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
-             for o in objects if o["apiVersion"] == RBAC and o["kind"] in ("ClusterRole", "Role")}
+    roles = {
+        (o["kind"], o["metadata"].get("namespace"), o["metadata"]["name"]): o
+        for o in objects
+        if o["apiVersion"] == RBAC and o["kind"] in ("ClusterRole", "Role")
+    }
     granted = set()
     for binding in objects:
         if binding["apiVersion"] != RBAC or binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
         subjects = binding.get("subjects") or []
-        if not any(s.get("kind") == "ServiceAccount" and s.get("name") == account
-                   and s.get("namespace", binding["metadata"].get("namespace")) == namespace for s in subjects):
+        if not any(
+            s.get("kind") == "ServiceAccount"
+            and s.get("name") == account
+            and s.get("namespace", binding["metadata"].get("namespace")) == namespace
+            for s in subjects
+        ):
             continue
         ref = binding["roleRef"]
         role_namespace = None if ref["kind"] == "ClusterRole" else binding["metadata"]["namespace"]
@@ -83,11 +90,18 @@ def grants(objects, account: str, namespace: str = NAMESPACE) -> set[tuple[str, 
             if "nonResourceURLs" in rule:
                 raise Violation(f"{name}: only resource rules are expected")
             crd_rule = rule.get("apiGroups") == [CRD_GROUP] and rule.get("resources") == [CRDS]
-            if "resourceNames" in rule and not crd_rule and (
-                    ref["kind"] != "Role" or rule.get("resources") != ["configmaps"]
-                    or rule["resourceNames"] != [CONFIGMAP]):
-                raise Violation(f"{name}: resource names only for jobttl's own install record, in a Role, "
-                                "and the job kinds' CRDs")
+            if (
+                "resourceNames" in rule
+                and not crd_rule
+                and (
+                    ref["kind"] != "Role"
+                    or rule.get("resources") != ["configmaps"]
+                    or rule["resourceNames"] != [CONFIGMAP]
+                )
+            ):
+                raise Violation(
+                    f"{name}: resource names only for jobttl's own install record, in a Role, and the job kinds' CRDs"
+                )
             fields = (rule.get("apiGroups") or [], rule.get("resources") or [], rule.get("verbs") or [])
             if any("*" in value for field in fields for value in field + rule.get("resourceNames", [])):
                 raise Violation(f"{name}: wildcard")
@@ -125,15 +139,19 @@ def test_the_worker_gets_exactly_its_declared_verbs_and_events(objects):
 EVIDENCE = KNATIVE / "overlays" / "evidence"
 
 
-@pytest.mark.parametrize("roles, features", [
-    (("jobttl-worker-archive",), {"archive": True}),
-    (("jobttl-worker-pod-cleanup",), {"pod_cleanup": True}),
-    (("jobttl-worker-archive", "jobttl-worker-pod-cleanup"), {"archive": True, "pod_cleanup": True}),
-])
+@pytest.mark.parametrize(
+    "roles, features",
+    [
+        (("jobttl-worker-archive",), {"archive": True}),
+        (("jobttl-worker-pod-cleanup",), {"pod_cleanup": True}),
+        (("jobttl-worker-archive", "jobttl-worker-pod-cleanup"), {"archive": True, "pod_cleanup": True}),
+    ],
+)
 def test_the_evidence_roles_grant_exactly_what_archiving_and_pod_cleanup_declare(roles, features):
     """Each ClusterRole of the evidence overlay (and its binding), on its own, over the base."""
-    objects = rendered(KNATIVE) + [o for o in load_yaml_documents(EVIDENCE / "rbac.yaml")
-                                   if o["metadata"]["name"] in roles]
+    objects = rendered(KNATIVE) + [
+        o for o in load_yaml_documents(EVIDENCE / "rbac.yaml") if o["metadata"]["name"] in roles
+    ]
     assert grants(objects, accounts(objects)["worker"]) == declared("worker", **features)
     assert declared("worker", **features) > declared("worker")  # the base stays least-privilege
 
@@ -151,8 +169,11 @@ def test_the_apiserversource_gets_exactly_get_list_watch(objects):
 def test_components_have_accounts_of_their_own(objects):
     names = accounts(objects)
     assert len(set(names.values())) == len(names), names
-    existing = {o["metadata"]["name"] for o in objects if o["kind"] == "ServiceAccount"
-                and o["metadata"]["namespace"] == NAMESPACE}
+    existing = {
+        o["metadata"]["name"]
+        for o in objects
+        if o["kind"] == "ServiceAccount" and o["metadata"]["namespace"] == NAMESPACE
+    }
     assert set(names.values()) <= existing
 
 
@@ -162,8 +183,9 @@ def test_nothing_else_is_bound_and_pods_without_grants_get_no_token(objects):
         for subject in binding["subjects"]:
             assert subject["kind"] == "ServiceAccount" and subject["name"] in names, binding["metadata"]["name"]
             assert subject["namespace"] == NAMESPACE
-    for workload in (o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Service")
-                     and "template" in o.get("spec", {})):
+    for workload in (
+        o for o in objects if o["kind"] in ("Deployment", "StatefulSet", "Service") and "template" in o.get("spec", {})
+    ):
         spec = pod_spec(workload)
         account = spec.get("serviceAccountName", "default")
         if not grants(objects, account):

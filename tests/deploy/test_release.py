@@ -95,14 +95,20 @@ def test_a_whole_lock_passes_the_walk():
     assert walk(WHOLE) == []
 
 
-@pytest.mark.parametrize("change, complaint", [
-    (("leaf==1.0\n", ""), "Python 3.11.0: lib 2.1 requires leaf, which the lock does not install"),
-    (("lib==2.1", "lib==1.9"), "app 1.0 requires lib>=2, the lock pins 1.9"),
-    # the redis-py / async-timeout case: needed on Debian bookworm's 3.11.2, not on 3.11.7
-    (('old-only==4.0 ; python_full_version < "3.11.3"\n', ""), "Python 3.11.2: app 1.0 requires old-only"),
-    (('python_full_version < "3.11.3"', 'python_full_version < "3.11.1"'), "Python 3.11.2: app 1.0 requires old-only"),
-    (("speedup==1.0\n", ""), "tool 1.0 requires speedup; extra == \"fast\""),
-])
+@pytest.mark.parametrize(
+    "change, complaint",
+    [
+        (("leaf==1.0\n", ""), "Python 3.11.0: lib 2.1 requires leaf, which the lock does not install"),
+        (("lib==2.1", "lib==1.9"), "app 1.0 requires lib>=2, the lock pins 1.9"),
+        # the redis-py / async-timeout case: needed on Debian bookworm's 3.11.2, not on 3.11.7
+        (('old-only==4.0 ; python_full_version < "3.11.3"\n', ""), "Python 3.11.2: app 1.0 requires old-only"),
+        (
+            ('python_full_version < "3.11.3"', 'python_full_version < "3.11.1"'),
+            "Python 3.11.2: app 1.0 requires old-only",
+        ),
+        (("speedup==1.0\n", ""), 'tool 1.0 requires speedup; extra == "fast"'),
+    ],
+)
 def test_the_walk_finds_what_a_lock_misses(change, complaint):
     old, new = change
     assert old in WHOLE
@@ -131,30 +137,40 @@ def test_every_locked_package_has_the_hashes_of_the_files_the_image_may_install(
     """The Dockerfile installs with --require-hashes: an entry without one would stop the build."""
     found = lock.hashes(lock.LOCK.read_text())
     assert set(found) == set(LOCKED)
-    assert {name: h for name, h in found.items() if not h or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", x) for x in h)} == {}
+    assert {
+        name: h for name, h in found.items() if not h or not all(re.fullmatch(r"sha256:[0-9a-f]{64}", x) for x in h)
+    } == {}
 
 
-@pytest.mark.parametrize("filename, expected", [
-    ("aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
-    ("aiohttp-3.14.5-cp313-cp313-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", True),
-    ("cryptography-3.14.5-cp311-abi3-manylinux_2_34_aarch64.whl", True),
-    ("flask-3.14.5-py3-none-any.whl", True),
-    ("aiohttp-3.14.5-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", False),  # an older Python
-    ("aiohttp-3.14.5-cp311-cp311-musllinux_1_2_x86_64.whl", False),  # Alpine's libc, not Debian's
-    ("aiohttp-3.14.5-cp311-cp311-win_amd64.whl", False),
-    ("aiohttp-3.14.5-cp311-cp311-macosx_11_0_arm64.whl", False),
-    ("aiohttp-3.14.5.tar.gz", False),  # the image builds nothing from source
-    ("aiohttp-3.14.4-cp311-cp311-manylinux_2_17_x86_64.whl", False),  # another version
-    ("pydantic-0.18-py36+-none-any.whl", False),  # not a name pip reads
-])
+@pytest.mark.parametrize(
+    "filename, expected",
+    [
+        ("aiohttp-3.14.5-cp311-cp311-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", True),
+        ("aiohttp-3.14.5-cp313-cp313-manylinux_2_17_aarch64.manylinux2014_aarch64.whl", True),
+        ("cryptography-3.14.5-cp311-abi3-manylinux_2_34_aarch64.whl", True),
+        ("flask-3.14.5-py3-none-any.whl", True),
+        ("aiohttp-3.14.5-cp310-cp310-manylinux_2_17_x86_64.manylinux2014_x86_64.whl", False),  # an older Python
+        ("aiohttp-3.14.5-cp311-cp311-musllinux_1_2_x86_64.whl", False),  # Alpine's libc, not Debian's
+        ("aiohttp-3.14.5-cp311-cp311-win_amd64.whl", False),
+        ("aiohttp-3.14.5-cp311-cp311-macosx_11_0_arm64.whl", False),
+        ("aiohttp-3.14.5.tar.gz", False),  # the image builds nothing from source
+        ("aiohttp-3.14.4-cp311-cp311-manylinux_2_17_x86_64.whl", False),  # another version
+        ("pydantic-0.18-py36+-none-any.whl", False),  # not a name pip reads
+    ],
+)
 def test_the_lock_hashes_what_the_images_pythons_and_platforms_install(filename, expected):
     assert lock.installable(filename, Version("3.14.5")) is expected
 
 
 def test_hashes_are_taken_from_the_index_for_each_pinned_version():
-    pages = {"flask": ["flask-3.1.3-py3-none-any.whl", "flask-3.1.3.tar.gz", "flask-3.1.2-py3-none-any.whl"],
-             "hiredis": ["hiredis-3.5.0-cp312-cp312-manylinux_2_17_x86_64.whl",
-                         "hiredis-3.5.0-cp312-cp312-manylinux_2_17_aarch64.whl", "hiredis-3.5.0-cp312-cp312-win32.whl"]}
+    pages = {
+        "flask": ["flask-3.1.3-py3-none-any.whl", "flask-3.1.3.tar.gz", "flask-3.1.2-py3-none-any.whl"],
+        "hiredis": [
+            "hiredis-3.5.0-cp312-cp312-manylinux_2_17_x86_64.whl",
+            "hiredis-3.5.0-cp312-cp312-manylinux_2_17_aarch64.whl",
+            "hiredis-3.5.0-cp312-cp312-win32.whl",
+        ],
+    }
 
     def fetch(url: str) -> dict:
         name = url.rstrip("/").rsplit("/", 1)[1]
@@ -176,9 +192,14 @@ SKIP = {".git", ".venv", ".cache", "tests", "build", "node_modules"}
 
 def release_files() -> list[Path]:
     """The files that ship or document the release: all but tests, caches and environments."""
-    return [p for p in REPO.rglob("*") if p.is_file() and not SKIP & set(p.relative_to(REPO).parts)
-            and not any(part.endswith(".egg-info") for part in p.parts)
-            and (p.suffix in {".yaml", ".yml", ".md", ".txt", ".tpl", ".json"} or p.name in {"Dockerfile", "Makefile"})]
+    return [
+        p
+        for p in REPO.rglob("*")
+        if p.is_file()
+        and not SKIP & set(p.relative_to(REPO).parts)
+        and not any(part.endswith(".egg-info") for part in p.parts)
+        and (p.suffix in {".yaml", ".yml", ".md", ".txt", ".tpl", ".json"} or p.name in {"Dockerfile", "Makefile"})
+    ]
 
 
 def version_mentions(files: list[Path], root: Path = REPO) -> dict[str, set[str]]:

@@ -29,8 +29,11 @@ VARIANTS = {"base": KNATIVE, "direct": KNATIVE / "overlays" / "direct", "evidenc
 
 
 def _objects():
-    return [pytest.param(obj, id=f"{variant}:{obj['kind']}/{obj['metadata']['name']}")
-            for variant, directory in VARIANTS.items() for obj in rendered(directory)]
+    return [
+        pytest.param(obj, id=f"{variant}:{obj['kind']}/{obj['metadata']['name']}")
+        for variant, directory in VARIANTS.items()
+        for obj in rendered(directory)
+    ]
 
 
 @pytest.mark.parametrize("obj", _objects())
@@ -81,8 +84,10 @@ def test_crd_validation_rejects_a_missing_required_field_and_a_bad_name():
 
 
 def test_crd_validation_rejects_an_unknown_knative_kind():
-    assert validate_knative({"apiVersion": "sources.knative.dev/v1", "kind": "GitHubSource",
-                             "metadata": {"name": "x"}}) != []
+    assert (
+        validate_knative({"apiVersion": "sources.knative.dev/v1", "kind": "GitHubSource", "metadata": {"name": "x"}})
+        != []
+    )
 
 
 def test_kubernetes_validation_rejects_an_unknown_field():

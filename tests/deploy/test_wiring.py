@@ -103,7 +103,7 @@ def test_config_maps_and_secrets_used_by_pods_exist(objects):
 
 def _matches(expression: dict, event: dict) -> bool:
     """One Subscriptions API filter expression (the dialects Knative implements, but CESQL)."""
-    (dialect, value), = expression.items()
+    ((dialect, value),) = expression.items()
     if dialect == "exact":
         return all(event.get(k) == v for k, v in value.items())
     if dialect == "prefix":
@@ -129,9 +129,17 @@ def trigger_delivers(trigger: dict, event: dict) -> bool:
 
 def apiserver_event(kind, event_type: str) -> dict:
     """The attributes ApiServerSource (and `jobttl watch`) put on an event about a job."""
-    return {"specversion": "1.0", "id": "1", "source": "https://10.96.0.1:443", "type": event_type,
-            "subject": kind.path("team-a", "job-1"), "apiversion": kind.api_version, "kind": kind.kind,
-            "name": "job-1", "namespace": "team-a"}
+    return {
+        "specversion": "1.0",
+        "id": "1",
+        "source": "https://10.96.0.1:443",
+        "type": event_type,
+        "subject": kind.path("team-a", "job-1"),
+        "apiversion": kind.api_version,
+        "kind": kind.kind,
+        "name": "job-1",
+        "namespace": "team-a",
+    }
 
 
 def test_apiserversource_watches_every_kind_in_resource_mode(objects):
@@ -169,22 +177,29 @@ def test_the_trigger_does_not_need_the_apiversion_extension(base, kind):
     assert trigger_delivers(find(base, "Trigger", "jobttl-jobs"), event)
 
 
-@pytest.mark.parametrize("change", [
-    {"type": "dev.knative.apiserver.ref.update"},  # Reference mode: not what the source sends
-    {"type": "dev.knative.sources.ping"},  # the resync goes to the sink directly
-    {"apiversion": "v1", "kind": "Pod"},
-    {"kind": "tfjob"},
-    {"kind": None},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"type": "dev.knative.apiserver.ref.update"},  # Reference mode: not what the source sends
+        {"type": "dev.knative.sources.ping"},  # the resync goes to the sink directly
+        {"apiversion": "v1", "kind": "Pod"},
+        {"kind": "tfjob"},
+        {"kind": None},
+    ],
+)
 def test_the_trigger_drops_other_events(base, change):
-    event = {k: v for k, v in {**apiserver_event(DEFAULT_KINDS[0], RESOURCE_TYPES[1]), **change}.items() if v is not None}
+    event = {
+        k: v for k, v in {**apiserver_event(DEFAULT_KINDS[0], RESOURCE_TYPES[1]), **change}.items() if v is not None
+    }
     assert not trigger_delivers(find(base, "Trigger", "jobttl-jobs"), event)
 
 
 def test_an_overly_broad_trigger_would_be_noticed(base):
     trigger = find(base, "Trigger", "jobttl-jobs")
     trigger["spec"]["filters"] = [{"prefix": {"type": "dev.knative.apiserver."}}]
-    assert trigger_delivers(trigger, {**apiserver_event(DEFAULT_KINDS[0], "x"), "type": "dev.knative.apiserver.ref.add"})
+    assert trigger_delivers(
+        trigger, {**apiserver_event(DEFAULT_KINDS[0], "x"), "type": "dev.knative.apiserver.ref.add"}
+    )
 
 
 @pytest.mark.parametrize("name", ["jobttl-jobs", "jobttl"])
@@ -296,8 +311,13 @@ def test_env_references_are_defined_before_use(objects):
 
 def test_sink_and_worker_settings_are_accepted_by_the_code(objects, tmp_path):
     # With the password set, as step 1 of knative/README.md says (the shipped placeholder is refused).
-    secrets = {o["metadata"]["name"]: {k: v.replace(PLACEHOLDER_REDIS_PASSWORD, "0123abcd") for k, v in
-                                       o["stringData"].items()} for o in objects if o["kind"] == "Secret"}
+    secrets = {
+        o["metadata"]["name"]: {
+            k: v.replace(PLACEHOLDER_REDIS_PASSWORD, "0123abcd") for k, v in o["stringData"].items()
+        }
+        for o in objects
+        if o["kind"] == "Secret"
+    }
     policy_map = find(objects, "ConfigMap", "jobttl-policy")
     for obj, container in jobttl_containers(objects):
         env: dict[str, str] = {}
@@ -310,8 +330,9 @@ def test_sink_and_worker_settings_are_accepted_by_the_code(objects, tmp_path):
         # JOBTTL_POLICY points at a key of the mounted policy ConfigMap ...
         policy_path = env["JOBTTL_POLICY"]
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-        volume = next(v for v in pod_spec(obj)["volumes"]
-                      if v.get("configMap", {}).get("name") == policy_map["metadata"]["name"])
+        volume = next(
+            v for v in pod_spec(obj)["volumes"] if v.get("configMap", {}).get("name") == policy_map["metadata"]["name"]
+        )
         directory, _, key = policy_path.rpartition("/")
         assert mounts[volume["name"]] == directory and key in policy_map["data"]
         # ... and the code accepts every setting, the policy file included.

@@ -30,8 +30,9 @@ needs_actionlint = pytest.mark.skipif(ACTIONLINT is None, reason="actionlint (th
 
 
 def actionlint(*paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([ACTIONLINT, "-no-color", *map(str, paths)], cwd=REPO, capture_output=True, text=True,
-                          timeout=120)
+    return subprocess.run(
+        [ACTIONLINT, "-no-color", *map(str, paths)], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
 
 
 @needs_actionlint
@@ -43,11 +44,14 @@ def test_actionlint_finds_nothing_in_the_workflows():
 
 
 @needs_actionlint
-@pytest.mark.parametrize("change, complaint", [
-    (("needs: [check, image]", "needs: [check]"), "needs.image"),  # an output of a job it does not need
-    (("runs-on: ubuntu-24.04", "runs-on: ubuntu-24.4"), "label"),
-    (("${{ steps.build.outputs.digest }}", "${{ steps.build.output.digest }}"), "output"),
-])
+@pytest.mark.parametrize(
+    "change, complaint",
+    [
+        (("needs: [check, image]", "needs: [check]"), "needs.image"),  # an output of a job it does not need
+        (("runs-on: ubuntu-24.04", "runs-on: ubuntu-24.4"), "label"),
+        (("${{ steps.build.outputs.digest }}", "${{ steps.build.output.digest }}"), "output"),
+    ],
+)
 def test_actionlint_catches_a_broken_release_workflow(tmp_path, change, complaint):
     old, new = change
     text = RELEASE.read_text()
@@ -166,13 +170,16 @@ def test_a_tag_releases_pyproject_versions_dated_changelog_section(tmp_path):
     assert release.notes("1.1.0", CHANGELOG) == "- Older."
 
 
-@pytest.mark.parametrize("tag, version, changelog, complaint", [
-    ("v1.2.1", "1.2.0", CHANGELOG, "tag v1.2.1 is not v1.2.0"),
-    ("1.2.0", "1.2.0", CHANGELOG, "tag 1.2.0 is not v1.2.0"),
-    ("v1.3.0", "1.3.0", CHANGELOG, r"no section ## \[1.3.0\]"),
-    ("v1.2.0", "1.2.0", CHANGELOG.replace("[1.2.0] - 2027-01-15", "[1.2.0] - Unreleased"), "dated 'Unreleased'"),
-    ("v1.2.0", "1.2.0", CHANGELOG.replace("[1.2.0] - 2027-01-15", "[1.2.0]"), "dated 'nothing'"),
-])
+@pytest.mark.parametrize(
+    "tag, version, changelog, complaint",
+    [
+        ("v1.2.1", "1.2.0", CHANGELOG, "tag v1.2.1 is not v1.2.0"),
+        ("1.2.0", "1.2.0", CHANGELOG, "tag 1.2.0 is not v1.2.0"),
+        ("v1.3.0", "1.3.0", CHANGELOG, r"no section ## \[1.3.0\]"),
+        ("v1.2.0", "1.2.0", CHANGELOG.replace("[1.2.0] - 2027-01-15", "[1.2.0] - Unreleased"), "dated 'Unreleased'"),
+        ("v1.2.0", "1.2.0", CHANGELOG.replace("[1.2.0] - 2027-01-15", "[1.2.0]"), "dated 'nothing'"),
+    ],
+)
 def test_a_release_not_ready_is_refused_naming_why(tmp_path, tag, version, changelog, complaint):
     with pytest.raises(release.ReleaseError, match=complaint):
         release.check(tag, repo_at(tmp_path, version, changelog))
@@ -189,8 +196,12 @@ def test_a_step_that_pipes_a_command_fails_when_the_command_does():
     """GitHub's default `run` shell is `bash -e` without pipefail: `helm push ... | tee` would hide a failed push."""
     workflow = yaml.safe_load(RELEASE.read_text())
     default_shell = workflow.get("defaults", {}).get("run", {}).get("shell")
-    piped = [(f"{name}/{step.get('name', '?')}", step) for name, job in workflow["jobs"].items()
-             for step in job.get("steps", []) if re.search(r"[^|]\|[^|]", step.get("run", ""))]
+    piped = [
+        (f"{name}/{step.get('name', '?')}", step)
+        for name, job in workflow["jobs"].items()
+        for step in job.get("steps", [])
+        if re.search(r"[^|]\|[^|]", step.get("run", ""))
+    ]
     assert piped, "the release pushes its chart through tee"
     for where, step in piped:
         # An explicit `shell: bash` runs with -o pipefail; otherwise the script must set it.

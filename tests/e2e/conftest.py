@@ -22,8 +22,16 @@ from kubernetes import client, config
 
 from jobttl_emulator import TFJOB, EmulatorServer, Resource, seed_object
 from tests.fixtures import finished_status, running_status, tfjob
-from tests.services import (ROOT, JobttlProcess, RecordingSink, RedisServer, free_port, start_emulator, start_sink,
-                            wait_for)
+from tests.services import (
+    ROOT,
+    JobttlProcess,
+    RecordingSink,
+    RedisServer,
+    free_port,
+    start_emulator,
+    start_sink,
+    wait_for,
+)
 from jobttl.core.store.schedule import Schedule
 from jobttl.core.store.audit import Audit
 from jobttl.core.domain.kinds.registry import ALL_KINDS, WORKFLOW
@@ -34,8 +42,10 @@ from jobttl.core.services.reconcile import Reconciler
 QUEUE = "e2e"
 CORE_EVENTS = Resource("", "v1", "Event", "events", status_subresource=False)
 # Every job kind as its CRD (or batch/v1) serves it, and core Events.
-EVERY_KIND = (*(Resource(k.group, k.version, k.kind, k.plural, status_subresource=k is not WORKFLOW)
-                for k in ALL_KINDS), CORE_EVENTS)
+EVERY_KIND = (
+    *(Resource(k.group, k.version, k.kind, k.plural, status_subresource=k is not WORKFLOW) for k in ALL_KINDS),
+    CORE_EVENTS,
+)
 WORKER_METRICS_PORT = free_port()
 
 
@@ -79,8 +89,9 @@ def stack_environment(redis_server, emulator, queue: str, metrics_port: int, **e
 
 @pytest.fixture(scope="session")
 def stack_env(redis_server, emulator, announcements) -> dict[str, str]:
-    return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT,
-                             JOBTTL_WARN_URL=announcements.url, JOBTTL_WARN_BEFORE="2s")
+    return stack_environment(
+        redis_server, emulator, QUEUE, WORKER_METRICS_PORT, JOBTTL_WARN_URL=announcements.url, JOBTTL_WARN_BEFORE="2s"
+    )
 
 
 # Package scope: each package that imports these (e2e, operate, watcher) gets its own stack, and a
@@ -117,7 +128,8 @@ class Cluster:
     # --- the cluster side --------------------------------------------------------------
     def create(self, name: str, ttl: int | None = None, status: dict | None = None, **kw) -> dict:
         obj = self.api.create_namespaced_custom_object(
-            "kubeflow.org", "v1", self.namespace, "tfjobs", tfjob(name, self.namespace, ttl=ttl, **kw))
+            "kubeflow.org", "v1", self.namespace, "tfjobs", tfjob(name, self.namespace, ttl=ttl, **kw)
+        )
         if status is not None:
             obj = self.set_status(name, status)
         return obj
@@ -130,7 +142,8 @@ class Cluster:
 
     def set_status(self, name: str, status: dict) -> dict:
         return self.api.patch_namespaced_custom_object_status(
-            "kubeflow.org", "v1", self.namespace, "tfjobs", name, {"status": status})
+            "kubeflow.org", "v1", self.namespace, "tfjobs", name, {"status": status}
+        )
 
     def patch(self, name: str, patch: dict) -> dict:
         return self.api.patch_namespaced_custom_object("kubeflow.org", "v1", self.namespace, "tfjobs", name, patch)
@@ -144,8 +157,14 @@ class Cluster:
             raise
 
     def delete_now(self, name: str) -> None:
-        self.api.delete_namespaced_custom_object("kubeflow.org", "v1", self.namespace, "tfjobs", name,
-                                                 body=client.V1DeleteOptions(propagation_policy="Background"))
+        self.api.delete_namespaced_custom_object(
+            "kubeflow.org",
+            "v1",
+            self.namespace,
+            "tfjobs",
+            name,
+            body=client.V1DeleteOptions(propagation_policy="Background"),
+        )
 
     def requests(self, method: str | None = None) -> list[dict]:
         """API requests jobttl (or this test) made for objects in this test's namespace."""
@@ -157,21 +176,36 @@ class Cluster:
         return self.requests("DELETE")
 
     def fail_next(self, verb: str, status: int, count: int) -> None:
-        response = requests.post(f"{self.emulator.url}/_emulator/faults", timeout=5, json={
-            "verb": verb, "status": status, "count": count, "path_contains": f"/namespaces/{self.namespace}/"})
+        response = requests.post(
+            f"{self.emulator.url}/_emulator/faults",
+            timeout=5,
+            json={"verb": verb, "status": status, "count": count, "path_contains": f"/namespaces/{self.namespace}/"},
+        )
         response.raise_for_status()
 
     # --- the event side ----------------------------------------------------------------
     def event(self, action: str, obj: dict, mode: str = "resource", structured: bool = False):
         meta = obj["metadata"]
-        data = obj if mode == "resource" else {
-            "apiVersion": obj["apiVersion"], "kind": obj["kind"], "namespace": meta["namespace"], "name": meta["name"]}
+        data = (
+            obj
+            if mode == "resource"
+            else {
+                "apiVersion": obj["apiVersion"],
+                "kind": obj["kind"],
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+            }
+        )
         event = CloudEvent(
             attributes={
-                "specversion": "1.0", "id": str(uuid.uuid4()), "source": self.emulator.url,
+                "specversion": "1.0",
+                "id": str(uuid.uuid4()),
+                "source": self.emulator.url,
                 "type": f"dev.knative.apiserver.{mode}.{action}",
                 "subject": f"/apis/kubeflow.org/v1/namespaces/{meta['namespace']}/tfjobs/{meta['name']}",
-                "kind": obj["kind"], "apiversion": obj["apiVersion"], "name": meta["name"],
+                "kind": obj["kind"],
+                "apiversion": obj["apiVersion"],
+                "name": meta["name"],
                 "namespace": meta["namespace"],
             },
             data=data,
@@ -196,8 +230,15 @@ class OwnStack:
     as the API server has it); the worker process then does the rest.
     """
 
-    def __init__(self, directory: Path, name: str, policy: str | None = None, gc_delay: float = 0.2,
-                 resources: tuple[Resource, ...] = (), **settings: str):
+    def __init__(
+        self,
+        directory: Path,
+        name: str,
+        policy: str | None = None,
+        gc_delay: float = 0.2,
+        resources: tuple[Resource, ...] = (),
+        **settings: str,
+    ):
         """`resources`: served besides every job kind and Events (pods, say)."""
         self.directory, self.name = directory, name
         self.emulator = start_emulator(directory, (*EVERY_KIND, *resources), gc_delay=gc_delay)
@@ -211,8 +252,11 @@ class OwnStack:
             self.policy = load_policy(directory / "policy.yaml")  # the sink's, and the worker's
         self.env = stack_environment(self.redis_server, self.emulator, name, self.metrics_port, **extra)
         self.worker = JobttlProcess(["worker"], self.env, directory, f"{name}-worker").start()
-        wait_for(lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=1).ok, timeout=20,
-                 what=f"the {name} worker")
+        wait_for(
+            lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/readyz", timeout=1).ok,
+            timeout=20,
+            what=f"the {name} worker",
+        )
         self.reconciler = Reconciler(Schedule(self.redis, name, retry_intervals=[]), Audit(self.redis), self.policy)
         api_client = config.new_client_from_config(config_file=str(self.emulator.kubeconfig))
         self.custom, self.core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
@@ -228,14 +272,21 @@ class OwnStack:
 
     def book(self, obj: dict, kind: JobKind, policy: Policy | None = None):
         """Reconcile the object, as the sink does for an event about it (under `policy` if given)."""
-        reconciler = self.reconciler if policy is None else Reconciler(self.reconciler.schedule,
-                                                                       self.reconciler.audit, policy)
+        reconciler = (
+            self.reconciler if policy is None else Reconciler(self.reconciler.schedule, self.reconciler.audit, policy)
+        )
         return reconciler.reconcile(obj, kind, "test")
 
     def jobttl(self, *args: str, as_json: bool = True) -> Any:
         """An operator command's --json answer (or its text), run as a user runs it."""
-        result = subprocess.run([sys.executable, "-m", "jobttl", *args, *(["--json"] if as_json else [])],
-                                env={**self.worker.env}, cwd=ROOT, capture_output=True, text=True, timeout=60)
+        result = subprocess.run(
+            [sys.executable, "-m", "jobttl", *args, *(["--json"] if as_json else [])],
+            env={**self.worker.env},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout) if as_json else result.stdout
 

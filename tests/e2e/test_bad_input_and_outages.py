@@ -21,8 +21,13 @@ def finished_object() -> dict:
     return obj
 
 
-BINARY = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "https://10.96.0.1",
-          "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json"}
+BINARY = {
+    "ce-specversion": "1.0",
+    "ce-id": "1",
+    "ce-source": "https://10.96.0.1",
+    "ce-type": "dev.knative.apiserver.resource.update",
+    "content-type": "application/json",
+}
 
 
 @pytest.mark.parametrize(
@@ -31,9 +36,19 @@ BINARY = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "https://10.96.0.1
         (BINARY, b"{this is not json", 400, "JSON"),
         ({**BINARY, "ce-type": ""}, b"{}", 400, "type"),
         ({"content-type": "application/cloudevents+json"}, b'{"specversion": "1.0"', 400, "JSON"),
-        ({"content-type": "application/cloudevents+json"}, b'{"specversion": "1.0", "id": "1", "data": {}}', 400, "source"),
+        (
+            {"content-type": "application/cloudevents+json"},
+            b'{"specversion": "1.0", "id": "1", "data": {}}',
+            400,
+            "source",
+        ),
         ({"content-type": "text/plain"}, b"hello", 415, "CloudEvent"),
-        (BINARY, b'{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}}', 400, "metadata.namespace"),
+        (
+            BINARY,
+            b'{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "x"}}',
+            400,
+            "metadata.namespace",
+        ),
     ],
     ids=["non-json-data", "empty-type", "truncated-structured", "missing-source", "not-a-cloudevent", "no-namespace"],
 )
@@ -61,8 +76,9 @@ def test_wrong_paths_and_methods_get_json_errors(sink_url):
 
 def test_with_redis_down_the_sink_answers_503_and_the_resent_event_is_scheduled(emulator, log_dir):
     redis_server = RedisServer().start()
-    sink, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
-                            "JOBTTL_QUEUE": QUEUE}, log_dir)
+    sink, url = start_sink(
+        {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": QUEUE}, log_dir
+    )
     try:
         obj = finished_object()
         obj["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 3600
@@ -74,8 +90,11 @@ def test_with_redis_down_the_sink_answers_503_and_the_resent_event_is_scheduled(
 
         redis_server.start()
         # ApiServerSource re-sends; once Redis is back, the event is scheduled.
-        wait_for(lambda: requests.post(url, headers=BINARY, data=body, timeout=10).status_code == 202,
-                 timeout=15, what="the sink to accept the event again")
+        wait_for(
+            lambda: requests.post(url, headers=BINARY, data=body, timeout=10).status_code == 202,
+            timeout=15,
+            what="the sink to accept the event again",
+        )
         assert redis_server.client().zscore(PENDING_INDEX, obj["metadata"]["uid"]) is not None
     finally:
         sink.stop()

@@ -34,7 +34,10 @@ QUEUE = "widgets"
 GROUP, VERSION, PLURAL = "widgets.example.com", "v1", "widgets"
 POD_LABEL = "widgets.example.com/name"
 WIDGET = {
-    "group": GROUP, "version": VERSION, "kind": "Widget", "plural": PLURAL,
+    "group": GROUP,
+    "version": VERSION,
+    "kind": "Widget",
+    "plural": PLURAL,
     "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
     "finishedAt": ["status.finishedAt"],
     "pods": {"label": POD_LABEL},
@@ -42,9 +45,12 @@ WIDGET = {
 
 
 def policy(store: str, declaration: dict = WIDGET) -> dict:
-    return {"ttl": "1h", "kindDeclarations": [declaration], "archive": {"store": store, "enabled": False},
-            "rules": [{"name": "quick", "selector": {"matchLabels": {"widget": "quick"}}, "ttl": "3s",
-                       "archive": True}]}
+    return {
+        "ttl": "1h",
+        "kindDeclarations": [declaration],
+        "archive": {"store": store, "enabled": False},
+        "rules": [{"name": "quick", "selector": {"matchLabels": {"widget": "quick"}}, "ttl": "3s", "archive": True}],
+    }
 
 
 @pytest.fixture(scope="module")
@@ -104,22 +110,58 @@ class Widgets:
         self.namespace = namespace
 
     def finished(self, name: str, at: float, **labels: str) -> dict:
-        self.api.create_namespaced_custom_object(GROUP, VERSION, self.namespace, PLURAL, {
-            "apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget",
-            "metadata": {"name": name, "labels": labels}, "spec": {"size": 3}})
-        return self.api.patch_namespaced_custom_object_status(GROUP, VERSION, self.namespace, PLURAL, name, {
-            "status": {"finishedAt": rfc3339(at), "conditions": [
-                {"type": "Done", "status": "True", "reason": "Polished", "lastTransitionTime": rfc3339(at + 5)}]}})
+        self.api.create_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            {
+                "apiVersion": f"{GROUP}/{VERSION}",
+                "kind": "Widget",
+                "metadata": {"name": name, "labels": labels},
+                "spec": {"size": 3},
+            },
+        )
+        return self.api.patch_namespaced_custom_object_status(
+            GROUP,
+            VERSION,
+            self.namespace,
+            PLURAL,
+            name,
+            {
+                "status": {
+                    "finishedAt": rfc3339(at),
+                    "conditions": [
+                        {"type": "Done", "status": "True", "reason": "Polished", "lastTransitionTime": rfc3339(at + 5)}
+                    ],
+                }
+            },
+        )
 
     def pod(self, owner: dict, log: str) -> None:
         meta = owner["metadata"]
         name = f"{meta['name']}-maker"
-        self.core.create_namespaced_pod(self.namespace, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {POD_LABEL: meta["name"]}, "ownerReferences": [
-                {"apiVersion": f"{GROUP}/{VERSION}", "kind": "Widget", "name": meta["name"], "uid": meta["uid"],
-                 "controller": True}]},
-            "spec": {"containers": [{"name": "maker", "image": "busybox"}]}})
+        self.core.create_namespaced_pod(
+            self.namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {POD_LABEL: meta["name"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": f"{GROUP}/{VERSION}",
+                            "kind": "Widget",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {"containers": [{"name": "maker", "image": "busybox"}]},
+            },
+        )
         self.kube.set_log(self.namespace, name, "maker", log)
 
     def get(self, name: str) -> dict | None:
@@ -136,8 +178,9 @@ class Widgets:
 
 
 def jobttl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env=env, cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_a_resync_finds_a_finished_widget_and_explain_explains_it(kube, env, stack, tmp_path):
@@ -157,17 +200,20 @@ def test_a_resync_finds_a_finished_widget_and_explain_explains_it(kube, env, sta
     path.write_text(yaml.safe_dump(widget))
     explained = jobttl(env, "explain", "-f", str(path), "--json")
     assert explained.returncode == 0, explained.stderr
-    item, = json.loads(explained.stdout)["items"]
+    (item,) = json.loads(explained.stdout)["items"]
     assert (item["kind"], item["verdict"], item["finishedFrom"], item["ttlSource"]) == (
-        "Widget", "expires", "status.finishedAt", "ttl of policy")
+        "Widget",
+        "expires",
+        "status.finishedAt",
+        "ttl of policy",
+    )
     assert item["expiresAt"] == rfc3339(int(finished_at) + 3600)
 
     shown = jobttl(env, "show", "resync/found-by-resync")
     assert shown.returncode == 0 and "Widget" in shown.stdout, shown.stdout + shown.stderr
 
 
-def test_a_watched_widget_is_archived_and_deleted_at_finish_plus_ttl_with_its_uid(kube, env, stack, logs,
-                                                                                  archive_dir):
+def test_a_watched_widget_is_archived_and_deleted_at_finish_plus_ttl_with_its_uid(kube, env, stack, logs, archive_dir):
     opened = kube.store.open_watches
     watcher = JobttlProcess(["watch", "--sink", stack, "--port", "0"], env, logs, "watch").start()
     try:
@@ -182,12 +228,13 @@ def test_a_watched_widget_is_archived_and_deleted_at_finish_plus_ttl_with_its_ui
     finally:
         watcher.stop()
     assert gone_at >= int(finished_at) + 3, "not before finish + TTL"
-    delete, = widgets.deletes("w1")
+    (delete,) = widgets.deletes("w1")
     assert delete["body"]["preconditions"]["uid"] == widget["metadata"]["uid"]
 
     def recorded():  # "deleted" once the follow-up sees it gone (jobttl.core.services.follow)
         history = json.loads(jobttl(env, "history", "--json", "--event", "deleted").stdout)["items"]
         return [(h["kind"], h["name"]) for h in history if h["uid"] == widget["metadata"]["uid"]]
+
     wait_for(recorded, timeout=20, what="the audit trail to record the Widget deleted")
     assert recorded() == [("Widget", "w1")]
     archived = [p for p in archive_dir.rglob("*") if p.is_file() and f"Widget/w1-{widget['metadata']['uid']}" in str(p)]
@@ -213,16 +260,22 @@ def test_a_declared_path_its_crd_does_not_have_stops_the_worker_naming_it_and_th
     """The emulator serves the Widget CRD (GET customresourcedefinitions/widgets.widgets.example.com):
     `spec.sise` is well-formed, so only the CRD's schema can tell it names nothing."""
     path = tmp_path / "policy.yaml"
-    own = {**env, "JOBTTL_POLICY": str(path), "JOBTTL_QUEUE": "widgets-checked",
-           "JOBTTL_WORKER_METRICS_PORT": str(free_port())}
+    own = {
+        **env,
+        "JOBTTL_POLICY": str(path),
+        "JOBTTL_QUEUE": "widgets-checked",
+        "JOBTTL_WORKER_METRICS_PORT": str(free_port()),
+    }
     path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.sise"})))
     refused = jobttl(own, "worker", "--burst")
     assert refused.returncode == 2, refused.stderr
     assert "Traceback" not in refused.stderr
-    assert (f"jobttl: configuration error: a kind declaration reads fields its CustomResourceDefinition does not "
-            f"have (such a path never matches):\n  {path}: kindDeclarations[0].suspend: 'spec.sise' is not in the "
-            "schema of widgets.example.com/v1/Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; "
-            "did you mean spec.size?") in refused.stderr
+    assert (
+        f"jobttl: configuration error: a kind declaration reads fields its CustomResourceDefinition does not "
+        f"have (such a path never matches):\n  {path}: kindDeclarations[0].suspend: 'spec.sise' is not in the "
+        "schema of widgets.example.com/v1/Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; "
+        "did you mean spec.size?"
+    ) in refused.stderr
 
     path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.size"})))
     started = jobttl(own, "worker", "--burst")
@@ -234,14 +287,22 @@ def test_a_declared_path_its_crd_does_not_have_stops_the_worker_naming_it_and_th
 def test_a_worker_rbac_will_not_let_read_the_crd_warns_naming_the_rule_and_starts(tmp_path, env, kube):
     path = tmp_path / "policy.yaml"
     path.write_text(yaml.safe_dump(policy(str(tmp_path), {**WIDGET, "suspend": "spec.sise"})))
-    own = {**env, "JOBTTL_POLICY": str(path), "JOBTTL_QUEUE": "widgets-unchecked",
-           "JOBTTL_WORKER_METRICS_PORT": str(free_port())}
-    kube.add_fault(verb="get", status=403, count=1, path_contains="/customresourcedefinitions/widgets.widgets.example.com")
+    own = {
+        **env,
+        "JOBTTL_POLICY": str(path),
+        "JOBTTL_QUEUE": "widgets-unchecked",
+        "JOBTTL_WORKER_METRICS_PORT": str(free_port()),
+    }
+    kube.add_fault(
+        verb="get", status=403, count=1, path_contains="/customresourcedefinitions/widgets.widgets.example.com"
+    )
     started = jobttl(own, "worker", "--burst")
     assert started.returncode == 0, started.stderr
-    warning, = [json.loads(line) for line in started.stderr.splitlines() if '"kind-unverified"' in line]
+    (warning,) = [json.loads(line) for line in started.stderr.splitlines() if '"kind-unverified"' in line]
     assert warning["level"] == "WARNING" and warning["crds"] == ["widgets.widgets.example.com"]
     # The rule covers every enabled custom kind (the default ones and the Widget), by name.
-    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], "
-            "resourceNames: [tfjobs.kubeflow.org, " in warning["detail"])
+    assert (
+        "{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], "
+        "resourceNames: [tfjobs.kubeflow.org, " in warning["detail"]
+    )
     assert "workflows.argoproj.io, widgets.widgets.example.com], verbs: [get]}" in warning["detail"]

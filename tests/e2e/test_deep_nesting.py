@@ -49,16 +49,26 @@ def cluster(tmp_path_factory):
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20000)
     redis_server = RedisServer().start()
-    emulator = start_emulator(tmp_path_factory.mktemp("deep"), [Resource(k.group, k.version, k.kind, k.plural)
-                                                                 for k in (TFJOB, WORKFLOW)] + [CORE_EVENTS])
+    emulator = start_emulator(
+        tmp_path_factory.mktemp("deep"),
+        [Resource(k.group, k.version, k.kind, k.plural) for k in (TFJOB, WORKFLOW)] + [CORE_EVENTS],
+    )
     an_hour_ago = time.time() - 3600
-    objects = {"deep": seed_object(emulator.store, deep_workflow("deep", "argo", an_hour_ago)),
-               "tfjob": seed_object(emulator.store, job_object(TFJOB, "expired", "ml", at=an_hour_ago, ttl=60)),
-               "later": seed_object(emulator.store, job_object(TFJOB, "later", "ml", at=time.time(), ttl=3600))}
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "deep",
-           "JOBTTL_FIRST_RUN_REVIEW": "off",
-           "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": "0",
-           "JOBTTL_RESYNC_MAX_SHARE": "1"}  # two of three objects are due: not a blast here
+    objects = {
+        "deep": seed_object(emulator.store, deep_workflow("deep", "argo", an_hour_ago)),
+        "tfjob": seed_object(emulator.store, job_object(TFJOB, "expired", "ml", at=an_hour_ago, ttl=60)),
+        "later": seed_object(emulator.store, job_object(TFJOB, "later", "ml", at=time.time(), ttl=3600)),
+    }
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_QUEUE": "deep",
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        "JOBTTL_RESYNC_MAX_SHARE": "1",
+    }  # two of three objects are due: not a blast here
     try:
         yield emulator, redis_server, env, objects, tmp_path_factory.mktemp("deep-logs")
     finally:
@@ -68,8 +78,14 @@ def cluster(tmp_path_factory):
 
 
 def run(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env={**env, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_the_emulator_really_serves_the_deep_workflow(cluster):
@@ -97,8 +113,14 @@ def test_a_worker_deletes_the_deep_workflow_and_the_tfjob(cluster):
     emulator, redis_server, env, objects, log_dir = cluster
     worker = JobttlProcess(["worker"], env, log_dir, "deep-worker").start()
     try:
-        wait_for(lambda: {r["path"].rsplit("/", 1)[1] for r in emulator.requests("DELETE") if r["status"] == 200}
-                 >= {"deep", "expired"}, timeout=30, what="both expired objects to be deleted")
+        wait_for(
+            lambda: (
+                {r["path"].rsplit("/", 1)[1] for r in emulator.requests("DELETE") if r["status"] == 200}
+                >= {"deep", "expired"}
+            ),
+            timeout=30,
+            what="both expired objects to be deleted",
+        )
     finally:
         worker.stop()
     assert "RecursionError" not in worker.log()
@@ -117,12 +139,19 @@ def sink_url(cluster):
 def test_the_sink_answers_the_deep_object_400(cluster, sink_url, structured):
     redis = cluster[1].client()
     data = json.dumps(deep_workflow("deep-event", "argo", time.time() - 3600)).encode()
-    attributes = {"specversion": "1.0", "id": "1", "source": "https://10.96.0.1",
-                  "type": "dev.knative.apiserver.resource.update"}
+    attributes = {
+        "specversion": "1.0",
+        "id": "1",
+        "source": "https://10.96.0.1",
+        "type": "dev.knative.apiserver.resource.update",
+    }
     if structured:
         headers = {"content-type": "application/cloudevents+json"}
-        body = json.dumps({**attributes, "datacontenttype": "application/json", "data": "DATA"}).encode().replace(
-            b'"DATA"', data)
+        body = (
+            json.dumps({**attributes, "datacontenttype": "application/json", "data": "DATA"})
+            .encode()
+            .replace(b'"DATA"', data)
+        )
     else:
         headers = {**{f"ce-{k}": v for k, v in attributes.items()}, "content-type": "application/json"}
         body = data

@@ -30,8 +30,9 @@ REASON = f"namespace {ELSEWHERE!r} is not one jobttl may delete in (JOBTTL_DELET
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = OwnStack(tmp_path_factory.mktemp("delete-namespaces"), "delete-namespaces", POLICY,
-                     JOBTTL_DELETE_NAMESPACES=ALLOWED)
+    stack = OwnStack(
+        tmp_path_factory.mktemp("delete-namespaces"), "delete-namespaces", POLICY, JOBTTL_DELETE_NAMESPACES=ALLOWED
+    )
     # What the Roles of rbac.namespaces answer anywhere else.
     stack.emulator.add_fault(verb="delete", status=403, count=1000, path_contains=f"/namespaces/{ELSEWHERE}/")
     yield stack
@@ -50,8 +51,11 @@ def test_a_deletion_booked_elsewhere_is_kept_by_the_worker_without_a_delete(stac
     assert stack.book(old, TFJOB, parse_policy({"ttl": "1h"})).due < time.time()
 
     wait_for(lambda: stack.deletes(ALLOWED), timeout=30, what="the worker to delete the canary")
-    wait_for(lambda: [e["event"] for e in stack.history(ELSEWHERE, "old")] == ["scheduled", "cancelled"],
-             timeout=30, what=f"the worker to cancel {ELSEWHERE}/old")
+    wait_for(
+        lambda: [e["event"] for e in stack.history(ELSEWHERE, "old")] == ["scheduled", "cancelled"],
+        timeout=30,
+        what=f"the worker to cancel {ELSEWHERE}/old",
+    )
     assert stack.deletes(ELSEWHERE) == [], "a DELETE went where the RBAC refuses it"
     cancelled = stack.history(ELSEWHERE, "old")[-1]
     assert (cancelled["by"], cancelled["reason"]) == ("worker", Verdict.EXCLUDED.value)

@@ -33,12 +33,25 @@ POLICY = {
     "archive": {"logKiB": LOG_KIB, "enabled": False},
     "rules": [
         {"name": "archived", "selector": {"matchLabels": {"evidence": "archive"}}, "archive": True, "ttl": "2s"},
-        {"name": "best-effort", "selector": {"matchLabels": {"evidence": "best-effort"}},
-         "archive": {"required": False}, "ttl": "2s"},
-        {"name": "staged", "selector": {"matchLabels": {"evidence": "staged"}}, "podTTL": "3s", "ttl": "7s",
-         "archive": True},
-        {"name": "history", "selector": {"matchLabels": {"evidence": "history"}}, "ttl": "1h",
-         "keepLast": {"succeeded": 2, "groupBy": "app"}},
+        {
+            "name": "best-effort",
+            "selector": {"matchLabels": {"evidence": "best-effort"}},
+            "archive": {"required": False},
+            "ttl": "2s",
+        },
+        {
+            "name": "staged",
+            "selector": {"matchLabels": {"evidence": "staged"}},
+            "podTTL": "3s",
+            "ttl": "7s",
+            "archive": True,
+        },
+        {
+            "name": "history",
+            "selector": {"matchLabels": {"evidence": "history"}},
+            "ttl": "1h",
+            "keepLast": {"succeeded": 2, "groupBy": "app"},
+        },
         {"name": "announced", "selector": {"matchLabels": {"evidence": "announced"}}, "ttl": "1h"},
         {"name": "quiet", "selector": {"matchLabels": {"evidence": "quiet"}}, "ttl": "1h", "scheduledEvents": False},
     ],
@@ -65,8 +78,15 @@ def archive_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def env(redis_server, kube, archive_dir, tmp_path_factory):
     policy = write_policy(tmp_path_factory.mktemp("policy") / "policy.yaml", str(archive_dir))
-    return stack_environment(redis_server, kube, QUEUE, free_port(), JOBTTL_POLICY=str(policy), JOBTTL_RETRY_MAX="1",
-                             JOBTTL_PROPAGATION_POLICY="Background")
+    return stack_environment(
+        redis_server,
+        kube,
+        QUEUE,
+        free_port(),
+        JOBTTL_POLICY=str(policy),
+        JOBTTL_RETRY_MAX="1",
+        JOBTTL_PROPAGATION_POLICY="Background",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -95,15 +115,47 @@ class Lab(Cluster):
 
     def pod(self, name: str, owner: dict, log: str = "", previous: str | None = None, label: str | None = None) -> None:
         meta = owner["metadata"]
-        self.core.create_namespaced_pod(self.namespace, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "labels": {TFJOB_POD_LABEL: label or meta["name"]}, "ownerReferences": [
-                {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": meta["name"], "uid": meta["uid"],
-                 "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]}})
-        self.core.patch_namespaced_pod_status(name, self.namespace, {"status": {"phase": "Succeeded", "containerStatuses": [
-            {"name": "tensorflow", "image": "kubeflow/tf-mnist", "imageID": "", "ready": False,
-             "restartCount": 1 if previous else 0, "state": {"terminated": {"exitCode": 0}}}]}})
+        self.core.create_namespaced_pod(
+            self.namespace,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "labels": {TFJOB_POD_LABEL: label or meta["name"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "kubeflow.org/v1",
+                            "kind": "TFJob",
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
+            },
+        )
+        self.core.patch_namespaced_pod_status(
+            name,
+            self.namespace,
+            {
+                "status": {
+                    "phase": "Succeeded",
+                    "containerStatuses": [
+                        {
+                            "name": "tensorflow",
+                            "image": "kubeflow/tf-mnist",
+                            "imageID": "",
+                            "ready": False,
+                            "restartCount": 1 if previous else 0,
+                            "state": {"terminated": {"exitCode": 0}},
+                        }
+                    ],
+                }
+            },
+        )
         self.emulator.set_log(self.namespace, name, "tensorflow", log)
         if previous is not None:
             self.emulator.set_log(self.namespace, name, "tensorflow", previous, previous=True)
@@ -125,8 +177,14 @@ def lab(kube, stack, redis):
 
 
 def jobttl(env: dict, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env={**env, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def training_log(lines: int, prefix: str) -> str:
@@ -137,10 +195,24 @@ def test_a_finished_tfjob_is_archived_then_deleted_and_its_logs_outlive_it(lab, 
     obj = lab.job("mnist", "archive", time.time() - 1)
     lab.pod("mnist-worker-0", obj, training_log(500, "w0"))
     lab.pod("mnist-worker-1", obj, training_log(20, "w1"), previous=training_log(5, "before-restart"))
-    lab.core.create_namespaced_event(lab.namespace, {
-        "apiVersion": "v1", "kind": "Event", "metadata": {"generateName": "mnist."}, "reason": "SuccessfulCreatePod",
-        "message": "Created pod mnist-worker-0", "type": "Normal", "involvedObject": {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "mnist",
-                                              "namespace": lab.namespace, "uid": obj["metadata"]["uid"]}})
+    lab.core.create_namespaced_event(
+        lab.namespace,
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": "mnist."},
+            "reason": "SuccessfulCreatePod",
+            "message": "Created pod mnist-worker-0",
+            "type": "Normal",
+            "involvedObject": {
+                "apiVersion": "kubeflow.org/v1",
+                "kind": "TFJob",
+                "name": "mnist",
+                "namespace": lab.namespace,
+                "uid": obj["metadata"]["uid"],
+            },
+        },
+    )
     lab.event("update", obj)
     lab.wait_gone("mnist")
 
@@ -154,10 +226,15 @@ def test_a_finished_tfjob_is_archived_then_deleted_and_its_logs_outlive_it(lab, 
     assert training_log(500, "w0").endswith(kept) and LOG_KIB * 1024 <= len(kept) < LOG_KIB * 1024 + line
     assert kept.startswith("w0 step")
     assert (folder / "logs" / "mnist-worker-1" / "tensorflow.log").read_text() == training_log(20, "w1")
-    assert (folder / "logs" / "mnist-worker-1" / "tensorflow.previous.log").read_text() == training_log(5, "before-restart")
+    assert (folder / "logs" / "mnist-worker-1" / "tensorflow.previous.log").read_text() == training_log(
+        5, "before-restart"
+    )
     index = json.loads((folder / "index.json").read_text())
     assert {(e["pod"], e["previous"], e["truncated"]) for e in index["logs"]} == {
-        ("mnist-worker-0", False, True), ("mnist-worker-1", False, False), ("mnist-worker-1", True, False)}
+        ("mnist-worker-0", False, True),
+        ("mnist-worker-1", False, False),
+        ("mnist-worker-1", True, False),
+    }
     # Written before the DELETE: every read for the archive precedes it.
     requests = lab.requests()
     delete = next(r["time"] for r in requests if r["method"] == "DELETE" and r["path"].endswith("/tfjobs/mnist"))
@@ -183,14 +260,19 @@ def test_an_archive_failure_delays_the_deletion_until_it_can_be_written(lab, env
     def failed():
         return json.loads(jobttl(env, "failed", "--json").stdout)["items"]
 
-    [failure] = wait_for(lambda: [f for f in failed() if f["namespace"] == lab.namespace], timeout=20,
-                         what="the failed deletion in `jobttl failed`")
+    [failure] = wait_for(
+        lambda: [f for f in failed() if f["namespace"] == lab.namespace],
+        timeout=20,
+        what="the failed deletion in `jobttl failed`",
+    )
     assert failure["name"] == "required" and "archive-failed" in failure["error"]
     assert lab.get("required") is not None and not [r for r in lab.deletes() if r["path"].endswith("/required")]
     history = json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]
-    assert {(e["name"], e["event"]) for e in history} >= {("required", "archive-failed"), ("best-effort",
-                                                                                           "archive-failed"),
-                                                           ("best-effort", "deleted")}
+    assert {(e["name"], e["event"]) for e in history} >= {
+        ("required", "archive-failed"),
+        ("best-effort", "archive-failed"),
+        ("best-effort", "deleted"),
+    }
 
     (archive_dir / lab.namespace).unlink()
     assert jobttl(env, "retry", failure["jobId"]).returncode == 0
@@ -202,7 +284,9 @@ def test_pods_go_at_their_ttl_and_the_job_at_its_own(lab, env, archive_dir):
     obj = lab.job("staged", "staged", time.time())
     lab.pod("staged-worker-0", obj, "w0\n")
     lab.pod("staged-worker-1", obj, "w1\n")
-    lab.pod("lookalike", lab.job("other", "quiet", time.time()), "not ours\n", label="staged")  # the label, not the owner
+    lab.pod(
+        "lookalike", lab.job("other", "quiet", time.time()), "not ours\n", label="staged"
+    )  # the label, not the owner
     # The job finishes after its pods were created, as it does in a cluster: a pod created after
     # the finish belongs to a later run, and the pods stage leaves it (the emulator stamps pods
     # with the second they are created).
@@ -213,8 +297,11 @@ def test_pods_go_at_their_ttl_and_the_job_at_its_own(lab, env, archive_dir):
     stages = {(p["stage"], p["due"]) for p in pending if p["name"] == "staged"}
     # On a loaded machine the command may answer after the pods stage (3 s) already ran: then the
     # audit trail says so, and the checks below hold it to its time.
-    ran = lambda: [e for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]  # noqa: E731
-                   if e["name"] == "staged" and e["event"] == "pods-deleted"]
+    ran = lambda: [  # noqa: E731
+        e
+        for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]
+        if e["name"] == "staged" and e["event"] == "pods-deleted"
+    ]
     assert ("job", int(finished) + 7) in stages and (("pods", int(finished) + 3) in stages or ran()), stages
 
     wait_for(lambda: lab.pods() == ["lookalike"], timeout=15, what="the pods stage")
@@ -223,26 +310,33 @@ def test_pods_go_at_their_ttl_and_the_job_at_its_own(lab, env, archive_dir):
     lab.wait_gone("staged", timeout=15)
     assert time.time() >= finished + 7 - 1  # T2
     assert lab.pods() == ["lookalike"]
-    events = [e for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]
-              if e["name"] == "staged"]
+    events = [
+        e
+        for e in json.loads(jobttl(env, "history", "--namespace", lab.namespace, "--json").stdout)["items"]
+        if e["name"] == "staged"
+    ]
     assert [e["event"] for e in events].count("pods-deleted") == 1
     # Archived before the pods went; the job's own archive keeps their logs.
-    index = json.loads((archive_dir / lab.namespace / "TFJob" / f"staged-{obj['metadata']['uid']}" / "index.json")
-                       .read_text())
+    index = json.loads(
+        (archive_dir / lab.namespace / "TFJob" / f"staged-{obj['metadata']['uid']}" / "index.json").read_text()
+    )
     assert [a["stage"] for a in index["archives"]] == ["pods", "job"]
     assert sorted(e["pod"] for e in index["logs"]) == ["staged-worker-0", "staged-worker-1"]  # not the lookalike
 
 
 def test_keep_last_deletes_exactly_the_oldest_beyond_the_limit_in_each_group(lab):
     start = time.time() - 600
-    jobs = [lab.job(f"{app}-{i}", "history", start + i * 10, app=app) for app, n in (("a", 4), ("b", 3))
-            for i in range(n)]
+    jobs = [
+        lab.job(f"{app}-{i}", "history", start + i * 10, app=app) for app, n in (("a", 4), ("b", 3)) for i in range(n)
+    ]
     for obj in jobs:
         lab.event("update", obj)
-    wait_for(lambda: lab.get("a-0") is None and lab.get("a-1") is None and lab.get("b-0") is None, timeout=15,
-             what="the jobs beyond each group's limit to go")
-    assert sorted(o["metadata"]["name"] for o in jobs if lab.get(o["metadata"]["name"])) == ["a-2", "a-3", "b-1",
-                                                                                              "b-2"]
+    wait_for(
+        lambda: lab.get("a-0") is None and lab.get("a-1") is None and lab.get("b-0") is None,
+        timeout=15,
+        what="the jobs beyond each group's limit to go",
+    )
+    assert sorted(o["metadata"]["name"] for o in jobs if lab.get(o["metadata"]["name"])) == ["a-2", "a-3", "b-1", "b-2"]
     assert {r["path"].rsplit("/", 1)[1] for r in lab.deletes()} == {"a-0", "a-1", "b-0"}
 
 
@@ -264,13 +358,17 @@ def test_deletion_scheduled_events_appear_once_per_schedule_change(lab):
     # anything the duplicate or the quiet job would have posted has been posted too.
     marker = lab.job("marker", "announced", finished)
     lab.event("update", marker)
-    wait_for(lambda: lab.events(marker["metadata"]["uid"], "DeletionScheduled"), timeout=10,
-             what="the Event for a later change")
+    wait_for(
+        lambda: lab.events(marker["metadata"]["uid"], "DeletionScheduled"),
+        timeout=10,
+        what="the Event for a later change",
+    )
     assert len(lab.events(uid, "DeletionScheduled")) == 2
     assert lab.events(quiet["metadata"]["uid"], "DeletionScheduled") == []
 
 
 # --- the S3-compatible store ------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
@@ -286,10 +384,15 @@ def s3(tmp_path_factory):
 def test_an_archive_goes_to_an_s3_compatible_store(kube, redis_server, redis, s3, tmp_path_factory):
     import boto3
 
-    credentials = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-                   "AWS_ENDPOINT_URL_S3": s3}
-    bucket = boto3.client("s3", endpoint_url=s3, region_name="us-east-1", aws_access_key_id="testing",
-                          aws_secret_access_key="testing")
+    credentials = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL_S3": s3,
+    }
+    bucket = boto3.client(
+        "s3", endpoint_url=s3, region_name="us-east-1", aws_access_key_id="testing", aws_secret_access_key="testing"
+    )
     bucket.create_bucket(Bucket="evidence")
     policy = write_policy(tmp_path_factory.mktemp("s3-policy") / "policy.yaml", "s3://evidence/archives")
     env = stack_environment(redis_server, kube, "evidence-s3", 0, JOBTTL_POLICY=str(policy), **credentials)
@@ -303,13 +406,17 @@ def test_an_archive_goes_to_an_s3_compatible_store(kube, redis_server, redis, s3
         Reconciler(schedule, Audit(redis), load_policy(policy)).reconcile(obj, TFJOB_KIND, "event")
         lab.wait_gone("resnet", timeout=20)
         prefix = f"archives/{lab.namespace}/TFJob/resnet-{obj['metadata']['uid']}/"
-        keys = {o["Key"][len(prefix):] for o in bucket.list_objects_v2(Bucket="evidence", Prefix=prefix)["Contents"]}
-        assert keys == {"manifest.yaml", "events.yaml", "index.json", "logs/resnet-worker-0/tensorflow.log",
-                        "logs/resnet-worker-1/tensorflow.log"}
+        keys = {o["Key"][len(prefix) :] for o in bucket.list_objects_v2(Bucket="evidence", Prefix=prefix)["Contents"]}
+        assert keys == {
+            "manifest.yaml",
+            "events.yaml",
+            "index.json",
+            "logs/resnet-worker-0/tensorflow.log",
+            "logs/resnet-worker-1/tensorflow.log",
+        }
         printed = jobttl(env, "logs", f"{lab.namespace}/resnet", "--pod", "resnet-worker-1")
         assert printed.returncode == 0 and printed.stdout == training_log(3, "r1")
         both = jobttl(env, "logs", f"{lab.namespace}/resnet").stdout
         assert "==> resnet-worker-0/tensorflow <==" in both and training_log(3, "r0") in both
     finally:
         worker.stop()
-

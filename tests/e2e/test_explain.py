@@ -25,8 +25,24 @@ from tests.services import ROOT, start_emulator
 KUBECTL = "/usr/bin/kubectl"
 T0 = (int(time.time()) // 60) * 60 - 3 * 3600  # every job here finished three hours ago
 NOW = rfc3339(T0 + 3 * 3600)
-ITEM_KEYS = {"apiVersion", "kind", "namespace", "name", "uid", "verdict", "reason", "outcome", "finishedAt",
-             "finishedFrom", "ttl", "ttlSource", "expiresAt", "expired", "dryRun", "rules"}
+ITEM_KEYS = {
+    "apiVersion",
+    "kind",
+    "namespace",
+    "name",
+    "uid",
+    "verdict",
+    "reason",
+    "outcome",
+    "finishedAt",
+    "finishedFrom",
+    "ttl",
+    "ttlSource",
+    "expiresAt",
+    "expired",
+    "dryRun",
+    "rules",
+}
 POLICY = """\
 ttl: 1h
 ttlAfterFailure: 2h
@@ -52,16 +68,27 @@ def explained(stdin: str, policy: Path | None, *files: str) -> dict[str, dict]:
     result = explain(stdin, *(files or ("-f", "-")), "--json", "--now", NOW, policy=policy)
     assert result.returncode == 0, result.stderr
     document = json.loads(result.stdout)
-    assert (document["apiVersion"], document["now"], set(document)) == ("jobttl.io/explain/v1", NOW,
-                                                                        {"apiVersion", "now", "items"})
+    assert (document["apiVersion"], document["now"], set(document)) == (
+        "jobttl.io/explain/v1",
+        NOW,
+        {"apiVersion", "now", "items"},
+    )
     for item in document["items"]:
         assert set(item) == ITEM_KEYS, item
     return {f"{i['namespace']}/{i['name']}": i for i in document["items"]}
 
 
 def owner(kind: str, name: str) -> list[dict]:
-    return [{"apiVersion": "batch/v1" if kind == "CronJob" else "x.k8s.io/v1", "kind": kind, "name": name,
-             "uid": "2f1d0c8e-8b8f-4f51-a2ad-5a9b0f1c4d10", "controller": True, "blockOwnerDeletion": True}]
+    return [
+        {
+            "apiVersion": "batch/v1" if kind == "CronJob" else "x.k8s.io/v1",
+            "kind": kind,
+            "name": name,
+            "uid": "2f1d0c8e-8b8f-4f51-a2ad-5a9b0f1c4d10",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def tfjob(name, namespace="ml", state="succeeded", ttl=None, run_policy=None, **meta) -> dict:
@@ -81,17 +108,25 @@ TFJOBS = {
     "own-ttl": (tfjob("own-ttl", ttl=60), ("expires", "spec.runPolicy.ttlSecondsAfterFinished", 60, True)),
     "policy-default": (tfjob("policy-default"), ("expires", "ttl of policy", 3600, True)),
     "failed": (tfjob("failed", state="failed"), ("expires", "ttlAfterFailure of policy", 7200, True)),
-    "capped": (tfjob("capped", ttl=10 * 86400),
-               ("expires", "spec.runPolicy.ttlSecondsAfterFinished, capped by maxTTL of policy", 86400, False)),
-    "no-completion-time": (no_completion_time(tfjob("no-completion-time", ttl=60)),
-                           ("expires", "spec.runPolicy.ttlSecondsAfterFinished", 60, True)),
+    "capped": (
+        tfjob("capped", ttl=10 * 86400),
+        ("expires", "spec.runPolicy.ttlSecondsAfterFinished, capped by maxTTL of policy", 86400, False),
+    ),
+    "no-completion-time": (
+        no_completion_time(tfjob("no-completion-time", ttl=60)),
+        ("expires", "spec.runPolicy.ttlSecondsAfterFinished", 60, True),
+    ),
     "trial": (tfjob("trial", labels={"trial": "true"}), ("expires", "ttl of policy", 3600, True)),
     "running": (tfjob("running", state="running", ttl=0), ("not-finished", None, None, False)),
     "suspended": (tfjob("suspended", ttl=0, run_policy={"suspend": True}), ("suspended", None, None, False)),
-    "multikueue": (tfjob("multikueue", ttl=0, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}),
-                   ("managed-elsewhere", None, None, False)),
-    "in-a-pipeline": (tfjob("in-a-pipeline", ttl=0, ownerReferences=owner("PipelineRun", "p-1")),
-                      ("owned", None, None, False)),
+    "multikueue": (
+        tfjob("multikueue", ttl=0, run_policy={"managedBy": "kueue.x-k8s.io/multikueue"}),
+        ("managed-elsewhere", None, None, False),
+    ),
+    "in-a-pipeline": (
+        tfjob("in-a-pipeline", ttl=0, ownerReferences=owner("PipelineRun", "p-1")),
+        ("owned", None, None, False),
+    ),
     "kept": (tfjob("kept", ttl=0, annotations={"jobttl.io/keep": "true"}), ("kept", None, None, False)),
     "system": (tfjob("system", "kube-system", ttl=0), ("excluded", None, None, False)),
 }
@@ -112,33 +147,53 @@ def workflow(name, phase, ttl=None, stored=None, labels=None) -> dict:
 
 
 OTHERS = {
-    "batch/cron-child": (batch_job("cron-child", "batch", ownerReferences=owner("CronJob", "nightly")),
-                         ("expires", "ttl of policy", 3600, True)),
-    "team/cron-child": (batch_job("cron-child", ownerReferences=owner("CronJob", "nightly")),
-                        ("owned", None, None, False)),
-    "team/initializer": (batch_job("initializer", ownerReferences=owner("JobSet", "llm-finetune")),
-                         ("owned", None, None, False)),
-    "team/kueue": (dict(batch_job("kueue"), spec={**batch_job("x")["spec"], "managedBy": "kueue.x-k8s.io/multikueue"}),
-                   ("managed-elsewhere", None, None, False)),
-    "argo/errored": (workflow("errored", "error", ttl={"secondsAfterFailure": 60}),
-                     ("expires", "ttlAfterFailure of policy", 7200, True)),
-    "argo/errored-completion": (workflow("errored-completion", "error",
-                                         ttl={"secondsAfterFailure": 60, "secondsAfterCompletion": 600}),
-                                ("expires", "spec.ttlStrategy.secondsAfterCompletion", 600, True)),
-    "argo/from-template": (workflow("from-template", "succeeded", stored={"secondsAfterCompletion": 120}),
-                           ("expires", "status.storedWorkflowTemplateSpec.ttlStrategy.secondsAfterCompletion", 120,
-                            True)),
-    "argo/archiving": (workflow("archiving", "succeeded", ttl={"secondsAfterCompletion": 0},
-                                labels={"workflows.argoproj.io/workflow-archiving-status": "Pending"}),
-                       ("archiving", None, None, False)),
+    "batch/cron-child": (
+        batch_job("cron-child", "batch", ownerReferences=owner("CronJob", "nightly")),
+        ("expires", "ttl of policy", 3600, True),
+    ),
+    "team/cron-child": (
+        batch_job("cron-child", ownerReferences=owner("CronJob", "nightly")),
+        ("owned", None, None, False),
+    ),
+    "team/initializer": (
+        batch_job("initializer", ownerReferences=owner("JobSet", "llm-finetune")),
+        ("owned", None, None, False),
+    ),
+    "team/kueue": (
+        dict(batch_job("kueue"), spec={**batch_job("x")["spec"], "managedBy": "kueue.x-k8s.io/multikueue"}),
+        ("managed-elsewhere", None, None, False),
+    ),
+    "argo/errored": (
+        workflow("errored", "error", ttl={"secondsAfterFailure": 60}),
+        ("expires", "ttlAfterFailure of policy", 7200, True),
+    ),
+    "argo/errored-completion": (
+        workflow("errored-completion", "error", ttl={"secondsAfterFailure": 60, "secondsAfterCompletion": 600}),
+        ("expires", "spec.ttlStrategy.secondsAfterCompletion", 600, True),
+    ),
+    "argo/from-template": (
+        workflow("from-template", "succeeded", stored={"secondsAfterCompletion": 120}),
+        ("expires", "status.storedWorkflowTemplateSpec.ttlStrategy.secondsAfterCompletion", 120, True),
+    ),
+    "argo/archiving": (
+        workflow(
+            "archiving",
+            "succeeded",
+            ttl={"secondsAfterCompletion": 0},
+            labels={"workflows.argoproj.io/workflow-archiving-status": "Pending"},
+        ),
+        ("archiving", None, None, False),
+    ),
 }
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
     directory = tmp_path_factory.mktemp("explain")
-    server = start_emulator(directory, (Resource(k.group, k.version, k.kind, k.plural,
-                                                 status_subresource=k is not WORKFLOW) for k in ALL_KINDS))
+    server = start_emulator(
+        directory,
+        (Resource(k.group, k.version, k.kind, k.plural, status_subresource=k is not WORKFLOW) for k in ALL_KINDS),
+    )
     for obj, _ in [*TFJOBS.values(), *OTHERS.values()]:
         seed_object(server.store, obj)
     server.home = directory  # kubectl's cache goes here, not into the real home
@@ -177,7 +232,11 @@ def test_explain_reads_kubectl_get_tfjobs_output(cluster, policy):
         assert re.fullmatch(r"[0-9a-f-]{36}", item["uid"]) and item["apiVersion"] == "kubeflow.org/v1"
     own = items["ml/own-ttl"]
     assert (own["outcome"], own["finishedAt"], own["finishedFrom"], own["ttl"]) == (
-        "succeeded", rfc3339(T0), "status.completionTime", 60)
+        "succeeded",
+        rfc3339(T0),
+        "status.completionTime",
+        60,
+    )
     assert items["ml/no-completion-time"]["finishedFrom"] == "status.conditions[Succeeded].lastTransitionTime"
     assert (items["ml/trial"]["dryRun"], items["ml/trial"]["rules"]) == (True, ["trial"])
     assert items["ml/in-a-pipeline"]["reason"].startswith("owned-by PipelineRun/p-1")
@@ -191,14 +250,17 @@ def test_explain_reads_kubectl_json_of_several_kinds(cluster, policy):
     for key, (_, expected) in OTHERS.items():
         check(items[key], expected)
     assert items["team/cron-child"]["reason"].startswith("owned-by CronJob/nightly")
-    assert "owned-by CronJob/nightly, expired as rule nightly says (owned: delete)" in items["batch/cron-child"]["reason"]
+    assert (
+        "owned-by CronJob/nightly, expired as rule nightly says (owned: delete)" in items["batch/cron-child"]["reason"]
+    )
     assert items["team/initializer"]["reason"].startswith("owned-by JobSet/llm-finetune")
     assert items["argo/errored"]["outcome"] == "failed"
 
 
 def test_explain_prints_a_reading_for_humans(cluster, policy):
-    result = explain(kubectl(cluster, "get", "jobs.batch", "-n", "team", "-o", "yaml"), "-f", "-", "--now", NOW,
-                     policy=policy)
+    result = explain(
+        kubectl(cluster, "get", "jobs.batch", "-n", "team", "-o", "yaml"), "-f", "-", "--now", NOW, policy=policy
+    )
     assert result.returncode == 0, result.stderr
     assert "batch/v1 Job team/cron-child: owned\n  why: owned-by CronJob/nightly" in result.stdout
     assert "batch/v1 Job team/kueue: managed-elsewhere" in result.stdout
@@ -256,8 +318,11 @@ def test_explain_on_every_example_object_in_the_repo(tmp_path):
                 continue
             assert item["apiVersion"] == "kubeflow.org/v1", (path, item)
             if path.name.endswith("tfjob-succeeded-status-sample.yaml"):
-                assert (item["verdict"], item["finishedAt"], item["outcome"]) == ("no-ttl", "2021-09-06T11:49:30Z",
-                                                                                  "succeeded")
+                assert (item["verdict"], item["finishedAt"], item["outcome"]) == (
+                    "no-ttl",
+                    "2021-09-06T11:49:30Z",
+                    "succeeded",
+                )
                 continue
             verdict, ttl = EXAMPLES[key]
             assert (item["verdict"], item["ttl"]) == (verdict, ttl), (path, item)
@@ -267,17 +332,27 @@ def test_explain_on_every_example_object_in_the_repo(tmp_path):
 def test_the_example_policy_decides_the_docs_finished_sample(tmp_path):
     item = explained("", ROOT / "examples" / "policy.yaml", "-f", str(KUBEFLOW / "tfjob-succeeded-status-sample.yaml"))
     sample = item["kubeflow/tfjob-simple"]
-    assert (sample["verdict"], sample["ttlSource"], sample["expiresAt"]) == ("expires", "ttl of policy",
-                                                                            "2021-09-13T11:49:30Z")
+    assert (sample["verdict"], sample["ttlSource"], sample["expiresAt"]) == (
+        "expires",
+        "ttl of policy",
+        "2021-09-13T11:49:30Z",
+    )
 
 
-@pytest.mark.parametrize("args, stdin, words", [
-    (["-f", "/nonexistent.yaml"], "", "cannot read /nonexistent.yaml"),
-    (["-f", "-"], "kind: [unclosed", "not valid YAML or JSON"),
-    (["-f", "-", "--now", "tomorrow"], "", "--now: expected an RFC 3339 time"),
-    (["-f", "-", "--now", "2030-01-01T00:00:00"], "", "--now: give the time zone"),
-    (["-f", "-", "--policy", str(ROOT / "tests" / "e2e" / "test_explain.py")], "", "test_explain.py:1: not valid YAML"),
-])
+@pytest.mark.parametrize(
+    "args, stdin, words",
+    [
+        (["-f", "/nonexistent.yaml"], "", "cannot read /nonexistent.yaml"),
+        (["-f", "-"], "kind: [unclosed", "not valid YAML or JSON"),
+        (["-f", "-", "--now", "tomorrow"], "", "--now: expected an RFC 3339 time"),
+        (["-f", "-", "--now", "2030-01-01T00:00:00"], "", "--now: give the time zone"),
+        (
+            ["-f", "-", "--policy", str(ROOT / "tests" / "e2e" / "test_explain.py")],
+            "",
+            "test_explain.py:1: not valid YAML",
+        ),
+    ],
+)
 def test_bad_input_is_a_clear_error(args, stdin, words):
     result = explain(stdin, *args)
     assert result.returncode == 2 and words in result.stderr and "Traceback" not in result.stderr, result.stderr

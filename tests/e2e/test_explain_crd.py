@@ -46,26 +46,32 @@ def explain_crd(crd, policy: str | None, tmp_path, *args: str) -> subprocess.Com
 def test_the_builtin_tfjob_is_verified_against_its_upstream_crd(tmp_path):
     result = explain_crd(TFJOB_CRD, None, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.strip() == ("kubeflow.org/v1/TFJob (built in; enabled) against CRD tfjobs.kubeflow.org: "
-                                     "verified")
+    assert result.stdout.strip() == (
+        "kubeflow.org/v1/TFJob (built in; enabled) against CRD tfjobs.kubeflow.org: verified"
+    )
 
 
 def test_a_misspelt_suspend_is_refused_naming_the_nearest_field_and_exits_1(tmp_path):
     result = explain_crd(TFJOB_CRD, TFJOB_DECLARATION.replace("SUSPEND", "spec.runPolicy.suspnd"), tmp_path, "--json")
     assert result.returncode == 1, result.stderr
-    item, = json.loads(result.stdout)["items"]
+    (item,) = json.loads(result.stdout)["items"]
     assert (item["kind"], item["verdict"], item["builtin"], item["enabled"]) == (
-        "kubeflow.org/v1/TFJob", "refused", False, True)
+        "kubeflow.org/v1/TFJob",
+        "refused",
+        False,
+        True,
+    )
     assert item["refused"] == [
         f"{tmp_path / 'policy.yaml'}: kindDeclarations[0].suspend: 'spec.runPolicy.suspnd' is not in the schema of "
         "kubeflow.org/v1/TFJob (CRD tfjobs.kubeflow.org): spec.runPolicy has no field 'suspnd'; did you mean "
-        "spec.runPolicy.suspend?"]
+        "spec.runPolicy.suspend?"
+    ]
 
 
 def test_the_same_declaration_spelt_right_is_verified_with_what_it_inherits(tmp_path):
     result = explain_crd(TFJOB_CRD, TFJOB_DECLARATION.replace("SUSPEND", "spec.runPolicy.suspend"), tmp_path, "--json")
     assert result.returncode == 0, result.stderr
-    item, = json.loads(result.stdout)["items"]
+    (item,) = json.loads(result.stdout)["items"]
     assert item["verdict"] == "verified" and item["refused"] == item["unverified"] == item["absent"] == []
 
 
@@ -84,11 +90,14 @@ def test_a_crd_that_keeps_unknown_fields_leaves_a_misspelt_suspend_unverified_no
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert lines[0].endswith("against CRD workflows.argoproj.io: unverified")
-    assert ("  unverified: suspend: 'spec.suspnd' cannot be checked against the schema of argoproj.io/v1alpha1/Workflow "
-            "(CRD workflows.argoproj.io): spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)") in lines
+    assert (
+        "  unverified: suspend: 'spec.suspnd' cannot be checked against the schema of argoproj.io/v1alpha1/Workflow "
+        "(CRD workflows.argoproj.io): spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)"
+    ) in lines
     # What it inherited from the built-in Workflow (its TTL object, the archiving wait) is said as such.
-    assert any(line.startswith("  unverified (inherited from the built-in declaration): ttl.within[0]:")
-               for line in lines)
+    assert any(
+        line.startswith("  unverified (inherited from the built-in declaration): ttl.within[0]:") for line in lines
+    )
 
 
 def test_a_crd_without_a_schema_verifies_nothing(tmp_path):
@@ -98,7 +107,7 @@ def test_a_crd_without_a_schema_verifies_nothing(tmp_path):
     (tmp_path / "crd.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [crd]}))
     result = explain_crd(tmp_path / "crd.yaml", None, tmp_path, "--json")
     assert result.returncode == 0, result.stderr
-    item, = json.loads(result.stdout)["items"]
+    (item,) = json.loads(result.stdout)["items"]
     assert item["verdict"] == "unverified"
     assert "spec.runPolicy.suspend" in {p["path"] for p in item["unverified"]}
     assert all("gives v1 no schema (openAPIV3Schema)" in p["message"] for p in item["unverified"])
@@ -114,18 +123,27 @@ def test_a_file_with_no_crd_of_a_known_kind_and_a_missing_file_exit_2(tmp_path):
 
 def test_explain_needs_objects_or_crds():
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTTL_")}
-    result = subprocess.run([sys.executable, "-m", "jobttl", "explain"], capture_output=True, text=True, env=env,
-                            cwd=ROOT, timeout=120)
+    result = subprocess.run(
+        [sys.executable, "-m", "jobttl", "explain"], capture_output=True, text=True, env=env, cwd=ROOT, timeout=120
+    )
     assert result.returncode == 2 and "needs -f FILE" in result.stderr
 
 
-@pytest.mark.parametrize("change, words", [
-    pytest.param(lambda crd: crd["spec"].update(names="TFJob"), "document 1 (CRD tfjobs.kubeflow.org): spec.names: "
-                 "expected a mapping, got a string 'TFJob'", id="spec.names a string (was a traceback, exit 1)"),
-    pytest.param(lambda crd: crd["spec"]["versions"][0].update(schema=[]),
-                 "document 1 (CRD tfjobs.kubeflow.org): spec.versions[0].schema: expected a mapping, got a list",
-                 id="a version's schema a list"),
-])
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        pytest.param(
+            lambda crd: crd["spec"].update(names="TFJob"),
+            "document 1 (CRD tfjobs.kubeflow.org): spec.names: expected a mapping, got a string 'TFJob'",
+            id="spec.names a string (was a traceback, exit 1)",
+        ),
+        pytest.param(
+            lambda crd: crd["spec"]["versions"][0].update(schema=[]),
+            "document 1 (CRD tfjobs.kubeflow.org): spec.versions[0].schema: expected a mapping, got a list",
+            id="a version's schema a list",
+        ),
+    ],
+)
 def test_a_malformed_crd_is_a_clear_error_naming_the_document_and_field_exit_2(tmp_path, change, words):
     crd = yaml.load(TFJOB_CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
     change(crd)
@@ -133,6 +151,7 @@ def test_a_malformed_crd_is_a_clear_error_naming_the_document_and_field_exit_2(t
     path.write_text(yaml.safe_dump(crd))
     result = explain_crd(path, None, tmp_path)
     assert result.returncode == 2, result.stderr
-    assert result.stderr.strip() == (f"jobttl: {path}: not a CustomResourceDefinition as the API server writes one: "
-                                     f"{words}")
+    assert result.stderr.strip() == (
+        f"jobttl: {path}: not a CustomResourceDefinition as the API server writes one: {words}"
+    )
     assert "Traceback" not in result.stderr

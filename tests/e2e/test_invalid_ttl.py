@@ -22,8 +22,10 @@ FORMS = "90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, h, d or w, no spaces)
 def events(cluster: Cluster, obj: dict, reason: str) -> list:
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(cluster.emulator.kubeconfig)))
     found = core.list_namespaced_event(cluster.namespace).items
-    return sorted((e for e in found if e.involved_object.uid == obj["metadata"]["uid"] and e.reason == reason),
-                  key=lambda e: e.metadata.creation_timestamp)
+    return sorted(
+        (e for e in found if e.involved_object.uid == obj["metadata"]["uid"] and e.reason == reason),
+        key=lambda e: e.metadata.creation_timestamp,
+    )
 
 
 def annotate(cluster: Cluster, name: str, key: str, value: str) -> dict:
@@ -41,7 +43,7 @@ def posted_warnings() -> float:
     wait_for(lambda: requests.get(f"{url}/readyz", timeout=1).ok, timeout=30, what="the worker")
     text = requests.get(f"{url}/metrics", timeout=5).text
     prefix = 'jobttl_deletion_notices_total{stage="invalid-ttl"} '
-    return sum(float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix))
+    return sum(float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix))
 
 
 def settled(cluster: Cluster, name: str, timeout: float = 15) -> None:
@@ -61,8 +63,10 @@ def test_a_bad_ttl_annotation_is_warned_once_per_value_and_not_once_fixed(cluste
     sent(cluster, obj, "ignored:invalid-ttl")
     [warning] = wait_for(lambda: events(cluster, obj, "InvalidTTL"), timeout=15, what="an InvalidTTL Event")
     assert warning.type == "Warning"
-    assert warning.message == (f"annotation jobttl.io/ttl: expected a duration such as {FORMS}, got '10 minutes'; "
-                               "jobttl will not delete this TFJob until annotation jobttl.io/ttl is fixed or removed")
+    assert warning.message == (
+        f"annotation jobttl.io/ttl: expected a duration such as {FORMS}, got '10 minutes'; "
+        "jobttl will not delete this TFJob until annotation jobttl.io/ttl is fixed or removed"
+    )
     # The same value again, after the Event: nothing more.
     sent(cluster, obj, "ignored:invalid-ttl")
     sent(cluster, obj, "ignored:invalid-ttl", mode="ref")
@@ -77,8 +81,9 @@ def test_a_bad_ttl_annotation_is_warned_once_per_value_and_not_once_fixed(cluste
     sent(cluster, obj, "ignored:invalid-ttl")
     settled(cluster, "marker-2")
     messages = [e.message for e in events(cluster, obj, "InvalidTTL")]  # in the API server's order, not time's
-    assert len(messages) == 2 and [sum(f"got '{value}'" in m for m in messages) for value in ("10 minutes", "1 hour")] \
-        == [1, 1], messages
+    assert len(messages) == 2 and [
+        sum(f"got '{value}'" in m for m in messages) for value in ("10 minutes", "1 hour")
+    ] == [1, 1], messages
 
     # Fixed: scheduled as usual, and no more warnings.
     obj = annotate(cluster, "typo", "ttl", "1h")
@@ -98,14 +103,17 @@ def test_a_bad_keep_until_cancels_the_pending_deletion_and_is_warned_once(cluste
     sent(cluster, obj, "ignored:invalid-ttl")
     [warning] = wait_for(lambda: events(cluster, obj, "InvalidTTL"), timeout=15, what="an InvalidTTL Event")
     assert warning.type == "Warning"
-    assert warning.message == ("annotation jobttl.io/keep-until must be an RFC 3339 time such as "
-                               "2030-01-31T00:00:00Z within 100 years, got 'next friday'; jobttl will not delete this "
-                               "TFJob until annotation jobttl.io/keep-until is fixed or removed")
+    assert warning.message == (
+        "annotation jobttl.io/keep-until must be an RFC 3339 time such as "
+        "2030-01-31T00:00:00Z within 100 years, got 'next friday'; jobttl will not delete this "
+        "TFJob until annotation jobttl.io/keep-until is fixed or removed"
+    )
     settled(cluster, "marker")
     assert len(events(cluster, obj, "InvalidTTL")) == 1
 
 
 # --- resyncs: their own stack, since a resync reconciles every job of every test's namespace ---------
+
 
 @pytest.fixture(scope="module")
 def own(tmp_path_factory):
@@ -121,8 +129,11 @@ def test_resyncs_that_find_the_same_bad_value_warn_once(own):
         return own.seed(obj)
 
     def warnings(obj: dict) -> list[str]:
-        return [e.message for e in own.events("team")
-                if e.involved_object.uid == obj["metadata"]["uid"] and e.reason == "InvalidTTL"]
+        return [
+            e.message
+            for e in own.events("team")
+            if e.involved_object.uid == obj["metadata"]["uid"] and e.reason == "InvalidTTL"
+        ]
 
     typo = seeded("typo")
     own.jobttl("resync")

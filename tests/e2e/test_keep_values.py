@@ -16,10 +16,14 @@ from tests.services import wait_for
 # The worker posts the outbox's notices at most 10 a second, oldest first, while every other test of
 # the shared stack writes its own: on a loaded machine a notice may wait. An upper bound, not a window.
 WAIT = 60
-KEEP_YES = ("annotation jobttl.io/keep is 'yes', neither \"true\" nor \"false\": jobttl keeps this TFJob, as for any "
-            "value but \"false\" (write \"true\" to keep it, \"false\" or no annotation to let it expire)")
-KEPP = ("annotation jobttl.io/kepp is not a key jobttl knows (did you mean annotation jobttl.io/keep?): jobttl keeps "
-        "this TFJob until it is fixed or removed")
+KEEP_YES = (
+    'annotation jobttl.io/keep is \'yes\', neither "true" nor "false": jobttl keeps this TFJob, as for any '
+    'value but "false" (write "true" to keep it, "false" or no annotation to let it expire)'
+)
+KEPP = (
+    "annotation jobttl.io/kepp is not a key jobttl knows (did you mean annotation jobttl.io/keep?): jobttl keeps "
+    "this TFJob until it is fixed or removed"
+)
 
 
 def finished_with(cluster: Cluster, name: str, **annotations: str) -> dict:
@@ -79,7 +83,9 @@ def test_the_worker_s_re_read_keeps_what_the_sink_booked_before_the_keep_was_wri
     obj = cluster.get("late")
     sent(cluster, obj, "scheduled")
     obj = cluster.patch("late", {"metadata": {"annotations": {"jobttl.io/keep": "yes"}}})
-    [warning] = wait_for(lambda: events(cluster, obj, "InvalidKeep"), timeout=WAIT, what="the worker's InvalidKeep Event")
+    [warning] = wait_for(
+        lambda: events(cluster, obj, "InvalidKeep"), timeout=WAIT, what="the worker's InvalidKeep Event"
+    )
     assert warning.message == KEEP_YES
     assert cluster.get("late") is not None
     history = [e.as_dict() for e in cluster.audit.history(cluster.namespace, "late")]

@@ -29,8 +29,14 @@ def test_a_stale_uid_or_resource_version_is_a_conflict(cluster: Cluster, kube):
     obj = cluster.create_finished("cas", ttl=0, finished_at=time.time())
     meta = obj["metadata"]
     with pytest.raises(Conflict, match="UID in the precondition"):
-        kube.delete(TFJOB, cluster.namespace, "cas", "00000000-0000-0000-0000-000000000000", meta["resourceVersion"],
-                    "Foreground")
+        kube.delete(
+            TFJOB,
+            cluster.namespace,
+            "cas",
+            "00000000-0000-0000-0000-000000000000",
+            meta["resourceVersion"],
+            "Foreground",
+        )
     cluster.patch("cas", {"metadata": {"labels": {"touched": "yes"}}})
     with pytest.raises(Conflict, match="ResourceVersion in the precondition"):
         kube.delete(TFJOB, cluster.namespace, "cas", meta["uid"], meta["resourceVersion"], "Foreground")
@@ -52,7 +58,9 @@ def test_server_errors_and_throttling_are_transient(cluster: Cluster, kube, stat
 
 def test_forbidden_is_permanent_and_names_what_to_grant(cluster: Cluster, kube):
     cluster.fail_next("delete", 403, count=1)
-    with pytest.raises(PermanentApiError, match=f"needs 'delete' on tfjobs.kubeflow.org in namespace '{cluster.namespace}'"):
+    with pytest.raises(
+        PermanentApiError, match=f"needs 'delete' on tfjobs.kubeflow.org in namespace '{cluster.namespace}'"
+    ):
         kube.delete(TFJOB, cluster.namespace, "x", "u", "1", "Foreground")
 
 

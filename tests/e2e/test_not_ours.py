@@ -31,8 +31,16 @@ FINISHED = time.time() - 2 * 3600
 
 
 def owner(kind: str, name: str, api_version: str) -> list[dict]:
-    return [{"apiVersion": api_version, "kind": kind, "name": name, "uid": "7a4a8b7e-2f0e-4a8e-9d43-0c1c1e7c5b21",
-             "controller": True, "blockOwnerDeletion": True}]
+    return [
+        {
+            "apiVersion": api_version,
+            "kind": kind,
+            "name": name,
+            "uid": "7a4a8b7e-2f0e-4a8e-9d43-0c1c1e7c5b21",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    ]
 
 
 def batch_job(name: str, at: float = FINISHED, **spec) -> dict:
@@ -95,12 +103,19 @@ def test_owned_suspended_and_managed_by_jobs_survive_while_a_canary_is_deleted(s
         assert decide(stale(obj), kind_of(obj), EVERYTHING).verdict is Verdict.EXPIRES
         assert stack.book(stale(obj), kind_of(obj), EVERYTHING).due < time.time(), name
 
-    wait_for(lambda: any(d["path"].endswith("/jobs/canary") for d in stack.deletes(NAMESPACE)), timeout=30,
-             what="the worker to delete the canary")
+    wait_for(
+        lambda: any(d["path"].endswith("/jobs/canary") for d in stack.deletes(NAMESPACE)),
+        timeout=30,
+        what="the worker to delete the canary",
+    )
     assert [d["path"].rsplit("/", 1)[1] for d in stack.deletes(NAMESPACE)] == ["canary"]
     for name, (obj, verdict) in jobs.items():
-        assert stack.emulator.store.get(stack.emulator.store.resource_for(obj["apiVersion"], obj["kind"]),
-                                        NAMESPACE, name)["metadata"]["uid"] == obj["metadata"]["uid"], name
+        assert (
+            stack.emulator.store.get(
+                stack.emulator.store.resource_for(obj["apiVersion"], obj["kind"]), NAMESPACE, name
+            )["metadata"]["uid"]
+            == obj["metadata"]["uid"]
+        ), name
         events = [e["event"] for e in stack.history(NAMESPACE, name)]
         assert events == ["scheduled", "cancelled"], (name, events)
         cancelled = stack.history(NAMESPACE, name)[-1]

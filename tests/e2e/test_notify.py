@@ -135,17 +135,25 @@ class World:
         self.smtp.start()
         self.stack = OwnStack(directory, "notify", policy(self.receiver.port, self.smtp.port, free_port()))
         self.metrics_port = free_port()
-        self.env = {**self.stack.env, "TEST_CHAT_URL": f"mmost://127.0.0.1:{self.receiver.port}/{CHAT_TOKEN}",
-                    "JOBTTL_NOTIFY_GATHER": "1", "JOBTTL_NOTIFY_RETRY_BACKOFF": "1",
-                    "JOBTTL_NOTIFY_METRICS_PORT": str(self.metrics_port), "JOBTTL_CONSOLE_URL": CONSOLE}
+        self.env = {
+            **self.stack.env,
+            "TEST_CHAT_URL": f"mmost://127.0.0.1:{self.receiver.port}/{CHAT_TOKEN}",
+            "JOBTTL_NOTIFY_GATHER": "1",
+            "JOBTTL_NOTIFY_RETRY_BACKOFF": "1",
+            "JOBTTL_NOTIFY_METRICS_PORT": str(self.metrics_port),
+            "JOBTTL_CONSOLE_URL": CONSOLE,
+        }
         self.notifier: JobttlProcess | None = None
         self.starts = 0
 
     def start_notifier(self) -> None:
         self.starts += 1
         self.notifier = JobttlProcess(["notify"], self.env, self.stack.directory, f"notify-{self.starts}").start()
-        wait_for(lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=1).ok, timeout=20,
-                 what=f"the notifier\n{self.notifier.log()}")
+        wait_for(
+            lambda: requests.get(f"http://127.0.0.1:{self.metrics_port}/healthz", timeout=1).ok,
+            timeout=20,
+            what=f"the notifier\n{self.notifier.log()}",
+        )
 
     def stop_notifier(self) -> None:
         self.notifier.stop()
@@ -159,10 +167,11 @@ class World:
     def metric(self, channel: str, event: str, outcome: str) -> float:
         text = requests.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5).text
         line = f'jobttl_notifications_total{{channel="{channel}",event="{event}",outcome="{outcome}"}} '
-        return sum(float(row[len(line):]) for row in text.splitlines() if row.startswith(line))
+        return sum(float(row[len(line) :]) for row in text.splitlines() if row.startswith(line))
 
-    def finished(self, name: str, namespace: str, kind=TFJOB, ttl: int = 0, annotations: dict | None = None,
-                 ago: float = 60) -> dict:
+    def finished(
+        self, name: str, namespace: str, kind=TFJOB, ttl: int = 0, annotations: dict | None = None, ago: float = 60
+    ) -> dict:
         """A job that finished `ago` seconds ago, booked as the sink books it."""
         obj = job_object(kind, name, namespace, at=time.time() - ago, ttl=ttl)
         if annotations:
@@ -173,8 +182,11 @@ class World:
 
     def deleted(self, namespace: str) -> list[str]:
         """The names the audit trail says were deleted in `namespace`."""
-        return sorted(e.fields["name"] for e in self.stack.reconciler.audit.entries()
-                      if e.fields.get("event") == "deleted" and e.fields.get("namespace") == namespace)
+        return sorted(
+            e.fields["name"]
+            for e in self.stack.reconciler.audit.entries()
+            if e.fields.get("event") == "deleted" and e.fields.get("namespace") == namespace
+        )
 
 
 @pytest.fixture(scope="module")
@@ -191,22 +203,29 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     for name, kind in (("mnist", TFJOB), ("resnet", PYTORCHJOB), ("bert", TFJOB)):
         world.finished(name, "digest", kind)
     world.finished("elsewhere", "other")
-    wait_for(lambda: world.deleted("digest") == ["bert", "mnist", "resnet"] and world.deleted("other"), timeout=30,
-             what="four deletions")
+    wait_for(
+        lambda: world.deleted("digest") == ["bert", "mnist", "resnet"] and world.deleted("other"),
+        timeout=30,
+        what="four deletions",
+    )
     world.start_notifier()
 
     # Two namespaces, one channel: one message, a part per namespace.
     [hook] = wait_for(lambda: world.receiver.at("/hooks"), timeout=20, what="the webhook's digest")
     assert hook.body["title"] == "jobttl: 4 jobs deleted in 2 namespaces"
     first, second = hook.body["message"].split("\n\n")
-    assert second.splitlines() == ["1 deleted in namespace other: 1 TFJob",
-                                   "- TFJob other/elsewhere, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
-                                   f"History: {CONSOLE}/history?namespace=other"]
+    assert second.splitlines() == [
+        "1 deleted in namespace other: 1 TFJob",
+        "- TFJob other/elsewhere, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+        f"History: {CONSOLE}/history?namespace=other",
+    ]
     lines = first.splitlines()
     assert lines[0] == "3 deleted in namespace digest: 2 TFJob, 1 PyTorchJob"
-    assert sorted(lines[1:4]) == ["- PyTorchJob digest/resnet, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
-                                  "- TFJob digest/bert, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
-                                  "- TFJob digest/mnist, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished"]
+    assert sorted(lines[1:4]) == [
+        "- PyTorchJob digest/resnet, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+        "- TFJob digest/bert, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+        "- TFJob digest/mnist, TTL 0s from spec.runPolicy.ttlSecondsAfterFinished",
+    ]
     assert lines[4] == f"History: {CONSOLE}/history?namespace=digest"
     assert hook.body["type"] == "info"
 
@@ -216,8 +235,11 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
 
     [mail] = wait_for(lambda: world.mailbox.messages, timeout=20, what="the e-mail")
     assert mail["Subject"] == "jobttl: 3 jobs deleted in digest" and mail["To"] == "ops@example.org"
-    text = mail.get_payload(decode=True).decode() if not mail.is_multipart() else \
-        mail.get_payload(0).get_payload(decode=True).decode()
+    text = (
+        mail.get_payload(decode=True).decode()
+        if not mail.is_multipart()
+        else mail.get_payload(0).get_payload(decode=True).decode()
+    )
     assert "3 deleted in namespace digest" in text and "digest/mnist" in text
 
     for channel in ("hooks", "chat", "mail"):
@@ -226,11 +248,13 @@ def test_deletions_reach_the_webhook_the_chat_and_the_mailbox_as_one_digest_acro
     # A fourth deletion within the hour: filed, due when the period is over, not sent now.
     world.finished("late", "digest")
     redis = world.stack.redis
-    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "all")) == 1, timeout=30,
-             what="the fourth deletion filed")
+    wait_for(lambda: redis.llen(keys.notify_buffer("hooks", "all")) == 1, timeout=30, what="the fourth deletion filed")
     last = float(redis.hget(keys.notify_state("hooks"), "all:last"))
-    wait_for(lambda: redis.zscore(keys.notify_due("hooks"), "all") == last + HOUR, timeout=10,
-             what="the digest held back for its period")
+    wait_for(
+        lambda: redis.zscore(keys.notify_due("hooks"), "all") == last + HOUR,
+        timeout=10,
+        what="the digest held back for its period",
+    )
     assert len(world.receiver.at("/hooks")) == 1 and len(world.mailbox.messages) == 1
 
 
@@ -250,8 +274,15 @@ def test_a_failing_channel_delays_no_deletion_and_no_other_channel_and_is_retrie
     failed_before = world.metric("flaky", "deleted", "failed")
 
     world.receiver.failing.discard("/flaky")
-    delivered = wait_for(lambda: [r for r in world.receiver.got if r.path == "/flaky"][-1:] if
-                         world.metric("flaky", "deleted", "sent") == 1 else None, timeout=30, what="the retry")
+    delivered = wait_for(
+        lambda: (
+            [r for r in world.receiver.got if r.path == "/flaky"][-1:]
+            if world.metric("flaky", "deleted", "sent") == 1
+            else None
+        ),
+        timeout=30,
+        what="the retry",
+    )
     # The message retried is the digest as it stands: both deletions, in one message.
     assert delivered[0].body["title"] == "jobttl: 2 jobs deleted in flaky"
     assert world.metric("flaky", "deleted", "failed") == failed_before
@@ -265,11 +296,17 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
     world.finished("pushy", "team", annotations={"jobttl.io/notify": f"hooks, {evil}"})
     wait_for(lambda: world.deleted("team") == ["mine", "pushy"], timeout=30, what="the team's deletions")
 
-    deleted = wait_for(lambda: [r for r in world.receiver.at("/team") if "deleted in team" in r.body["title"]],
-                       timeout=20, what="the owner's deleted message")
+    deleted = wait_for(
+        lambda: [r for r in world.receiver.at("/team") if "deleted in team" in r.body["title"]],
+        timeout=20,
+        what="the owner's deleted message",
+    )
     assert "1 job deleted in team" in deleted[0].body["title"] and "team/mine" in deleted[0].body["message"]
-    upcoming = wait_for(lambda: [r for r in world.receiver.at("/team") if "upcoming" in r.body["title"]],
-                        timeout=20, what="the owner's upcoming message")
+    upcoming = wait_for(
+        lambda: [r for r in world.receiver.at("/team") if "upcoming" in r.body["title"]],
+        timeout=20,
+        what="the owner's upcoming message",
+    )
     assert "team/mine at " in upcoming[0].body["message"] and "pushy" not in upcoming[0].body["message"]
     wait_for(lambda: world.metric("(unknown)", "deleted", "refused") >= 1, timeout=10, what="the URL refused")
     assert world.metric("hooks", "deleted", "refused") >= 1  # hooks takes no owner's requests
@@ -279,19 +316,33 @@ def test_a_job_owner_gets_their_jobs_messages_on_a_channel_that_takes_them_and_n
     assert not any("/evil" in entry for entry in trail), "nor is what it says kept"
 
 
-@pytest.mark.parametrize("channel, env, problem", [
-    ("{name: chat, urlFromEnv: UNSET_CHAT_URL, on: [deleted]}", {},
-     "notify[0].urlFromEnv: the environment variable UNSET_CHAT_URL is not set"),
-    (f"{{name: chat, url: 'mmost://127.0.0.1:8065/{CHAT_TOKEN}', on: [deleted]}}", {},
-     "notify[0].url: url takes the schemes whose URL has no slot for a credential"),
-])
+@pytest.mark.parametrize(
+    "channel, env, problem",
+    [
+        (
+            "{name: chat, urlFromEnv: UNSET_CHAT_URL, on: [deleted]}",
+            {},
+            "notify[0].urlFromEnv: the environment variable UNSET_CHAT_URL is not set",
+        ),
+        (
+            f"{{name: chat, url: 'mmost://127.0.0.1:8065/{CHAT_TOKEN}', on: [deleted]}}",
+            {},
+            "notify[0].url: url takes the schemes whose URL has no slot for a credential",
+        ),
+    ],
+)
 def test_a_bad_channel_stops_the_notifier_at_start_naming_file_and_field(tmp_path, channel, env, problem):
     """The process's answer (exit 2, the message); every other check: tests/notifier/test_channels.py."""
     path = tmp_path / "policy.yaml"
     path.write_text(f"notify:\n  - {channel}\n")
-    result = subprocess.run([sys.executable, "-m", "jobttl", "notify"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60, env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path),
-                                             "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0", **env})
+    result = subprocess.run(
+        [sys.executable, "-m", "jobttl", "notify"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path), "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0", **env},
+    )
     assert result.returncode == 2, result.stderr
     assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:2: {problem}" in result.stderr  # file, line, field
     assert CHAT_TOKEN not in result.stderr
@@ -302,33 +353,60 @@ def test_a_bad_audit_entry_is_skipped_and_the_next_one_still_reaches_the_channel
     (inf), written by anything holding the password, are skipped or told as best they can be, and
     the notifier goes on: the valid entry after them is sent, and /healthz stays honest."""
     redis = world.stack.redis
-    bad = redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob",
-                                         "name": b"\xff\xfe-not-utf8", b"\xc3(": b"\x80"}).decode()
-    redis.xadd(keys.AUDIT_STREAM, {"event": "stuck", "namespace": "flaky", "kind": "TFJob", "name": "overflow",
-                                   "stuckFor": "inf", "ttl": "1e400"})
+    bad = redis.xadd(
+        keys.AUDIT_STREAM,
+        {"event": "stuck", "namespace": "flaky", "kind": "TFJob", "name": b"\xff\xfe-not-utf8", b"\xc3(": b"\x80"},
+    ).decode()
+    redis.xadd(
+        keys.AUDIT_STREAM,
+        {
+            "event": "stuck",
+            "namespace": "flaky",
+            "kind": "TFJob",
+            "name": "overflow",
+            "stuckFor": "inf",
+            "ttl": "1e400",
+        },
+    )
     ref = JobRef("kubeflow.org/v1", "TFJob", "flaky", "valid-after", str(uuid.uuid4()))
     world.stack.reconciler.audit.record("stuck", ref, stuckFor=120, finalizers="[example.com/keep]")
-    [message] = wait_for(lambda: world.receiver.at("/alerts"),
-                         timeout=30, what=f"the stuck digest after the bad entry {bad}\n{world.notifier.log()}")
+    [message] = wait_for(
+        lambda: world.receiver.at("/alerts"),
+        timeout=30,
+        what=f"the stuck digest after the bad entry {bad}\n{world.notifier.log()}",
+    )
     assert "TFJob flaky/valid-after: still present for 2m" in message.body["message"]
     assert "TFJob flaky/overflow: still present;" in message.body["message"]
     assert requests.get(f"http://127.0.0.1:{world.metrics_port}/healthz", timeout=5).status_code == 200
     assert "Traceback" not in world.notifier.log()
     assert f'"entry": "{bad}"' in world.notifier.log() and "notify-bad-entry" in world.notifier.log()
-    assert "jobttl_notify_bad_entries_total{stage=\"read\"} 1.0" in \
-        requests.get(f"http://127.0.0.1:{world.metrics_port}/metrics", timeout=5).text
+    assert (
+        'jobttl_notify_bad_entries_total{stage="read"} 1.0'
+        in requests.get(f"http://127.0.0.1:{world.metrics_port}/metrics", timeout=5).text
+    )
 
 
 @pytest.mark.parametrize("command", [["notify"], ["worker"], ["sink"]])
-@pytest.mark.parametrize("url", [f"json://127.0.0.1/p?+Authorization=Bearer%20{CHAT_TOKEN}",
-                                 f"form://127.0.0.1/p?-token={CHAT_TOKEN}", f"slack://T000/B000/{CHAT_TOKEN}"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        f"json://127.0.0.1/p?+Authorization=Bearer%20{CHAT_TOKEN}",
+        f"form://127.0.0.1/p?-token={CHAT_TOKEN}",
+        f"slack://T000/B000/{CHAT_TOKEN}",
+    ],
+)
 def test_every_process_refuses_a_policy_url_that_may_hold_a_secret(tmp_path, command, url):
     """Not only the notifier: the policy's ConfigMap is read by every process, notifications on or off."""
     path = tmp_path / "policy.yaml"
     path.write_text(f"ttl: 1h\nnotify:\n  - name: ops\n    on: [deleted]\n    url: '{url}'\n")
-    result = subprocess.run([sys.executable, "-m", "jobttl", *command], cwd=ROOT, capture_output=True, text=True,
-                            timeout=60, env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path),
-                                             "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0"})
+    result = subprocess.run(
+        [sys.executable, "-m", "jobttl", *command],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "JOBTTL_POLICY": str(path), "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0"},
+    )
     assert result.returncode == 2, result.stderr
     assert f"jobttl: configuration error: JOBTTL_POLICY: {path}:5: notify[0].url: " in result.stderr
     assert "urlFromEnv" in result.stderr and CHAT_TOKEN not in result.stderr

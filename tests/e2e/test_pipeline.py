@@ -58,12 +58,19 @@ def test_a_finished_job_is_deleted_when_its_ttl_is_up(cluster, worker, mode, str
     # Never before finish + TTL; after it within LATE_BOUND, a failure bound that holds on a loaded
     # machine (the scheduler looks 5 times a second: lateness is measured in bench/, not here).
     assert finished_at + 2 <= delete["time"] < finished_at + 2 + LATE_BOUND, "deleted at finish + TTL, not before"
-    assert delete["body"]["preconditions"] == {"uid": obj["metadata"]["uid"],
-                                               "resourceVersion": obj["metadata"]["resourceVersion"]}
+    assert delete["body"]["preconditions"] == {
+        "uid": obj["metadata"]["uid"],
+        "resourceVersion": obj["metadata"]["resourceVersion"],
+    }
     assert delete["body"]["propagationPolicy"] == "Foreground"
     wait_until_not_pending(cluster, obj["metadata"]["uid"])
-    identity = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "namespace": cluster.namespace, "name": "mnist",
-                "uid": obj["metadata"]["uid"]}
+    identity = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "namespace": cluster.namespace,
+        "name": "mnist",
+        "uid": obj["metadata"]["uid"],
+    }
 
     def logged(event: str) -> list[dict]:
         lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith("{")]
@@ -71,12 +78,17 @@ def test_a_finished_job_is_deleted_when_its_ttl_is_up(cluster, worker, mode, str
 
     # The DELETE is accepted (Foreground: the object waits for the garbage collector), then it is gone.
     [requested] = wait_for(lambda: logged("delete-requested"), what="the worker to log its DELETE")
-    assert requested["propagationPolicy"] == "Foreground" and 2 <= requested["ttl"] and \
-        0 <= requested["lateness"] < LATE_BOUND
+    assert (
+        requested["propagationPolicy"] == "Foreground"
+        and 2 <= requested["ttl"]
+        and 0 <= requested["lateness"] < LATE_BOUND
+    )
     wait_for(lambda: logged("deleted"), what="the worker to log that the job is gone")
     # One line per outcome: RQ's own four per job ("Job OK", ...) are DEBUG lines.
     rq_lines = [json.loads(line) for line in worker.log().splitlines() if line.startswith('{"') and "rq.worker" in line]
-    assert not [e for e in rq_lines if e.get("logger") == "rq.worker" and obj["metadata"]["uid"] in e.get("message", "")]
+    assert not [
+        e for e in rq_lines if e.get("logger") == "rq.worker" and obj["metadata"]["uid"] in e.get("message", "")
+    ]
 
 
 def test_jobs_that_must_stay_are_answered_2xx_and_never_scheduled(cluster):
@@ -165,8 +177,11 @@ def test_a_ttl_extended_after_scheduling_moves_the_deletion(cluster):
     # The user extends the TTL; the event for that change never reaches us.
     cluster.patch("extended", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 5}}})
 
-    wait_for(lambda: cluster.schedule.get(obj["metadata"]["uid"]).due == finished_at + 5, timeout=6,
-             what="the worker to reschedule at the new expiry")
+    wait_for(
+        lambda: cluster.schedule.get(obj["metadata"]["uid"]).due == finished_at + 5,
+        timeout=6,
+        what="the worker to reschedule at the new expiry",
+    )
     assert cluster.get("extended") is not None
     cluster.wait_gone("extended", timeout=10)
     [delete] = cluster.deletes()
@@ -212,8 +227,11 @@ def test_a_forbidden_delete_fails_at_once_with_the_missing_permission_named(clus
     assert_accepted(cluster.event("update", obj), "scheduled")
     due = due_of(obj)
 
-    job = wait_for(lambda: (j := rq_job(cluster, obj["metadata"]["uid"], due)).get_status() == JobStatus.FAILED and j,
-                   timeout=10, what="the deletion to fail")
+    job = wait_for(
+        lambda: (j := rq_job(cluster, obj["metadata"]["uid"], due)).get_status() == JobStatus.FAILED and j,
+        timeout=10,
+        what="the deletion to fail",
+    )
     assert "needs 'delete' on tfjobs.kubeflow.org" in job.latest_result().exc_string
     assert len(cluster.deletes()) == 1, "a 403 is not retried"
     assert cluster.get("locked") is not None
@@ -227,8 +245,10 @@ def test_each_deletion_and_each_failure_leaves_a_kubernetes_event(cluster):
     failing = cluster.create_finished("refused", ttl=0, finished_at=time.time() - 10)
     cluster.fail_next("delete", 403, count=5)  # the first DELETE in this namespace is refused...
     assert_accepted(cluster.event("update", failing), "scheduled")
-    wait_for(lambda: rq_job(cluster, failing["metadata"]["uid"], due_of(failing)).get_status() == JobStatus.FAILED,
-             what="the refused deletion to fail")
+    wait_for(
+        lambda: rq_job(cluster, failing["metadata"]["uid"], due_of(failing)).get_status() == JobStatus.FAILED,
+        what="the refused deletion to fail",
+    )
     requests.delete(f"{cluster.emulator.url}/_emulator/faults", timeout=5)
     assert_accepted(cluster.event("update", deleted), "scheduled")  # ...this one goes through
     cluster.wait_gone("noted")
@@ -264,4 +284,3 @@ def test_a_deletion_is_announced_ahead_of_time_and_a_cancelled_one_is_not(cluste
     assert warning["data"]["uid"] == doomed["metadata"]["uid"]
     assert warning["data"]["ttlSource"] == "spec.runPolicy.ttlSecondsAfterFinished"
     assert warning["received"] < delete["time"], "announced before the deletion"
-

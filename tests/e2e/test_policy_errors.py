@@ -31,10 +31,13 @@ NAMESPACE = "ray"
 
 
 def rayjob(name: str, rules: list[dict]) -> dict:
-    return {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name, "namespace": NAMESPACE},
-            "spec": {"entrypoint": "python job.py", "deletionStrategy": {"deletionRules": rules}},
-            "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED",
-                       "endTime": rfc3339(time.time() - 3600)}}
+    return {
+        "apiVersion": "ray.io/v1",
+        "kind": "RayJob",
+        "metadata": {"name": name, "namespace": NAMESPACE},
+        "spec": {"entrypoint": "python job.py", "deletionStrategy": {"deletionRules": rules}},
+        "status": {"jobDeploymentStatus": "Complete", "jobStatus": "SUCCEEDED", "endTime": rfc3339(time.time() - 3600)},
+    }
 
 
 def rule(policy: str, status: str = "SUCCEEDED", ttl: int = 0) -> dict:
@@ -53,15 +56,16 @@ def stack(tmp_path_factory):
 
 def post(stack, obj: dict) -> requests.Response:
     meta = obj["metadata"]
-    message = resource_event("update", obj, "https://10.96.0.1:443",
-                             f"/apis/ray.io/v1/namespaces/{meta['namespace']}/rayjobs/{meta['name']}")
+    message = resource_event(
+        "update", obj, "https://10.96.0.1:443", f"/apis/ray.io/v1/namespaces/{meta['namespace']}/rayjobs/{meta['name']}"
+    )
     return requests.post(stack.sink_url, headers=dict(message.headers), data=message.body, timeout=60)
 
 
 def sink_metric(stack, declaration: str) -> float | None:
     text = requests.get(f"{stack.sink_url}/metrics", timeout=5).text
     prefix = f'jobttl_policy_errors_total{{declaration="{declaration}"}} '
-    return next((float(line[len(prefix):]) for line in text.splitlines() if line.startswith(prefix)), None)
+    return next((float(line[len(prefix) :]) for line in text.splitlines() if line.startswith(prefix)), None)
 
 
 def exists(stack, name: str) -> bool:
@@ -77,8 +81,9 @@ def exists(stack, name: str) -> bool:
 def test_a_rayjob_over_its_declaration_is_kept_and_reported_as_the_policys_error(stack):
     # Its twin's rules match no DeleteSelf: no TTL of its own, so the policy's 2 s apply.
     twin = stack.seed(rayjob("twin", [rule("DeleteCluster")]))
-    broken = stack.seed(rayjob("broken", [rule("DeleteWorkers", "FAILED", i) for i in range(2_000)]
-                               + [rule("DeleteSelf", ttl=30)]))
+    broken = stack.seed(
+        rayjob("broken", [rule("DeleteWorkers", "FAILED", i) for i in range(2_000)] + [rule("DeleteSelf", ttl=30)])
+    )
     assert sink_metric(stack, "ray.io/v1/RayJob") == 0  # exported from the start
     answer = post(stack, broken)
     assert (answer.status_code, answer.headers["X-Jobttl-Outcome"]) == (202, "ignored:policy-error")
@@ -127,15 +132,21 @@ def test_an_expression_that_could_stall_stops_jobttl_at_start_naming_where(tmp_p
     policy = tmp_path / "policy.yaml"
     policy.write_text(NESTED)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "jobttl", "sink", "--port", "1"], cwd=ROOT, text=True,
-                            env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"}, capture_output=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "jobttl", "sink", "--port", "1"],
+        cwd=ROOT,
+        text=True,
+        env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     cel_line = next(n for n, line in enumerate(NESTED.splitlines(), 1) if line.lstrip().startswith("cel:"))
-    assert (f"{policy}:{cel_line}: kindDeclarations[0].ttl.cel: line 1, column 17 of the expression: its cost can reach "
-            in result.stderr)
-    assert ("map() here runs its body (8,068 steps) once per item, and its list holds up to 300 items"
-            in result.stderr)
+    assert (
+        f"{policy}:{cel_line}: kindDeclarations[0].ttl.cel: line 1, column 17 of the expression: its cost can reach "
+        in result.stderr
+    )
+    assert "map() here runs its body (8,068 steps) once per item, and its list holds up to 300 items" in result.stderr
     assert time.monotonic() - started < 30  # refused while loading, nothing evaluated
 
 
@@ -155,18 +166,26 @@ kindDeclarations:
 """
 
 
-@pytest.mark.parametrize("expression", [
-    "(" * 100 + "1" + ")" * 100,
-    "size(" + "[" * 100 + "1" + "]" * 100 + ") > 0 ? 1 : null",
-    "1" + " + 1" * 500,
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        "(" * 100 + "1" + ")" * 100,
+        "size(" + "[" * 100 + "1" + "]" * 100 + ") > 0 ? 1 : null",
+        "1" + " + 1" * 500,
+    ],
+)
 def test_an_expression_nested_too_deeply_stops_jobttl_at_start_naming_field_and_column(tmp_path, expression):
     # It used to be a RecursionError traceback from the load-time check.
     policy = tmp_path / "policy.yaml"
     policy.write_text(DEEP.replace("CEL", expression))
-    result = subprocess.run([sys.executable, "-m", "jobttl", "sink", "--port", "1"], cwd=ROOT, text=True,
-                            env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"}, capture_output=True,
-                            timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "jobttl", "sink", "--port", "1"],
+        cwd=ROOT,
+        text=True,
+        env={"JOBTTL_POLICY": str(policy), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     assert f"{policy}:12: kindDeclarations[0].ttl.cel: line 1, column " in result.stderr
     assert "of the expression: nested too deeply" in result.stderr

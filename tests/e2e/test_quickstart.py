@@ -32,7 +32,12 @@ class LocalStack:
         self.workdir = workdir
         self.process = subprocess.Popen(
             [sys.executable, "-m", "jobttl_emulator.localstack", "--workdir", str(workdir), *args],
-            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env={**os.environ, **(env or {})})
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **(env or {})},
+        )
         self.lines: list[str] = []
         self.reader = threading.Thread(target=self._read, daemon=True)
         self.reader.start()
@@ -50,8 +55,11 @@ class LocalStack:
         return self.workdir / "env"
 
     def wait_up(self) -> None:
-        wait_for(lambda: any(line.startswith("or, without changing your shell") for line in self.lines),
-                 timeout=60, what=f"the local stack to start; it said:\n{self.output}")
+        wait_for(
+            lambda: any(line.startswith("or, without changing your shell") for line in self.lines),
+            timeout=60,
+            what=f"the local stack to start; it said:\n{self.output}",
+        )
 
     def finish(self, timeout: float = 60) -> int:
         try:
@@ -108,8 +116,9 @@ def redis_dir(processes: dict[int, str]) -> Path:
 
 
 def started_by(stack: LocalStack) -> tuple[dict[int, str], Path]:
-    processes = wait_for(lambda: (found := descendants(stack.process.pid)) and len(found) >= 6 and found,
-                         what="the stack's processes")
+    processes = wait_for(
+        lambda: (found := descendants(stack.process.pid)) and len(found) >= 6 and found, what="the stack's processes"
+    )
     return processes, redis_dir(processes)
 
 
@@ -118,8 +127,11 @@ def started_by(stack: LocalStack) -> tuple[dict[int, str], Path]:
 
 def a_fresh_shell() -> dict[str, str]:
     """A user's other terminal: no venv on PATH, and JOBTTL_REDIS_URL pointing at some other Redis."""
-    return {"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/root"),
-            "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0"}
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": os.environ.get("HOME", "/root"),
+        "JOBTTL_REDIS_URL": "redis://127.0.0.1:1/0",
+    }
 
 
 @pytest.fixture
@@ -150,8 +162,10 @@ def waiting_stacks(tmp_path_factory):
     folder = tmp_path_factory.mktemp("quickstart")
     policy = folder / "dry-run.yaml"
     policy.write_text("dryRun: true\n")
-    stacks = {"all-kinds": LocalStack(folder / "all-kinds", "--all-kinds", "--exit-when-done", "--timeout", "60"),
-              "dry-run": LocalStack(folder / "dry-run", env={"JOBTTL_POLICY": str(policy)})}
+    stacks = {
+        "all-kinds": LocalStack(folder / "all-kinds", "--all-kinds", "--exit-when-done", "--timeout", "60"),
+        "dry-run": LocalStack(folder / "dry-run", env={"JOBTTL_POLICY": str(policy)}),
+    }
     yield stacks
     stop_all(list(stacks.values()))
 
@@ -172,24 +186,37 @@ def test_the_local_stack_deletes_the_finished_examples_and_keeps_the_others(loca
     assert redis_folder.is_dir()
 
     # Another terminal sources .run/env: `jobttl` is on its PATH and talks to this stack's Redis.
-    sourced = subprocess.run(["sh", "-c", f". {stack.env_file} && command -v jobttl && jobttl status --json"],
-                             env=a_fresh_shell(), capture_output=True, text=True, timeout=30)
+    sourced = subprocess.run(
+        ["sh", "-c", f". {stack.env_file} && command -v jobttl && jobttl status --json"],
+        env=a_fresh_shell(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert sourced.returncode == 0, sourced.stderr
     where, _, status = sourced.stdout.partition("\n")
     assert Path(where) == stack.workdir / "bin" / "jobttl"
     assert len(json.loads(status)["workers"]) == 1, "this stack's worker, in this stack's Redis"
-    wrapped = subprocess.run([str(stack.workdir / "bin" / "jobttl"), "pending", "--json"], env=a_fresh_shell(),
-                             capture_output=True, text=True, timeout=30)
+    wrapped = subprocess.run(
+        [str(stack.workdir / "bin" / "jobttl"), "pending", "--json"],
+        env=a_fresh_shell(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert wrapped.returncode == 0, wrapped.stderr
-    assert {p["name"] for p in json.loads(wrapped.stdout)["items"]} <= {"mnist-succeeded-ttl-10s",
-                                                                        "mnist-failed-ttl-20s"}
+    assert {p["name"] for p in json.loads(wrapped.stdout)["items"]} <= {
+        "mnist-succeeded-ttl-10s",
+        "mnist-failed-ttl-20s",
+    }
     assert f"JOBTTL_REDIS_URL={redis_url}" in stack.env_file.read_text().replace("'", "")
 
     # Someone deletes a job by hand: it disappears, but it is not jobttl's deletion.
     kubeconfig = yaml.safe_load(Path(re.search(r"export KUBECONFIG=(\S+)", stack.output).group(1)).read_text())
     server = kubeconfig["clusters"][0]["cluster"]["server"]
-    requests.delete(f"{server}/apis/kubeflow.org/v1/namespaces/kubeflow/tfjobs/mnist-running",
-                    timeout=5).raise_for_status()
+    requests.delete(
+        f"{server}/apis/kubeflow.org/v1/namespaces/kubeflow/tfjobs/mnist-running", timeout=5
+    ).raise_for_status()
 
     assert stack.finish(timeout=90) == 0, stack.output
     deleted = {m.group(2): float(m.group(1)) for line in stack.lines if (m := DELETION.match(line))}
@@ -215,9 +242,14 @@ def test_make_run_all_kinds_deletes_a_finished_object_of_each_kind_built_in_sinc
     stack.wait_up()
     assert stack.finish(timeout=90) == 0, stack.output
     deleted = {(m.group(2), m.group(4)): float(m.group(1)) for line in stack.lines if (m := ANY_DELETION.match(line))}
-    assert {("RayJob", "rayjob-sample-ttl-15s"), ("JobSet", "jobset-ttl-15s"), ("Job", "volcano-job-ttl-15s"),
-            ("SparkApplication", "spark-pi-ttl-15s"), ("PipelineRun", "pipelinerun-failed-ttl-15s"),
-            ("TaskRun", "taskrun-ttl-15s")} <= set(deleted), stack.output
+    assert {
+        ("RayJob", "rayjob-sample-ttl-15s"),
+        ("JobSet", "jobset-ttl-15s"),
+        ("Job", "volcano-job-ttl-15s"),
+        ("SparkApplication", "spark-pi-ttl-15s"),
+        ("PipelineRun", "pipelinerun-failed-ttl-15s"),
+        ("TaskRun", "taskrun-ttl-15s"),
+    } <= set(deleted), stack.output
     assert all(13.5 <= after <= 21 for (kind, _), after in deleted.items() if kind != "TFJob"), stack.output
 
 
@@ -227,7 +259,8 @@ def test_a_stop_signal_stops_every_process_and_removes_its_files(local_stack, st
     stack.wait_up()
     processes, redis_folder = started_by(stack)
     assert {"redis-server", "jobttl_emulator", "sink", "worker", "watch"} <= {
-        word for cmd in survivors(processes) for word in re.split(r"[ /]", cmd)}
+        word for cmd in survivors(processes) for word in re.split(r"[ /]", cmd)
+    }
     stack.process.send_signal(stop)
     assert stack.finish(timeout=30) == 0, stack.output
     assert survivors(processes) == [], stack.output
@@ -241,9 +274,15 @@ def test_in_dry_run_the_local_stack_says_what_dry_run_would_delete_and_deletes_n
     stack = waiting_stacks["dry-run"]
     stack.wait_up()
     expected = ("mnist-succeeded-ttl-10s", "mnist-failed-ttl-20s")
-    wait_for(lambda: any(all(f"kubeflow/{name} dry run: would delete" in line for name in expected)
-                         for line in stack.lines if line.startswith("  pending:")),
-             timeout=60, what=f"both examples to be dry run's would-deletes; it said:\n{stack.output}")
+    wait_for(
+        lambda: any(
+            all(f"kubeflow/{name} dry run: would delete" in line for name in expected)
+            for line in stack.lines
+            if line.startswith("  pending:")
+        ),
+        timeout=60,
+        what=f"both examples to be dry run's would-deletes; it said:\n{stack.output}",
+    )
     stack.process.send_signal(signal.SIGTERM)
     assert stack.finish(timeout=30) == 0, stack.output
     summary = stack.output.split("Summary after", 1)[1]

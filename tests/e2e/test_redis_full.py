@@ -29,8 +29,12 @@ from tests.fixtures import job_object
 from tests.services import JobttlProcess, RedisServer, free_port, start_emulator, start_sink, wait_for
 
 QUEUE = "full"
-BINARY = {"ce-specversion": "1.0", "ce-source": "https://10.96.0.1",
-          "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json"}
+BINARY = {
+    "ce-specversion": "1.0",
+    "ce-source": "https://10.96.0.1",
+    "ce-type": "dev.knative.apiserver.resource.update",
+    "content-type": "application/json",
+}
 
 
 @pytest.fixture(scope="module")
@@ -41,9 +45,15 @@ def stack(tmp_path_factory):
     redis = redis_server.client()
     redis.config_set("maxmemory-policy", "noeviction")
     metrics_port = free_port()
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
-           "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_FIRST_RUN_REVIEW": "off",
-           "JOBTTL_WORKER_METRICS_PORT": str(metrics_port)}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+        "JOBTTL_WORKER_METRICS_PORT": str(metrics_port),
+    }
     processes = []
     try:
         sink, url = start_sink(env, directory)
@@ -63,25 +73,36 @@ def stack(tmp_path_factory):
 
 class Stack:
     def __init__(self, cluster, redis, url, sink, worker, worker_url):
-        self.cluster, self.redis, self.url, self.sink, self.worker, self.worker_url = \
-            cluster, redis, url, sink, worker, worker_url
+        self.cluster, self.redis, self.url, self.sink, self.worker, self.worker_url = (
+            cluster,
+            redis,
+            url,
+            sink,
+            worker,
+            worker_url,
+        )
 
     def job(self, namespace: str, name: str, finished_ago: float, ttl: int) -> dict:
         """A finished TFJob in the cluster, its TTL `ttl` seconds from its finish."""
-        return seed_object(self.cluster.store, job_object(TFJOB, name, namespace, state="succeeded",
-                                                          at=time.time() - finished_ago, ttl=ttl))
+        return seed_object(
+            self.cluster.store,
+            job_object(TFJOB, name, namespace, state="succeeded", at=time.time() - finished_ago, ttl=ttl),
+        )
 
     def send(self, obj: dict) -> requests.Response:
-        return requests.post(self.url, headers={**BINARY, "ce-id": uuid.uuid4().hex}, data=json.dumps(obj).encode(),
-                             timeout=10)
+        return requests.post(
+            self.url, headers={**BINARY, "ce-id": uuid.uuid4().hex}, data=json.dumps(obj).encode(), timeout=10
+        )
 
     def pending(self, obj: dict) -> bool:
         return self.redis.zscore(keys.PENDING_INDEX, obj["metadata"]["uid"]) is not None
 
     def deleted(self, obj: dict) -> bool:
         meta = obj["metadata"]
-        return any(r["path"].endswith(f"/namespaces/{meta['namespace']}/tfjobs/{meta['name']}")
-                   for r in self.cluster.requests("DELETE"))
+        return any(
+            r["path"].endswith(f"/namespaces/{meta['namespace']}/tfjobs/{meta['name']}")
+            for r in self.cluster.requests("DELETE")
+        )
 
     def used(self) -> int:
         info = self.redis.info("memory")
@@ -110,8 +131,9 @@ def test_past_the_reserve_the_sink_books_nothing_more_and_the_worker_deletes_wha
     # is the worker's, as 10% of the shipped 384 MiB is in production.
     stack.redis.setrange("test:filler", 32 * 1024 * 1024 - 1, "x")  # made by Redis: no 32 MiB request buffer
     stack.redis.config_set("maxmemory", int(stack.used() / 0.92))
-    said = wait_for(lambda: (r := stack.readyz()).status_code == 503 and r.json(), timeout=10,
-                    what="/readyz to say full")  # a Response of a 503 is falsy: its body is returned
+    said = wait_for(
+        lambda: (r := stack.readyz()).status_code == 503 and r.json(), timeout=10, what="/readyz to say full"
+    )  # a Response of a 503 is falsy: its body is returned
     assert "Redis is full" in said["error"] and "maxmemory" in said["error"]
 
     # An event now gets a retryable 503 naming the cause, never a 500, and nothing of it is booked.
@@ -128,8 +150,11 @@ def test_past_the_reserve_the_sink_books_nothing_more_and_the_worker_deletes_wha
     assert stack.metric(stack.url, "jobttl_redis_full") == 1.0
 
     # The worker deletes what was booked, from the reserve: Redis never refuses it a write.
-    wait_for(lambda: all(stack.deleted(o) and not stack.pending(o) for o in booked), timeout=60,
-             what="the worker to delete the booked jobs while Redis is full")
+    wait_for(
+        lambda: all(stack.deleted(o) and not stack.pending(o) for o in booked),
+        timeout=60,
+        what="the worker to delete the booked jobs while Redis is full",
+    )
     assert stack.worker.process.poll() is None
     assert '"redis-full"' not in stack.worker.log()
 
@@ -162,8 +187,12 @@ def test_a_redis_that_refuses_writes_gets_503s_and_the_worker_waits_then_deletes
         wait_for(lambda: '"redis-still-full"' in stack.worker.log(), timeout=60, what="the worker to back off")
         assert stack.worker.process.poll() is None, "the worker never exits on a full Redis"
         # A worker starting now (a rollout, a crash) waits too, rather than exit at start.
-        second = JobttlProcess(["worker"], {**stack.worker.env, "JOBTTL_WORKER_METRICS_PORT": "0"},
-                               stack.worker.log_path.parent, "second-worker").start()
+        second = JobttlProcess(
+            ["worker"],
+            {**stack.worker.env, "JOBTTL_WORKER_METRICS_PORT": "0"},
+            stack.worker.log_path.parent,
+            "second-worker",
+        ).start()
         stack.started.append(second)
         wait_for(lambda: '"redis-full"' in second.log(), timeout=60, what="the second worker to say Redis is full")
         wait_for(lambda: '"redis-still-full"' in second.log(), timeout=60, what="the second worker to back off")
@@ -172,7 +201,10 @@ def test_a_redis_that_refuses_writes_gets_503s_and_the_worker_waits_then_deletes
         stack.redis.config_set("maxmemory", 0)
     wait_for(lambda: '"worker-start"' in second.log(), timeout=60, what="the second worker to start once there is room")
     assert second.process.poll() is None
-    wait_for(lambda: all(stack.deleted(o) and not stack.pending(o) for o in booked), timeout=90,
-             what="the worker to delete what was booked once Redis takes writes")
+    wait_for(
+        lambda: all(stack.deleted(o) and not stack.pending(o) for o in booked),
+        timeout=90,
+        what="the worker to delete what was booked once Redis takes writes",
+    )
     assert stack.worker.process.poll() is None, "the first worker, which waited it out, runs on"
     assert stack.readyz().status_code == 200

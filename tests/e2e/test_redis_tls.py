@@ -33,8 +33,9 @@ def tls_redis(certificates):
 
 
 def run_jobttl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_the_sink_and_the_worker_work_over_tls(tls_redis, certificates, emulator, log_dir):
@@ -63,8 +64,7 @@ def assert_refused_at_start(result: subprocess.CompletedProcess, *named: str) ->
 
 
 @pytest.mark.parametrize("command", [["sink", "--host", "127.0.0.1", "--port", "0"], ["worker"], ["status"]])
-def test_a_ca_that_did_not_sign_the_certificate_stops_each_process_at_start(command, tls_redis, certificates,
-                                                                            emulator):
+def test_a_ca_that_did_not_sign_the_certificate_stops_each_process_at_start(command, tls_redis, certificates, emulator):
     env = {**stack_environment(tls_redis, emulator, "tls", 0), "JOBTTL_REDIS_CA_FILE": certificates["other"]["ca"]}
     result = run_jobttl(env, *command)
     assert_refused_at_start(result, "JOBTTL_REDIS_URL", "JOBTTL_REDIS_CA_FILE", "certificate verify failed")

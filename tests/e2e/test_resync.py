@@ -29,9 +29,12 @@ QUEUE = "resync"
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    server = start_emulator(tmp_path_factory.mktemp("resync"),
-                            (Resource(k.group, k.version, k.kind, k.plural) for k in ALL_KINDS),
-                            gc_delay=0.1, history_size=20000)
+    server = start_emulator(
+        tmp_path_factory.mktemp("resync"),
+        (Resource(k.group, k.version, k.kind, k.plural) for k in ALL_KINDS),
+        gc_delay=0.1,
+        history_size=20000,
+    )
     yield server
     server.stop()
 
@@ -44,10 +47,17 @@ def redis_server():
 
 
 def env(cluster, redis_server, **overrides) -> dict[str, str]:
-    values = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
-              "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_POLICY": str(ROOT / "tests" / "e2e" / "resync-policy.yaml"),
-              "JOBTTL_RESYNC_MAX_DELETIONS": "100000", "JOBTTL_RESYNC_MAX_SHARE": "1",
-              "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
+    values = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_POLICY": str(ROOT / "tests" / "e2e" / "resync-policy.yaml"),
+        "JOBTTL_RESYNC_MAX_DELETIONS": "100000",
+        "JOBTTL_RESYNC_MAX_SHARE": "1",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+    }
     return {**values, **{k: str(v) for k, v in overrides.items()}}
 
 
@@ -56,8 +66,10 @@ def context(cluster, redis_server, **overrides) -> WorkerGraph:
 
 
 def seed(cluster, kind, namespace, count, at, state="succeeded", ttl=None, prefix="job"):
-    return [seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, state=state, at=at, ttl=ttl))
-            for i in range(count)]
+    return [
+        seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, state=state, at=at, ttl=ttl))
+        for i in range(count)
+    ]
 
 
 def canary(cluster, redis_server, name: str) -> None:
@@ -73,8 +85,11 @@ def canary(cluster, redis_server, name: str) -> None:
     [obj] = seed(cluster, TFJOB, f"canary-{name}", 1, time.time() - 3600, ttl=60, prefix="canary")
     ctx = context(cluster, redis_server)
     ctx.reconciler.release([(JobRef.of(obj), decide(obj, TFJOB, ctx.settings.policy))], "test")
-    wait_for(lambda: any(r["path"].endswith(f"/canary-{name}/tfjobs/canary-0") for r in cluster.requests("DELETE")),
-             timeout=20, what="the worker to delete the canary")
+    wait_for(
+        lambda: any(r["path"].endswith(f"/canary-{name}/tfjobs/canary-0") for r in cluster.requests("DELETE")),
+        timeout=20,
+        what="the worker to delete the canary",
+    )
 
 
 def deletes_but_canaries(cluster) -> list[dict]:
@@ -181,8 +196,9 @@ def test_kinds_the_cluster_does_not_serve_are_reported_not_fatal_and_recorded_on
     assert report.status == again.status == "done"
     assert "kubeflow.org/v1/PyTorchJob" in report.missing_kinds and "kubeflow.org/v1/TFJob" not in report.missing_kinds
     # In the audit trail (what notifications read) once, when first found, not at every resync.
-    recorded = [e.fields["resource"] for e in Audit(redis).entries(since=started)
-                if e.fields.get("event") == "kind-not-served"]
+    recorded = [
+        e.fields["resource"] for e in Audit(redis).entries(since=started) if e.fields.get("event") == "kind-not-served"
+    ]
     assert sorted(recorded) == sorted(report.missing_kinds) == sorted(again.missing_kinds)
 
 
@@ -190,19 +206,27 @@ def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_s
     """PyTorchJob (enabled by default) on a cluster without the training operator's PyTorchJob CRD,
     RayJob (enabled by the policy) without KubeRay: `jobttl status` and jobttl_kind_not_served say so."""
     from jobttl.core.store.gauges import _ScheduleCollector
+
     small = start_emulator(tmp_path, [Resource("kubeflow.org", "v1", "TFJob", "tfjobs")])
     try:
         policy = tmp_path / "policy.yaml"
         policy.write_text("kinds: [TFJob, PyTorchJob, RayJob, TaskRun]\n")
         resync_run.run(context(small, redis_server, JOBTTL_QUEUE="small", JOBTTL_POLICY=policy))
-        status = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env(small, redis_server,
-                                JOBTTL_QUEUE="small"), cwd=ROOT, capture_output=True, text=True, timeout=60)
+        status = subprocess.run(
+            [sys.executable, "-m", "jobttl", "status"],
+            env=env(small, redis_server, JOBTTL_QUEUE="small"),
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         small.stop()
     assert "Kind not served by this cluster (skipped; no CRD?): ray.io/v1/RayJob" in status.stdout, status.stdout
     assert "kubeflow.org/v1/TFJob" not in status.stdout.split("Kind not served", 1)[1]
-    family, = [f for f in _ScheduleCollector(redis_server.client(), "small").collect()
-               if f.name == "jobttl_kind_not_served"]
+    (family,) = [
+        f for f in _ScheduleCollector(redis_server.client(), "small").collect() if f.name == "jobttl_kind_not_served"
+    ]
     kinds = {(sample.labels["group"], sample.labels["version"], sample.labels["kind"]) for sample in family.samples}
     assert {("ray.io", "v1", "RayJob"), ("tekton.dev", "v1", "TaskRun"), ("kubeflow.org", "v1", "PyTorchJob")} <= kinds
     assert ("kubeflow.org", "v1", "TFJob") not in kinds
@@ -210,8 +234,9 @@ def test_kinds_the_cluster_does_not_serve_show_in_status_and_the_metrics(redis_s
 
 @pytest.fixture
 def worker(cluster, redis_server, tmp_path):
-    process = JobttlProcess(["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20), tmp_path,
-                            "resync-worker").start()
+    process = JobttlProcess(
+        ["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20), tmp_path, "resync-worker"
+    ).start()
     yield process
     process.stop()
 
@@ -233,21 +258,31 @@ def test_the_blast_radius_guard_holds_deletions_until_confirmed(cluster, redis_s
     # More expire after the operator reviewed the held ones: --confirm releases what was
     # reviewed, and the newcomers face the guard on their own.
     newcomers = seed(cluster, TFJOB, "backlog-2", 15, time.time() - 3600, ttl=60, prefix="new")
-    wrong = subprocess.run(run + ["--confirm", "not-the-one"], env={**guarded, "PATH": "/usr/bin:/bin"}, cwd=ROOT,
-                           capture_output=True, text=True)
+    wrong = subprocess.run(
+        run + ["--confirm", "not-the-one"],
+        env={**guarded, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert wrong.returncode == 5 and json.loads(wrong.stdout)["queued_now"] == 0, "a stale id confirms nothing"
-    confirmed = subprocess.run(run + ["--confirm", held_report["held_id"]], env={**guarded, "PATH": "/usr/bin:/bin"},
-                               cwd=ROOT, capture_output=True, text=True)
+    confirmed = subprocess.run(
+        run + ["--confirm", held_report["held_id"]],
+        env={**guarded, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert confirmed.returncode == 3, confirmed.stderr
     report = json.loads(confirmed.stdout)
     assert (report["queued_now"], report["held"]) == (40, 15)
-    assert {uid.decode() for uid in redis_server.client().hkeys(HELD_KEY)} == {
-        o["metadata"]["uid"] for o in newcomers}
+    assert {uid.decode() for uid in redis_server.client().hkeys(HELD_KEY)} == {o["metadata"]["uid"] for o in newcomers}
 
     wait_for(lambda: len(deletes_but_canaries(cluster)) >= 40, timeout=30, what="40 deletions")
     deletes = sorted(r["time"] for r in deletes_but_canaries(cluster))
     assert {r["path"].rsplit("/", 1)[1] for r in deletes_but_canaries(cluster)} == {
-        o["metadata"]["name"] for o in expired}
+        o["metadata"]["name"] for o in expired
+    }
     # JOBTTL_DELETE_RATE=20: 40 deletions take at least 39 intervals of 50 ms. (Single gaps vary
     # with how soon after its slot each DELETE goes out; the rate holds over the run.)
     assert deletes[-1] - deletes[0] >= 39 * 0.05 * 0.9
@@ -259,8 +294,10 @@ def test_each_resync_books_the_next_one_on_a_slot_all_workers_share(cluster, red
 
     from jobttl.worker import tasks
 
-    tasks.configure(Settings.from_env(env(cluster, redis_server, JOBTTL_RESYNC_INTERVAL=600,
-                                          JOBTTL_QUEUE="periodic")), notices=False)
+    tasks.configure(
+        Settings.from_env(env(cluster, redis_server, JOBTTL_RESYNC_INTERVAL=600, JOBTTL_QUEUE="periodic")),
+        notices=False,
+    )
     try:
         first, second = tasks.resync(), tasks.resync()
     finally:
@@ -284,8 +321,7 @@ def test_only_one_resync_runs_at_a_time(cluster, redis_server, big_cluster):
     assert resync_run.run(context(cluster, redis_server)).status == "done"
 
 
-def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluster, redis_server, big_cluster,
-                                                                          tmp_path):
+def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluster, redis_server, big_cluster, tmp_path):
     """Every job already has a pending deletion hours away; a typo (maxTTL 1m, not 1d) would
     pull them all to now. The guard must count moved deletions, not only unknown ones.
 
@@ -294,17 +330,20 @@ def test_a_policy_that_suddenly_makes_everything_due_is_held_by_the_guard(cluste
     before = pending(redis_server.client())
     typo = tmp_path / "policy.yaml"
     teams = ", ".join(f"team-{n}" for n in range(10))
-    typo.write_text(f"ttlAfterSuccess: 2h\nttlAfterFailure: 1d\n"
-                    f"rules:\n  - {{name: typo, namespaces: [{teams}], maxTTL: 1m}}\n")
-    worker = JobttlProcess(["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20, JOBTTL_POLICY=typo),
-                           tmp_path, "typo-worker").start()
+    typo.write_text(
+        f"ttlAfterSuccess: 2h\nttlAfterFailure: 1d\nrules:\n  - {{name: typo, namespaces: [{teams}], maxTTL: 1m}}\n"
+    )
+    worker = JobttlProcess(
+        ["worker"], env(cluster, redis_server, JOBTTL_DELETE_RATE=20, JOBTTL_POLICY=typo), tmp_path, "typo-worker"
+    ).start()
     cluster.clear_requests()
     report = resync_run.run(context(cluster, redis_server, JOBTTL_POLICY=typo, JOBTTL_RESYNC_MAX_DELETIONS=100))
     assert report.status == "held" and report.held >= len(big_cluster) - 5
     assert report.queued_now == 0
     after = pending(redis_server.client())
-    assert {u: after.get(u) for u in big_cluster if u in before} == {u: before[u] for u in big_cluster if u in before}, \
-        "held deletions keep their old due times"
+    assert {u: after.get(u) for u in big_cluster if u in before} == {
+        u: before[u] for u in big_cluster if u in before
+    }, "held deletions keep their old due times"
     try:
         canary(cluster, redis_server, "typo")
     finally:
@@ -320,8 +359,11 @@ def test_a_dry_run_job_is_reported_once_and_never_deleted(cluster, redis_server,
     cluster.clear_requests()
     resync_run.run(context(cluster, redis_server))
     ctx = context(cluster, redis_server)
-    wait_for(lambda: (p := ctx.schedule.get(uid)) is not None and p.would_delete_at, timeout=20,
-             what="the worker to find it would delete it")
+    wait_for(
+        lambda: (p := ctx.schedule.get(uid)) is not None and p.would_delete_at,
+        timeout=20,
+        what="the worker to find it would delete it",
+    )
     resync_run.run(ctx)  # a later resync (or event) does not queue it again
     would = [e for e in ctx.audit.entries() if e.fields.get("uid") == uid and e.fields["event"] == "would-delete"]
     assert len(would) == 1

@@ -28,9 +28,15 @@ def stack(tmp_path_factory):
     directory = tmp_path_factory.mktemp("min-interval")
     cluster = start_emulator(directory, [Resource(TFJOB.group, TFJOB.version, TFJOB.kind, TFJOB.plural)])
     redis_server = RedisServer().start()
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": QUEUE,
-           "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_RESYNC_MIN_INTERVAL": str(MIN_INTERVAL),
-           "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_FIRST_RUN_REVIEW": "off"}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JOBTTL_QUEUE": QUEUE,
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_RESYNC_MIN_INTERVAL": str(MIN_INTERVAL),
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        "JOBTTL_FIRST_RUN_REVIEW": "off",
+    }
     processes = []
     try:
         sink, url = start_sink(env, directory)
@@ -47,22 +53,34 @@ def stack(tmp_path_factory):
 
 
 def ping(number: int):
-    event = CloudEvent(attributes={"specversion": "1.0", "id": f"p{number}", "type": "dev.knative.sources.ping",
-                                   "source": "/apis/v1/namespaces/jobttl/pingsources/jobttl-resync"},
-                       data={"reason": "resync"})
+    event = CloudEvent(
+        attributes={
+            "specversion": "1.0",
+            "id": f"p{number}",
+            "type": "dev.knative.sources.ping",
+            "source": "/apis/v1/namespaces/jobttl/pingsources/jobttl-resync",
+        },
+        data={"reason": "resync"},
+    )
     return to_binary_event(event)
 
 
 def resyncs_run(redis) -> list[int]:
     """When each resync finished (ms, from its audit entry's id)."""
-    return [int(entry_id.split(b"-")[0]) for entry_id, fields in redis.xrange(keys.AUDIT_STREAM)
-            if fields.get(b"event") == b"resync"]
+    return [
+        int(entry_id.split(b"-")[0])
+        for entry_id, fields in redis.xrange(keys.AUDIT_STREAM)
+        if fields.get(b"event") == b"resync"
+    ]
 
 
 def resync_jobs(redis) -> list[str]:
     queue = Queue(QUEUE, connection=redis, serializer=JSONSerializer)
-    return [*queue.get_job_ids(), *queue.scheduled_job_registry.get_job_ids(),
-            *queue.started_job_registry.get_job_ids()]
+    return [
+        *queue.get_job_ids(),
+        *queue.scheduled_job_registry.get_job_ids(),
+        *queue.started_job_registry.get_job_ids(),
+    ]
 
 
 def test_a_burst_of_pings_runs_one_resync_at_once_and_one_after_the_minimum_interval(stack):
@@ -75,15 +93,19 @@ def test_a_burst_of_pings_runs_one_resync_at_once_and_one_after_the_minimum_inte
         assert response.status_code == 202
         outcomes.append(response.headers["X-Jobttl-Outcome"])
     assert outcomes == ["resync-requested", "resync-deferred"] + ["resync-coalesced"] * 18
-    deferred = [json.loads(line) for line in sink.log().splitlines()
-                if line.startswith("{") and '"resync-deferred"' in line]
+    deferred = [
+        json.loads(line) for line in sink.log().splitlines() if line.startswith("{") and '"resync-deferred"' in line
+    ]
     assert deferred and deferred[0]["why"] == "ping" and deferred[0]["minInterval"] == MIN_INTERVAL
     assert any('"resync-coalesced"' in line for line in sink.log().splitlines())
 
     # The worker runs the first at once and the deferred one once the interval is over; then nothing
     # is left booked: eighteen more pings did not become eighteen more resyncs.
-    wait_for(lambda: len(resyncs_run(redis)) == 2 and not resync_jobs(redis), timeout=60,
-             what="the worker to run the two resyncs and nothing more")
+    wait_for(
+        lambda: len(resyncs_run(redis)) == 2 and not resync_jobs(redis),
+        timeout=60,
+        what="the worker to run the two resyncs and nothing more",
+    )
     first, second = resyncs_run(redis)
     assert second >= (started + MIN_INTERVAL) * 1000, "the deferred resync waited for the interval"
 

@@ -35,11 +35,18 @@ OLD, RUNNING = 5, 20  # 5 of 25 overdue: under both thresholds (500, 0.5)
 def stack(tmp_path):
     emulator = start_emulator(tmp_path, (TFJOB_RESOURCE, JOB_RESOURCE, CORE_EVENTS, CONFIG_MAP), gc_delay=0.1)
     redis_server = RedisServer().start()
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
-           "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}", "JOBTTL_NAMESPACE": "jobttl",
-           "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_RESYNC_INTERVAL": "3600", "JOBTTL_DELETE_RATE": "0",
-           "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_RESYNC_MAX_DELETIONS": "5",
-           "JOBTTL_POLICY": str(_policy(tmp_path))}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
+        "JOBTTL_NAMESPACE": "jobttl",
+        "JOBTTL_FIRST_RUN_REVIEW": "on",
+        "JOBTTL_RESYNC_INTERVAL": "3600",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        "JOBTTL_RESYNC_MAX_DELETIONS": "5",
+        "JOBTTL_POLICY": str(_policy(tmp_path)),
+    }
     processes: list[JobttlProcess] = []
     yield emulator, env, redis_server, tmp_path, processes
     for process in processes:
@@ -56,16 +63,24 @@ def _policy(directory):
 
 def seed(emulator) -> list[dict]:
     namespace = f"ml-{uuid.uuid4().hex[:6]}"
-    old = [seed_object(emulator.store, job_object(TFJOB, f"old-{i}", namespace, at=time.time() - MONTH + i))
-           for i in range(OLD)]
+    old = [
+        seed_object(emulator.store, job_object(TFJOB, f"old-{i}", namespace, at=time.time() - MONTH + i))
+        for i in range(OLD)
+    ]
     for i in range(RUNNING):
         seed_object(emulator.store, job_object(TFJOB, f"running-{i}", namespace, state="running", at=time.time()))
     return old
 
 
 def jobttl(env: dict, *args: str, json_out: bool = True) -> tuple[int, dict | str]:
-    done = subprocess.run([sys.executable, "-m", "jobttl", *args, *(["--json"] if json_out else [])],
-                          env={**env, "PATH": "/usr/bin:/bin"}, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", *args, *(["--json"] if json_out else [])],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if not json_out:
         return done.returncode, done.stdout
     assert done.stdout, done.stderr
@@ -80,6 +95,7 @@ def worker_resynced(env: dict, after: float):
     def check():
         last = jobttl(env, "status")[1].get("lastResync") or {}
         return last if last.get("started_at", 0) > after else None
+
     return check
 
 
@@ -98,7 +114,9 @@ def test_a_resync_that_cannot_read_the_install_record_holds_what_is_due_and_says
     assert "install record could not be read or written" in text, text
     code, held = jobttl(env, "held")
     assert {h["name"] for h in held["items"]} == {o["metadata"]["name"] for o in old}
-    history = [e for e in jobttl(env, "history", "--limit", "50")[1]["items"] if e["event"] == "install-record-unreadable"]
+    history = [
+        e for e in jobttl(env, "history", "--limit", "50")[1]["items"] if e["event"] == "install-record-unreadable"
+    ]
     assert history and str(status) in history[0]["detail"]
 
     emulator.clear_faults()
@@ -114,10 +132,19 @@ def test_a_resync_that_cannot_read_the_install_record_holds_what_is_due_and_says
 
 def post(url: str, obj: dict) -> requests.Response:
     meta = obj["metadata"]
-    event = CloudEvent(attributes={"specversion": "1.0", "id": str(uuid.uuid4()), "source": "https://10.96.0.1",
-                                   "type": "dev.knative.apiserver.resource.update", "kind": TFJOB.kind,
-                                   "apiversion": TFJOB.api_version, "name": meta["name"],
-                                   "namespace": meta["namespace"]}, data=obj)
+    event = CloudEvent(
+        attributes={
+            "specversion": "1.0",
+            "id": str(uuid.uuid4()),
+            "source": "https://10.96.0.1",
+            "type": "dev.knative.apiserver.resource.update",
+            "kind": TFJOB.kind,
+            "apiversion": TFJOB.api_version,
+            "name": meta["name"],
+            "namespace": meta["namespace"],
+        },
+        data=obj,
+    )
     message = to_binary_event(event)
     return requests.post(url, headers=message.headers, data=message.body, timeout=10)
 
@@ -137,12 +164,14 @@ def test_losing_both_the_configmap_and_redis_during_the_review_starts_it_again(s
 
     # The review is open. Someone deletes the ConfigMap, and Redis loses its data.
     from kubernetes import client, config
+
     core = client.CoreV1Api(config.new_client_from_config(config_file=str(emulator.kubeconfig)))
     core.delete_namespaced_config_map(CONFIGMAP, "jobttl")
     redis_server.client().flushall()
     # A job finishing now, with a TTL of its own: booked by its event, deleted by the running worker.
-    fresh = seed_object(emulator.store, job_object(TFJOB, "fresh", old[0]["metadata"]["namespace"], at=time.time(),
-                                                   ttl=1))
+    fresh = seed_object(
+        emulator.store, job_object(TFJOB, "fresh", old[0]["metadata"]["namespace"], at=time.time(), ttl=1)
+    )
     assert post(url, fresh).status_code == 202
     wait_for(lambda: "fresh" in deleted(emulator), timeout=30, what="the job that finished now")
 
@@ -182,7 +211,8 @@ def test_forged_events_neither_stay_held_nor_change_what_the_operator_confirms(s
     assert code == 0 and report["status"] == "done", report
     assert report["held_dropped"] == outcomes.count("held"), report
     assert jobttl(env, "held")[1]["items"] == []
-    wait_for(lambda: {o["metadata"]["name"] for o in old} <= deleted(emulator), timeout=60,
-             what="the confirmed deletions")
+    wait_for(
+        lambda: {o["metadata"]["name"] for o in old} <= deleted(emulator), timeout=60, what="the confirmed deletions"
+    )
     assert not {o["metadata"]["name"] for o in forged} & deleted(emulator)
     assert not jobttl(env, "status")[1]["install"]["underReview"]

@@ -81,17 +81,16 @@ class Promotion(threading.Thread):
 
 
 def test_a_failover_loses_no_accepted_deletion_and_the_sink_says_503_only_meanwhile(sentinels, emulator, log_dir):
-    env = stack_environment(sentinels, emulator, "sentinel", metrics_port := free_port(),
-                            JOBTTL_SINK_MIN_REPLICAS="1")
+    env = stack_environment(sentinels, emulator, "sentinel", metrics_port := free_port(), JOBTTL_SINK_MIN_REPLICAS="1")
     sink, sink_url = start_sink(env, log_dir)
     worker = JobttlProcess(["worker"], env, log_dir, "worker-sentinel").start()
     cli = redisconn.connect(sentinels.url, redisconn.CLI)
     try:
-        wait_for(lambda: requests.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=1).ok, timeout=20,
-                 what="the worker")
+        wait_for(
+            lambda: requests.get(f"http://127.0.0.1:{metrics_port}/readyz", timeout=1).ok, timeout=20, what="the worker"
+        )
         cluster = Cluster(emulator, sink_url, cli)
-        pending = [cluster.create_finished(f"pending-{i}", ttl=PENDING_TTL, finished_at=time.time())
-                   for i in range(10)]
+        pending = [cluster.create_finished(f"pending-{i}", ttl=PENDING_TTL, finished_at=time.time()) for i in range(10)]
         assert [cluster.event("update", obj).status_code for obj in pending] == [202] * 10
 
         answers: list[tuple[float, int | str, dict]] = []  # (answered at, status or error, object)
@@ -107,15 +106,19 @@ def test_a_failover_loses_no_accepted_deletion_and_the_sink_says_503_only_meanwh
         promotion.start()
         promotion.join()
         assert promotion.at is not None, "the Sentinels promoted no replica within 30 s"
-        wait_for(lambda: any(s == 202 and t > promotion.at + SETTLE for t, s, _ in answers), timeout=20,
-                 what="the sink to accept events again after the promotion")
+        wait_for(
+            lambda: any(s == 202 and t > promotion.at + SETTLE for t, s, _ in answers),
+            timeout=20,
+            what="the sink to accept events again after the promotion",
+        )
         stop.set()
         for sender in senders:
             sender.join()
 
         accepted = pending + [obj for _, status, obj in answers if status == 202]
-        deleted = wait_for(lambda: _deleted_all(cluster, accepted), timeout=PENDING_TTL + 20,
-                           what="every accepted job to be deleted")
+        deleted = wait_for(
+            lambda: _deleted_all(cluster, accepted), timeout=PENDING_TTL + 20, what="every accepted job to be deleted"
+        )
         refusals = [why for sender in senders for why in sender.refusals]
         timeline = _timeline(t0, promotion.at, answers, deleted, refusals)
         (log_dir / "sentinel-failover.txt").write_text(timeline + "\n")
@@ -131,8 +134,14 @@ def test_a_failover_loses_no_accepted_deletion_and_the_sink_says_503_only_meanwh
             assert late < RESUME_BOUND, f"{obj['metadata']['name']} deleted {late:.1f}s late\n{timeline}"
 
         # The command line finds the new primary through the Sentinels too.
-        status = subprocess.run([sys.executable, "-m", "jobttl", "status", "--json"], cwd=ROOT, timeout=30,
-                                env={**worker.env}, capture_output=True, text=True)
+        status = subprocess.run(
+            [sys.executable, "-m", "jobttl", "status", "--json"],
+            cwd=ROOT,
+            timeout=30,
+            env={**worker.env},
+            capture_output=True,
+            text=True,
+        )
         assert status.returncode == 0, status.stderr
     finally:
         worker.stop()
@@ -154,7 +163,9 @@ def _timeline(t0: float, promoted: float, answers: list, deleted: dict[str, floa
     def at(t):
         return f"t0{t - t0:+.2f}s" if t is not None else "never"
 
-    return (f"failover: primary SIGKILLed at t0; first 503 at {at(min(refused, default=None))}, last 503 at "
-            f"{at(max(refused, default=None))} ({len(refused)} of {len(answers)} events refused: {refusals.count('unreachable')} Redis unreachable, "
-            f"{refusals.count('replica')} no replica acknowledged); replica promoted at "
-            f"{at(promoted)}; first deletion after the kill at {at(resumed)}; {len(deleted)} jobs deleted, none lost")
+    return (
+        f"failover: primary SIGKILLed at t0; first 503 at {at(min(refused, default=None))}, last 503 at "
+        f"{at(max(refused, default=None))} ({len(refused)} of {len(answers)} events refused: {refusals.count('unreachable')} Redis unreachable, "
+        f"{refusals.count('replica')} no replica acknowledged); replica promoted at "
+        f"{at(promoted)}; first deletion after the kill at {at(resumed)}; {len(deleted)} jobs deleted, none lost"
+    )

@@ -21,7 +21,8 @@ from jobttl.core.store.schedule import Schedule, job_id_for
 
 @pytest.mark.parametrize("how", SIGNALS)
 def test_a_stop_signal_lets_the_current_deletion_finish_and_the_worker_exits_within_the_bound(
-        cluster: Cluster, stack_env, log_dir, redis, how):
+    cluster: Cluster, stack_env, log_dir, redis, how
+):
     """SIGTERM to the process (as the kubelet sends it), or SIGINT to its group (Ctrl-C): the
     deletion under way is seen through, then the worker exits within 10 s (issue 27 §5)."""
     queue = f"shutdown-{how}"
@@ -32,8 +33,9 @@ def test_a_stop_signal_lets_the_current_deletion_finish_and_the_worker_exits_wit
     # The DELETE takes 2 s: long enough to be in the middle of it when the SIGTERM comes.
     cluster.emulator.add_fault(verb="delete", delay=2.0, count=1, path_contains=f"/namespaces/{cluster.namespace}/")
 
-    worker = JobttlProcess(["worker"], {**stack_env, "JOBTTL_QUEUE": queue, "JOBTTL_WORKER_METRICS_PORT": "0"},
-                           log_dir, "shutdown-worker").start()
+    worker = JobttlProcess(
+        ["worker"], {**stack_env, "JOBTTL_QUEUE": queue, "JOBTTL_WORKER_METRICS_PORT": "0"}, log_dir, "shutdown-worker"
+    ).start()
     try:
         job = schedule.queue.fetch_job(job_id_for(ref.uid, decision.expires_at))
         wait_for(lambda: job.get_status(refresh=True) == JobStatus.STARTED, timeout=20, what="the deletion to start")
@@ -56,7 +58,8 @@ def test_a_stop_signal_lets_the_current_deletion_finish_and_the_worker_exits_wit
 
 @pytest.mark.parametrize("how", SIGNALS)
 def test_a_deletion_that_cannot_finish_is_handed_back_and_the_worker_exits_within_the_bound(
-        cluster: Cluster, stack_env, log_dir, redis, how):
+    cluster: Cluster, stack_env, log_dir, redis, how
+):
     """The API server does not answer the DELETE: the worker told to stop does not wait for it
     (up to JOBTTL_API_TIMEOUT, 30 s as shipped) but hands the deletion back, booked to run again."""
     queue = f"handback-{how}"
@@ -65,10 +68,19 @@ def test_a_deletion_that_cannot_finish_is_handed_back_and_the_worker_exits_withi
     schedule = Schedule(redis, queue, retry_intervals=[1])
     Reconciler(schedule, Audit(redis), Policy()).reconcile(obj, TFJOB, "test")
     answer = threading.Event()
-    held = cluster.emulator.add_fault(verb="delete", delay=60.0, count=1, gate=answer,
-                                      path_contains=f"/namespaces/{cluster.namespace}/tfjobs/unanswered")
-    worker = JobttlProcess(["worker"], {**stack_env, "JOBTTL_QUEUE": queue, "JOBTTL_WORKER_METRICS_PORT": "0",
-                                        "JOBTTL_API_TIMEOUT": "60"}, log_dir, f"handback-worker-{how}").start()
+    held = cluster.emulator.add_fault(
+        verb="delete",
+        delay=60.0,
+        count=1,
+        gate=answer,
+        path_contains=f"/namespaces/{cluster.namespace}/tfjobs/unanswered",
+    )
+    worker = JobttlProcess(
+        ["worker"],
+        {**stack_env, "JOBTTL_QUEUE": queue, "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_API_TIMEOUT": "60"},
+        log_dir,
+        f"handback-worker-{how}",
+    ).start()
     try:
         assert held.arrived.wait(120), "the worker to send its DELETE"
         sig, send = SIGNALS[how]

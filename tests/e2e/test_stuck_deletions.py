@@ -34,8 +34,13 @@ def plain(tmp_path_factory):
 @pytest.fixture(scope="module")
 def fallback(tmp_path_factory):
     """A stack whose garbage collector never finishes, and whose policy falls back to Background."""
-    stack = OwnStack(tmp_path_factory.mktemp("fallback"), "fallback", "stuckDeletion: {fallback: Background}\n",
-                     gc_delay=3600, JOBTTL_STUCK_AFTER=f"{STUCK_AFTER}s")
+    stack = OwnStack(
+        tmp_path_factory.mktemp("fallback"),
+        "fallback",
+        "stuckDeletion: {fallback: Background}\n",
+        gc_delay=3600,
+        JOBTTL_STUCK_AFTER=f"{STUCK_AFTER}s",
+    )
     yield stack
     stack.stop()
 
@@ -95,8 +100,9 @@ def test_a_foreground_deletion_held_by_a_finalizer_is_reported_stuck_then_delete
     assert get(plain, namespace)["metadata"]["finalizers"] == [HOLD], "jobttl never strips finalizers"
 
     # Whoever owns the finalizer lets go: the job goes, and only now is it "deleted".
-    plain.custom.patch_namespaced_custom_object("kubeflow.org", "v1", namespace, "tfjobs", "held",
-                                                {"metadata": {"finalizers": None}})
+    plain.custom.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "tfjobs", "held", {"metadata": {"finalizers": None}}
+    )
     wait_for(lambda: get(plain, namespace) is None, what="the job to go")
     wait_for(lambda: "deleted" in events_of(plain, namespace), timeout=90, what="the deleted entry")
     assert events_of(plain, namespace) == ["scheduled", "delete-requested", "stuck", "deleted"]
@@ -140,7 +146,8 @@ def test_the_fallback_is_tried_once_and_never_strips_a_finalizer(fallback):
     assert get(fallback, namespace)["metadata"]["finalizers"] == [HOLD], "Background drops only the GC's finalizer"
     assert [row["finalizers"] for row in stuck_rows(fallback, namespace)] == [[HOLD, "foregroundDeletion"]]
     assert fallback.redis.hget(keys.TERMINATING_INFO, obj["metadata"]["uid"]) is not None, "still followed"
-    fallback.custom.patch_namespaced_custom_object("kubeflow.org", "v1", namespace, "tfjobs", "held",
-                                                   {"metadata": {"finalizers": None}})
+    fallback.custom.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "tfjobs", "held", {"metadata": {"finalizers": None}}
+    )
     wait_for(lambda: "deleted" in events_of(fallback, namespace), timeout=90, what="the deleted entry")
     assert len(fallback.deletes(namespace)) == 2, "once"

@@ -44,7 +44,12 @@ REDIS, EMULATOR = "localhost/jobttl-redis:bookworm", "localhost/jobttl-emulator:
 PROJECT = "jobttl-e2e"
 VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 # The override lives beside this file; Compose reads paths relative to the first file (the repository).
-COMPOSE_FILES = ["-f", str(REPO / "docker-compose.yml"), "-f", str(Path(__file__).with_name("docker-compose.podman.yml"))]
+COMPOSE_FILES = [
+    "-f",
+    str(REPO / "docker-compose.yml"),
+    "-f",
+    str(Path(__file__).with_name("docker-compose.podman.yml")),
+]
 # Podman lowers its own RLIMIT_NPROC to this (seen on 4.3 as root), and runc cannot raise a
 # container's above what conmon, podman's child, has.
 PODMAN_NPROC = 32768
@@ -55,7 +60,9 @@ def say(message: str) -> None:
     print(f"[e2e {time.monotonic() - START:6.1f}s] {message}", flush=True)
 
 
-def run(*command: str, check: bool = True, quiet: bool = False, timeout: float = 900, **kwargs) -> subprocess.CompletedProcess:
+def run(
+    *command: str, check: bool = True, quiet: bool = False, timeout: float = 900, **kwargs
+) -> subprocess.CompletedProcess:
     done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
     if check and done.returncode != 0:
         sys.stderr.write(done.stdout[-3000:] + done.stderr[-3000:])
@@ -94,8 +101,11 @@ compat_api_enforce_docker_hub = false
 
 
 def preflight() -> None:
-    missing = [tool for tool in ("podman", "runc", "debootstrap") if run("sh", "-c", f"command -v {tool}", check=False,
-                                                                        quiet=True).returncode != 0]
+    missing = [
+        tool
+        for tool in ("podman", "runc", "debootstrap")
+        if run("sh", "-c", f"command -v {tool}", check=False, quiet=True).returncode != 0
+    ]
     if missing:
         raise SystemExit(f"e2e: {', '.join(missing)} not installed (apt-get install podman runc debootstrap)")
     if os.geteuid() != 0:
@@ -115,10 +125,29 @@ def build() -> None:
     say(f"built {IMAGE} (Dockerfile, target runtime)")
     run(*common, *fresh, "--target", "dashboard", "-t", DASHBOARD, str(REPO), quiet=True)
     say(f"built {DASHBOARD} (Dockerfile, target dashboard)")
-    run(*common, "--build-arg", f"BASE={BASE}", "-f", str(HERE / "redis.Containerfile"), "-t", REDIS, str(HERE),
-        quiet=True)  # Debian's package on a fixed base: its cached layers stay right
-    run(*common, *fresh, "--build-arg", f"JOBTTL_IMAGE={IMAGE}", "-f", str(HERE / "emulator.Containerfile"),
-        "-t", EMULATOR, str(REPO / "emulator"), quiet=True)
+    run(
+        *common,
+        "--build-arg",
+        f"BASE={BASE}",
+        "-f",
+        str(HERE / "redis.Containerfile"),
+        "-t",
+        REDIS,
+        str(HERE),
+        quiet=True,
+    )  # Debian's package on a fixed base: its cached layers stay right
+    run(
+        *common,
+        *fresh,
+        "--build-arg",
+        f"JOBTTL_IMAGE={IMAGE}",
+        "-f",
+        str(HERE / "emulator.Containerfile"),
+        "-t",
+        EMULATOR,
+        str(REPO / "emulator"),
+        quiet=True,
+    )
     say(f"built {REDIS} and {EMULATOR}")
     # The images these tags named before are untagged now: remove them (not those a container uses).
     for old in previous - image_ids(IMAGE, DASHBOARD, EMULATOR):
@@ -154,8 +183,15 @@ def read_only_checks() -> None:
     ids = run(*ro, "--entrypoint", "python", IMAGE, "-c", "import os; print(os.getuid(), os.getgid())", quiet=True)
     if ids.stdout.split() != ["10001", "10001"]:
         raise SystemExit(f"e2e: the image runs as {ids.stdout.strip()!r}, not 10001 10001")
-    version = run(*ro, "--entrypoint", "python", IMAGE, "-c",
-                  "import importlib.metadata as m; print(m.version('jobttl'))", quiet=True).stdout.strip()
+    version = run(
+        *ro,
+        "--entrypoint",
+        "python",
+        IMAGE,
+        "-c",
+        "import importlib.metadata as m; print(m.version('jobttl'))",
+        quiet=True,
+    ).stdout.strip()
     if version != VERSION:
         raise SystemExit(f"e2e: the image has jobttl {version}, pyproject.toml says {VERSION}")
     usage = run(*ro, IMAGE, "--help", quiet=True).stdout
@@ -164,8 +200,24 @@ def read_only_checks() -> None:
     say(f"read-only, uid 10001: jobttl {version} installed, `jobttl --help` works")
     name = f"{PROJECT}-readonly-sink"
     run("podman", "rm", "--force", "--ignore", name, quiet=True)
-    run("podman", "run", "--detach", "--name", name, "--read-only", "--read-only-tmpfs=false",
-        "--publish", "127.0.0.1::8080", IMAGE, "sink", "--host", "0.0.0.0", "--port", "8080", quiet=True)
+    run(
+        "podman",
+        "run",
+        "--detach",
+        "--name",
+        name,
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--publish",
+        "127.0.0.1::8080",
+        IMAGE,
+        "sink",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8080",
+        quiet=True,
+    )
     try:
         body = json.loads(wait_http(published(name) + "/healthz"))
         if body != {"status": "ok"}:
@@ -183,8 +235,11 @@ def podman_service():
     """The Docker-compatible API, for Compose. --time=0: it lives until this run ends it."""
     socket = CACHE / "podman.sock"
     socket.unlink(missing_ok=True)
-    service = subprocess.Popen(["podman", "system", "service", "--time=0", f"unix://{socket}"],
-                               stdout=subprocess.DEVNULL, stderr=open(CACHE / "podman-service.log", "w"))
+    service = subprocess.Popen(
+        ["podman", "system", "service", "--time=0", f"unix://{socket}"],
+        stdout=subprocess.DEVNULL,
+        stderr=open(CACHE / "podman-service.log", "w"),
+    )
     try:
         deadline = time.monotonic() + 30
         while not socket.exists():
@@ -209,8 +264,16 @@ def health_checks():
 
     def tick():
         while not stop.wait(2):
-            listed = run("podman", "ps", "--filter", f"label=com.docker.compose.project={PROJECT}",
-                         "--format", "{{.ID}} {{.Status}}", check=False, quiet=True).stdout
+            listed = run(
+                "podman",
+                "ps",
+                "--filter",
+                f"label=com.docker.compose.project={PROJECT}",
+                "--format",
+                "{{.ID}} {{.Status}}",
+                check=False,
+                quiet=True,
+            ).stdout
             for line in listed.splitlines():
                 if re.search(r"^\S+ Up .*\(", line):  # "Up 5 seconds (starting)": running, with a health check
                     run("podman", "healthcheck", "run", line.split()[0], check=False, quiet=True, timeout=30)
@@ -225,10 +288,24 @@ def health_checks():
 
 
 def compose(docker_host: str, *args: str, check: bool = True, quiet: bool = True, timeout: float = 600):
-    env = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "DOCKER_HOST": docker_host,
-           "CONTAINERS_CONF": os.environ["CONTAINERS_CONF"]}
-    return run(DOCKER_COMPOSE, *COMPOSE_FILES, "-p", PROJECT, *args, check=check, quiet=quiet, timeout=timeout,
-               env=env, cwd=REPO)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": os.environ.get("HOME", "/root"),
+        "DOCKER_HOST": docker_host,
+        "CONTAINERS_CONF": os.environ["CONTAINERS_CONF"],
+    }
+    return run(
+        DOCKER_COMPOSE,
+        *COMPOSE_FILES,
+        "-p",
+        PROJECT,
+        *args,
+        check=check,
+        quiet=quiet,
+        timeout=timeout,
+        env=env,
+        cwd=REPO,
+    )
 
 
 def wait_healthy(timeout: float = 120) -> None:
@@ -236,8 +313,16 @@ def wait_healthy(timeout: float = 120) -> None:
     registered in Redis, rq-dashboard serving."""
     deadline = time.monotonic() + timeout
     while True:
-        listed = run("podman", "ps", "--all", "--filter", f"label=com.docker.compose.project={PROJECT}",
-                     "--format", "{{.Names}}\t{{.Status}}", quiet=True).stdout.splitlines()
+        listed = run(
+            "podman",
+            "ps",
+            "--all",
+            "--filter",
+            f"label=com.docker.compose.project={PROJECT}",
+            "--format",
+            "{{.Names}}\t{{.Status}}",
+            quiet=True,
+        ).stdout.splitlines()
         waiting = [line for line in listed if re.search(r"\((starting|unhealthy)\)", line)]
         if not waiting:
             say("healthy: " + ", ".join(line.split("\t")[0] for line in listed if "(healthy)" in line))
@@ -289,14 +374,33 @@ def tfjob_lifecycle(api_url: str, ttl: int = 5, timeout: float = 120) -> float:
     configuration.host = api_url
     api = client.CustomObjectsApi(client.ApiClient(configuration))
     group, version, namespace, plural, name = "kubeflow.org", "v1", "default", "tfjobs", "e2e-demo"
-    api.create_namespaced_custom_object(group, version, namespace, plural, {
-        "apiVersion": f"{group}/{version}", "kind": "TFJob", "metadata": {"name": name, "namespace": namespace},
-        "spec": {"runPolicy": {"ttlSecondsAfterFinished": ttl}, "tfReplicaSpecs": {}}})
+    api.create_namespaced_custom_object(
+        group,
+        version,
+        namespace,
+        plural,
+        {
+            "apiVersion": f"{group}/{version}",
+            "kind": "TFJob",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"runPolicy": {"ttlSecondsAfterFinished": ttl}, "tfReplicaSpecs": {}},
+        },
+    )
     time.sleep(2)  # the watcher sees it running first, as it would a real one
     now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    api.patch_namespaced_custom_object_status(group, version, namespace, plural, name, {"status": {
-        "completionTime": now,
-        "conditions": [{"type": "Succeeded", "status": "True", "lastTransitionTime": now}]}})
+    api.patch_namespaced_custom_object_status(
+        group,
+        version,
+        namespace,
+        plural,
+        name,
+        {
+            "status": {
+                "completionTime": now,
+                "conditions": [{"type": "Succeeded", "status": "True", "lastTransitionTime": now}],
+            }
+        },
+    )
     finished = time.monotonic()
     say(f"TFJob {namespace}/{name} created and finished (ttlSecondsAfterFinished: {ttl})")
     while time.monotonic() - finished < timeout:
@@ -326,8 +430,11 @@ def stack(keep_up: bool) -> None:
             say(f"the TFJob was deleted {seconds:.1f} s after it finished")
             logs = compose(docker_host, "logs", "--no-color", "worker").stdout
             # Foreground propagation: the worker's request is the deletion; the API finishes it.
-            deleted = [line for line in logs.splitlines()
-                       if "e2e-demo" in line and re.search(r'"event": "(deleted|delete-requested)"', line)]
+            deleted = [
+                line
+                for line in logs.splitlines()
+                if "e2e-demo" in line and re.search(r'"event": "(deleted|delete-requested)"', line)
+            ]
             if not deleted:
                 raise SystemExit("e2e: the worker's log does not say it deleted the TFJob")
             print(deleted[-1][:400], flush=True)

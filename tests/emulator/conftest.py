@@ -38,7 +38,9 @@ def full(full_server: EmulatorServer) -> Iterator[Cluster]:
 @pytest.fixture
 def api_client(server: EmulatorServer, tmp_path: Any) -> Iterator[client.ApiClient]:
     configuration = client.Configuration()
-    config.load_kube_config(config_file=server.write_kubeconfig(str(tmp_path / "kubeconfig")), client_configuration=configuration)
+    config.load_kube_config(
+        config_file=server.write_kubeconfig(str(tmp_path / "kubeconfig")), client_configuration=configuration
+    )
     with client.ApiClient(configuration) as api_client:
         yield api_client
 

@@ -25,8 +25,13 @@ REFERENCE = Path(__file__).resolve().parents[2].parent / "shared" / "reference"
 TFJOB_CRD = REFERENCE / "kubeflow" / "kubeflow.org_tfjobs.yaml"
 
 
-def pod(name: str, containers: tuple[str, ...] = ("main",), labels: dict | None = None, owners: list | None = None,
-        finalizers: list | None = None) -> dict:
+def pod(
+    name: str,
+    containers: tuple[str, ...] = ("main",),
+    labels: dict | None = None,
+    owners: list | None = None,
+    finalizers: list | None = None,
+) -> dict:
     metadata: dict[str, Any] = {"name": name}
     if labels:
         metadata["labels"] = labels
@@ -34,14 +39,24 @@ def pod(name: str, containers: tuple[str, ...] = ("main",), labels: dict | None 
         metadata["ownerReferences"] = owners
     if finalizers:
         metadata["finalizers"] = finalizers
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": metadata,
-            "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": metadata,
+        "spec": {"containers": [{"name": c, "image": "busybox"} for c in containers]},
+    }
 
 
 def owner_ref(obj: dict, block: bool = True) -> dict:
     """An ownerReference to ``obj`` as a controller sets it."""
-    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "name": obj["metadata"]["name"],
-            "uid": obj["metadata"]["uid"], "controller": True, "blockOwnerDeletion": block}
+    return {
+        "apiVersion": obj["apiVersion"],
+        "kind": obj["kind"],
+        "name": obj["metadata"]["name"],
+        "uid": obj["metadata"]["uid"],
+        "controller": True,
+        "blockOwnerDeletion": block,
+    }
 
 
 def tfjob(name: str, labels: dict | None = None, finalizers: list | None = None, **extra: Any) -> dict:

@@ -26,11 +26,20 @@ from jobttl_emulator.crds import load_crds
 from .emulator_testlib import REFERENCE, TFJOB_CRD, api_error
 
 WIDGET_CRD = Path(__file__).resolve().parents[1] / "e2e" / "widget-crd.yaml"
-UPSTREAM = ["rayjob/ray.io_rayjobs.yaml", "jobset/jobset.x-k8s.io_jobsets.yaml", "volcano/batch.volcano.sh_jobs.yaml",
-            "spark/sparkoperator.k8s.io_sparkapplications.yaml", "tekton/300-pipelinerun.yaml",
-            "tekton/300-taskrun.yaml", "kubeflow/kubeflow.org_tfjobs.yaml", "kubeflow/argoproj.io_workflows.yaml"]
+UPSTREAM = [
+    "rayjob/ray.io_rayjobs.yaml",
+    "jobset/jobset.x-k8s.io_jobsets.yaml",
+    "volcano/batch.volcano.sh_jobs.yaml",
+    "spark/sparkoperator.k8s.io_sparkapplications.yaml",
+    "tekton/300-pipelinerun.yaml",
+    "tekton/300-taskrun.yaml",
+    "kubeflow/kubeflow.org_tfjobs.yaml",
+    "kubeflow/argoproj.io_workflows.yaml",
+]
 CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-needs_reference = pytest.mark.skipif(not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here")
+needs_reference = pytest.mark.skipif(
+    not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here"
+)
 
 
 def upstream_files() -> list[Path]:
@@ -51,9 +60,13 @@ def test_a_loaded_crd_is_read_by_name_established_with_its_schema(served):
     assert crd.kind == "CustomResourceDefinition" and crd.api_version == "apiextensions.k8s.io/v1"
     assert crd.metadata.uid and crd.metadata.resource_version and crd.metadata.generation == 1
     assert (crd.spec.group, crd.spec.names.kind, crd.spec.names.plural, crd.spec.scope) == (
-        "widgets.example.com", "Widget", "widgets", "Namespaced")
+        "widgets.example.com",
+        "Widget",
+        "widgets",
+        "Namespaced",
+    )
     assert crd.spec.conversion.strategy == "None"  # apiextensions/v1's default
-    version, = crd.spec.versions
+    (version,) = crd.spec.versions
     assert version.name == "v1" and version.served and version.storage
     assert set(version.schema.open_apiv3_schema.properties["status"].properties) == {"finishedAt", "conditions"}
     conditions = {c.type: c.status for c in crd.status.conditions}
@@ -67,8 +80,11 @@ def test_an_unknown_crd_is_the_real_not_found_status(served):
     assert error.status == 404
     assert body["reason"] == "NotFound"
     assert body["message"] == 'customresourcedefinitions.apiextensions.k8s.io "gadgets.example.com" not found'
-    assert body["details"] == {"name": "gadgets.example.com", "group": "apiextensions.k8s.io",
-                               "kind": "customresourcedefinitions"}
+    assert body["details"] == {
+        "name": "gadgets.example.com",
+        "group": "apiextensions.k8s.io",
+        "kind": "customresourcedefinitions",
+    }
 
 
 @needs_reference
@@ -108,12 +124,17 @@ def test_discovery_lists_the_crds_only_where_some_were_loaded(served):
     resources = requests.get(f"{server.url}/apis/apiextensions.k8s.io/v1", timeout=10).json()["resources"]
     main, status = resources
     assert (main["name"], main["kind"], main["namespaced"], main["shortNames"]) == (
-        "customresourcedefinitions", "CustomResourceDefinition", False, ["crd", "crds"])
+        "customresourcedefinitions",
+        "CustomResourceDefinition",
+        False,
+        ["crd", "crds"],
+    )
     assert status["name"] == "customresourcedefinitions/status"
     with EmulatorServer(resources=WELL_KNOWN) as plain:  # no CRD files: no apiextensions group at all
         with client.ApiClient(client.Configuration(host=plain.url)) as api_client:
-            error, body = api_error(lambda: client.ApiextensionsV1Api(api_client).read_custom_resource_definition(
-                "tfjobs.kubeflow.org"))
+            error, body = api_error(
+                lambda: client.ApiextensionsV1Api(api_client).read_custom_resource_definition("tfjobs.kubeflow.org")
+            )
     assert error.status == 404 and "name" not in body["details"]
 
 
@@ -122,15 +143,20 @@ def test_a_forbidden_fault_on_a_crd_reads_as_rbac_refusing_it(served):
     server.add_fault(verb="get", status=403, path_contains="/customresourcedefinitions/")
     error, body = api_error(lambda: api.read_custom_resource_definition("widgets.widgets.example.com"))
     assert error.status == 403
-    assert body["message"] == ('customresourcedefinitions.apiextensions.k8s.io "widgets.widgets.example.com" is '
-                               'forbidden: User "system:serviceaccount:jobttl:worker" cannot get resource '
-                               '"customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope')
-    assert body["details"] == {"name": "widgets.widgets.example.com", "group": "apiextensions.k8s.io",
-                               "kind": "customresourcedefinitions"}
+    assert body["message"] == (
+        'customresourcedefinitions.apiextensions.k8s.io "widgets.widgets.example.com" is '
+        'forbidden: User "system:serviceaccount:jobttl:worker" cannot get resource '
+        '"customresourcedefinitions" in API group "apiextensions.k8s.io" at the cluster scope'
+    )
+    assert body["details"] == {
+        "name": "widgets.widgets.example.com",
+        "group": "apiextensions.k8s.io",
+        "kind": "customresourcedefinitions",
+    }
 
 
 def test_load_crds_keeps_the_crd_each_kind_came_from():
-    widget, = load_crds([WIDGET_CRD])
+    (widget,) = load_crds([WIDGET_CRD])
     assert widget.crd["metadata"]["name"] == "widgets.widgets.example.com"
 
 
@@ -139,14 +165,31 @@ def test_kubectl_gets_the_crds(served, tmp_path):
     server, _ = served
     kubeconfig = server.write_kubeconfig(str(tmp_path / "kubeconfig"))
     env = {**os.environ, "HOME": str(tmp_path), "KUBECONFIG": kubeconfig}
-    run = subprocess.run(["kubectl", f"--cache-dir={tmp_path / 'cache'}", "get", "crd", "widgets.widgets.example.com"],
-                         env=env, capture_output=True, text=True, timeout=60)
+    run = subprocess.run(
+        ["kubectl", f"--cache-dir={tmp_path / 'cache'}", "get", "crd", "widgets.widgets.example.com"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert run.returncode == 0, run.stderr
     header, row = run.stdout.splitlines()
     assert header.split() == ["NAME", "CREATED", "AT"] and row.split()[0] == "widgets.widgets.example.com"
-    jsonpath = subprocess.run(["kubectl", f"--cache-dir={tmp_path / 'cache'}", "get", "crd", "widgets.widgets.example.com",
-                               "-o", "jsonpath={.status.conditions[?(@.type=='Established')].status}"],
-                              env=env, capture_output=True, text=True, timeout=60)
+    jsonpath = subprocess.run(
+        [
+            "kubectl",
+            f"--cache-dir={tmp_path / 'cache'}",
+            "get",
+            "crd",
+            "widgets.widgets.example.com",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert jsonpath.stdout == "True", jsonpath.stderr
 
 

@@ -31,7 +31,9 @@ def test_delete_without_options_deletes_at_once(cluster):
 def test_matching_preconditions_delete(cluster):
     created = cluster.create("a")
     options = client.V1DeleteOptions(
-        preconditions=client.V1Preconditions(uid=created["metadata"]["uid"], resource_version=created["metadata"]["resourceVersion"])
+        preconditions=client.V1Preconditions(
+            uid=created["metadata"]["uid"], resource_version=created["metadata"]["resourceVersion"]
+        )
     )
     assert cluster.delete("a", body=options)["status"] == "Success"
 
@@ -105,10 +107,21 @@ def test_foreground_delete_marks_then_the_gc_removes(cluster, server, api):
     wait_until(lambda: not cluster.exists("a"), timeout=5)
 
     # Watchers saw MODIFIED (marked) then DELETED carrying the last state.
-    events = api.list_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, watch=True, resource_version=created["metadata"]["resourceVersion"],
-        timeout_seconds=1, _preload_content=False,
-    ).read().decode().splitlines()
+    events = (
+        api.list_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            watch=True,
+            resource_version=created["metadata"]["resourceVersion"],
+            timeout_seconds=1,
+            _preload_content=False,
+        )
+        .read()
+        .decode()
+        .splitlines()
+    )
     seen = [json.loads(line) for line in events]
     assert [e["type"] for e in seen] == ["MODIFIED", "DELETED"]
     assert seen[1]["object"]["metadata"]["finalizers"] == ["foregroundDeletion"]
@@ -139,12 +152,16 @@ def test_other_finalizers_hold_the_object_until_removed(cluster, api):
     wait_until(lambda: not cluster.exists("marker"))
     assert cluster.exists("held")
 
-    exc, body = api_error(lambda: api.patch_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "held", {"metadata": {"finalizers": ["example.com/hold", "new"]}}
-    ))
+    exc, body = api_error(
+        lambda: api.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "held", {"metadata": {"finalizers": ["example.com/hold", "new"]}}
+        )
+    )
     assert exc.status == 422 and "no new finalizers can be added if the object is being deleted" in body["message"]
 
-    released = api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "held", {"metadata": {"finalizers": None}})
+    released = api.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "held", {"metadata": {"finalizers": None}}
+    )
     assert released["metadata"]["name"] == "held"
     assert not cluster.exists("held")
 
@@ -167,7 +184,8 @@ def test_delete_collection(cluster):
     cluster.create("b", labels={"done": "true"})
     cluster.create("c")
     code, _, body = cluster.raw(
-        "DELETE", f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}?labelSelector=done%3Dtrue",
+        "DELETE",
+        f"/apis/{GROUP}/{VERSION}/namespaces/{NS}/{PLURAL}?labelSelector=done%3Dtrue",
         {"propagationPolicy": "Background"},
     )
     assert code == 200 and body["kind"] == "TFJobList"

@@ -82,13 +82,25 @@ def test_a_dependent_with_another_owner_only_loses_the_dangling_reference(full, 
 def test_owners_of_other_kinds_and_missing_owners(full, core):
     """A batch Job owned by a TFJob; a pod whose owner never existed is collected; unknown kinds are left alone."""
     owner = full.create("cron-like")
-    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "run-1", "ownerReferences": [owner_ref(owner)]}}
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "run-1", "ownerReferences": [owner_ref(owner)]},
+    }
     code, _, run = full.raw("POST", f"/apis/batch/v1/namespaces/{NS}/jobs", job)
     assert code == 201
     _pods(core, run, "run-1-pod")
-    ghost = {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"}}
+    ghost = {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "metadata": {"name": "ghost", "uid": "00000000-0000-0000-0000-000000000000"},
+    }
     _pods(core, ghost, "orphaned")
-    unknown = {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w", "uid": "11111111-1111-1111-1111-111111111111"}}
+    unknown = {
+        "apiVersion": "example.com/v1",
+        "kind": "Widget",
+        "metadata": {"name": "w", "uid": "11111111-1111-1111-1111-111111111111"},
+    }
     _pods(core, unknown, "unresolvable")
 
     full.delete("cron-like", body=client.V1DeleteOptions(propagation_policy="Foreground"))
@@ -99,7 +111,12 @@ def test_owners_of_other_kinds_and_missing_owners(full, core):
 
 
 def test_owner_in_another_namespace_counts_as_missing(full, core):
-    elsewhere = full.api.create_namespaced_custom_object(GROUP, VERSION, "elsewhere", PLURAL, {
-        "apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "owner"}, "spec": {}})
+    elsewhere = full.api.create_namespaced_custom_object(
+        GROUP,
+        VERSION,
+        "elsewhere",
+        PLURAL,
+        {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "metadata": {"name": "owner"}, "spec": {}},
+    )
     _pods(core, elsewhere, "cross")
     wait_until(lambda: not _pod_exists(core, "cross"))

@@ -81,7 +81,9 @@ def test_faults_match_verb_and_path(cluster, server, api):
 
 def test_watch_fault_fails_before_streaming(cluster, server, api):
     server.add_fault(verb="watch", status=500)
-    exc, _ = api_error(lambda: api.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, watch=True, _preload_content=False))
+    exc, _ = api_error(
+        lambda: api.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, watch=True, _preload_content=False)
+    )
     assert exc.status == 500
     assert cluster.list()["items"] == []  # plain lists were not affected
 
@@ -111,9 +113,9 @@ def test_fault_admin_endpoints(cluster):
 def test_request_log_records_delete_options(cluster, server):
     uid = cluster.create("a")["metadata"]["uid"]
     server.clear_requests()
-    cluster.delete("a", body=client.V1DeleteOptions(
-        propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid)
-    ))
+    cluster.delete(
+        "a", body=client.V1DeleteOptions(propagation_policy="Background", preconditions=client.V1Preconditions(uid=uid))
+    )
     [entry] = server.requests(method="DELETE")
     assert entry["method"] == "DELETE"
     assert entry["path"] == f"{OBJECTS}/a"

@@ -24,7 +24,13 @@ TFJOBS = "/apis/kubeflow.org/v1/namespaces/{ns}/tfjobs"
 def test_a_crd_gives_names_scope_subresources_columns_and_schema():
     (tfjobs,) = load_crds([TFJOB_CRD])
     assert (tfjobs.group, tfjobs.version, tfjobs.kind, tfjobs.plural, tfjobs.singular, tfjobs.list_kind) == (
-        "kubeflow.org", "v1", "TFJob", "tfjobs", "tfjob", "TFJobList")
+        "kubeflow.org",
+        "v1",
+        "TFJob",
+        "tfjobs",
+        "tfjob",
+        "TFJobList",
+    )
     assert tfjobs.namespaced and tfjobs.status_subresource and not tfjobs.builtin
     assert [c["name"] for c in tfjobs.printer_columns] == ["State", "Age"]
     assert "runPolicy" in tfjobs.schema["properties"]["spec"]["properties"]
@@ -32,7 +38,9 @@ def test_a_crd_gives_names_scope_subresources_columns_and_schema():
     assert workflows.short_names == ("wf",) and not workflows.status_subresource
 
 
-@pytest.mark.parametrize("crd", ["kubeflow.org_tfjobs.yaml", "kubeflow.org_pytorchjobs.yaml", "argoproj.io_workflows.yaml"])
+@pytest.mark.parametrize(
+    "crd", ["kubeflow.org_tfjobs.yaml", "kubeflow.org_pytorchjobs.yaml", "argoproj.io_workflows.yaml"]
+)
 def test_a_well_known_kind_is_registered_as_its_real_crd_declares_it(crd):
     """WELL_KNOWN writes out the names, scope, status subresource and printer columns of the real
     CRDs (so the command serves them without CRD files); they must not drift from the CRDs here."""
@@ -44,10 +52,17 @@ def test_a_well_known_kind_is_registered_as_its_real_crd_declares_it(crd):
 
 def test_crd_versions_scope_and_bad_documents():
     crd = {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "spec": {"group": "example.com", "scope": "Cluster", "names": {"kind": "Thing", "plural": "things"},
-                 "versions": [{"name": "v1", "served": True, "selectableFields": [{"jsonPath": ".spec.color"}]},
-                              {"name": "v0", "served": False}]},
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "spec": {
+            "group": "example.com",
+            "scope": "Cluster",
+            "names": {"kind": "Thing", "plural": "things"},
+            "versions": [
+                {"name": "v1", "served": True, "selectableFields": [{"jsonPath": ".spec.color"}]},
+                {"name": "v0", "served": False},
+            ],
+        },
     }
     (thing,) = resources_from_crd(crd)
     assert thing.version == "v1" and not thing.namespaced and thing.selectable_fields == ("spec.color",)
@@ -65,7 +80,12 @@ def test_crd_replaces_a_plain_registration_of_the_same_kind():
 
 def test_system_namespaces_and_auto_provisioning(full):
     core = client.CoreV1Api(full.api.api_client)
-    assert [n.metadata.name for n in core.list_namespace().items] == ["default", "kube-node-lease", "kube-public", "kube-system"]
+    assert [n.metadata.name for n in core.list_namespace().items] == [
+        "default",
+        "kube-node-lease",
+        "kube-public",
+        "kube-system",
+    ]
     full.create("a", ns="team-a")  # namespaces used by objects exist implicitly
     team = core.read_namespace("team-a")
     assert team.status.phase == "Active" and team.spec.finalizers == ["kubernetes"]
@@ -77,9 +97,15 @@ def test_system_namespaces_and_auto_provisioning(full):
 
 
 def test_namespace_create_get_and_cluster_scope(full):
-    code, _, created = full.raw("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made", "namespace": "ignored"}})
+    code, _, created = full.raw(
+        "POST",
+        "/api/v1/namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made", "namespace": "ignored"}},
+    )
     assert code == 201 and "namespace" not in created["metadata"]
-    code, _, body = full.raw("POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made"}})
+    code, _, body = full.raw(
+        "POST", "/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "made"}}
+    )
     assert code == 409 and body["message"] == 'namespaces "made" already exists'
     resources = {r["name"]: r for r in full.raw("GET", "/api/v1")[2]["resources"]}
     assert resources["namespaces"]["namespaced"] is False and resources["namespaces"]["shortNames"] == ["ns"]
@@ -95,14 +121,20 @@ def test_deleting_a_namespace_terminates_it_and_its_content(full):
 
     code, _, body = full.raw("POST", TFJOBS.format(ns="doomed"), tfjob("new"))
     assert code == 403 and body["reason"] == "Forbidden"
-    assert body["message"] == ('tfjobs.kubeflow.org "new" is forbidden: unable to create new content in namespace doomed '
-                               "because it is being terminated")
+    assert body["message"] == (
+        'tfjobs.kubeflow.org "new" is forbidden: unable to create new content in namespace doomed '
+        "because it is being terminated"
+    )
     assert body["details"]["causes"][0]["reason"] == "NamespaceTerminating"
 
     wait_until(lambda: not full.exists("a", ns="doomed"))
-    assert full.get("held", ns="doomed")["metadata"]["deletionTimestamp"]  # held by its finalizer, and so is the namespace
+    assert full.get("held", ns="doomed")["metadata"][
+        "deletionTimestamp"
+    ]  # held by its finalizer, and so is the namespace
     assert core.read_namespace("doomed").status.phase == "Terminating"
-    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "doomed", "tfjobs", "held", {"metadata": {"finalizers": None}})
+    full.api.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", "doomed", "tfjobs", "held", {"metadata": {"finalizers": None}}
+    )
     wait_until(lambda: full.raw("GET", "/api/v1/namespaces/doomed")[0] == 404)
 
 
@@ -122,21 +154,38 @@ def test_built_in_field_selectors(full):
     core.create_namespaced_pod("ns", running)
     core.create_namespaced_pod("ns", pod("pending"))
     core.patch_namespaced_pod_status("running", "ns", {"status": {"phase": "Running"}})
-    assert [p.metadata.name for p in core.list_namespaced_pod("ns", field_selector="status.phase=Running").items] == ["running"]
+    assert [p.metadata.name for p in core.list_namespaced_pod("ns", field_selector="status.phase=Running").items] == [
+        "running"
+    ]
     code, _, body = full.raw("GET", "/api/v1/namespaces/ns/pods?fieldSelector=spec.bogus%3Dx")
     assert code == 400 and body["message"] == "field label not supported: spec.bogus"
 
     for name, kind in (("e1", "TFJob"), ("e2", "Pod")):
-        core.create_namespaced_event("ns", {"apiVersion": "v1", "kind": "Event", "metadata": {"name": name}, "reason": "R",
-                                            "involvedObject": {"kind": kind, "name": "x", "namespace": "ns"}})
+        core.create_namespaced_event(
+            "ns",
+            {
+                "apiVersion": "v1",
+                "kind": "Event",
+                "metadata": {"name": name},
+                "reason": "R",
+                "involvedObject": {"kind": kind, "name": "x", "namespace": "ns"},
+            },
+        )
     selected = core.list_namespaced_event("ns", field_selector="involvedObject.kind=TFJob,involvedObject.name=x")
     assert [e.metadata.name for e in selected.items] == ["e1"]
     code, _, body = full.raw("GET", TFJOBS.format(ns="ns") + "?fieldSelector=spec.x%3D1")
-    assert code == 400 and body["message"] == '"spec.x" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    assert (
+        code == 400
+        and body["message"] == '"spec.x" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    )
 
 
 def test_deleting_a_batch_job_without_a_policy_orphans_its_pods(full):
-    code, _, job = full.raw("POST", "/apis/batch/v1/namespaces/ns/jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}})
+    code, _, job = full.raw(
+        "POST",
+        "/apis/batch/v1/namespaces/ns/jobs",
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}},
+    )
     assert code == 201
     code, _, body = full.raw("DELETE", "/apis/batch/v1/namespaces/ns/jobs/j")
     assert code == 200 and body["metadata"]["finalizers"] == ["orphan"]  # batch/v1 DefaultGarbageCollectionPolicy
@@ -165,8 +214,21 @@ def test_cluster_fixture_still_serves_only_tfjobs(cluster: Cluster):
 def test_the_command_serves_the_well_known_kinds_and_crd_files(tmp_path):
     kubeconfig = tmp_path / "kubeconfig"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobttl_emulator", "--port", "0", "--crd", str(TFJOB_CRD), "--write-kubeconfig", str(kubeconfig)],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "jobttl_emulator",
+            "--port",
+            "0",
+            "--crd",
+            str(TFJOB_CRD),
+            "--write-kubeconfig",
+            str(kubeconfig),
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         wait_until(lambda: kubeconfig.exists() or proc.poll() is not None, timeout=20)

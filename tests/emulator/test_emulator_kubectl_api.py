@@ -14,7 +14,9 @@ from jobttl_emulator import protobuf
 
 from .emulator_testlib import pod, tfjob, wait_until
 
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+TABLE = (
+    "application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json"
+)
 TFJOBS = "/apis/kubeflow.org/v1/namespaces/ns/tfjobs"
 PROTO_V2 = "application/com.github.proto-openapi.spec.v2@v1.0+protobuf"
 
@@ -26,7 +28,9 @@ def test_openapi_v3_index_and_documents(full):
     code, headers, doc = full.raw("GET", url)
     assert code == 200 and headers["Cache-Control"] == "public, immutable"
     tfjob_schema = doc["components"]["schemas"]["org.kubeflow.v1.TFJob"]
-    assert tfjob_schema["x-kubernetes-group-version-kind"] == [{"group": "kubeflow.org", "kind": "TFJob", "version": "v1"}]
+    assert tfjob_schema["x-kubernetes-group-version-kind"] == [
+        {"group": "kubeflow.org", "kind": "TFJob", "version": "v1"}
+    ]
     assert "runPolicy" in tfjob_schema["properties"]["spec"]["properties"]
     patch = doc["paths"]["/apis/kubeflow.org/v1/namespaces/{namespace}/tfjobs/{name}"]["patch"]
     assert "fieldValidation" in [p["name"] for p in patch["parameters"]]
@@ -45,8 +49,14 @@ def test_openapi_documents_are_valid_openapi(full):
 
 
 def test_openapi_v3_stale_hash_redirects(full):
-    response = requests.get(full.server.url + "/openapi/v3/apis/kubeflow.org/v1?hash=stale", allow_redirects=False, timeout=5)
-    assert response.status_code == 301 and "hash=" in response.headers["Location"] and "stale" not in response.headers["Location"]
+    response = requests.get(
+        full.server.url + "/openapi/v3/apis/kubeflow.org/v1?hash=stale", allow_redirects=False, timeout=5
+    )
+    assert (
+        response.status_code == 301
+        and "hash=" in response.headers["Location"]
+        and "stale" not in response.headers["Location"]
+    )
     assert full.raw("GET", "/openapi/v3/apis/nope/v1")[0] == 404
 
 
@@ -60,7 +70,9 @@ def test_openapi_v2_is_json_and_refuses_protobuf(full):
 
 def test_table_columns_from_the_crd(full):
     full.create("done")
-    full.set_status("done", {"conditions": [{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}]})
+    full.set_status(
+        "done", {"conditions": [{"type": "Created", "status": "True"}, {"type": "Succeeded", "status": "True"}]}
+    )
     full.create("new")
     code, _, table = full.raw("GET", TFJOBS, accept=TABLE)
     assert code == 200 and table["kind"] == "Table" and table["apiVersion"] == "meta.k8s.io/v1"
@@ -86,30 +98,93 @@ def test_default_columns_without_a_crd(cluster):
 def test_built_in_columns(full):
     core = client.CoreV1Api(full.api.api_client)
     core.create_namespaced_pod("ns", pod("p", containers=("a", "b")))
-    core.patch_namespaced_pod_status("p", "ns", {"status": {"phase": "Running", "containerStatuses": [
-        {"name": "a", "ready": True, "restartCount": 2, "state": {"running": {}}, "image": "x", "imageID": ""},
-        {"name": "b", "ready": False, "restartCount": 0, "state": {"waiting": {"reason": "CrashLoopBackOff"}}, "image": "x", "imageID": ""},
-    ]}})
+    core.patch_namespaced_pod_status(
+        "p",
+        "ns",
+        {
+            "status": {
+                "phase": "Running",
+                "containerStatuses": [
+                    {
+                        "name": "a",
+                        "ready": True,
+                        "restartCount": 2,
+                        "state": {"running": {}},
+                        "image": "x",
+                        "imageID": "",
+                    },
+                    {
+                        "name": "b",
+                        "ready": False,
+                        "restartCount": 0,
+                        "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                        "image": "x",
+                        "imageID": "",
+                    },
+                ],
+            }
+        },
+    )
     pods = full.raw("GET", "/api/v1/namespaces/ns/pods", accept=TABLE)[2]
-    assert [c["name"] for c in pods["columnDefinitions"] if not c["priority"]] == ["Name", "Ready", "Status", "Restarts", "Age"]
+    assert [c["name"] for c in pods["columnDefinitions"] if not c["priority"]] == [
+        "Name",
+        "Ready",
+        "Status",
+        "Restarts",
+        "Age",
+    ]
     assert pods["rows"][0]["cells"][:4] == ["p", "1/2", "CrashLoopBackOff", "2"]
 
     job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}, "spec": {"completions": 3}}
     full.raw("POST", "/apis/batch/v1/namespaces/ns/jobs", job)
-    full.raw("PATCH", "/apis/batch/v1/namespaces/ns/jobs/j/status", {"status": {
-        "succeeded": 3, "startTime": "2024-01-01T00:00:00Z", "completionTime": "2024-01-01T00:02:05Z",
-        "conditions": [{"type": "Complete", "status": "True"}]}}, "application/merge-patch+json")
+    full.raw(
+        "PATCH",
+        "/apis/batch/v1/namespaces/ns/jobs/j/status",
+        {
+            "status": {
+                "succeeded": 3,
+                "startTime": "2024-01-01T00:00:00Z",
+                "completionTime": "2024-01-01T00:02:05Z",
+                "conditions": [{"type": "Complete", "status": "True"}],
+            }
+        },
+        "application/merge-patch+json",
+    )
     jobs = full.raw("GET", "/apis/batch/v1/namespaces/ns/jobs", accept=TABLE)[2]
-    assert [c["name"] for c in jobs["columnDefinitions"] if not c["priority"]] == ["Name", "Status", "Completions", "Duration", "Age"]
+    assert [c["name"] for c in jobs["columnDefinitions"] if not c["priority"]] == [
+        "Name",
+        "Status",
+        "Completions",
+        "Duration",
+        "Age",
+    ]
     assert jobs["rows"][0]["cells"][:4] == ["j", "Complete", "3/3", "2m5s"]
 
-    core.create_namespaced_event("ns", {"apiVersion": "v1", "kind": "Event", "metadata": {"name": "e"}, "type": "Normal",
-                                        "reason": "SuccessfulDelete", "message": "deleted ", "lastTimestamp": "2024-01-01T00:00:00Z",
-                                        "involvedObject": {"kind": "TFJob", "name": "x", "namespace": "ns"}})
+    core.create_namespaced_event(
+        "ns",
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": "e"},
+            "type": "Normal",
+            "reason": "SuccessfulDelete",
+            "message": "deleted ",
+            "lastTimestamp": "2024-01-01T00:00:00Z",
+            "involvedObject": {"kind": "TFJob", "name": "x", "namespace": "ns"},
+        },
+    )
     events = full.raw("GET", "/api/v1/namespaces/ns/events", accept=TABLE)[2]
-    assert [c["name"] for c in events["columnDefinitions"] if not c["priority"]] == ["Last Seen", "Type", "Reason", "Object", "Message"]
+    assert [c["name"] for c in events["columnDefinitions"] if not c["priority"]] == [
+        "Last Seen",
+        "Type",
+        "Reason",
+        "Object",
+        "Message",
+    ]
     cells = events["rows"][0]["cells"]
-    assert cells[1:4] + [cells[6]] == ["Normal", "SuccessfulDelete", "tfjob/x", "deleted"] and cells[0].endswith(("d", "y"))
+    assert cells[1:4] + [cells[6]] == ["Normal", "SuccessfulDelete", "tfjob/x", "deleted"] and cells[0].endswith(
+        ("d", "y")
+    )
 
 
 def test_watch_as_table(full):
@@ -131,12 +206,20 @@ def test_server_side_apply_creates_merges_and_prunes(full):
     assert code == 201 and created["spec"]["runPolicy"] == {"ttlSecondsAfterFinished": 60}
     (entry,) = created["metadata"]["managedFields"]
     assert entry["manager"] == "ci" and entry["operation"] == "Apply"
-    assert entry["fieldsV1"] == {"f:metadata": {"f:labels": {"f:team": {}}}, "f:spec": {"f:runPolicy": {"f:ttlSecondsAfterFinished": {}}}}
+    assert entry["fieldsV1"] == {
+        "f:metadata": {"f:labels": {"f:team": {}}},
+        "f:spec": {"f:runPolicy": {"f:ttlSecondsAfterFinished": {}}},
+    }
 
-    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", "a", {"spec": {"enableDynamicWorker": True}})
+    full.api.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", "ns", "tfjobs", "a", {"spec": {"enableDynamicWorker": True}}
+    )
     smaller = config.replace("  runPolicy: {ttlSecondsAfterFinished: 60}\n", "  runPolicy: {backoffLimit: 3}\n")
     code, _, applied = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", smaller.encode(), apply)
-    assert code == 200 and applied["spec"] == {"runPolicy": {"backoffLimit": 3}, "enableDynamicWorker": True}  # its old field went, others stay
+    assert code == 200 and applied["spec"] == {
+        "runPolicy": {"backoffLimit": 3},
+        "enableDynamicWorker": True,
+    }  # its old field went, others stay
 
     rival = smaller.replace("team: x", "team: y").replace("backoffLimit: 3", "backoffLimit: 5")
     code, _, body = full.raw("PATCH", TFJOBS + "/a?fieldManager=other", rival.encode(), apply)
@@ -153,25 +236,38 @@ def test_server_side_apply_creates_merges_and_prunes(full):
 
 def test_strategic_merge_patch_for_built_ins_only(full):
     core = client.CoreV1Api(full.api.api_client)
-    core.create_namespaced_pod("ns", pod("p", containers=("a", "b")) | {"metadata": {"name": "p", "finalizers": ["x/one"]}})
-    patched = core.patch_namespaced_pod("p", "ns", {"metadata": {"finalizers": ["x/two"]},
-                                                    "spec": {"containers": [{"name": "b", "image": "alpine"}]}})
+    core.create_namespaced_pod(
+        "ns", pod("p", containers=("a", "b")) | {"metadata": {"name": "p", "finalizers": ["x/one"]}}
+    )
+    patched = core.patch_namespaced_pod(
+        "p", "ns", {"metadata": {"finalizers": ["x/two"]}, "spec": {"containers": [{"name": "b", "image": "alpine"}]}}
+    )
     assert [(c.name, c.image) for c in patched.spec.containers] == [("a", "busybox"), ("b", "alpine")]  # merged by name
     assert patched.metadata.finalizers == ["x/one", "x/two"]  # a merge list of primitives
-    code, _, body = full.raw("PATCH", "/api/v1/namespaces/ns/pods/p", {"spec": {"containers": [{"name": "a", "$patch": "delete"}]}},
-                             "application/strategic-merge-patch+json")
+    code, _, body = full.raw(
+        "PATCH",
+        "/api/v1/namespaces/ns/pods/p",
+        {"spec": {"containers": [{"name": "a", "$patch": "delete"}]}},
+        "application/strategic-merge-patch+json",
+    )
     assert code == 200 and [c["name"] for c in body["spec"]["containers"]] == ["b"]
 
     full.create("t")
     code, _, body = full.raw("PATCH", TFJOBS + "/t", {"spec": {}}, "application/strategic-merge-patch+json")
     assert code == 415 and body["message"] == (
         "the body of the request was in an unknown format - accepted media types include: "
-        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml")
+        "application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml"
+    )
 
 
 def test_self_subject_access_review(full):
-    review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
-              "spec": {"resourceAttributes": {"namespace": "ns", "verb": "delete", "group": "kubeflow.org", "resource": "tfjobs"}}}
+    review = {
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {
+            "resourceAttributes": {"namespace": "ns", "verb": "delete", "group": "kubeflow.org", "resource": "tfjobs"}
+        },
+    }
     path = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
     code, _, body = full.raw("POST", path, review)
     assert code == 201 and body["status"]["allowed"] is True
@@ -184,7 +280,9 @@ def test_self_subject_access_review(full):
     # kubectl auth can-i sends it as protobuf.
     spec = _proto_field(1, _proto_field(2, b"delete") + _proto_field(5, b"tfjobs"))
     message = _proto_field(2, spec)
-    envelope = _proto_field(1, _proto_field(1, b"authorization.k8s.io/v1") + _proto_field(2, b"SelfSubjectAccessReview")) + _proto_field(2, message)
+    envelope = _proto_field(
+        1, _proto_field(1, b"authorization.k8s.io/v1") + _proto_field(2, b"SelfSubjectAccessReview")
+    ) + _proto_field(2, message)
     code, _, body = full.raw("POST", path, protobuf.MAGIC + envelope, protobuf.CONTENT_TYPE)
     assert code == 201 and body["spec"]["resourceAttributes"] == {"verb": "delete", "resource": "tfjobs"}
     assert body["status"] == {"allowed": False}
@@ -207,16 +305,21 @@ def test_unknown_fields_are_pruned_or_refused(full):
     assert code == 400 and refused["reason"] == "BadRequest"
     assert refused["message"] == (
         'TFJob in version "v1" cannot be handled as a TFJob: strict decoding error: unknown field "metadata.bogus", '
-        'unknown field "spec.colour", unknown field "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imag"')
+        'unknown field "spec.colour", unknown field "spec.tfReplicaSpecs.Worker.template.spec.containers[0].imag"'
+    )
     code, _, created = full.raw("POST", TFJOBS, body)  # Warn (the default) and Ignore drop them
     assert code == 201 and "colour" not in created["spec"] and "bogus" not in created["metadata"]
     assert created["spec"]["tfReplicaSpecs"]["Worker"]["template"]["spec"]["containers"] == [{"name": "c"}]
-    code, _, body = full.raw("PATCH", TFJOBS + "/a?fieldValidation=Strict", {"spec": {"colour": "red"}}, "application/merge-patch+json")
+    code, _, body = full.raw(
+        "PATCH", TFJOBS + "/a?fieldValidation=Strict", {"spec": {"colour": "red"}}, "application/merge-patch+json"
+    )
     assert code == 400 and 'unknown field "spec.colour"' in body["message"]
 
 
 def test_kinds_without_a_crd_schema_keep_unknown_fields(cluster):
-    created = cluster.api.create_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", {**tfjob("a"), "extra": {"x": 1}})
+    created = cluster.api.create_namespaced_custom_object(
+        "kubeflow.org", "v1", "ns", "tfjobs", {**tfjob("a"), "extra": {"x": 1}}
+    )
     assert created["extra"] == {"x": 1}
 
 
@@ -224,11 +327,19 @@ def test_apply_without_owned_metadata_keeps_others_metadata(full):
     apply = "application/apply-patch+yaml"
     bare = "apiVersion: kubeflow.org/v1\nkind: TFJob\nmetadata: {name: a}\nspec: {enableDynamicWorker: true}\n"
     code, _, created = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", bare.encode(), apply)
-    assert code == 201 and created["metadata"]["managedFields"][0]["fieldsV1"] == {"f:spec": {"f:enableDynamicWorker": {}}}
-    full.api.patch_namespaced_custom_object("kubeflow.org", "v1", "ns", "tfjobs", "a", {"metadata": {"annotations": {"k": "v"}}})
+    assert code == 201 and created["metadata"]["managedFields"][0]["fieldsV1"] == {
+        "f:spec": {"f:enableDynamicWorker": {}}
+    }
+    full.api.patch_namespaced_custom_object(
+        "kubeflow.org", "v1", "ns", "tfjobs", "a", {"metadata": {"annotations": {"k": "v"}}}
+    )
     labelled = bare.replace("{name: a}", "{name: a, labels: {team: x}}")
     code, _, applied = full.raw("PATCH", TFJOBS + "/a?fieldManager=ci", labelled.encode(), apply)
-    assert code == 200 and applied["metadata"]["annotations"] == {"k": "v"} and applied["metadata"]["labels"] == {"team": "x"}
+    assert (
+        code == 200
+        and applied["metadata"]["annotations"] == {"k": "v"}
+        and applied["metadata"]["labels"] == {"team": "x"}
+    )
     assert applied["metadata"]["uid"] == created["metadata"]["uid"]
 
 
@@ -238,13 +349,25 @@ def test_protobuf_configmaps_and_secrets_decode_as_helm_writes_its_release_recor
     meta = _proto_field(1, _proto_field(1, b"sh.helm.release.v1.r.v1") + labels)
 
     def envelope(kind: bytes, message: bytes) -> bytes:
-        return protobuf.MAGIC + _proto_field(1, _proto_field(1, b"v1") + _proto_field(2, kind)) + _proto_field(2, message)
+        return (
+            protobuf.MAGIC + _proto_field(1, _proto_field(1, b"v1") + _proto_field(2, kind)) + _proto_field(2, message)
+        )
 
-    secret = protobuf.decode(envelope(b"Secret", meta + _proto_field(2, _proto_field(1, b"release") + _proto_field(2, b"\x00\xffgz"))
-                                      + _proto_field(3, b"helm.sh/release.v1")))
-    assert secret == {"apiVersion": "v1", "kind": "Secret", "type": "helm.sh/release.v1",
-                      "metadata": {"name": "sh.helm.release.v1.r.v1", "labels": {"owner": "helm"}},
-                      "data": {"release": base64.b64encode(b"\x00\xffgz").decode()}}
+    secret = protobuf.decode(
+        envelope(
+            b"Secret",
+            meta
+            + _proto_field(2, _proto_field(1, b"release") + _proto_field(2, b"\x00\xffgz"))
+            + _proto_field(3, b"helm.sh/release.v1"),
+        )
+    )
+    assert secret == {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "helm.sh/release.v1",
+        "metadata": {"name": "sh.helm.release.v1.r.v1", "labels": {"owner": "helm"}},
+        "data": {"release": base64.b64encode(b"\x00\xffgz").decode()},
+    }
     path = "/api/v1/namespaces/ns/configmaps"
     body = envelope(b"ConfigMap", meta + _proto_field(2, _proto_field(1, b"release") + _proto_field(2, b"H4sI")))
     code, _, created = full.raw("POST", path, body, protobuf.CONTENT_TYPE)
@@ -255,10 +378,12 @@ def test_a_built_in_kind_takes_an_update_without_a_resource_version(full):
     """AllowUnconditionalUpdate: true for built-in kinds (Helm updates its release records so); custom
     resources still need one (test_put_needs_a_resource_version_and_an_existing_object)."""
     path = "/api/v1/namespaces/ns/configmaps"
-    code, _, created = full.raw("POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                               "data": {"a": "1"}})
+    code, _, created = full.raw(
+        "POST", path, {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}}
+    )
     assert code == 201
-    code, _, updated = full.raw("PUT", f"{path}/c", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
-                                                     "data": {"a": "2"}})
+    code, _, updated = full.raw(
+        "PUT", f"{path}/c", {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "2"}}
+    )
     assert code == 200 and updated["data"] == {"a": "2"}
     assert int(updated["metadata"]["resourceVersion"]) > int(created["metadata"]["resourceVersion"])

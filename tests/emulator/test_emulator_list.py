@@ -71,9 +71,7 @@ def test_continue_token_expires_after_compaction(cluster, server):
     exc, body = api_error(lambda: cluster.list(limit=2, _continue=first["metadata"]["continue"]))
     assert exc.status == 410
     assert body["reason"] == "Expired"
-    assert body["message"].startswith(
-        "The provided continue parameter is too old to display a consistent list result."
-    )
+    assert body["message"].startswith("The provided continue parameter is too old to display a consistent list result.")
     # Like the real server, the 410 carries a token to continue at the latest state.
     rest = cluster.list(limit=2, _continue=body["metadata"]["continue"])
     assert names(rest) == ["job-2", "job-3"]
@@ -122,7 +120,11 @@ def test_all_namespaces_ordered_like_etcd_keys(cluster):
     cluster.create("b", ns="b")
     cluster.create("a", ns="b")
     listing = cluster.list(ns=None)
-    assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in listing["items"]] == [("a", "z"), ("b", "a"), ("b", "b")]
+    assert [(i["metadata"]["namespace"], i["metadata"]["name"]) for i in listing["items"]] == [
+        ("a", "z"),
+        ("b", "a"),
+        ("b", "b"),
+    ]
     assert names(cluster.list(ns="b")) == ["a", "b"]
 
 

@@ -8,7 +8,6 @@ import uuid
 from .emulator_testlib import GROUP, NS, PLURAL, VERSION, api_error, tfjob
 
 
-
 def test_create_sets_server_fields_and_drops_status(cluster, api):
     created = cluster.create("a", status={"conditions": [{"type": "Succeeded", "status": "True"}]})
     meta = created["metadata"]
@@ -61,9 +60,16 @@ def test_create_validation(cluster, api):
     del nameless["metadata"]["name"]
     exc, body = create(nameless)
     assert exc.status == 422 and body["reason"] == "Invalid"
-    assert body["message"] == 'TFJob.kubeflow.org "" is invalid: metadata.name: Required value: name or generateName is required'
+    assert (
+        body["message"]
+        == 'TFJob.kubeflow.org "" is invalid: metadata.name: Required value: name or generateName is required'
+    )
     assert body["details"]["causes"] == [
-        {"reason": "FieldValueRequired", "message": "Required value: name or generateName is required", "field": "metadata.name"}
+        {
+            "reason": "FieldValueRequired",
+            "message": "Required value: name or generateName is required",
+            "field": "metadata.name",
+        }
     ]
 
     exc, body = create(tfjob("Not_A_Name"))
@@ -81,12 +87,18 @@ def test_create_validation(cluster, api):
     assert exc.status == 400 and body["message"].startswith("Object 'Kind' is missing in ")
 
     exc, body = create({**tfjob("x"), "kind": "PyTorchJob"})
-    assert exc.status == 422 and body["message"] == 'TFJob.kubeflow.org "x" is invalid: kind: Invalid value: "PyTorchJob": must be TFJob'
+    assert (
+        exc.status == 422
+        and body["message"] == 'TFJob.kubeflow.org "x" is invalid: kind: Invalid value: "PyTorchJob": must be TFJob'
+    )
 
     stale = tfjob("x")
     stale["metadata"]["resourceVersion"] = "42"
     exc, body = create(stale)
-    assert exc.status == 500 and body["message"] == "Internal error occurred: resourceVersion should not be set on objects to be created"
+    assert (
+        exc.status == 500
+        and body["message"] == "Internal error occurred: resourceVersion should not be set on objects to be created"
+    )
 
     exc, body = create(tfjob("bad-label", labels={"app": "has space"}))
     assert exc.status == 422 and body["details"]["causes"][0]["field"] == "metadata.labels"
@@ -166,7 +178,9 @@ def test_generation_bumps_only_on_non_metadata_changes(cluster, api):
     cluster.create("a")
     labelled = api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", {"metadata": {"labels": {"k": "v"}}})
     assert labelled["metadata"]["generation"] == 1
-    respec = api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 60}}})
+    respec = api.patch_namespaced_custom_object(
+        GROUP, VERSION, NS, PLURAL, "a", {"spec": {"runPolicy": {"ttlSecondsAfterFinished": 60}}}
+    )
     assert respec["metadata"]["generation"] == 2
     assert respec["spec"]["tfReplicaSpecs"] == {"Worker": {"replicas": 1}}  # merge patch kept the rest
 
@@ -174,26 +188,41 @@ def test_generation_bumps_only_on_non_metadata_changes(cluster, api):
 def test_json_patch(cluster, api):
     cluster.create("a")
     patched = api.patch_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "a",
-        [{"op": "replace", "path": "/spec/tfReplicaSpecs/Worker/replicas", "value": 4},
-         {"op": "add", "path": "/metadata/labels", "value": {"ttl": "done"}}],
+        GROUP,
+        VERSION,
+        NS,
+        PLURAL,
+        "a",
+        [
+            {"op": "replace", "path": "/spec/tfReplicaSpecs/Worker/replicas", "value": 4},
+            {"op": "add", "path": "/metadata/labels", "value": {"ttl": "done"}},
+        ],
         _content_type="application/json-patch+json",
     )
     assert patched["spec"]["tfReplicaSpecs"]["Worker"]["replicas"] == 4
     assert patched["metadata"]["labels"] == {"ttl": "done"}
 
-    exc, body = api_error(lambda: api.patch_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "a", [{"op": "test", "path": "/spec/tfReplicaSpecs/Worker/replicas", "value": 1}],
-        _content_type="application/json-patch+json",
-    ))
+    exc, body = api_error(
+        lambda: api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            "a",
+            [{"op": "test", "path": "/spec/tfReplicaSpecs/Worker/replicas", "value": 1}],
+            _content_type="application/json-patch+json",
+        )
+    )
     assert exc.status == 422 and body["reason"] == "Invalid"
 
 
 def test_strategic_merge_patch_is_unsupported_for_custom_resources(cluster, api):
     cluster.create("a")
-    exc, body = api_error(lambda: api.patch_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "a", {"spec": {}}, _content_type="application/strategic-merge-patch+json"
-    ))
+    exc, body = api_error(
+        lambda: api.patch_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "a", {"spec": {}}, _content_type="application/strategic-merge-patch+json"
+        )
+    )
     assert exc.status == 415 and body["reason"] == "UnsupportedMediaType"
 
 
@@ -210,9 +239,16 @@ def test_put_with_stale_resource_version_conflicts(cluster, api):
     assert body["details"] == {"name": "a", "group": "kubeflow.org", "kind": "tfjobs"}
 
     # So does a merge patch that carries a stale resourceVersion as a precondition.
-    exc, _ = api_error(lambda: api.patch_namespaced_custom_object(
-        GROUP, VERSION, NS, PLURAL, "a", {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]}, "spec": {"x": 2}}
-    ))
+    exc, _ = api_error(
+        lambda: api.patch_namespaced_custom_object(
+            GROUP,
+            VERSION,
+            NS,
+            PLURAL,
+            "a",
+            {"metadata": {"resourceVersion": stale["metadata"]["resourceVersion"]}, "spec": {"x": 2}},
+        )
+    )
     assert exc.status == 409
 
 
@@ -221,9 +257,16 @@ def test_put_needs_a_resource_version_and_an_existing_object(cluster, api):
     del job["metadata"]["resourceVersion"]
     exc, body = api_error(lambda: api.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", job))
     assert exc.status == 422
-    assert body["message"] == 'tfjobs.kubeflow.org "a" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update'
+    assert (
+        body["message"]
+        == 'tfjobs.kubeflow.org "a" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update'
+    )
 
-    exc, _ = api_error(lambda: api.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "b", dict(tfjob("b"), metadata={"name": "b", "resourceVersion": "1"})))
+    exc, _ = api_error(
+        lambda: api.replace_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, "b", dict(tfjob("b"), metadata={"name": "b", "resourceVersion": "1"})
+        )
+    )
     assert exc.status == 404
 
     exc, body = api_error(lambda: api.replace_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "other", job))
@@ -248,12 +291,19 @@ def test_a_secrets_string_data_is_written_into_its_data_and_never_returned(tmp_p
     secrets = Resource("", "v1", "Secret", "secrets", status_subresource=False, builtin=True)
     with EmulatorServer(resources=(secrets,)) as server:
         api = kube.CoreV1Api(kube.ApiClient(kube.Configuration(host=server.url)))
-        body = kube.V1Secret(api_version="v1", kind="Secret", metadata=kube.V1ObjectMeta(name="s"),
-                             data={"a": base64.b64encode(b"old").decode(), "b": base64.b64encode(b"kept").decode()},
-                             string_data={"a": "new", "c": "plain"})
+        body = kube.V1Secret(
+            api_version="v1",
+            kind="Secret",
+            metadata=kube.V1ObjectMeta(name="s"),
+            data={"a": base64.b64encode(b"old").decode(), "b": base64.b64encode(b"kept").decode()},
+            string_data={"a": "new", "c": "plain"},
+        )
         created = api.create_namespaced_secret(NS, body)
         read = api.read_namespaced_secret("s", NS)
         for secret in (created, read):
-            assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {"a": "new", "b": "kept",
-                                                                                          "c": "plain"}
+            assert {k: base64.b64decode(v).decode() for k, v in secret.data.items()} == {
+                "a": "new",
+                "b": "kept",
+                "c": "plain",
+            }
             assert secret.string_data is None

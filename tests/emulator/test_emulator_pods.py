@@ -38,7 +38,7 @@ def test_tail_lines_counts_the_runtimes_entries_and_a_long_line_is_several(full_
     core.create_namespaced_pod("ns", pod("p"))
     long_line = "".join(f"{i:09d}," for i in range(4000)) + "\n"  # 40,001 bytes
     full_server.set_log("ns", "p", "main", "short\r\n" + long_line)
-    assert core.read_namespaced_pod_log("p", "ns", tail_lines=1) == long_line[2 * 16384:]
+    assert core.read_namespaced_pod_log("p", "ns", tail_lines=1) == long_line[2 * 16384 :]
     assert core.read_namespaced_pod_log("p", "ns", tail_lines=3) == long_line
     assert core.read_namespaced_pod_log("p", "ns", tail_lines=4) == "short\r\n" + long_line  # \r ends no line
     stamped = core.read_namespaced_pod_log("p", "ns", tail_lines=3, timestamps=True)
@@ -80,7 +80,8 @@ def test_invalid_options_and_missing_pods(full, core):
     code, _, body = full.raw("GET", LOG.format(name="p") + "?tailLines=-1&limitBytes=0")
     assert code == 422 and body["message"] == (
         'PodLogOptions "p" is invalid: [tailLines: Invalid value: -1: must be greater than or equal to 0, '
-        "limitBytes: Invalid value: 0: must be greater than 0]")
+        "limitBytes: Invalid value: 0: must be greater than 0]"
+    )
     exc, body = api_error(lambda: core.read_namespaced_pod_log("gone", "ns"))
     assert exc.status == 404 and body["message"] == 'pods "gone" not found'
     assert full.raw("GET", "/apis/kubeflow.org/v1/namespaces/ns/tfjobs/x/log")[0] == 404  # only pods have logs
@@ -99,5 +100,11 @@ def test_logs_hook_over_http_and_logs_go_with_their_pod(full, core):
 
 def test_discovery_lists_pods_log(full):
     resources = {r["name"]: r for r in full.raw("GET", "/api/v1")[2]["resources"]}
-    assert resources["pods/log"] == {"name": "pods/log", "singularName": "", "namespaced": True, "kind": "Pod", "verbs": ["get"]}
+    assert resources["pods/log"] == {
+        "name": "pods/log",
+        "singularName": "",
+        "namespaced": True,
+        "kind": "Pod",
+        "verbs": ["get"],
+    }
     assert resources["pods"]["shortNames"] == ["po"] and "pods/status" in resources

@@ -47,7 +47,10 @@ def test_version_and_discovery_documents(cluster, server):
     assert resources["kind"] == "APIResourceList" and resources["groupVersion"] == "kubeflow.org/v1"
     main, status = resources["resources"]
     assert {k: main[k] for k in ("name", "singularName", "namespaced", "kind")} == {
-        "name": "tfjobs", "singularName": "tfjob", "namespaced": True, "kind": "TFJob",
+        "name": "tfjobs",
+        "singularName": "tfjob",
+        "namespaced": True,
+        "kind": "TFJob",
     }
     assert sorted(main["verbs"]) == ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
     assert status["name"] == "tfjobs/status" and sorted(status["verbs"]) == ["get", "patch", "update"]
@@ -63,7 +66,8 @@ def test_dynamic_client_discovers_and_uses_tfjobs(api_client, tmp_path):
     assert created.metadata.uid
     tfjobs.status.patch(
         body={"metadata": {"name": "dyn"}, "status": {"phase": "Succeeded"}},
-        namespace="ns", content_type="application/merge-patch+json",
+        namespace="ns",
+        content_type="application/merge-patch+json",
     )
     listed = tfjobs.get(namespace="ns", label_selector="")
     assert [i.metadata.name for i in listed.items] == ["dyn"]
@@ -83,34 +87,61 @@ def test_more_kinds_are_one_registration_each(tmp_path):
     with EmulatorServer(resources=resources) as server:
         with client.ApiClient(client.Configuration(host=server.url)) as api_client:
             cluster = Cluster(server, client.CustomObjectsApi(api_client))
-            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == ["kubeflow.org", "batch", "argoproj.io", "authorization.k8s.io", "authentication.k8s.io"]
+            assert [g["name"] for g in cluster.raw("GET", "/apis")[2]["groups"]] == [
+                "kubeflow.org",
+                "batch",
+                "argoproj.io",
+                "authorization.k8s.io",
+                "authentication.k8s.io",
+            ]
             assert [r["name"] for r in cluster.raw("GET", "/api/v1")[2]["resources"]] == ["events"]
 
             custom = client.CustomObjectsApi(api_client)
-            job = custom.create_namespaced_custom_object("batch", "v1", "ns", "jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}})
+            job = custom.create_namespaced_custom_object(
+                "batch", "v1", "ns", "jobs", {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"}}
+            )
             assert job["metadata"]["generation"] == 1
             # Argo's CRD has no status subresource: status is written with the object.
             wf = custom.create_namespaced_custom_object(
-                "argoproj.io", "v1alpha1", "ns", "workflows",
-                {"apiVersion": "argoproj.io/v1alpha1", "kind": "Workflow", "metadata": {"name": "w"}, "status": {"phase": "Succeeded"}},
+                "argoproj.io",
+                "v1alpha1",
+                "ns",
+                "workflows",
+                {
+                    "apiVersion": "argoproj.io/v1alpha1",
+                    "kind": "Workflow",
+                    "metadata": {"name": "w"},
+                    "status": {"phase": "Succeeded"},
+                },
             )
             assert wf["status"] == {"phase": "Succeeded"}
             assert cluster.raw("GET", "/apis/argoproj.io/v1alpha1/namespaces/ns/workflows/w/status")[0] == 404
 
-            code, _, event = cluster.raw("POST", "/api/v1/namespaces/ns/events", {
-                "apiVersion": "v1", "kind": "Event", "metadata": {"name": "e1"}, "reason": "Deleted",
-                "involvedObject": {"kind": "TFJob", "name": "a", "namespace": "ns"},
-            })
+            code, _, event = cluster.raw(
+                "POST",
+                "/api/v1/namespaces/ns/events",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Event",
+                    "metadata": {"name": "e1"},
+                    "reason": "Deleted",
+                    "involvedObject": {"kind": "TFJob", "name": "a", "namespace": "ns"},
+                },
+            )
             assert code == 201 and event["metadata"]["namespace"] == "ns"
             events = client.CoreV1Api(api_client).list_namespaced_event("ns")
             assert [e.reason for e in events.items] == ["Deleted"]
             exc, body = api_error(lambda: client.CoreV1Api(api_client).read_namespaced_event("nope", "ns"))
-            assert body["message"] == 'events "nope" not found' and body["details"] == {"name": "nope", "kind": "events"}
+            assert body["message"] == 'events "nope" not found' and body["details"] == {
+                "name": "nope",
+                "kind": "events",
+            }
 
 
 def test_seeds_apply_status_through_the_status_path(server, cluster, tmp_path):
     seed = tmp_path / "seed.yaml"
-    seed.write_text(textwrap.dedent("""\
+    seed.write_text(
+        textwrap.dedent("""\
         apiVersion: kubeflow.org/v1
         kind: TFJob
         metadata:
@@ -124,7 +155,9 @@ def test_seeds_apply_status_through_the_status_path(server, cluster, tmp_path):
             status: "True"
             lastTransitionTime: $NOW
         ---
-        """) + SAMPLE.read_text())
+        """)
+        + SAMPLE.read_text()
+    )
     created = server.seed(str(seed))
     assert [o["metadata"]["name"] for o in created] == ["finished-now", "tfjob-simple"]
 
@@ -144,16 +177,32 @@ def test_run_serves_seeds_and_stops_on_sigterm(tmp_path):
     seed = tmp_path / "seed.yaml"
     seed.write_text(SAMPLE.read_text())
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jobttl_emulator", "--port", "0", "--seed", str(seed), "--write-kubeconfig",
-         str(kubeconfig), "--gc-delay", "0.1"],
-        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        [
+            sys.executable,
+            "-m",
+            "jobttl_emulator",
+            "--port",
+            "0",
+            "--seed",
+            str(seed),
+            "--write-kubeconfig",
+            str(kubeconfig),
+            "--gc-delay",
+            "0.1",
+        ],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
         wait_until(lambda: kubeconfig.exists() or proc.poll() is not None, timeout=20)
         configuration = client.Configuration()
         config.load_kube_config(config_file=str(kubeconfig), client_configuration=configuration)
         with client.ApiClient(configuration) as api_client:
-            job = client.CustomObjectsApi(api_client).get_namespaced_custom_object("kubeflow.org", "v1", "kubeflow", "tfjobs", "tfjob-simple")
+            job = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+                "kubeflow.org", "v1", "kubeflow", "tfjobs", "tfjob-simple"
+            )
         assert job["status"]["completionTime"] == "2021-09-06T11:49:30Z"
         proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=10)

@@ -54,18 +54,20 @@ def test_too_old_resource_version_is_an_error_event(cluster, server, api):
         GROUP, VERSION, NS, PLURAL, watch=True, resource_version=old, _preload_content=False
     )
     assert stream.status == 200
-    assert [json.loads(line) for line in stream.read().decode().splitlines()] == [{
-        "type": "ERROR",
-        "object": {
-            "kind": "Status",
-            "apiVersion": "v1",
-            "metadata": {},
-            "status": "Failure",
-            "message": f"too old resource version: {old} ({current})",
-            "reason": "Expired",
-            "code": 410,
-        },
-    }]
+    assert [json.loads(line) for line in stream.read().decode().splitlines()] == [
+        {
+            "type": "ERROR",
+            "object": {
+                "kind": "Status",
+                "apiVersion": "v1",
+                "metadata": {},
+                "status": "Failure",
+                "message": f"too old resource version: {old} ({current})",
+                "reason": "Expired",
+                "code": 410,
+            },
+        }
+    ]
 
 
 def test_watch_helper_raises_410_for_too_old_resource_version(cluster, server, api, watches):
@@ -79,7 +81,9 @@ def test_watch_helper_raises_410_for_too_old_resource_version(cluster, server, a
 
 def test_bookmarks(cluster, api, watches):
     rv = cluster.create("a")["metadata"]["resourceVersion"]
-    w = watches(api.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, resource_version=rv, allow_watch_bookmarks=True)
+    w = watches(
+        api.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, resource_version=rv, allow_watch_bookmarks=True
+    )
     kind, obj = w.next_of("BOOKMARK")
     assert obj == {"kind": "TFJob", "apiVersion": "kubeflow.org/v1", "metadata": {"resourceVersion": rv}}
     newer = cluster.create("b", ns="elsewhere")["metadata"]["resourceVersion"]  # not watched, still advances bookmarks
@@ -102,7 +106,9 @@ def test_timeout_seconds_ends_the_stream(cluster, api, watches):
 
 def test_selector_transitions_become_added_and_deleted(cluster, api, watches):
     rv = cluster.create("a", labels={"app": "other"})["metadata"]["resourceVersion"]
-    w = watches(api.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, resource_version=rv, label_selector="app=train")
+    w = watches(
+        api.list_namespaced_custom_object, GROUP, VERSION, NS, PLURAL, resource_version=rv, label_selector="app=train"
+    )
     api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", {"metadata": {"labels": {"app": "train"}}})
     api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", {"spec": {"x": 1}})
     api.patch_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, "a", {"metadata": {"labels": {"app": "other"}}})
@@ -148,7 +154,9 @@ def test_close_watches_admin_endpoint(cluster, api, watches):
 @pytest.mark.parametrize("rv", ["abc", "-1"])
 def test_invalid_resource_version_is_a_bad_request(api, rv):
     with pytest.raises(ApiException) as info:
-        api.list_namespaced_custom_object(GROUP, VERSION, NS, PLURAL, watch=True, resource_version=rv, _preload_content=False)
+        api.list_namespaced_custom_object(
+            GROUP, VERSION, NS, PLURAL, watch=True, resource_version=rv, _preload_content=False
+        )
     assert info.value.status == 400
 
 
@@ -177,22 +185,37 @@ def test_a_streaming_list_sends_the_objects_then_the_bookmark_that_ends_them(clu
     the current resourceVersion, then what changes after."""
     cluster.create("a")
     rv = cluster.create("b")["metadata"]["resourceVersion"]
-    status, events = stream_list(server, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
-                                 allowWatchBookmarks="true")
+    status, events = stream_list(
+        server, sendInitialEvents="true", resourceVersionMatch="NotOlderThan", allowWatchBookmarks="true"
+    )
     assert status == 200
     assert [(e["type"], e["object"]["metadata"]["name"]) for e in events[:2]] == [("ADDED", "a"), ("ADDED", "b")]
-    assert events[2] == {"type": "BOOKMARK", "object": {"kind": "TFJob", "apiVersion": "kubeflow.org/v1", "metadata": {
-        "resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}}}}
+    assert events[2] == {
+        "type": "BOOKMARK",
+        "object": {
+            "kind": "TFJob",
+            "apiVersion": "kubeflow.org/v1",
+            "metadata": {"resourceVersion": rv, "annotations": {"k8s.io/initial-events-end": "true"}},
+        },
+    }
     # From an older resourceVersion too: the state is never older than the one asked for.
-    _, again = stream_list(server, sendInitialEvents="true", resourceVersionMatch="NotOlderThan",
-                           allowWatchBookmarks="true", resourceVersion="1")
+    _, again = stream_list(
+        server,
+        sendInitialEvents="true",
+        resourceVersionMatch="NotOlderThan",
+        allowWatchBookmarks="true",
+        resourceVersion="1",
+    )
     assert [e["type"] for e in again[:3]] == ["ADDED", "ADDED", "BOOKMARK"]
 
 
-@pytest.mark.parametrize("params, field", [
-    ({"sendInitialEvents": "true", "allowWatchBookmarks": "true"}, "resourceVersionMatch"),
-    ({"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, "allowWatchBookmarks"),
-])
+@pytest.mark.parametrize(
+    "params, field",
+    [
+        ({"sendInitialEvents": "true", "allowWatchBookmarks": "true"}, "resourceVersionMatch"),
+        ({"sendInitialEvents": "true", "resourceVersionMatch": "NotOlderThan"}, "allowWatchBookmarks"),
+    ],
+)
 def test_a_streaming_list_needs_not_older_than_and_bookmarks(cluster, server, params, field):
     status, events = stream_list(server, **params)
     assert status == 422 and field in json.dumps(events)

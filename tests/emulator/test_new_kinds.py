@@ -19,12 +19,14 @@ from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
 from tests.services import start_emulator
 
 REFERENCE = Path(__file__).resolve().parents[3] / "shared" / "reference"
-CRDS = {("ray.io", "RayJob"): "rayjob/ray.io_rayjobs.yaml",
-        ("jobset.x-k8s.io", "JobSet"): "jobset/jobset.x-k8s.io_jobsets.yaml",
-        ("batch.volcano.sh", "Job"): "volcano/batch.volcano.sh_jobs.yaml",
-        ("sparkoperator.k8s.io", "SparkApplication"): "spark/sparkoperator.k8s.io_sparkapplications.yaml",
-        ("tekton.dev", "PipelineRun"): "tekton/300-pipelinerun.yaml",
-        ("tekton.dev", "TaskRun"): "tekton/300-taskrun.yaml"}
+CRDS = {
+    ("ray.io", "RayJob"): "rayjob/ray.io_rayjobs.yaml",
+    ("jobset.x-k8s.io", "JobSet"): "jobset/jobset.x-k8s.io_jobsets.yaml",
+    ("batch.volcano.sh", "Job"): "volcano/batch.volcano.sh_jobs.yaml",
+    ("sparkoperator.k8s.io", "SparkApplication"): "spark/sparkoperator.k8s.io_sparkapplications.yaml",
+    ("tekton.dev", "PipelineRun"): "tekton/300-pipelinerun.yaml",
+    ("tekton.dev", "TaskRun"): "tekton/300-taskrun.yaml",
+}
 SEEDS = Path(__file__).resolve().parents[2] / "emulator" / "jobttl_emulator" / "seeds" / "kinds.yaml"
 
 
@@ -36,12 +38,15 @@ def test_the_emulator_serves_every_builtin_kind_by_default():
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here")
 @pytest.mark.parametrize("resource", NEW_KINDS, ids=lambda r: f"{r.group}/{r.version}/{r.kind}")
 def test_each_minimal_registration_is_what_its_upstream_crd_registers(resource):
-    crd, = [r for r in load_crds([REFERENCE / CRDS[(resource.group, resource.kind)]]) if r.version == resource.version]
+    (crd,) = [
+        r for r in load_crds([REFERENCE / CRDS[(resource.group, resource.kind)]]) if r.version == resource.version
+    ]
     for attribute in ("plural", "singular", "status_subresource", "namespaced", "short_names", "categories"):
         assert getattr(resource, attribute) == getattr(crd, attribute), attribute
     shown = ("name", "jsonPath", "type", "priority")
-    assert [{k: c[k] for k in shown if c.get(k)} for c in resource.printer_columns] == \
-        [{k: c[k] for k in shown if c.get(k)} for c in crd.printer_columns], "printer columns"
+    assert [{k: c[k] for k in shown if c.get(k)} for c in resource.printer_columns] == [
+        {k: c[k] for k in shown if c.get(k)} for c in crd.printer_columns
+    ], "printer columns"
 
 
 @pytest.mark.skipif(not REFERENCE.is_dir(), reason="the upstream CRDs (../shared/reference) are not here")
@@ -56,8 +61,11 @@ def test_each_seeded_object_is_valid_against_its_upstream_crd_schema(tmp_path):
             body = {key: value for key, value in obj.items() if key != "status"}
             created = requests.post(f"{server.url}{kind.path(namespace, '')[:-1]}", json=body, timeout=10)
             assert created.status_code == 201, (obj["kind"], created.text)
-            status = requests.put(f"{server.url}{kind.path(namespace, obj['metadata']['name'])}/status",
-                                  json={**created.json(), "status": obj["status"]}, timeout=10)
+            status = requests.put(
+                f"{server.url}{kind.path(namespace, obj['metadata']['name'])}/status",
+                json={**created.json(), "status": obj["status"]},
+                timeout=10,
+            )
             assert status.status_code == 200, (obj["kind"], status.text)
             assert kind.finish(status.json()) is not None, f"{obj['kind']} reads as finished"
     finally:

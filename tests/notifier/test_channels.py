@@ -21,11 +21,14 @@ def channel(spec: dict):
     return parse_policy({"notify": [{"name": "c", "on": ["deleted"], **spec}]}, "policy.yaml").notify[0]
 
 
-@pytest.mark.parametrize("spec, env, problem", [
-    ({"urlFromEnv": "CHAT"}, {}, "policy.yaml: notify[0].urlFromEnv: the environment variable CHAT is not set"),
-    ({"urlFromEnv": "CHAT"}, {"CHAT": "  "}, "the environment variable CHAT is not set"),
-    ({"urlFromEnv": "CHAT"}, {"CHAT": f"nosuch://host/{TOKEN}"}, "notify[0].urlFromEnv: Apprise takes no such URL"),
-])
+@pytest.mark.parametrize(
+    "spec, env, problem",
+    [
+        ({"urlFromEnv": "CHAT"}, {}, "policy.yaml: notify[0].urlFromEnv: the environment variable CHAT is not set"),
+        ({"urlFromEnv": "CHAT"}, {"CHAT": "  "}, "the environment variable CHAT is not set"),
+        ({"urlFromEnv": "CHAT"}, {"CHAT": f"nosuch://host/{TOKEN}"}, "notify[0].urlFromEnv: Apprise takes no such URL"),
+    ],
+)
 def test_a_channel_apprise_cannot_use_or_that_leaks_a_secret_is_refused_at_start(spec, env, problem):
     with pytest.raises(ConfigError) as raised:
         open_channels((channel(spec),), env)
@@ -44,8 +47,10 @@ def test_a_url_apprise_hides_part_of_is_refused_even_past_the_policys_own_check(
 
 
 def test_a_secret_from_the_environment_and_a_url_without_one_are_taken():
-    [secret, plain] = open_channels((channel({"urlFromEnv": "CHAT"}), channel({"url": "json://hooks.example/x"})),
-                                    {"CHAT": f"mmost://chat.example/{TOKEN}"})
+    [secret, plain] = open_channels(
+        (channel({"urlFromEnv": "CHAT"}), channel({"url": "json://hooks.example/x"})),
+        {"CHAT": f"mmost://chat.example/{TOKEN}"},
+    )
     assert secret.url == f"mmost://chat.example/{TOKEN}" and plain.url == "json://hooks.example/x"
 
 

@@ -36,11 +36,25 @@ def receiver():
 
 def notifier_for(redis, receiver, digest: str = "0s") -> Notifier:
     path = f"/{uuid.uuid4().hex[:8]}"
-    policy = parse_policy({"notify": [{"name": "ops", "url": f"json://127.0.0.1:{receiver.port}{path}",
-                                       "on": ["review-opened", "guard-tripped", "invalid-ttl", "kind-not-served",
-                                              "policy-error"], "digest": digest}]}, "policy.yaml")
-    notifier = Notifier(redis, open_channels(policy.notify, {}), Metrics(),
-                        Settings(policy=policy, notify_gather=0, console_url="https://jobttl.example"))
+    policy = parse_policy(
+        {
+            "notify": [
+                {
+                    "name": "ops",
+                    "url": f"json://127.0.0.1:{receiver.port}{path}",
+                    "on": ["review-opened", "guard-tripped", "invalid-ttl", "kind-not-served", "policy-error"],
+                    "digest": digest,
+                }
+            ]
+        },
+        "policy.yaml",
+    )
+    notifier = Notifier(
+        redis,
+        open_channels(policy.notify, {}),
+        Metrics(),
+        Settings(policy=policy, notify_gather=0, console_url="https://jobttl.example"),
+    )
     notifier.prepare()
     notifier.path = path
     return notifier
@@ -58,26 +72,41 @@ def test_a_held_set_is_told_once_however_often_a_resync_holds_it_again(redis, re
     notifier = notifier_for(redis, receiver)
     audit = Audit(redis)
     for _ in range(3):  # a resync every 15 minutes while nobody confirms
-        audit.record("deletions-held", None, logging.WARNING, count=12, seen=40, heldId="abc123def456",
-                     reason="first-run-review", firstRun=12)
+        audit.record(
+            "deletions-held",
+            None,
+            logging.WARNING,
+            count=12,
+            seen=40,
+            heldId="abc123def456",
+            reason="first-run-review",
+            firstRun=12,
+        )
     [message] = told(notifier, receiver)
     assert message["title"] == "jobttl: 12 held (first-run review)" and message["type"] == "warning"
     assert "jobttl resync --confirm abc123def456" in message["message"]
     assert "https://jobttl.example/held" in message["message"]
-    audit.record("deletions-held", None, logging.WARNING, count=30, seen=40, heldId="0123456789ab",
-                 maxDeletions=10, maxShare=0.5)  # the guard's thresholds, another set
+    audit.record(
+        "deletions-held", None, logging.WARNING, count=30, seen=40, heldId="0123456789ab", maxDeletions=10, maxShare=0.5
+    )  # the guard's thresholds, another set
     messages = told(notifier, receiver)
     assert len(messages) == 2 and messages[1]["title"] == "jobttl: 30 held (guard tripped)"
-    assert "- 30 held of 40 jobs seen (limits: 10 deletions or 0.5 of those seen), held id 0123456789ab" \
+    assert (
+        "- 30 held of 40 jobs seen (limits: 10 deletions or 0.5 of those seen), held id 0123456789ab"
         in messages[1]["message"]
+    )
 
 
 def test_the_burst_guards_holds_come_as_one_digest(redis, receiver):
     notifier = notifier_for(redis, receiver)
     audit = Audit(redis)
     for i in range(3):
-        audit.record("held", JobRef("kubeflow.org/v1", "TFJob", "burst", f"j{i}", str(uuid.uuid4())),
-                     reason="burst", due=int(time.time()))
+        audit.record(
+            "held",
+            JobRef("kubeflow.org/v1", "TFJob", "burst", f"j{i}", str(uuid.uuid4())),
+            reason="burst",
+            due=int(time.time()),
+        )
     [message] = told(notifier, receiver)
     assert message["title"] == "jobttl: 3 held (guard tripped)"
     assert message["message"].count("held by the burst limit") == 3

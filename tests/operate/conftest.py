@@ -41,8 +41,9 @@ def redis_server():
 
 @pytest.fixture(scope="session")
 def stack_env(redis_server, emulator) -> dict[str, str]:  # overrides the e2e stack's
-    return stack_environment(redis_server, emulator, QUEUE, WORKER_METRICS_PORT,
-                             JOBTTL_TOMBSTONE_DAYS=str(TOMBSTONE_DAYS))
+    return stack_environment(
+        redis_server, emulator, QUEUE, WORKER_METRICS_PORT, JOBTTL_TOMBSTONE_DAYS=str(TOMBSTONE_DAYS)
+    )
 
 
 class Cli:
@@ -52,8 +53,9 @@ class Cli:
         self.env = env
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "jobttl", *args], env=self.env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=30)
+        return subprocess.run(
+            [sys.executable, "-m", "jobttl", *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=30
+        )
 
     def json(self, *args: str):
         done = self.run(*args, "--json")

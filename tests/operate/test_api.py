@@ -48,8 +48,10 @@ def example_app(app):
     sink.reconciler.reconcile(obj, TFJOB, "event")
     gone = JobRef.of({**obj, "metadata": {**obj["metadata"], "uid": "0d8e3c31-5b7a-4c9e-8f2e-6a1b2c3d4e5f"}})
     sink.audit.record("deleted", gone, by="worker")
-    sink.redis.set(keys.tombstone(gone.namespace, gone.name, gone.uid),
-                   sink.audit.tombstone(gone, {"metadata": {"labels": {"team": "a"}}, "status": {"conditions": []}}, now))
+    sink.redis.set(
+        keys.tombstone(gone.namespace, gone.name, gone.uid),
+        sink.audit.tombstone(gone, {"metadata": {"labels": {"team": "a"}}, "status": {"conditions": []}}, now),
+    )
     return app
 
 
@@ -58,9 +60,13 @@ schema = schemathesis.openapi.from_dict(DOCUMENT)
 
 
 @schema.parametrize()
-@settings(max_examples=20, derandomize=True, database=None, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,
-                                 HealthCheck.function_scoped_fixture])  # example_app is only read
+@settings(
+    max_examples=20,
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.function_scoped_fixture],
+)  # example_app is only read
 def test_every_answer_matches_the_openapi_document(case, example_app):
     case.call_and_validate(app=example_app)
 
@@ -70,8 +76,21 @@ def test_the_openapi_document_is_valid_and_served_as_written(app):
     assert app.test_client().get("/openapi.json").json == DOCUMENT
 
 
-@pytest.mark.parametrize("query", ["limit=abc", "limit=-1", "limit=0", "limit=1001", "limit=", "limit=1.5",
-                                   "offset=-3", "offset=x", "offset=%EF%BC%91", "offset=" + "9" * 5000])
+@pytest.mark.parametrize(
+    "query",
+    [
+        "limit=abc",
+        "limit=-1",
+        "limit=0",
+        "limit=1001",
+        "limit=",
+        "limit=1.5",
+        "offset=-3",
+        "offset=x",
+        "offset=%EF%BC%91",
+        "offset=" + "9" * 5000,
+    ],
+)
 def test_a_bad_query_parameter_is_a_400_naming_it(app, query):
     response = app.test_client().get(f"/api/v1/deletions?{query}")
     assert response.status_code == 400
@@ -91,8 +110,9 @@ def test_an_empty_filter_is_no_filter(app):
         assert answer.status_code == 200, answer.get_json()
         return [i["namespace"] for i in answer.get_json()["items"] if i["namespace"] in namespaces]
 
-    assert listed(f"namespace={namespaces[0]}&kind=") == listed(f"namespace={namespaces[0]}&kind=TFJob") \
-        == [namespaces[0]]
+    assert (
+        listed(f"namespace={namespaces[0]}&kind=") == listed(f"namespace={namespaces[0]}&kind=TFJob") == [namespaces[0]]
+    )
     assert sorted(listed("kind=")) == sorted(listed("namespace=&kind=")) == sorted(listed("")) == sorted(namespaces)
 
 
@@ -112,8 +132,9 @@ def test_health_needs_nothing_and_readiness_needs_redis(app):
 
 
 def test_the_read_api_can_be_switched_off(redis_server, queue_name):
-    off = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                        "JOBTTL_READ_API": "off"})).test_client()
+    off = create_app(
+        Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name, "JOBTTL_READ_API": "off"})
+    ).test_client()
     for path in ("/api/v1/deletions", "/api/v1/deletions/team-a/mnist", "/openapi.json", "/api/v1"):
         response = off.get(path)
         assert response.status_code == 404 and response.json["code"] == 404
@@ -132,8 +153,9 @@ def test_a_job_lookup_costs_its_own_entries_not_the_whole_trail(example_app):
         before = sink.redis.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0)
         response = example_app.test_client().get("/api/v1/deletions/team-a/mnist")
         assert response.status_code == 200 and response.json["history"]
-        assert sink.redis.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0) == before, \
+        assert sink.redis.info("commandstats").get("cmdstat_xrevrange", {}).get("calls", 0) == before, (
             "no scan of the trail"
+        )
     finally:
         sink.redis.xdel("jobttl:audit", *noise)  # the session's other tests read the trail
 
@@ -162,7 +184,11 @@ def test_entries_are_typed_and_times_given_in_rfc3339_beside_their_epochs(exampl
     assert pending["dueTime"] == time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(pending["due"]))
     [scheduled] = [e for e in job["history"] if e["event"] == "scheduled" and e["uid"] == pending["uid"]]
     assert (scheduled["due"], scheduled["ttl"], scheduled["dryRun"], scheduled["rules"]) == (
-        pending["due"], 3600, False, [])
+        pending["due"],
+        3600,
+        False,
+        [],
+    )
     assert isinstance(scheduled["finishedAt"], int) and isinstance(scheduled["at"], float)
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3})?Z", scheduled["atTime"])
     [decision] = [d for d in job["decisions"] if d["uid"] == pending["uid"]]
@@ -176,8 +202,17 @@ def validator(name: str) -> OAS30Validator:
     return OAS30Validator({"$ref": f"#/components/schemas/{name}", "components": DOCUMENT["components"]})
 
 
-@pytest.mark.parametrize("field, stored", [("due", "1796121233"), ("ttl", "3600"), ("dryRun", "false"),
-                                           ("rules", "[]"), ("at", "1796121233.5"), ("atTime", 1796121233)])
+@pytest.mark.parametrize(
+    "field, stored",
+    [
+        ("due", "1796121233"),
+        ("ttl", "3600"),
+        ("dryRun", "false"),
+        ("rules", "[]"),
+        ("at", "1796121233.5"),
+        ("atTime", 1796121233),
+    ],
+)
 def test_the_document_refuses_an_entry_holding_redis_strings(example_app, field, stored):
     """What the responses are checked against: a type as Redis stores it would not pass."""
     job = example_app.test_client().get("/api/v1/deletions/team-a/mnist").json

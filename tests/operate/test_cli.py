@@ -21,8 +21,13 @@ from tests.worker.stacks import faketime
 
 # Every command that reads or writes Redis, with arguments that would otherwise work.
 READS = [("status",), ("pending",), ("show", "team-a/mnist"), ("history",), ("failed",)]
-WRITES = [("retry", "delete-0000-1"), ("retry", "--all-failed"), ("cancel", "team-a/mnist"),
-          ("postpone", "team-a/mnist", "2h"), ("resync",)]
+WRITES = [
+    ("retry", "delete-0000-1"),
+    ("retry", "--all-failed"),
+    ("cancel", "team-a/mnist"),
+    ("postpone", "team-a/mnist", "2h"),
+    ("resync",),
+]
 
 
 def subcommands() -> dict[str, argparse.ArgumentParser]:
@@ -46,8 +51,23 @@ def option_entries(text: str) -> dict[str, str]:
 
 def test_the_help_of_every_command_describes_every_flag_with_its_default():
     commands = subcommands()
-    assert {"sink", "worker", "watch", "resync", "explain", "status", "pending", "show", "history", "failed",
-            "retry", "cancel", "postpone", "held", "manifests"} <= set(commands)
+    assert {
+        "sink",
+        "worker",
+        "watch",
+        "resync",
+        "explain",
+        "status",
+        "pending",
+        "show",
+        "history",
+        "failed",
+        "retry",
+        "cancel",
+        "postpone",
+        "held",
+        "manifests",
+    } <= set(commands)
     for name, parser in commands.items():
         text = parser.format_help()
         flags = {option for action in parser._actions for option in action.option_strings[-1:]} - {"--help"}
@@ -70,8 +90,9 @@ def test_the_help_of_every_command_describes_every_flag_with_its_default():
 
 
 def test_help_is_what_the_installed_command_prints():
-    done = subprocess.run([sys.executable, "-m", "jobttl", "history", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", "history", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=30
+    )
     assert done.returncode == 0 and done.stdout == subcommands()["history"].format_help()
 
 
@@ -141,8 +162,10 @@ def test_show_explains_a_kept_job_and_no_table_prints_a_raw_epoch(cluster, cli):
         assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "scheduled"
     assert cli.run("postpone", f"{ns}/later", "2h").returncode == 0
     cluster.wait_gone("done")
-    wait_for(lambda: "deleted" in [e["event"] for e in cli.json("history", "--namespace", ns)["items"]],
-             what="the deletion to be recorded")
+    wait_for(
+        lambda: "deleted" in [e["event"] for e in cli.json("history", "--namespace", ns)["items"]],
+        what="the deletion to be recorded",
+    )
 
     # Why is it still here? The latest decision about it, though it never changed the schedule.
     [decision] = cli.json("show", f"{ns}/no-ttl")["decisions"]
@@ -151,8 +174,15 @@ def test_show_explains_a_kept_job_and_no_table_prints_a_raw_epoch(cluster, cli):
     assert shown.returncode == 0 and "latest decision skipped, no-ttl: " in shown.stdout, shown.stdout
     assert "no pending deletion" in shown.stdout
 
-    for command in (("pending", "--namespace", ns), ("history", "--namespace", ns), ("show", f"{ns}/later"),
-                    ("show", f"{ns}/done"), ("show", f"{ns}/no-ttl"), ("status",), ("failed",)):
+    for command in (
+        ("pending", "--namespace", ns),
+        ("history", "--namespace", ns),
+        ("show", f"{ns}/later"),
+        ("show", f"{ns}/done"),
+        ("show", f"{ns}/no-ttl"),
+        ("status",),
+        ("failed",),
+    ):
         done = cli.run(*command)
         assert done.returncode == 0, done.stderr
         assert not EPOCH.search(JOB_ID.sub("<job id>", done.stdout)), f"jobttl {' '.join(command)}:\n{done.stdout}"
@@ -196,8 +226,9 @@ def test_the_epoch_check_catches_one():
 
 
 def jobttl(*args: str, env: dict[str, str] | None = None, cwd=ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=30)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args], env=env, cwd=cwd, capture_output=True, text=True, timeout=30
+    )
 
 
 def test_an_unknown_option_prints_the_usage_of_the_command_it_was_given_to():
@@ -231,16 +262,24 @@ def test_a_refused_connection_after_make_run_restarted_says_to_source_run_env_ag
     run_dir.mkdir()
     env_file = write_environment(run_dir, {"JOBTTL_REDIS_URL": old})
     env = {k: v for k, v in os.environ.items() if not k.startswith("JOBTTL_")}
-    script = (f". {env_file} && {sys.executable} -c 'import sys; from jobttl_emulator.localstack import "
-              f"write_environment as w; from pathlib import Path; w(Path(sys.argv[1]), {{\"JOBTTL_REDIS_URL\": "
-              f"sys.argv[2]}})' {run_dir} {new} && {sys.executable} -m jobttl status")
+    script = (
+        f". {env_file} && {sys.executable} -c 'import sys; from jobttl_emulator.localstack import "
+        f'write_environment as w; from pathlib import Path; w(Path(sys.argv[1]), {{"JOBTTL_REDIS_URL": '
+        f"sys.argv[2]}})' {run_dir} {new} && {sys.executable} -m jobttl status"
+    )
     restarted = subprocess.run(["bash", "-c", script], env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
     assert restarted.returncode == 1 and f"JOBTTL_REDIS_URL={old}" in restarted.stderr
     assert "`make run` was restarted" in restarted.stderr and f"its Redis is now at {new}" in restarted.stderr
     assert f"`. {env_file}` again" in restarted.stderr, restarted.stderr
 
-    stopped = subprocess.run(["bash", "-c", f". {env_file} && rm {env_file} && {sys.executable} -m jobttl status"],
-                             env=env, cwd=ROOT, capture_output=True, text=True, timeout=30)
+    stopped = subprocess.run(
+        ["bash", "-c", f". {env_file} && rm {env_file} && {sys.executable} -m jobttl status"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert stopped.returncode == 1 and "is gone: the `make run` that wrote it has stopped" in stopped.stderr
 
     # Redis simply down, no make run involved: the error alone, no guess about make run.
@@ -257,4 +296,9 @@ def test_make_runs_countdown_prints_durations_as_jobttl_does():
     from jobttl_emulator.localstack import countdown
 
     assert [countdown(s) for s in (7195, 90, 45, 2 * 86400 + 3 * 3600 + 7, 0)] == [
-        "in 1h59m", "in 1m30s", "in 45s", "in 2d3h", "due now"]
+        "in 1h59m",
+        "in 1m30s",
+        "in 45s",
+        "in 2d3h",
+        "due now",
+    ]

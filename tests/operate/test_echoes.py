@@ -31,8 +31,9 @@ def watcher(cluster, stack_env, sink_url, log_dir):
 def events_seen(cluster, action: str) -> float:
     """Events of this type the sink took that changed nothing, or left a running deletion alone."""
     url = f"{cluster.sink_url}/metrics"
-    return sum(metric(url, "jobttl_sink_events_total", type=action, outcome=outcome)
-               for outcome in ("ignored", "running"))
+    return sum(
+        metric(url, "jobttl_sink_events_total", type=action, outcome=outcome) for outcome in ("ignored", "running")
+    )
 
 
 def events_of(cli, ns: str) -> list[str]:
@@ -73,8 +74,9 @@ def test_an_echo_that_overtakes_the_worker_leaves_its_deletion_alone(cluster, cl
     # The API server holds the worker's re-read of this job until the echoes are in: its
     # deletion is running all that time, however long the machine takes to send them.
     answer = threading.Event()
-    held = cluster.emulator.add_fault(verb="get", delay=4.0, count=1, gate=answer,
-                                      path_contains=f"/namespaces/{ns}/tfjobs/racing")
+    held = cluster.emulator.add_fault(
+        verb="get", delay=4.0, count=1, gate=answer, path_contains=f"/namespaces/{ns}/tfjobs/racing"
+    )
     try:
         assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "scheduled"
         assert held.arrived.wait(60), "the worker to start the deletion and re-read the job"

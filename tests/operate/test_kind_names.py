@@ -32,13 +32,21 @@ NS = "kinds"
 
 
 def widget_kind(group: str) -> dict:
-    return {"group": group, "version": "v1", "kind": "Widget", "plural": "widgets",
-            "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
-            "finishedAt": ["status.finishedAt"]}
+    return {
+        "group": group,
+        "version": "v1",
+        "kind": "Widget",
+        "plural": "widgets",
+        "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+        "finishedAt": ["status.finishedAt"],
+    }
 
 
-TWO_WIDGETS = {"ttl": "1h", "kindDeclarations": [widget_kind("a.example.com"), widget_kind("b.example.com")],
-               "kinds": ["TFJob", "a.example.com/v1/Widget", "b.example.com/v1/Widget"]}
+TWO_WIDGETS = {
+    "ttl": "1h",
+    "kindDeclarations": [widget_kind("a.example.com"), widget_kind("b.example.com")],
+    "kinds": ["TFJob", "a.example.com/v1/Widget", "b.example.com/v1/Widget"],
+}
 TWO_JOBS = {"ttl": "1h", "kinds": ["Job", "batch.volcano.sh/v1alpha1/Job"]}
 
 
@@ -49,8 +57,12 @@ class Stack:
         self.redis = redis
         path = directory / f"policy-{uuid.uuid4().hex[:6]}.yaml"
         path.write_text(yaml.safe_dump(policy))
-        self.env = {**os.environ, "JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue,
-                    "JOBTTL_POLICY": str(path)}
+        self.env = {
+            **os.environ,
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue,
+            "JOBTTL_POLICY": str(path),
+        }
         self.policy = parse_policy(policy)
         self.schedule, self.audit = Schedule(redis, queue, []), Audit(redis)
         self.reconciler = Reconciler(self.schedule, self.audit, self.policy)
@@ -64,8 +76,9 @@ class Stack:
         return obj
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "jobttl", *args], env=self.env, cwd=ROOT, capture_output=True,
-                              text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "jobttl", *args], env=self.env, cwd=ROOT, capture_output=True, text=True, timeout=60
+        )
 
     def keep_of(self, obj: dict) -> str | None:
         return self.schedule.override(obj["metadata"]["uid"]).get("keep")
@@ -78,10 +91,18 @@ def widgets(redis, redis_server, queue_name, tmp_path) -> Stack:
 
 def widget(group: str, name: str, done: bool) -> dict:
     now = rfc3339(time.time() - 60)
-    status = {"finishedAt": now, "conditions": [{"type": "Done", "status": "True", "lastTransitionTime": now}]} \
-        if done else {"conditions": []}
-    return {"apiVersion": f"{group}/v1", "kind": "Widget", "metadata": {"name": name, "namespace": NS},
-            "spec": {"size": 1}, "status": status}
+    status = (
+        {"finishedAt": now, "conditions": [{"type": "Done", "status": "True", "lastTransitionTime": now}]}
+        if done
+        else {"conditions": []}
+    )
+    return {
+        "apiVersion": f"{group}/v1",
+        "kind": "Widget",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"size": 1},
+        "status": status,
+    }
 
 
 def test_two_declared_kinds_of_one_kind_name_are_two_kinds_to_cancel_show_and_the_api(widgets):
@@ -89,8 +110,12 @@ def test_two_declared_kinds_of_one_kind_name_are_two_kinds_to_cancel_show_and_th
     a = widgets.book(widget("a.example.com", name, done=True), Change.SCHEDULED)
     b = widgets.book(widget("b.example.com", name, done=True), Change.SCHEDULED)
     both = "several kinds (Widget.a.example.com, Widget.b.example.com); say which with --kind"
-    for args in (("cancel", f"{NS}/{name}"), ("cancel", f"{NS}/{name}", "--kind", "Widget"),
-                 ("show", f"{NS}/{name}"), ("postpone", f"{NS}/{name}", "1h")):
+    for args in (
+        ("cancel", f"{NS}/{name}"),
+        ("cancel", f"{NS}/{name}", "--kind", "Widget"),
+        ("show", f"{NS}/{name}"),
+        ("postpone", f"{NS}/{name}", "1h"),
+    ):
         done = widgets.run(*args)
         assert done.returncode == 1 and both in done.stderr, (args, done.stderr)
     answer = widgets.api.test_client().get(f"/api/v1/deletions/{NS}/{name}")
@@ -131,12 +156,18 @@ def forget_api_version(stack: Stack, obj: dict) -> None:
 
 
 def volcano_job(name: str) -> dict:
-    return {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": {"name": name, "namespace": NS},
-            "spec": {"minAvailable": 1}, "status": {"state": {"phase": "Running"}}}
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"minAvailable": 1},
+        "status": {"state": {"phase": "Running"}},
+    }
 
 
-def test_a_record_without_its_group_is_not_taken_for_the_kind_a_bare_name_names(redis, redis_server, queue_name,
-                                                                                 tmp_path):
+def test_a_record_without_its_group_is_not_taken_for_the_kind_a_bare_name_names(
+    redis, redis_server, queue_name, tmp_path
+):
     jobs = Stack(redis, redis_server, queue_name, tmp_path, TWO_JOBS)
     name = f"legacy-{uuid.uuid4().hex[:6]}"
     volcano = jobs.book(volcano_job(name), Change.IGNORED)
@@ -148,8 +179,9 @@ def test_a_record_without_its_group_is_not_taken_for_the_kind_a_bare_name_names(
     assert f"kubectl annotate job -n {NS} {name} jobttl.io/keep=true" in done.stderr, done.stderr
     assert jobs.keep_of(volcano) is None
     # The only kind by that name enabled: the record is of its group.
-    volcano_only = Stack(redis, redis_server, queue_name, tmp_path,
-                         {"ttl": "1h", "kinds": ["batch.volcano.sh/v1alpha1/Job"]})
+    volcano_only = Stack(
+        redis, redis_server, queue_name, tmp_path, {"ttl": "1h", "kinds": ["batch.volcano.sh/v1alpha1/Job"]}
+    )
     done = volcano_only.run("cancel", f"{NS}/{name}", "--kind", "Job.batch.volcano.sh")
     assert done.returncode == 0, done.stderr
     assert jobs.keep_of(volcano) == "true"

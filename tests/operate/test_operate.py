@@ -21,7 +21,9 @@ from jobttl.core.domain.wire.shapes import rfc3339
 from jobttl.core.domain.wire.identity import JobRef
 
 TTL_FIELD = "spec.runPolicy.ttlSecondsAfterFinished"
-DOTTED_CLASS = re.compile(r"\b[a-z_]\w*(\.\w+)+\.[A-Z]\w*(Error|Exception)?\b")  # jobttl.core.kube.client.PermanentApiError
+DOTTED_CLASS = re.compile(
+    r"\b[a-z_]\w*(\.\w+)+\.[A-Z]\w*(Error|Exception)?\b"
+)  # jobttl.core.kube.client.PermanentApiError
 
 
 def schedule(cluster, name: str, ttl: int, finished_at: float) -> dict:
@@ -57,8 +59,7 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
     assert [p["name"] for p in pending["items"]] == ["broken", "later-b", "later-c", "later-a"]
     assert pending["total"] == 4
     later_b = pending["items"][1]
-    assert later_b | {"due": now + 1000, "ttl": 1000, "ttlSource": TTL_FIELD, "dryRun": False,
-                      "rules": []} == later_b
+    assert later_b | {"due": now + 1000, "ttl": 1000, "ttlSource": TTL_FIELD, "dryRun": False, "rules": []} == later_b
     assert pending["items"][0]["dueIn"] < 0 < later_b["dueIn"] <= 1000
     limited = cli.json("pending", "--namespace", ns, "--limit", "1")
     assert ([p["name"] for p in limited["items"]], limited["total"]) == (["broken"], 4)
@@ -100,8 +101,19 @@ def test_listings_of_pending_deleted_skipped_and_failed_jobs(cluster, cli, ops):
 
     # Typed, as recorded: numbers, booleans, lists; every time also in RFC 3339, beside its epoch.
     [booked] = [e for e in history if e["event"] == "scheduled" and e["name"] == "later-b"]
-    assert booked | {"due": now + 1000, "ttl": 1000, "dryRun": False, "rules": [], "finishedAt": now,
-                     "dueTime": rfc3339(now + 1000), "finishedAtTime": rfc3339(now)} == booked
+    assert (
+        booked
+        | {
+            "due": now + 1000,
+            "ttl": 1000,
+            "dryRun": False,
+            "rules": [],
+            "finishedAt": now,
+            "dueTime": rfc3339(now + 1000),
+            "finishedAtTime": rfc3339(now),
+        }
+        == booked
+    )
     assert isinstance(requested["lateness"], float) and isinstance(deleted["goneAfter"], float)
     assert (failed["retriesLeft"], failed["failure"]) == (0, "permanent")
     assert all(e["atTime"] == rfc3339(e["at"]) for e in history)
@@ -137,8 +149,9 @@ def test_unknown_and_ambiguous_names_are_exit_1_and_404_or_409(cluster, cli, ops
     assert cli.run("retry", "delete-no-such-job").returncode == 1
     # The same name for two kinds: the audit trail knows a TFJob and a PyTorchJob called "twin".
     schedule(cluster, "twin", 3600, time.time())
-    ops.audit.record("scheduled", JobRef("kubeflow.org/v1", "PyTorchJob", ns, "twin",
-                                         "7c1e5c8e-0f1b-4c35-9d1a-5f0d1c1e2a3b"))
+    ops.audit.record(
+        "scheduled", JobRef("kubeflow.org/v1", "PyTorchJob", ns, "twin", "7c1e5c8e-0f1b-4c35-9d1a-5f0d1c1e2a3b")
+    )
     ambiguous = cli.run("show", f"{ns}/twin")
     assert ambiguous.returncode == 1 and "--kind" in ambiguous.stderr
     assert api(cluster, f"/api/v1/deletions/{ns}/twin").status_code == 409
@@ -165,8 +178,10 @@ def test_retry_deletes_a_failed_job_once_the_api_recovers(cluster, cli, ops, wor
     assert cli.json("retry", ids["first"]) == {"requeued": [ids["first"]]}
     cluster.wait_gone("first")
     wait_for(lambda: deleted() == 1, what="the deletion to be counted")
-    wait_for(lambda: metric(worker_metrics, "jobttl_deletion_lateness_seconds_count") == late + 1,
-             what="its lateness to be observed")
+    wait_for(
+        lambda: metric(worker_metrics, "jobttl_deletion_lateness_seconds_count") == late + 1,
+        what="its lateness to be observed",
+    )
     assert cluster.get("second") is not None, "only the one retried"
 
     # Every failed deletion in the queue (other tests' too, so only ours are checked).
@@ -212,8 +227,10 @@ def test_a_postponed_deletion_stays_postponed(cluster, cli):
     assert cluster.event("update", obj).headers["X-Jobttl-Outcome"] == "unchanged"
     [pending] = cli.json("pending", "--namespace", ns)["items"]
     assert pending["due"] == now + 3600 + 7200
-    assert metric(f"{cluster.sink_url}/metrics", "jobttl_sink_events_total", type="update",
-                  outcome="unchanged") == unchanged + 1
+    assert (
+        metric(f"{cluster.sink_url}/metrics", "jobttl_sink_events_total", type="update", outcome="unchanged")
+        == unchanged + 1
+    )
     [postponed] = cli.json("history", "--namespace", ns, "--event", "postponed")["items"]
     assert (int(postponed["due"]), int(postponed["newDue"])) == (now + 3600, now + 3600 + 7200)
     assert cli.run("postpone", f"{ns}/later", "soon").returncode == 2
@@ -227,9 +244,10 @@ def test_tombstones_expire(cluster, cli, ops, redis, worker_metrics):
     wait_for(lambda: redis.exists(key), what="the tombstone")
     assert TOMBSTONE_DAYS * 86400 - 60 < redis.ttl(key) <= TOMBSTONE_DAYS * 86400
     assert len(cli.json("show", f"{ns}/short-lived")["tombstones"]) == 1
-    wait_for(lambda: metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", group="kubeflow.org",
-                            namespace=ns) == 1,
-             what="the deletion to be counted once the object is gone")
+    wait_for(
+        lambda: metric(worker_metrics, "jobttl_deletions_total", kind="TFJob", group="kubeflow.org", namespace=ns) == 1,
+        what="the deletion to be counted once the object is gone",
+    )
 
     redis.expire(key, 1)  # as if the days had passed
     wait_for(lambda: ops.audit.tombstones(ns, "short-lived") == [], what="the tombstone to expire")

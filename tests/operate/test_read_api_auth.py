@@ -22,13 +22,19 @@ from tests.fixtures import finished_status, tfjob, with_server_fields
 from tests.services import RedisServer, start_emulator, start_sink
 from tests.sink.test_auth import AUDIENCE, Issuer
 
-TOKENS = {"reader-token": {"username": "system:serviceaccount:monitoring:dashboards"},
-          "team-a-token": {"username": "ann", "groups": ["team-a-devs"]},
-          "nobody-token": {"username": "bob"}}
-GRANTS = [{"users": ["system:serviceaccount:monitoring:dashboards"], "rules": rights.cluster_role(rights.READER)["rules"]},
-          # a RoleBinding of jobttl-reader in team-a: the rules hold in that namespace only
-          {"groups": ["team-a-devs"], "rules": [{**r, "namespaces": ["team-a"]}
-                                                for r in rights.cluster_role(rights.READER)["rules"]]}]
+TOKENS = {
+    "reader-token": {"username": "system:serviceaccount:monitoring:dashboards"},
+    "team-a-token": {"username": "ann", "groups": ["team-a-devs"]},
+    "nobody-token": {"username": "bob"},
+}
+GRANTS = [
+    {"users": ["system:serviceaccount:monitoring:dashboards"], "rules": rights.cluster_role(rights.READER)["rules"]},
+    # a RoleBinding of jobttl-reader in team-a: the rules hold in that namespace only
+    {
+        "groups": ["team-a-devs"],
+        "rules": [{**r, "namespaces": ["team-a"]} for r in rights.cluster_role(rights.READER)["rules"]],
+    },
+]
 
 
 @pytest.fixture(scope="module")
@@ -66,9 +72,15 @@ def booked(redis_server, queue):
 
 @pytest.fixture(scope="module")
 def kube_sink(redis_server, queue, emulator, booked, tmp_path_factory):
-    sink, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue,
-                            "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_READ_API_AUTH": "kubernetes"},
-                           tmp_path_factory.mktemp("logs"))
+    sink, url = start_sink(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue,
+            "KUBECONFIG": str(emulator.kubeconfig),
+            "JOBTTL_READ_API_AUTH": "kubernetes",
+        },
+        tmp_path_factory.mktemp("logs"),
+    )
     yield url
     sink.stop()
 
@@ -126,9 +138,16 @@ def issuer():
 
 
 def test_with_oidc_on_for_events_reads_need_a_token_too(redis_server, queue, booked, issuer, tmp_path):
-    sink, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue,
-                            "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE, "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
-                            "JOBTTL_READ_API_OIDC_SUBJECTS": "system:serviceaccount:jobttl:jobttl-source"}, tmp_path)
+    sink, url = start_sink(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue,
+            "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE,
+            "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
+            "JOBTTL_READ_API_OIDC_SUBJECTS": "system:serviceaccount:jobttl:jobttl-source",
+        },
+        tmp_path,
+    )
     try:
         assert get(url, "/api/v1/deletions").status_code == 401
         assert get(url, "/api/v1/deletions", issuer.token(audience="someone-else")).status_code == 401

@@ -31,8 +31,14 @@ def stack(tmp_path_factory):
 
 
 def run(stack: OwnStack, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "jobttl", *args], env=stack.worker.env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env=stack.worker.env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def booked(stack: OwnStack, name: str, ttl: int, finished_at: float) -> dict:
@@ -60,8 +66,11 @@ def test_undoing_a_cancel_books_the_deletion_again_at_finish_plus_ttl(stack):
     assert "took back the cancel" in done.stdout and "resync" in done.stdout, done.stdout
     # Nothing in the CLI books it: the worker's resync reads the object and decides from it.
     wait_for(lambda: due_of(stack, obj) == finished + 3600, timeout=30, what="the resync to book it again")
-    assert events(stack, "cancelled")[-3:] == [("cancelled", "operator"), ("cancel-undone", "operator"),
-                                               ("scheduled", "resync")]
+    assert events(stack, "cancelled")[-3:] == [
+        ("cancelled", "operator"),
+        ("cancel-undone", "operator"),
+        ("scheduled", "resync"),
+    ]
     assert stack.reconciler.schedule.override(obj["metadata"]["uid"]) == {}, "the keep is gone, not just hidden"
     again = run(stack, "cancel", "--undo", f"{NS}/cancelled")
     assert again.returncode == 1 and "no cancel of" in again.stderr, "nothing left to undo"

@@ -34,19 +34,35 @@ class Issuer:
         self.key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
         jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(self.key.public_key()))
         app = Flask("issuer")
-        app.add_url_rule("/.well-known/openid-configuration", "discovery",
-                         lambda: jsonify(issuer=self.url, jwks_uri=f"{self.url}/openid/v1/jwks"))
-        app.add_url_rule("/openid/v1/jwks", "jwks",
-                         lambda: jsonify(keys=[{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}]))
+        app.add_url_rule(
+            "/.well-known/openid-configuration",
+            "discovery",
+            lambda: jsonify(issuer=self.url, jwks_uri=f"{self.url}/openid/v1/jwks"),
+        )
+        app.add_url_rule(
+            "/openid/v1/jwks", "jwks", lambda: jsonify(keys=[{**jwk, "kid": "k1", "use": "sig", "alg": "RS256"}])
+        )
         self.server = make_server("127.0.0.1", 0, app, threaded=True)
         self.url = f"http://127.0.0.1:{self.server.server_port}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-    def token(self, audience=AUDIENCE, issuer=None, expires_in=600, key=None,
-              subject="system:serviceaccount:jobttl:jobttl-source") -> str:
+    def token(
+        self,
+        audience=AUDIENCE,
+        issuer=None,
+        expires_in=600,
+        key=None,
+        subject="system:serviceaccount:jobttl:jobttl-source",
+    ) -> str:
         now = int(time.time())
-        claims = {"iss": issuer or self.url, "aud": [audience], "sub": subject,
-                  "iat": now, "nbf": now, "exp": now + expires_in}
+        claims = {
+            "iss": issuer or self.url,
+            "aud": [audience],
+            "sub": subject,
+            "iat": now,
+            "nbf": now,
+            "exp": now + expires_in,
+        }
         return jwt.encode(claims, key or self.key, algorithm="RS256", headers={"kid": "k1"})
 
 
@@ -59,14 +75,29 @@ def issuer():
 
 @pytest.fixture
 def client(redis_server, queue_name, issuer):
-    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                  "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE, "JOBTTL_SINK_OIDC_ISSUER": issuer.url})
+    settings = Settings.from_env(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue_name,
+            "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE,
+            "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
+        }
+    )
     return create_app(settings).test_client()
 
 
 def post(client, obj, action="update", token=None):
-    message = to_binary_event(CloudEvent(attributes={"specversion": "1.0", "id": str(uuid.uuid4()), "source": "s",
-                                                     "type": f"dev.knative.apiserver.resource.{action}"}, data=obj))
+    message = to_binary_event(
+        CloudEvent(
+            attributes={
+                "specversion": "1.0",
+                "id": str(uuid.uuid4()),
+                "source": "s",
+                "type": f"dev.knative.apiserver.resource.{action}",
+            },
+            data=obj,
+        )
+    )
     headers = dict(message.headers)
     if token is not None:
         headers["Authorization"] = f"Bearer {token}"
@@ -84,14 +115,18 @@ def test_a_valid_sender_token_is_accepted(client, issuer):
     assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "scheduled"
 
 
-@pytest.mark.parametrize("make, words", [
-    (lambda i: None, "required"),
-    (lambda i: "not-a-jwt", "invalid sender token"),
-    (lambda i: i.token(audience="someone-else"), "audience"),
-    (lambda i: i.token(issuer="https://evil.example"), "issuer"),
-    (lambda i: i.token(expires_in=-60), "expired"),
-    (lambda i: i.token(key=rsa.generate_private_key(public_exponent=65537, key_size=2048)), "signature"),
-], ids=["missing", "garbage", "wrong-audience", "wrong-issuer", "expired", "forged-signature"])
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda i: None, "required"),
+        (lambda i: "not-a-jwt", "invalid sender token"),
+        (lambda i: i.token(audience="someone-else"), "audience"),
+        (lambda i: i.token(issuer="https://evil.example"), "issuer"),
+        (lambda i: i.token(expires_in=-60), "expired"),
+        (lambda i: i.token(key=rsa.generate_private_key(public_exponent=65537, key_size=2048)), "signature"),
+    ],
+    ids=["missing", "garbage", "wrong-audience", "wrong-issuer", "expired", "forged-signature"],
+)
 def test_anything_but_a_valid_sender_token_is_a_401_and_changes_nothing(client, issuer, make, words):
     response = post(client, finished(), token=make(issuer))
     assert response.status_code == 401 and words in response.json["error"].lower()
@@ -106,22 +141,39 @@ def test_a_forged_delete_event_cannot_cancel_a_pending_deletion(client, issuer, 
 
 
 def test_an_issuer_that_cannot_be_reached_is_a_503_so_the_sender_retries(redis_server, queue_name, issuer):
-    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                  "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE,
-                                  "JOBTTL_SINK_OIDC_ISSUER": "http://127.0.0.1:9"})
+    settings = Settings.from_env(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue_name,
+            "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE,
+            "JOBTTL_SINK_OIDC_ISSUER": "http://127.0.0.1:9",
+        }
+    )
     response = post(create_app(settings).test_client(), finished(), token=issuer.token())
     assert response.status_code == 503
 
 
 def test_a_valid_token_of_another_service_account_is_refused_when_subjects_are_named(redis_server, queue_name, issuer):
     """Any pod can mint a token with the sink's audience for its own service account."""
-    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                  "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE, "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
-                                  "JOBTTL_SINK_OIDC_SUBJECTS": "system:serviceaccount:jobttl:jobttl-source"})
+    settings = Settings.from_env(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "JOBTTL_QUEUE": queue_name,
+            "JOBTTL_SINK_OIDC_AUDIENCE": AUDIENCE,
+            "JOBTTL_SINK_OIDC_ISSUER": issuer.url,
+            "JOBTTL_SINK_OIDC_SUBJECTS": "system:serviceaccount:jobttl:jobttl-source",
+        }
+    )
     client = create_app(settings).test_client()
     assert post(client, finished(), token=issuer.token()).status_code == 202
-    other = jwt.encode({**jwt.decode(issuer.token(), options={"verify_signature": False}),
-                        "sub": "system:serviceaccount:team-a:default"}, issuer.key, algorithm="RS256",
-                       headers={"kid": "k1"})
+    other = jwt.encode(
+        {
+            **jwt.decode(issuer.token(), options={"verify_signature": False}),
+            "sub": "system:serviceaccount:team-a:default",
+        },
+        issuer.key,
+        algorithm="RS256",
+        headers={"kid": "k1"},
+    )
     refused = post(client, finished(), token=other)
     assert refused.status_code == 403 and "JOBTTL_SINK_OIDC_SUBJECTS" in refused.json["error"]

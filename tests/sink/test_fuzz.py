@@ -61,16 +61,62 @@ NAMESPACE = "fuzz"
 
 # Names, namespaces and UIDs no API server produces. "\ud800" and "\xff" are placeholders:
 # they become a JSON escape of a lone surrogate, or raw bytes that are not UTF-8.
-BAD_NAMES = ["", ".", "..", "A", "a_b", "-a", "a-", "a" * 254, "a/b", "a%2fb", " a", "a\n", "a\x00", "é", "a..b",
-             ".a", "a.", "a b", "*", "a?b=c", "%2e%2e", "\\", 5, None, [], {}, True, 1.5]
+BAD_NAMES = [
+    "",
+    ".",
+    "..",
+    "A",
+    "a_b",
+    "-a",
+    "a-",
+    "a" * 254,
+    "a/b",
+    "a%2fb",
+    " a",
+    "a\n",
+    "a\x00",
+    "é",
+    "a..b",
+    ".a",
+    "a.",
+    "a b",
+    "*",
+    "a?b=c",
+    "%2e%2e",
+    "\\",
+    5,
+    None,
+    [],
+    {},
+    True,
+    1.5,
+]
 BAD_NAMESPACES = BAD_NAMES + ["a.b", "a" * 64, "kube_system"]
-BAD_UIDS = ["", "x", "1234", str(uuid.uuid4())[:-1], str(uuid.uuid4()) + "0", uuid.uuid4().hex, "{" + str(uuid.uuid4()) + "}",
-            str(uuid.uuid4()).replace("a", "g").replace("b", "g").replace("1", "g"), str(uuid.uuid4()) + "\n", 5, None, []]
+BAD_UIDS = [
+    "",
+    "x",
+    "1234",
+    str(uuid.uuid4())[:-1],
+    str(uuid.uuid4()) + "0",
+    uuid.uuid4().hex,
+    "{" + str(uuid.uuid4()) + "}",
+    str(uuid.uuid4()).replace("a", "g").replace("b", "g").replace("1", "g"),
+    str(uuid.uuid4()) + "\n",
+    5,
+    None,
+    [],
+]
 # One attribute of a structured event's envelope broken ("missing": left out), the rest valid.
-ENVELOPE_BREAKS = [(a, v) for a in ("specversion", "id", "source", "type")
-                   for v in ("missing", None, "", 5, True, [], {})] + [
-    ("specversion", "0.3"), ("specversion", "1"), ("datacontenttype", "text/plain"),
-    ("datacontenttype", "application/xml"), ("time", "yesterday"), ("time", 12)]
+ENVELOPE_BREAKS = [
+    (a, v) for a in ("specversion", "id", "source", "type") for v in ("missing", None, "", 5, True, [], {})
+] + [
+    ("specversion", "0.3"),
+    ("specversion", "1"),
+    ("datacontenttype", "text/plain"),
+    ("datacontenttype", "application/xml"),
+    ("time", "yesterday"),
+    ("time", 12),
+]
 SURROGATES = {"escape": b"\\ud800", "escape-low": b"\\udfff", "raw": b"\xed\xa0\x80", "not-utf8": b"\xff\xfe"}
 PLACEHOLDER = "\x01fuzz\x01"
 
@@ -88,16 +134,21 @@ class Case:
 
 # --- the objects events are made of -----------------------------------------------------------------
 
+
 def finished_tfjob(rng: random.Random) -> dict:
     """A job that a correct event would book: finished, with a TTL."""
-    obj = with_server_fields(tfjob(f"job-{rng.randrange(10**6)}", NAMESPACE, ttl=3600), uid=str(uuid.UUID(int=rng.getrandbits(128))))
+    obj = with_server_fields(
+        tfjob(f"job-{rng.randrange(10**6)}", NAMESPACE, ttl=3600), uid=str(uuid.UUID(int=rng.getrandbits(128)))
+    )
     obj["status"] = finished_status(time.time())
     return obj
 
 
 def running_tfjob(rng: random.Random) -> dict:
     """A job no mutation of a few bytes can make expire: it has no finish condition at all."""
-    obj = with_server_fields(tfjob(f"run-{rng.randrange(10**6)}", NAMESPACE, ttl=0), uid=str(uuid.UUID(int=rng.getrandbits(128))))
+    obj = with_server_fields(
+        tfjob(f"run-{rng.randrange(10**6)}", NAMESPACE, ttl=0), uid=str(uuid.UUID(int=rng.getrandbits(128)))
+    )
     obj["status"] = running_status(time.time())
     return obj
 
@@ -124,18 +175,32 @@ def deep_json(depth: int) -> bytes:
 
 
 def binary_headers(event_type="dev.knative.apiserver.resource.update", **overrides) -> dict:
-    headers = {"ce-specversion": "1.0", "ce-id": str(uuid.uuid4()), "ce-source": "https://10.96.0.1:443",
-               "ce-type": event_type, "content-type": "application/json"}
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": str(uuid.uuid4()),
+        "ce-source": "https://10.96.0.1:443",
+        "ce-type": event_type,
+        "content-type": "application/json",
+    }
     headers.update(overrides)
     return {k: v for k, v in headers.items() if v is not None}
 
 
 # --- breaking an event ----------------------------------------------------------------------------
 
+
 def break_identity(obj: dict, rng: random.Random) -> None:
     meta = obj["metadata"]
-    field, values = rng.choice([("name", BAD_NAMES), ("namespace", BAD_NAMESPACES), ("uid", BAD_UIDS),
-                                ("name", ["surrogate"]), ("namespace", ["surrogate"]), ("uid", ["surrogate"])])
+    field, values = rng.choice(
+        [
+            ("name", BAD_NAMES),
+            ("namespace", BAD_NAMESPACES),
+            ("uid", BAD_UIDS),
+            ("name", ["surrogate"]),
+            ("namespace", ["surrogate"]),
+            ("uid", ["surrogate"]),
+        ]
+    )
     value = rng.choice(values)
     if value == "surrogate":
         value = f"job{PLACEHOLDER}x"
@@ -197,16 +262,30 @@ def binary_case(index: int, rng: random.Random) -> Case:
         body = rng.choice([b"", b"null", b"[]", deep_json(rng.choice([1100, DEEP, 100000])), bytes(rng.randbytes(64))])
     elif how == 8:  # the attributes are broken
         body = json.dumps(obj).encode()
-        emptied, dropped = rng.choice(["ce-id", "ce-source", "ce-type", "ce-specversion"]), rng.choice(
-            ["ce-id", "ce-source", "ce-type", "ce-specversion"])
-        headers = rng.choice([
-            {**headers, emptied: ""},
-            {k: v for k, v in headers.items() if k != dropped},
-            {**headers, "ce-specversion": rng.choice(["0.3", "2.0", "1", "x" * 300])},
-            {**headers, "content-type": rng.choice(["text/plain", "application/xml", "multipart/form-data; boundary=x",
-                                                     "application/octet-stream", "image/png"])},
-            {k: v for k, v in headers.items() if k != "ce-specversion"} | {"content-type": "text/html"},
-        ])
+        emptied, dropped = (
+            rng.choice(["ce-id", "ce-source", "ce-type", "ce-specversion"]),
+            rng.choice(["ce-id", "ce-source", "ce-type", "ce-specversion"]),
+        )
+        headers = rng.choice(
+            [
+                {**headers, emptied: ""},
+                {k: v for k, v in headers.items() if k != dropped},
+                {**headers, "ce-specversion": rng.choice(["0.3", "2.0", "1", "x" * 300])},
+                {
+                    **headers,
+                    "content-type": rng.choice(
+                        [
+                            "text/plain",
+                            "application/xml",
+                            "multipart/form-data; boundary=x",
+                            "application/octet-stream",
+                            "image/png",
+                        ]
+                    ),
+                },
+                {k: v for k, v in headers.items() if k != "ce-specversion"} | {"content-type": "text/html"},
+            ]
+        )
     else:  # a Resource-mode delete whose identity is broken
         break_identity(obj, rng)
         headers["ce-type"] = "dev.knative.apiserver.resource.delete"
@@ -216,17 +295,33 @@ def binary_case(index: int, rng: random.Random) -> Case:
 
 def structured_case(index: int, rng: random.Random) -> Case:
     obj = finished_tfjob(rng)
-    envelope = {"specversion": "1.0", "id": str(uuid.uuid4()), "source": "https://10.96.0.1:443",
-                "type": "dev.knative.apiserver.resource.add", "datacontenttype": "application/json", "data": obj}
+    envelope = {
+        "specversion": "1.0",
+        "id": str(uuid.uuid4()),
+        "source": "https://10.96.0.1:443",
+        "type": "dev.knative.apiserver.resource.add",
+        "datacontenttype": "application/json",
+        "data": obj,
+    }
     how = rng.randrange(8)
     if how <= 2:
         break_identity(obj, rng)
     elif how == 3:
         envelope["data"] = break_shape(obj, rng)
     elif how == 4:
-        key, value = rng.choice([("specversion", "0.3"), ("specversion", None), ("id", ""), ("source", None),
-                                 ("type", 5), ("time", "yesterday"), ("time", 12), ("data_base64", "!!notbase64!!"),
-                                 ("time", f"2026-01-01T00:00:00{PLACEHOLDER}")])
+        key, value = rng.choice(
+            [
+                ("specversion", "0.3"),
+                ("specversion", None),
+                ("id", ""),
+                ("source", None),
+                ("type", 5),
+                ("time", "yesterday"),
+                ("time", 12),
+                ("data_base64", "!!notbase64!!"),
+                ("time", f"2026-01-01T00:00:00{PLACEHOLDER}"),
+            ]
+        )
         envelope.pop("data") if key == "data_base64" else None
         envelope[key] = value
         break_identity(obj, rng)  # even if the envelope were read, the object is broken
@@ -254,7 +349,9 @@ def reference_case(index: int, rng: random.Random) -> Case:
     elif how == 1:
         ref["namespace"] = rng.choice(BAD_NAMESPACES + [f"a{PLACEHOLDER}"])
     else:  # well-formed names of odd objects: gone, running, too deep to decode, another namespace
-        ref["name"] = rng.choice(["nothing-here", "running", "deep", "a" * 253, "a.b.c", "0", "no-ttl", "odd-conditions"])
+        ref["name"] = rng.choice(
+            ["nothing-here", "running", "deep", "a" * 253, "a.b.c", "0", "no-ttl", "odd-conditions"]
+        )
         ref["namespace"] = rng.choice([NAMESPACE, "elsewhere", "kube-system", "a" * 63])
         if rng.random() < 0.2:
             ref.update(rng.choice([{"apiVersion": "kubeflow.org/v2"}, {"kind": "Pod", "apiVersion": "v1"}]))
@@ -274,16 +371,26 @@ def noise_case(index: int, rng: random.Random) -> Case:
             del body[position]
         else:
             body[position:position] = rng.randbytes(rng.randrange(1, 8))
-    headers = binary_headers(rng.choice(["dev.knative.apiserver.resource.update", "dev.knative.apiserver.ref.add",
-                                         "dev.knative.sources.ping", "com.example.other"]))
+    headers = binary_headers(
+        rng.choice(
+            [
+                "dev.knative.apiserver.resource.update",
+                "dev.knative.apiserver.ref.add",
+                "dev.knative.sources.ping",
+                "com.example.other",
+            ]
+        )
+    )
     return Case(index, "noise", False, headers, bytes(body))
 
 
 def raw_case(index: int, rng: random.Random, port: int) -> Case:
     """HTTP itself broken: chunked encoding, headers, lengths."""
     body = json.dumps(running_tfjob(rng)).encode()
-    start = (b"POST / HTTP/1.1\r\nHost: sink\r\nce-specversion: 1.0\r\nce-id: 1\r\nce-source: s\r\n"
-             b"ce-type: dev.knative.apiserver.resource.update\r\nContent-Type: application/json\r\n")
+    start = (
+        b"POST / HTTP/1.1\r\nHost: sink\r\nce-specversion: 1.0\r\nce-id: 1\r\nce-source: s\r\n"
+        b"ce-type: dev.knative.apiserver.resource.update\r\nContent-Type: application/json\r\n"
+    )
     how = rng.randrange(8)
     if how == 0:  # a chunk size that is not hex
         raw = start + b"Transfer-Encoding: chunked\r\n\r\nzz\r\n" + body + b"\r\n0\r\n\r\n"
@@ -294,16 +401,28 @@ def raw_case(index: int, rng: random.Random, port: int) -> Case:
     elif how == 3:  # headers larger than any server should read
         raw = start + b"X-Big: " + b"a" * rng.choice([300_000, 1_000_000]) + b"\r\nContent-Length: 2\r\n\r\n{}"
     elif how == 4:  # thousands of headers
-        raw = start + b"".join(b"X-%d: v\r\n" % i for i in range(rng.choice([2000, 20000]))) + b"Content-Length: 2\r\n\r\n{}"
+        raw = (
+            start
+            + b"".join(b"X-%d: v\r\n" % i for i in range(rng.choice([2000, 20000])))
+            + b"Content-Length: 2\r\n\r\n{}"
+        )
     elif how == 5:  # a lying or absurd Content-Length
         length = rng.choice([b"-1", b"abc", b"99999999999999999999", b"10, 20", b"1e3"])
         raw = start + b"Content-Length: " + length + b"\r\n\r\n" + body
     elif how == 6:  # header values that are not text, and a smuggling attempt
         raw = start.replace(b"ce-source: s", b"ce-source: \xff\xfe\xed\xa0\x80") + (
-            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % len(body))
+            b"Content-Length: %d\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n" % len(body)
+        )
     else:  # a broken request line or line endings
-        raw = rng.choice([b"POST / HTTP/9.9\r\nHost: x\r\n\r\n", b"POST /\x00 HTTP/1.1\r\n\r\n", b"\r\n\r\n\r\n",
-                          start.replace(b"\r\n", b"\n") + b"Content-Length: 2\n\n{}", b"GET " + b"/a" * 50000 + b" HTTP/1.1\r\n\r\n"])
+        raw = rng.choice(
+            [
+                b"POST / HTTP/9.9\r\nHost: x\r\n\r\n",
+                b"POST /\x00 HTTP/1.1\r\n\r\n",
+                b"\r\n\r\n\r\n",
+                start.replace(b"\r\n", b"\n") + b"Content-Length: 2\n\n{}",
+                b"GET " + b"/a" * 50000 + b" HTTP/1.1\r\n\r\n",
+            ]
+        )
     # Thousands of small headers, or both lengths at once: not wrong in themselves, but never a 5xx.
     return Case(index, f"raw-{how}", how not in (4, 6), raw=raw)
 
@@ -336,13 +455,16 @@ def fields_case(index: int, rng: random.Random) -> Case:
     elif how == 6:  # managedBy
         run_policy["managedBy"] = rng.choice([["kubeflow.org/training-operator"], {"name": "x"}, 5, True])
     elif how == 7:  # ownerReferences
-        obj["metadata"]["ownerReferences"] = rng.choice([
-            {"controller": True}, ["CronJob/x"], [{"kind": "CronJob", "name": "x", "controller": "true"}]])
+        obj["metadata"]["ownerReferences"] = rng.choice(
+            [{"controller": True}, ["CronJob/x"], [{"kind": "CronJob", "name": "x", "controller": "true"}]]
+        )
     elif how == 8:  # a path through something that is not an object
         obj["spec"]["runPolicy"] = rng.choice([[run_policy], "OnFailure", 5])
     else:  # status itself
         obj["status"] = rng.choice([[status], "Succeeded", 5])
-    headers = binary_headers(rng.choice(["dev.knative.apiserver.resource.add", "dev.knative.apiserver.resource.update"]))
+    headers = binary_headers(
+        rng.choice(["dev.knative.apiserver.resource.add", "dev.knative.apiserver.resource.update"])
+    )
     return Case(index, f"fields-{how}", True, headers, json.dumps(obj).encode())
 
 
@@ -354,9 +476,14 @@ def control_case(index: int, rng: random.Random) -> Case:
 
 FAMILIES = [binary_case, binary_case, structured_case, reference_case, noise_case, fields_case]
 # Every class of case: a family and the way it breaks (the `how` each family draws).
-CLASSES = ({f"binary-{how}" for how in range(10)} | {f"structured-{how}" for how in range(8)}
-           | {f"reference-{how}" for how in range(4)} | {f"raw-{how}" for how in range(8)}
-           | {f"fields-{how}" for how in range(10)} | {"noise", "control"})
+CLASSES = (
+    {f"binary-{how}" for how in range(10)}
+    | {f"structured-{how}" for how in range(8)}
+    | {f"reference-{how}" for how in range(4)}
+    | {f"raw-{how}" for how in range(8)}
+    | {f"fields-{how}" for how in range(10)}
+    | {"noise", "control"}
+)
 
 
 def case(index: int, port: int) -> Case:
@@ -369,6 +496,7 @@ def case(index: int, port: int) -> Case:
 
 
 # --- sending ----------------------------------------------------------------------------------------
+
 
 class Client(threading.local):
     """One keep-alive connection per sending thread."""
@@ -418,6 +546,7 @@ def send_raw(port: int, raw: bytes) -> int | None:
 
 # --- the run ----------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     limit = sys.getrecursionlimit()
@@ -432,8 +561,10 @@ def stack(tmp_path_factory):
     odd = job_object(TFJOB, "odd-conditions", NAMESPACE, at=time.time() - 3600)
     odd["status"]["conditions"][-1]["type"] = {"Succeeded": True}  # a 422 when read, never a 500
     seed_object(emulator.store, odd)
-    sink, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
-                            "JOBTTL_QUEUE": "fuzz"}, tmp_path_factory.mktemp("fuzz-logs"))
+    sink, url = start_sink(
+        {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "fuzz"},
+        tmp_path_factory.mktemp("fuzz-logs"),
+    )
     try:
         yield sink, url, redis_server
     finally:
@@ -466,15 +597,21 @@ def send_and_check(stack, indices: range) -> Counter:
 
     statuses = Counter(status for _, status, _ in answers.values())
     by_family = Counter((c.family, status) for c, status, _ in answers.values())
-    print(f"fuzz: {len(indices)} cases ({indices.start}-{indices.stop - 1}) in {took:.1f}s; "
-          f"statuses {dict(sorted(statuses.items(), key=str))}")
+    print(
+        f"fuzz: {len(indices)} cases ({indices.start}-{indices.stop - 1}) in {took:.1f}s; "
+        f"statuses {dict(sorted(statuses.items(), key=str))}"
+    )
     server_errors = sorted((i, c.family, s) for i, (c, s, _) in answers.items() if s is not None and s >= 500)
     assert server_errors == [], f"5xx answers (index, family, status): {server_errors[:20]}"
-    not_refused = sorted((i, c.family, s, o) for i, (c, s, o) in answers.items()
-                         if c.invalid and c.raw is None and not 400 <= s < 500)
+    not_refused = sorted(
+        (i, c.family, s, o) for i, (c, s, o) in answers.items() if c.invalid and c.raw is None and not 400 <= s < 500
+    )
     assert not_refused == [], f"invalid input not refused with a 4xx: {not_refused[:20]}"
-    raw_accepted = sorted((i, c.family, s) for i, (c, s, _) in answers.items() if c.raw is not None and c.invalid
-                          and s is not None and s < 400)
+    raw_accepted = sorted(
+        (i, c.family, s)
+        for i, (c, s, _) in answers.items()
+        if c.raw is not None and c.invalid and s is not None and s < 400
+    )
     assert raw_accepted == [], f"broken HTTP answered as if it were fine: {raw_accepted[:20]}"
     controls = {c.control_uid for c, _, _ in answers.values() if c.control_uid}
     assert len(controls) == sum(1 for i in indices if i % CONTROL_EVERY == CONTROL_EVERY - 1)

@@ -11,16 +11,25 @@ from jobttl.sink.app import create_app
 
 
 def ping():
-    event = CloudEvent(attributes={"specversion": "1.0", "id": "p1", "type": "dev.knative.sources.ping",
-                                   "source": "/apis/v1/namespaces/jobttl/pingsources/jobttl-resync"},
-                       data={"reason": "resync"})
+    event = CloudEvent(
+        attributes={
+            "specversion": "1.0",
+            "id": "p1",
+            "type": "dev.knative.sources.ping",
+            "source": "/apis/v1/namespaces/jobttl/pingsources/jobttl-resync",
+        },
+        data={"reason": "resync"},
+    )
     return to_binary_event(event)
 
 
 def test_thirty_pings_in_a_burst_ask_for_one_resync_now_and_one_after_the_minimum_interval(redis_server, queue_name):
     redis_server.client().delete(keys.resync_next(queue_name))
-    app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                        "JOBTTL_RESYNC_MIN_INTERVAL": "600"}))
+    app = create_app(
+        Settings.from_env(
+            {"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name, "JOBTTL_RESYNC_MIN_INTERVAL": "600"}
+        )
+    )
     client = app.test_client()
     message = ping()
     responses = [client.post("/", headers=dict(message.headers), data=message.body) for _ in range(30)]
@@ -37,8 +46,11 @@ def test_thirty_pings_in_a_burst_ask_for_one_resync_now_and_one_after_the_minimu
 
 def test_with_no_minimum_interval_each_ping_asks_for_a_resync_now(redis_server, queue_name):
     redis_server.client().delete(keys.resync_next(queue_name))
-    app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name,
-                                        "JOBTTL_RESYNC_MIN_INTERVAL": "0"}))
+    app = create_app(
+        Settings.from_env(
+            {"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name, "JOBTTL_RESYNC_MIN_INTERVAL": "0"}
+        )
+    )
     message = ping()
     response = app.test_client().post("/", headers=dict(message.headers), data=message.body)
     assert response.headers["X-Jobttl-Outcome"] == "resync-requested"
@@ -48,8 +60,9 @@ def test_with_no_minimum_interval_each_ping_asks_for_a_resync_now(redis_server, 
 def test_other_unknown_event_types_are_ignored_and_do_not_become_metric_labels(redis_server, queue_name):
     app = create_app(Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": queue_name}))
     client = app.test_client()
-    event = CloudEvent(attributes={"specversion": "1.0", "id": "x", "type": "com.example.attacker.chose.this",
-                                   "source": "s"}, data={})
+    event = CloudEvent(
+        attributes={"specversion": "1.0", "id": "x", "type": "com.example.attacker.chose.this", "source": "s"}, data={}
+    )
     message = to_binary_event(event)
     response = client.post("/", headers=dict(message.headers), data=message.body)
     assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "ignored:other-event-type"

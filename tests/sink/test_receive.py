@@ -28,29 +28,51 @@ def finished(ttl=60, **meta):
 
 
 def post(client, obj, **attributes):
-    message = to_binary_event(CloudEvent(attributes={"specversion": "1.0", "id": "1", "source": "s",
-                                                     "type": "dev.knative.apiserver.resource.update", **attributes},
-                                         data=obj))
+    message = to_binary_event(
+        CloudEvent(
+            attributes={
+                "specversion": "1.0",
+                "id": "1",
+                "source": "s",
+                "type": "dev.knative.apiserver.resource.update",
+                **attributes,
+            },
+            data=obj,
+        )
+    )
     return client.post("/", headers=dict(message.headers), data=message.body)
 
 
 def structured(obj, **attributes):
     """A structured-mode event's envelope; an attribute given as DROP is left out."""
-    envelope = {"specversion": "1.0", "id": "1", "source": "s", "type": "dev.knative.apiserver.resource.update",
-                "datacontenttype": "application/json", **attributes, "data": obj}
+    envelope = {
+        "specversion": "1.0",
+        "id": "1",
+        "source": "s",
+        "type": "dev.knative.apiserver.resource.update",
+        "datacontenttype": "application/json",
+        **attributes,
+        "data": obj,
+    }
     return {k: v for k, v in envelope.items() if v is not DROP}
 
 
 def post_structured(client, envelope, **headers):
-    return client.post("/", headers={"content-type": "application/cloudevents+json", **headers},
-                       data=json.dumps(envelope))
+    return client.post(
+        "/", headers={"content-type": "application/cloudevents+json", **headers}, data=json.dumps(envelope)
+    )
 
 
 def binary_headers(**attributes):
     """A binary-mode event's headers; an attribute given as DROP is left out."""
-    headers = {"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s",
-               "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json",
-               **{f"ce-{k}": v for k, v in attributes.items()}}
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": "1",
+        "ce-source": "s",
+        "ce-type": "dev.knative.apiserver.resource.update",
+        "content-type": "application/json",
+        **{f"ce-{k}": v for k, v in attributes.items()},
+    }
     return {k: v for k, v in headers.items() if v is not DROP}
 
 
@@ -97,22 +119,31 @@ def test_absurd_annotations_are_invalid_not_crashes(client):
     assert post(client, obj).headers["X-Jobttl-Outcome"] == "ignored:invalid-ttl"
 
 
-@pytest.mark.parametrize("where, value, words", [
-    ("conditions", 5, "status.conditions: expected a list of conditions, got a number"),
-    ("type", {"Succeeded": True}, "status.conditions[2].type: expected a string, got an object"),
-    ("status", {"x": 1}, "status.conditions[2].status: expected a string, got an object"),
-    ("completionTime", ["2030-01-01T00:00:00Z"], "status.completionTime: expected an RFC 3339 time (a string), got a list"),
-])
-def test_a_field_the_declaration_reads_of_the_wrong_type_is_a_422_naming_it_and_writes_nothing(client, redis, where,
-                                                                                                value, words):
+@pytest.mark.parametrize(
+    "where, value, words",
+    [
+        ("conditions", 5, "status.conditions: expected a list of conditions, got a number"),
+        ("type", {"Succeeded": True}, "status.conditions[2].type: expected a string, got an object"),
+        ("status", {"x": 1}, "status.conditions[2].status: expected a string, got an object"),
+        (
+            "completionTime",
+            ["2030-01-01T00:00:00Z"],
+            "status.completionTime: expected an RFC 3339 time (a string), got a list",
+        ),
+    ],
+)
+def test_a_field_the_declaration_reads_of_the_wrong_type_is_a_422_naming_it_and_writes_nothing(
+    client, redis, where, value, words
+):
     """issue 26 §9: a condition's type or status that is an object was a 500 ("unhashable type: 'dict'")."""
     obj = finished()
     if where in ("type", "status"):
         obj["status"]["conditions"][-1][where] = value
     else:
         obj["status"][where] = value
-    assert_refused_unwritten(redis, lambda: post(client, obj), 422, "the object cannot be decided, nothing was written",
-                             words)
+    assert_refused_unwritten(
+        redis, lambda: post(client, obj), 422, "the object cannot be decided, nothing was written", words
+    )
 
 
 def test_a_finished_job_is_scheduled_and_its_duplicate_changes_nothing(client):
@@ -130,9 +161,17 @@ def test_events_from_sources_not_on_the_allowlist_are_refused_403(redis_server, 
 
 def test_nothing_unexpected_escapes_as_a_bare_500(client):
     # A body that cannot be read (a broken chunked upload) is the client's problem, not ours.
-    response = client.post("/", headers={"ce-specversion": "1.0", "ce-id": "1", "ce-source": "s",
-                                         "ce-type": "dev.knative.apiserver.resource.update",
-                                         "content-type": "application/json"}, data=b"\xff\xfe")
+    response = client.post(
+        "/",
+        headers={
+            "ce-specversion": "1.0",
+            "ce-id": "1",
+            "ce-source": "s",
+            "ce-type": "dev.knative.apiserver.resource.update",
+            "content-type": "application/json",
+        },
+        data=b"\xff\xfe",
+    )
     assert response.status_code == 400 and response.is_json
 
 
@@ -154,23 +193,32 @@ def test_with_dedupe_a_repeated_decision_is_answered_from_memory_and_a_new_one_f
 @pytest.mark.parametrize("attribute", REQUIRED)
 @pytest.mark.parametrize("value", [DROP, "", None], ids=["missing", "empty", "null"])
 def test_a_structured_event_without_a_required_attribute_is_a_400_naming_it_and_books_nothing(
-        client, redis, attribute, value):
+    client, redis, attribute, value
+):
     # The SDK fills a missing `id` (and `specversion`) in for senders; a receiver must refuse it.
     obj = finished()
-    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, **{attribute: value})), 400,
-                             attribute, "required")
+    assert_refused_unwritten(
+        redis, lambda: post_structured(client, structured(obj, **{attribute: value})), 400, attribute, "required"
+    )
     assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
-    assert post_structured(client, structured(obj)).headers["X-Jobttl-Outcome"] == "scheduled", \
+    assert post_structured(client, structured(obj)).headers["X-Jobttl-Outcome"] == "scheduled", (
         "the same event with the attribute is booked"
+    )
 
 
 @pytest.mark.parametrize("attribute", REQUIRED)
 @pytest.mark.parametrize("value", [DROP, ""], ids=["missing", "empty"])
 def test_a_binary_event_without_a_required_attribute_is_a_400_naming_it_and_books_nothing(
-        client, redis, attribute, value):
+    client, redis, attribute, value
+):
     obj = finished()
-    assert_refused_unwritten(redis, lambda: client.post("/", headers=binary_headers(**{attribute: value}),
-                                                        data=json.dumps(obj)), 400, attribute, "required")
+    assert_refused_unwritten(
+        redis,
+        lambda: client.post("/", headers=binary_headers(**{attribute: value}), data=json.dumps(obj)),
+        400,
+        attribute,
+        "required",
+    )
     assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
     assert client.post("/", headers=binary_headers(), data=json.dumps(obj)).headers["X-Jobttl-Outcome"] == "scheduled"
 
@@ -179,8 +227,14 @@ def test_a_binary_event_without_a_required_attribute_is_a_400_naming_it_and_book
 @pytest.mark.parametrize("value", [5, True, ["1.0"], {"a": "b"}])
 def test_a_structured_required_attribute_that_is_not_a_string_is_a_400_naming_it(client, redis, attribute, value):
     obj = finished()
-    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, **{attribute: value})), 400,
-                             attribute, "must be strings", type(value).__name__)
+    assert_refused_unwritten(
+        redis,
+        lambda: post_structured(client, structured(obj, **{attribute: value})),
+        400,
+        attribute,
+        "must be strings",
+        type(value).__name__,
+    )
     assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
 
 
@@ -199,10 +253,20 @@ def test_a_specversion_other_than_1_0_is_a_400_in_both_modes(client, redis, mode
 @pytest.mark.parametrize("content_type", ["text/plain", "application/xml", "application/octet-stream"])
 def test_data_declared_not_json_is_a_415_in_both_modes(client, redis, content_type):
     obj = finished()
-    assert_refused_unwritten(redis, lambda: client.post("/", headers=binary_headers() | {"content-type": content_type},
-                                                        data=json.dumps(obj)), 415, "Content-Type", content_type)
-    assert_refused_unwritten(redis, lambda: post_structured(client, structured(obj, datacontenttype=content_type)),
-                             415, "datacontenttype", content_type)
+    assert_refused_unwritten(
+        redis,
+        lambda: client.post("/", headers=binary_headers() | {"content-type": content_type}, data=json.dumps(obj)),
+        415,
+        "Content-Type",
+        content_type,
+    )
+    assert_refused_unwritten(
+        redis,
+        lambda: post_structured(client, structured(obj, datacontenttype=content_type)),
+        415,
+        "datacontenttype",
+        content_type,
+    )
     assert redis.zscore(PENDING_INDEX, obj["metadata"]["uid"]) is None
 
 
@@ -222,8 +286,11 @@ def test_null_optional_attributes_are_unset_as_the_json_format_says(client):
 def test_a_structured_event_is_read_from_its_body_even_with_ce_headers(client):
     # The HTTP binding tells the modes apart by Content-Type; the headers here disagree with the body.
     obj = finished()
-    response = post_structured(client, structured(obj), **{"ce-specversion": "1.0", "ce-id": "2", "ce-source": "s",
-                                                           "ce-type": "com.example.other"})
+    response = post_structured(
+        client,
+        structured(obj),
+        **{"ce-specversion": "1.0", "ce-id": "2", "ce-source": "s", "ce-type": "com.example.other"},
+    )
     assert response.status_code == 202 and response.headers["X-Jobttl-Outcome"] == "scheduled"
 
 
@@ -237,11 +304,17 @@ def test_a_time_that_is_not_a_timestamp_is_a_400_naming_time(client, redis, mode
     assert_refused_unwritten(redis, send, 400, "'time'", "RFC 3339")
 
 
-@pytest.mark.parametrize("content_type, words", [("application/cloudevents+avro", "event format"),
-                                                  ("application/cloudevents-batch+json", "batched")])
+@pytest.mark.parametrize(
+    "content_type, words",
+    [("application/cloudevents+avro", "event format"), ("application/cloudevents-batch+json", "batched")],
+)
 def test_other_event_formats_and_batches_are_a_415(client, redis, content_type, words):
-    assert_refused_unwritten(redis, lambda: client.post("/", headers={"content-type": content_type},
-                                                        data=json.dumps([structured(finished())])), 415, words)
+    assert_refused_unwritten(
+        redis,
+        lambda: client.post("/", headers={"content-type": content_type}, data=json.dumps([structured(finished())])),
+        415,
+        words,
+    )
 
 
 WIDGETS = """\
@@ -258,18 +331,25 @@ kindDeclarations:
 """
 
 
-def test_a_cel_event_past_the_evaluation_slots_is_told_to_retry_and_nothing_is_written(redis_server, queue_name,
-                                                                                      redis, tmp_path):
+def test_a_cel_event_past_the_evaluation_slots_is_told_to_retry_and_nothing_is_written(
+    redis_server, queue_name, redis, tmp_path
+):
     # The sink keeps most threads free of CEL: with every slot taken, an event that needs one more
     # evaluation gets a 503 with Retry-After at once (its sender retries), never a queued thread.
     from jobttl.core.domain.kinds import cel as celexpr
+
     policy = tmp_path / "policy.yaml"
     policy.write_text(WIDGETS)
     client = app_with(redis_server, queue_name, JOBTTL_POLICY=str(policy)).test_client()
-    widget = with_server_fields({"apiVersion": "widgets.example.com/v1", "kind": "Widget",
-                                 "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}", "namespace": "team"},
-                                 "spec": {"x": 7200}, "status": {"phase": "Done",
-                                                                "doneAt": "2030-01-01T00:00:00Z"}})
+    widget = with_server_fields(
+        {
+            "apiVersion": "widgets.example.com/v1",
+            "kind": "Widget",
+            "metadata": {"name": f"w-{uuid.uuid4().hex[:8]}", "namespace": "team"},
+            "spec": {"x": 7200},
+            "status": {"phase": "Done", "doneAt": "2030-01-01T00:00:00Z"},
+        }
+    )
     celexpr.limit_evaluations(1)
     try:
         assert celexpr._SLOTS.acquire(blocking=False)  # a costly event in flight

@@ -30,8 +30,13 @@ ANSWER_BOUND = 1.0
 def event() -> tuple[dict, bytes]:
     obj = with_server_fields(tfjob(f"j-{uuid.uuid4().hex[:8]}", "slow", ttl=3600))
     obj["status"] = finished_status(time.time())
-    headers = {"ce-specversion": "1.0", "ce-id": str(uuid.uuid4()), "ce-source": "https://10.96.0.1",
-               "ce-type": "dev.knative.apiserver.resource.update", "content-type": "application/json"}
+    headers = {
+        "ce-specversion": "1.0",
+        "ce-id": str(uuid.uuid4()),
+        "ce-source": "https://10.96.0.1",
+        "ce-type": "dev.knative.apiserver.resource.update",
+        "content-type": "application/json",
+    }
     return headers, json.dumps(obj).encode()
 
 
@@ -47,8 +52,9 @@ def slow_connection(port: int) -> socket.socket:
 @pytest.fixture(scope="module")
 def sink(tmp_path_factory):
     redis_server = RedisServer().start()
-    process, url = start_sink({"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": "slow"},
-                              tmp_path_factory.mktemp("slow-logs"))
+    process, url = start_sink(
+        {"JOBTTL_REDIS_URL": redis_server.url, "JOBTTL_QUEUE": "slow"}, tmp_path_factory.mktemp("slow-logs")
+    )
     yield process, url
     process.stop()
     redis_server.stop()
@@ -58,7 +64,7 @@ def test_fifty_slow_clients_do_not_delay_events_beyond_a_second(sink):
     process, url = sink
     port = int(url.rsplit(":", 1)[1])
     slow = [slow_connection(port) for _ in range(SLOW_CLIENTS)]
-    trickling, _silent = slow[: SLOW_CLIENTS // 2], slow[SLOW_CLIENTS // 2:]
+    trickling, _silent = slow[: SLOW_CLIENTS // 2], slow[SLOW_CLIENTS // 2 :]
     stop = threading.Event()
 
     def trickle() -> None:
@@ -86,8 +92,10 @@ def test_fifty_slow_clients_do_not_delay_events_beyond_a_second(sink):
         stop.set()
         for sock in slow:
             sock.close()
-    print(f"slow clients: {SLOW_CLIENTS} open; answers one by one max {max(one_by_one) * 1000:.0f} ms, "
-          f"8 at once max {max(at_once) * 1000:.0f} ms")
+    print(
+        f"slow clients: {SLOW_CLIENTS} open; answers one by one max {max(one_by_one) * 1000:.0f} ms, "
+        f"8 at once max {max(at_once) * 1000:.0f} ms"
+    )
     assert still_open == SLOW_CLIENTS, "the attack lasted the whole test"
     assert max(one_by_one) < ANSWER_BOUND and max(at_once) < ANSWER_BOUND
     assert process.process.poll() is None

@@ -65,8 +65,12 @@ class Watcher:
     def __init__(self, api, sink_url: str, log_dir: Path):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.process = JobttlProcess(["watch", "--sink", sink_url, "--host", "127.0.0.1", "--port", str(self.port)],
-                                     {"KUBECONFIG": str(api.kubeconfig)}, log_dir, f"watch-{self.port}")
+        self.process = JobttlProcess(
+            ["watch", "--sink", sink_url, "--host", "127.0.0.1", "--port", str(self.port)],
+            {"KUBECONFIG": str(api.kubeconfig)},
+            log_dir,
+            f"watch-{self.port}",
+        )
 
     def probe(self, path: str) -> int | None:
         try:
@@ -107,12 +111,15 @@ def test_the_first_list_announces_the_finished_objects_and_readiness_waits_for_i
         # The policy's other kinds are not served by this API server: known, so not waited for.
         assert set(ready["kinds"].values()) == {"watching", "not-served"}
         assert sent(receiver) == [("add", "done-a"), ("add", "done-b")]
-        assert {e["data"]["metadata"]["uid"] for e in receiver.events} == {done_a["metadata"]["uid"],
-                                                                            done_b["metadata"]["uid"]}
+        assert {e["data"]["metadata"]["uid"] for e in receiver.events} == {
+            done_a["metadata"]["uid"],
+            done_b["metadata"]["uid"],
+        }
         assert all(e["data"]["status"]["conditions"] for e in receiver.events), "the whole object is sent"
 
         custom_objects(api).patch_namespaced_custom_object_status(
-            "kubeflow.org", "v1", NS, "tfjobs", "running", {"status": finished_status(time.time())})
+            "kubeflow.org", "v1", NS, "tfjobs", "running", {"status": finished_status(time.time())}
+        )
         wait_for(lambda: ("update", "running") in sent(receiver), what="the running job's change")
         assert sent(receiver) == [("add", "done-a"), ("add", "done-b"), ("update", "running")]
 
@@ -126,20 +133,30 @@ def test_a_continue_token_that_expires_mid_list_lists_again_and_misses_nothing(a
     with watcher(api, receiver, tmp_path) as running:
         wait_for(lambda: receiver.events, what="the first page's announcement")
         kube = custom_objects(api)
-        kube.delete_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs", "job-001",
-                                             body=client.V1DeleteOptions(propagation_policy="Background"))
-        kube.patch_namespaced_custom_object_status("kubeflow.org", "v1", NS, "tfjobs", "job-550",
-                                                   {"status": finished_status(time.time())})
-        wait_for(lambda: custom_objects(api).list_namespaced_custom_object(
-            "kubeflow.org", "v1", NS, "tfjobs", limit=1000)["items"].__len__() == 599, what="job-001 gone")
+        kube.delete_namespaced_custom_object(
+            "kubeflow.org", "v1", NS, "tfjobs", "job-001", body=client.V1DeleteOptions(propagation_policy="Background")
+        )
+        kube.patch_namespaced_custom_object_status(
+            "kubeflow.org", "v1", NS, "tfjobs", "job-550", {"status": finished_status(time.time())}
+        )
+        wait_for(
+            lambda: (
+                custom_objects(api)
+                .list_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs", limit=1000)["items"]
+                .__len__()
+                == 599
+            ),
+            what="job-001 gone",
+        )
         api.compact()
         receiver.gate.set()
         wait_for(lambda: running.probe("/readyz") == 200, what="the watcher to finish its first LIST")
 
     expired = [r for r in api.requests("GET") if r["status"] == 410 and "continue" in r["query"]]
     assert expired, "the second page's continue token was refused with 410"
-    assert sent(receiver) == [("add", "job-000"), ("add", "job-550"), ("delete", "job-001")], \
+    assert sent(receiver) == [("add", "job-000"), ("add", "job-550"), ("delete", "job-001")], (
         "each finished object announced once, and the one deleted during the list reported gone"
+    )
     [gone] = [e for e in receiver.events if e["type"].endswith(".delete")]
     assert gone["data"]["metadata"]["uid"] == objects["job-001"]["metadata"]["uid"]
 
@@ -155,13 +172,20 @@ def test_a_watch_too_old_to_resume_relists_and_reports_what_changed_meanwhile(ap
         api.close_watches(abort=True)
         wait_for(lambda: any(r["status"] == 503 for r in api.requests("GET")), what="a refused watch")
         kube = custom_objects(api)
-        kube.patch_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs", "changed",
-                                            {"metadata": {"labels": {"changed": "yes"}}})
-        kube.delete_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs", "gone",
-                                             body=client.V1DeleteOptions(propagation_policy="Background"))
+        kube.patch_namespaced_custom_object(
+            "kubeflow.org", "v1", NS, "tfjobs", "changed", {"metadata": {"labels": {"changed": "yes"}}}
+        )
+        kube.delete_namespaced_custom_object(
+            "kubeflow.org", "v1", NS, "tfjobs", "gone", body=client.V1DeleteOptions(propagation_policy="Background")
+        )
         seed(api, "new", finished=False)
-        wait_for(lambda: custom_objects(api).list_namespaced_custom_object(
-            "kubeflow.org", "v1", NS, "tfjobs")["items"].__len__() == 3, what="'gone' gone")
+        wait_for(
+            lambda: (
+                custom_objects(api).list_namespaced_custom_object("kubeflow.org", "v1", NS, "tfjobs")["items"].__len__()
+                == 3
+            ),
+            what="'gone' gone",
+        )
         api.compact()
         api.hooks.clear_faults()
         wait_for(lambda: len(receiver.of(NS)) >= 3, what="the changes made while nobody watched")
@@ -170,8 +194,9 @@ def test_a_watch_too_old_to_resume_relists_and_reports_what_changed_meanwhile(ap
 
     # The watch resumed from a compacted resourceVersion got a 410 ERROR event; the watcher listed again.
     assert "watch expired (410)" in log
-    tfjob_lists = [r for r in api.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"
-                   and "watch" not in r["query"]]
+    tfjob_lists = [
+        r for r in api.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs" and "watch" not in r["query"]
+    ]
     assert len(tfjob_lists) == 2, tfjob_lists
     assert sent(receiver) == [("add", "new"), ("delete", "gone"), ("update", "changed")]
     [delete] = [e for e in receiver.events if e["type"].endswith(".delete")]
@@ -191,8 +216,9 @@ def test_the_watcher_keeps_identities_not_bodies_and_one_index_across_relists(ap
         seed(api, f"big-{i:04d}", finished=False, padding=padding)
     kube = KubeClient(config.new_client_from_config(config_file=str(api.kubeconfig)), component="watch")
     stop = threading.Event()
-    kind_watcher = watch.KindWatcher(kube, TFJOB, watch.EventPoster("http://127.0.0.1:9", kube.host, stop), stop,
-                                     page_size=100)
+    kind_watcher = watch.KindWatcher(
+        kube, TFJOB, watch.EventPoster("http://127.0.0.1:9", kube.host, stop), stop, page_size=100
+    )
     ours = [tracemalloc.Filter(True, module.__file__, all_frames=True) for module in (watch, kube_client)]
 
     def kept() -> int:
@@ -224,8 +250,10 @@ def test_health_fails_when_a_kinds_loop_has_stopped_and_names_it(api):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}"
         health = requests.get(f"{url}/healthz", timeout=5)
-        assert (health.status_code, health.json()) == (503, {"status": "stopped",
-                                                              "kinds": {"kubeflow.org/v1/TFJob": "stopped"}})
+        assert (health.status_code, health.json()) == (
+            503,
+            {"status": "stopped", "kinds": {"kubeflow.org/v1/TFJob": "stopped"}},
+        )
         assert requests.get(f"{url}/readyz", timeout=5).status_code == 503
         assert requests.get(f"{url}/metrics", timeout=5).status_code == 404
     finally:
@@ -249,14 +277,19 @@ def test_bookmarks_keep_a_quiet_kinds_watch_resumable_after_compaction(tmp_path,
             wait_for(lambda: kind_watcher.listed and server.store.open_watches >= 1, what="the watcher to watch")
             latest = 0
             for i in range(5):
-                made = seed_object(server.store, {"apiVersion": "v1", "kind": "ConfigMap",
-                                                  "metadata": {"name": f"other-{i}", "namespace": NS}})
+                made = seed_object(
+                    server.store,
+                    {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"other-{i}", "namespace": NS}},
+                )
                 latest = int(made["metadata"]["resourceVersion"])
             wait_for(lambda: int(kind_watcher.resource_version or 0) >= latest, what="a BOOKMARK past the changes")
             server.compact()
             server.close_watches()
-            tfjob_watches = lambda: [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"  # noqa: E731
-                                     and r["query"].get("watch") == "true"]
+            tfjob_watches = lambda: [  # noqa: E731
+                r
+                for r in server.requests("GET")
+                if r["path"] == "/apis/kubeflow.org/v1/tfjobs" and r["query"].get("watch") == "true"
+            ]
             wait_for(lambda: len(tfjob_watches()) >= 2, what="the watch to be opened again")
             seed(server, "after", finished=False)  # through the resumed watch (or, were it refused, a relist)
             wait_for(lambda: ("add", "after") in sent(receiver), what="the next TFJob's event")
@@ -264,8 +297,11 @@ def test_bookmarks_keep_a_quiet_kinds_watch_resumable_after_compaction(tmp_path,
             stop.set()
             server.close_watches()
             thread.join(timeout=10)
-        lists = [r for r in server.requests("GET") if r["path"] == "/apis/kubeflow.org/v1/tfjobs"
-                 and "watch" not in r["query"]]
+        lists = [
+            r
+            for r in server.requests("GET")
+            if r["path"] == "/apis/kubeflow.org/v1/tfjobs" and "watch" not in r["query"]
+        ]
         assert len(lists) == 1, "resumed from the bookmark: no second LIST"
         assert int(tfjob_watches()[1]["query"]["resourceVersion"]) >= latest
     finally:
@@ -277,19 +313,36 @@ def test_a_probe_port_already_taken_stops_the_watcher_at_start_naming_it(api):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "jobttl", "watch", "--sink", "http://127.0.0.1:9", "--host",
-                               "127.0.0.1", "--port", str(port)], env={**os.environ,
-                                                                      "KUBECONFIG": str(api.kubeconfig)},
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "jobttl",
+                "watch",
+                "--sink",
+                "http://127.0.0.1:9",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            env={**os.environ, "KUBECONFIG": str(api.kubeconfig)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     assert done.returncode == 2, done.stderr
     assert f"--port {port}: cannot serve the probes there" in done.stderr
 
 
-@pytest.mark.parametrize("status, announced", [
-    (finished_status(1_700_000_000), True),
-    (running_status(1_700_000_000), False),
-    ({"conditions": {"type": "Succeeded"}}, True),  # unreadable: sent, for the sink to report (it deletes nothing)
-])
+@pytest.mark.parametrize(
+    "status, announced",
+    [
+        (finished_status(1_700_000_000), True),
+        (running_status(1_700_000_000), False),
+        ({"conditions": {"type": "Succeeded"}}, True),  # unreadable: sent, for the sink to report (it deletes nothing)
+    ],
+)
 def test_what_the_first_list_counts_as_finished(status, announced):
     assert watch.finished(TFJOB, {**tfjob("x"), "status": status}) is announced
 

@@ -47,8 +47,10 @@ def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, wa
     obj = cluster.create("w1", ttl=60)
     finished = cluster.set_status("w1", finished_status(time.time()))
     cluster.delete_now("w1")
-    wait_for(lambda: [t for t, *_ in watched.of(cluster.namespace)] == ["add", "update", "delete"],
-             what="add, update and delete events")
+    wait_for(
+        lambda: [t for t, *_ in watched.of(cluster.namespace)] == ["add", "update", "delete"],
+        what="add, update and delete events",
+    )
 
     add, update, delete = [e for e in watched.events if e["data"]["metadata"]["namespace"] == cluster.namespace]
     assert update["data"]["status"] == finished["status"]
@@ -57,7 +59,11 @@ def test_add_update_delete_arrive_as_apiserversource_events(cluster: Cluster, wa
     assert headers["ce-source"] == cluster.emulator.url
     assert headers["ce-subject"] == f"/apis/kubeflow.org/v1/namespaces/{cluster.namespace}/tfjobs/w1"
     assert (headers["ce-kind"], headers["ce-apiversion"], headers["ce-name"], headers["ce-namespace"]) == (
-        "TFJob", "kubeflow.org/v1", "w1", cluster.namespace)
+        "TFJob",
+        "kubeflow.org/v1",
+        "w1",
+        cluster.namespace,
+    )
     assert headers["content-type"] == "application/json"
     assert add["data"]["metadata"]["uid"] == obj["metadata"]["uid"] == delete["data"]["metadata"]["uid"]
     assert len({e["headers"]["ce-id"] for e in (add, update, delete)}) == 3
@@ -85,8 +91,12 @@ def test_a_dropped_watch_resumes_without_missing_or_replaying_changes(cluster: C
 
     wait_for(lambda: len(watched.of(cluster.namespace)) >= 4, what="the changes made across the reconnect")
     seen = watched.of(cluster.namespace)
-    assert [(t, n) for t, n, _ in seen] == [("add", "before"), ("add", "during"), ("update", "before"),
-                                            ("add", "after")]
+    assert [(t, n) for t, n, _ in seen] == [
+        ("add", "before"),
+        ("add", "during"),
+        ("update", "before"),
+        ("add", "after"),
+    ]
     assert len(set(seen)) == len(seen), "no change was delivered twice"
 
 
@@ -109,6 +119,7 @@ def test_a_watcher_process_feeds_the_real_sink(cluster: Cluster, stack_env, sink
 def test_a_kind_the_cluster_does_not_serve_is_reported_once_not_in_a_loop(emulator, monkeypatch, caplog):
     """RayJob on a cluster without KubeRay: one warning, then a quiet look every NOT_SERVED_RECHECK."""
     from jobttl.core.domain.kinds.registry import BUILTIN_KINDS
+
     rayjob = next(k for k in BUILTIN_KINDS if k.kind == "RayJob")
     monkeypatch.setattr(watch, "NOT_SERVED_RECHECK", 0.05)
     kube = KubeClient(config.new_client_from_config(config_file=str(emulator.kubeconfig)), component="watch")
@@ -146,10 +157,13 @@ class _Answers(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.parametrize("statuses, delivered", [
-    ([401, 403], True),  # a token being rotated, a sink's auth being fixed: tried again, not dropped
-    ([422], False),  # an event the sink can never take: said, and not sent again
-])
+@pytest.mark.parametrize(
+    "statuses, delivered",
+    [
+        ([401, 403], True),  # a token being rotated, a sink's auth being fixed: tried again, not dropped
+        ([422], False),  # an event the sink can never take: said, and not sent again
+    ],
+)
 def test_the_watcher_retries_what_the_sink_may_take_later_and_drops_only_what_it_never_will(statuses, delivered):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Answers)
     server.statuses, server.seen = list(statuses), []

@@ -43,14 +43,21 @@ class Bench:
         self.kube = kube
         self.namespace = f"pods-{uuid.uuid4().hex[:8]}"
         self.rate_key = f"test:rate:{uuid.uuid4().hex[:8]}"
-        settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(kube.kubeconfig),
-                                      "JOBTTL_QUEUE": queue, "JOBTTL_POLICY": str(directory / "policy.yaml"),
-                                      "JOBTTL_DELETE_RATE": "0", "JOBTTL_RESYNC_INTERVAL": "0",
-                                      "JOBTTL_API_TIMEOUT": "10",
-                                      # Not the review's tests (tests/worker/test_first_run_review.py): its
-                                      # record is read from Redis, which an earlier test of this process
-                                      # may have left there, holding this bench's overdue stages.
-                                      "JOBTTL_FIRST_RUN_REVIEW": "off"})
+        settings = Settings.from_env(
+            {
+                "JOBTTL_REDIS_URL": redis_server.url,
+                "KUBECONFIG": str(kube.kubeconfig),
+                "JOBTTL_QUEUE": queue,
+                "JOBTTL_POLICY": str(directory / "policy.yaml"),
+                "JOBTTL_DELETE_RATE": "0",
+                "JOBTTL_RESYNC_INTERVAL": "0",
+                "JOBTTL_API_TIMEOUT": "10",
+                # Not the review's tests (tests/worker/test_first_run_review.py): its
+                # record is read from Redis, which an earlier test of this process
+                # may have left there, holding this bench's overdue stages.
+                "JOBTTL_FIRST_RUN_REVIEW": "off",
+            }
+        )
         self.ctx = WorkerGraph.from_settings(settings)
         self.ctx.rate_limit = RateLimit(self.ctx.redis, rate, key=self.rate_key)
         self.redis = self.ctx.redis
@@ -64,25 +71,45 @@ class Bench:
 
     def pod(self, name: str, owner: dict) -> dict:
         meta = owner["metadata"]
-        return seed_object(self.kube.store, {
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": self.namespace, "labels": {POD_LABEL: meta["name"]},
-                         "ownerReferences": [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
-                                              "name": meta["name"], "uid": meta["uid"], "controller": True,
-                                              "blockOwnerDeletion": True}]},
-            "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
-            "status": {"phase": "Succeeded"}})
+        return seed_object(
+            self.kube.store,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": name,
+                    "namespace": self.namespace,
+                    "labels": {POD_LABEL: meta["name"]},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": owner["apiVersion"],
+                            "kind": owner["kind"],
+                            "name": meta["name"],
+                            "uid": meta["uid"],
+                            "controller": True,
+                            "blockOwnerDeletion": True,
+                        }
+                    ],
+                },
+                "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
+                "status": {"phase": "Succeeded"},
+            },
+        )
 
     def pods(self) -> list[str]:
         return sorted(p["metadata"]["name"] for p in self.kube.store.list(POD, self.namespace)["items"])
 
     def pod_deletes(self) -> list[str]:
-        return [r["path"].rsplit("/", 1)[1] for r in
-                self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/pods/")]
+        return [
+            r["path"].rsplit("/", 1)[1]
+            for r in self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/pods/")
+        ]
 
     def job_deletes(self) -> list[str]:
-        return [r["path"].rsplit("/", 1)[1] for r in
-                self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/tfjobs/")]
+        return [
+            r["path"].rsplit("/", 1)[1]
+            for r in self.kube.requests("DELETE", path_contains=f"/namespaces/{self.namespace}/tfjobs/")
+        ]
 
     def job_gets(self, name: str) -> int:
         path = f"/namespaces/{self.namespace}/tfjobs/{name}"
@@ -95,8 +122,9 @@ class Bench:
         """Change the job in the store, as its controller (`status`) or a user would."""
         obj = self.kube.store.get(_tfjobs(self.kube), self.namespace, name)
         change(obj)
-        return self.kube.store.replace(_tfjobs(self.kube), self.namespace, name, obj,
-                                       subresource="status" if status else None)
+        return self.kube.store.replace(
+            _tfjobs(self.kube), self.namespace, name, obj, subresource="status" if status else None
+        )
 
     def annotate(self, name: str, **annotations: str) -> dict:
         return self.update(name, lambda o: o["metadata"].setdefault("annotations", {}).update(annotations))

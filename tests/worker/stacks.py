@@ -60,9 +60,15 @@ class Stack:
         self.redis = self.redis_server.client()
         self.queue = f"q-{name}"
         self.namespace = f"{name}-{uuid.uuid4().hex[:6]}"
-        self.env = {"JOBTTL_REDIS_URL": self.redis_server.url, "KUBECONFIG": str(emulator.kubeconfig),
-                    "JOBTTL_QUEUE": self.queue, "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0",
-                    "JOBTTL_API_TIMEOUT": "30", **settings}
+        self.env = {
+            "JOBTTL_REDIS_URL": self.redis_server.url,
+            "KUBECONFIG": str(emulator.kubeconfig),
+            "JOBTTL_QUEUE": self.queue,
+            "JOBTTL_RESYNC_INTERVAL": "0",
+            "JOBTTL_DELETE_RATE": "0",
+            "JOBTTL_API_TIMEOUT": "30",
+            **settings,
+        }
         # Booked as the sink books them: the same retries and job timeout.
         settings = Settings.from_env(self.env)
         self.schedule = Schedule.from_settings(self.redis, settings)
@@ -74,8 +80,12 @@ class Stack:
     def book(self, prefix: str, count: int, due: int) -> list[dict]:
         """`count` TFJobs that finished a minute ago, their deletions booked for `due` (whole seconds)."""
         finished = int(time.time()) - 60
-        objects = [seed_object(self.emulator.store, job_object(TFJOB, f"{prefix}-{i}", self.namespace, at=finished,
-                                                               ttl=due - finished)) for i in range(count)]
+        objects = [
+            seed_object(
+                self.emulator.store, job_object(TFJOB, f"{prefix}-{i}", self.namespace, at=finished, ttl=due - finished)
+            )
+            for i in range(count)
+        ]
         for obj in objects:
             assert self.reconciler.reconcile(obj, TFJOB, "test").due == due
         return objects
@@ -93,8 +103,12 @@ class Stack:
     # --- processes -----------------------------------------------------------------------------
     def worker(self, label: str, **env: str) -> JobttlProcess:
         port = free_port()
-        process = JobttlProcess(["worker"], {**self.env, "JOBTTL_WORKER_METRICS_PORT": str(port), **env},
-                                self.log_dir, f"{self.name}-{label}").start()
+        process = JobttlProcess(
+            ["worker"],
+            {**self.env, "JOBTTL_WORKER_METRICS_PORT": str(port), **env},
+            self.log_dir,
+            f"{self.name}-{label}",
+        ).start()
         self.workers.append(process)
         self.ports[process] = port
         return process
@@ -105,13 +119,22 @@ class Stack:
 
     def metrics(self, worker: JobttlProcess) -> dict[tuple[str, tuple], float]:
         text = requests.get(f"http://127.0.0.1:{self.ports[worker]}/metrics", timeout=2).text
-        return {(s.name, tuple(sorted(s.labels.items()))): s.value
-                for family in text_string_to_metric_families(text) for s in family.samples}
+        return {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
 
     def status(self) -> dict:
         """`jobttl status --json`, as an operator runs it (with the right clock)."""
-        done = subprocess.run([sys.executable, "-m", "jobttl", "status", "--json"], env={**self.env, "PATH": "/usr/bin:/bin"},
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, "-m", "jobttl", "status", "--json"],
+            env={**self.env, "PATH": "/usr/bin:/bin"},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode in (0, 1), done.stderr
         return json.loads(done.stdout)
 

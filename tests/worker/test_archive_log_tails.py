@@ -58,7 +58,7 @@ def test_the_archive_keeps_at_least_the_last_n_kib_whatever_the_lines_length(ben
         # The whole lines covering the last 16 KiB: 16,384 (16), 16,388 (68), 16,510 (130),
         # 16,500 (500), 20,000 (5,000) bytes.
         assert len(kept) == expected_kept(line_bytes, keep) >= keep, pod
-        assert log.endswith(kept) and log[-len(kept) - 1:-len(kept)] == b"\n", f"{pod}: whole lines, the log's end"
+        assert log.endswith(kept) and log[-len(kept) - 1 : -len(kept)] == b"\n", f"{pod}: whole lines, the log's end"
         assert entries[pod]["bytes"] == len(kept) and entries[pod]["truncated"] is True
         # The first answer (16,384 lines, capped at 64 KiB) is cut; the second is sized from it.
         asked = log_requests(bench, pod)
@@ -77,10 +77,12 @@ def test_a_log_shorter_than_n_kib_is_kept_whole_after_one_request(bench):
 
 def test_lines_longer_than_n_kib_keep_exactly_the_last_n_kib(bench):
     keep = 1024
-    logs = {"lines-5000": uniform_log(5000, 100_000),
-            # One line longer than the cap (4 KiB): no count of lines fits under it, so the last
-            # request streams that line uncapped and keeps only its end.
-            "one-long-line": b"start\n" + b"".join(b"%07d " % i for i in range(20_000)) + b"\n"}
+    logs = {
+        "lines-5000": uniform_log(5000, 100_000),
+        # One line longer than the cap (4 KiB): no count of lines fits under it, so the last
+        # request streams that line uncapped and keeps only its end.
+        "one-long-line": b"start\n" + b"".join(b"%07d " % i for i in range(20_000)) + b"\n",
+    }
     folder, index = archive_logs(bench, "long", logs, log_kib=1)
     for pod, log in logs.items():
         kept = (folder / "logs" / pod / "tensorflow.log").read_bytes()

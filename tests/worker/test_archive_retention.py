@@ -22,8 +22,11 @@ def write(store, name, at, size):
 def test_retention_by_age_then_by_size(tmp_path, redis):
     store = DirectoryStore(str(tmp_path))
     now = time.time()
-    ancient, old, new = write(store, "a", now - 40 * 86400, 10), write(store, "b", now - 2 * 86400, 1000), \
-        write(store, "c", now, 1000)
+    ancient, old, new = (
+        write(store, "a", now - 40 * 86400, 10),
+        write(store, "b", now - 2 * 86400, 1000),
+        write(store, "c", now, 1000),
+    )
     removed = prune(store, ArchiveStore(str(tmp_path), retention=30 * 86400, max_bytes=1800), Audit(redis), now=now)
     assert removed == [ancient, old]
     assert [s.folder for s in store.stored()] == [new]
@@ -42,6 +45,7 @@ def test_the_archive_of_a_volcano_job_is_told_from_a_batch_jobs_of_the_same_name
         contents.files[archive.INDEX] = archive.index(ref, contents, at, "job", archive.ArchivePlan())
         store.write(archive.folder(ref), contents.files)
         return archive.folder(ref)
+
     batch, volcano = archived("batch/v1", now - 60), archived("batch.volcano.sh/v1alpha1", now)
     assert latest(store, "research", "twin")[0] == volcano  # any kind: the newest
     assert latest(store, "research", "twin", "Job")[0] == batch

@@ -113,8 +113,14 @@ print(time.time(), *queue.get(timeout=10))
 
 def test_libfaketime_shifts_the_wall_clock_of_a_process_and_of_what_it_forks():
     """As RQ forks its scheduler (multiprocessing's fork context), and as RQ reads the time."""
-    done = subprocess.run([sys.executable, "-c", FORKED], env={**faketime("+30d"), "PATH": "/usr/bin:/bin"},
-                          cwd=ROOT, capture_output=True, text=True, timeout=30)
+    done = subprocess.run(
+        [sys.executable, "-c", FORKED],
+        env={**faketime("+30d"), "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert done.returncode == 0, done.stderr
     parent, child, rq_now = (float(v) for v in done.stdout.split())
     true_now = time.time()
@@ -123,6 +129,7 @@ def test_libfaketime_shifts_the_wall_clock_of_a_process_and_of_what_it_forks():
 
 
 # --- skewed while running: the clock jumps, and comes back ---------------------------------------
+
 
 # Slow (`make e2e`): the worker must notice the jump, give up the scheduler, outlast the soon
 # jobs' due time, notice the clock back and take the scheduler again, each at its own pace
@@ -140,11 +147,16 @@ def test_a_clock_that_jumps_30_days_ahead_stops_deletions_until_it_is_back(jump)
     jump.clock_file.write_text("+30d\n")
     # The first reading after the jump may be Redis's alone (an API request in flight across
     # the jump is not a reading): "Redis's clock is off", until the next API answer says whose.
-    wait_for(lambda: stack.readyz(worker)[0] == 503 and "this host's clock" in stack.readyz(worker)[1]["problem"],
-             timeout=20, what="/readyz to report this host's skew")
+    wait_for(
+        lambda: stack.readyz(worker)[0] == 503 and "this host's clock" in stack.readyz(worker)[1]["problem"],
+        timeout=20,
+        what="/readyz to report this host's skew",
+    )
     assert abs(stated_skew(stack.readyz(worker)[1]["problem"]) - DAYS_30) < 5
     wait_for(lambda: stack.redis.get(lock) is None, timeout=20, what="the skewed worker to give up the scheduler")
-    wait_for(lambda: measured_after(stack, soon_due + 5), timeout=40, what="a clock reading after the soon jobs' due time")
+    wait_for(
+        lambda: measured_after(stack, soon_due + 5), timeout=40, what="a clock reading after the soon jobs' due time"
+    )
     assert stack.deleted("") == {"warm-0"}, "nothing is deleted while the clock is 30 days ahead"
     problems = stack.status()["clockProblems"]
     [problem] = problems.values()
@@ -154,8 +166,11 @@ def test_a_clock_that_jumps_30_days_ahead_stops_deletions_until_it_is_back(jump)
     jump.clock_file.write_text("+0\n")
     wait_for(lambda: stack.readyz(worker)[0] == 200, timeout=30, what="the worker to see its clock agree again")
     wait_for(lambda: stack.redis.get(lock), timeout=30, what="the worker to schedule again")
-    wait_for(lambda: stack.deleted("soon") == {o["metadata"]["name"] for o in soon}, timeout=60,
-             what="the soon jobs (due while the clock was wrong) to be deleted once it is right")
+    wait_for(
+        lambda: stack.deleted("soon") == {o["metadata"]["name"] for o in soon},
+        timeout=60,
+        what="the soon jobs (due while the clock was wrong) to be deleted once it is right",
+    )
     late = max(r["time"] for r in stack.deletes("soon")) - soon_due
     print(f"jump: soon jobs deleted {late:.1f}s after due, {time.time() - back:.1f}s after the clock came back")
     assert stack.deleted("week") == set()
@@ -165,6 +180,7 @@ def test_a_clock_that_jumps_30_days_ahead_stops_deletions_until_it_is_back(jump)
 
 
 # --- skewed from the start ---------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", SKEWS)
 def test_a_skewed_worker_says_so_in_readyz_metrics_and_status(scenarios, name):
@@ -194,8 +210,11 @@ def test_a_skewed_worker_says_so_in_readyz_metrics_and_status(scenarios, name):
 def test_a_skewed_worker_alone_deletes_nothing(scenarios, name):
     scenario = scenarios[name]
     stack = scenario.stack
-    wait_for(lambda: measured_after(stack, scenario.soon_due + 5), timeout=60,
-             what="the skewed worker to measure its clock after the soon jobs were due")
+    wait_for(
+        lambda: measured_after(stack, scenario.soon_due + 5),
+        timeout=60,
+        what="the skewed worker to measure its clock after the soon jobs were due",
+    )
     assert stack.deletes() == [], "a worker on a wrong clock deletes nothing, not even what is due"
     assert stack.pending() == 53
 
@@ -210,10 +229,16 @@ def test_an_honest_worker_next_to_the_skewed_ones_deletes_on_time(scenarios):
         scenario.stack.book("ontime", 2, on_time_due)
     for name, scenario in starts.items():
         stack = scenario.stack
-        wait_for(lambda: stack.deleted("soon") == {"soon-0", "soon-1", "soon-2"}, timeout=40,
-                 what=f"{name}: the honest worker to delete the overdue jobs")
-        wait_for(lambda: stack.deleted("ontime") == {"ontime-0", "ontime-1"}, timeout=40,
-                 what=f"{name}: the honest worker to delete the jobs due now")
+        wait_for(
+            lambda: stack.deleted("soon") == {"soon-0", "soon-1", "soon-2"},
+            timeout=40,
+            what=f"{name}: the honest worker to delete the overdue jobs",
+        )
+        wait_for(
+            lambda: stack.deleted("ontime") == {"ontime-0", "ontime-1"},
+            timeout=40,
+            what=f"{name}: the honest worker to delete the jobs due now",
+        )
         lateness = [r["time"] - on_time_due for r in stack.deletes("ontime")]
         print(f"{name}: on-time deletions {', '.join(f'{s:.2f}s' for s in lateness)} after due")
         assert all(-0.01 <= s < 3 for s in lateness), lateness

@@ -31,8 +31,13 @@ HELD = 30.0
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    stack = OwnStack(tmp_path_factory.mktemp("races"), "races", gc_delay=0.1, resources=(POD,),
-                     JOBTTL_API_TIMEOUT=str(int(HELD) + 15))
+    stack = OwnStack(
+        tmp_path_factory.mktemp("races"),
+        "races",
+        gc_delay=0.1,
+        resources=(POD,),
+        JOBTTL_API_TIMEOUT=str(int(HELD) + 15),
+    )
     yield stack
     stack.stop()
 
@@ -51,8 +56,9 @@ def test_an_operator_cancel_during_the_deletion_is_heeded(stack):
     ns = f"cancel-{uuid.uuid4().hex[:6]}"
     obj = finished(stack, ns, "precious", ttl=60, at=time.time() - 3600)
     answer = threading.Event()
-    held = stack.emulator.add_fault(verb="get", delay=HELD, count=1, gate=answer,
-                                    path_contains=f"/namespaces/{ns}/tfjobs/precious")
+    held = stack.emulator.add_fault(
+        verb="get", delay=HELD, count=1, gate=answer, path_contains=f"/namespaces/{ns}/tfjobs/precious"
+    )
     stack.book(obj, TFJOB)
     try:
         # The run has begun (its claim taken) and is reading the object.
@@ -61,9 +67,14 @@ def test_an_operator_cancel_during_the_deletion_is_heeded(stack):
         stack.jobttl("cancel", f"{ns}/precious")
     finally:
         answer.set()
-    wait_for(lambda: "kept-by-operator" in str(stack.history(ns, "precious")[-1:]) and
-             stack.redis.get(keys.claim(obj["metadata"]["uid"])) is None, timeout=60,
-             what="the worker to finish with the operator's word")
+    wait_for(
+        lambda: (
+            "kept-by-operator" in str(stack.history(ns, "precious")[-1:])
+            and stack.redis.get(keys.claim(obj["metadata"]["uid"])) is None
+        ),
+        timeout=60,
+        what="the worker to finish with the operator's word",
+    )
     assert stack.deletes(ns) == [], "kept by the operator"
     assert "delete-requested" not in events(stack, ns, "precious")
 
@@ -80,7 +91,9 @@ def test_the_same_rq_job_enqueued_twice_deletes_once_and_records_once(stack):
     assert len(stack.deletes(ns)) == 1
     wait_for(lambda: stack.redis.llen(f"rq:queue:{stack.name}") == 0, timeout=10, what="both copies to run")
     assert [e for e in events(stack, ns, "doubled") if e in ("cancelled", "delete-requested", "deleted")] == [
-        "delete-requested", "deleted"], "the second run changes nothing and records nothing"
+        "delete-requested",
+        "deleted",
+    ], "the second run changes nothing and records nothing"
 
 
 def test_a_run_that_died_after_its_delete_is_recorded_as_a_deletion_by_the_next(stack):
@@ -89,11 +102,20 @@ def test_a_run_that_died_after_its_delete_is_recorded_as_a_deletion_by_the_next(
     obj = finished(stack, ns, "orphaned", ttl=60, at=time.time() - 3600)
     ref = JobRef.of(obj)
     # As a dead run leaves it: its intent written, its DELETE made, nothing recorded.
-    stack.redis.set(keys.intent(ref.uid), jsoncodec.dumps_str({"uid": ref.uid, "at": time.time(),
-                                                               "resourceVersion": obj["metadata"]["resourceVersion"],
-                                                               "object": {"metadata": {}, "status": obj["status"]}}))
-    stack.custom.delete_namespaced_custom_object("kubeflow.org", "v1", ns, "tfjobs", "orphaned",
-                                                 body={"propagationPolicy": "Background"})
+    stack.redis.set(
+        keys.intent(ref.uid),
+        jsoncodec.dumps_str(
+            {
+                "uid": ref.uid,
+                "at": time.time(),
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "object": {"metadata": {}, "status": obj["status"]},
+            }
+        ),
+    )
+    stack.custom.delete_namespaced_custom_object(
+        "kubeflow.org", "v1", ns, "tfjobs", "orphaned", body={"propagationPolicy": "Background"}
+    )
     stack.book(obj, TFJOB)
     wait_for(lambda: "deleted" in events(stack, ns, "orphaned"), timeout=20, what="the deletion to be recorded")
     assert "cancelled" not in events(stack, ns, "orphaned")
@@ -133,20 +155,43 @@ def test_a_pods_stage_the_policy_no_longer_has_is_cancelled_not_run(stack):
     ns = f"podttl-{uuid.uuid4().hex[:6]}"
     obj = finished(stack, ns, "staged", ttl=3600, at=time.time() - 60)
     ref = JobRef.of(obj)
-    pods = [seed_object(stack.emulator.store, {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"staged-worker-{i}", "namespace": ns, "labels": {TFJOB.pod_label: "staged"},
-                     "ownerReferences": [{"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "staged",
-                                          "uid": ref.uid, "controller": True}]},
-        "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]}}) for i in range(2)]
+    pods = [
+        seed_object(
+            stack.emulator.store,
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {
+                    "name": f"staged-worker-{i}",
+                    "namespace": ns,
+                    "labels": {TFJOB.pod_label: "staged"},
+                    "ownerReferences": [
+                        {
+                            "apiVersion": "kubeflow.org/v1",
+                            "kind": "TFJob",
+                            "name": "staged",
+                            "uid": ref.uid,
+                            "controller": True,
+                        }
+                    ],
+                },
+                "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
+            },
+        )
+        for i in range(2)
+    ]
     stack.book(obj, TFJOB, policy=parse_policy({"podTTL": "1s"}))
     assert stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is not None
-    wait_for(lambda: stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None, timeout=20,
-             what="the worker to cancel the stage")
+    wait_for(
+        lambda: stack.redis.zscore(keys.PENDING_INDEX, member_for(ref.uid, PODS_STAGE)) is None,
+        timeout=20,
+        what="the worker to cancel the stage",
+    )
     cancelled = [e for e in stack.history(ns, "staged") if e["event"] == "cancelled"]
     assert [(e.get("stage"), e.get("reason")) for e in cancelled] == [("pods", "stage-not-in-policy")]
     assert stack.redis.zscore(keys.PENDING_INDEX, ref.uid) is not None, "the job's own deletion stays"
     assert stack.deletes(ns) == []
     left = stack.core.list_namespaced_pod(ns).items
     assert sorted((p.metadata.name, p.metadata.uid) for p in left) == sorted(
-        (p["metadata"]["name"], p["metadata"]["uid"]) for p in pods), "its pods are left alone"
+        (p["metadata"]["name"], p["metadata"]["uid"]) for p in pods
+    ), "its pods are left alone"

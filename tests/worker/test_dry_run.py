@@ -31,6 +31,7 @@ def stacks(emulator, tmp_path):
         path.write_text(policy)
         started.append(Stack(name, emulator, tmp_path, JOBTTL_POLICY=str(path)))
         return started[-1]
+
     yield stack
     for s in started:
         s.stop()
@@ -47,8 +48,14 @@ def seed(stack: Stack, name: str, rehearsal: bool = False, ago: float = HOUR, tt
 
 
 def jobttl(stack: Stack, *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "jobttl", *args], env={**stack.env, "PATH": "/usr/bin:/bin"},
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env={**stack.env, "PATH": "/usr/bin:/bin"},
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout
 
@@ -88,7 +95,9 @@ def test_a_worker_in_dry_run_reports_what_it_would_delete_by_kind_and_nothing_ov
 
 
 def test_a_rules_dry_run_is_never_overdue_beside_real_deletions(stacks):
-    stack = stacks("rule", 'rules:\n- name: rehearsal\n  selector: {matchLabels: {rehearsal: "true"}}\n  dryRun: true\n')
+    stack = stacks(
+        "rule", 'rules:\n- name: rehearsal\n  selector: {matchLabels: {rehearsal: "true"}}\n  dryRun: true\n'
+    )
     seed(stack, "rehearsed-0", rehearsal=True)
     seed(stack, "rehearsed-1", rehearsal=True)
     seed(stack, "real")
@@ -97,10 +106,16 @@ def test_a_rules_dry_run_is_never_overdue_beside_real_deletions(stacks):
     assert (status["overdue"], status["dryRunWouldDelete"]) == (1, 2)
 
     worker = stack.worker("w")
-    wait_for(lambda: stack.deleted("real") == {"real"} and would_deletes(stack) == 2, timeout=30,
-             what="the real deletion and the 2 would-deletes")
-    wait_for(lambda: stack.metrics(worker)[("jobttl_overdue_deletions", ())] == 0, timeout=10,
-             what="the real deletion to leave the overdue gauge")
+    wait_for(
+        lambda: stack.deleted("real") == {"real"} and would_deletes(stack) == 2,
+        timeout=30,
+        what="the real deletion and the 2 would-deletes",
+    )
+    wait_for(
+        lambda: stack.metrics(worker)[("jobttl_overdue_deletions", ())] == 0,
+        timeout=10,
+        what="the real deletion to leave the overdue gauge",
+    )
     metrics = stack.metrics(worker)
     assert metrics[("jobttl_dry_run_would_delete", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 2
     assert metrics[("jobttl_would_delete_total", (("group", "kubeflow.org"), ("kind", "TFJob")))] == 2

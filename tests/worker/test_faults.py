@@ -75,8 +75,11 @@ def kill(process) -> float:
 
 
 def ready(stack: Stack, workers: int) -> None:
-    wait_for(lambda: len(Worker.all(connection=stack.redis)) == workers and scheduler_holder(stack), timeout=60,
-             what=f"{stack.name}: {workers} worker(s), one holding the scheduler lock")
+    wait_for(
+        lambda: len(Worker.all(connection=stack.redis)) == workers and scheduler_holder(stack),
+        timeout=60,
+        what=f"{stack.name}: {workers} worker(s), one holding the scheduler lock",
+    )
 
 
 def provoke_takeover(stack: Stack) -> Provoked:
@@ -93,8 +96,11 @@ def provoke_abandon(stack: Stack, emulator) -> Provoked:
     emulator.add_fault(verb="delete", delay=20, status=503, count=1, path_contains=f"/namespaces/{stack.namespace}/")
     [obj] = stack.book("abandoned", 1, int(time.time()) + 1)
     job_id = stack.schedule.get(obj["metadata"]["uid"]).job_id
-    wait_for(lambda: not [f for f in emulator.hooks.faults() if stack.namespace in (f["path_contains"] or "")],
-             timeout=30, what="the worker to be inside its DELETE")
+    wait_for(
+        lambda: not [f for f in emulator.hooks.faults() if stack.namespace in (f["path_contains"] or "")],
+        timeout=30,
+        what="the worker to be inside its DELETE",
+    )
     victim = worker_running(stack, job_id)
     provoked = Provoked(stack, kill(victim))
     provoked.details.update(job_id=job_id)
@@ -128,16 +134,22 @@ def provoke_outage(stack: Stack, emulator) -> Provoked:
 @pytest.fixture(scope="module")
 def provoked(emulator, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("faults-logs")
-    stacks = {"takeover": Stack("takeover", emulator, log_dir), "abandon": Stack("abandon", emulator, log_dir),
-              "outage": Stack("outage", emulator, log_dir, persistent=True)}
+    stacks = {
+        "takeover": Stack("takeover", emulator, log_dir),
+        "abandon": Stack("abandon", emulator, log_dir),
+        "outage": Stack("outage", emulator, log_dir, persistent=True),
+    }
     try:
         for name, stack in stacks.items():
             for n in range(1 if name == "outage" else 2):
                 stack.worker(f"w{n}")
         for name, stack in stacks.items():
             ready(stack, 1 if name == "outage" else 2)
-        yield {"takeover": provoke_takeover(stacks["takeover"]), "abandon": provoke_abandon(stacks["abandon"], emulator),
-               "outage": provoke_outage(stacks["outage"], emulator)}
+        yield {
+            "takeover": provoke_takeover(stacks["takeover"]),
+            "abandon": provoke_abandon(stacks["abandon"], emulator),
+            "outage": provoke_outage(stacks["outage"], emulator),
+        }
     finally:
         for stack in stacks.values():
             stack.stop()
@@ -150,9 +162,11 @@ def test_a_redis_outage_of_15_seconds_delays_no_deletion_more_than_30_seconds(pr
     assert outage.details["restarted"] - outage.details["stopped"] >= OUTAGE
     deleted_at = {r["path"].rsplit("/", 1)[1]: r["time"] for r in stack.deletes() if r["status"] == 200}
     lateness = {name: deleted_at[name] - due for name, due in dues.items()}
-    print(f"outage: Redis down {outage.details['restarted'] - outage.details['stopped']:.1f}s; lateness max "
-          f"{max(lateness.values()):.1f}s, mid-deletion one {lateness['inflight-0']:.1f}s; "
-          + ", ".join(f"{n}={s:.1f}" for n, s in sorted(lateness.items(), key=lambda i: dues[i[0]])))
+    print(
+        f"outage: Redis down {outage.details['restarted'] - outage.details['stopped']:.1f}s; lateness max "
+        f"{max(lateness.values()):.1f}s, mid-deletion one {lateness['inflight-0']:.1f}s; "
+        + ", ".join(f"{n}={s:.1f}" for n, s in sorted(lateness.items(), key=lambda i: dues[i[0]]))
+    )
     assert max(lateness.values()) <= LATENESS_BOUND, lateness
     # Each record leaves the index in the worker's FINISH, just after the emulator answers the DELETE.
     wait_for(lambda: stack.pending() == 0, timeout=10, what="every outcome recorded once Redis was back")
@@ -162,8 +176,11 @@ def test_a_redis_outage_of_15_seconds_delays_no_deletion_more_than_30_seconds(pr
 def test_after_the_scheduler_holder_is_killed_another_worker_schedules_within_90_seconds(provoked):
     takeover = provoked["takeover"]
     stack = takeover.stack
-    wait_for(lambda: stack.deleted("probe") == {"probe-0"}, timeout=TAKEOVER_BOUND + 5,
-             what="the surviving worker to schedule the probe deletion")
+    wait_for(
+        lambda: stack.deleted("probe") == {"probe-0"},
+        timeout=TAKEOVER_BOUND + 5,
+        what="the surviving worker to schedule the probe deletion",
+    )
     took = stack.deletes("probe")[0]["time"] - takeover.at
     holder = scheduler_holder(stack)
     print(f"takeover: probe deleted {took:.1f}s after the SIGKILL")
@@ -174,8 +191,11 @@ def test_after_the_scheduler_holder_is_killed_another_worker_schedules_within_90
 def test_a_deletion_abandoned_mid_call_by_a_killed_worker_runs_again_within_3_minutes(provoked):
     abandon = provoked["abandon"]
     stack = abandon.stack
-    wait_for(lambda: stack.deleted("abandoned") == {"abandoned-0"}, timeout=ABANDONED_BOUND + 5,
-             what="the abandoned deletion to run again")
+    wait_for(
+        lambda: stack.deleted("abandoned") == {"abandoned-0"},
+        timeout=ABANDONED_BOUND + 5,
+        what="the abandoned deletion to run again",
+    )
     deletes = stack.deletes("abandoned")
     took = deletes[-1]["time"] - abandon.at
     print(f"abandoned: deleted {took:.1f}s after the SIGKILL; DELETE statuses {[d['status'] for d in deletes]}")

@@ -45,17 +45,26 @@ def ctx(cluster, redis_server, redis, tmp_path):
     redis.flushdb()
     policy = tmp_path / "policy.yaml"
     policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\n")
-    settings = Settings.from_env({"JOBTTL_REDIS_URL": redis_server.url,
-                                  "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
-                                  "JOBTTL_POLICY": str(policy), "JOBTTL_FIRST_RUN_REVIEW": "on",
-                                  "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}", "JOBTTL_RESYNC_INTERVAL": "0"})
+    settings = Settings.from_env(
+        {
+            "JOBTTL_REDIS_URL": redis_server.url,
+            "KUBECONFIG": str(cluster.kubeconfig),
+            "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
+            "JOBTTL_POLICY": str(policy),
+            "JOBTTL_FIRST_RUN_REVIEW": "on",
+            "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}",
+            "JOBTTL_RESYNC_INTERVAL": "0",
+        }
+    )
     return WorkerGraph.from_settings(settings)
 
 
 def old_jobs(cluster, kind, count: int, prefix: str) -> list[dict]:
     namespace = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    return [seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, at=time.time() - MONTH))
-            for i in range(count)]
+    return [
+        seed_object(cluster.store, job_object(kind, f"{prefix}-{i}", namespace, at=time.time() - MONTH))
+        for i in range(count)
+    ]
 
 
 def test_a_resync_before_any_worker_starts_the_review_and_books_nothing_overdue(ctx, cluster):
@@ -110,10 +119,15 @@ def status_text(ctx) -> str:
 
     from tests.services import ROOT
 
-    env = {"JOBTTL_REDIS_URL": ctx.settings.redis_url, "JOBTTL_QUEUE": ctx.settings.queue_name, "PATH": "/usr/bin:/bin",
-           "COLUMNS": "400"}
-    done = subprocess.run([sys.executable, "-m", "jobttl", "status"], env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=60)
+    env = {
+        "JOBTTL_REDIS_URL": ctx.settings.redis_url,
+        "JOBTTL_QUEUE": ctx.settings.queue_name,
+        "PATH": "/usr/bin:/bin",
+        "COLUMNS": "400",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", "status"], env=env, cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     return done.stdout + done.stderr
 
 
@@ -158,17 +172,23 @@ def test_nothing_overdue_at_install_ends_the_review_but_an_unheld_booking_keeps_
 
 
 def test_a_dry_run_install_keeps_the_review_open_and_holds_the_overdue_jobs_when_dry_run_ends(
-        cluster, redis_server, redis, tmp_path):
+    cluster, redis_server, redis, tmp_path
+):
     """Found in review: with dry run on, overdue jobs became dry-run records, the resync held nothing,
     and the review ended by itself ("nothing was due at install"); turning dry run off then deleted
     them, unreviewed."""
     redis.flushdb()
     old = old_jobs(cluster, TFJOB, 2, "dry")
     policy = tmp_path / "policy.yaml"
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig),
-           "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}", "JOBTTL_POLICY": str(policy),
-           "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}",
-           "JOBTTL_RESYNC_INTERVAL": "0"}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JOBTTL_QUEUE": f"review-{uuid.uuid4().hex[:6]}",
+        "JOBTTL_POLICY": str(policy),
+        "JOBTTL_FIRST_RUN_REVIEW": "on",
+        "JOBTTL_NAMESPACE": f"jobttl-{uuid.uuid4().hex[:6]}",
+        "JOBTTL_RESYNC_INTERVAL": "0",
+    }
     policy.write_text("ttl: 7d\nkinds: [TFJob, Job]\ndryRun: true\n")
     dry = WorkerGraph.from_settings(Settings.from_env(env))
     report = resync.run(dry)
@@ -177,8 +197,9 @@ def test_a_dry_run_install_keeps_the_review_open_and_holds_the_overdue_jobs_when
     live = WorkerGraph.from_settings(Settings.from_env(env))
     report = resync.run(live)
     assert report.queued_now == 0 and report.first_run_held == 2, report
-    assert {h.ref.name for h in HeldDeletions(live.redis).all() if h.by == FIRST_RUN} == \
-        {o["metadata"]["name"] for o in old}
+    assert {h.ref.name for h in HeldDeletions(live.redis).all() if h.by == FIRST_RUN} == {
+        o["metadata"]["name"] for o in old
+    }
 
 
 def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluster, redis_server, tmp_path):
@@ -189,16 +210,31 @@ def test_a_worker_facing_a_broken_install_record_stops_at_start_naming_it(cluste
     from jobttl.core.kube.client import KubeClient, load_api_client
     from tests.services import ROOT
 
-    KubeClient(load_api_client(str(cluster.kubeconfig))).create_configmap("jobttl", CONFIGMAP,
-                                                                        {"installedAt": "last tuesday"})
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(cluster.kubeconfig), "JOBTTL_NAMESPACE": "jobttl",
-           "JOBTTL_FIRST_RUN_REVIEW": "on", "JOBTTL_WORKER_METRICS_PORT": "0", "JOBTTL_QUEUE": "broken-record",
-           "PATH": "/usr/bin:/bin"}
-    done = subprocess.run([sys.executable, "-m", "jobttl", "worker", "--burst"], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=60)
+    KubeClient(load_api_client(str(cluster.kubeconfig))).create_configmap(
+        "jobttl", CONFIGMAP, {"installedAt": "last tuesday"}
+    )
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "JOBTTL_NAMESPACE": "jobttl",
+        "JOBTTL_FIRST_RUN_REVIEW": "on",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+        "JOBTTL_QUEUE": "broken-record",
+        "PATH": "/usr/bin:/bin",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", "worker", "--burst"],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2, done.stderr
-    assert "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): " \
-           "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
+    assert (
+        "configuration error: the install record (ConfigMap jobttl/jobttl-install, JOBTTL_NAMESPACE): "
+        "ConfigMap jobttl/jobttl-install: data.installedAt: not an RFC 3339 time: 'last tuesday'" in done.stderr
+    )
 
 
 def test_a_confirmation_that_cannot_write_the_install_record_releases_nothing_and_says_why(ctx, cluster):

@@ -40,8 +40,14 @@ def stack(tmp_path_factory):
 
 def context(stack, **settings) -> WorkerGraph:
     emulator, redis_server, _ = stack
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": "follow",
-           "JOBTTL_DELETE_RATE": "0", "JOBTTL_STUCK_AFTER": "1h", **settings}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_QUEUE": "follow",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_STUCK_AFTER": "1h",
+        **settings,
+    }
     return WorkerGraph.from_settings(Settings.from_env(env))
 
 

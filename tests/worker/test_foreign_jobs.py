@@ -36,10 +36,16 @@ def worker(emulator, redis_server, tmp_path, queue_name):
     planted.mkdir()
     (planted / "jobttl_planted.py").write_text(PLANTED.format(marker=str(tmp_path / "imported")))
     port = free_port()
-    env = {"JOBTTL_REDIS_URL": redis_server.url, "KUBECONFIG": str(emulator.kubeconfig), "JOBTTL_QUEUE": queue_name,
-           "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": str(port),
-           # The planted module is importable by the worker: only jobttl's refusal keeps it out.
-           "PYTHONPATH": str(planted)}
+    env = {
+        "JOBTTL_REDIS_URL": redis_server.url,
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_QUEUE": queue_name,
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": str(port),
+        # The planted module is importable by the worker: only jobttl's refusal keeps it out.
+        "PYTHONPATH": str(planted),
+    }
     process = JobttlProcess(["worker"], env, tmp_path, "worker").start()
     yield process, f"http://127.0.0.1:{port}/metrics"
     process.stop()
@@ -50,8 +56,15 @@ def foreign_jobs(metrics_url: str) -> float | None:
         text = requests.get(metrics_url, timeout=2).text
     except requests.ConnectionError:
         return None
-    return next((s.value for f in text_string_to_metric_families(text) for s in f.samples
-                 if s.name == "jobttl_foreign_jobs_total"), None)
+    return next(
+        (
+            s.value
+            for f in text_string_to_metric_families(text)
+            for s in f.samples
+            if s.name == "jobttl_foreign_jobs_total"
+        ),
+        None,
+    )
 
 
 def ended(job: Job) -> str | None:
@@ -73,8 +86,13 @@ def test_a_job_jobttl_did_not_book_is_failed_without_importing_anything(worker, 
         # A module outside jobttl: importing it is already running it.
         queue.enqueue("jobttl_planted.run"),
         # jobttl's own task, with someone else's code as its callbacks.
-        queue.enqueue("jobttl.worker.tasks.warn_upcoming", "no-such-uid", 0,
-                      on_failure=Callback("jobttl_planted.run"), on_success=Callback("jobttl_planted.run")),
+        queue.enqueue(
+            "jobttl.worker.tasks.warn_upcoming",
+            "no-such-uid",
+            0,
+            on_failure=Callback("jobttl_planted.run"),
+            on_success=Callback("jobttl_planted.run"),
+        ),
     ]
     ours = queue.enqueue("jobttl.worker.tasks.warn_upcoming", "no-such-uid", 0)
     for job in [*forged, ours]:
@@ -96,8 +114,9 @@ def test_a_job_jobttl_did_not_book_is_failed_without_importing_anything(worker, 
     assert wait_for(lambda: foreign_jobs(metrics_url) == len(forged), timeout=10, what="the counter")
 
 
-def test_the_worker_s_job_class_resolves_nothing_outside_jobttl_s_tasks(redis_server, tmp_path, monkeypatch,
-                                                                          queue_name):
+def test_the_worker_s_job_class_resolves_nothing_outside_jobttl_s_tasks(
+    redis_server, tmp_path, monkeypatch, queue_name
+):
     """The second guard, wherever RQ resolves a stored name without performing the job: an abandoned
     job's failure callback in RQ's registry cleanup, a function asked for directly."""
     import sys
@@ -115,12 +134,14 @@ def test_the_worker_s_job_class_resolves_nothing_outside_jobttl_s_tasks(redis_se
     stored = queue.enqueue(f"{planted}.run")
     with pytest.raises(ForeignJob, match=f"'{planted}.run' is not one of jobttl's tasks"):
         CheckedJob.fetch(stored.id, connection=redis, serializer=JSONSerializer).func  # noqa: B018 - reading it refuses
-    ours = CheckedJob.fetch(queue.enqueue("jobttl.worker.tasks.warn_upcoming", "x", 0).id, connection=redis,
-                            serializer=JSONSerializer)
+    ours = CheckedJob.fetch(
+        queue.enqueue("jobttl.worker.tasks.warn_upcoming", "x", 0).id, connection=redis, serializer=JSONSerializer
+    )
     assert ours.func.__name__ == "warn_upcoming"
     # 0.1's name is today's task of its role.
-    earlier = CheckedJob.fetch(queue.enqueue("worker.tasks.warn_upcoming", "x", 0).id, connection=redis,
-                               serializer=JSONSerializer)
+    earlier = CheckedJob.fetch(
+        queue.enqueue("worker.tasks.warn_upcoming", "x", 0).id, connection=redis, serializer=JSONSerializer
+    )
     assert earlier.func.__name__ == "warn_upcoming"
 
     # An abandoned job (STARTED, its heartbeat long gone) naming a failure callback: RQ's cleanup

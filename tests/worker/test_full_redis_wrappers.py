@@ -35,8 +35,7 @@ def test_registering_waits_out_a_full_redis_until_it_is_done(monkeypatch):
 
 
 @pytest.mark.parametrize("method, during", [("set_state", "state"), ("heartbeat", "heartbeat")])
-def test_a_state_or_heartbeat_a_full_redis_refuses_is_waited_out_once_and_not_tried_again(monkeypatch, method,
-                                                                                          during):
+def test_a_state_or_heartbeat_a_full_redis_refuses_is_waited_out_once_and_not_tried_again(monkeypatch, method, during):
     worker, waited = worker_refusing(monkeypatch, method, [OutOfMemoryError(OOM)])
     assert getattr(worker, method)("busy") is None
     assert waited == [during]

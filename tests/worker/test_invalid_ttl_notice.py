@@ -12,9 +12,11 @@ from jobttl.core.services.scheduled_events import Notices
 from jobttl_emulator import EVENT
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 
-TYPO = ("annotation jobttl.io/ttl: expected a duration such as 90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, h, "
-        "d or w, no spaces) or plain seconds (3600), got '10 minutes'; jobttl will not delete this TFJob until "
-        "annotation jobttl.io/ttl is fixed or removed")
+TYPO = (
+    "annotation jobttl.io/ttl: expected a duration such as 90s, 36h, 7d, 2w, 1h30m (whole numbers with s, m, h, "
+    "d or w, no spaces) or plain seconds (3600), got '10 minutes'; jobttl will not delete this TFJob until "
+    "annotation jobttl.io/ttl is fixed or removed"
+)
 
 
 @pytest.fixture
@@ -28,8 +30,11 @@ def notices(bench):
 
 
 def events(bench: Bench, obj: dict) -> list[dict]:
-    return [e for e in bench.kube.store.list(EVENT, bench.namespace)["items"]
-            if e["involvedObject"]["uid"] == obj["metadata"]["uid"]]
+    return [
+        e
+        for e in bench.kube.store.list(EVENT, bench.namespace)["items"]
+        if e["involvedObject"]["uid"] == obj["metadata"]["uid"]
+    ]
 
 
 def posted(notices: Notices) -> float:
@@ -43,8 +48,13 @@ def test_an_invalid_ttl_is_posted_as_a_warning_naming_the_value_the_forms_and_wh
     assert notices.drain() == 1
     [event] = events(bench, obj)
     assert (event["type"], event["reason"], event["message"]) == ("Warning", "InvalidTTL", TYPO)
-    assert event["involvedObject"] == {"apiVersion": "kubeflow.org/v1", "kind": "TFJob", "name": "typo",
-                                       "namespace": bench.namespace, "uid": obj["metadata"]["uid"]}
+    assert event["involvedObject"] == {
+        "apiVersion": "kubeflow.org/v1",
+        "kind": "TFJob",
+        "name": "typo",
+        "namespace": bench.namespace,
+        "uid": obj["metadata"]["uid"],
+    }
     assert event["source"] == {"component": "jobttl"}
     assert posted(notices) == 1
     bench.book(obj)

@@ -68,8 +68,10 @@ def test_a_job_recreated_under_a_new_uid_counts_once_in_its_group(bench):
 
     assert bench.run(bench.target(oldest, JOB_STAGE)) == "rescheduled"
     assert bench.job_deletes() == []
-    assert set(bench.ctx.reconciler.keeplast.group_members(group)) == {oldest["metadata"]["uid"],
-                                                                       twin["metadata"]["uid"]}
+    assert set(bench.ctx.reconciler.keeplast.group_members(group)) == {
+        oldest["metadata"]["uid"],
+        twin["metadata"]["uid"],
+    }
 
 
 def test_a_job_pushed_out_of_its_group_waits_for_keep_until_annotated_since(bench):

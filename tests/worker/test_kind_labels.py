@@ -67,27 +67,56 @@ def test_batch_and_volcano_jobs_are_counted_apart_and_named_apart(stack):
 
     def deleted() -> set[str]:
         return {r["path"] for r in stack.emulator.requests("DELETE", f"/namespaces/{ns}/") if r["status"] == 200}
-    wait_for(lambda: deleted() == {f"/apis/batch/v1/namespaces/{ns}/jobs/batch",
-                                   f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/volcano"},
-             timeout=30, what="both real deletions, each of its own resource")
-    wait_for(lambda: stack.metrics(worker).get(("jobttl_would_delete_total", (("group", "batch.volcano.sh"),
-                                                                              ("kind", "Job")))) == 2,
-             timeout=30, what="the worker to record Volcano's 2 would-deletes")
+
+    wait_for(
+        lambda: (
+            deleted()
+            == {
+                f"/apis/batch/v1/namespaces/{ns}/jobs/batch",
+                f"/apis/batch.volcano.sh/v1alpha1/namespaces/{ns}/jobs/volcano",
+            }
+        ),
+        timeout=30,
+        what="both real deletions, each of its own resource",
+    )
+    wait_for(
+        lambda: (
+            stack.metrics(worker).get(("jobttl_would_delete_total", (("group", "batch.volcano.sh"), ("kind", "Job"))))
+            == 2
+        ),
+        timeout=30,
+        what="the worker to record Volcano's 2 would-deletes",
+    )
     # Deleted when the object is gone (Foreground: the DELETE only asks for it).
-    wait_for(lambda: sum(v for (name, _), v in stack.metrics(worker).items() if name == "jobttl_deletions_total") == 2,
-             timeout=30, what="both deletions to be recorded")
+    wait_for(
+        lambda: sum(v for (name, _), v in stack.metrics(worker).items() if name == "jobttl_deletions_total") == 2,
+        timeout=30,
+        what="both deletions to be recorded",
+    )
     metrics = stack.metrics(worker)
     assert {labels: value for (name, labels), value in metrics.items() if name == "jobttl_deletions_total"} == {
         (("group", "batch"), ("kind", "Job"), ("namespace", ns)): 1,
-        (("group", "batch.volcano.sh"), ("kind", "Job"), ("namespace", ns)): 1}
+        (("group", "batch.volcano.sh"), ("kind", "Job"), ("namespace", ns)): 1,
+    }
     assert {labels: value for (name, labels), value in metrics.items() if name == "jobttl_would_delete_total"} == {
-        (("group", "batch"), ("kind", "Job")): 1, (("group", "batch.volcano.sh"), ("kind", "Job")): 2}
+        (("group", "batch"), ("kind", "Job")): 1,
+        (("group", "batch.volcano.sh"), ("kind", "Job")): 2,
+    }
     assert {labels: value for (name, labels), value in metrics.items() if name == "jobttl_dry_run_would_delete"} == {
-        (("group", "batch"), ("kind", "Job")): 1, (("group", "batch.volcano.sh"), ("kind", "Job")): 2}
+        (("group", "batch"), ("kind", "Job")): 1,
+        (("group", "batch.volcano.sh"), ("kind", "Job")): 2,
+    }
 
     def jobttl(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "jobttl", *args], env={**stack.env, "PATH": "/usr/bin:/bin"},
-                              cwd=ROOT, capture_output=True, text=True, timeout=60)
+        return subprocess.run(
+            [sys.executable, "-m", "jobttl", *args],
+            env={**stack.env, "PATH": "/usr/bin:/bin"},
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
     table = jobttl("pending").stdout
     assert f"Job.batch.volcano.sh {ns}/volcano-rehearsal-0" in table and f"Job {ns}/batch-rehearsal" in table
     assert "3 of 3 pending deletions; dry run: would delete 3" in table

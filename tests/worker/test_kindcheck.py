@@ -29,20 +29,43 @@ from tests.services import start_emulator
 WIDGET_CRD = Path(__file__).resolve().parents[1] / "e2e" / "widget-crd.yaml"
 TFJOB_CRD = REFERENCE / "kubeflow" / "kubeflow.org_tfjobs.yaml"
 ARGO_CRD = REFERENCE / "kubeflow" / "argoproj.io_workflows.yaml"  # spec and status keep unknown fields
-WIDGET = {"group": "widgets.example.com", "version": "v1", "kind": "Widget", "plural": "widgets",
-          "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
-          "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"], "suspend": "spec.size"}
+WIDGET = {
+    "group": "widgets.example.com",
+    "version": "v1",
+    "kind": "Widget",
+    "plural": "widgets",
+    "finished": {"conditions": [{"type": "Done", "status": "True", "outcome": "succeeded"}]},
+    "finishedAt": ["status.finishedAt", "condition.lastTransitionTime"],
+    "suspend": "spec.size",
+}
 GADGET = {**WIDGET, "group": "gadgets.example.com", "kind": "Gadget", "plural": "gadgets"}
 GIZMO = {**WIDGET, "group": "legacy.example.com", "kind": "Gizmo", "plural": "gizmos", "suspend": "spec.paused"}
 # A CRD created under apiextensions v1beta1, read through v1: it still prunes nothing, and its
 # schema declares only part of what its objects hold (no status at all).
-LEGACY_CRD = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-              "metadata": {"name": "gizmos.legacy.example.com"},
-              "spec": {"group": "legacy.example.com", "scope": "Namespaced", "preserveUnknownFields": True,
-                       "names": {"kind": "Gizmo", "plural": "gizmos"},
-                       "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                           "type": "object", "properties": {"spec": {"type": "object", "properties": {
-                               "size": {"type": "integer"}}}}}}}]}}
+LEGACY_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "gizmos.legacy.example.com"},
+    "spec": {
+        "group": "legacy.example.com",
+        "scope": "Namespaced",
+        "preserveUnknownFields": True,
+        "names": {"kind": "Gizmo", "plural": "gizmos"},
+        "versions": [
+            {
+                "name": "v1",
+                "served": True,
+                "storage": True,
+                "schema": {
+                    "openAPIV3Schema": {
+                        "type": "object",
+                        "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}},
+                    }
+                },
+            }
+        ],
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -53,13 +76,20 @@ def kube(tmp_path_factory):
         pytest.skip("the upstream TFJob CRD (../shared/reference) is not here")
     directory = tmp_path_factory.mktemp("kindcheck")
     crd = yaml.load(TFJOB_CRD.read_text(), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
-    run_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]["runPolicy"]
+    run_policy = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"][
+        "runPolicy"
+    ]
     del run_policy["properties"]["suspend"]
     (directory / "older-tfjobs.yaml").write_text(yaml.safe_dump(crd))
     (directory / "legacy-gizmos.yaml").write_text(yaml.safe_dump(LEGACY_CRD))
     gadgets = Resource("gadgets.example.com", "v1", "Gadget", "gadgets")
-    served = (*load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml", ARGO_CRD]),
-              gadgets, JOB, POD, EVENT)
+    served = (
+        *load_crds([WIDGET_CRD, directory / "older-tfjobs.yaml", directory / "legacy-gizmos.yaml", ARGO_CRD]),
+        gadgets,
+        JOB,
+        POD,
+        EVENT,
+    )
     server = start_emulator(directory, served, gc_delay=0.1)
     yield server
     server.stop()
@@ -73,8 +103,9 @@ def client(kube):
 
 def kinds(*declarations: dict, enabled: tuple[str, ...] = ()) -> tuple:
     names = [f"{d['group']}/{d['version']}/{d['kind']}" for d in declarations]
-    return parse_policy({"kindDeclarations": [copy.deepcopy(d) for d in declarations],
-                         "kinds": [*enabled, *names]}, "policy.yaml").kinds
+    return parse_policy(
+        {"kindDeclarations": [copy.deepcopy(d) for d in declarations], "kinds": [*enabled, *names]}, "policy.yaml"
+    ).kinds
 
 
 def crd_gets(kube) -> list[str]:
@@ -85,8 +116,10 @@ def test_a_declared_path_naming_nothing_stops_the_worker_naming_field_path_kind_
     with pytest.raises(ConfigError) as refused:
         kindcheck.verify_kinds(client.get_crd, kinds({**WIDGET, "suspend": "spec.sise"}), pause=0)
     message = str(refused.value)
-    assert ("policy.yaml: kindDeclarations[0].suspend: 'spec.sise' is not in the schema of widgets.example.com/v1/"
-            "Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; did you mean spec.size?") in message
+    assert (
+        "policy.yaml: kindDeclarations[0].suspend: 'spec.sise' is not in the schema of widgets.example.com/v1/"
+        "Widget (CRD widgets.widgets.example.com): spec has no field 'sise'; did you mean spec.size?"
+    ) in message
     assert crd_gets(kube) == ["widgets.widgets.example.com"]
 
 
@@ -95,8 +128,10 @@ def test_every_problem_is_named_at_once(client):
     with pytest.raises(ConfigError) as refused:
         kindcheck.verify_kinds(client.get_crd, kinds(broken), pause=0)
     lines = str(refused.value).splitlines()[1:]
-    assert [line.split(": ")[1] for line in lines] == ["kindDeclarations[0].finishedAt[0]",
-                                                       "kindDeclarations[0].managedBy.path"]
+    assert [line.split(": ")[1] for line in lines] == [
+        "kindDeclarations[0].finishedAt[0]",
+        "kindDeclarations[0].managedBy.path",
+    ]
     assert "did you mean status.finishedAt?" in lines[0]
 
 
@@ -108,7 +143,7 @@ def test_a_correct_declaration_is_verified_and_each_crd_read_once_only_for_custo
     # batch/v1 Job has no CRD to read; the MPIJobs' one CRD (not installed here) is asked for once.
     assert sorted(crd_gets(kube)) == ["mpijobs.kubeflow.org", "tfjobs.kubeflow.org", "widgets.widgets.example.com"]
     assert sorted(report.no_crd) == ["kubeflow.org/v1/MPIJob", "kubeflow.org/v2beta1/MPIJob"]
-    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    (checked,) = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
     assert checked.no_crd == report.no_crd
 
 
@@ -121,9 +156,9 @@ def test_a_kind_served_without_a_crd_is_not_checked_and_does_not_stop_the_worker
 def test_a_builtin_declaration_reading_what_the_installed_crd_lacks_is_a_warning(client, caplog):
     caplog.set_level(logging.WARNING, "jobttl.worker")
     report = kindcheck.verify_kinds(client.get_crd, (TFJOB,), pause=0)
-    (kind, problems), = report.absent
+    ((kind, problems),) = report.absent
     assert kind is TFJOB and [(p.field, p.text) for p in problems] == [("suspend", "spec.runPolicy.suspend")]
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
     assert warning.fields == ["suspend: spec.runPolicy.suspend"] and "kindDeclarations" in warning.detail
 
 
@@ -133,15 +168,17 @@ def test_rbac_refusing_the_read_is_one_warning_naming_the_rule_to_grant_and_the_
     declared = kinds({**WIDGET, "suspend": "spec.sise"}, enabled=("kubeflow.org/v1/TFJob",))
     report = kindcheck.verify_kinds(client.get_crd, declared, pause=0)  # the typo goes unseen: not checked
     assert report.forbidden == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"] and not report.errors
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert warning.reason == "forbidden"
-    assert ("{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], resourceNames: "
-            "[tfjobs.kubeflow.org, widgets.widgets.example.com], verbs: [get]}") in warning.detail
+    assert (
+        "{apiGroups: [apiextensions.k8s.io], resources: [customresourcedefinitions], resourceNames: "
+        "[tfjobs.kubeflow.org, widgets.widgets.example.com], verbs: [get]}"
+    ) in warning.detail
 
 
 def test_the_rule_to_grant_is_the_one_jobttl_manifests_rbac_prints():
     policy = parse_policy({"kindDeclarations": [WIDGET], "kinds": ["TFJob", "batch/v1/Job", kinddecl_key(WIDGET)]})
-    printed, = [r for r in cluster_roles(policy)[1]["rules"] if r["resources"] == ["customresourcedefinitions"]]
+    (printed,) = [r for r in cluster_roles(policy)[1]["rules"] if r["resources"] == ["customresourcedefinitions"]]
     assert yaml.safe_load(kindcheck.grant_rule(policy.kinds)) == printed
 
 
@@ -152,7 +189,7 @@ def test_an_api_server_not_answering_is_retried_then_a_warning_and_the_others_ar
     report = kindcheck.verify_kinds(client.get_crd, declared, pause=0)
     assert sorted(report.unreadable) == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"]
     assert len(crd_gets(kube)) == kindcheck.ATTEMPTS  # the first CRD, three times; then no more
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert warning.reason == "unreadable" and "503" in warning.detail
 
 
@@ -160,7 +197,7 @@ def test_a_declared_version_its_crd_does_not_serve_is_a_warning_naming_what_it_s
     caplog.set_level(logging.WARNING, "jobttl.worker")
     report = kindcheck.verify_kinds(client.get_crd, kinds({**WIDGET, "version": "v2"}), pause=0)
     assert [(k.version, served) for k, served in report.not_served] == [("v2", ("v1",))]
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-version-not-served"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-version-not-served"]
     assert "does not serve v2 (it serves v1)" in warning.detail
 
 
@@ -171,7 +208,7 @@ def test_a_crd_that_prunes_nothing_does_not_stop_the_worker_and_is_named_uncheck
     report = kindcheck.verify_kinds(client.get_crd, kinds(GIZMO), pause=0)
     assert not report.errors and list(report.unchecked) == ["legacy.example.com/v1/Gizmo"]
     assert crd_gets(kube) == ["gizmos.legacy.example.com"]
-    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    (checked,) = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
     assert checked.unchecked == ["legacy.example.com/v1/Gizmo"] and "preserveUnknownFields" in checked.detail
 
 
@@ -188,7 +225,7 @@ def test_a_hanging_api_server_is_given_up_on_within_the_bound_not_after_retries_
     # ATTEMPTS reads of READ_TIMEOUT, PAUSE apart (11 s); generous for a loaded machine, far below 90.
     assert took < kindcheck.BUDGET + 10, took
     assert sorted(report.unreadable) == ["tfjobs.kubeflow.org", "widgets.widgets.example.com"]
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert warning.reason == "unreadable" and "timed out" in warning.detail.lower(), warning.detail
 
 
@@ -216,12 +253,14 @@ def test_a_crd_that_cannot_check_a_declared_path_says_unverified_and_warns_namin
     assert not report.errors and "argoproj.io/v1alpha1/Workflow" not in report.verified
     _, problems = report.unverified["argoproj.io/v1alpha1/Workflow"]
     assert {"spec.suspnd", "spec.managedBy", "status.phase"} <= {p.text for p in problems}
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
     assert (warning.levelname, warning.reason, warning.kind) == ("WARNING", "schema", "argoproj.io/v1alpha1/Workflow")
     assert "suspend: spec.suspnd" in warning.fields and "managedBy.path: spec.managedBy" in warning.fields
-    assert "'spec.suspnd' cannot be checked against the schema of argoproj.io/v1alpha1/Workflow (CRD " \
-           "workflows.argoproj.io): spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)" in warning.detail
-    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    assert (
+        "'spec.suspnd' cannot be checked against the schema of argoproj.io/v1alpha1/Workflow (CRD "
+        "workflows.argoproj.io): spec keeps unknown fields (x-kubernetes-preserve-unknown-fields)" in warning.detail
+    )
+    (checked,) = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
     assert "spec.suspnd" in checked.unverified["argoproj.io/v1alpha1/Workflow"]
 
 
@@ -230,7 +269,7 @@ def test_a_builtin_kind_its_crd_cannot_check_is_unverified_in_the_checked_line_w
     report = kindcheck.verify_kinds(client.get_crd, (WORKFLOW,), pause=0)
     assert report.verified == [] and "argoproj.io/v1alpha1/Workflow" in report.unverified
     assert not [r for r in caplog.records if getattr(r, "event", "") == "kind-unverified"]
-    checked, = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
+    (checked,) = [r for r in caplog.records if getattr(r, "event", "") == "kinds-checked"]
     assert "status.phase" in checked.unverified["argoproj.io/v1alpha1/Workflow"]
 
 
@@ -242,9 +281,11 @@ def test_a_path_a_replacement_inherited_is_held_as_the_builtin_one_a_warning_not
     tfjob = copy.deepcopy(kinddecl.builtin_declarations()["kubeflow.org/v1/TFJob"])
     del tfjob["suspend"], tfjob["ttl"]
     report = kindcheck.verify_kinds(client.get_crd, kinds(tfjob), pause=0)
-    (kind, problems), = report.absent
+    ((kind, problems),) = report.absent
     assert not report.errors and kind.inherited == ("ttl", "suspend")
     assert [(p.field, p.text, p.inherited) for p in problems] == [("suspend", "spec.runPolicy.suspend", True)]
-    warning, = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
-    assert "policy.yaml: kindDeclarations[0] inherits from the built-in declaration of kubeflow.org/v1/TFJob" \
-           in warning.detail
+    (warning,) = [r for r in caplog.records if getattr(r, "event", "") == "kind-fields-absent"]
+    assert (
+        "policy.yaml: kindDeclarations[0] inherits from the built-in declaration of kubeflow.org/v1/TFJob"
+        in warning.detail
+    )

@@ -63,8 +63,12 @@ def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_e
     stream = threading.Thread(target=deletions, daemon=True)
     stream.start()
     try:
-        wait_for(lambda: len(posted(bench.kube, bench.namespace)) >= COUNT, timeout=30, interval=0.1,
-                 what="every DeletionScheduled notice, the deletion Events flowing all along")
+        wait_for(
+            lambda: len(posted(bench.kube, bench.namespace)) >= COUNT,
+            timeout=30,
+            interval=0.1,
+            what="every DeletionScheduled notice, the deletion Events flowing all along",
+        )
     finally:
         stop.set()
         stream.join(5)

@@ -24,7 +24,7 @@ from tests.fixtures import rfc3339, running_status
 from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401  (kube: the module's emulator)
 
-PODS_POLICY = 'ttl: 1h\npodTTL: 1s\n'
+PODS_POLICY = "ttl: 1h\npodTTL: 1s\n"
 
 
 @pytest.fixture
@@ -49,6 +49,7 @@ def finished_with_pods(bench: Bench, name: str, pods: int = 2, **annotations: st
 
 # --- 1. the job read again right before its pods go ------------------------------------------------------
 
+
 def test_the_pods_stage_deletes_the_pods_when_the_job_is_unchanged(bench):
     """The baseline the race tests below depart from: same window, nothing changes, the pods go."""
     obj = finished_with_pods(bench, "steady")
@@ -65,14 +66,17 @@ def test_the_pods_stage_keeps_the_pods_of_a_job_running_again_since_it_was_read(
     """`argo retry` (or a controller restarting a job) keeps the UID: only the re-read right
     before the DELETEs sees it, and the pods of the new run stay."""
     obj = finished_with_pods(bench, "retried")
-    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "retried",
-                                   lambda: bench.update("retried", lambda o: o.update(status=running_status(time.time())),
-                                                        status=True))
+    outcome = bench.run_and_change(
+        bench.target(obj, PODS_STAGE),
+        "retried",
+        lambda: bench.update("retried", lambda o: o.update(status=running_status(time.time())), status=True),
+    )
     assert outcome == "skipped:not-finished"
     assert bench.pod_deletes() == [] and bench.pods() == ["retried-worker-0", "retried-worker-1"]
     assert bench.pending(obj, PODS_STAGE) is None, "a running job has no pods stage"
-    assert not bench.redis.exists(keys.intent(member_for(obj["metadata"]["uid"], PODS_STAGE))), \
+    assert not bench.redis.exists(keys.intent(member_for(obj["metadata"]["uid"], PODS_STAGE))), (
         "a run that sent no DELETE leaves no intent"
+    )
 
 
 def test_the_pods_stage_keeps_the_pods_of_a_job_kept_longer_since_it_was_read(bench):
@@ -80,14 +84,18 @@ def test_the_pods_stage_keeps_the_pods_of_a_job_kept_longer_since_it_was_read(be
     and the stage moves to that time."""
     obj = finished_with_pods(bench, "extended")
     keep_until = int(time.time()) + 1800
-    outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "extended",
-                                   lambda: bench.annotate("extended", **{"jobttl.io/keep-until": rfc3339(keep_until)}))
+    outcome = bench.run_and_change(
+        bench.target(obj, PODS_STAGE),
+        "extended",
+        lambda: bench.annotate("extended", **{"jobttl.io/keep-until": rfc3339(keep_until)}),
+    )
     assert outcome == "rescheduled"
     assert bench.pod_deletes() == [] and bench.pods() == ["extended-worker-0", "extended-worker-1"]
     assert bench.pending(obj, PODS_STAGE) == keep_until
 
 
 # --- 2. never a pod younger than the finish ---------------------------------------------------------------
+
 
 def test_a_pod_created_after_the_job_finished_survives_the_pods_stage(bench):
     obj = finished_with_pods(bench, "rerun")
@@ -105,6 +113,7 @@ def test_a_pod_created_after_the_job_finished_survives_the_pods_stage(bench):
 
 # --- 3. keep-until, in the worker --------------------------------------------------------------------------
 
+
 def test_the_pods_stage_waits_for_keep_until_annotated_after_it_was_booked(bench):
     obj = finished_with_pods(bench, "debugged")
     target = bench.target(obj, PODS_STAGE)
@@ -117,8 +126,8 @@ def test_the_pods_stage_waits_for_keep_until_annotated_after_it_was_booked(bench
 
 # --- 6. dry run --------------------------------------------------------------------------------------------
 
-def test_a_pods_stage_in_dry_run_deletes_no_pod_and_records_what_it_would_do(kube, redis_server, tmp_path,
-                                                                             queue_name):
+
+def test_a_pods_stage_in_dry_run_deletes_no_pod_and_records_what_it_would_do(kube, redis_server, tmp_path, queue_name):
     bench = Bench(kube, redis_server, tmp_path, PODS_POLICY + "dryRun: true\n", queue_name)
     obj = finished_with_pods(bench, "rehearsed")
     target = bench.target(obj, PODS_STAGE)
@@ -131,6 +140,7 @@ def test_a_pods_stage_in_dry_run_deletes_no_pod_and_records_what_it_would_do(kub
 
 
 # --- 7. the job's FINISH drops its pods stage --------------------------------------------------------------
+
 
 @pytest.fixture
 def due_bench(kube, redis_server, tmp_path, queue_name):
@@ -149,6 +159,7 @@ def test_deleting_the_job_drops_its_pending_pods_stage_in_the_same_write(due_ben
 
 
 # --- 8. a run that ends without FINISH: its intent ---------------------------------------------------------
+
 
 def test_a_run_whose_deletes_all_conflicted_leaves_no_intent(due_bench):
     """Three 409s deleted nothing: the intent written before them must not outlive the run (a
@@ -182,6 +193,7 @@ def test_a_run_whose_delete_may_have_been_applied_keeps_its_intent(due_bench):
 
 # --- the job stage: a claim taken by another run, a job re-created after a run that died ------------------
 
+
 def test_a_run_whose_claim_another_run_took_meanwhile_sends_no_delete(kube, redis_server, tmp_path, queue_name):
     """Its claim expired while it waited (here: taken over in the window): the other run deletes, not this one."""
     bench = Bench(kube, redis_server, tmp_path, "ttl: 2s\n", queue_name, rate=1.0)
@@ -202,13 +214,32 @@ def test_a_run_that_finds_its_job_recreated_after_a_dead_runs_delete_records_it_
     target = due_bench.target(obj, JOB_STAGE)
     uid = obj["metadata"]["uid"]
     # As a run that died after its DELETE leaves it: the intent, the job gone; then the user re-creates it.
-    due_bench.redis.set(keys.intent(uid), jsoncodec.dumps_str({"uid": uid, "at": time.time(),
-                                                               "resourceVersion": obj["metadata"]["resourceVersion"],
-                                                               "object": {"metadata": {}, "status": obj["status"]}}))
-    due_bench.kube.store.delete(due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]), due_bench.namespace,
-                                "phoenix", {"propagationPolicy": "Background"})
-    wait_for(lambda: not due_bench.kube.store.list(due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]),
-                                                    due_bench.namespace)["items"], timeout=5, what="the job gone")
+    due_bench.redis.set(
+        keys.intent(uid),
+        jsoncodec.dumps_str(
+            {
+                "uid": uid,
+                "at": time.time(),
+                "resourceVersion": obj["metadata"]["resourceVersion"],
+                "object": {"metadata": {}, "status": obj["status"]},
+            }
+        ),
+    )
+    due_bench.kube.store.delete(
+        due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]),
+        due_bench.namespace,
+        "phoenix",
+        {"propagationPolicy": "Background"},
+    )
+    wait_for(
+        lambda: (
+            not due_bench.kube.store.list(
+                due_bench.kube.store.resource_for(obj["apiVersion"], obj["kind"]), due_bench.namespace
+            )["items"]
+        ),
+        timeout=5,
+        what="the job gone",
+    )
     again = due_bench.job("phoenix", time.time() - 30)
     assert again["metadata"]["uid"] != uid
     assert due_bench.run(target) == "deleted"
@@ -228,8 +259,12 @@ def test_the_pods_stage_deletes_no_pod_of_a_job_recreated_since_it_was_read(benc
 
     def recreate():
         bench.kube.store.delete(res, bench.namespace, "reborn", {"propagationPolicy": "Orphan"})
-        wait_for(lambda: not bench.kube.store.list(res, bench.namespace)["items"], timeout=2, interval=0.02,
-                 what="the orphaning deletion")
+        wait_for(
+            lambda: not bench.kube.store.list(res, bench.namespace)["items"],
+            timeout=2,
+            interval=0.02,
+            what="the orphaning deletion",
+        )
         created["new"] = bench.job("reborn", time.time() - 60)
 
     outcome = bench.run_and_change(bench.target(obj, PODS_STAGE), "reborn", recreate)
@@ -267,7 +302,10 @@ def test_a_pods_stage_that_gives_up_says_so_as_failed_delete_pods(bench):
     _failed(bench.ctx, None, target, raised.value)
     [failed] = [e for e in bench.history("stubborn") if e["event"] == "failed"]
     assert failed["stage"] == "pods" and failed["failure"] == "transient"
-    events = wait_for(lambda: [e for e in bench.kube.store.list(EVENT, bench.namespace)["items"]
-                               if e["type"] == "Warning"], timeout=10, what="the Warning Event")
+    events = wait_for(
+        lambda: [e for e in bench.kube.store.list(EVENT, bench.namespace)["items"] if e["type"] == "Warning"],
+        timeout=10,
+        what="the Warning Event",
+    )
     assert [(e["reason"], e["involvedObject"]["uid"]) for e in events] == [("FailedDeletePods", target.ref.uid)]
     assert events[0]["message"].startswith("jobttl could not delete the pods of TFJob stubborn: ")

@@ -16,8 +16,7 @@ from tests.services import wait_for
 from tests.worker.bench import Bench, kube  # noqa: F401 - the module's emulator fixture
 
 
-def test_the_worker_runs_jobttls_scheduler_and_it_moves_due_jobs(kube, redis_server, tmp_path,
-                                                                 queue_name, monkeypatch):
+def test_the_worker_runs_jobttls_scheduler_and_it_moves_due_jobs(kube, redis_server, tmp_path, queue_name, monkeypatch):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
     monkeypatch.setattr(tasks, "_context", bench.ctx)  # the task runs in this process, on the bench's context
     worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx)
@@ -64,6 +63,7 @@ def test_rqs_own_per_job_lines_show_only_at_debug_and_its_warnings_always():
 
 # --- the RQ internals jobttl overrides or copies --------------------------------------------------
 
+
 def test_the_rq_internals_the_worker_overrides_keep_their_shape():
     """JobttlWorker replaces RQ's private `_start_scheduler` and JobttlScheduler copies RQ's
     scheduler loop with a shorter sleep; both read RQ's private state. A release that changes
@@ -79,60 +79,82 @@ def test_the_rq_internals_the_worker_overrides_keep_their_shape():
 
     failed = partial(recheck, "RQ", rq.__version__)
     # The copies: RQ's own code, as it was when jobttl's was written from it (rq 3.0.0).
-    assert fingerprint(RQScheduler, "work") == "34b80e05ebc5bc8f", \
-        failed("RQScheduler.work", where="JobttlScheduler.work in worker/runner.py, a copy of it")
-    assert fingerprint(Worker, "_start_scheduler") == "a13b7b6ec099d91d", \
-        failed("Worker._start_scheduler", where="JobttlWorker._start_scheduler in worker/runner.py, a copy of it")
+    assert fingerprint(RQScheduler, "work") == "34b80e05ebc5bc8f", failed(
+        "RQScheduler.work", where="JobttlScheduler.work in worker/runner.py, a copy of it"
+    )
+    assert fingerprint(Worker, "_start_scheduler") == "a13b7b6ec099d91d", failed(
+        "Worker._start_scheduler", where="JobttlWorker._start_scheduler in worker/runner.py, a copy of it"
+    )
     where = "JobttlWorker in worker/runner.py"
-    assert parameters(Worker, "_start_scheduler") == ["self", "burst", "logging_level", "date_format", "log_format"], \
+    assert parameters(Worker, "_start_scheduler") == ["self", "burst", "logging_level", "date_format", "log_format"], (
         failed("Worker._start_scheduler's arguments", where=where)
-    assert "self._start_scheduler(burst, logging_level, date_format, log_format)" in source(Worker, "work"), \
-        failed("how Worker.work starts its scheduler", where=where)
-    assert parameters(Worker, "dequeue_job_and_maintain_ttl") == ["self", "timeout", "max_idle_time"], \
-        failed("Worker.dequeue_job_and_maintain_ttl's arguments", where=where)
-    assert isinstance(inspect.getattr_static(Worker, "should_run_maintenance_tasks"), property), \
-        failed("Worker.should_run_maintenance_tasks (no longer a property)", where=where)
-    assert "self.scheduler._process" in source(Worker, "run_maintenance_tasks"), \
-        failed("how Worker.run_maintenance_tasks finds a dead scheduler", where=where)
-    assert "self.last_cleaned_at = " in source(Worker, "clean_registries"), \
-        failed("where the worker records its last maintenance (last_cleaned_at)", where=where)
+    )
+    assert "self._start_scheduler(burst, logging_level, date_format, log_format)" in source(Worker, "work"), failed(
+        "how Worker.work starts its scheduler", where=where
+    )
+    assert parameters(Worker, "dequeue_job_and_maintain_ttl") == ["self", "timeout", "max_idle_time"], failed(
+        "Worker.dequeue_job_and_maintain_ttl's arguments", where=where
+    )
+    assert isinstance(inspect.getattr_static(Worker, "should_run_maintenance_tasks"), property), failed(
+        "Worker.should_run_maintenance_tasks (no longer a property)", where=where
+    )
+    assert "self.scheduler._process" in source(Worker, "run_maintenance_tasks"), failed(
+        "how Worker.run_maintenance_tasks finds a dead scheduler", where=where
+    )
+    assert "self.last_cleaned_at = " in source(Worker, "clean_registries"), failed(
+        "where the worker records its last maintenance (last_cleaned_at)", where=where
+    )
     # The foreign-job guard (jobttl.core.store.foreign): the worker's perform_job checks a job first and
     # fails it through RQ's own failure path; CheckedJob replaces how a Job resolves what it names.
-    assert parameters(Worker, "perform_job") == ["self", "job", "queue", "execution"], \
-        failed("Worker.perform_job's arguments", where=where)
-    assert parameters(Worker, "handle_job_failure") == ["self", "job", "queue", "started_job_registry", "exc_string",
-                                                        "execution"], \
-        failed("Worker.handle_job_failure's arguments", where=where)
-    assert "self.perform_job(job, queue, execution)" in source(rq.worker.SimpleWorker, "execute_job"), \
-        failed("how SimpleWorker runs a job", where=where)
+    assert parameters(Worker, "perform_job") == ["self", "job", "queue", "execution"], failed(
+        "Worker.perform_job's arguments", where=where
+    )
+    assert parameters(Worker, "handle_job_failure") == [
+        "self",
+        "job",
+        "queue",
+        "started_job_registry",
+        "exc_string",
+        "execution",
+    ], failed("Worker.handle_job_failure's arguments", where=where)
+    assert "self.perform_job(job, queue, execution)" in source(rq.worker.SimpleWorker, "execute_job"), failed(
+        "how SimpleWorker runs a job", where=where
+    )
     from rq.job import Job
+
     for name in ("func", "success_callback", "failure_callback", "stopped_callback"):
-        assert isinstance(inspect.getattr_static(Job, name), property), \
-            failed(f"Job.{name} (no longer a property)", where="CheckedJob in core/store/foreign.py")
+        assert isinstance(inspect.getattr_static(Job, name), property), failed(
+            f"Job.{name} (no longer a property)", where="CheckedJob in core/store/foreign.py"
+        )
     for name in ("_success_callback_name", "_failure_callback_name", "_stopped_callback_name", "webhooks"):
-        assert name in source(Job, "__init__"), \
-            failed(f"Job's {name}", where="refusal in core/store/foreign.py")
+        assert name in source(Job, "__init__"), failed(f"Job's {name}", where="refusal in core/store/foreign.py")
     # The spawned scheduler: RQ's `run(scheduler)` is its body, `start` its only way to a process,
     # and the worker stops it through `stop_scheduler` (JobttlScheduler.start, JobttlWorker.stop_scheduler).
     import rq.scheduler
-    assert list(inspect.signature(rq.scheduler.run).parameters) == ["scheduler"], \
-        failed("rq.scheduler.run's arguments", where="_run_spawned_scheduler in worker/runner.py")
-    assert "ForkProcess(target=run, args=(self,)" in source(RQScheduler, "start"), \
-        failed("how RQScheduler.start makes its process", where="JobttlScheduler.start in worker/runner.py")
-    assert "self.stop_scheduler()" in source(Worker, "teardown"), \
-        failed("how the worker stops its scheduler at shutdown", where="JobttlWorker.stop_scheduler in worker/runner.py")
+
+    assert list(inspect.signature(rq.scheduler.run).parameters) == ["scheduler"], failed(
+        "rq.scheduler.run's arguments", where="_run_spawned_scheduler in worker/runner.py"
+    )
+    assert "ForkProcess(target=run, args=(self,)" in source(RQScheduler, "start"), failed(
+        "how RQScheduler.start makes its process", where="JobttlScheduler.start in worker/runner.py"
+    )
+    assert "self.stop_scheduler()" in source(Worker, "teardown"), failed(
+        "how the worker stops its scheduler at shutdown", where="JobttlWorker.stop_scheduler in worker/runner.py"
+    )
     for setting in ("exponential_backoff_factor", "max_connection_wait_time", "job_class"):
         assert hasattr(Worker, setting), failed(f"the worker setting {setting}", where=where)
 
 
 # --- the scheduler process: spawned, and watched ------------------------------------------------
 
+
 def _due_job(queue):
     return queue.enqueue_in(datetime.timedelta(seconds=-1), "builtins.len", "x")
 
 
 def test_a_lock_held_in_the_worker_when_its_scheduler_starts_does_not_stall_the_scheduler(
-        kube, redis_server, tmp_path, queue_name):
+    kube, redis_server, tmp_path, queue_name
+):
     """Issue 27's silent stall. The worker runs threads (the follower, the health server, the
     Events' sender); RQ forked its scheduler from it, and a fork copies every lock another thread
     holds at that instant into a child with no thread to release it. RQ's scheduler takes
@@ -171,16 +193,25 @@ def _stalled_lines(caplog) -> list[dict]:
 
 
 def test_a_scheduler_that_hangs_is_found_and_restarted_and_due_deletions_move_again(
-        kube, redis_server, tmp_path, queue_name, caplog):
+    kube, redis_server, tmp_path, queue_name, caplog
+):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
-    worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx,
-                          watch=watchdog.SchedulerWatch(bound=1.0))
+    worker = JobttlWorker(
+        [queue_name],
+        connection=bench.redis,
+        serializer=JSONSerializer,
+        context=bench.ctx,
+        watch=watchdog.SchedulerWatch(bound=1.0),
+    )
     queue = bench.ctx.schedule.queue
     worker._start_scheduler()
     hung = worker.scheduler._process
     try:
-        wait_for(lambda: bench.redis.hget(worker.scheduler.key, "last_heartbeat"), timeout=60,
-                 what="the scheduler's first heartbeat")
+        wait_for(
+            lambda: bench.redis.hget(worker.scheduler.key, "last_heartbeat"),
+            timeout=60,
+            what="the scheduler's first heartbeat",
+        )
         os.kill(hung.pid, signal.SIGSTOP)  # alive, holding the lock, moving nothing: the stall's look
         job = _due_job(queue)
         verdict = wait_for(worker.watch_scheduler, timeout=60, what="the watchdog to find the stall")
@@ -198,10 +229,16 @@ def test_a_scheduler_that_hangs_is_found_and_restarted_and_due_deletions_move_ag
 
 
 def test_a_dead_scheduler_is_said_and_restarted_and_repeated_stalls_stop_the_worker(
-        kube, redis_server, tmp_path, queue_name, caplog):
+    kube, redis_server, tmp_path, queue_name, caplog
+):
     bench = Bench(kube, redis_server, tmp_path, "ttl: 1h\n", queue_name)
-    worker = JobttlWorker([queue_name], connection=bench.redis, serializer=JSONSerializer, context=bench.ctx,
-                          watch=watchdog.SchedulerWatch(bound=1.0, max_restarts=1))
+    worker = JobttlWorker(
+        [queue_name],
+        connection=bench.redis,
+        serializer=JSONSerializer,
+        context=bench.ctx,
+        watch=watchdog.SchedulerWatch(bound=1.0, max_restarts=1),
+    )
     worker._start_scheduler()
     try:
         for action in (watchdog.RESTART, watchdog.EXIT):
@@ -216,5 +253,7 @@ def test_a_dead_scheduler_is_said_and_restarted_and_repeated_stalls_stop_the_wor
     assert worker.gave_up is not None and worker._stop_requested, "the worker stops, and `run` exits non-zero"
     assert not worker.scheduler._process.is_alive()
     assert bench.redis.get(worker.scheduler.get_locking_key(queue_name)) is None, "its lock is left to others"
-    assert [(line["reason"], line["action"]) for line in _stalled_lines(caplog)] == [("dead", "restart"),
-                                                                                    ("dead", "exit")]
+    assert [(line["reason"], line["action"]) for line in _stalled_lines(caplog)] == [
+        ("dead", "restart"),
+        ("dead", "exit"),
+    ]

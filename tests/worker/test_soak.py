@@ -40,20 +40,33 @@ def test_every_due_deletion_runs_within_its_bound_in_stacks_started_together(emu
         workers = [stack.worker("w") for stack in stacks]
         for stack, worker in zip(stacks, workers):
             # Up: its scheduler process started (its own first line) and holds the queue.
-            wait_for(lambda: any(f"Scheduler for {stack.queue} started" in line.get("message", "")
-                                 for line in said(worker)), timeout=180, what=f"{stack.name}'s worker")
+            wait_for(
+                lambda: any(f"Scheduler for {stack.queue} started" in line.get("message", "") for line in said(worker)),
+                timeout=180,
+                what=f"{stack.name}'s worker",
+            )
         due = int(time.time()) + LEAD
         for stack in stacks:
             stack.book("job", DELETIONS, due)
         for stack in stacks:
-            wait_for(lambda: len(stack.deleted("job")) == DELETIONS, timeout=max(due - time.time(), 0) + 120,
-                     interval=0.2, what=f"{stack.name}'s deletions")
-        late = {stack.name: [round(r["time"] - due, 1) for r in stack.deletes("job") if r["time"] - due > LATENESS_BOUND]
-                for stack in stacks}
+            wait_for(
+                lambda: len(stack.deleted("job")) == DELETIONS,
+                timeout=max(due - time.time(), 0) + 120,
+                interval=0.2,
+                what=f"{stack.name}'s deletions",
+            )
+        late = {
+            stack.name: [round(r["time"] - due, 1) for r in stack.deletes("job") if r["time"] - due > LATENESS_BOUND]
+            for stack in stacks
+        }
         assert not any(late.values()), f"deletions later than {LATENESS_BOUND} s after their due time: {late}"
         assert all(r["time"] >= due for stack in stacks for r in stack.deletes("job")), "none before its time"
-        stalls = [(stack.name, line) for stack, worker in zip(stacks, workers) for line in said(worker)
-                  if line.get("event") == "scheduler-stalled"]
+        stalls = [
+            (stack.name, line)
+            for stack, worker in zip(stacks, workers)
+            for line in said(worker)
+            if line.get("event") == "scheduler-stalled"
+        ]
         assert stalls == [], stalls
     finally:
         for stack in stacks:

@@ -35,8 +35,10 @@ def test_a_due_deletion_whose_job_became_unreadable_is_cancelled_naming_the_fiel
     assert bench.pending(obj, JOB_STAGE) is None
     cancelled = bench.history("odd")[-1]
     assert (cancelled["event"], cancelled["reason"]) == ("cancelled", "unreadable"), cancelled
-    assert cancelled["detail"].startswith(FIELD) and "jobttl keeps this TFJob until the field is fixed" in \
-        cancelled["detail"]
+    assert (
+        cancelled["detail"].startswith(FIELD)
+        and "jobttl keeps this TFJob until the field is fixed" in cancelled["detail"]
+    )
 
 
 def test_the_resyncs_reconcile_keeps_an_unreadable_job_and_says_why_on_its_card(bench):

@@ -83,8 +83,9 @@ def sources_of(commit: str, what: str, directory: Path) -> Path:
     """An earlier commit's tree, as that release shipped it, extracted into `directory`."""
     archive = subprocess.run(["git", "-C", str(REPO), "archive", commit], capture_output=True)
     if archive.returncode != 0:
-        pytest.skip(f"{what}'s sources (commit {commit}) are not in this clone's history: "
-                    f"{archive.stderr.decode().strip()}")
+        pytest.skip(
+            f"{what}'s sources (commit {commit}) are not in this clone's history: {archive.stderr.decode().strip()}"
+        )
     with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
         tar.extractall(directory, filter="data")
     return directory
@@ -111,25 +112,37 @@ def stack(tmp_path):
 
 def run_old_code(sources: Path, script: str, args: list[str], stdin: object) -> dict:
     """`script` run by an earlier release's own code (its tree first on the path, nothing of today's)."""
-    done = subprocess.run([sys.executable, "-c", script, *args], cwd=sources,
-                          env={"PYTHONPATH": str(sources), "PATH": "/usr/bin:/bin"}, input=json.dumps(stdin),
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=sources,
+        env={"PYTHONPATH": str(sources), "PATH": "/usr/bin:/bin"},
+        input=json.dumps(stdin),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def command(env: dict[str, str], *args: str) -> dict:
     """Today's `jobttl <args>`, its JSON."""
-    done = subprocess.run([sys.executable, "-m", "jobttl", *args], env={**env, "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-m", "jobttl", *args],
+        env={**env, "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
 
 def create_finished(api, namespace: str, name: str, ttl: int, finished_at: float) -> dict:
     api.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "tfjobs", tfjob(name, namespace, ttl=ttl))
-    return api.patch_namespaced_custom_object_status("kubeflow.org", "v1", namespace, "tfjobs", name,
-                                                     {"status": finished_status(finished_at)})
+    return api.patch_namespaced_custom_object_status(
+        "kubeflow.org", "v1", namespace, "tfjobs", name, {"status": finished_status(finished_at)}
+    )
 
 
 def test_deletions_booked_by_0_1_run_on_time_under_0_2(release_0_1, stack, tmp_path):
@@ -138,18 +151,30 @@ def test_deletions_booked_by_0_1_run_on_time_under_0_2(release_0_1, stack, tmp_p
     redis, emulator = stack
     api = client.CustomObjectsApi(config.new_client_from_config(config_file=str(emulator.kubeconfig)))
     now = time.time()
-    objects = [create_finished(api, "team", "soon", ttl=6, finished_at=now),
-               create_finished(api, "team", "overdue", ttl=60, finished_at=now - 3600),
-               create_finished(api, "team", "later", ttl=3600, finished_at=now)]
-    due = {o["metadata"]["name"]: int(now if o["metadata"]["name"] != "overdue" else now - 3600)
-           + o["spec"]["runPolicy"]["ttlSecondsAfterFinished"] for o in objects}
+    objects = [
+        create_finished(api, "team", "soon", ttl=6, finished_at=now),
+        create_finished(api, "team", "overdue", ttl=60, finished_at=now - 3600),
+        create_finished(api, "team", "later", ttl=3600, finished_at=now),
+    ]
+    due = {
+        o["metadata"]["name"]: int(now if o["metadata"]["name"] != "overdue" else now - 3600)
+        + o["spec"]["runPolicy"]["ttlSecondsAfterFinished"]
+        for o in objects
+    }
     assert run_old_code(release_0_1, BOOK_WITH_0_1, [redis.url, "upgrade"], objects) == {"pending": 3}
-    assert redis.client().exists(*(f"jobttl:pending:{o['metadata']['uid']}" for o in objects)) == 3, \
+    assert redis.client().exists(*(f"jobttl:pending:{o['metadata']['uid']}" for o in objects)) == 3, (
         "the 0.1 layout: a record hash per deletion"
+    )
 
     # The 0.2 command reads what 0.1 wrote (its first run upgrades the records in place).
-    env = {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": "upgrade", "KUBECONFIG": str(emulator.kubeconfig),
-           "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0", "JOBTTL_WORKER_METRICS_PORT": "0"}
+    env = {
+        "JOBTTL_REDIS_URL": redis.url,
+        "JOBTTL_QUEUE": "upgrade",
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+    }
     listed = {p["name"]: p for p in command(env, "pending", "--json")["items"]}
     assert {name: p["due"] for name, p in listed.items()} == due
     assert {p["ttlSource"] for p in listed.values()} == {"spec.runPolicy.ttlSecondsAfterFinished"}
@@ -159,13 +184,17 @@ def test_deletions_booked_by_0_1_run_on_time_under_0_2(release_0_1, stack, tmp_p
     try:
         # On time: within 3 s of its due time or, on a machine loaded enough that the worker came
         # up after it, of the worker being ready (its scheduler's first line; `ready` is after it).
-        wait_for(lambda: "Scheduler for upgrade started" in worker.log(), timeout=120,
-                 what="the 0.2 worker and its scheduler to start")
+        wait_for(
+            lambda: "Scheduler for upgrade started" in worker.log(),
+            timeout=120,
+            what="the 0.2 worker and its scheduler to start",
+        )
         ready = time.time()
         deleted = lambda name: [r for r in emulator.requests("DELETE") if r["path"].endswith(f"/tfjobs/{name}")]  # noqa: E731
         [overdue] = wait_for(lambda: deleted("overdue"), timeout=20, what="the overdue deletion")
-        [soon] = wait_for(lambda: deleted("soon"), timeout=max(due["soon"] - time.time(), 0) + 20,
-                          what="the deletion due in 6 s")
+        [soon] = wait_for(
+            lambda: deleted("soon"), timeout=max(due["soon"] - time.time(), 0) + 20, what="the deletion due in 6 s"
+        )
         assert due["soon"] <= soon["time"] < max(due["soon"], ready) + 3, "on time, as booked by 0.1"
         assert overdue["status"] == soon["status"] == 200
         assert deleted("later") == [], "not before its time"
@@ -194,12 +223,26 @@ ON_TIME = 3  # seconds late a deletion may run and be on time (the scheduler's l
 def pod_of(job: dict, name: str) -> dict:
     """A pod of `job`, as training-operator labels and owns it."""
     meta = job["metadata"]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": meta["namespace"],
-                         "labels": {"training.kubeflow.org/job-name": meta["name"]},
-                         "ownerReferences": [{"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
-                                              "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}]},
-            "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": meta["namespace"],
+            "labels": {"training.kubeflow.org/job-name": meta["name"]},
+            "ownerReferences": [
+                {
+                    "apiVersion": job["apiVersion"],
+                    "kind": job["kind"],
+                    "name": meta["name"],
+                    "uid": meta["uid"],
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {"containers": [{"name": "tensorflow", "image": "kubeflow/tf-mnist"}]},
+    }
 
 
 @pytest.fixture
@@ -220,77 +263,111 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     redis, emulator = stack_with_pods
     api_client = config.new_client_from_config(config_file=str(emulator.kubeconfig))
     jobs, core = client.CustomObjectsApi(api_client), client.CoreV1Api(api_client)
-    for namespace, name, ttl in (("team", "plain", PLAIN_TTL), ("staged", "staged", STAGED_TTL),
-                                 ("team", "postponed", POSTPONED_TTL)):
+    for namespace, name, ttl in (
+        ("team", "plain", PLAIN_TTL),
+        ("staged", "staged", STAGED_TTL),
+        ("team", "postponed", POSTPONED_TTL),
+    ):
         jobs.create_namespaced_custom_object("kubeflow.org", "v1", namespace, "tfjobs", tfjob(name, namespace, ttl=ttl))
     staged = jobs.get_namespaced_custom_object("kubeflow.org", "v1", "staged", "tfjobs", "staged")
     pods = ["staged-worker-0", "staged-worker-1"]
     for pod in pods:  # its pods ran before it finished (a pod younger than the finish is never deleted)
         core.create_namespaced_pod("staged", pod_of(staged, pod))
     finished = int(time.time())
-    objects = [jobs.patch_namespaced_custom_object_status("kubeflow.org", "v1", namespace, "tfjobs", name,
-                                                          {"status": finished_status(finished)})
-               for namespace, name in (("team", "plain"), ("staged", "staged"), ("team", "postponed"))]
+    objects = [
+        jobs.patch_namespaced_custom_object_status(
+            "kubeflow.org", "v1", namespace, "tfjobs", name, {"status": finished_status(finished)}
+        )
+        for namespace, name in (("team", "plain"), ("staged", "staged"), ("team", "postponed"))
+    ]
     uid = {o["metadata"]["name"]: o["metadata"]["uid"] for o in objects}
 
     (tmp_path / "policy.yaml").write_text(FLAT_CORE_POLICY)
-    booked = run_old_code(previous_layout, BOOK_WITH_FLAT_CORE,
-                          [redis.url, "upgrade", str(tmp_path / "policy.yaml"), str(WARN_BEFORE)],
-                          {"objects": objects, "postpone": [["team", "postponed", POSTPONED_BY]],
-                           "resyncAt": finished + RESYNC_AFTER})
+    booked = run_old_code(
+        previous_layout,
+        BOOK_WITH_FLAT_CORE,
+        [redis.url, "upgrade", str(tmp_path / "policy.yaml"), str(WARN_BEFORE)],
+        {"objects": objects, "postpone": [["team", "postponed", POSTPONED_BY]], "resyncAt": finished + RESYNC_AFTER},
+    )
     assert booked["code"].startswith(str(previous_layout)), "the flat core's own code booked them"
     assert booked["changes"] == ["scheduled"] * 3 and booked["resync"] is True
-    due = {("plain", "job"): finished + PLAIN_TTL, ("staged", "pods"): finished + POD_TTL,
-           ("staged", "job"): finished + STAGED_TTL, ("postponed", "job"): booked["postponed"]["postponed"]}
+    due = {
+        ("plain", "job"): finished + PLAIN_TTL,
+        ("staged", "pods"): finished + POD_TTL,
+        ("staged", "job"): finished + STAGED_TTL,
+        ("postponed", "job"): booked["postponed"]["postponed"],
+    }
     assert due[("postponed", "job")] >= finished + POSTPONED_TTL + POSTPONED_BY
     assert booked["pending"] == len(due)
     r = redis.client()
     queue = Queue("upgrade", connection=r, serializer=JSONSerializer)
     scheduled = Job.fetch_many(queue.scheduled_job_registry.get_job_ids(), connection=r, serializer=JSONSerializer)
-    assert {j.func_name for j in scheduled} == {"jobttl.worker.tasks.delete_if_expired",
-                                               "jobttl.worker.tasks.warn_upcoming", "jobttl.worker.tasks.resync"}, \
-        "the task names the flat core booked, which today's worker must answer to"
+    assert {j.func_name for j in scheduled} == {
+        "jobttl.worker.tasks.delete_if_expired",
+        "jobttl.worker.tasks.warn_upcoming",
+        "jobttl.worker.tasks.resync",
+    }, "the task names the flat core booked, which today's worker must answer to"
 
     # Today's command reads what the flat core wrote.
-    env = {"JOBTTL_REDIS_URL": redis.url, "JOBTTL_QUEUE": "upgrade", "KUBECONFIG": str(emulator.kubeconfig),
-           "JOBTTL_POLICY": str(tmp_path / "policy.yaml"), "JOBTTL_RESYNC_INTERVAL": "0", "JOBTTL_DELETE_RATE": "0",
-           "JOBTTL_WORKER_METRICS_PORT": "0"}
+    env = {
+        "JOBTTL_REDIS_URL": redis.url,
+        "JOBTTL_QUEUE": "upgrade",
+        "KUBECONFIG": str(emulator.kubeconfig),
+        "JOBTTL_POLICY": str(tmp_path / "policy.yaml"),
+        "JOBTTL_RESYNC_INTERVAL": "0",
+        "JOBTTL_DELETE_RATE": "0",
+        "JOBTTL_WORKER_METRICS_PORT": "0",
+    }
     listed = command(env, "pending", "--json")["items"]
     assert {(p["name"], p["stage"]): p["due"] for p in listed} == due
     assert {p["name"]: p["ttlSource"] for p in listed if p["stage"] == "job"} == {
-        name: "spec.runPolicy.ttlSecondsAfterFinished" for name in uid}
+        name: "spec.runPolicy.ttlSecondsAfterFinished" for name in uid
+    }
     [pods_stage] = [p for p in listed if p["stage"] == "pods"]
     assert pods_stage["ttlSource"] == "podTTL of rule staged" and pods_stage["rules"] == ["staged"]
 
     announcements = RecordingSink()
-    worker = JobttlProcess(["worker"], {**env, "JOBTTL_WARN_URL": announcements.url,
-                                        "JOBTTL_WARN_BEFORE": f"{WARN_BEFORE}s"}, tmp_path, "worker-rooms").start()
+    worker = JobttlProcess(
+        ["worker"],
+        {**env, "JOBTTL_WARN_URL": announcements.url, "JOBTTL_WARN_BEFORE": f"{WARN_BEFORE}s"},
+        tmp_path,
+        "worker-rooms",
+    ).start()
     try:
         # On a loaded machine the worker (and its scheduler process) may come up after the first
         # due time: a deletion is on time if it runs within ON_TIME of its due time or, if later,
         # of the worker being ready (seen by its scheduler's first line; `ready` is after that).
-        wait_for(lambda: "Scheduler for upgrade started" in worker.log(), timeout=120,
-                 what="today's worker and its scheduler to start")
+        wait_for(
+            lambda: "Scheduler for upgrade started" in worker.log(),
+            timeout=120,
+            what="today's worker and its scheduler to start",
+        )
         ready = time.time()
 
         def deleted(namespace: str, what: str) -> list[dict]:
             return emulator.requests("DELETE", path_contains=f"/namespaces/{namespace}/{what}")
 
         def all_deleted() -> tuple | None:
-            found = (deleted("team", "tfjobs/plain"), deleted("staged", "tfjobs/staged"),
-                     deleted("team", "tfjobs/postponed"), deleted("staged", "pods/"))
+            found = (
+                deleted("team", "tfjobs/plain"),
+                deleted("staged", "tfjobs/staged"),
+                deleted("team", "tfjobs/postponed"),
+                deleted("staged", "pods/"),
+            )
             return found if all(found) else None
 
         ([plain], [staged_job], [postponed], pod_deletes) = wait_for(
-            all_deleted, timeout=max(due.values()) - time.time() + 10, what="every deletion the flat core booked")
+            all_deleted, timeout=max(due.values()) - time.time() + 10, what="every deletion the flat core booked"
+        )
 
         # "deleted" is said once the worker has seen the object gone (jobttl.core.services.follow: 2 s on).
         def history_when_all_deleted() -> list[dict] | None:
             items = command(env, "history", "--json", "--limit", "100")["items"]
             return items if {e.get("name") for e in items if e["event"] == "deleted"} == set(uid) else None
 
-        history = wait_for(history_when_all_deleted, timeout=15, interval=0.2,
-                           what="the history to say every job deleted")
+        history = wait_for(
+            history_when_all_deleted, timeout=15, interval=0.2, what="the history to say every job deleted"
+        )
     finally:
         worker.stop()
         announcements.server.shutdown()
@@ -309,11 +386,14 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     announced = sorted((e["data"]["name"], e["data"]["deletionTime"]) for e in announcements.events)
     assert announced == sorted((name, rfc3339(due[(name, "job")])) for name in uid), announced
     job_deleted = {"plain": plain, "staged": staged_job, "postponed": postponed}
-    assert all(due[(e["data"]["name"], "job")] - WARN_BEFORE <= e["received"] < job_deleted[e["data"]["name"]]["time"]
-               for e in announcements.events), (announcements.events, due, ready)
+    assert all(
+        due[(e["data"]["name"], "job")] - WARN_BEFORE <= e["received"] < job_deleted[e["data"]["name"]]["time"]
+        for e in announcements.events
+    ), (announcements.events, due, ready)
     late_start = ready > min(due.values()) - WARN_BEFORE
-    assert late_start or all(e["received"] < due[(e["data"]["name"], "job")] for e in announcements.events), \
+    assert late_start or all(e["received"] < due[(e["data"]["name"], "job")] for e in announcements.events), (
         "a worker up in time announces each ahead of its due time"
+    )
 
     # The resync the flat core asked for ran as today's, and found every record as today's code
     # would write it: nothing moved, so the jobs that ran were the flat core's own.
@@ -324,8 +404,13 @@ def test_deletions_booked_by_the_flat_core_run_on_time_under_the_rooms(previous_
     assert report["scheduled"] == report["moved"] == report["cancelled"] == report["rejected"] == 0, report
 
     events = {(e.get("name"), e["event"]) for e in history}  # a resync's entry names no job
-    assert {("plain", "deleted"), ("staged", "pods-deleted"), ("staged", "deleted"), ("postponed", "postponed"),
-            ("postponed", "deleted")} <= events
+    assert {
+        ("plain", "deleted"),
+        ("staged", "pods-deleted"),
+        ("staged", "deleted"),
+        ("postponed", "postponed"),
+        ("postponed", "deleted"),
+    } <= events
     assert {n for n, e in events if e == "announced"} == set(uid)
     assert not [e for e in history if e["event"] in ("failed", "retrying")], history
     assert queue.failed_job_registry.count == 0 and r.zcard(keys.PENDING_INDEX) == 0

@@ -8,8 +8,9 @@ ME, OTHER = "mine", "theirs"
 
 
 def seen(started=True, alive=True, heartbeat="b1", holder=ME, overdue=None) -> Observation:
-    return Observation(started=started, alive=alive, heartbeat=heartbeat, lock_holder=holder, name=ME,
-                       oldest_overdue=overdue)
+    return Observation(
+        started=started, alive=alive, heartbeat=heartbeat, lock_holder=holder, name=ME, oldest_overdue=overdue
+    )
 
 
 def watch_from(start: float = 0.0, **kwargs) -> SchedulerWatch:
@@ -56,8 +57,10 @@ def test_overdue_deletions_that_keep_moving_are_not_a_stall():
 
 def test_another_workers_scheduler_holding_the_queue_is_its_own_workers_to_watch():
     watch = watch_from()
-    assert all(watch.judge(seen(started=False, alive=False, holder=OTHER, overdue="job-a"), t) is None
-               for t in range(0, 600, 5))
+    assert all(
+        watch.judge(seen(started=False, alive=False, holder=OTHER, overdue="job-a"), t) is None
+        for t in range(0, 600, 5)
+    )
 
 
 def test_stalls_beyond_the_allowed_restarts_within_the_window_stop_the_worker():

@@ -84,11 +84,18 @@ def plan_for(obj: dict[str, Any], policy: Policy) -> ArchivePlan | None:
         setting = effective.get(name)
         return default if setting is None else setting.value
 
-    return ArchivePlan(value("archive_manifest", True), value("archive_events", True), value("archive_logs", True),
-                       value("archive_log_kib", DEFAULT_LOG_KIB), value("archive_required", True), enabled.source)
+    return ArchivePlan(
+        value("archive_manifest", True),
+        value("archive_events", True),
+        value("archive_logs", True),
+        value("archive_log_kib", DEFAULT_LOG_KIB),
+        value("archive_required", True),
+        enabled.source,
+    )
 
 
 # --- where things go -----------------------------------------------------------------------------
+
 
 def folder(ref: JobRef) -> str:
     return f"{ref.namespace}/{ref.kind}/{ref.name}-{ref.uid}/"
@@ -109,6 +116,7 @@ def split_folder(name: str) -> tuple[str, str] | None:
 
 # --- logs ------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class LogRequest:
     """One read of a log's tail: the last `tail_lines` lines, at most `limit_bytes` of them (None:
@@ -126,8 +134,7 @@ def first_log_request(keep_bytes: int) -> LogRequest:
     return LogRequest(keep_bytes, keep_bytes * CAP_FACTOR)
 
 
-def next_log_request(previous: LogRequest, keep_bytes: int, answer_bytes: int, answer_lines: int
-                     ) -> LogRequest | None:
+def next_log_request(previous: LogRequest, keep_bytes: int, answer_bytes: int, answer_lines: int) -> LogRequest | None:
     """The next read, or None when the answer to `previous` (its size and newlines) holds what is kept."""
     if previous.limit_bytes is None:
         return None  # not capped: all of the last `fewer_than` lines, at least the cap's worth
@@ -180,9 +187,9 @@ class LogTail:
     def feed(self, chunk: bytes) -> None:
         self.bytes += len(chunk)
         self.newlines += chunk.count(b"\n")
-        self._last += chunk[-self.capacity:]
+        self._last += chunk[-self.capacity :]
         if len(self._last) > self.capacity:
-            del self._last[:len(self._last) - self.capacity]
+            del self._last[: len(self._last) - self.capacity]
 
     @property
     def last(self) -> bytes:
@@ -217,6 +224,7 @@ def trim_tail(body: bytes, keep: int, starts_line: bool = True) -> bytes:
 
 
 # --- encoding what is kept -------------------------------------------------------------------------
+
 
 def prune(value: Any, max_depth: int = MAX_DEPTH) -> tuple[Any, int]:
     """A copy of `value` with subtrees deeper than `max_depth` replaced by a note; how many were.
@@ -257,11 +265,13 @@ def to_yaml(value: Any, what: str) -> tuple[bytes, list[str]]:
     pruned, replaced = prune(value)
     unkept = [f"{what}: {replaced} parts nested deeper than {MAX_DEPTH} levels were not kept"] if replaced else []
     try:
-        text = yaml.dump(pruned, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False,
-                         width=4096)
+        text = yaml.dump(
+            pruned, Dumper=_Dumper, sort_keys=False, allow_unicode=True, default_flow_style=False, width=4096
+        )
     except (yaml.YAMLError, RecursionError, ValueError, TypeError) as exc:
-        return f"# {what} could not be encoded\n".encode(), \
-            unkept + [f"{what}: could not be encoded ({shapes.describe(exc)})"]
+        return f"# {what} could not be encoded\n".encode(), unkept + [
+            f"{what}: could not be encoded ({shapes.describe(exc)})"
+        ]
     return text.encode("utf-8", "replace"), unkept
 
 
@@ -289,6 +299,7 @@ def merge_events(earlier: list[dict[str, Any]], current: list[dict[str, Any]]) -
 
 # --- the index ---------------------------------------------------------------------------------------
 
+
 @dataclass
 class Contents:
     """What one archive run gathered: files by path, log entries, and what was not kept."""
@@ -300,31 +311,55 @@ class Contents:
     def add_log(self, pod: str, container: str, previous: bool, body: bytes, truncated: bool) -> None:
         path = log_path(pod, container, previous)
         self.files[path] = body
-        self.logs.append({"pod": pod, "container": container, "previous": previous, "path": path,
-                          "bytes": len(body), "truncated": truncated})
+        self.logs.append(
+            {
+                "pod": pod,
+                "container": container,
+                "previous": previous,
+                "path": path,
+                "bytes": len(body),
+                "truncated": truncated,
+            }
+        )
 
 
-def index(ref: JobRef, contents: Contents, archived_at: float, stage: str, plan: ArchivePlan,
-          earlier: dict[str, Any] | None = None) -> bytes:
+def index(
+    ref: JobRef,
+    contents: Contents,
+    archived_at: float,
+    stage: str,
+    plan: ArchivePlan,
+    earlier: dict[str, Any] | None = None,
+) -> bytes:
     """index.json: written last, so an archive with one is complete. An earlier index (the pods
     stage's) keeps its logs: their pods are gone by the time the job itself is archived."""
     earlier = earlier or {}
     files = _files(contents, earlier)
-    document = {"format": FORMAT, **ref.as_dict(), "archivedAt": archived_at, "stage": stage,
-                "logKiB": plan.log_kib, "files": files, "bytes": sum(files.values()), "logs": _logs(contents, earlier),
-                "unkept": contents.unkept + [u for u in earlier.get("unkept") or [] if isinstance(u, str)],
-                "archives": _other_stages(earlier, stage) + [{"stage": stage, "at": archived_at}]}
+    document = {
+        "format": FORMAT,
+        **ref.as_dict(),
+        "archivedAt": archived_at,
+        "stage": stage,
+        "logKiB": plan.log_kib,
+        "files": files,
+        "bytes": sum(files.values()),
+        "logs": _logs(contents, earlier),
+        "unkept": contents.unkept + [u for u in earlier.get("unkept") or [] if isinstance(u, str)],
+        "archives": _other_stages(earlier, stage) + [{"stage": stage, "at": archived_at}],
+    }
     return jsoncodec.dumps(document)
 
 
 # An earlier index is read back from the archive store, which is not trusted: what is not shaped as
 # jobttl writes it is dropped, never copied into the new index.
 
+
 def _logs(contents: Contents, earlier: dict[str, Any]) -> list[dict[str, Any]]:
     """This run's log entries, then the earlier index's for files this run did not write again."""
     written = {entry["path"] for entry in contents.logs}
-    return list(contents.logs) + [e for e in earlier.get("logs") or []
-                                  if isinstance(e, dict) and e.get("path") not in written]
+    return list(contents.logs) + [
+        e for e in earlier.get("logs") or [] if isinstance(e, dict) and e.get("path") not in written
+    ]
 
 
 def _files(contents: Contents, earlier: dict[str, Any]) -> dict[str, int]:
@@ -349,16 +384,23 @@ def read_index(raw: bytes | None) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
-def choose_logs(document: dict[str, Any], pod: str | None = None, container: str | None = None,
-                previous: bool = False) -> list[dict[str, Any]]:
+def choose_logs(
+    document: dict[str, Any], pod: str | None = None, container: str | None = None, previous: bool = False
+) -> list[dict[str, Any]]:
     """The archived logs matching the filters, in a stable order."""
     logs = [e for e in document.get("logs") or [] if isinstance(e, dict)]
-    chosen = [e for e in logs if (pod is None or e.get("pod") == pod) and (container is None or e.get("container") ==
-                                                                             container) and bool(e.get("previous")) == previous]
+    chosen = [
+        e
+        for e in logs
+        if (pod is None or e.get("pod") == pod)
+        and (container is None or e.get("container") == container)
+        and bool(e.get("previous")) == previous
+    ]
     return sorted(chosen, key=lambda e: (str(e.get("pod")), str(e.get("container"))))
 
 
 # --- retention ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Stored:

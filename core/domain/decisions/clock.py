@@ -54,8 +54,12 @@ class Offset:
 class ReferenceClock:
     """Offsets of the local clock from the API server's and from Redis's."""
 
-    def __init__(self, bound: float = DEFAULT_BOUND, local: Callable[[], float] = time.time,
-                 raw: Callable[[], float] = lambda: time.clock_gettime(_RAW)):
+    def __init__(
+        self,
+        bound: float = DEFAULT_BOUND,
+        local: Callable[[], float] = time.time,
+        raw: Callable[[], float] = lambda: time.clock_gettime(_RAW),
+    ):
         self.bound = bound
         self.local = local
         self.raw = raw
@@ -87,8 +91,9 @@ class ReferenceClock:
                     since = previous.since
             self.api = Offset((low + high) / 2, received, low, high, since, raw)
 
-    def observe_redis(self, seconds: int | str | bytes, micros: int | str | bytes, sent: float,
-                      received: float) -> None:
+    def observe_redis(
+        self, seconds: int | str | bytes, micros: int | str | bytes, sent: float, received: float
+    ) -> None:
         if not _plausible(sent, received):
             return
         offset = int(seconds) + int(micros) / 1e6 - (sent + received) / 2
@@ -113,23 +118,33 @@ class ReferenceClock:
         """Why deletions must wait, or None when the clocks agree within the bound."""
         api, redis = self.api, self.redis
         if api is not None and abs(api.seconds) > self.bound:
-            return (f"this host's clock is {_signed(-api.seconds)} off the API server's (bound {self.bound:g}s): "
-                    "deletions wait until the clocks agree")
+            return (
+                f"this host's clock is {_signed(-api.seconds)} off the API server's (bound {self.bound:g}s): "
+                "deletions wait until the clocks agree"
+            )
         if api is not None and redis is not None and abs(redis.seconds - api.seconds) > self.bound:
-            return (f"Redis's clock is {_signed(redis.seconds - api.seconds)} off the API server's "
-                    f"(bound {self.bound:g}s): deletions wait until the clocks agree")
+            return (
+                f"Redis's clock is {_signed(redis.seconds - api.seconds)} off the API server's "
+                f"(bound {self.bound:g}s): deletions wait until the clocks agree"
+            )
         if api is None and redis is not None and abs(redis.seconds) > self.bound:
-            return (f"this host's clock is {_signed(-redis.seconds)} off Redis's (bound {self.bound:g}s): "
-                    "deletions wait until the clocks agree")
+            return (
+                f"this host's clock is {_signed(-redis.seconds)} off Redis's (bound {self.bound:g}s): "
+                "deletions wait until the clocks agree"
+            )
         return None
 
     def as_dict(self) -> dict[str, Any]:
         api, redis = self.api, self.redis
-        return {"apiServerOffset": None if api is None else round(api.seconds, 3),
-                "apiServerOffsetUncertainty": None if api is None or api.low is None
-                else round((api.high - api.low) / 2, 3),
-                "redisOffset": None if redis is None else round(redis.seconds, 3),
-                "bound": self.bound, "problem": self.problem()}
+        return {
+            "apiServerOffset": None if api is None else round(api.seconds, 3),
+            "apiServerOffsetUncertainty": None
+            if api is None or api.low is None
+            else round((api.high - api.low) / 2, 3),
+            "redisOffset": None if redis is None else round(redis.seconds, 3),
+            "bound": self.bound,
+            "problem": self.problem(),
+        }
 
 
 def _combinable(previous: Offset | None, received: float, raw: float) -> bool:

@@ -114,16 +114,35 @@ class Decision:
 
     def as_dict(self) -> dict[str, Any]:
         """The decision as JSON-ready data (held deletions are kept in this shape)."""
-        return {"verdict": self.verdict.value, "reason": self.reason, "finishedAt": self.finished_at,
-                "outcome": self.outcome, "ttl": self.ttl, "ttlSource": self.ttl_source, "expiresAt": self.expires_at,
-                "dryRun": self.dry_run, "rules": list(self.rules), "finishedFrom": self.finished_from,
-                "notify": self.notify}
+        return {
+            "verdict": self.verdict.value,
+            "reason": self.reason,
+            "finishedAt": self.finished_at,
+            "outcome": self.outcome,
+            "ttl": self.ttl,
+            "ttlSource": self.ttl_source,
+            "expiresAt": self.expires_at,
+            "dryRun": self.dry_run,
+            "rules": list(self.rules),
+            "finishedFrom": self.finished_from,
+            "notify": self.notify,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Decision:
-        return cls(Verdict(data["verdict"]), data["reason"], data.get("finishedAt"), data.get("outcome"),
-                   data.get("ttl"), data.get("ttlSource"), data.get("expiresAt"), bool(data.get("dryRun")),
-                   tuple(data.get("rules") or ()), data.get("finishedFrom"), data.get("notify"))
+        return cls(
+            Verdict(data["verdict"]),
+            data["reason"],
+            data.get("finishedAt"),
+            data.get("outcome"),
+            data.get("ttl"),
+            data.get("ttlSource"),
+            data.get("expiresAt"),
+            bool(data.get("dryRun")),
+            tuple(data.get("rules") or ()),
+            data.get("finishedFrom"),
+            data.get("notify"),
+        )
 
 
 def warning_message(event_reason: str, kind: str, detail: str, source: str | None) -> str:
@@ -143,10 +162,15 @@ def invalid_ttl_message(kind: str, reason: str, source: str | None) -> str:
 
 def policy_error_reason(kind: JobKind, fault: DeclarationFault) -> str:
     """What a policy error says: the declaration's field and problem, whose it is, and that the object stays."""
-    declared = (f"jobttl's built-in declaration of {kind.api_version}/{kind.kind}" if kind.builtin or not kind.declared_in
-                else kind.declared_in)
-    return (f"{fault.field}: {fault.problem}; this is an error of {declared}, not of the object: jobttl keeps "
-            f"this {kind.kind} until the declaration is fixed")
+    declared = (
+        f"jobttl's built-in declaration of {kind.api_version}/{kind.kind}"
+        if kind.builtin or not kind.declared_in
+        else kind.declared_in
+    )
+    return (
+        f"{fault.field}: {fault.problem}; this is an error of {declared}, not of the object: jobttl keeps "
+        f"this {kind.kind} until the declaration is fixed"
+    )
 
 
 def notify_request(annotations: dict[str, Any]) -> str | None:
@@ -174,8 +198,10 @@ def decide(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLICY) 
         return _decide(obj, kind, policy)
     except UnreadableField as exc:
         declared = "its built-in declaration" if kind.builtin or not kind.declared_in else kind.declared_in
-        return Decision(Verdict.UNREADABLE, f"{exc} (read as {declared} says): jobttl keeps this {kind.kind} until "
-                                            "the field is fixed")
+        return Decision(
+            Verdict.UNREADABLE,
+            f"{exc} (read as {declared} says): jobttl keeps this {kind.kind} until the field is fixed",
+        )
 
 
 def _mapping(meta: dict[str, Any], name: str) -> dict[str, Any]:
@@ -196,8 +222,9 @@ def _decide(obj: dict[str, Any], kind: JobKind, policy: Policy) -> Decision:
     annotations, labels = _mapping(meta, "annotations"), _mapping(meta, "labels")
     effective = policy.effective(meta.get("namespace", ""), labels)
     dry_run = effective.get("dry_run")
-    scope: dict[str, Any] = dict(rules=effective.rules, dry_run=bool(dry_run and dry_run.value),
-                                 notify=notify_request(annotations))
+    scope: dict[str, Any] = dict(
+        rules=effective.rules, dry_run=bool(dry_run and dry_run.value), notify=notify_request(annotations)
+    )
     notes: list[str] = []  # why a job someone else runs is expired all the same
 
     managed = _managed_elsewhere(obj, kind, effective, scope, notes)
@@ -239,8 +266,9 @@ def _out_of_reach(meta: dict[str, Any], policy: Policy) -> Decision | None:
     return None
 
 
-def _managed_elsewhere(obj: dict[str, Any], kind: JobKind, effective: Effective, scope: dict[str, Any],
-                       notes: list[str]) -> Decision | None:
+def _managed_elsewhere(
+    obj: dict[str, Any], kind: JobKind, effective: Effective, scope: dict[str, Any], notes: list[str]
+) -> Decision | None:
     """Run by another controller than the kind's own (its managedBy field): left alone unless the
     policy opts in, in which case `notes` says so and the decision goes on."""
     manager = kind.external_manager(obj)
@@ -248,15 +276,26 @@ def _managed_elsewhere(obj: dict[str, Any], kind: JobKind, effective: Effective,
         return None
     opted_in = effective.opted_in("managed_by")
     if opted_in is None:
-        return Decision(Verdict.MANAGED_ELSEWHERE, f"{manager.field} is {manager.value!r}, not "
-                        f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
-                        "skips it (a policy rule with managedBy: delete opts in)", **scope)
+        return Decision(
+            Verdict.MANAGED_ELSEWHERE,
+            f"{manager.field} is {manager.value!r}, not "
+            f"{' or '.join(kind.own_controllers)}: that controller runs it and its own controller "
+            "skips it (a policy rule with managedBy: delete opts in)",
+            **scope,
+        )
     notes.append(f"managed by {manager.value!r}, expired as {opted_in.source} says (managedBy: delete)")
     return None
 
 
-def _kept(obj: dict[str, Any], kind: JobKind, policy: Policy, annotations: dict[str, Any], labels: dict[str, Any],
-          effective: Effective, done: dict[str, Any]) -> Decision | None:
+def _kept(
+    obj: dict[str, Any],
+    kind: JobKind,
+    policy: Policy,
+    annotations: dict[str, Any],
+    labels: dict[str, Any],
+    effective: Effective,
+    done: dict[str, Any],
+) -> Decision | None:
     """A finished job kept all the same: by its owner's annotation or label, by the policy's keep, or
     held while its archive is written. The first that keeps it gives the reason."""
     kept = owner_keeps(annotations, labels, kind.kind, policy)
@@ -271,26 +310,32 @@ def _kept(obj: dict[str, Any], kind: JobKind, policy: Policy, annotations: dict[
     return None
 
 
-def _someone_elses(obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], effective: Effective,
-                   notes: list[str]) -> tuple[Verdict, str] | None:
+def _someone_elses(
+    obj: dict[str, Any], kind: JobKind, meta: dict[str, Any], effective: Effective, notes: list[str]
+) -> tuple[Verdict, str] | None:
     """Suspended, or owned by another object (unless the policy opts in): not jobttl's to expire."""
     suspended = kind.suspended(obj)
     if suspended is not None:
-        return Verdict.SUSPENDED, (f"{suspended.field} is {suspended.value!r}: a suspended job may be resumed, "
-                                   "and its controller does not expire it while it is suspended")
+        return Verdict.SUSPENDED, (
+            f"{suspended.field} is {suspended.value!r}: a suspended job may be resumed, "
+            "and its controller does not expire it while it is suspended"
+        )
     owner = controller_owner(meta)
     if owner is None:
         return None
     opted_in = effective.opted_in("owned")
     if opted_in is None:
-        return Verdict.OWNED, (f"owned-by {owner}: its controller ownerReference puts it under its owner's "
-                               "lifecycle (deleting the owner deletes it); a policy rule with owned: delete opts in")
+        return Verdict.OWNED, (
+            f"owned-by {owner}: its controller ownerReference puts it under its owner's "
+            "lifecycle (deleting the owner deletes it); a policy rule with owned: delete opts in"
+        )
     notes.append(f"owned-by {owner}, expired as {opted_in.source} says (owned: delete)")
     return None
 
 
-def owner_keeps(annotations: dict[str, Any], labels: dict[str, Any], kind: str,
-                policy: Policy) -> tuple[str, str | None] | None:
+def owner_keeps(
+    annotations: dict[str, Any], labels: dict[str, Any], kind: str, policy: Policy
+) -> tuple[str, str | None] | None:
     """Whether the object's owner keeps it, by what they wrote under jobttl.io/: (why, the Warning to post
     or None), or None. ``jobttl.io/keep: "true"`` keeps quietly; any value but ``"false"`` keeps, with an
     InvalidKeep Warning (``"yes"``, ``"1"``, ``"TRUE"``, ``"true "`` meant keep, and unclear means keep);
@@ -301,32 +346,44 @@ def owner_keeps(annotations: dict[str, Any], labels: dict[str, Any], kind: str,
         if value == KEEP:
             return f"annotation {KEEP_ANNOTATION} is true", None
         if value != DO_NOT_KEEP:
-            return (f"annotation {KEEP_ANNOTATION} is {shown(value)}, neither \"{KEEP}\" nor \"{DO_NOT_KEEP}\": jobttl "
-                    f"keeps this {kind}, as for any value but \"{DO_NOT_KEEP}\" (write \"{KEEP}\" to keep it, "
-                    f"\"{DO_NOT_KEEP}\" or no annotation to let it expire)"), INVALID_KEEP_REASON
+            return (
+                f'annotation {KEEP_ANNOTATION} is {shown(value)}, neither "{KEEP}" nor "{DO_NOT_KEEP}": jobttl '
+                f'keeps this {kind}, as for any value but "{DO_NOT_KEEP}" (write "{KEEP}" to keep it, '
+                f'"{DO_NOT_KEEP}" or no annotation to let it expire)'
+            ), INVALID_KEEP_REASON
     unknown = first_unknown_key(annotations, labels, policy)
     if unknown:
         where, key, nearest = unknown
-        key = key if len(key) <= MAX_KEY_SHOWN else key[:MAX_KEY_SHOWN - 3] + "..."
-        hint = f" (did you mean {nearest}?)" if nearest else (
-            f" (jobttl reads the annotations {', '.join(KNOWN_ANNOTATIONS)})")
-        return (f"{where} {key} is not a key jobttl knows{hint}: jobttl keeps this {kind} until it is fixed or "
-                "removed"), UNKNOWN_KEY_REASON
+        key = key if len(key) <= MAX_KEY_SHOWN else key[: MAX_KEY_SHOWN - 3] + "..."
+        hint = (
+            f" (did you mean {nearest}?)"
+            if nearest
+            else (f" (jobttl reads the annotations {', '.join(KNOWN_ANNOTATIONS)})")
+        )
+        return (
+            f"{where} {key} is not a key jobttl knows{hint}: jobttl keeps this {kind} until it is fixed or removed"
+        ), UNKNOWN_KEY_REASON
     return None
 
 
-def first_unknown_key(annotations: dict[str, Any], labels: dict[str, Any],
-                      policy: Policy) -> tuple[str, str, str | None] | None:
+def first_unknown_key(
+    annotations: dict[str, Any], labels: dict[str, Any], policy: Policy
+) -> tuple[str, str, str | None] | None:
     """(annotation or label, key, the nearest known key or None) of the first key (in order) under
     jobttl.io/ (in any case, or under a prefix one typo away: ``jobtll.io/``) that jobttl does not
     read there, or None. Only it is reported, so only its nearest key is looked for: a forged
     object may carry thousands of such keys."""
-    found = [(where, key) for where, keys in (("annotation", annotations), ("label", labels))
-             for key in keys if isinstance(key, str) and _ours(key)]
+    found = [
+        (where, key)
+        for where, keys in (("annotation", annotations), ("label", labels))
+        for key in keys
+        if isinstance(key, str) and _ours(key)
+    ]
     if not found:
         return None  # nearly every object: no key under jobttl.io/ but those jobttl reads, or none at all
-    known = [("annotation", k) for k in KNOWN_ANNOTATIONS] + [("label", k) for k in sorted(policy.label_keys)
-                                                              if _ours(k)]
+    known = [("annotation", k) for k in KNOWN_ANNOTATIONS] + [
+        ("label", k) for k in sorted(policy.label_keys) if _ours(k)
+    ]
     unknown = [pair for pair in found if pair not in known]
     if not unknown:
         return None
@@ -344,6 +401,7 @@ def _nearest(key: str, known: list[tuple[str, str]]) -> str | None:
         other = candidate.partition("/")[2]
         ratio = difflib.SequenceMatcher(None, name, other).ratio()
         return max(ratio, 0.8) if name.startswith(other) or other.startswith(name) else ratio
+
     scored = sorted((score(k), w, k) for w, k in known)
     best, where, candidate = scored[-1] if scored else (0.0, "", "")
     return f"{where} {candidate}" if best >= 0.6 and name else None
@@ -381,7 +439,7 @@ def _after_prefix(key: str) -> str | None:
     label, _, _, _ = match.groups()
     if _edits(label, _OUR_LABEL) > 1:
         return None
-    return key[match.start(4):]
+    return key[match.start(4) :]
 
 
 def _edits(a: str, b: str) -> int:
@@ -414,8 +472,15 @@ def controller_owner(meta: dict[str, Any]) -> str | None:
     return None
 
 
-def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations: dict[str, Any],
-            effective: Effective, notes: list[str], done: dict[str, Any]) -> Decision:
+def _expiry(
+    kind: JobKind,
+    finish: Finish,
+    chosen: tuple[int, str],
+    annotations: dict[str, Any],
+    effective: Effective,
+    notes: list[str],
+    done: dict[str, Any],
+) -> Decision:
     """From the chosen TTL to the expiry: capped, bounded, postponed by keep-until."""
     ttl, source = chosen
     # The admin's cap first: a user who asks for forever gets maxTTL, not an invalid TTL.
@@ -423,23 +488,40 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
     if cap is not None and ttl > cap.value:
         ttl, source = cap.value, f"{source}, capped by maxTTL of {cap.source}"
     if ttl > MAX_TTL:
-        return Decision(Verdict.INVALID_TTL, f"{source}: a TTL of {ttl}s is beyond any sensible time "
-                                             f"(at most {MAX_TTL}s, about 100 years)", ttl_source=source, **done)
+        return Decision(
+            Verdict.INVALID_TTL,
+            f"{source}: a TTL of {ttl}s is beyond any sensible time (at most {MAX_TTL}s, about 100 years)",
+            ttl_source=source,
+            **done,
+        )
     if finish.time is None:
-        return Decision(Verdict.NO_FINISH_TIME, f"{kind.kind} finished ({finish.reason}) but has no readable "
-                                                "finish time", ttl=ttl, ttl_source=source, **done)
+        return Decision(
+            Verdict.NO_FINISH_TIME,
+            f"{kind.kind} finished ({finish.reason}) but has no readable finish time",
+            ttl=ttl,
+            ttl_source=source,
+            **done,
+        )
     expires_at = finish.time + ttl
     if expires_at > LATEST_DUE:
-        return Decision(Verdict.INVALID_TTL, f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
-                        ttl_source=source, **done)
+        return Decision(
+            Verdict.INVALID_TTL,
+            f"finish time {finish.time} plus TTL {ttl}s is past the year 9000",
+            ttl_source=source,
+            **done,
+        )
     if KEEP_UNTIL_ANNOTATION in annotations:
         try:
             expires_at, ttl, source = _postponed(annotations, finish.time, cap, (expires_at, ttl, source))
         except ValueError:
-            return Decision(Verdict.INVALID_TTL, f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
-                                                 f"as 2030-01-31T00:00:00Z within 100 years, got "
-                                                 f"{shown(annotations[KEEP_UNTIL_ANNOTATION])}",
-                            ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}", **done)
+            return Decision(
+                Verdict.INVALID_TTL,
+                f"annotation {KEEP_UNTIL_ANNOTATION} must be an RFC 3339 time such "
+                f"as 2030-01-31T00:00:00Z within 100 years, got "
+                f"{shown(annotations[KEEP_UNTIL_ANNOTATION])}",
+                ttl_source=f"annotation {KEEP_UNTIL_ANNOTATION}",
+                **done,
+            )
     return Decision(
         Verdict.EXPIRES,
         f"{kind.kind} {finish.outcome} ({finish.reason}); TTL {ttl}s from {source}" + "".join(f"; {n}" for n in notes),
@@ -450,8 +532,9 @@ def _expiry(kind: JobKind, finish: Finish, chosen: tuple[int, str], annotations:
     )
 
 
-def _postponed(annotations: dict[str, Any], finished_at: int, cap: RuledValue | None,
-               expiry: tuple[int, int, str]) -> tuple[int, int, str]:
+def _postponed(
+    annotations: dict[str, Any], finished_at: int, cap: RuledValue | None, expiry: tuple[int, int, str]
+) -> tuple[int, int, str]:
     """(expires at, TTL, its source), postponed by ``jobttl.io/keep-until`` when it keeps the job longer.
     Raises ValueError as `_keep_until` does."""
     keep_until = _keep_until(annotations, finished_at, cap)
@@ -493,8 +576,9 @@ def keep_until(obj: dict[str, Any], kind: JobKind, policy: Policy = DEFAULT_POLI
         return None  # decide() calls it an invalid TTL: nothing is deleted early either
 
 
-def _choose_ttl(obj: dict[str, Any], annotations: dict[str, Any], own: OwnTTL | None, outcome: str,
-                effective: Effective) -> tuple[int, str] | Decision:
+def _choose_ttl(
+    obj: dict[str, Any], annotations: dict[str, Any], own: OwnTTL | None, outcome: str, effective: Effective
+) -> tuple[int, str] | Decision:
     """The TTL before capping, and where it came from; or a Decision if there is none."""
     if TTL_ANNOTATION in annotations:
         source = f"annotation {TTL_ANNOTATION}"

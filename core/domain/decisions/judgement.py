@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Union
 from jobttl.core.domain.decisions.decision import Decision, Verdict
 from jobttl.core.domain.decisions.due import Override, due_at
 from jobttl.core.domain.wire.identity import JobRef
+
 # The schedule's stage names, from the pure plan module (jobttl.core.store.schedule, which talks to
 # Redis and which this module may not import, re-exports the same).
 from jobttl.core.domain.decisions.plan import JOB_STAGE, PODS_STAGE
@@ -42,6 +43,7 @@ CLOCK_SKEW = "clock-skew"
 
 
 # --- what the worker knows --------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Target:
@@ -87,6 +89,7 @@ class ApiTime:
 
 
 # --- what it may do (the closed set) ---------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Reasoned:
@@ -185,6 +188,7 @@ Action = Union[Skip, Refuse, Forget, Recover, Replan, Wait, WouldDelete, HoldFor
 
 # --- the judgement -----------------------------------------------------------------------------------
 
+
 def admit(target: Target, current: Current, kind_enabled: bool, clock_problem: str | None) -> Action | None:
     """Before the read: None when the run may go on to read the object."""
     if current.busy:
@@ -202,8 +206,14 @@ def admit(target: Target, current: Current, kind_enabled: bool, clock_problem: s
     return None
 
 
-def judge(target: Target, current: Current, obj: dict[str, Any] | None, decision: Decision | None,
-          now: ApiTime, held_for_review: bool = False) -> Action:
+def judge(
+    target: Target,
+    current: Current,
+    obj: dict[str, Any] | None,
+    decision: Decision | None,
+    now: ApiTime,
+    held_for_review: bool = False,
+) -> Action:
     """On the object just read (None: not found). `decision` is this stage's, made from `obj`
     whenever `to_decide` says so (None otherwise); `held_for_review`: the first-run review holds
     deletions due at `target.due` (jobttl.core.services.install)."""
@@ -248,8 +258,7 @@ def confirm(target: Target, before: Current, after: Current) -> Action | None:
 def to_decide(target: Target, current: Current, obj: dict[str, Any] | None) -> bool:
     """Whether `judge` needs a decision made from `obj`: it is there, it is ours, and it is not what
     an earlier run's DELETE left."""
-    return (obj is not None and obj["metadata"].get("uid") == target.ref.uid
-            and not recovering(target, current, obj))
+    return obj is not None and obj["metadata"].get("uid") == target.ref.uid and not recovering(target, current, obj)
 
 
 def recovering(target: Target, current: Current, obj: dict[str, Any] | None) -> bool:
@@ -280,8 +289,11 @@ def unchanged(latest: dict[str, Any] | None, judged: dict[str, Any]) -> bool:
     if latest is None:
         return False
     meta, before = latest.get("metadata") or {}, judged.get("metadata") or {}
-    return (meta.get("uid") == before.get("uid") and meta.get("resourceVersion") == before.get("resourceVersion")
-            and not meta.get("deletionTimestamp"))
+    return (
+        meta.get("uid") == before.get("uid")
+        and meta.get("resourceVersion") == before.get("resourceVersion")
+        and not meta.get("deletionTimestamp")
+    )
 
 
 def _no_longer_due(target: Target, current: Current, decision: Decision) -> Replan | None:

@@ -52,29 +52,47 @@ class Member:
 
     def record(self) -> str:
         """What the index keeps about it, to decide about it without its object."""
-        return jsoncodec.dumps_str({"group": self.group, "ref": [self.ref.api_version, self.ref.kind, self.ref.namespace,
-                                                                 self.ref.name], "finishedAt": self.finished_at,
-                                    "limit": self.limit, "source": self.source, "outcome": self.outcome,
-                                    "rules": list(self.rules), "dryRun": self.dry_run, "notify": self.notify,
-                                    **({"keepUntil": self.keep_until} if self.keep_until is not None else {})})
+        return jsoncodec.dumps_str(
+            {
+                "group": self.group,
+                "ref": [self.ref.api_version, self.ref.kind, self.ref.namespace, self.ref.name],
+                "finishedAt": self.finished_at,
+                "limit": self.limit,
+                "source": self.source,
+                "outcome": self.outcome,
+                "rules": list(self.rules),
+                "dryRun": self.dry_run,
+                "notify": self.notify,
+                **({"keepUntil": self.keep_until} if self.keep_until is not None else {}),
+            }
+        )
 
     @classmethod
     def from_record(cls, uid: str, raw: bytes | str) -> Member:
         data = jsoncodec.loads(raw)
-        return cls(data["group"], uid, int(data["finishedAt"]), int(data["limit"]), data["source"],
-                   JobRef(*data["ref"], uid), data["outcome"], tuple(data.get("rules") or ()),
-                   bool(data.get("dryRun")), bool(data.get("notify", True)),
-                   int(data["keepUntil"]) if isinstance(data.get("keepUntil"), int) else None)
+        return cls(
+            data["group"],
+            uid,
+            int(data["finishedAt"]),
+            int(data["limit"]),
+            data["source"],
+            JobRef(*data["ref"], uid),
+            data["outcome"],
+            tuple(data.get("rules") or ()),
+            bool(data.get("dryRun")),
+            bool(data.get("notify", True)),
+            int(data["keepUntil"]) if isinstance(data.get("keepUntil"), int) else None,
+        )
 
 
-def group_key(source: str, kind: JobKind, namespace: str, group_by: str | None, value: str | None,
-              outcome: str) -> str:
+def group_key(source: str, kind: JobKind, namespace: str, group_by: str | None, value: str | None, outcome: str) -> str:
     label = f"{group_by}={value}" if group_by else ""
     return f"{source}|{kind.api_version}/{kind.kind}|{namespace}|{label}|{outcome}"
 
 
-def membership(obj: dict[str, Any], kind: JobKind, policy: Policy, decision: Decision,
-               notify: bool = True) -> Member | None:
+def membership(
+    obj: dict[str, Any], kind: JobKind, policy: Policy, decision: Decision, notify: bool = True
+) -> Member | None:
     """The group this job counts in, or None (no keepLast for it, not finished, kept, unlabelled)."""
     if decision.verdict not in COUNTED or decision.outcome is None:
         return None
@@ -90,9 +108,19 @@ def membership(obj: dict[str, Any], kind: JobKind, policy: Policy, decision: Dec
     if finished is None or finished.time is None:
         return None
     namespace = meta.get("namespace", "")
-    return Member(group_key(setting.source, kind, namespace, group_by, labels.get(group_by), decision.outcome),
-                  meta.get("uid", ""), finished.time, setting.value.limit(decision.outcome), setting.source,
-                  JobRef.of(obj), decision.outcome, decision.rules, decision.dry_run, notify, keep_until(obj, kind, policy))
+    return Member(
+        group_key(setting.source, kind, namespace, group_by, labels.get(group_by), decision.outcome),
+        meta.get("uid", ""),
+        finished.time,
+        setting.value.limit(decision.outcome),
+        setting.source,
+        JobRef.of(obj),
+        decision.outcome,
+        decision.rules,
+        decision.dry_run,
+        notify,
+        keep_until(obj, kind, policy),
+    )
 
 
 def ranked(members: Iterable[Member]) -> dict[str, tuple[int, int | None]]:
@@ -114,18 +142,29 @@ def ranked(members: Iterable[Member]) -> dict[str, tuple[int, int | None]]:
 
 def limit_decision(member: Member, rank: int, beyond_at: int, decision: Decision | None = None) -> Decision:
     """The decision for a job beyond its group's limit: due when it fell beyond, or at its TTL if earlier."""
-    if decision is not None and decision.verdict is Verdict.EXPIRES and decision.expires_at is not None \
-            and decision.expires_at <= beyond_at:
+    if (
+        decision is not None
+        and decision.verdict is Verdict.EXPIRES
+        and decision.expires_at is not None
+        and decision.expires_at <= beyond_at
+    ):
         return decision
     due = max(beyond_at, member.finished_at)
     postponed = ""
     if member.keep_until is not None and member.keep_until > due:
         due, postponed = member.keep_until, f"; postponed by annotation {KEEP_UNTIL_ANNOTATION}"
-    return Decision(Verdict.EXPIRES, f"{member.ref.kind} {member.outcome}; {rank} newer {member.outcome} ones in its "
-                                     f"group, {member.source} keeps {member.limit}{postponed}",
-                    finished_at=member.finished_at, outcome=member.outcome, ttl=due - member.finished_at,
-                    ttl_source=f"{SOURCE_PREFIX}{member.source} ({member.limit} {member.outcome})", expires_at=due,
-                    dry_run=member.dry_run, rules=member.rules)
+    return Decision(
+        Verdict.EXPIRES,
+        f"{member.ref.kind} {member.outcome}; {rank} newer {member.outcome} ones in its "
+        f"group, {member.source} keeps {member.limit}{postponed}",
+        finished_at=member.finished_at,
+        outcome=member.outcome,
+        ttl=due - member.finished_at,
+        ttl_source=f"{SOURCE_PREFIX}{member.source} ({member.limit} {member.outcome})",
+        expires_at=due,
+        dry_run=member.dry_run,
+        rules=member.rules,
+    )
 
 
 def is_limit_decision(decision: Decision) -> bool:

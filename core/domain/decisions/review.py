@@ -125,8 +125,9 @@ class Bookings:
     dry_run: int = 0  # dry-run records (would-deletes) due by then
 
 
-def plan_holds(due: Mapping[str, Due], record: ReviewRecord | None, confirmed: AbstractSet[str], guard: Limits,
-               seen: int) -> HoldPlan:
+def plan_holds(
+    due: Mapping[str, Due], record: ReviewRecord | None, confirmed: AbstractSet[str], guard: Limits, seen: int
+) -> HoldPlan:
     """What a resync holds of what it found due (members of `due`).
 
     What the review holds (due at install, its kind not reviewed) is held whatever the thresholds, and
@@ -146,15 +147,17 @@ def plan_holds(due: Mapping[str, Due], record: ReviewRecord | None, confirmed: A
     return HoldPlan(review, first_run, frozenset(), None)
 
 
-def confirmation_may_end_review(record: ReviewRecord | None, confirming: bool, plan: HoldPlan,
-                                record_readable: bool) -> bool:
+def confirmation_may_end_review(
+    record: ReviewRecord | None, confirming: bool, plan: HoldPlan, record_readable: bool
+) -> bool:
     """Whether an operator's confirmation may end the review, if `nothing_left_to_review` agrees: only
     while one is open, when this resync holds nothing new for it, and with the install record in reach."""
     return record is not None and record.reviewing and confirming and not plan.first_run and record_readable
 
 
-def nothing_left_to_review(record: ReviewRecord, bookings: Bookings, held: Iterable[Held],
-                           confirmed: AbstractSet[str]) -> bool:
+def nothing_left_to_review(
+    record: ReviewRecord, bookings: Bookings, held: Iterable[Held], confirmed: AbstractSet[str]
+) -> bool:
     """Whether all that was due at install is in `confirmed`: no booking is due by the install time (one
     no worker has held yet; dry-run records delete nothing and do not count) that the operator has not
     seen, and nothing held for the review is outside `confirmed`. `bookings` must be read before `held`:
@@ -171,8 +174,9 @@ def nothing_left_to_review(record: ReviewRecord, bookings: Bookings, held: Itera
             unseen = frozenset(m for m in unseen if kinds.get(m) is None or kinds[m] in record.kinds_under_review)
         if unseen and bookings.count > len(bookings.members & frozenset(confirmed)):
             return False
-    return all(h.member in confirmed for h in held
-               if h.by == HELD_FOR_REVIEW and record.holds(record.installed_at, h.kind))
+    return all(
+        h.member in confirmed for h in held if h.by == HELD_FOR_REVIEW and record.holds(record.installed_at, h.kind)
+    )
 
 
 @dataclass(frozen=True)
@@ -181,8 +185,13 @@ class ReleasePlan:
     settled: frozenset[str]  # held before, listed now without being due: out of the held set
 
 
-def plan_release(due: Mapping[str, Due], plan: HoldPlan, record: ReviewRecord | None, held_before: Iterable[Held],
-                 seen: AbstractSet[str]) -> ReleasePlan:
+def plan_release(
+    due: Mapping[str, Due],
+    plan: HoldPlan,
+    record: ReviewRecord | None,
+    held_before: Iterable[Held],
+    seen: AbstractSet[str],
+) -> ReleasePlan:
     """What a resync releases, with the install record as it stands after any confirmation ended the
     review (`record`): all that is due and not held, but what the review still holds while it is open."""
     reviewing = record is not None and record.reviewing
@@ -193,8 +202,9 @@ def plan_release(due: Mapping[str, Due], plan: HoldPlan, record: ReviewRecord | 
     return ReleasePlan(release, settled)
 
 
-def review_may_end_quietly(record: ReviewRecord | None, held_any: bool, record_readable: bool,
-                           listed: AbstractSet[str]) -> bool:
+def review_may_end_quietly(
+    record: ReviewRecord | None, held_any: bool, record_readable: bool, listed: AbstractSet[str]
+) -> bool:
     """Whether a resync may end the review by itself, if `nothing_was_due_at_install` agrees: one is open,
     this resync held nothing, the install record is in reach, and it listed some kind completely (the
     review ends for those only)."""

@@ -47,20 +47,38 @@ def pod_stage(obj: dict[str, Any], kind: JobKind, policy: Policy, job: Decision)
     if chosen is None:
         return PodStage(Decision(Verdict.NO_TTL, "the policy sets no podTTL", **done), "no-pod-ttl")
     if not kind.pod_cleanup_safe or not kind.pod_label:
-        return PodStage(Decision(Verdict.NO_TTL, f"{kind.kind}'s pods are not deleted ahead of it (its controller "
-                                                 "could re-create them, or they are not its own)", **done),
-                        "pods-unsafe")
+        return PodStage(
+            Decision(
+                Verdict.NO_TTL,
+                f"{kind.kind}'s pods are not deleted ahead of it (its controller "
+                "could re-create them, or they are not its own)",
+                **done,
+            ),
+            "pods-unsafe",
+        )
     finished = kind.finish(obj)
     if finished is None or finished.time is None:
-        return PodStage(Decision(Verdict.NO_FINISH_TIME, "no finish time to count the podTTL from", **done),
-                        Verdict.NO_FINISH_TIME.value)
+        return PodStage(
+            Decision(Verdict.NO_FINISH_TIME, "no finish time to count the podTTL from", **done),
+            Verdict.NO_FINISH_TIME.value,
+        )
     due, source = _kept_longer(obj, kind, policy, finished.time + chosen.value, source)
     if job.verdict is Verdict.EXPIRES and job.expires_at is not None and due >= job.expires_at:
-        return PodStage(Decision(Verdict.NO_TTL, f"the pods go with the {kind.kind} (its TTL ends first)", **done),
-                        "pods-with-job")
-    return PodStage(Decision(Verdict.EXPIRES, f"pods of {kind.kind} {job.outcome}; podTTL {chosen.value}s from {source}",
-                             finished_at=finished.time, ttl=due - finished.time, ttl_source=source, expires_at=due, **done),
-                    "expires")
+        return PodStage(
+            Decision(Verdict.NO_TTL, f"the pods go with the {kind.kind} (its TTL ends first)", **done), "pods-with-job"
+        )
+    return PodStage(
+        Decision(
+            Verdict.EXPIRES,
+            f"pods of {kind.kind} {job.outcome}; podTTL {chosen.value}s from {source}",
+            finished_at=finished.time,
+            ttl=due - finished.time,
+            ttl_source=source,
+            expires_at=due,
+            **done,
+        ),
+        "expires",
+    )
 
 
 def _pod_ttl(obj: dict[str, Any], policy: Policy, outcome: str | None) -> tuple[Any, str]:
@@ -86,8 +104,9 @@ def _kept_longer(obj: dict[str, Any], kind: JobKind, policy: Policy, due: float,
     return due, source
 
 
-def owned_pods(pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str,
-               created_by: int | None = None) -> list[dict[str, Any]]:
+def owned_pods(
+    pods: list[dict[str, Any]], kind: JobKind, name: str, uid: str, created_by: int | None = None
+) -> list[dict[str, Any]]:
     """The pods the pods stage may delete: the kind's pod label naming this job, a controller
     ownerReference to this very job (its kind and UID), and (given `created_by`, the job's
     finish time) created no later than the job finished: a pod created after that belongs to a
@@ -106,8 +125,10 @@ def _owned(pod: dict[str, Any], kind: JobKind, name: str, uid: str, created_by: 
         if created is None or created > created_by:
             return False  # of a later run of the same job: not this run's to delete
     owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
-    return any(isinstance(o, dict) and o.get("controller") is True and o.get("uid") == uid and o.get("kind") == kind.kind
-               for o in owners)
+    return any(
+        isinstance(o, dict) and o.get("controller") is True and o.get("uid") == uid and o.get("kind") == kind.kind
+        for o in owners
+    )
 
 
 def archived_pods(pods: list[dict[str, Any]], kind: JobKind, uid: str) -> list[dict[str, Any]]:
@@ -118,8 +139,10 @@ def archived_pods(pods: list[dict[str, Any]], kind: JobKind, uid: str) -> list[d
     for pod in pods:
         meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
         owners = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
-        if not any(isinstance(o, dict) and o.get("controller") is True and o.get("kind") == kind.kind
-                   and o.get("uid") != uid for o in owners):
+        if not any(
+            isinstance(o, dict) and o.get("controller") is True and o.get("kind") == kind.kind and o.get("uid") != uid
+            for o in owners
+        ):
             chosen.append(pod)
     return chosen
 
@@ -148,8 +171,9 @@ def containers(pod: dict[str, Any]) -> list[str]:
 SCHEDULED_REASON = "DeletionScheduled"
 
 
-def scheduled_message(kind: str, stage: str, due: int, ttl: int | None, ttl_source: str | None,
-                      dry_run: bool = False) -> str:
+def scheduled_message(
+    kind: str, stage: str, due: int, ttl: int | None, ttl_source: str | None, dry_run: bool = False
+) -> str:
     """``jobttl will delete this TFJob at 2030-01-31T00:00:00Z (TTL 7d from ttl of rule research)``."""
     when = datetime.fromtimestamp(due, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # RFC 3339: TTLs count seconds
     what = f"the pods of this {kind}" if stage == PODS_STAGE else f"this {kind}"
@@ -157,5 +181,7 @@ def scheduled_message(kind: str, stage: str, due: int, ttl: int | None, ttl_sour
     if ttl_source and ttl_source.startswith(SOURCE_PREFIX):
         why = ttl_source  # keepLast of rule research (3 succeeded)
     else:
-        why = f"TTL {format_duration(ttl, exact=True)} from {ttl_source}" if ttl is not None and ttl_source else "policy"
+        why = (
+            f"TTL {format_duration(ttl, exact=True)} from {ttl_source}" if ttl is not None and ttl_source else "policy"
+        )
     return f"jobttl {verb} {what} at {when} ({why})"

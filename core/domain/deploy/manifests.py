@@ -45,23 +45,38 @@ def crd_rules(kinds: tuple[JobKind, ...], verbs: frozenset[str] | tuple[str, ...
     """The rule letting the worker read its kinds' own CustomResourceDefinitions, by name; none
     when no kind has one (a rule with no names would grant every CRD)."""
     names = crd_names(kinds)
-    return [{"apiGroups": [CRD_GROUP], "resources": [CRDS], "resourceNames": names, "verbs": sorted(verbs)}] if names else []
+    return (
+        [{"apiGroups": [CRD_GROUP], "resources": [CRDS], "resourceNames": names, "verbs": sorted(verbs)}]
+        if names
+        else []
+    )
 
 
 def cluster_roles(policy: Policy) -> list[dict[str, Any]]:
     """The source's and the worker's ClusterRoles for this policy's kinds and features."""
     worker = permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages)
-    other = [{"apiGroups": [""], "resources": [resource], "verbs": sorted(verbs)}
-             for resource, verbs in sorted(worker.items()) if resource not in (JOBS, VERSION, CRDS)]
-    return [_role("jobttl-source", "source", kind_rules(policy.kinds, SOURCE_VERBS)),
-            _role("jobttl-worker", "worker", kind_rules(policy.kinds, worker[JOBS]) + other
-                  + crd_rules(policy.kinds, worker[CRDS]))]
+    other = [
+        {"apiGroups": [""], "resources": [resource], "verbs": sorted(verbs)}
+        for resource, verbs in sorted(worker.items())
+        if resource not in (JOBS, VERSION, CRDS)
+    ]
+    return [
+        _role("jobttl-source", "source", kind_rules(policy.kinds, SOURCE_VERBS)),
+        _role(
+            "jobttl-worker",
+            "worker",
+            kind_rules(policy.kinds, worker[JOBS]) + other + crd_rules(policy.kinds, worker[CRDS]),
+        ),
+    ]
 
 
 def _role(name: str, component: str, rules: list[dict[str, Any]]) -> dict[str, Any]:
-    return {"apiVersion": RBAC, "kind": "ClusterRole",
-            "metadata": {"name": name, "labels": {**LABELS, "app.kubernetes.io/component": component}},
-            "rules": rules}
+    return {
+        "apiVersion": RBAC,
+        "kind": "ClusterRole",
+        "metadata": {"name": name, "labels": {**LABELS, "app.kubernetes.io/component": component}},
+        "rules": rules,
+    }
 
 
 def source_resources(policy: Policy) -> list[dict[str, str]]:
@@ -77,9 +92,16 @@ def trigger_kinds(policy: Policy) -> list[dict[str, Any]]:
 
 # --- checking rendered manifests ------------------------------------------------------------------
 # Objects whose pod template runs containers, and where that template is.
-WORKLOADS = {"Deployment": ("spec", "template"), "StatefulSet": ("spec", "template"),
-             "DaemonSet": ("spec", "template"), "ReplicaSet": ("spec", "template"), "Job": ("spec", "template"),
-             "CronJob": ("spec", "jobTemplate", "spec", "template"), "Pod": (), "Service": ("spec", "template")}
+WORKLOADS = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+    "Pod": (),
+    "Service": ("spec", "template"),
+}
 KNATIVE_SERVING = "serving.knative.dev/"  # a Service of this group is a Knative Service (a workload)
 POLICY_ENV = "JOBTTL_POLICY"
 
@@ -105,25 +127,39 @@ _STRING = {"type": "string"}
 _STRINGS = _list(_STRING)
 _STRING_MAP = {"type": "object", "additionalProperties": _STRING}
 _POD_SPEC = _of(
-    serviceAccountName=_STRING, serviceAccount=_STRING,
-    containers=_list(_of(command=_STRINGS, args=_STRINGS, env=_list(_of(name=_STRING, value=_STRING)),
-                         volumeMounts=_list(_of(name=_STRING, mountPath=_STRING, subPath=_STRING)))),
-    volumes=_list(_of(name=_STRING, configMap=_of(name=_STRING, items=_list(_of(key=_STRING, path=_STRING))))))
+    serviceAccountName=_STRING,
+    serviceAccount=_STRING,
+    containers=_list(
+        _of(
+            command=_STRINGS,
+            args=_STRINGS,
+            env=_list(_of(name=_STRING, value=_STRING)),
+            volumeMounts=_list(_of(name=_STRING, mountPath=_STRING, subPath=_STRING)),
+        )
+    ),
+    volumes=_list(_of(name=_STRING, configMap=_of(name=_STRING, items=_list(_of(key=_STRING, path=_STRING))))),
+)
 _FILTER = _of(exact=_STRING_MAP, any=_list({"$ref": "#/$defs/filter"}), all=_list({"$ref": "#/$defs/filter"}))
 _SHAPES: dict[str, dict[str, Any]] = {
     **{kind: _at((*path, "spec"), _POD_SPEC) for kind, path in WORKLOADS.items()},
     "ConfigMap": _of(data=_STRING_MAP),
-    "ClusterRole": _of(rules=_list(_of(apiGroups=_STRINGS, resources=_STRINGS, verbs=_STRINGS,
-                                       resourceNames=_STRINGS))),
-    "ClusterRoleBinding": _of(roleRef=_of(kind=_STRING, name=_STRING),
-                              subjects=_list(_of(kind=_STRING, name=_STRING, namespace=_STRING))),
-    "ApiServerSource": _of(spec=_of(serviceAccountName=_STRING, mode=_STRING,
-                                    resources=_list(_of(apiVersion=_STRING, kind=_STRING)))),
-    "Trigger": _of(spec=_of(subscriber=_at(("ref", "name"), _STRING), filter=_of(attributes=_STRING_MAP),
-                            filters=_list(_FILTER))),
+    "ClusterRole": _of(
+        rules=_list(_of(apiGroups=_STRINGS, resources=_STRINGS, verbs=_STRINGS, resourceNames=_STRINGS))
+    ),
+    "ClusterRoleBinding": _of(
+        roleRef=_of(kind=_STRING, name=_STRING), subjects=_list(_of(kind=_STRING, name=_STRING, namespace=_STRING))
+    ),
+    "ApiServerSource": _of(
+        spec=_of(serviceAccountName=_STRING, mode=_STRING, resources=_list(_of(apiVersion=_STRING, kind=_STRING)))
+    ),
+    "Trigger": _of(
+        spec=_of(subscriber=_at(("ref", "name"), _STRING), filter=_of(attributes=_STRING_MAP), filters=_list(_FILTER))
+    ),
 }
-_OBJECT = {"type": "object", "properties": {"apiVersion": _STRING, "kind": _STRING,
-                                            "metadata": _of(name=_STRING, namespace=_STRING)}}
+_OBJECT = {
+    "type": "object",
+    "properties": {"apiVersion": _STRING, "kind": _STRING, "metadata": _of(name=_STRING, namespace=_STRING)},
+}
 _WORDS = {"object": "a mapping", "array": "a list", "string": "a string"}
 
 
@@ -194,7 +230,7 @@ def jobttl_command(container: dict[str, Any]) -> str | None:
     words = [w for part in command + args for w in part.split()]
     for i, word in enumerate(words):
         if word.rsplit("/", 1)[-1] == "jobttl":
-            return next((w for w in words[i + 1:] if not w.startswith("-")), None)
+            return next((w for w in words[i + 1 :] if not w.startswith("-")), None)
     if not command:
         return next((w for w in words if not w.startswith("-")), None)
     return None
@@ -253,7 +289,7 @@ def _key_in_mount(mount: dict[str, Any], path: str) -> str | None:
     if mount.get("subPath"):  # the mount is the file itself
         return mount["subPath"] if file == where else None
     prefix = where.rstrip("/") + "/"
-    return file[len(prefix):] if file.startswith(prefix) else None
+    return file[len(prefix) :] if file.startswith(prefix) else None
 
 
 def _item_key(configmap: dict[str, Any], file: str) -> str | None:
@@ -262,18 +298,25 @@ def _item_key(configmap: dict[str, Any], file: str) -> str | None:
     return items.get(file, file) if items else file
 
 
-def _configmap_file(objects: list[dict[str, Any]], workload: Workload, configmap: dict[str, Any], key: str | None,
-                    path: str) -> tuple[str | None, str]:
+def _configmap_file(
+    objects: list[dict[str, Any]], workload: Workload, configmap: dict[str, Any], key: str | None, path: str
+) -> tuple[str | None, str]:
     """(The text of `key` in the ConfigMap the volume names, where from), or (None, why not)."""
     for obj in objects:
         meta = obj.get("metadata") or {}
-        if obj.get("kind") == "ConfigMap" and meta.get("name") == configmap.get("name") \
-                and (workload.namespace is None or meta.get("namespace") in (None, workload.namespace)):
+        if (
+            obj.get("kind") == "ConfigMap"
+            and meta.get("name") == configmap.get("name")
+            and (workload.namespace is None or meta.get("namespace") in (None, workload.namespace))
+        ):
             text = (obj.get("data") or {}).get(key)
             if isinstance(text, str):
                 return text, f"ConfigMap {configmap.get('name')}, key {key} ({workload}'s {POLICY_ENV})"
-    return None, f"{workload} reads {POLICY_ENV} {path} from ConfigMap {configmap.get('name')}, " \
-                 "which these manifests do not hold"
+    return (
+        None,
+        f"{workload} reads {POLICY_ENV} {path} from ConfigMap {configmap.get('name')}, "
+        "which these manifests do not hold",
+    )
 
 
 def missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
@@ -300,8 +343,7 @@ def _worker_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
         problems.append("worker: no Deployment (or other workload) runs `jobttl worker`: nothing deletes")
     needs = _worker_needs(policy)
     for worker in workers:
-        problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", needs,
-                             policy.kinds)
+        problems += _lacking(objects, worker.namespace, worker.account, f"the worker: {worker}", needs, policy.kinds)
         problems += _crds_unreadable(objects, worker, policy.kinds)
     return problems
 
@@ -309,11 +351,15 @@ def _worker_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
 def _worker_needs(policy: Policy) -> list[tuple[str, str, str]]:
     """(apiGroup, resource, verb) the worker needs: its verbs on jobs on every kind, plus what the
     policy's archiving and pods stages add on core resources."""
-    needs = [(kind.group, kind.plural, verb) for kind in policy.kinds
-             for verb in sorted(permissions("worker")[JOBS])]
-    needs += [("", resource, verb) for resource, verbs in sorted(permissions(
-        "worker", archive=policy.archiving, pod_cleanup=policy.pod_stages).items())
-        if resource not in (JOBS, VERSION, CONFIGMAPS, CRDS) for verb in sorted(verbs)]
+    needs = [(kind.group, kind.plural, verb) for kind in policy.kinds for verb in sorted(permissions("worker")[JOBS])]
+    needs += [
+        ("", resource, verb)
+        for resource, verbs in sorted(
+            permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages).items()
+        )
+        if resource not in (JOBS, VERSION, CONFIGMAPS, CRDS)
+        for verb in sorted(verbs)
+    ]
     return needs
 
 
@@ -325,9 +371,11 @@ def _crds_unreadable(objects: list[dict[str, Any]], worker: Workload, kinds: tup
     unreadable = [name for name in crd_names(kinds) if not {name, "*"} & gettable]
     if not unreadable:
         return []
-    return [f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
-            f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "
-            "paths against them at start; without it, a warning and no check)"]
+    return [
+        f"RBAC: service account {worker.account} (the worker: {worker}) may not get the "
+        f"customresourcedefinitions {', '.join(unreadable)} (the worker checks its kinds' "
+        "paths against them at start; without it, a warning and no check)"
+    ]
 
 
 def _sources_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]:
@@ -343,18 +391,28 @@ def _sources_missing(policy: Policy, objects: list[dict[str, Any]]) -> list[str]
     for source in sources:
         problems += _source_lacking(policy, objects, source, listed[id(source)], unwatched)
     for watcher in watchers:  # it watches the kinds its policy enables
-        problems += _lacking(objects, watcher.namespace, watcher.account, f"the watcher: {watcher}",
-                             _on(policy.kinds, permissions("watch")[JOBS]), policy.kinds)
+        problems += _lacking(
+            objects,
+            watcher.namespace,
+            watcher.account,
+            f"the watcher: {watcher}",
+            _on(policy.kinds, permissions("watch")[JOBS]),
+            policy.kinds,
+        )
     if sources and not watchers:
         names = ", ".join(str((s.get("metadata") or {}).get("name")) for s in sources)
-        problems += [f"source: ApiServerSource {names} does not watch {kind.api_version} {kind.kind}"
-                     for kind in unwatched]
+        problems += [
+            f"source: ApiServerSource {names} does not watch {kind.api_version} {kind.kind}" for kind in unwatched
+        ]
     return problems
 
 
 def _api_server_sources(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [o for o in objects if o.get("kind") == "ApiServerSource"
-            and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")]
+    return [
+        o
+        for o in objects
+        if o.get("kind") == "ApiServerSource" and str(o.get("apiVersion", "")).startswith("sources.knative.dev/")
+    ]
 
 
 def _unwatched(kinds: tuple[JobKind, ...], listed: list[set[tuple[Any, Any]]]) -> tuple[JobKind, ...]:
@@ -364,23 +422,43 @@ def _unwatched(kinds: tuple[JobKind, ...], listed: list[set[tuple[Any, Any]]]) -
 
 def _listed(source: dict[str, Any]) -> set[tuple[Any, Any]]:
     """The (apiVersion, kind) an ApiServerSource's resources list."""
-    return {(r.get("apiVersion"), r.get("kind")) for r in (source.get("spec") or {}).get("resources") or ()
-            if isinstance(r, dict)}
+    return {
+        (r.get("apiVersion"), r.get("kind"))
+        for r in (source.get("spec") or {}).get("resources") or ()
+        if isinstance(r, dict)
+    }
 
 
-def _source_lacking(policy: Policy, objects: list[dict[str, Any]], source: dict[str, Any],
-                    listed: set[tuple[Any, Any]], unwatched: tuple[JobKind, ...]) -> list[str]:
+def _source_lacking(
+    policy: Policy,
+    objects: list[dict[str, Any]],
+    source: dict[str, Any],
+    listed: set[tuple[Any, Any]],
+    unwatched: tuple[JobKind, ...],
+) -> list[str]:
     """The RBAC one ApiServerSource lacks, and the sink's when the source sends references."""
     meta, spec = source.get("metadata") or {}, source.get("spec") or {}
     what = f"ApiServerSource {meta.get('name')}"
     # What it lists, and what no source lists yet (it will need the RBAC once it does).
     kinds = tuple(k for k in policy.kinds if (k.api_version, k.kind) in listed or k in unwatched)
-    problems = _lacking(objects, meta.get("namespace"), spec.get("serviceAccountName") or "default",
-                        f"the source: {what}", _on(kinds, SOURCE_VERBS), kinds)
+    problems = _lacking(
+        objects,
+        meta.get("namespace"),
+        spec.get("serviceAccountName") or "default",
+        f"the source: {what}",
+        _on(kinds, SOURCE_VERBS),
+        kinds,
+    )
     if spec.get("mode") == "Reference":  # the sink reads each object the event names
         for sink in workloads(objects, "sink"):
-            problems += _lacking(objects, sink.namespace, sink.account, f"the sink: {sink}; {what} sends "
-                                 "references", _on(kinds, permissions("sink-reference")[JOBS]), kinds)
+            problems += _lacking(
+                objects,
+                sink.namespace,
+                sink.account,
+                f"the sink: {sink}; {what} sends references",
+                _on(kinds, permissions("sink-reference")[JOBS]),
+                kinds,
+            )
     return problems
 
 
@@ -388,8 +466,14 @@ def _on(kinds: tuple[JobKind, ...], verbs: Any) -> list[tuple[str, str, str]]:
     return [(kind.group, kind.plural, verb) for kind in kinds for verb in sorted(verbs)]
 
 
-def _lacking(objects: list[dict[str, Any]], namespace: str | None, account: str, whose: str,
-             needed: list[tuple[str, str, str]], kinds: tuple[JobKind, ...]) -> list[str]:
+def _lacking(
+    objects: list[dict[str, Any]],
+    namespace: str | None,
+    account: str,
+    whose: str,
+    needed: list[tuple[str, str, str]],
+    kinds: tuple[JobKind, ...],
+) -> list[str]:
     """One line per resource `account` may not do all of `needed` on, naming the verbs it lacks."""
     granted = _granted(objects, namespace, account)
     if not granted and needed:  # RBAC managed elsewhere, or forgotten: one line, not one per kind
@@ -399,17 +483,21 @@ def _lacking(objects: list[dict[str, Any]], namespace: str | None, account: str,
             if (group, resource) not in on_kinds:
                 other[resource].add(verb)
         verbs = sorted({v for g, r, v in needed if (g, r) in on_kinds})
-        return [f"RBAC: no ClusterRoleBinding in these manifests grants service account {account} ({whose}) "
-                f"anything; it needs {', '.join(verbs)} on {len(kinds)} kinds"
-                + "".join(f", {', '.join(sorted(v))} {r}" for r, v in other.items())]
+        return [
+            f"RBAC: no ClusterRoleBinding in these manifests grants service account {account} ({whose}) "
+            f"anything; it needs {', '.join(verbs)} on {len(kinds)} kinds"
+            + "".join(f", {', '.join(sorted(v))} {r}" for r, v in other.items())
+        ]
     lacking: dict[tuple[str, str], list[str]] = {}
     for group, resource, verb in needed:
         if not _allows(granted, group, resource, verb):
             lacking.setdefault((group, resource), []).append(verb)
     names = {(k.group, k.plural): f"{k.resource} ({k.api_version} {k.kind})" for k in kinds}
-    return [f"RBAC: service account {account} ({whose}) may not {', '.join(sorted(verbs))} "
-            f"{names.get((group, resource), f'{resource}.{group}' if group else resource)}"
-            for (group, resource), verbs in lacking.items()]
+    return [
+        f"RBAC: service account {account} ({whose}) may not {', '.join(sorted(verbs))} "
+        f"{names.get((group, resource), f'{resource}.{group}' if group else resource)}"
+        for (group, resource), verbs in lacking.items()
+    ]
 
 
 def _allows(granted: set[tuple[str, str, str]], group: str, resource: str, verb: str) -> bool:
@@ -419,12 +507,18 @@ def _allows(granted: set[tuple[str, str, str]], group: str, resource: str, verb:
 def _bound_rules(objects: list[dict[str, Any]], namespace: str | None, account: str) -> list[dict[str, Any]]:
     """The rules of the ClusterRoles bound cluster-wide to the account. Only ClusterRoleBindings
     count: jobs, their Events and pods are in every namespace."""
-    roles = {(o.get("metadata") or {}).get("name"): o for o in objects
-             if o.get("apiVersion") == RBAC and o.get("kind") == "ClusterRole"}
+    roles = {
+        (o.get("metadata") or {}).get("name"): o
+        for o in objects
+        if o.get("apiVersion") == RBAC and o.get("kind") == "ClusterRole"
+    }
     rules: list[dict[str, Any]] = []
     for binding in objects:
-        if binding.get("apiVersion") != RBAC or binding.get("kind") != "ClusterRoleBinding" \
-                or not _binds(binding, namespace, account):
+        if (
+            binding.get("apiVersion") != RBAC
+            or binding.get("kind") != "ClusterRoleBinding"
+            or not _binds(binding, namespace, account)
+        ):
             continue
         ref = binding.get("roleRef") or {}
         role = roles.get(ref.get("name")) if ref.get("kind") == "ClusterRole" else None
@@ -434,9 +528,13 @@ def _bound_rules(objects: list[dict[str, Any]], namespace: str | None, account: 
 
 def _binds(binding: dict[str, Any], namespace: str | None, account: str) -> bool:
     """Whether a binding's subjects name the service account (in its namespace, when known)."""
-    return any(isinstance(s, dict) and s.get("kind") == "ServiceAccount" and s.get("name") == account
-               and (namespace is None or s.get("namespace") in (None, namespace))
-               for s in binding.get("subjects") or ())
+    return any(
+        isinstance(s, dict)
+        and s.get("kind") == "ServiceAccount"
+        and s.get("name") == account
+        and (namespace is None or s.get("namespace") in (None, namespace))
+        for s in binding.get("subjects") or ()
+    )
 
 
 def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str) -> set[tuple[str, str, str]]:
@@ -453,13 +551,17 @@ def _granted(objects: list[dict[str, Any]], namespace: str | None, account: str)
     return granted
 
 
-def _granted_by_name(objects: list[dict[str, Any]], namespace: str | None, account: str, group: str,
-                     resource: str, verb: str) -> set[str]:
+def _granted_by_name(
+    objects: list[dict[str, Any]], namespace: str | None, account: str, group: str, resource: str, verb: str
+) -> set[str]:
     """The names of `resource` the account may `verb` through ClusterRoleBindings ("*" for all)."""
     names: set[str] = set()
     for rule in _bound_rules(objects, namespace, account):
-        if (group in (rule.get("apiGroups") or ()) or "*" in (rule.get("apiGroups") or ())) \
-                and {resource, "*"} & set(rule.get("resources") or ()) and {verb, "*"} & set(rule.get("verbs") or ()):
+        if (
+            (group in (rule.get("apiGroups") or ()) or "*" in (rule.get("apiGroups") or ()))
+            and {resource, "*"} & set(rule.get("resources") or ())
+            and {verb, "*"} & set(rule.get("verbs") or ())
+        ):
             names.update(rule.get("resourceNames") or ["*"])  # a rule naming none grants every name
     return names
 
@@ -478,8 +580,10 @@ def _triggers(policy: Policy, objects: list[dict[str, Any]], sinks: list[Workloa
         allowed = _kind_filter(spec)
         for kind in policy.kinds:
             if allowed is not None and kind.kind not in allowed:
-                problems.append(f"source: Trigger {(trigger.get('metadata') or {}).get('name')} does not let "
-                                f"{kind.api_version} {kind.kind} through (its kind filter)")
+                problems.append(
+                    f"source: Trigger {(trigger.get('metadata') or {}).get('name')} does not let "
+                    f"{kind.api_version} {kind.kind} through (its kind filter)"
+                )
     return problems
 
 

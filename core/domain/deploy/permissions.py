@@ -35,14 +35,22 @@ SUBJECT_ACCESS_REVIEWS = "subjectaccessreviews"
 PERMISSIONS: dict[str, dict[str, frozenset[str]]] = {
     "sink": {},
     "sink-reference": {JOBS: frozenset({"get"})},
-    "worker": {JOBS: frozenset({"get", "list", "delete"}), EVENTS: frozenset({"create"}), VERSION: frozenset({"get"}),
-               CONFIGMAPS: frozenset({"get", "create", "update"}), CRDS: frozenset({"get"})},
+    "worker": {
+        JOBS: frozenset({"get", "list", "delete"}),
+        EVENTS: frozenset({"create"}),
+        VERSION: frozenset({"get"}),
+        CONFIGMAPS: frozenset({"get", "create", "update"}),
+        CRDS: frozenset({"get"}),
+    },
     "watch": {JOBS: frozenset({"get", "list", "watch"})},
     # The console's and the read API's checks of who is asking (jobttl.core.kube.access).
     "access": {TOKEN_REVIEWS: frozenset({"create"}), SUBJECT_ACCESS_REVIEWS: frozenset({"create"})},
 }
-ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"get", "list"}), POD_LOGS: frozenset({"get"}),
-                                                  EVENTS: frozenset({"create", "list"})}
+ARCHIVE_PERMISSIONS: dict[str, frozenset[str]] = {
+    PODS: frozenset({"get", "list"}),
+    POD_LOGS: frozenset({"get"}),
+    EVENTS: frozenset({"create", "list"}),
+}
 POD_CLEANUP_PERMISSIONS: dict[str, frozenset[str]] = {PODS: frozenset({"list", "delete"})}
 
 

@@ -38,6 +38,12 @@ def cluster_role(name: str, labels: dict[str, str] | None = None) -> dict[str, A
     metadata: dict[str, Any] = {"name": name}
     if labels:
         metadata["labels"] = dict(labels)
-    return {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": metadata,
-            "rules": [{"apiGroups": [GROUP], "resources": [resource], "verbs": list(verbs)}
-                      for resource, verbs in ROLES[name].items()]}
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRole",
+        "metadata": metadata,
+        "rules": [
+            {"apiGroups": [GROUP], "resources": [resource], "verbs": list(verbs)}
+            for resource, verbs in ROLES[name].items()
+        ],
+    }

@@ -72,18 +72,68 @@ RESULT_TYPES = frozenset({"int", "uint", "duration", "null"})
 MACROS = frozenset({"all", "exists", "exists_one", "map", "filter"})
 # cel-python's functions but `matches` (Python's re backtracks: one string could stall a
 # thread), and the type names a conversion or a `type(x) == int` comparison uses.
-FUNCTIONS = frozenset({"size", "contains", "endsWith", "startsWith", "getDate", "getDayOfMonth", "getDayOfWeek",
-                       "getDayOfYear", "getFullYear", "getMonth", "getHours", "getMilliseconds", "getMinutes",
-                       "getSeconds", "bool", "bytes", "double", "duration", "int", "string", "timestamp", "uint",
-                       "type", "dyn"})
-TYPE_NAMES = frozenset({"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type",
-                        "duration", "timestamp"})
-_RETURNS = {"size": "int", "int": "int", "uint": "uint", "double": "double", "string": "string", "bytes": "bytes",
-            "bool": "bool", "duration": "duration", "timestamp": "timestamp", "type": "type", "contains": "bool",
-            "endsWith": "bool", "startsWith": "bool", "has": "bool", "all": "bool", "exists": "bool",
-            "exists_one": "bool", "map": "list", "filter": "list"}
-_LITERALS = {"INT_LIT": "int", "UINT_LIT": "uint", "FLOAT_LIT": "double", "STRING_LIT": "string",
-             "MLSTRING_LIT": "string", "BYTES_LIT": "bytes", "BOOL_LIT": "bool", "NULL_LIT": "null"}
+FUNCTIONS = frozenset(
+    {
+        "size",
+        "contains",
+        "endsWith",
+        "startsWith",
+        "getDate",
+        "getDayOfMonth",
+        "getDayOfWeek",
+        "getDayOfYear",
+        "getFullYear",
+        "getMonth",
+        "getHours",
+        "getMilliseconds",
+        "getMinutes",
+        "getSeconds",
+        "bool",
+        "bytes",
+        "double",
+        "duration",
+        "int",
+        "string",
+        "timestamp",
+        "uint",
+        "type",
+        "dyn",
+    }
+)
+TYPE_NAMES = frozenset(
+    {"int", "uint", "double", "bool", "string", "bytes", "list", "map", "null_type", "type", "duration", "timestamp"}
+)
+_RETURNS = {
+    "size": "int",
+    "int": "int",
+    "uint": "uint",
+    "double": "double",
+    "string": "string",
+    "bytes": "bytes",
+    "bool": "bool",
+    "duration": "duration",
+    "timestamp": "timestamp",
+    "type": "type",
+    "contains": "bool",
+    "endsWith": "bool",
+    "startsWith": "bool",
+    "has": "bool",
+    "all": "bool",
+    "exists": "bool",
+    "exists_one": "bool",
+    "map": "list",
+    "filter": "list",
+}
+_LITERALS = {
+    "INT_LIT": "int",
+    "UINT_LIT": "uint",
+    "FLOAT_LIT": "double",
+    "STRING_LIT": "string",
+    "MLSTRING_LIT": "string",
+    "BYTES_LIT": "bytes",
+    "BOOL_LIT": "bool",
+    "NULL_LIT": "null",
+}
 DYN = frozenset({"dyn"})
 NUMBER_CONVERSIONS = frozenset({"int", "uint", "double"})  # of a bool: an error, as in CEL
 
@@ -131,6 +181,7 @@ class CelInput:
 
 
 # --- the static walk --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Info:
@@ -198,8 +249,11 @@ class _Checker:
         self.depth += 1
         try:
             if self.depth > MAX_DEPTH:  # before Python's recursion limit, here or in the evaluator
-                raise self.fail(node, f"nested too deeply: its parse tree is over {MAX_DEPTH} levels deep "
-                                      "(parentheses, lists, or a long chain of operators)")
+                raise self.fail(
+                    node,
+                    f"nested too deeply: its parse tree is over {MAX_DEPTH} levels deep "
+                    "(parentheses, lists, or a long chain of operators)",
+                )
             return self._walk(node)
         finally:
             self.depth -= 1
@@ -217,13 +271,16 @@ class _Checker:
         """A sub-expression used as a value: a read of `self` must lie within an input."""
         info = self.walk(node)
         if info.path is not None and self.input_at(info.path) is None:
-            raise self.fail(node, f"reads {_shown(info.path)}, which no celInputs entry holds whole "
-                                  f"(celInputs: {', '.join(i.text for i in self.inputs)})")
+            raise self.fail(
+                node,
+                f"reads {_shown(info.path)}, which no celInputs entry holds whole "
+                f"(celInputs: {', '.join(i.text for i in self.inputs)})",
+            )
         return info
 
     def input_at(self, path: tuple[str, ...]) -> CelInput | None:
         """The input holding `path` (at it or above it)."""
-        return next((i for i in self.inputs if path[:len(i.path)] == i.path), None)
+        return next((i for i in self.inputs if path[: len(i.path)] == i.path), None)
 
     def charge(self, operands: list[_Info], smallest: bool) -> tuple[int, dict[str, int]]:
         """The worst steps comparing or searching `operands` costs (`_charge`): at once when a bound
@@ -248,8 +305,13 @@ class _Checker:
         per_item = _per_item(cond)
         for var in set(yes.per_item) | set(no.per_item):
             per_item[var] = per_item.get(var, 0) + max(yes.per_item.get(var, 0), no.per_item.get(var, 0))
-        return _Info(yes.types | no.types, max(yes.size, no.size), 1 + cond.cost + max(yes.cost, no.cost),
-                     weight=max(yes.weight, no.weight), per_item=per_item)
+        return _Info(
+            yes.types | no.types,
+            max(yes.size, no.size),
+            1 + cond.cost + max(yes.cost, no.cost),
+            weight=max(yes.weight, no.weight),
+            per_item=per_item,
+        )
 
     def _binary(self, node: Any, result: frozenset[str] | None) -> _Info:
         kids = [self.value(c) for c in node.children]
@@ -273,8 +335,13 @@ class _Checker:
             steps, charged = self.charge([left, right], smallest=True)
         else:  # in: the container is searched
             steps, charged = self.charge([right], smallest=False)
-        return _Info(frozenset({"bool"}), MAX_INPUT_BYTES, 1 + left.cost + right.cost + steps, weight=1,
-                     per_item=_per_item(left, right, _Info(DYN, per_item=charged)))
+        return _Info(
+            frozenset({"bool"}),
+            MAX_INPUT_BYTES,
+            1 + left.cost + right.cost + steps,
+            weight=1,
+            per_item=_per_item(left, right, _Info(DYN, per_item=charged)),
+        )
 
     def n_multiplication(self, node: Any) -> _Info:
         return self._binary(node, None)
@@ -296,8 +363,7 @@ class _Checker:
             return replace(info, cost=info.cost + 1, path=None)
         op = kids[0].data
         types = frozenset({"bool"}) if op == "unary_not" else info.types
-        return _Info(types, info.size, info.cost + 2, weight=_scalar_weight(types, info.weight),
-                     per_item=info.per_item)
+        return _Info(types, info.size, info.cost + 2, weight=_scalar_weight(types, info.weight), per_item=info.per_item)
 
     # --- names, fields, literals
     def n_ident(self, node: Any) -> _Info:
@@ -328,11 +394,13 @@ class _Checker:
             return _Info(DYN, cost=target.cost + 1, weight=target.weight, var=target.var, per_item=target.per_item)
         path = target.path + (name,)
         held = self.input_at(path)
-        if held is None and not any(i.path[:len(path)] == path for i in self.inputs):
-            raise self.fail(node, f"reads {_shown(path)}, which is not among celInputs "
-                                  f"({', '.join(i.text for i in self.inputs)})")
-        size = held.max_items if held is not None and held.path == path and held.max_items is not None \
-            else MAX_INPUT_BYTES
+        if held is None and not any(i.path[: len(path)] == path for i in self.inputs):
+            raise self.fail(
+                node, f"reads {_shown(path)}, which is not among celInputs ({', '.join(i.text for i in self.inputs)})"
+            )
+        size = (
+            held.max_items if held is not None and held.path == path and held.max_items is not None else MAX_INPUT_BYTES
+        )
         return _Info(DYN, size, target.cost + 1, path)
 
     def n_member_index(self, node: Any) -> _Info:
@@ -344,8 +412,13 @@ class _Checker:
             return replace(info, cost=info.cost + index.cost, per_item=_per_item(info, index))
         if target.path is not None:
             self.value(node.children[0])  # an index computed at run time: the whole value must be an input
-        return _Info(DYN, cost=target.cost + index.cost + 1, weight=target.weight, var=target.var,
-                     per_item=_per_item(target, index))
+        return _Info(
+            DYN,
+            cost=target.cost + index.cost + 1,
+            weight=target.weight,
+            var=target.var,
+            per_item=_per_item(target, index),
+        )
 
     def n_member_object(self, node: Any) -> _Info:
         raise self.fail(node, "message construction is not supported")
@@ -359,13 +432,23 @@ class _Checker:
 
     def n_list_lit(self, node: Any) -> _Info:
         items = [self.value(c) for c in node.children[0].children] if node.children else []
-        return _Info(frozenset({"list"}), len(items), 2 + sum(i.cost for i in items),
-                     weight=1 + sum(i.weight for i in items), per_item=_per_item(*items))
+        return _Info(
+            frozenset({"list"}),
+            len(items),
+            2 + sum(i.cost for i in items),
+            weight=1 + sum(i.weight for i in items),
+            per_item=_per_item(*items),
+        )
 
     def n_map_lit(self, node: Any) -> _Info:
         items = [self.value(c) for c in node.children[0].children] if node.children else []
-        return _Info(frozenset({"map"}), len(items) // 2, 2 + sum(i.cost for i in items),
-                     weight=1 + sum(i.weight for i in items), per_item=_per_item(*items))
+        return _Info(
+            frozenset({"map"}),
+            len(items) // 2,
+            2 + sum(i.cost for i in items),
+            weight=1 + sum(i.weight for i in items),
+            per_item=_per_item(*items),
+        )
 
     # --- calls
     def n_ident_arg(self, node: Any) -> _Info:
@@ -383,8 +466,13 @@ class _Checker:
         steps, charged = self.charge(operands, smallest=False) if name in _SEARCHES and operands else (0, {})
         # dyn(x) is x, string(x) no heavier: what is not a scalar weighs as much as its heaviest operand
         weight = _scalar_weight(types, max([MAX_WEIGHT, *(o.weight for o in operands)]))
-        return _Info(types, MAX_INPUT_BYTES, cost + steps, weight=weight,
-                     per_item=_per_item(*operands, _Info(DYN, per_item=charged)))
+        return _Info(
+            types,
+            MAX_INPUT_BYTES,
+            cost + steps,
+            weight=weight,
+            per_item=_per_item(*operands, _Info(DYN, per_item=charged)),
+        )
 
     def _has(self, node: Any, args: list[Any]) -> _Info:
         if len(args) != 1:
@@ -423,10 +511,15 @@ class _Checker:
         own = per_item.pop(variable, 0) * _charge(target.weight)
         cost = 2 + target.cost + target.size * (body.cost + 2) + own
         if cost > self.limit and self.costliest is None:  # the innermost one: where the cost comes from
-            bound = ("no maxItems bounds its list" if target.size == MAX_INPUT_BYTES
-                     else f"its list holds up to {target.size:,} items")
-            self.costliest = (node.children[1], f"{name}() here runs its body ({body.cost + own:,} steps) once per "
-                                                f"item, and {bound}")
+            bound = (
+                "no maxItems bounds its list"
+                if target.size == MAX_INPUT_BYTES
+                else f"its list holds up to {target.size:,} items"
+            )
+            self.costliest = (
+                node.children[1],
+                f"{name}() here runs its body ({body.cost + own:,} steps) once per item, and {bound}",
+            )
         weight = {"map": 1 + target.size * body.weight, "filter": target.weight}.get(name, 1)
         # An outer variable's comparisons in the body happen once per item of this list.
         outer = _per_item(target)
@@ -498,6 +591,7 @@ def _macro_variable(node: Any) -> str | None:
 
 # --- evaluating -------------------------------------------------------------------------------------
 
+
 def _bounded_evaluator() -> Any:
     """cel-python's Evaluator, counting the nodes it evaluates (and `+`'s output), across its
     macros' sub-evaluators, raising _OverBudget past the limit. Built on first use: the import
@@ -506,8 +600,14 @@ def _bounded_evaluator() -> Any:
     from celpy.evaluation import CELEvalError, Evaluator
 
     class BoundedEvaluator(Evaluator):
-        def __init__(self, ast: Any, activation: Any, counter: list[int] | None = None, limit: int = COST_LIMIT,
-                     deadline: float | None = None):
+        def __init__(
+            self,
+            ast: Any,
+            activation: Any,
+            counter: list[int] | None = None,
+            limit: int = COST_LIMIT,
+            deadline: float | None = None,
+        ):
             super().__init__(ast, activation)
             self.counter = counter if counter is not None else [0]
             self.limit = limit
@@ -570,13 +670,19 @@ class TtlExpression:
             raise CelCheckError("nested too deeply") from None
         bad = info.types - RESULT_TYPES - DYN
         if bad:
-            raise CelCheckError(f"the result can be a {_types(bad)}: a TTL is seconds (an int), a duration, "
-                                "or null for none", *_where(self.tree))
+            raise CelCheckError(
+                f"the result can be a {_types(bad)}: a TTL is seconds (an int), a duration, or null for none",
+                *_where(self.tree),
+            )
         if info.cost > limit:
             node, why = checker.costliest or (self.tree, "")
-            raise CelCheckError(f"its cost can reach {info.cost:,} steps, over the limit of {limit:,} per evaluation"
-                                + (f": {why}" if why else "") + "; bound the list with maxItems in celInputs, "
-                                "or iterate less", *_where(node))
+            raise CelCheckError(
+                f"its cost can reach {info.cost:,} steps, over the limit of {limit:,} per evaluation"
+                + (f": {why}" if why else "")
+                + "; bound the list with maxItems in celInputs, "
+                "or iterate less",
+                *_where(node),
+            )
         self.estimate = info.cost
         self.cache = ResultCache(CACHE_BYTES)
         self._evaluator: Any = None
@@ -586,8 +692,10 @@ class TtlExpression:
         """The inputs as compact JSON (the cache's key), after checking their declared sizes."""
         for spec, value in zip(self.inputs, values):
             if spec.max_items is not None and isinstance(value, (list, dict)) and len(value) > spec.max_items:
-                raise CelEvalError(f"{spec.text} has {len(value):,} items, more than the {spec.max_items} its "
-                                   "celInputs entry allows (maxItems)")
+                raise CelEvalError(
+                    f"{spec.text} has {len(value):,} items, more than the {spec.max_items} its "
+                    "celInputs entry allows (maxItems)"
+                )
         key = json.dumps(values, sort_keys=True, separators=(",", ":"))
         if len(key) > MAX_INPUT_BYTES:
             raise CelEvalError(f"the celInputs hold {len(key):,} bytes, more than {MAX_INPUT_BYTES:,}")
@@ -620,7 +728,7 @@ class TtlExpression:
             return (self._result(self._evaluate(values)),)
         except CelEvalError as exc:
             message = str(exc)
-            return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
+            return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 3] + "..."
 
     def _evaluate(self, values: list[Any]) -> Any:
         if self._evaluator is None:
@@ -651,14 +759,18 @@ class TtlExpression:
         if value is None:
             return None
         if isinstance(value, bool) or type(value).__name__ == "BoolType":  # before int: CEL's bool is an int
-            raise CelEvalError(f"gave the bool {str(value).lower()}, not a TTL (seconds as an int, a duration, or null)")
+            raise CelEvalError(
+                f"gave the bool {str(value).lower()}, not a TTL (seconds as an int, a duration, or null)"
+            )
         if isinstance(value, timedelta):
             seconds = math.ceil(value.total_seconds())
         elif isinstance(value, int):
             seconds = int(value)
         else:
-            raise CelEvalError(f"gave a {_cel_type(value)} ({_first_line(value)[:80]}), not a TTL "
-                               "(seconds as an int, a duration, or null)")
+            raise CelEvalError(
+                f"gave a {_cel_type(value)} ({_first_line(value)[:80]}), not a TTL "
+                "(seconds as an int, a duration, or null)"
+            )
         if seconds < 0:
             raise CelEvalError(f"gave {seconds} s: a TTL is not negative")
         return seconds
@@ -683,6 +795,7 @@ def _strict_functions() -> dict[str, Any]:
                 if any(_is_bool(a) for a in args):
                     raise TypeError(f"no such overload: {name} of a bool")
                 return function(*args)
+
             no_bool.__name__ = getattr(function, "__name__", name)
             return no_bool
 
@@ -709,6 +822,7 @@ def _is_bool(value: Any) -> bool:
 def _charged(function: Any, smallest: bool, container: bool = False) -> Any:
     """`function`, first charging the steps its operands' weight costs (as the static walk does:
     `_Checker.charge`), so that a comparison of two 30,000-item lists is not one step."""
+
     def run(*args: Any) -> Any:
         evaluator = getattr(_METER, "evaluator", None)
         if evaluator is not None:
@@ -726,14 +840,21 @@ def _charged(function: Any, smallest: bool, container: bool = False) -> Any:
                     weight += _weight(operand, cap - weight)
             evaluator.charge(_charge(weight))
         return function(*args)
+
     run.__name__ = getattr(function, "__name__", "charged")
     return run
 
 
 def _cel_type(value: Any) -> str:
     name = type(value).__name__
-    return {"DoubleType": "double", "StringType": "string", "BytesType": "bytes", "ListType": "list",
-            "MapType": "map", "TimestampType": "timestamp"}.get(name, name)
+    return {
+        "DoubleType": "double",
+        "StringType": "string",
+        "BytesType": "bytes",
+        "ListType": "list",
+        "MapType": "map",
+        "TimestampType": "timestamp",
+    }.get(name, name)
 
 
 def _scope(inputs: tuple[CelInput, ...], values: list[Any]) -> dict[str, Any]:
@@ -761,6 +882,7 @@ def _environment() -> Any:
     global _ENVIRONMENT
     if _ENVIRONMENT is None:
         import celpy  # only kinds that use CEL pay for its import and its parser (~0.3-0.9 s)
+
         _ENVIRONMENT = celpy.Environment()
     return _ENVIRONMENT
 
@@ -782,11 +904,16 @@ def _unexpected(text: str, line: int, column: int) -> str:
     lines = text.splitlines() or [""]
     row = lines[line - 1] if 0 < line <= len(lines) else ""
     if 0 < column <= len(row):
-        return f"unexpected {row[column - 1:column + 9].split()[0]!r}" if row[column - 1:].strip() else "unexpected space"
+        return (
+            f"unexpected {row[column - 1 : column + 9].split()[0]!r}"
+            if row[column - 1 :].strip()
+            else "unexpected space"
+        )
     return "unexpected end of the expression"
 
 
 # --- the result cache ---------------------------------------------------------------------------------
+
 
 @dataclass
 class ResultCache:

@@ -57,17 +57,41 @@ _STRING = {"type": "string"}
 _STRINGS = {"type": "object", "additionalProperties": _STRING}
 # ObjectMeta (k8s.io/apimachinery meta/v1), as far as paths can read it: the API server keeps
 # these fields in every object's metadata whatever its CRD's schema says of metadata.
-OBJECT_META: dict[str, Any] = {"type": "object", "properties": {
-    **{name: _STRING for name in ("name", "generateName", "namespace", "selfLink", "uid", "resourceVersion",
-                                  "creationTimestamp", "deletionTimestamp")},
-    "generation": {"type": "integer"}, "deletionGracePeriodSeconds": {"type": "integer"},
-    "labels": _STRINGS, "annotations": _STRINGS,
-    "ownerReferences": {"type": "array", "items": {"type": "object", "properties": {
-        **{name: _STRING for name in ("apiVersion", "kind", "name", "uid")},
-        "controller": {"type": "boolean"}, "blockOwnerDeletion": {"type": "boolean"}}}},
-    "finalizers": {"type": "array", "items": _STRING},
-    "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
-}}
+OBJECT_META: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        **{
+            name: _STRING
+            for name in (
+                "name",
+                "generateName",
+                "namespace",
+                "selfLink",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+                "deletionTimestamp",
+            )
+        },
+        "generation": {"type": "integer"},
+        "deletionGracePeriodSeconds": {"type": "integer"},
+        "labels": _STRINGS,
+        "annotations": _STRINGS,
+        "ownerReferences": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    **{name: _STRING for name in ("apiVersion", "kind", "name", "uid")},
+                    "controller": {"type": "boolean"},
+                    "blockOwnerDeletion": {"type": "boolean"},
+                },
+            },
+        },
+        "finalizers": {"type": "array", "items": _STRING},
+        "managedFields": {"type": "array", "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+    },
+}
 _RESOURCE_FIELDS = {"apiVersion": _STRING, "kind": _STRING, "metadata": OBJECT_META}
 _PLAIN_KEY = re.compile(r"^[A-Za-z0-9_-]+$")
 
@@ -127,14 +151,16 @@ def _finished_uses(decl: dict[str, Any]) -> list[PathUse]:
     if "state" in finished:
         found.append(PathUse("finished.state.path", finished["state"]["path"], parse_path(finished["state"]["path"])))
     for i, text in enumerate(decl.get("finishedAt") or ()):
-        path = ((*CONDITIONS, text[len(CONDITION_PREFIX):]) if text.startswith(CONDITION_PREFIX) else parse_path(text))
+        path = (*CONDITIONS, text[len(CONDITION_PREFIX) :]) if text.startswith(CONDITION_PREFIX) else parse_path(text)
         found.append(PathUse(f"finishedAt[{i}]", text, path, VALUE, "finishedAt"))
     return found
 
 
 def _ttl_uses(ttl: dict[str, Any]) -> list[PathUse]:
-    return [PathUse(f"ttl.paths[{i}]", text, parse_path(text), VALUE, "ttl.paths")
-            for i, text in enumerate(ttl.get("paths") or ())]
+    return [
+        PathUse(f"ttl.paths[{i}]", text, parse_path(text), VALUE, "ttl.paths")
+        for i, text in enumerate(ttl.get("paths") or ())
+    ]
 
 
 def _within_uses(ttl: dict[str, Any]) -> list[PathUse]:
@@ -144,8 +170,15 @@ def _within_uses(ttl: dict[str, Any]) -> list[PathUse]:
         found.append(PathUse(f"ttl.within[{i}]", text, parse_path(text), OBJECT, "ttl.within"))
         for state, keys in (ttl.get("keys") or {}).items():
             for j, key in enumerate(keys):
-                found.append(PathUse(f"ttl.keys.{state}[{j}]", f"{text}.{key}", (*parse_path(text), key), VALUE,
-                                     f"ttl.keys.{state}[{j}]"))
+                found.append(
+                    PathUse(
+                        f"ttl.keys.{state}[{j}]",
+                        f"{text}.{key}",
+                        (*parse_path(text), key),
+                        VALUE,
+                        f"ttl.keys.{state}[{j}]",
+                    )
+                )
     return found
 
 
@@ -232,8 +265,11 @@ class _Level:
         if self.resource and key in _RESOURCE_FIELDS:
             return _Level([_RESOURCE_FIELDS[key]])
         found = [n["properties"][key] for n in self.expanded if key in (n.get("properties") or {})]
-        found += [n["additionalProperties"] for n in self.expanded
-                  if isinstance(n.get("additionalProperties"), dict) and key not in (n.get("properties") or {})]
+        found += [
+            n["additionalProperties"]
+            for n in self.expanded
+            if isinstance(n.get("additionalProperties"), dict) and key not in (n.get("properties") or {})
+        ]
         if found:
             embedded = any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f))
             return _Level(found, resource=embedded)
@@ -242,14 +278,17 @@ class _Level:
     def items(self) -> _Level | object | None:
         found = [n["items"] for n in self.expanded if isinstance(n.get("items"), dict)]
         if found:
-            return _Level(found, resource=any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f)))
+            return _Level(
+                found, resource=any(b.get("x-kubernetes-embedded-resource") for f in found for b in _branches(f))
+            )
         return _OPEN if self.open() or not self.types() else None
 
 
 def _says_what(node: dict[str, Any]) -> bool:
     """Whether a schema node says what may be there: a type, or what is below it."""
-    return any(key in node for key in ("type", "properties", "additionalProperties", "items",
-                                       "x-kubernetes-int-or-string"))
+    return any(
+        key in node for key in ("type", "properties", "additionalProperties", "items", "x-kubernetes-int-or-string")
+    )
 
 
 def show(path: tuple[str, ...] | list[str], conditions_as: str | None = None) -> str:
@@ -281,9 +320,10 @@ def _fields_below(level: _Level, prefix: tuple[str, ...], depth: int, seen: set[
             yield from _fields_below(child, (*prefix, name), depth - 1, seen | {id(n) for n in child.expanded})
 
 
-def _nearest(key: str, level: _Level, prefix: tuple[str, ...], root: _Level, shown: Callable[[tuple[str, ...]], str]
-             ) -> str:
-    """"did you mean ...": close names at the level the path broke, else a close name elsewhere."""
+def _nearest(
+    key: str, level: _Level, prefix: tuple[str, ...], root: _Level, shown: Callable[[tuple[str, ...]], str]
+) -> str:
+    """ "did you mean ...": close names at the level the path broke, else a close name elsewhere."""
     here = [shown((*prefix, name)) for name in difflib.get_close_matches(key, level.names(), n=3, cutoff=0.6)]
     elsewhere: list[str] = []
     if not here and prefix[:1] != ("metadata",):  # the name elsewhere: `spec.suspend` for `spec.runPolicy.suspend`
@@ -292,7 +332,7 @@ def _nearest(key: str, level: _Level, prefix: tuple[str, ...], root: _Level, sho
             candidates.setdefault(path[-1], []).append(path)
         for name in difflib.get_close_matches(key, list(candidates), n=3, cutoff=0.8):
             # Not the path's own ancestors (`status` for `status.stat`): the path already went there.
-            elsewhere += [shown(p) for p in candidates[name] if shown(p) not in here and p != prefix[:len(p)]]
+            elsewhere += [shown(p) for p in candidates[name] if shown(p) not in here and p != prefix[: len(p)]]
     suggestions = list(dict.fromkeys(here + elsewhere))[:4]
     if suggestions:
         return f"; did you mean {' or '.join(suggestions)}?"
@@ -340,17 +380,20 @@ def reach(schema: dict[str, Any], use: PathUse) -> Reach:
     return Reach(problem=_fits(level, use, shown))
 
 
-def _step(level: _Level, key: str, prefix: tuple[str, ...], root: _Level,
-          shown: Callable[[tuple[str, ...]], str]) -> _Level | object | str:
+def _step(
+    level: _Level, key: str, prefix: tuple[str, ...], root: _Level, shown: Callable[[tuple[str, ...]], str]
+) -> _Level | object | str:
     """The level `key` leads to from `level`, _OPEN, or what is wrong ("is not in: ...")."""
     where = show(prefix) if prefix else "the object"
     if key == ITEMS:
         nxt = level.items()
         return nxt if nxt is not None else f"is not in: {where} is not a list (it is {_a(level.types())})"
     if "array" in level.types() and not level.child(key):
-        return (f"is not in: {where} is a list: a path cannot read into a list's items"
-                + ("" if tuple(prefix) != CONDITIONS[:2] else " (the finishing condition's fields are "
-                                                             "condition.FIELD, in finishedAt)"))
+        return f"is not in: {where} is a list: a path cannot read into a list's items" + (
+            ""
+            if tuple(prefix) != CONDITIONS[:2]
+            else " (the finishing condition's fields are condition.FIELD, in finishedAt)"
+        )
     nxt = level.child(key)
     if nxt is None and level.types() and not level.types() & {"object", "array"}:
         return f"is not in: {where} is {_a(level.types())}, with no fields below it"
@@ -375,7 +418,11 @@ def _fits(level: _Level, use: PathUse, shown: Callable[[tuple[str, ...]], str]) 
     types = level.types()
     if use.wants == VALUE and types and types <= {"object", "array"}:
         below = sorted(level.names())
-        hint = f": did you mean one of its fields ({', '.join(shown((*use.path, n)) for n in below[:6])})?" if below else ""
+        hint = (
+            f": did you mean one of its fields ({', '.join(shown((*use.path, n)) for n in below[:6])})?"
+            if below
+            else ""
+        )
         return f"does not fit: the field is {_a(types)}, not a value{hint}"
     if use.wants == OBJECT and types and "object" not in types:
         return f"does not fit: the field is {_a(types)}, not an object"
@@ -390,6 +437,7 @@ def _a(types: set[str]) -> str:
 
 
 # --- a declaration against its CRD ------------------------------------------------------------------
+
 
 class _Shape:
     """What `verify` reads of a CRD object, checked before it reads it: the first field not shaped as the
@@ -418,10 +466,13 @@ class _Shape:
     def fields(crd: dict[str, Any]) -> tuple[str, str] | None:
         """The fields of metadata and spec `verify` reads, each optional but typed."""
         metadata, spec = crd["metadata"], crd["spec"]
-        for name, value, kind in (("metadata.name", metadata.get("name"), str), ("spec.names", spec.get("names"), dict),
-                                  ("spec.scope", spec.get("scope"), str),
-                                  ("spec.preserveUnknownFields", spec.get("preserveUnknownFields"), bool),
-                                  ("spec.versions", spec.get("versions"), list)):
+        for name, value, kind in (
+            ("metadata.name", metadata.get("name"), str),
+            ("spec.names", spec.get("names"), dict),
+            ("spec.scope", spec.get("scope"), str),
+            ("spec.preserveUnknownFields", spec.get("preserveUnknownFields"), bool),
+            ("spec.versions", spec.get("versions"), list),
+        ):
             if value is not None and not isinstance(value, kind):
                 return name, f"expected {_A[kind]}, got {_typename(value)}"
         for key in ("kind", "plural"):
@@ -484,8 +535,11 @@ class _Shape:
     def below(node: dict[str, Any], at: str) -> list[tuple[Any, str]]:
         """The schemas right below a node that `node` found well shaped, each with where it is."""
         found = [(v, f"{at}.properties.{k}") for k, v in (node.get("properties") or {}).items()]
-        found += [(node[key], f"{at}.{key}") for key in ("items", "additionalProperties")
-                  if node.get(key) is not None and not isinstance(node[key], bool)]
+        found += [
+            (node[key], f"{at}.{key}")
+            for key in ("items", "additionalProperties")
+            if node.get(key) is not None and not isinstance(node[key], bool)
+        ]
         for key in ("allOf", "anyOf", "oneOf"):
             found += [(b, f"{at}.{key}[{i}]") for i, b in enumerate(node.get(key) or ())]
         return found
@@ -496,7 +550,8 @@ _A = {dict: "a mapping", list: "a list", str: "a string", bool: "true or false"}
 
 def _typename(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean", type(None): "nothing (null)"}.get(
-        type(value), f"a {type(value).__name__}") + (f" {value!r}"[:60] if isinstance(value, (str, int, float)) else "")
+        type(value), f"a {type(value).__name__}"
+    ) + (f" {value!r}"[:60] if isinstance(value, (str, int, float)) else "")
 
 
 def malformed(crd: Any) -> str | None:
@@ -505,8 +560,9 @@ def malformed(crd: Any) -> str | None:
     return None if found is None else f"{found[0]}: {found[1]}"
 
 
-def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inherited: tuple[str, ...] = ()
-           ) -> CrdCheck:
+def verify(
+    decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inherited: tuple[str, ...] = ()
+) -> CrdCheck:
     """Check one declaration against its CRD object (as the API server answers a GET).
 
     `lenient` (the built-in declarations): a path among alternatives may be missing as long as
@@ -530,8 +586,15 @@ def verify(decl: dict[str, Any], crd: dict[str, Any], lenient: bool = False, inh
     found = uses(decl)
     unchecked = _unchecked(decl, spec, schema, name)
     if unchecked is not None:
-        return CrdCheck(name, True, served, tuple(problems), 0, unchecked=unchecked,
-                        unverified=_all_unverified(found, unchecked, inherited))
+        return CrdCheck(
+            name,
+            True,
+            served,
+            tuple(problems),
+            0,
+            unchecked=unchecked,
+            unverified=_all_unverified(found, unchecked, inherited),
+        )
     return _schema_check(decl, name, served, problems, schema, found, lenient, inherited)
 
 
@@ -543,27 +606,43 @@ def _served(spec: dict[str, Any], wanted: str) -> tuple[tuple[str, ...], dict[st
     return served, version if version is not None and version.get("served", True) else None
 
 
-def _schema_check(decl: dict[str, Any], name: str, served: tuple[str, ...], problems: list[Problem],
-                  schema: dict[str, Any], found: list[PathUse], lenient: bool, inherited: tuple[str, ...]
-                  ) -> CrdCheck:
+def _schema_check(
+    decl: dict[str, Any],
+    name: str,
+    served: tuple[str, ...],
+    problems: list[Problem],
+    schema: dict[str, Any],
+    found: list[PathUse],
+    lenient: bool,
+    inherited: tuple[str, ...],
+) -> CrdCheck:
     """Every path followed through the schema: the ones it lacks are problems, the ones it cannot
     follow to their end unverified."""
     reached = {use: reach(schema, use) for use in found}
     problems += _path_problems(decl, name, reached, lenient, inherited)
-    unverified = tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked against the schema of "
-                                                    f"{decl_key(decl)} (CRD {name}): {r.open}", _inherits(use, inherited))
-                       for use, r in reached.items() if r.open is not None)
+    unverified = tuple(
+        Problem(
+            use.field,
+            use.text,
+            f"{use.text!r} cannot be checked against the schema of {decl_key(decl)} (CRD {name}): {r.open}",
+            _inherits(use, inherited),
+        )
+        for use, r in reached.items()
+        if r.open is not None
+    )
     return CrdCheck(name, True, served, tuple(problems), len(found), unverified=unverified)
 
 
 def _malformed_check(decl: dict[str, Any], crd: Any, shape: str, inherited: tuple[str, ...]) -> CrdCheck:
     """The check of a CRD `malformed` says why it cannot be read: every path unverified."""
-    name = crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) \
-        else None
+    name = (
+        crd.get("metadata", {}).get("name") if isinstance(crd, dict) and isinstance(crd.get("metadata"), dict) else None
+    )
     name = name if isinstance(name, str) else "(unnamed)"
     unchecked = f"the CRD {name} is malformed ({shape}): its schema cannot be read"
-    return CrdCheck(name, True, (), (), 0, unchecked=unchecked,
-                    unverified=_all_unverified(uses(decl), unchecked, inherited))
+    return CrdCheck(
+        name, True, (), (), 0, unchecked=unchecked, unverified=_all_unverified(uses(decl), unchecked, inherited)
+    )
 
 
 def _unchecked(decl: dict[str, Any], spec: dict[str, Any], schema: Any, name: str) -> str | None:
@@ -571,8 +650,10 @@ def _unchecked(decl: dict[str, Any], spec: dict[str, Any], schema: Any, name: st
     if spec.get("preserveUnknownFields") is True:
         # A CRD created under apiextensions v1beta1 may still say so through v1: the API server then
         # prunes nothing, whatever the schema (often partial) declares. Any path may be there.
-        return (f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD from "
-                "apiextensions v1beta1): any path may name a field")
+        return (
+            f"the CRD {name} keeps unknown fields (spec.preserveUnknownFields: true, a CRD from "
+            "apiextensions v1beta1): any path may name a field"
+        )
     if not isinstance(schema, dict):
         return f"the CRD {name} gives {decl['version']} no schema (openAPIV3Schema): any path may name a field"
     return None
@@ -580,8 +661,10 @@ def _unchecked(decl: dict[str, Any], spec: dict[str, Any], schema: Any, name: st
 
 def _all_unverified(found: list[PathUse], unchecked: str, inherited: tuple[str, ...]) -> tuple[Problem, ...]:
     """Every path unverified, for one reason: the schema cannot be read or does not bind."""
-    return tuple(Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}",
-                         _inherits(use, inherited)) for use in found)
+    return tuple(
+        Problem(use.field, use.text, f"{use.text!r} cannot be checked: {unchecked}", _inherits(use, inherited))
+        for use in found
+    )
 
 
 def _names_and_scope(decl: dict[str, Any], spec: dict[str, Any], name: str) -> list[Problem]:
@@ -589,11 +672,13 @@ def _names_and_scope(decl: dict[str, Any], spec: dict[str, Any], name: str) -> l
     problems = []
     names = spec.get("names") or {}
     if names.get("kind") and names["kind"] != decl["kind"]:
-        problems.append(Problem("kind", decl["kind"], f"the CRD {name} names its kind {names['kind']!r}, "
-                                                      f"not {decl['kind']!r}"))
+        problems.append(
+            Problem("kind", decl["kind"], f"the CRD {name} names its kind {names['kind']!r}, not {decl['kind']!r}")
+        )
     if spec.get("scope") == "Cluster":
-        problems.append(Problem("plural", decl["plural"], f"the CRD {name} is cluster-scoped: jobttl handles "
-                                                          "namespaced kinds only"))
+        problems.append(
+            Problem("plural", decl["plural"], f"the CRD {name} is cluster-scoped: jobttl handles namespaced kinds only")
+        )
     return problems
 
 
@@ -602,8 +687,9 @@ def _inherits(use: PathUse, inherited: tuple[str, ...]) -> bool:
     return re.split(r"[.\[]", use.field, maxsplit=1)[0] in inherited
 
 
-def _path_problems(decl: dict[str, Any], name: str, reached: dict[PathUse, Reach], lenient: bool,
-                   inherited: tuple[str, ...]) -> list[Problem]:
+def _path_problems(
+    decl: dict[str, Any], name: str, reached: dict[PathUse, Reach], lenient: bool, inherited: tuple[str, ...]
+) -> list[Problem]:
     """The paths naming nothing (or the wrong thing): one line per cause."""
     fine = {use.alternatives for use, r in reached.items() if r.problem is None and use.alternatives}
     problems: list[Problem] = []
@@ -616,12 +702,18 @@ def _path_problems(decl: dict[str, Any], name: str, reached: dict[PathUse, Reach
         verb, _, detail = r.problem.partition(": ")
         # One line per cause: not again for a path below one already refused (a TTL key below its
         # ttl.within), nor the same cause in the same field (conditions' type and status).
-        if any(use.path[:len(p)] == p for p in failed) or (use.field, detail) in said:
+        if any(use.path[: len(p)] == p for p in failed) or (use.field, detail) in said:
             continue
         failed.append(use.path)
         said.add((use.field, detail))
-        problems.append(Problem(use.field, use.text, f"{use.text!r} {verb} the schema of {decl_key(decl)} "
-                                                     f"(CRD {name}): {detail}", _inherits(use, inherited)))
+        problems.append(
+            Problem(
+                use.field,
+                use.text,
+                f"{use.text!r} {verb} the schema of {decl_key(decl)} (CRD {name}): {detail}",
+                _inherits(use, inherited),
+            )
+        )
     return problems
 
 

@@ -32,8 +32,19 @@ from typing import Any
 
 import yaml
 
-from jobttl.core.domain.kinds.model import (DeclarationFault, Finish, JobKind, OwnTTL, UnreadableField, get_path,
-                                            no_hold, no_ttl_field, parse_time, read_path, read_text)
+from jobttl.core.domain.kinds.model import (
+    DeclarationFault,
+    Finish,
+    JobKind,
+    OwnTTL,
+    UnreadableField,
+    get_path,
+    no_hold,
+    no_ttl_field,
+    parse_time,
+    read_path,
+    read_text,
+)
 
 HERE = Path(__file__).resolve().parent
 SCHEMA_FILE = HERE / "kinds.schema.json"
@@ -50,7 +61,7 @@ def parse_path(text: str) -> tuple[str, ...]:
     """``metadata.labels["a.b/c"]`` → ``("metadata", "labels", "a.b/c")`` (the schema checked the syntax)."""
     head, _, _ = text.partition(".")
     head = head.split("[")[0]
-    rest = text[len(head):]
+    rest = text[len(head) :]
     return (head, *(m.group(1) or m.group(2) for m in _SEGMENT.finditer(rest)))
 
 
@@ -65,6 +76,7 @@ def describe(path: tuple[str, ...]) -> str:
 def _validator() -> Any:
     # jsonschema is a runtime dependency for this: declarations are checked when a process starts.
     from jsonschema import Draft202012Validator
+
     return Draft202012Validator(json.loads(SCHEMA_FILE.read_text()))
 
 
@@ -95,8 +107,10 @@ def _message(error: Any) -> tuple[str, str]:
 
 def validate(document: Any, origin: str) -> None:
     """Raise KindError naming the first field (in document order) the schema refuses."""
-    errors = sorted(_validator().iter_errors(document),
-                    key=lambda e: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in e.absolute_path])
+    errors = sorted(
+        _validator().iter_errors(document),
+        key=lambda e: [(0, p, "") if isinstance(p, int) else (1, 0, p) for p in e.absolute_path],
+    )
     if errors:
         where, problem = _message(_deepest(errors[0]))
         raise KindError(f"{origin}: {where}: {problem}")
@@ -110,6 +124,7 @@ def _deepest(error: Any) -> Any:
 
 
 # --- compiling ------------------------------------------------------------------------------------
+
 
 class _Compiler:
     def __init__(self, origin: str, eager_cel: bool = True, builtin: bool = False):
@@ -130,7 +145,12 @@ class _Compiler:
         managed = decl.get("managedBy")
         pods = decl.get("pods") or {}
         return JobKind(
-            decl.get("group", ""), decl["version"], decl["kind"], decl["plural"], finish, own_ttl,
+            decl.get("group", ""),
+            decl["version"],
+            decl["kind"],
+            decl["plural"],
+            finish,
+            own_ttl,
             builtin_ttl_controller=left_to is not None,
             ttl_controller=left_to or JobKind.ttl_controller,
             ttl_not_applied_for=not_applied,
@@ -159,11 +179,14 @@ class _Compiler:
         by_conditions = "conditions" in finished
         for i, path in enumerate(times):
             if path.startswith(CONDITION_PREFIX) and not by_conditions:
-                raise self.fail(f"{where}.finishedAt[{i}]", f"{path!r} reads the finishing condition, but this kind "
-                                                            "is finished by a state, not by conditions")
+                raise self.fail(
+                    f"{where}.finishedAt[{i}]",
+                    f"{path!r} reads the finishing condition, but this kind is finished by a state, not by conditions",
+                )
         # Precompiled: (path tuple, field name) for object paths, (None, condition key) for condition ones.
-        readers = tuple((None, p[len(CONDITION_PREFIX):]) if p.startswith(CONDITION_PREFIX) else (parse_path(p), p)
-                        for p in times)
+        readers = tuple(
+            (None, p[len(CONDITION_PREFIX) :]) if p.startswith(CONDITION_PREFIX) else (parse_path(p), p) for p in times
+        )
         if by_conditions:
             wanted = {(c["type"], c.get("status", "True")): c["outcome"] for c in finished["conditions"]}
             return _finished_by_conditions(wanted, readers)
@@ -200,14 +223,18 @@ class _Compiler:
         notAppliedFor (returned) only with appliedBy."""
         for name in ttl.get("keys", {}):
             if name not in names:
-                raise self.fail(f"{where}.keys.{name}", f"names no state this kind finishes in ({', '.join(sorted(names))})")
+                raise self.fail(
+                    f"{where}.keys.{name}", f"names no state this kind finishes in ({', '.join(sorted(names))})"
+                )
         not_applied = tuple(ttl.get("notAppliedFor", ()))
         if not_applied and "appliedBy" not in ttl:
             raise self.fail(f"{where}.notAppliedFor", "only with appliedBy")
         for i, name in enumerate(not_applied):
             if name not in names:
-                raise self.fail(f"{where}.notAppliedFor[{i}]", f"{name!r} names no state this kind finishes in "
-                                                                f"({', '.join(sorted(names))})")
+                raise self.fail(
+                    f"{where}.notAppliedFor[{i}]",
+                    f"{name!r} names no state this kind finishes in ({', '.join(sorted(names))})",
+                )
         return not_applied
 
     def ttl_reader(self, ttl: dict[str, Any], where: str) -> Any:
@@ -215,14 +242,19 @@ class _Compiler:
         if "paths" in ttl:
             return _ttl_at(tuple((parse_path(p), p) for p in ttl["paths"]))
         if "within" in ttl:
-            return _ttl_within(tuple((parse_path(p), p) for p in ttl["within"]),
-                               {k: tuple(v) for k, v in ttl["keys"].items()})
+            return _ttl_within(
+                tuple((parse_path(p), p) for p in ttl["within"]), {k: tuple(v) for k, v in ttl["keys"].items()}
+            )
         for key in ("celWhen", "celInputs"):
             if key not in ttl:
                 raise self.fail(f"{where}.{key}", "required with cel")
         inputs = cel_inputs(ttl["celInputs"])
-        return _ttl_cel(self.cel(ttl["cel"], f"{where}.cel", inputs), parse_path(ttl["celWhen"]), inputs,
-                        ttl.get("field", ttl["celWhen"]))
+        return _ttl_cel(
+            self.cel(ttl["cel"], f"{where}.cel", inputs),
+            parse_path(ttl["celWhen"]),
+            inputs,
+            ttl.get("field", ttl["celWhen"]),
+        )
 
     def cel(self, expression: str, where: str, inputs: tuple[Any, ...]) -> Any:
         if not self.eager_cel:
@@ -233,6 +265,7 @@ class _Compiler:
         """The checked and costed expression (jobttl.core.domain.kinds.cel); a KindError naming the
         field, and the line and column in the expression, when it is refused."""
         from jobttl.core.domain.kinds.cel import CelCheckError, TtlExpression
+
         try:
             return TtlExpression(expression, inputs)
         except CelCheckError as exc:
@@ -250,6 +283,7 @@ class _Compiler:
                 if value in values:
                     return f"{describe(path)} is {value}: {why}"
             return None
+
         return hold
 
 
@@ -267,6 +301,7 @@ class _LazyProgram:
                 self._program = self._compile()
             except KindError as exc:
                 from jobttl.core.domain.kinds.cel import CelEvalError
+
                 raise CelEvalError(str(exc)) from None
         return self._program.evaluate(values)
 
@@ -275,7 +310,9 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
     """The finish time: the first of `readers` (an object path, or None and a key of the finishing
     condition) that holds a readable time, and the field it came from."""
 
-    def read(obj: dict[str, Any], condition: dict[str, Any] | None, kind: str | None, index: int = 0) -> tuple[int | None, str | None]:
+    def read(
+        obj: dict[str, Any], condition: dict[str, Any] | None, kind: str | None, index: int = 0
+    ) -> tuple[int | None, str | None]:
         for path, name in readers:
             if path is None:
                 value = condition.get(name) if condition is not None else None
@@ -289,6 +326,7 @@ def _time_reader(readers: tuple[tuple[tuple[str, ...] | None, str], ...]) -> Any
             if time is not None:
                 return time, where
         return None, None
+
     return read
 
 
@@ -307,6 +345,7 @@ def _finished_by_conditions(wanted: dict[tuple[str, str], str], readers: tuple[A
         i, kind, status = found
         time, field = read_time(obj, conditions[i], kind, i)
         return Finish(wanted[(kind, status)], kind if status == "True" else f"{kind}={status}", time, field)
+
     return finish
 
 
@@ -343,6 +382,7 @@ def _finished_by_state(path: tuple[str, ...], values: dict[str, str], readers: t
             return None
         time, field = read_time(obj, None, None)
         return Finish(outcome, state, time, field)
+
     return finish
 
 
@@ -355,6 +395,7 @@ def _ttl_at(paths: tuple[tuple[tuple[str, ...], str], ...]) -> Any:
             if value is not None:
                 return OwnTTL(value, name)
         return None
+
     return own_ttl
 
 
@@ -373,14 +414,20 @@ def _ttl_within(objects: tuple[tuple[tuple[str, ...], str], ...], keys: dict[str
             if strategy.get(key) is not None:
                 return OwnTTL(strategy[key], f"{where}.{key}")
         return None
+
     return own_ttl
 
 
 def cel_inputs(items: list[Any]) -> tuple[Any, ...]:
     """`celInputs`: each a path, or {path, maxItems} bounding the items (list) or entries (map) there."""
     from jobttl.core.domain.kinds.cel import CelInput
-    return tuple(CelInput(parse_path(i), i) if isinstance(i, str) else
-                 CelInput(parse_path(i["path"]), i["path"], i.get("maxItems")) for i in items)
+
+    return tuple(
+        CelInput(parse_path(i), i)
+        if isinstance(i, str)
+        else CelInput(parse_path(i["path"]), i["path"], i.get("maxItems"))
+        for i in items
+    )
 
 
 def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[Any, ...], field: str) -> Any:
@@ -400,14 +447,21 @@ def _ttl_cel(program: Any, when: tuple[str, ...], inputs: tuple[Any, ...], field
         except CelEvalError as exc:
             raise DeclarationFault(f"{field} (ttl.cel)", str(exc)) from None
         return None if value is None else OwnTTL(value, field)
+
     return own_ttl
 
 
 # --- loading --------------------------------------------------------------------------------------
 
-def compile_kinds(items: Any, origin: str, where: str = "kinds",
-                  opt_ins: dict[str, tuple[str, ...]] | None = None, eager_cel: bool = True,
-                  builtin: bool = False) -> tuple[JobKind, ...]:
+
+def compile_kinds(
+    items: Any,
+    origin: str,
+    where: str = "kinds",
+    opt_ins: dict[str, tuple[str, ...]] | None = None,
+    eager_cel: bool = True,
+    builtin: bool = False,
+) -> tuple[JobKind, ...]:
     """Validate a list of declarations (`where` is how errors name it) and build their JobKinds.
     `opt_ins` maps ``apiVersion/Kind`` to the opt-in states the policy enables for it; without
     `eager_cel`, CEL expressions are compiled on first use (the built-in ones, tested); `builtin`:
@@ -465,8 +519,12 @@ def same_crd(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> tuple
     version it has, so a kubeflow.org/v2 TFJob next to the built-in v1 one would decide the same
     TFJob twice, the one without the built-in's guards deleting what the other keeps."""
     group, plural = decl.get("group", ""), decl.get("plural")
-    return tuple(name for name, b in builtins.items() if name == key(decl) or (
-        b.get("group", "") == group and (b.get("kind") == decl.get("kind") or b.get("plural") == plural)))
+    return tuple(
+        name
+        for name, b in builtins.items()
+        if name == key(decl)
+        or (b.get("group", "") == group and (b.get("kind") == decl.get("kind") or b.get("plural") == plural))
+    )
 
 
 def replacing(decl: dict[str, Any], builtins: dict[str, dict[str, Any]]) -> Replacement:
@@ -518,4 +576,3 @@ def builtin_kinds() -> dict[str, JobKind]:
     """The built-in kinds by ``apiVersion/Kind``, in kinds.yaml's order."""
     items, origin = load_file(BUILTIN_FILE)
     return {f"{k.api_version}/{k.kind}": k for k in compile_kinds(items, origin, eager_cel=False, builtin=True)}
-

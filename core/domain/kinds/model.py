@@ -69,6 +69,7 @@ def get_path(obj: Any, path: tuple[str, ...]) -> Any:
 # and decide() says so (Verdict.UNREADABLE): the sink refuses the event (422), the resync and the
 # worker keep the object, with the field named.
 
+
 class UnreadableField(ValueError):
     """A field a declaration reads holds what that reading cannot take; the message names it."""
 

@@ -26,8 +26,18 @@ WORKFLOW = _BUILTIN["argoproj.io/v1alpha1/Workflow"]
 
 # The kinds jobttl was first written for (Kubeflow, Argo, batch/v1): what a policy enables unless
 # its `kinds` says otherwise (with the kinds it declares or opts into).
-ALL_KINDS: tuple[JobKind, ...] = (TFJOB, PYTORCHJOB, MPIJOB, XGBOOSTJOB, PADDLEJOB, JAXJOB, MPIJOB_V2BETA1,
-                                  TRAINJOB, BATCH_JOB, WORKFLOW)
+ALL_KINDS: tuple[JobKind, ...] = (
+    TFJOB,
+    PYTORCHJOB,
+    MPIJOB,
+    XGBOOSTJOB,
+    PADDLEJOB,
+    JAXJOB,
+    MPIJOB_V2BETA1,
+    TRAINJOB,
+    BATCH_JOB,
+    WORKFLOW,
+)
 # Why not every built-in kind by default: an upgrade must not start deleting kinds it left alone
 # before (finished Tekton runs, RayJobs... under an existing policy `ttl:`), and a cluster's event
 # source should watch only kinds it serves. The others are a `kinds:` entry away.
@@ -48,14 +58,17 @@ def bare_kind(name: str, known: Iterable[JobKind]) -> list[JobKind]:
 
 
 # The groups a bare Kind names among the built-in kinds (`bare_kind`): one, for every Kind today.
-_BARE: dict[str, frozenset[str]] = {name: frozenset(k.group for k in bare_kind(name, BUILTIN_KINDS))
-                                    for name in dict.fromkeys(k.kind for k in BUILTIN_KINDS)}
+_BARE: dict[str, frozenset[str]] = {
+    name: frozenset(k.group for k in bare_kind(name, BUILTIN_KINDS))
+    for name in dict.fromkeys(k.kind for k in BUILTIN_KINDS)
+}
 
 
 # --- naming a kind: what keys, metric labels and operators' words use -------------------------------
 # A Kind name alone is not an identity: batch/v1 Job and Volcano's batch.volcano.sh Job are both
 # `Job`, and an operator may declare a kind reusing any name. Keys and metric labels use the group
 # too; what people read names the group only where the Kind alone would mislead.
+
 
 def group_of(api_version: str) -> str:
     """The API group of an apiVersion: ``batch`` of ``batch/v1``, "" (the core group) of ``v1``."""

@@ -1,2 +1,1 @@
-"""Notifications: channels and routing (`notify`), digests (`digest`).
-"""
+"""Notifications: channels and routing (`notify`), digests (`digest`)."""

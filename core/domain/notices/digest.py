@@ -55,8 +55,10 @@ def render(group: str, items: list[dict[str, Any]], total: int, console_url: str
     # A digest of deletions only: what the buffer did not keep were deletions too, and are counted as such.
     uncounted = unlisted if events == ("deleted",) else 0
     title = "jobttl: " + ", ".join(_summary(e, by_event[e], uncounted) for e in events)
-    body = "\n\n".join(_deleted(by_event[e], uncounted, console_url) if e == "deleted"
-                       else _section(e, by_event[e], console_url) for e in events)
+    body = "\n\n".join(
+        _deleted(by_event[e], uncounted, console_url) if e == "deleted" else _section(e, by_event[e], console_url)
+        for e in events
+    )
     if unlisted and not uncounted:
         body += f"\n\n... and {unlisted} more entries not kept (the digest's limit)"
     return Message(title, body, any(e in WARNINGS for e in events), events)
@@ -76,9 +78,11 @@ def _deleted(items: list[dict[str, Any]], unlisted: int, console_url: str | None
     parts = []
     for namespace, listed in list(namespaces.items())[:NAMESPACES]:
         kinds = Counter(str(i.get("kind") or "?") for i in listed)
-        lines = [f"{len(listed) + alone} deleted in namespace {namespace}: "
-                 + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
-                 + (f" (and {alone} not kept by the digest)" if alone else "")]
+        lines = [
+            f"{len(listed) + alone} deleted in namespace {namespace}: "
+            + ", ".join(f"{n} {k}" for k, n in kinds.most_common())
+            + (f" (and {alone} not kept by the digest)" if alone else "")
+        ]
         lines += _listed(listed, _deleted_line)
         if console_url:
             lines.append(f"History: {console_url.rstrip('/')}/history?namespace={quote(namespace)}")
@@ -109,8 +113,10 @@ def _section(event: str, items: list[dict[str, Any]], console_url: str | None) -
     lines += _listed(items, _LINES[event])
     if event in ("review-opened", "guard-tripped"):
         held_id = next((i["heldId"] for i in reversed(items) if i.get("heldId")), None)
-        lines.append("Review them with `jobttl held`, then confirm with `jobttl resync --confirm "
-                     f"{held_id or 'HELD_ID'}`" + (f", or at {console_url.rstrip('/')}/held" if console_url else ""))
+        lines.append(
+            "Review them with `jobttl held`, then confirm with `jobttl resync --confirm "
+            f"{held_id or 'HELD_ID'}`" + (f", or at {console_url.rstrip('/')}/held" if console_url else "")
+        )
     return "\n".join(lines)
 
 
@@ -179,6 +185,13 @@ def _detail_line(item: dict[str, Any]) -> str:
     return f"{subject}: {item.get('detail') or item.get('reason') or 'no detail'}"
 
 
-_LINES = {"review-opened": _held_line, "deleted": _deleted_line, "upcoming": _upcoming_line, "stuck": _stuck_line,
-          "guard-tripped": _held_line, "invalid-ttl": _detail_line, "policy-error": _detail_line,
-          "kind-not-served": _detail_line}
+_LINES = {
+    "review-opened": _held_line,
+    "deleted": _deleted_line,
+    "upcoming": _upcoming_line,
+    "stuck": _stuck_line,
+    "guard-tripped": _held_line,
+    "invalid-ttl": _detail_line,
+    "policy-error": _detail_line,
+    "kind-not-served": _detail_line,
+}

@@ -40,8 +40,16 @@ from typing import Any
 from urllib.parse import unquote_plus
 
 ANNOTATION = "jobttl.io/notify"
-EVENTS = ("review-opened", "deleted", "upcoming", "stuck", "guard-tripped", "invalid-ttl", "policy-error",
-          "kind-not-served")
+EVENTS = (
+    "review-opened",
+    "deleted",
+    "upcoming",
+    "stuck",
+    "guard-tripped",
+    "invalid-ttl",
+    "policy-error",
+    "kind-not-served",
+)
 OWNER_EVENTS = frozenset({"upcoming", "deleted"})  # what `jobttl.io/notify` asks for
 WARNINGS = frozenset({"review-opened", "stuck", "guard-tripped", "invalid-ttl", "policy-error", "kind-not-served"})
 CHANNEL_KEYS = {"name", "url", "urlFromEnv", "on", "namespaces", "digest", "owners"}
@@ -99,14 +107,16 @@ class Routed:
 
 # --- the policy's `notify` (read by jobttl.core.domain.rules.policy, which names file and field) ------------------
 
+
 def parse_channels(reader: Any, value: Any) -> tuple[Channel, ...]:
     """The `notify` list; `reader` is the policy's reader (its `fail`, `mapping`, `strings`, `duration`,
     `boolean` and `place` name the file and the field of whatever is wrong)."""
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise reader.fail("notify", "expected a list of channels, e.g. [{name: ops, url: json://HOST/PATH, "
-                                    "on: [deleted]}]")
+        raise reader.fail(
+            "notify", "expected a list of channels, e.g. [{name: ops, url: json://HOST/PATH, on: [deleted]}]"
+        )
     channels: list[Channel] = []
     for i, raw in enumerate(value):
         channel = _channel(reader, raw, f"notify[{i}]")
@@ -129,37 +139,52 @@ def _channel(reader: Any, raw: Any, where: str) -> Channel:
     data = reader.mapping(_on_key(raw), where, CHANNEL_KEYS)
     name = data.get("name")
     if not isinstance(name, str) or not _NAME.fullmatch(name):
-        raise reader.fail(f"{where}.name", "required: lowercase letters, digits and '-', at most 63 (metrics and "
-                                           f"logs name the channel by it, never by its URL), got {name!r}")
+        raise reader.fail(
+            f"{where}.name",
+            "required: lowercase letters, digits and '-', at most 63 (metrics and "
+            f"logs name the channel by it, never by its URL), got {name!r}",
+        )
     url, env = _target(reader, data, where)
     owners = reader.boolean(data["owners"], f"{where}.owners") if "owners" in data else False
     on = _events(reader, data.get("on", []), f"{where}.on")
     if not on and not owners:
-        raise reader.fail(f"{where}.on", f"a channel needs events to receive (one or more of {', '.join(EVENTS)}), "
-                                         "or owners: true")
+        raise reader.fail(
+            f"{where}.on", f"a channel needs events to receive (one or more of {', '.join(EVENTS)}), or owners: true"
+        )
     namespaces = reader.namespaces(data["namespaces"], f"{where}.namespaces") if "namespaces" in data else ()
     digest = reader.duration(data["digest"], f"{where}.digest") if "digest" in data else DEFAULT_DIGEST
-    return Channel(name, on, url, env, namespaces, digest, owners, reader.place(f"{where}.{'url' if url else 'urlFromEnv'}"))
+    return Channel(
+        name, on, url, env, namespaces, digest, owners, reader.place(f"{where}.{'url' if url else 'urlFromEnv'}")
+    )
 
 
 def _target(reader: Any, data: dict[str, Any], where: str) -> tuple[str | None, str | None]:
     """(url, urlFromEnv): exactly one. A URL is checked for its shape here, and by Apprise when the
     notifier starts (only it imports Apprise)."""
     if ("url" in data) == ("urlFromEnv" in data):
-        raise reader.fail(where, "set url (an Apprise URL holding no secret) or urlFromEnv (the environment "
-                                 "variable holding one, filled from a Secret): one of them")
+        raise reader.fail(
+            where,
+            "set url (an Apprise URL holding no secret) or urlFromEnv (the environment "
+            "variable holding one, filled from a Secret): one of them",
+        )
     if "url" in data:
         url = data["url"]
         if not isinstance(url, str) or not _URL.fullmatch(url.strip()):
-            raise reader.fail(f"{where}.url", "expected an Apprise URL such as json://HOST/PATH or mailto://HOST"
-                                              "?to=ADDRESS (https://github.com/caronc/apprise/wiki), got a value that "
-                                              "is not one")
+            raise reader.fail(
+                f"{where}.url",
+                "expected an Apprise URL such as json://HOST/PATH or mailto://HOST"
+                "?to=ADDRESS (https://github.com/caronc/apprise/wiki), got a value that "
+                "is not one",
+            )
         problem = secret_slot(url.strip())
         if problem is not None:
             # Never the value in the message: it may be the very secret the check is about.
-            raise reader.fail(f"{where}.url", f"{problem}: a URL written in the policy sits in a ConfigMap every "
-                                              "process and `kubectl get` can read; put it in a Secret and name its "
-                                              "environment variable with urlFromEnv (docs/notifications.md)")
+            raise reader.fail(
+                f"{where}.url",
+                f"{problem}: a URL written in the policy sits in a ConfigMap every "
+                "process and `kubectl get` can read; put it in a Secret and name its "
+                "environment variable with urlFromEnv (docs/notifications.md)",
+            )
         return url.strip(), None
     env = data["urlFromEnv"]
     if not isinstance(env, str) or not _ENV_NAME.fullmatch(env):
@@ -174,8 +199,9 @@ def _target(reader: Any, data: dict[str, Any], where: str) -> tuple[str | None, 
 URL_SCHEMES = ("json", "jsons", "form", "forms", "xml", "xmls", "mailto", "mailtos")
 # Query parameters Apprise reads as credentials (mailto's user/pass, a webhook's token...): a name
 # holding one of these is refused, whatever its value.
-_SECRET_PARAM = re.compile(r"pass|pwd|secret|token|key|auth|bearer|sig|cred|session|cookie|user|login|code",
-                           re.IGNORECASE)
+_SECRET_PARAM = re.compile(
+    r"pass|pwd|secret|token|key|auth|bearer|sig|cred|session|cookie|user|login|code", re.IGNORECASE
+)
 
 
 def secret_slot(url: str) -> str | None:
@@ -186,16 +212,20 @@ def secret_slot(url: str) -> str | None:
     itself (its privacy view must equal the URL)."""
     scheme, _, rest = url.partition("://")
     if scheme.lower() not in URL_SCHEMES:
-        return (f"url takes the schemes whose URL has no slot for a credential ({', '.join(URL_SCHEMES)}); "
-                f"{scheme}:// is not one (Slack's, Teams', Discord's... carry their token in the URL)")
+        return (
+            f"url takes the schemes whose URL has no slot for a credential ({', '.join(URL_SCHEMES)}); "
+            f"{scheme}:// is not one (Slack's, Teams', Discord's... carry their token in the URL)"
+        )
     location, _, query = rest.partition("?")
     if "@" in location.partition("/")[0]:
         return "it names a user or password (user:pass@host)"
     for param in filter(None, re.split(r"[&;]", query.partition("#")[0])):
         name = unquote_plus(param.partition("=")[0]) if not param.startswith("+") else param.partition("=")[0]
         if name[:1] in "+-:" or param[:3].lower() in ("%2b", "%2d", "%3a"):
-            return (f"its query parameter {name[:1]}... adds a header or a field to what is sent (Apprise's "
-                    "+header, -query and :payload parameters may carry a token)")
+            return (
+                f"its query parameter {name[:1]}... adds a header or a field to what is sent (Apprise's "
+                "+header, -query and :payload parameters may carry a token)"
+            )
         if _SECRET_PARAM.search(name):
             return f"its query parameter {name!r} is a credential's"
     return None
@@ -217,12 +247,15 @@ def resolve(channel: Channel, env: dict[str, str]) -> str:
     assert channel.url_from_env is not None
     value = (env.get(channel.url_from_env) or "").strip()
     if not value:
-        raise ValueError(f"{channel.place}: the environment variable {channel.url_from_env} is not set (the chart "
-                         "sets it from a Secret: notifications.secretEnv)")
+        raise ValueError(
+            f"{channel.place}: the environment variable {channel.url_from_env} is not set (the chart "
+            "sets it from a Secret: notifications.secretEnv)"
+        )
     return value
 
 
 # --- an audit entry, as a notification ------------------------------------------------------------------------
+
 
 def notification_of(fields: dict[str, str]) -> str | None:
     """The notification event an audit entry is, if any (one of EVENTS)."""
@@ -285,9 +318,33 @@ def _asked_by_owner(fields: dict[str, str], channels: tuple[Channel, ...]) -> tu
 
 
 # What a digest keeps of an entry: enough to say it, nothing more (never the annotation's value).
-_ITEM_FIELDS = ("at", "apiVersion", "kind", "namespace", "name", "due", "ttl", "ttlSource", "stage", "dryRun",
-                "count", "heldId", "seen", "maxDeletions", "maxShare", "firstRun", "reason", "detail", "stuckFor",
-                "finalizers", "resource", "rule", "field", "outcome", "previousDue")
+_ITEM_FIELDS = (
+    "at",
+    "apiVersion",
+    "kind",
+    "namespace",
+    "name",
+    "due",
+    "ttl",
+    "ttlSource",
+    "stage",
+    "dryRun",
+    "count",
+    "heldId",
+    "seen",
+    "maxDeletions",
+    "maxShare",
+    "firstRun",
+    "reason",
+    "detail",
+    "stuckFor",
+    "finalizers",
+    "resource",
+    "rule",
+    "field",
+    "outcome",
+    "previousDue",
+)
 
 
 def item_of(event: str, fields: dict[str, str]) -> dict[str, Any]:
@@ -295,6 +352,7 @@ def item_of(event: str, fields: dict[str, str]) -> dict[str, Any]:
 
 
 # --- when a group is sent ----------------------------------------------------------------------------------------
+
 
 def first_due(now: float, period: int, gather: float = GATHER) -> float:
     """When a quiet group's first message goes: soon, with what comes together with it."""

@@ -62,19 +62,25 @@ class Document:
 
 # --- YAML 1.2's core schema on PyYAML (https://yaml.org/spec/1.2.2/#103-core-schema) -----------------
 
+
 class _Core12Loader(_Parser):  # type: ignore[misc, valid-type]
     """PyYAML's safe loader (libyaml's parser when there) with YAML 1.2's core schema resolvers."""
 
 
 _Core12Loader.yaml_implicit_resolvers = {}
 for _tag, _pattern, _first in (
-        ("null", r"~|null|Null|NULL|", "~nN"),
-        ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
-        ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
-        ("float", r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
-         "-+.0123456789")):
-    _Core12Loader.add_implicit_resolver(_CORE + _tag, re.compile(rf"^(?:{_pattern})$"), list(_first) + (
-        [""] if _tag == "null" else []))
+    ("null", r"~|null|Null|NULL|", "~nN"),
+    ("bool", r"true|True|TRUE|false|False|FALSE", "tTfF"),
+    ("int", r"[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+", "-+0123456789"),
+    (
+        "float",
+        r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?|[-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)",
+        "-+.0123456789",
+    ),
+):
+    _Core12Loader.add_implicit_resolver(
+        _CORE + _tag, re.compile(rf"^(?:{_pattern})$"), list(_first) + ([""] if _tag == "null" else [])
+    )
 
 
 def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
@@ -110,6 +116,7 @@ _Core12Loader.add_constructor(_CORE + "float", _construct_float)
 
 
 # --- the checks, on the event stream --------------------------------------------------------------
+
 
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if path else key
@@ -154,8 +161,9 @@ class _Checker:
             if isinstance(event, yaml.DocumentStartEvent):
                 self.documents += 1
                 if self.documents > 1:
-                    raise self.fail(event.start_mark.line + 1, "", "a second YAML document (---): the file holds "
-                                                                     "one policy")
+                    raise self.fail(
+                        event.start_mark.line + 1, "", "a second YAML document (---): the file holds one policy"
+                    )
             elif isinstance(event, (yaml.ScalarEvent, yaml.AliasEvent, yaml.CollectionStartEvent)):
                 self.node(event)
             elif isinstance(event, yaml.CollectionEndEvent):
@@ -168,8 +176,12 @@ class _Checker:
             return  # a mapping's key: read, and checked for duplicates
         tag = getattr(event, "tag", None)
         if tag is not None and tag not in _ALLOWED_TAGS:
-            raise self.fail(line, where, f"the tag {tag} is not one a policy may use (YAML 1.2's core schema: "
-                                         "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq)")
+            raise self.fail(
+                line,
+                where,
+                f"the tag {tag} is not one a policy may use (YAML 1.2's core schema: "
+                "!!str, !!int, !!float, !!bool, !!null, !!map, !!seq)",
+            )
         size, height = self.alias(event, line, where) if isinstance(event, yaml.AliasEvent) else (1, 1)
         if isinstance(event, yaml.CollectionStartEvent):
             if len(self.stack) + 1 > MAX_DEPTH:
@@ -199,22 +211,36 @@ class _Checker:
             raise self.fail(line, frame.path, "a key must be a plain value, not a list, a mapping or an alias")
         key = event.value
         if event.tag is not None and event.tag not in _ALLOWED_TAGS:  # `!!merge <<` included
-            raise self.fail(line, _child(frame.path, key), f"the tag {event.tag} is not one a policy may use "
-                                                            "(YAML 1.2's core schema)")
+            raise self.fail(
+                line,
+                _child(frame.path, key),
+                f"the tag {event.tag} is not one a policy may use (YAML 1.2's core schema)",
+            )
         if key == _MERGE and event.implicit[0]:  # plain and untagged: a merge key to YAML 1.1 readers
             # Why refused, not merged: PyYAML lets the later of two `<<` (or of `<<: [*a, *b]`) win,
             # the opposite of the merge spec, so a second map silently undid the first one's exclude.
-            raise self.fail(line, _child(frame.path, key), "a merge key (<<): YAML 1.2 has no merge keys, and "
-                                                            "which map wins is not what it seems; write the "
-                                                            "keys out (an alias *name may still stand for a "
-                                                            "whole value)")
+            raise self.fail(
+                line,
+                _child(frame.path, key),
+                "a merge key (<<): YAML 1.2 has no merge keys, and "
+                "which map wins is not what it seems; write the "
+                "keys out (an alias *name may still stand for a "
+                "whole value)",
+            )
         if self.resolver.resolve(yaml.ScalarNode, key, event.implicit) != _CORE + "str":
-            raise self.fail(line, _child(frame.path, key), f"a key must be a string: YAML reads {key} as another "
-                                                            f"type; quote it (\"{key}\")")
+            raise self.fail(
+                line,
+                _child(frame.path, key),
+                f'a key must be a string: YAML reads {key} as another type; quote it ("{key}")',
+            )
         if key in frame.keys:
-            raise self.fail(line, _child(frame.path, key), f"written twice in one mapping (lines "
-                                                            f"{frame.keys[key]} and {line}): YAML keeps only "
-                                                            "the last; say it once")
+            raise self.fail(
+                line,
+                _child(frame.path, key),
+                f"written twice in one mapping (lines "
+                f"{frame.keys[key]} and {line}): YAML keeps only "
+                "the last; say it once",
+            )
         frame.keys.setdefault(key, line)
         frame.key = key
         frame.size += 1
@@ -229,8 +255,12 @@ class _Checker:
             raise self.fail(line, where, f"the alias *{event.anchor} nests deeper than {MAX_DEPTH} levels here")
         self.added += size - 1
         if self.added > ALIAS_BUDGET:
-            raise self.fail(line, where, f"aliases expand to more than {ALIAS_BUDGET} nodes beyond those written "
-                                         f"(*{event.anchor} alone is {size}): write the values out, or share less")
+            raise self.fail(
+                line,
+                where,
+                f"aliases expand to more than {ALIAS_BUDGET} nodes beyond those written "
+                f"(*{event.anchor} alone is {size}): write the values out, or share less",
+            )
         return size, height
 
     def grow(self, size: int, height: int) -> None:
@@ -249,13 +279,14 @@ class _Checker:
 
 # --- reading ----------------------------------------------------------------------------------------
 
+
 def _decoded(raw: bytes, origin: str) -> str:
     if len(raw) > MAX_BYTES:
         raise ConfigYAMLError(f"{origin}: larger than the {MAX_BYTES // 1024} KiB a policy file may hold")
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        line = raw[:exc.start].count(b"\n") + 1
+        line = raw[: exc.start].count(b"\n") + 1
         raise ConfigYAMLError(f"{origin}:{line}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 

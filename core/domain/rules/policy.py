@@ -55,15 +55,29 @@ from jobttl.core.domain.kinds.registry import BUILTIN_KINDS, DEFAULT_KINDS, bare
 from jobttl.core.domain.kinds.model import JobKind
 
 DEFAULT_EXCLUDED_NAMESPACES = ("kube-system",)
-VALUE_KEYS = {"ttl": "ttl", "maxTTL": "max_ttl", "ttlAfterSuccess": "ttl_after_success",
-              "ttlAfterFailure": "ttl_after_failure", "keep": "keep", "dryRun": "dry_run",
-              "owned": "owned", "managedBy": "managed_by"}
+VALUE_KEYS = {
+    "ttl": "ttl",
+    "maxTTL": "max_ttl",
+    "ttlAfterSuccess": "ttl_after_success",
+    "ttlAfterFailure": "ttl_after_failure",
+    "keep": "keep",
+    "dryRun": "dry_run",
+    "owned": "owned",
+    "managedBy": "managed_by",
+}
 FLAG_KEYS = ("keep", "dry_run")
 # Whether jobs that someone else runs are jobttl's to expire: "skip" (the default) or "delete".
 OPT_IN_KEYS = ("owned", "managed_by")
 SKIP, DELETE = "skip", "delete"
-TOP_LEVEL_KEYS = set(VALUE_KEYS) | {"kinds", "kindDeclarations", "optIn", "namespaces", "rules", "stuckDeletion",
-                                    "notify"}
+TOP_LEVEL_KEYS = set(VALUE_KEYS) | {
+    "kinds",
+    "kindDeclarations",
+    "optIn",
+    "namespaces",
+    "rules",
+    "stuckDeletion",
+    "notify",
+}
 RULE_KEYS = set(VALUE_KEYS) | {"name", "namespaces", "selector"}
 SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
 # Keeping the evidence (issue 12): parsed by `_Reader.cleanup` into `Cleanup`, apart from `Values`.
@@ -224,16 +238,24 @@ class Policy:
         """Every label key the policy reads: its rules' selectors and keepLast's groupBy (an object's
         jobttl.io/ label the policy names is a known key: `decision.first_unknown_key`)."""
         keys = {r.key for rule in self.rules for r in rule.selector or ()}
-        return frozenset(keys | {level.keep_last.group_by for level in [self.cleanup, *(r.cleanup for r in self.rules)]
-                                 if level.keep_last is not None and level.keep_last.group_by})
+        return frozenset(
+            keys
+            | {
+                level.keep_last.group_by
+                for level in [self.cleanup, *(r.cleanup for r in self.rules)]
+                if level.keep_last is not None and level.keep_last.group_by
+            }
+        )
 
     def namespace_excluded(self, namespace: str) -> str | None:
         """Why `namespace` is out of scope, or None if it is in."""
         # First: a job jobttl may not delete there is kept whatever the policy says of it, so no
         # process ever asks the API server for a DELETE its RBAC refuses (a 403 is a failure).
         if self.delete_namespaces and namespace not in self.delete_namespaces:
-            return (f"namespace {namespace!r} is not one jobttl may delete in (JOBTTL_DELETE_NAMESPACES: "
-                    f"{', '.join(self.delete_namespaces)})")
+            return (
+                f"namespace {namespace!r} is not one jobttl may delete in (JOBTTL_DELETE_NAMESPACES: "
+                f"{', '.join(self.delete_namespaces)})"
+            )
         if namespace in self.exclude_namespaces:
             return f"namespace {namespace!r} is excluded by the policy"
         if self.include_namespaces and namespace not in self.include_namespaces:
@@ -264,8 +286,12 @@ class Policy:
         matched = self.effective(namespace, labels).rules
         levels = [(self.cleanup, "policy")] + [(by_name[name].cleanup, f"rule {name}") for name in matched]
         # Later levels win: a dict keeps the last value written under each name.
-        settings = {f.name: RuledValue(getattr(values, f.name), source) for values, source in levels
-                    for f in fields(Cleanup) if getattr(values, f.name) is not None}
+        settings = {
+            f.name: RuledValue(getattr(values, f.name), source)
+            for values, source in levels
+            for f in fields(Cleanup)
+            if getattr(values, f.name) is not None
+        }
         if self.archive_store is None:
             settings.pop("archive", None)  # nowhere to write: validation makes this unreachable
         return Effective(settings, matched)
@@ -273,8 +299,9 @@ class Policy:
     def _any(self, *names: str, is_set: bool = False) -> bool:
         """Whether some level (global or a rule) says one of `names`: truthy, or with `is_set`, set at all."""
         levels = [self.cleanup] + [rule.cleanup for rule in self.rules]
-        return any((getattr(level, name) is not None) if is_set else getattr(level, name)
-                   for level in levels for name in names)
+        return any(
+            (getattr(level, name) is not None) if is_set else getattr(level, name) for level in levels for name in names
+        )
 
     @property
     def archiving(self) -> bool:
@@ -294,6 +321,7 @@ class Policy:
 
 
 # --- loading and validation ----------------------------------------------------------------
+
 
 def _shown_duration(value: Any) -> str:
     return repr(value) if isinstance(value, str) else f"{value:,}s"
@@ -318,13 +346,17 @@ class _Reader:
         text, prefix = str(exc), f"{self.origin}: "
         if not text.startswith(prefix):
             return PolicyError(text)
-        where, _, problem = text[len(prefix):].partition(": ")
+        where, _, problem = text[len(prefix) :].partition(": ")
         for i, replacement in enumerate(replacements):
             for name in replacement.inherited:
-                if where.startswith((f"kindDeclarations[{i}].{name}.", f"kindDeclarations[{i}].{name}[")) \
-                        or where == f"kindDeclarations[{i}].{name}":
-                    problem += (f" (inherited from the built-in declaration of {kinddecl.key(replacement.declaration)}:"
-                                f" write {name} in this declaration, or {name}: null to do without)")
+                if (
+                    where.startswith((f"kindDeclarations[{i}].{name}.", f"kindDeclarations[{i}].{name}["))
+                    or where == f"kindDeclarations[{i}].{name}"
+                ):
+                    problem += (
+                        f" (inherited from the built-in declaration of {kinddecl.key(replacement.declaration)}:"
+                        f" write {name} in this declaration, or {name}: null to do without)"
+                    )
         return self.fail(where, problem)
 
     def mapping(self, value: Any, where: str, allowed: set[str]) -> dict[str, Any]:
@@ -334,8 +366,10 @@ class _Reader:
             raise self.fail(where, "every key must be a string (quote keys such as 1, true or null)")
         unknown = sorted(set(value) - allowed)
         if unknown:
-            raise self.fail(f"{where}.{unknown[0]}" if where != "(top level)" else unknown[0],
-                            f"unknown field; expected one of {', '.join(sorted(allowed))}")
+            raise self.fail(
+                f"{where}.{unknown[0]}" if where != "(top level)" else unknown[0],
+                f"unknown field; expected one of {', '.join(sorted(allowed))}",
+            )
         return value
 
     def strings(self, value: Any, where: str) -> tuple[str, ...]:
@@ -352,10 +386,13 @@ class _Reader:
             try:
                 check_namespace(name, "")
             except InvalidIdentity:
-                raise self.fail(f"{where}[{i}]", f"{shown(name)} is not a namespace name (lowercase letters, "
-                                                 f"digits and '-', at most {MAX_NAMESPACE} characters, starting "
-                                                 "and ending with a letter or digit; no wildcards): it would "
-                                                 "match no namespace") from None
+                raise self.fail(
+                    f"{where}[{i}]",
+                    f"{shown(name)} is not a namespace name (lowercase letters, "
+                    f"digits and '-', at most {MAX_NAMESPACE} characters, starting "
+                    "and ending with a letter or digit; no wildcards): it would "
+                    "match no namespace",
+                ) from None
         return names
 
     def values(self, data: dict[str, Any], where: str) -> Values:
@@ -378,13 +415,19 @@ class _Reader:
                 except ValueError as exc:
                     raise self.fail(f"{where}{key}", str(exc)) from None
                 if parsed[attr] > MAX_TTL:  # else every job would get an InvalidTTL Warning: the owner blamed
-                    raise self.fail(f"{where}{key}", f"{_shown_duration(value)} is longer than jobttl's longest TTL, "
-                                                     f"{MAX_TTL:,}s (about 100 years); to keep jobs for ever, "
-                                                     "use keep: true")
+                    raise self.fail(
+                        f"{where}{key}",
+                        f"{_shown_duration(value)} is longer than jobttl's longest TTL, "
+                        f"{MAX_TTL:,}s (about 100 years); to keep jobs for ever, "
+                        "use keep: true",
+                    )
         values = Values(**parsed)
         if values.max_ttl is not None:
-            for attr, key in (("ttl", "ttl"), ("ttl_after_success", "ttlAfterSuccess"),
-                              ("ttl_after_failure", "ttlAfterFailure")):
+            for attr, key in (
+                ("ttl", "ttl"),
+                ("ttl_after_success", "ttlAfterSuccess"),
+                ("ttl_after_failure", "ttlAfterFailure"),
+            ):
                 if (getattr(values, attr) or 0) > values.max_ttl:
                     raise self.fail(f"{where}{key}", f"is longer than maxTTL ({data['maxTTL']})")
         return values
@@ -393,10 +436,13 @@ class _Reader:
         data = self.mapping(value, where, {"matchLabels", "matchExpressions"})
         requirements = []
         labels = data.get("matchLabels", {})
-        if not isinstance(labels, dict) or not all(isinstance(k, str) and isinstance(v, str)
-                                                   for k, v in labels.items()):
-            raise self.fail(f"{where}.matchLabels", "expected a mapping of label names to string values "
-                                                    "(quote values like \"true\" and \"1\")")
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise self.fail(
+                f"{where}.matchLabels",
+                'expected a mapping of label names to string values (quote values like "true" and "1")',
+            )
         requirements += [Requirement(k, "In", (v,)) for k, v in labels.items()]
         expressions = data.get("matchExpressions", [])
         if not isinstance(expressions, list):
@@ -425,8 +471,11 @@ class _Reader:
             found = [k for k in known if name == f"{k.api_version}/{k.kind}"] or bare_kind(name, known)
             if not found:
                 listed = ", ".join(sorted({k.kind for k in known}))
-                raise self.fail(f"kinds[{i}]", f"unknown kind {name!r}; known kinds: {listed} "
-                                               f"(or apiVersion/Kind, e.g. kubeflow.org/v2beta1/MPIJob)")
+                raise self.fail(
+                    f"kinds[{i}]",
+                    f"unknown kind {name!r}; known kinds: {listed} "
+                    f"(or apiVersion/Kind, e.g. kubeflow.org/v2beta1/MPIJob)",
+                )
             chosen += [k for k in found if k not in chosen]
         return tuple(chosen)
 
@@ -448,24 +497,32 @@ class _Reader:
         own = [replace(k, inherited=r.inherited) for k, r in zip(compiled, replacements)]
         return self.in_builtin_order(own, replacements, builtin, opt_ins)
 
-    def replacements(self, declarations: list[Any], builtin: dict[str, dict[str, Any]]
-                     ) -> list[kinddecl.Replacement]:
+    def replacements(self, declarations: list[Any], builtin: dict[str, dict[str, Any]]) -> list[kinddecl.Replacement]:
         """Each declaration as it replaces the built-in kinds of its CRD; refused when the built-in ones
         it would inherit from differ in a field it leaves out."""
-        replacements = [kinddecl.replacing(d, builtin) if isinstance(d, dict) and _named(d)
-                        else kinddecl.Replacement(d) for d in declarations]
+        replacements = [
+            kinddecl.replacing(d, builtin) if isinstance(d, dict) and _named(d) else kinddecl.Replacement(d)
+            for d in declarations
+        ]
         for i, replacement in enumerate(replacements):
             if replacement.conflicts:
                 field = replacement.conflicts[0]
-                raise self.fail(f"kindDeclarations[{i}]", f"replaces the built-in {' and '.join(replacement.replaces)} "
-                                                          f"(the same CRD in other versions), which differ in "
-                                                          f"{', '.join(replacement.conflicts)}: write {field} in this "
-                                                          f"declaration, or {field}: null to do without")
+                raise self.fail(
+                    f"kindDeclarations[{i}]",
+                    f"replaces the built-in {' and '.join(replacement.replaces)} "
+                    f"(the same CRD in other versions), which differ in "
+                    f"{', '.join(replacement.conflicts)}: write {field} in this "
+                    f"declaration, or {field}: null to do without",
+                )
         return replacements
 
-    def in_builtin_order(self, own: list[JobKind], replacements: list[kinddecl.Replacement],
-                         builtin: dict[str, dict[str, Any]], opt_ins: dict[str, tuple[str, ...]]
-                         ) -> tuple[JobKind, ...]:
+    def in_builtin_order(
+        self,
+        own: list[JobKind],
+        replacements: list[kinddecl.Replacement],
+        builtin: dict[str, dict[str, Any]],
+        opt_ins: dict[str, tuple[str, ...]],
+    ) -> tuple[JobKind, ...]:
         """The built-in kinds in their order, each replaced by the first declaration of its CRD (or
         compiled again with the states `optIn` enables), then the declarations that replace none."""
         replaced_by = _replaced_by(replacements)
@@ -489,21 +546,27 @@ class _Reader:
         if value is None:
             return {}
         if not isinstance(value, dict):
-            raise self.fail("optIn", "expected a mapping of apiVersion/Kind to the states to count as finished, "
-                                     "e.g. {batch.volcano.sh/v1alpha1/Job: [Aborted]}")
+            raise self.fail(
+                "optIn",
+                "expected a mapping of apiVersion/Kind to the states to count as finished, "
+                "e.g. {batch.volcano.sh/v1alpha1/Job: [Aborted]}",
+            )
         chosen = {}
         for name, states in value.items():
             decl = declarations.get(name)
             if decl is None:
-                raise self.fail(f"optIn.{name}", "names no known kind; use apiVersion/Kind, e.g. "
-                                                 "batch.volcano.sh/v1alpha1/Job")
+                raise self.fail(
+                    f"optIn.{name}", "names no known kind; use apiVersion/Kind, e.g. batch.volcano.sh/v1alpha1/Job"
+                )
             values = (decl.get("finished") or {}).get("state", {}).get("values", {})
             available = sorted(v for v, o in values.items() if isinstance(o, dict) and o.get("optIn"))
             states = self.strings(states, f"optIn.{name}")
             for i, state in enumerate(states):
                 if state not in available:
-                    raise self.fail(f"optIn.{name}[{i}]", f"{state!r} is not an opt-in state of {name} "
-                                                          f"(it has: {', '.join(available) or 'none'})")
+                    raise self.fail(
+                        f"optIn.{name}[{i}]",
+                        f"{state!r} is not an opt-in state of {name} (it has: {', '.join(available) or 'none'})",
+                    )
             chosen[name] = states
         return chosen
 
@@ -539,7 +602,7 @@ class _Reader:
             return value
         text = value.strip() if isinstance(value, str) else ""
         number = text.rstrip("KMGTi")
-        unit = text[len(number):]
+        unit = text[len(number) :]
         if not number.isdigit() or unit not in _SIZE_UNITS or int(number) == 0:
             raise self.fail(where, f"expected a size such as 500Mi, 50Gi or a number of bytes, got {value!r}")
         return int(number) * _SIZE_UNITS[unit]
@@ -549,8 +612,11 @@ class _Reader:
         parsed: dict[str, Any] = {}
         if "archive" in data:
             parsed.update(self.archive(data["archive"], f"{where}archive", top))
-        for key, attr in (("podTTL", "pod_ttl"), ("podTTLAfterSuccess", "pod_ttl_after_success"),
-                          ("podTTLAfterFailure", "pod_ttl_after_failure")):
+        for key, attr in (
+            ("podTTL", "pod_ttl"),
+            ("podTTLAfterSuccess", "pod_ttl_after_success"),
+            ("podTTLAfterFailure", "pod_ttl_after_failure"),
+        ):
             if key in data:
                 parsed[attr] = self.duration(data[key], f"{where}{key}")
         if "keepLast" in data:
@@ -564,8 +630,12 @@ class _Reader:
             return {"archive": value}
         data = self.mapping(value, where, ARCHIVE_KEYS | (ARCHIVE_STORE_KEYS if top else set()))
         parsed: dict[str, Any] = {"archive": self.boolean(data.get("enabled", True), f"{where}.enabled")}
-        for key, attr in (("manifest", "archive_manifest"), ("events", "archive_events"), ("logs", "archive_logs"),
-                          ("required", "archive_required")):
+        for key, attr in (
+            ("manifest", "archive_manifest"),
+            ("events", "archive_events"),
+            ("logs", "archive_logs"),
+            ("required", "archive_required"),
+        ):
             if key in data:
                 parsed[attr] = self.boolean(data[key], f"{where}.{key}")
         if "logKiB" in data:
@@ -581,15 +651,17 @@ class _Reader:
         url = value["store"]
         if not isinstance(url, str) or not url.strip():
             raise self.fail("archive.store", "expected a directory (a mounted volume) or s3://BUCKET[/PREFIX]")
-        if url.startswith("s3://") and not url[len("s3://"):].split("/")[0]:
+        if url.startswith("s3://") and not url[len("s3://") :].split("/")[0]:
             raise self.fail("archive.store", f"an s3:// store names its bucket: s3://BUCKET[/PREFIX], got {url!r}")
         if "://" in url and not url.startswith(("s3://", "file://")):
             raise self.fail("archive.store", f"expected a directory, file://PATH or s3://BUCKET[/PREFIX], got {url!r}")
         retention = self.duration(value["retention"], "archive.retention") if "retention" in value else None
         max_bytes = self.size(value["maxBytes"], "archive.maxBytes") if "maxBytes" in value else None
         if max_bytes is not None and url.startswith("s3://"):
-            raise self.fail("archive.maxBytes", "only for a directory store; cap a bucket with its own lifecycle "
-                                                "rules or use retention")
+            raise self.fail(
+                "archive.maxBytes",
+                "only for a directory store; cap a bucket with its own lifecycle rules or use retention",
+            )
         return ArchiveStore(url, retention, max_bytes)
 
     def keep_last(self, value: Any, where: str) -> KeepLast:
@@ -604,11 +676,15 @@ class _Reader:
 
     def check_cleanup(self, policy: Policy) -> None:
         """What no single level can check: archiving needs the top level's store."""
-        levels = [("archive", policy.cleanup)] + [(f"rules[{i}].archive", r.cleanup) for i, r in enumerate(policy.rules)]
+        levels = [("archive", policy.cleanup)] + [
+            (f"rules[{i}].archive", r.cleanup) for i, r in enumerate(policy.rules)
+        ]
         for where, cleanup in levels:
             if cleanup.archive and policy.archive_store is None:
-                raise self.fail(where, "archiving needs a store: set archive.store at the top level (a directory "
-                                       "or s3://BUCKET[/PREFIX])")
+                raise self.fail(
+                    where,
+                    "archiving needs a store: set archive.store at the top level (a directory or s3://BUCKET[/PREFIX])",
+                )
 
 
 def _replaced_by(replacements: list[kinddecl.Replacement]) -> dict[str, int]:
@@ -637,10 +713,14 @@ def parse_policy(data: Any, origin: str = "policy", document: config_yaml.Docume
     policy = Policy(
         values=reader.values(data, ""),
         rules=tuple(rules),
-        include_namespaces=(reader.namespaces(namespaces["include"], "namespaces.include")
-                            if "include" in namespaces else ()),
-        exclude_namespaces=(reader.namespaces(namespaces["exclude"], "namespaces.exclude")
-                            if "exclude" in namespaces else DEFAULT_EXCLUDED_NAMESPACES),
+        include_namespaces=(
+            reader.namespaces(namespaces["include"], "namespaces.include") if "include" in namespaces else ()
+        ),
+        exclude_namespaces=(
+            reader.namespaces(namespaces["exclude"], "namespaces.exclude")
+            if "exclude" in namespaces
+            else DEFAULT_EXCLUDED_NAMESPACES
+        ),
         kinds=_chosen(reader, data, known) if "kinds" in data else _enabled_by_default(known, data),
         known_kinds=known,
         stuck_fallback=reader.stuck_fallback(data.get("stuckDeletion")),
@@ -675,8 +755,9 @@ def _rule(reader: _Reader, raw: dict[str, Any], where: str, name: str) -> Rule:
     selector = reader.selector(raw["selector"], f"{where}.selector") if "selector" in raw else None
     if not rule_namespaces and selector is None:
         raise reader.fail(where, "a rule needs namespaces, a selector or both (global values go at the top level)")
-    return Rule(name, rule_namespaces, selector, reader.values(raw, f"{where}."),
-                reader.cleanup(raw, f"{where}.", top=False))
+    return Rule(
+        name, rule_namespaces, selector, reader.values(raw, f"{where}."), reader.cleanup(raw, f"{where}.", top=False)
+    )
 
 
 def _one_kind_per_crd(reader: _Reader, kinds: tuple[JobKind, ...], declarations: list[Any]) -> None:
@@ -690,12 +771,21 @@ def _one_kind_per_crd(reader: _Reader, kinds: tuple[JobKind, ...], declarations:
         if other is kind or (other.builtin and kind.builtin):
             continue
         names = [f"{k.api_version}/{k.kind}" for k in (other, kind)]
-        index = next((i for name in reversed(names) for i, d in enumerate(declarations)
-                      if isinstance(d, dict) and _named(d) and kinddecl.key(d) == name), None)
-        raise reader.fail("kinds" if index is None else f"kindDeclarations[{index}]",
-                          f"{names[0]} and {names[1]} are both enabled and are one CRD ({kind.plural}."
-                          f"{kind.group or 'core'}): each object would be decided twice, by rules that can "
-                          "disagree; declare one version of it, or enable one of them")
+        index = next(
+            (
+                i
+                for name in reversed(names)
+                for i, d in enumerate(declarations)
+                if isinstance(d, dict) and _named(d) and kinddecl.key(d) == name
+            ),
+            None,
+        )
+        raise reader.fail(
+            "kinds" if index is None else f"kindDeclarations[{index}]",
+            f"{names[0]} and {names[1]} are both enabled and are one CRD ({kind.plural}."
+            f"{kind.group or 'core'}): each object would be decided twice, by rules that can "
+            "disagree; declare one version of it, or enable one of them",
+        )
 
 
 def load_policy(path: str | Path | None) -> Policy:
@@ -736,8 +826,11 @@ def _chosen(reader: _Reader, data: dict[str, Any], known: tuple[JobKind, ...]) -
     enabled = {f"{k.api_version}/{k.kind}" for k in chosen}
     for i, declaration in enumerate(data.get("kindDeclarations") or ()):
         if isinstance(declaration, dict) and _named(declaration) and kinddecl.key(declaration) not in enabled:
-            raise reader.fail(f"kindDeclarations[{i}]", f"{kinddecl.key(declaration)} is declared but not in "
-                                                        "`kinds`: add it there (or remove `kinds` to enable it)")
+            raise reader.fail(
+                f"kindDeclarations[{i}]",
+                f"{kinddecl.key(declaration)} is declared but not in "
+                "`kinds`: add it there (or remove `kinds` to enable it)",
+            )
     for name in data.get("optIn") or {}:
         if name not in enabled:
             raise reader.fail(f"optIn.{name}", "opted into, but not in `kinds`: add it there")
@@ -745,27 +838,47 @@ def _chosen(reader: _Reader, data: dict[str, Any], known: tuple[JobKind, ...]) -
 
 
 # What a built-in declaration guards with; a replacement that drops one (`null`) deletes more.
-_SAFEGUARDS = {"ttl": "the TTL objects ask for themselves: the policy's applies instead",
-               "managedBy": "objects another controller manages", "suspend": "suspended objects",
-               "notYet": "objects not final yet (e.g. Argo's archiving)"}
+_SAFEGUARDS = {
+    "ttl": "the TTL objects ask for themselves: the policy's applies instead",
+    "managedBy": "objects another controller manages",
+    "suspend": "suspended objects",
+    "notYet": "objects not final yet (e.g. Argo's archiving)",
+}
 
 
 def _say_replaced(name: str, builtin: dict[str, Any], replacement: kinddecl.Replacement, origin: str) -> None:
     """A declaration replacing a built-in kind: what it inherits (info), and loudly what it drops."""
     decl = replacement.declaration
     dropped = [f"{field} ({_SAFEGUARDS[field]})" for field in replacement.dropped]
-    if "ttl" not in replacement.inherited and (builtin.get("ttl") or {}).get("appliedBy") \
-            and not (decl.get("ttl") or {}).get("appliedBy"):
+    if (
+        "ttl" not in replacement.inherited
+        and (builtin.get("ttl") or {}).get("appliedBy")
+        and not (decl.get("ttl") or {}).get("appliedBy")
+    ):
         dropped.append("ttl.appliedBy (objects whose own controller applies their TTL)")
     source = "it" if kinddecl.key(decl) == name else "the built-in declaration of its CRD"
     inherited = f"; inherits {', '.join(replacement.inherited)} from {source}" if replacement.inherited else ""
     deletes = f"; without {', '.join(dropped)}: jobttl now deletes those too" if dropped else ""
     declared = kinddecl.key(decl)
     # Another version of the same CRD: the built-in one is no longer decided at all (one kind per CRD).
-    version = (f" with {declared} (the same CRD in another version: jobttl now reads these objects "
-               f"as {declared} only)" if declared != name else "")
+    version = (
+        f" with {declared} (the same CRD in another version: jobttl now reads these objects as {declared} only)"
+        if declared != name
+        else ""
+    )
     logging.getLogger("jobttl.policy").log(
         logging.WARNING if dropped or version else logging.INFO,
-        "%s: kindDeclarations replaces the built-in %s%s%s%s", origin, name, version, inherited, deletes,
-        extra={"event": "kind-replaced", "kind": name, "declared": declared, "inherited": list(replacement.inherited),
-               "dropped": dropped})
+        "%s: kindDeclarations replaces the built-in %s%s%s%s",
+        origin,
+        name,
+        version,
+        inherited,
+        deletes,
+        extra={
+            "event": "kind-replaced",
+            "kind": name,
+            "declared": declared,
+            "inherited": list(replacement.inherited),
+            "dropped": dropped,
+        },
+    )

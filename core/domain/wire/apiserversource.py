@@ -127,13 +127,16 @@ def _event(attributes: dict[str, Any], data: Any) -> CloudEvent:
     missing = [a for a in REQUIRED_ATTRIBUTES if attributes.get(a) in (None, "")]
     if missing:
         raise BadEvent(400, f"missing or empty required CloudEvents attribute(s): {', '.join(missing)}")
-    not_text = [f"{a} ({type(attributes[a]).__name__})" for a in REQUIRED_ATTRIBUTES
-                if not isinstance(attributes[a], str)]
+    not_text = [
+        f"{a} ({type(attributes[a]).__name__})" for a in REQUIRED_ATTRIBUTES if not isinstance(attributes[a], str)
+    ]
     if not_text:
         raise BadEvent(400, f"required CloudEvents attribute(s) must be strings: {', '.join(not_text)}")
     if attributes["specversion"] != SPECVERSION:
-        raise BadEvent(400, f"unsupported CloudEvents specversion {attributes['specversion'][:20]!r}; "
-                            f"this sink reads {SPECVERSION!r}")
+        raise BadEvent(
+            400,
+            f"unsupported CloudEvents specversion {attributes['specversion'][:20]!r}; this sink reads {SPECVERSION!r}",
+        )
     return CloudEvent(attributes, data)
 
 
@@ -164,7 +167,7 @@ def parse(headers: Mapping[str, str], body: bytes) -> ApiServerEvent | OtherEven
     event_type, source = str(event.get_type()), str(event.get_source())
     if not event_type.startswith(TYPE_PREFIX):
         return OtherEvent(event_type, source)
-    mode_word, _, action = event_type[len(TYPE_PREFIX):].partition(".")
+    mode_word, _, action = event_type[len(TYPE_PREFIX) :].partition(".")
     if mode_word not in MODES or action not in ACTIONS:
         return OtherEvent(event_type, source)
     data = event.get_data()
@@ -188,12 +191,16 @@ def _structured(headers: dict[str, str]) -> bool:
         raise BadEvent(415, "batched CloudEvents are not supported; send one event per request")
     structured = media_type.startswith("application/cloudevents")
     if structured and media_type != FORMAT.CONTENT_TYPE:
-        raise BadEvent(415, f"unsupported CloudEvents event format {media_type[:100]!r}; send "
-                            f"{FORMAT.CONTENT_TYPE} or binary mode")
+        raise BadEvent(
+            415, f"unsupported CloudEvents event format {media_type[:100]!r}; send {FORMAT.CONTENT_TYPE} or binary mode"
+        )
     if not structured:
         if not any(name.startswith("ce-") for name in headers):
-            raise BadEvent(415, "expected a CloudEvent: ce-* headers with a JSON body, or Content-Type "
-                                f"application/cloudevents+json; got Content-Type {media_type[:100] or '(none)'!r}")
+            raise BadEvent(
+                415,
+                "expected a CloudEvent: ce-* headers with a JSON body, or Content-Type "
+                f"application/cloudevents+json; got Content-Type {media_type[:100] or '(none)'!r}",
+            )
         if media_type:
             _require_json_data(media_type, "Content-Type")
     return structured
@@ -246,13 +253,19 @@ def _resource_event(action: str, obj: dict[str, Any], source: str) -> ApiServerE
 def _reference_event(action: str, ref: dict[str, Any], source: str) -> ApiServerEvent:
     where = "Reference-mode event data"
     return ApiServerEvent(
-        action, "reference", _require_str(ref, "apiVersion", where), _require_str(ref, "kind", where),
-        check_namespace(_require_str(ref, "namespace", where)), check_name(_require_str(ref, "name", where)), None,
+        action,
+        "reference",
+        _require_str(ref, "apiVersion", where),
+        _require_str(ref, "kind", where),
+        check_namespace(_require_str(ref, "namespace", where)),
+        check_name(_require_str(ref, "name", where)),
+        None,
         source,
     )
 
 
 # --- writing: what `jobttl watch` and the announcements send --------------------------------
+
 
 def event_type(action: str, mode: str = "resource") -> str:
     word = next(w for w, m in MODES.items() if m == mode)
@@ -266,16 +279,29 @@ def resource_event(action: str, obj: dict[str, Any], source: str, subject: str) 
     Triggers filtering on them work the same for both event sources.
     """
     meta = obj.get("metadata", {})
-    attributes = {"specversion": SPECVERSION, "id": str(uuid.uuid4()), "source": source, "type": event_type(action),
-                  "subject": subject, "datacontenttype": "application/json", "kind": obj.get("kind", ""),
-                  "apiversion": obj.get("apiVersion", ""), "name": meta.get("name", ""),
-                  "namespace": meta.get("namespace", "")}
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": str(uuid.uuid4()),
+        "source": source,
+        "type": event_type(action),
+        "subject": subject,
+        "datacontenttype": "application/json",
+        "kind": obj.get("kind", ""),
+        "apiversion": obj.get("apiVersion", ""),
+        "name": meta.get("name", ""),
+        "namespace": meta.get("namespace", ""),
+    }
     return to_binary(CloudEvent(attributes=attributes, data=obj), FORMAT)
 
 
 def cloudevent(event_type_: str, source: str, subject: str, data: dict[str, Any]) -> HTTPMessage:
     """A binary-mode CloudEvent of jobttl's own (the deletion announcement)."""
-    attributes = {"specversion": SPECVERSION, "id": str(uuid.uuid4()), "source": source, "type": event_type_,
-                  "subject": subject, "datacontenttype": "application/json"}
+    attributes = {
+        "specversion": SPECVERSION,
+        "id": str(uuid.uuid4()),
+        "source": source,
+        "type": event_type_,
+        "subject": subject,
+        "datacontenttype": "application/json",
+    }
     return to_binary(CloudEvent(attributes=attributes, data=data), FORMAT)
-

@@ -36,15 +36,18 @@ def shown(value: Any) -> str:
 
 def check_name(value: Any, field: str = "metadata.name") -> str:
     if not isinstance(value, str) or len(value) > MAX_NAME or not _SUBDOMAIN.fullmatch(value):
-        raise InvalidIdentity(f"{field} {shown(value)} is not a valid Kubernetes object name (a DNS-1123 "
-                              f"subdomain of at most {MAX_NAME} characters)")
+        raise InvalidIdentity(
+            f"{field} {shown(value)} is not a valid Kubernetes object name (a DNS-1123 "
+            f"subdomain of at most {MAX_NAME} characters)"
+        )
     return value
 
 
 def check_namespace(value: Any, field: str = "metadata.namespace") -> str:
     if not isinstance(value, str) or len(value) > MAX_NAMESPACE or not _LABEL.fullmatch(value):
-        raise InvalidIdentity(f"{field} {shown(value)} is not a valid namespace (a DNS-1123 label of at most "
-                              f"{MAX_NAMESPACE} characters)")
+        raise InvalidIdentity(
+            f"{field} {shown(value)} is not a valid namespace (a DNS-1123 label of at most {MAX_NAMESPACE} characters)"
+        )
     return value
 
 
@@ -65,8 +68,13 @@ class JobRef:
     uid: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"apiVersion": self.api_version, "kind": self.kind, "namespace": self.namespace, "name": self.name,
-                "uid": self.uid}
+        return {
+            "apiVersion": self.api_version,
+            "kind": self.kind,
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, str]) -> JobRef:
@@ -78,8 +86,13 @@ class JobRef:
         meta = obj.get("metadata")
         if not isinstance(meta, dict):
             raise InvalidIdentity("metadata is missing or not an object")
-        return cls(obj["apiVersion"], obj["kind"], check_namespace(meta.get("namespace")), check_name(meta.get("name")),
-                   check_uid(meta.get("uid")))
+        return cls(
+            obj["apiVersion"],
+            obj["kind"],
+            check_namespace(meta.get("namespace")),
+            check_name(meta.get("name")),
+            check_uid(meta.get("uid")),
+        )
 
     @property
     def job_key(self) -> str:

@@ -24,30 +24,73 @@ from jobttl.core.domain.wire import jsoncodec
 # type of its own is added here (else it stays the string Redis holds, and says so).
 FIELDS: dict[str, str] = {
     # Times, in Unix seconds: whole for due times, fractional for measured moments.
-    "due": "integer", "newDue": "integer", "previousDue": "integer", "finishedAt": "integer",
-    "wouldDeleteAt": "integer", "started_at": "number",
-    "saidAt": "integer", "until": "integer",  # of a `cancel-undone` / `postpone-undone` entry: what was taken back
+    "due": "integer",
+    "newDue": "integer",
+    "previousDue": "integer",
+    "finishedAt": "integer",
+    "wouldDeleteAt": "integer",
+    "started_at": "number",
+    "saidAt": "integer",
+    "until": "integer",  # of a `cancel-undone` / `postpone-undone` entry: what was taken back
     # Durations in seconds: whole for TTLs and waits, fractional for measurements.
-    "ttl": "integer", "stuckFor": "integer", "retention": "integer", "lateness": "number", "goneAfter": "number",
+    "ttl": "integer",
+    "stuckFor": "integer",
+    "retention": "integer",
+    "lateness": "number",
+    "goneAfter": "number",
     "duration": "number",
     # Counts and sizes.
-    "retriesLeft": "integer", "bytes": "integer", "files": "integer", "count": "integer", "seen": "integer",
-    "maxDeletions": "integer", "maxBytes": "integer", "maxShare": "number",
+    "retriesLeft": "integer",
+    "bytes": "integer",
+    "files": "integer",
+    "count": "integer",
+    "seen": "integer",
+    "maxDeletions": "integer",
+    "maxBytes": "integer",
+    "maxShare": "number",
     # ... of a resync's report (the `resync` entry).
-    "scheduled": "integer", "moved": "integer", "unchanged": "integer", "cancelled": "integer",
-    "queued_now": "integer", "held": "integer", "rejected": "integer", "first_run_held": "integer",
+    "scheduled": "integer",
+    "moved": "integer",
+    "unchanged": "integer",
+    "cancelled": "integer",
+    "queued_now": "integer",
+    "held": "integer",
+    "rejected": "integer",
+    "first_run_held": "integer",
     "firstRun": "integer",  # of a `deletions-held` entry: how many await the first-run review
-    "dryRun": "boolean", "required": "boolean", "wasStuck": "boolean",
+    "dryRun": "boolean",
+    "required": "boolean",
+    "wasStuck": "boolean",
     # Lists of strings: policy rules, finalizers, pods, what was not archived, a resync's problems.
-    "rules": "array", "finalizers": "array", "dependants": "array", "pods": "array", "unkept": "array",
-    "rejections": "array", "missing_kinds": "array", "errors": "array",
+    "rules": "array",
+    "finalizers": "array",
+    "dependants": "array",
+    "pods": "array",
+    "unkept": "array",
+    "rejections": "array",
+    "missing_kinds": "array",
+    "errors": "array",
     "install": "object",  # the install record a resync's first-run review went by
 }
 
 # Fields that hold a time in Unix seconds, wherever they appear (entries, pending deletions,
 # tombstones, failures, workers): each gets `<field>Time` beside it.
-TIME_FIELDS = ("at", "due", "newDue", "previousDue", "finishedAt", "wouldDeleteAt", "scheduledAt", "deletedAt",
-               "requestedAt", "failedAt", "lastHeartbeat", "started_at", "saidAt", "until")
+TIME_FIELDS = (
+    "at",
+    "due",
+    "newDue",
+    "previousDue",
+    "finishedAt",
+    "wouldDeleteAt",
+    "scheduledAt",
+    "deletedAt",
+    "requestedAt",
+    "failedAt",
+    "lastHeartbeat",
+    "started_at",
+    "saidAt",
+    "until",
+)
 TIME_SUFFIX = "Time"
 # Where a field holding a value of the wrong type goes (a 0.1 entry, a hand-written one):
 # kept as written, never passed off as its declared type.
@@ -142,8 +185,9 @@ def entry(fields: dict[str, str], **known: Any) -> dict[str, Any]:
 # keep that, and the traceback). Only what is most likely a bug in jobttl (a KeyError, a
 # TypeError, ...), whose message alone says little, says so in words: "unexpected key error: 'x'".
 _BUGS = (LookupError, TypeError, AttributeError, NameError, AssertionError, ArithmeticError, RecursionError)
-_BUG_NAMES = frozenset(name for name, value in vars(builtins).items()
-                       if isinstance(value, type) and issubclass(value, _BUGS))
+_BUG_NAMES = frozenset(
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, _BUGS)
+)
 _QUALIFIED = re.compile(r"^(?P<module>(?:[A-Za-z_]\w*\.)*)(?P<name>[A-Z]\w*)(?:: |$)")
 _BUILTIN_ERROR = re.compile(r"\w*(Error|Exception|Exit|Interrupt|Warning)")
 
@@ -165,7 +209,7 @@ def plain_error(line: str) -> str:
     module, name = match.group("module"), match.group("name")
     if not module and not _BUILTIN_ERROR.fullmatch(name):
         return line  # "Forbidden: ..." is a message's own first word, not a class
-    return _message(not module and name in _BUG_NAMES, name, line[match.end():].strip())
+    return _message(not module and name in _BUG_NAMES, name, line[match.end() :].strip())
 
 
 def _message(bug: bool, name: str, text: str) -> str:
