@@ -28,7 +28,6 @@ from jobttl.core.store.followups import FollowUps
 from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.domain.kinds.registry import KindRegistry
 from jobttl.core.kube.client import ObjectGone
-from jobttl.core.store.scripts import ClaimFollowUps, Finish
 from jobttl.core.services.worker_graph import WorkerGraph
 
 log = logging.getLogger("jobttl.follow")
@@ -67,7 +66,7 @@ class Follower:
         if self.ctx.clock.problem():
             return 0  # "stuck" is judged by the clock too
         now = self.ctx.clock.now()  # requestedAt and the follow-up times are the reference clock's
-        members = ClaimFollowUps(now=now, lease=LEASE, batch=BATCH).run(self.ctx.redis)
+        members = self.followups.claim(now, lease=LEASE, batch=BATCH)
         for member in members:
             try:
                 info = self.followups.info(member)
@@ -109,16 +108,13 @@ class Follower:
             ttlSource=info.get("ttlSource"),
             notify=info.get("notify"),
         )
-        Finish.of(
+        self.followups.gone(
             ref,
             member,
-            0,
             entry_fields("deleted", ref, **fields),
-            forget=False,
             max_entries=ctx.audit.max_entries,
             card_ttl=ctx.audit.tombstone_seconds,
-        ).run(ctx.redis)
-        self.followups.unstuck(member)
+        )
         ctx.audit.observed("deleted", ref, logger=log, **fields)
 
     def stuck(

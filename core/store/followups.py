@@ -1,24 +1,36 @@
 """The follow-ups of a deletion whose DELETE was accepted but whose object is still there
 (jobttl.core.services.follow): when it is looked at next (``jobttl:terminating``, a sorted set by the
 reference clock), what is known of it (``jobttl:terminating:info``), and the record of one that is stuck
-(``jobttl:stuck``, read by `jobttl status` and `jobttl failed`). Claiming members (a lease) is the
-CLAIM_FOLLOW_UPS script's, and taking a member out once its object is gone is FINISH's
-(jobttl.core.store.scripts).
+(``jobttl:stuck``, read by `jobttl status` and `jobttl failed`). Members are claimed with a lease by the
+CLAIM_FOLLOW_UPS script, and taken out once their object is gone by FINISH (jobttl.core.store.scripts).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from redis import Redis
 
 from jobttl.core.domain.wire import jsoncodec
+from jobttl.core.domain.wire.identity import JobRef
 from jobttl.core.store import keys
+from jobttl.core.store.scripts import ClaimFollowUps, Finish
 
 
 class FollowUps:
     def __init__(self, redis: Redis):
         self.redis = redis
+
+    def claim(self, now: float, lease: int, batch: int) -> list[str]:
+        """The members due a look by `now`, each leased for `lease` seconds to this caller (at most `batch`)."""
+        return ClaimFollowUps(now=now, lease=lease, batch=batch).run(self.redis)
+
+    def gone(self, ref: JobRef, member: str, entry: Mapping[str, str], max_entries: int, card_ttl: int) -> None:
+        """The object is gone: FINISH records the `deleted` entry (the index and the follow-up end with
+        it), then `member` is no longer stuck, if it was."""
+        Finish.of(ref, member, 0, entry, forget=False, max_entries=max_entries, card_ttl=card_ttl).run(self.redis)
+        self.unstuck(member)
 
     def info(self, member: str) -> Any | None:
         """What is known of a followed deletion; None when there is nothing (raises on a record that does not
