@@ -367,35 +367,20 @@ def _hold(
     report.counts["held"], report.status = len(plan.hold), "held"
     report.first_run_held = len(plan.hold & plan.review)
     report.held_id = held.current_id()
+    said = dict(count=len(plan.hold), seen=report.seen, heldId=report.held_id)
+    confirm = f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`"
     if plan.reason == review.THRESHOLDS:
-        ctx.audit.record(
-            "deletions-held",
-            None,
-            logging.WARNING,
-            logger=log,
-            count=len(plan.hold),
-            seen=report.seen,
-            heldId=report.held_id,
-            maxDeletions=guard.max_deletions,
-            maxShare=guard.max_share,
-            firstRun=report.first_run_held,
-            detail=f"review them with `jobttl held`, then run `jobttl resync --confirm {report.held_id}`",
+        why = dict(
+            maxDeletions=guard.max_deletions, maxShare=guard.max_share, firstRun=report.first_run_held, detail=confirm
         )
     else:
-        ctx.audit.record(
-            "deletions-held",
-            None,
-            logging.WARNING,
-            logger=log,
-            count=len(plan.hold),
-            seen=report.seen,
-            heldId=report.held_id,
+        why = dict(
             reason="first-run-review",
             firstRun=report.first_run_held,
             installedAt=(report.install or {}).get("installedAt"),
-            detail=f"already due when jobttl was installed: review them with `jobttl held`, then "
-            f"run `jobttl resync --confirm {report.held_id}`",
+            detail=f"already due when jobttl was installed: {confirm}",
         )
+    ctx.audit.record("deletions-held", None, logging.WARNING, logger=log, **said, **why)
 
 
 def _review_facts(
