@@ -69,9 +69,11 @@ WARNING_LABELS = {
 class Notices:
     """The outbox of schedule changes, and how a worker posts them."""
 
-    def __init__(self, redis: Redis, schedule: Schedule, kube: KubeClient, metrics: Metrics | None = None):
+    def __init__(
+        self, redis: Redis, schedule: Schedule, audit: Audit, kube: KubeClient, metrics: Metrics | None = None
+    ):
         self.schedule = schedule
-        self.cards = Audit(redis)  # read only: the jobs' history cards
+        self.cards = audit  # read only: the jobs' history cards
         self.kube = kube
         self.metrics = metrics
         self.outbox = Outbox(redis, schedule.queue.name)

@@ -50,7 +50,7 @@ class WorkerGraph(graph.Graph):
             granted=permissions("worker", archive=policy.archiving, pod_cleanup=policy.pod_stages),
         )
         archiver = Archiver(kube, open_store(policy.archive_store), metrics) if policy.archiving else None
-        posts = Notices(redis, shared.schedule, kube, metrics) if notices else None
+        posts = Notices(redis, shared.schedule, shared.audit, kube, metrics) if notices else None
         return cls(
             **shared.parts(),
             clock=clock,

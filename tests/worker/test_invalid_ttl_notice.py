@@ -26,7 +26,7 @@ def bench(kube, redis_server, tmp_path, queue_name):
 
 @pytest.fixture
 def notices(bench):
-    return Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube, bench.ctx.metrics)
+    return Notices(bench.redis, bench.ctx.schedule, bench.ctx.audit, bench.ctx.kube, bench.ctx.metrics)
 
 
 def events(bench: Bench, obj: dict) -> list[dict]:

@@ -50,7 +50,9 @@ def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_e
     assert COUNT > notices_module.BATCH
     jobs = booked(bench)
     busy = f"busy-{uuid.uuid4().hex[:6]}"  # the deletions' Events go to a namespace of their own
-    recorder = EventRecorder(bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube))
+    recorder = EventRecorder(
+        bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.audit, bench.ctx.kube)
+    )
     stop, sent = threading.Event(), []
 
     def deletions():  # a deletion Event every 50 ms: the Event queue is never idle for a second
@@ -89,7 +91,9 @@ def test_notices_are_paced_and_none_starves_behind_a_steady_stream_of_deletion_e
 
 def test_no_second_sees_more_notices_than_notices_per_second(bench):
     booked(bench)
-    recorder = EventRecorder(bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.kube))
+    recorder = EventRecorder(
+        bench.ctx.kube, notices=Notices(bench.redis, bench.ctx.schedule, bench.ctx.audit, bench.ctx.kube)
+    )
     try:
         wait_for(lambda: len(post_times(bench)) >= COUNT, timeout=30, interval=0.1, what="every notice")
     finally:
